@@ -1,0 +1,61 @@
+"""One exception base for expected failures, and the exit codes.
+
+Exit codes (documented in ``docs/exit-codes.md``):
+
+* 0 -- success, nothing to report;
+* 1 -- the command ran and found problems (findings, failed runs, a patch
+  that does not apply, a conflict that stops a rebase);
+* 2 -- usage or environment error (bad manifest, unknown ref, offline miss,
+  missing ``git``, hostile path, refused destination).
+"""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_FINDINGS = 1
+EXIT_USAGE = 2
+
+
+class OverlayError(Exception):
+    """An expected failure: one clear line for the user, and an exit code.
+
+    Args:
+        message: one line, no trailing period needed; shown as ``overlay: <message>``.
+        exit_code: process exit code the CLI uses (default 2, usage/environment).
+        hint: optional second line telling the user what to do next.
+    """
+
+    exit_code = EXIT_USAGE
+
+    def __init__(self, message: str, *, exit_code: int | None = None, hint: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+        if exit_code is not None:
+            self.exit_code = exit_code
+
+
+class ManifestError(OverlayError):
+    """``patches-rocm/overlay.toml`` is missing, malformed or inconsistent (exit 2)."""
+
+
+class GitError(OverlayError):
+    """git is missing, a ref is unknown, or a git command failed (exit 2)."""
+
+
+class OfflineMiss(GitError):
+    """An object is not in the git store and ``--offline`` forbids fetching (exit 2)."""
+
+
+class UnsafePath(OverlayError):
+    """A path from a tree or a patch header is absolute, has ``..``/``.git``, or escapes (exit 2)."""
+
+
+class LayerError(OverlayError):
+    """A layer cannot be computed: an unresolved conflict or a patch that does not apply (exit 1)."""
+
+    exit_code = EXIT_FINDINGS
+
+
+class PatchFormatError(OverlayError):
+    """A patch file cannot be parsed (exit 2)."""
