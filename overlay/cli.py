@@ -58,3 +58,120 @@ def handle_errors(fn):
 def main(ctx: click.Context, root: str, git_dir: str | None, offline: bool, debug: bool) -> None:
     """Assemble, check, rebase, build and prove the MLX + ROCm overlay."""
     ctx.obj = Context(os.path.abspath(root), git_dir, offline, debug)
+
+
+def _store(ctx: Context):
+    from overlay.gitstore import Store
+    return Store(ctx.git_dir, offline=ctx.offline)
+
+
+def _layers(ctx: Context, *, pin: str | None = None, fork: str | None = None, stepwise: bool = False):
+    from overlay.layers import compute_layers
+    from overlay.manifest import load_manifest
+
+    manifest = load_manifest(ctx.root)
+    store = _store(ctx)
+    if pin is not None:
+        pin = store.resolve(pin, ["upstream", "fork"])
+    if fork is not None:
+        fork = store.resolve(fork, ["fork"])
+    return manifest, store, compute_layers(store, manifest, ctx.root, pin=pin, fork=fork, stepwise=stepwise)
+
+
+layer_option = click.option("--layer", type=click.Choice(["pin", "forked", "patched"]), default="patched",
+                            show_default=True, help="Which layer.")
+pin_option = click.option("--pin", "pin_ref", metavar="REF", default=None,
+                          help="Preview on another MLX commit instead of the manifest's pin.")
+fork_option = click.option("--fork", "fork_ref", metavar="REF", default=None,
+                           help="Preview with another fork commit instead of the manifest's.")
+
+
+@main.command("tree")
+@layer_option
+@pin_option
+@fork_option
+@click.pass_obj
+@handle_errors
+def tree_cmd(ctx: Context, layer: str, pin_ref: str | None, fork_ref: str | None) -> None:
+    """Print the tree SHA of a layer (pin, forked, patched)."""
+    _m, _s, layers = _layers(ctx, pin=pin_ref, fork=fork_ref)
+    click.echo(layers.tree(layer))
+
+
+@main.command("status")
+@click.option("--dest", multiple=True, type=click.Path(file_okay=False),
+              help="Export directory whose stamp to show (default: build/*/src).")
+@click.pass_obj
+@handle_errors
+def status_cmd(ctx: Context, dest: tuple[str, ...]) -> None:
+    """Show pins, layer SHAs, the series with files and +/- counts, export stamps."""
+    import glob
+
+    from overlay.export import read_stamp
+
+    manifest, _store_, layers = _layers(ctx)
+    click.echo(f"upstream  {manifest.upstream_url}  pin {manifest.pin}")
+    click.echo(f"fork      {manifest.fork_url}  {manifest.fork_branch} {manifest.fork_commit}"
+               f"  (merge base {manifest.merge_base[:12]})")
+    click.echo(f"layers    pin {layers.pin}")
+    click.echo(f"          forked {layers.forked}  ({len(layers.carried_changes)} carried, "
+               f"{len(layers.dropped_changes)} not carried, {len(layers.conflicts)} resolved conflict(s))")
+    click.echo(f"          patched {layers.patched}")
+    for stale in layers.stale_resolutions:
+        click.echo(f"warning: stale resolution patches-rocm/resolved/{stale}: the path no longer conflicts")
+    click.echo(f"series    {len(layers.patches)} patch(es)")
+    for result in layers.patches:
+        patch = result.patch
+        fix = f"Local-Fix {patch.local_fix}" if patch.local_fix is not None else "no Local-Fix"
+        click.echo(f"  {patch.name}  [{result.state}]  {fix}  {patch.subject}")
+        for change in patch.changes:
+            name = f"{change.source} -> {change.target}" if change.rename else change.path
+            click.echo(f"      {name}  +{change.added} -{change.removed}")
+    dests = list(dest) or sorted(glob.glob(os.path.join(ctx.root, "build", "*", "src")))
+    for d in dests:
+        stamp = read_stamp(d)
+        if stamp is None:
+            click.echo(f"export    {d}: no stamp")
+        else:
+            state = "up to date" if stamp["tree"] == layers.patched else "stale"
+            click.echo(f"export    {d}: tree {stamp['tree']} ({state}, {len(stamp['files'])} files)")
+
+
+@main.command("export")
+@click.argument("dest", type=click.Path(file_okay=False))
+@layer_option
+@click.option("--force", is_flag=True, help="Take over a non-empty directory / discard hand edits.")
+@click.pass_obj
+@handle_errors
+def export_cmd(ctx: Context, dest: str, layer: str, force: bool) -> None:
+    """Write a layer into DEST incrementally (only changed paths)."""
+    from overlay.export import export_tree
+
+    _m, store, layers = _layers(ctx)
+    result = export_tree(store, layers.tree(layer), dest, force=force)
+    click.echo(f"exported {layer} {result.tree} to {dest}: {len(result.written)} written, "
+               f"{len(result.removed)} removed, {result.unchanged} unchanged ({result.seconds:.2f} s)")
+    if result.edited:
+        click.echo(f"warning: {len(result.edited)} file(s) differ from the export and were left as "
+                   f"they are: {', '.join(result.edited[:5])}", err=True)
+
+
+@main.command("diff")
+@click.option("--from", "from_layer", type=click.Choice(["pin", "forked", "patched"]), default="forked",
+              show_default=True)
+@click.option("--to", "to_layer", type=click.Choice(["pin", "forked", "patched"]), default="patched",
+              show_default=True)
+@click.option("--stat", is_flag=True, help="Summary per file instead of the patch.")
+@click.option("--name-only", is_flag=True, help="Only the changed paths.")
+@click.argument("paths", nargs=-1)
+@click.pass_obj
+@handle_errors
+def diff_cmd(ctx: Context, from_layer: str, to_layer: str, stat: bool, name_only: bool,
+             paths: tuple[str, ...]) -> None:
+    """Show the diff between two layers (default forked -> patched)."""
+    _m, store, layers = _layers(ctx)
+    mode = "--stat" if stat else "--name-only" if name_only else "-p"
+    args = ["diff-tree", "-r", "-M", "--full-index", mode, layers.tree(from_layer), layers.tree(to_layer)]
+    if paths:
+        args += ["--", *paths]
+    click.echo(store.git(*args).stdout.decode("utf-8", "replace"), nl=False)

@@ -1,0 +1,415 @@
+"""The one git layer: sanitized environment, ``-z`` parsing, the git store.
+
+Every git process overlay starts goes through :func:`run_git`, which
+
+* strips stray ``GIT_*`` variables (a hook or an outer ``git rebase`` must not
+  redirect us to another repository), keeping only transport helpers;
+* passes determinism flags with ``-c`` (no CRLF conversion, no quoting of
+  paths, no automatic gc) and ``LC_ALL=C`` so messages can be parsed;
+* raises :class:`~overlay.errors.GitError` with git's own first error line.
+
+The *git store* is a bare repository (default ``~/.cache/overlay/store.git``)
+holding every object the layers need. Its remotes ``upstream`` and ``fork``
+come from the manifest; commits are fetched on demand by SHA and kept alive by
+refs under ``refs/overlay/keep/``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import re
+import shutil
+import subprocess
+from typing import Iterator, Sequence
+
+from overlay.errors import GitError, OfflineMiss
+
+#: ``-c`` options passed to every git call (DESIGN 10: determinism flags).
+GIT_FLAGS: tuple[str, ...] = (
+    "-c", "core.autocrlf=false",
+    "-c", "core.safecrlf=false",
+    "-c", "core.quotepath=false",
+    "-c", "core.precomposeunicode=false",
+    "-c", "gc.auto=0",
+    "-c", "maintenance.auto=false",
+    "-c", "apply.whitespace=nowarn",
+    "-c", "merge.conflictstyle=merge",
+    "-c", "diff.noprefix=false",
+    "-c", "diff.mnemonicprefix=false",
+    "-c", "init.defaultBranch=main",
+    "-c", "advice.detachedHead=false",
+)
+
+#: Environment variables kept from the caller (credentials and transport only).
+_KEEP_GIT_VARS = frozenset({
+    "GIT_SSH", "GIT_SSH_COMMAND", "GIT_ASKPASS", "GIT_TERMINAL_PROMPT",
+    "GIT_SSL_CAINFO", "GIT_SSL_NO_VERIFY", "GIT_HTTP_PROXY", "GIT_EXEC_PATH",
+})
+
+#: Fixed identity and dates for the synthetic commits the layers are merged from,
+#: so the same inputs give the same object names.
+SYNTHETIC_IDENTITY = {
+    "GIT_AUTHOR_NAME": "overlay", "GIT_AUTHOR_EMAIL": "overlay@localhost",
+    "GIT_AUTHOR_DATE": "1700000000 +0000",
+    "GIT_COMMITTER_NAME": "overlay", "GIT_COMMITTER_EMAIL": "overlay@localhost",
+    "GIT_COMMITTER_DATE": "1700000000 +0000",
+}
+
+EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
+NULL_OID = "0" * 40
+_SHA_RE = re.compile(r"^[0-9a-f]{40}$")
+
+
+def is_sha(value: str) -> bool:
+    """True when ``value`` is a full 40-hex lowercase object name."""
+    return bool(_SHA_RE.match(value))
+
+
+def git_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment for a git child: ours minus stray ``GIT_*``, plus ``extra``.
+
+    Args:
+        extra: variables to set on top (``GIT_DIR``, ``GIT_INDEX_FILE``, ...).
+    Returns:
+        A new dict; ``os.environ`` is not modified.
+    """
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("GIT_") or k in _KEEP_GIT_VARS}
+    env["LC_ALL"] = "C"
+    env["GIT_CONFIG_NOSYSTEM"] = "1"
+    env.setdefault("GIT_TERMINAL_PROMPT", "0")
+    if extra:
+        env.update(extra)
+    return env
+
+
+def git_executable() -> str:
+    """Path of ``git`` on PATH.
+
+    Raises:
+        GitError: git is not installed (exit 2).
+    """
+    path = shutil.which("git")
+    if path is None:
+        raise GitError("git not found on PATH", hint="install git 2.38 or newer")
+    return path
+
+
+def run_git(args: Sequence[str], *, git_dir: str | None = None, cwd: str | None = None,
+            input: bytes | None = None, env: dict[str, str] | None = None,
+            check: bool = True) -> subprocess.CompletedProcess:
+    """Run one git command with the sanitized environment and determinism flags.
+
+    Args:
+        args: git arguments after the global options, e.g. ``["ls-tree", "-z", sha]``.
+        git_dir: repository to act on (sets ``GIT_DIR``).
+        cwd: working directory of the child.
+        input: bytes for stdin.
+        env: extra variables (see :func:`git_env`).
+        check: raise on a nonzero exit.
+    Returns:
+        The completed process with ``stdout``/``stderr`` as bytes.
+    Raises:
+        GitError: git is missing, or it exited nonzero and ``check`` is true; the
+        message is git's first ``error:``/``fatal:`` line.
+    """
+    extra = dict(env or {})
+    if git_dir is not None:
+        extra["GIT_DIR"] = git_dir
+    cmd = [git_executable(), *GIT_FLAGS, *args]
+    proc = subprocess.run(cmd, input=input, cwd=cwd, env=git_env(extra),
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    if check and proc.returncode != 0:
+        raise GitError(f"git {args[0]} failed: {first_error_line(proc.stderr)}")
+    return proc
+
+
+def first_error_line(stderr: bytes) -> str:
+    """The most telling line of git's stderr (``fatal:``/``error:`` first)."""
+    lines = [ln.strip() for ln in stderr.decode("utf-8", "replace").splitlines() if ln.strip()]
+    for ln in lines:
+        if ln.startswith(("fatal:", "error:")):
+            return ln.split(":", 1)[1].strip()
+    return lines[0] if lines else "no message"
+
+
+def zsplit(data: bytes) -> list[str]:
+    """Split ``-z`` output into strings, dropping the trailing empty field."""
+    parts = data.decode("utf-8", "surrogateescape").split("\0")
+    if parts and parts[-1] == "":
+        parts.pop()
+    return parts
+
+
+class CatFile:
+    """One persistent ``git cat-file --batch`` process for blob reads.
+
+    Use as a context manager; :meth:`read` returns ``(type, data)``. Starting
+    one process per blob would dominate an export of a thousand files.
+    """
+
+    def __init__(self, git_dir: str):
+        self._proc = subprocess.Popen(
+            [git_executable(), *GIT_FLAGS, "cat-file", "--batch"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+            env=git_env({"GIT_DIR": git_dir}))
+
+    def read(self, oid: str) -> tuple[str, bytes]:
+        """Read one object.
+
+        Args:
+            oid: 40-hex object name.
+        Returns:
+            ``(type, content)``, e.g. ``("blob", b"...")``.
+        Raises:
+            GitError: the object is missing.
+        """
+        assert self._proc.stdin and self._proc.stdout
+        self._proc.stdin.write(oid.encode() + b"\n")
+        self._proc.stdin.flush()
+        header = self._proc.stdout.readline()
+        fields = header.split()
+        if len(fields) != 3:
+            raise GitError(f"object {oid} is missing from the git store")
+        size = int(fields[2])
+        data = self._proc.stdout.read(size)
+        self._proc.stdout.read(1)  # trailing LF
+        return fields[1].decode(), data
+
+    def close(self) -> None:
+        """Stop the child process."""
+        if self._proc.poll() is None:
+            assert self._proc.stdin
+            self._proc.stdin.close()
+            self._proc.wait()
+
+    def __enter__(self) -> "CatFile":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def default_store_dir() -> str:
+    """The default git store: ``$XDG_CACHE_HOME/overlay/store.git`` (``~/.cache`` fallback)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "overlay", "store.git")
+
+
+class Store:
+    """The bare git store holding every object the layers are made of.
+
+    Args:
+        git_dir: path of the bare repository; created on first use.
+        offline: when true, a missing object raises :class:`OfflineMiss`
+            instead of being fetched.
+    """
+
+    def __init__(self, git_dir: str | None = None, *, offline: bool = False):
+        self.git_dir = os.path.abspath(git_dir or default_store_dir())
+        self.offline = offline
+        self._remote_urls: dict[str, str] = {}
+        self._lock_depth = 0
+        self._lock_fd: int | None = None
+        if not os.path.isfile(os.path.join(self.git_dir, "HEAD")):
+            os.makedirs(self.git_dir, exist_ok=True)
+            run_git(["init", "-q", "--bare", self.git_dir])
+
+    # -- plumbing ---------------------------------------------------------------
+    def git(self, *args: str, input: bytes | None = None, env: dict[str, str] | None = None,
+            check: bool = True) -> subprocess.CompletedProcess:
+        """Run git against the store (see :func:`run_git`)."""
+        return run_git(args, git_dir=self.git_dir, input=input, env=env, check=check)
+
+    def out(self, *args: str, input: bytes | None = None, env: dict[str, str] | None = None) -> str:
+        """Run git against the store and return stripped stdout as text."""
+        return self.git(*args, input=input, env=env).stdout.decode("utf-8", "surrogateescape").strip()
+
+    def cat_file(self) -> CatFile:
+        """A persistent blob reader on the store (close it, or use ``with``)."""
+        return CatFile(self.git_dir)
+
+    @contextlib.contextmanager
+    def lock(self) -> Iterator[None]:
+        """Hold the store's writer lock (``flock`` on ``overlay.lock``); re-entrant."""
+        if self._lock_depth == 0:
+            fd = os.open(os.path.join(self.git_dir, "overlay.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            self._lock_fd = fd
+        self._lock_depth += 1
+        try:
+            yield
+        finally:
+            self._lock_depth -= 1
+            if self._lock_depth == 0 and self._lock_fd is not None:
+                fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+                os.close(self._lock_fd)
+                self._lock_fd = None
+
+    # -- remotes and objects ----------------------------------------------------
+    def set_remote(self, name: str, url: str) -> str | None:
+        """Point remote ``name`` at ``url``; update it when the manifest changed.
+
+        Args:
+            name: ``"upstream"`` or ``"fork"``.
+            url: URL or local path (a mirror works).
+        Returns:
+            The previous URL when it was changed, else ``None``.
+        """
+        self._remote_urls[name] = url
+        key = f"remote.{name}.url"
+        old = self.git("config", "--get", key, check=False).stdout.decode().strip()
+        if old == url:
+            return None
+        with self.lock():
+            self.git("config", key, url)
+        return old or None
+
+    def has_object(self, oid: str, kind: str = "commit") -> bool:
+        """True when ``oid`` names an object of type ``kind`` in the store."""
+        return self.git("cat-file", "-e", f"{oid}^{{{kind}}}", check=False).returncode == 0
+
+    def ensure_commit(self, sha: str, remotes: Sequence[str]) -> None:
+        """Make sure commit ``sha`` is in the store, fetching it by SHA if needed.
+
+        Tries each remote in order: a fetch of the exact SHA first, then (for
+        servers that refuse unadvertised SHAs) all branches and tags.
+
+        Args:
+            sha: full 40-hex commit name.
+            remotes: remote names to try, e.g. ``["fork", "upstream"]``.
+        Raises:
+            OfflineMiss: the commit is missing and the store is offline.
+            GitError: no remote has the commit.
+        """
+        if self.has_object(sha):
+            return
+        where = ", ".join(f"{r} ({self._remote_urls.get(r, '?')})" for r in remotes)
+        if self.offline:
+            raise OfflineMiss(f"commit {sha} is not in the git store and --offline forbids fetching",
+                              hint=f"run once online to fetch it from {where}")
+        with self.lock():
+            for remote in remotes:
+                keep = f"refs/overlay/keep/{sha}"
+                if self.git("fetch", "-q", "--no-tags", remote, f"{sha}:{keep}",
+                            check=False).returncode == 0 and self.has_object(sha):
+                    return
+            for remote in remotes:
+                self.git("fetch", "-q", "--tags", remote,
+                         f"+refs/heads/*:refs/remotes/{remote}/*", check=False)
+                if self.has_object(sha):
+                    self.git("update-ref", f"refs/overlay/keep/{sha}", sha)
+                    return
+        raise GitError(f"commit {sha} not found in {where}")
+
+    def resolve(self, ref: str, remotes: Sequence[str] = ("upstream", "fork")) -> str:
+        """Resolve a user-given ref (SHA, tag, ``remote/branch``) to a commit SHA.
+
+        Args:
+            ref: what the user typed; must not start with ``-``.
+            remotes: where to fetch a missing full SHA from.
+        Returns:
+            The 40-hex commit name.
+        Raises:
+            GitError: the ref starts with ``-``, or names no commit.
+        """
+        if not ref or ref.startswith("-"):
+            raise GitError(f"refusing ref {ref!r}: a ref may not be empty or start with '-'")
+        if is_sha(ref):
+            self.ensure_commit(ref, remotes)
+            return ref
+        sha = self._rev_parse_any(ref, remotes)
+        if sha is None and not self.offline:
+            with self.lock():
+                for remote in remotes:
+                    self.git("fetch", "-q", "--tags", remote,
+                             f"+refs/heads/*:refs/remotes/{remote}/*", check=False)
+            sha = self._rev_parse_any(ref, remotes)
+        if sha is None:
+            raise GitError(f"unknown ref {ref!r}: no such commit, tag or branch in the git store"
+                           + (" (offline)" if self.offline else " or its remotes"))
+        return sha
+
+    def _rev_parse_any(self, ref: str, remotes: Sequence[str]) -> str | None:
+        for candidate in (ref, f"refs/tags/{ref}", *(f"refs/remotes/{r}/{ref}" for r in remotes)):
+            proc = self.git("rev-parse", "--verify", "--quiet", "--end-of-options",
+                            f"{candidate}^{{commit}}", check=False)
+            if proc.returncode == 0:
+                return proc.stdout.decode().strip()
+        return None
+
+    # -- trees ------------------------------------------------------------------
+    def tree_of(self, commit: str) -> str:
+        """The tree object name of ``commit``."""
+        return self.out("rev-parse", f"{commit}^{{tree}}")
+
+    def ls_tree(self, tree: str) -> list[tuple[str, str, str, str]]:
+        """Every entry of ``tree``, recursively.
+
+        Returns:
+            ``[(mode, type, oid, path), ...]`` in git's order.
+        """
+        entries = []
+        for rec in zsplit(self.git("ls-tree", "-r", "-z", "--full-tree", tree).stdout):
+            meta, path = rec.split("\t", 1)
+            mode, kind, oid = meta.split()
+            entries.append((mode, kind, oid, path))
+        return entries
+
+    def diff_tree(self, old: str, new: str, *paths: str) -> list[tuple[str, str, str, str, str, str]]:
+        """Changed entries between two trees, no rename detection.
+
+        Returns:
+            ``[(old_mode, new_mode, old_oid, new_oid, status, path), ...]``;
+            ``status`` is one of ``A``, ``D``, ``M``, ``T``.
+        """
+        args = ["diff-tree", "-r", "-z", "--no-renames", "--full-index", old, new]
+        if paths:
+            args += ["--", *paths]
+        fields = zsplit(self.git(*args).stdout)
+        out = []
+        for i in range(0, len(fields), 2):
+            meta = fields[i].lstrip(":").split()
+            out.append((meta[0], meta[1], meta[2], meta[3], meta[4][0], fields[i + 1]))
+        return out
+
+    def hash_blob(self, data: bytes) -> str:
+        """Write ``data`` as a blob into the store; return its name."""
+        return self.out("hash-object", "-w", "--stdin", "--no-filters", input=data)
+
+    def edit_tree(self, tree: str, changes: dict[str, tuple[str, str] | None],
+                  index_file: str) -> str:
+        """A new tree: ``tree`` with ``changes`` applied, through a temporary index.
+
+        Args:
+            tree: starting tree.
+            changes: path -> ``(mode, oid)`` to set, or ``None`` to delete.
+            index_file: path of a scratch index file (removed afterwards).
+        Returns:
+            The new tree's name.
+        """
+        env = {"GIT_INDEX_FILE": index_file}
+        try:
+            self.git("read-tree", tree, env=env)
+            lines = []
+            for path, entry in changes.items():
+                if entry is None:
+                    lines.append(f"0 {NULL_OID}\t{path}")
+                else:
+                    lines.append(f"{entry[0]} {entry[1]}\t{path}")
+            if lines:
+                self.git("update-index", "-z", "--index-info",
+                         input=("\0".join(lines) + "\0").encode("utf-8", "surrogateescape"), env=env)
+            return self.out("write-tree", env=env)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(index_file)
+
+    def commit_tree(self, tree: str, parents: Sequence[str] = (), message: str = "overlay") -> str:
+        """A synthetic commit with the fixed identity and date (deterministic name)."""
+        args = ["commit-tree", tree]
+        for p in parents:
+            args += ["-p", p]
+        return self.out(*args, "-m", message, env=dict(SYNTHETIC_IDENTITY))

@@ -1,0 +1,428 @@
+"""The three layers as git tree objects (DESIGN 5).
+
+* ``pin``: the tree of the MLX pin.
+* ``forked``: the fork delta (``merge-base..fork``, carried paths only) merged
+  onto ``pin`` by ``git merge-tree``; a conflicted path takes
+  ``patches-rocm/resolved/<path>``; a conflict with no resolution is an error
+  naming the path and its conflict hunks; a resolution whose path does not
+  conflict is *stale* (reported, not applied).
+* ``patched``: the series applied in order onto ``forked`` with
+  ``git apply --cached`` on a temporary index: exactly, or by a clean 3-way
+  merge from the recorded pre-image blobs. No fuzz; an offset is reported.
+
+Same inputs, same tree SHA: the synthetic commits the merge runs on have a
+fixed identity and date. git does all merging and applying.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import tempfile
+from typing import Callable, Sequence
+
+from overlay.errors import LayerError
+from overlay.gitstore import EMPTY_TREE, Store, zsplit
+from overlay.manifest import Manifest
+from overlay.paths import Carry, check_path
+from overlay.series import Patch, load_series
+
+RESOLVED_DIR = os.path.join("patches-rocm", "resolved")
+LAYERS = ("pin", "forked", "patched")
+
+_OFFSET_RE = re.compile(r"^Hunk #(\d+) succeeded at (\d+) \(offset (-?\d+) lines?\)\.", re.M)
+_CHECKING_RE = re.compile(r"^Checking patch (.+)\.\.\.$", re.M)
+_FAILED_AT_RE = re.compile(r"^error: patch failed: (.+):(\d+)$", re.M)
+
+
+@dataclasses.dataclass
+class Conflict:
+    """A carried path where the fork delta conflicts with the pin.
+
+    Attributes:
+        path: repository path.
+        hunks: ``(first_line, last_line)`` of each conflict region in git's
+            merged text (1-based, markers included); empty for a
+            modify/delete conflict.
+        resolved: true when ``patches-rocm/resolved/<path>`` supplied the result.
+    """
+
+    path: str
+    hunks: list[tuple[int, int]]
+    resolved: bool = False
+
+    def describe(self) -> str:
+        """``path (conflict hunks at lines a-b, c-d)`` for messages."""
+        if not self.hunks:
+            return f"{self.path} (modify/delete or type conflict)"
+        spans = ", ".join(f"{a}-{b}" for a, b in self.hunks)
+        return f"{self.path} (conflict hunks at lines {spans})"
+
+
+@dataclasses.dataclass
+class PatchResult:
+    """How one patch of the series applied.
+
+    Attributes:
+        patch: the parsed patch.
+        state: ``"exact"``, ``"offset"`` (applied, but a hunk moved),
+            ``"merged"`` (clean 3-way from its pre-image blobs).
+        offsets: ``(file, hunk_number, offset_lines)`` for each moved hunk.
+        tree: the tree after this patch, or ``None`` when the series was
+            applied in one batch (the fast path).
+    """
+
+    patch: Patch
+    state: str
+    offsets: list[tuple[str, int, int]] = dataclasses.field(default_factory=list)
+    tree: str | None = None
+
+
+@dataclasses.dataclass
+class Layers:
+    """The computed layers and what was learned computing them.
+
+    Attributes:
+        pin, forked, patched: tree SHAs (``patched`` is the overlay's identity).
+        carried_changes: fork-delta paths carried onto the pin (sorted).
+        dropped_changes: fork-delta paths the manifest does not carry (sorted).
+        conflicts: carried paths that conflicted (all resolved when this object exists).
+        stale_resolutions: ``resolved/`` paths that no longer conflict.
+        patches: one :class:`PatchResult` per series entry.
+    """
+
+    pin: str
+    forked: str
+    patched: str
+    carried_changes: list[str]
+    dropped_changes: list[str]
+    conflicts: list[Conflict]
+    stale_resolutions: list[str]
+    patches: list[PatchResult]
+
+    def tree(self, layer: str) -> str:
+        """The tree SHA of ``layer`` (``pin``, ``forked`` or ``patched``)."""
+        return {"pin": self.pin, "forked": self.forked, "patched": self.patched}[layer]
+
+
+def conflict_hunks(text: bytes) -> list[tuple[int, int]]:
+    """Line spans of ``<<<<<<<`` ... ``>>>>>>>`` regions in merged text (1-based)."""
+    spans, start = [], None
+    for number, line in enumerate(text.split(b"\n"), 1):
+        if line.startswith(b"<<<<<<<"):
+            start = number
+        elif line.startswith(b">>>>>>>") and start is not None:
+            spans.append((start, number))
+            start = None
+    return spans
+
+
+def read_resolutions(root: str) -> dict[str, bytes]:
+    """Every file under ``<root>/patches-rocm/resolved/``, keyed by repository path."""
+    base = os.path.join(root, RESOLVED_DIR)
+    out: dict[str, bytes] = {}
+    for dirpath, dirnames, filenames in os.walk(base):
+        dirnames.sort()
+        for fn in sorted(filenames):
+            full = os.path.join(dirpath, fn)
+            rel = os.path.relpath(full, base).replace(os.sep, "/")
+            check_path(rel, what="resolution")
+            with open(full, "rb") as fh:
+                out[rel] = fh.read()
+    return out
+
+
+class _Scratch:
+    """A temporary directory for index files, removed on exit."""
+
+    def __init__(self) -> None:
+        self._dir = tempfile.TemporaryDirectory(prefix="overlay-idx-")
+        self._n = 0
+
+    def index(self) -> str:
+        self._n += 1
+        return os.path.join(self._dir.name, f"index{self._n}")
+
+    def close(self) -> None:
+        self._dir.cleanup()
+
+
+def compute_forked(store: Store, base: str, pin: str, fork: str, carry: Callable[[str], bool],
+                   resolutions: dict[str, bytes]) -> tuple[str, list[str], list[str], list[Conflict], list[str]]:
+    """Merge the carried fork delta onto the pin.
+
+    Args:
+        store: the git store holding all three commits.
+        base, pin, fork: commit SHAs (fork merge base, MLX pin, fork commit).
+        carry: predicate on paths (see :class:`overlay.paths.Carry`).
+        resolutions: path -> resolved content (``patches-rocm/resolved/``).
+    Returns:
+        ``(forked_tree, carried_paths, dropped_paths, conflicts, stale_resolutions)``.
+    Raises:
+        LayerError: a conflicted path has no resolution (exit 1); the message
+        names every such path and its conflict hunks.
+    """
+    scratch = _Scratch()
+    try:
+        base_tree, pin_tree = store.tree_of(base), store.tree_of(pin)
+        delta = store.diff_tree(base_tree, store.tree_of(fork))
+        carried, dropped, changes = [], [], {}
+        for _om, new_mode, _oo, new_oid, status, path in delta:
+            check_path(path, what="fork tree entry")
+            if not carry(path):
+                dropped.append(path)
+                continue
+            carried.append(path)
+            changes[path] = None if status == "D" else (new_mode, new_oid)
+        theirs = store.edit_tree(base_tree, changes, scratch.index()) if changes else base_tree
+        conflicts: list[Conflict] = []
+        if not changes:
+            forked = pin_tree
+        elif pin_tree == base_tree:
+            forked = theirs
+        else:
+            c_base = store.commit_tree(base_tree, message="overlay: fork merge base")
+            c_pin = store.commit_tree(pin_tree, [c_base], message="overlay: pin")
+            c_fork = store.commit_tree(theirs, [c_base], message="overlay: carried fork delta")
+            proc = store.git("merge-tree", "--write-tree", "-z", "--name-only", "--no-messages",
+                             c_pin, c_fork, check=False)
+            if proc.returncode not in (0, 1):
+                raise LayerError(f"git merge-tree failed on the fork delta: {proc.stderr.decode().strip()}")
+            fields = zsplit(proc.stdout)
+            forked, conflicted = fields[0], sorted(set(fields[1:]))
+            fixes = {}
+            with store.cat_file() as cat:
+                for path in conflicted:
+                    check_path(path, what="conflicted path")
+                    if path in resolutions:
+                        fixes[path] = ("100644", store.hash_blob(resolutions[path]))
+                        conflicts.append(Conflict(path, [], resolved=True))
+                        continue
+                    hunks: list[tuple[int, int]] = []
+                    entry = store.git("ls-tree", "-z", forked, "--", path).stdout
+                    if entry:
+                        oid = entry.split(b"\t", 1)[0].split()[2].decode()
+                        hunks = conflict_hunks(cat.read(oid)[1])
+                    conflicts.append(Conflict(path, hunks))
+            unresolved = [c for c in conflicts if not c.resolved]
+            if unresolved:
+                raise LayerError(
+                    f"fork delta conflicts with the pin in {len(unresolved)} path(s) without a resolution: "
+                    + "; ".join(c.describe() for c in unresolved),
+                    hint="resolve with `overlay rebase`, or write patches-rocm/resolved/<path>")
+            for path in fixes:
+                mode_line = store.git("ls-tree", "-z", forked, "--", path).stdout
+                if mode_line:
+                    fixes[path] = (mode_line.split()[0].decode(), fixes[path][1])
+            forked = store.edit_tree(forked, fixes, scratch.index()) if fixes else forked
+        conflicted_paths = {c.path for c in conflicts}
+        stale = sorted(p for p in resolutions if p not in conflicted_paths)
+        return forked, carried, dropped, conflicts, stale
+    finally:
+        scratch.close()
+
+
+class PatchApplyError(LayerError):
+    """A patch of the series does not apply (exit 1).
+
+    Attributes:
+        patch: the patch's name; file, hunk: where it failed (may be ``None``);
+        reason: why, in words.
+    """
+
+    def __init__(self, patch: str, file: str | None, hunk: int | None, reason: str):
+        where = f"{file}" + (f" hunk #{hunk}" if hunk else "") if file else "(no file)"
+        super().__init__(f"patch {patch} does not apply: {where}: {reason}",
+                         hint="refresh the patch against the layer below, or resolve it with `overlay rebase`")
+        self.patch, self.file, self.hunk, self.reason = patch, file, hunk, reason
+
+
+def _hunk_number(patch: Patch, file: str, line: int) -> int | None:
+    for change in patch.changes:
+        if file in (change.source, change.target):
+            for number, hunk in enumerate(change.hunks, 1):
+                if hunk.source_start == line or (hunk.source_length == 0 and hunk.source_start + 1 == line):
+                    return number
+            return 1 if change.hunks else None
+    return None
+
+
+def _apply(store: Store, index_file: str, files: Sequence[str], three_way: bool):
+    args = ["apply", "--cached", "-v", "--whitespace=nowarn"]
+    if three_way:
+        args.append("--3way")
+    return store.git(*args, *files, env={"GIT_INDEX_FILE": index_file}, check=False)
+
+
+def _changed_paths(store: Store, old: str, new: str) -> set[str]:
+    return {row[5] for row in store.diff_tree(old, new)}
+
+
+def _check_applied(patch: Patch, stderr: str, before: str, after: str, store: Store) -> None:
+    if "Skipped patch" in stderr:
+        skipped = re.findall(r"Skipped patch '(.+)'", stderr)
+        raise PatchApplyError(patch.name, skipped[0] if skipped else None, None,
+                              "git skipped this file although it exited 0")
+    changed = _changed_paths(store, before, after)
+    missing = sorted(p for p in patch.touched if p not in changed)
+    if missing:
+        raise PatchApplyError(patch.name, missing[0], None,
+                              f"the patch lists {len(patch.touched)} path(s) but changed only "
+                              f"{len(patch.touched) - len(missing)}")
+
+
+def _explain_failure(store: Store, index_file: str, patch: Patch, exact_err: str, three_err: str) -> PatchApplyError:
+    m = _FAILED_AT_RE.search(exact_err)
+    file = m.group(1) if m else None
+    hunk = _hunk_number(patch, file, int(m.group(2))) if m else None
+    if file is None:
+        fm = re.search(r"error: (.+?): (does not exist in index|already exists in index|patch does not apply)", exact_err)
+        file = fm.group(1) if fm else (patch.changes[0].path if patch.changes else None)
+        if fm and fm.group(2) != "patch does not apply":
+            return PatchApplyError(patch.name, file, None, fm.group(2))
+    for change in patch.changes:
+        if change.binary and not change.binary_data:
+            return PatchApplyError(patch.name, change.path, None,
+                                   "binary change without data ('Binary files differ'); re-export with --binary")
+    if "lacks the necessary blob" in three_err or "repository lacks" in three_err:
+        reason = ("context differs and the 3-way fallback cannot run: the pre-image blob named "
+                  "by its index line is not in the git store")
+    elif "with conflicts" in three_err:
+        reason = "context differs and the 3-way merge from its pre-image conflicts"
+    elif "corrupt patch" in exact_err:
+        reason = "git reports a corrupt patch: " + exact_err.strip().splitlines()[-1]
+    else:
+        reason = "context differs and no 3-way merge was possible"
+    if file is not None and b"\r\n" not in patch.data:
+        crlf = store.git("ls-files", "-s", "--", file, env={"GIT_INDEX_FILE": index_file}).stdout
+        if crlf:
+            oid = crlf.split()[1].decode()
+            if b"\r\n" in store.git("cat-file", "blob", oid).stdout:
+                reason += " (the target has CRLF line endings, the patch LF)"
+    return PatchApplyError(patch.name, file, hunk, reason)
+
+
+def apply_series(store: Store, base_tree: str, patches: Sequence[Patch], *,
+                 stepwise: bool = False) -> tuple[str, list[PatchResult]]:
+    """Apply ``patches`` in order onto ``base_tree``.
+
+    Fast path (``stepwise`` false): one ``git apply --cached`` of the whole
+    series; used when every patch applies exactly and every listed file
+    changes. Otherwise, and when ``stepwise`` is true, one patch at a time:
+    exact first, then ``--3way`` from the pre-image blobs.
+
+    Args:
+        store: git store.
+        base_tree: the ``forked`` tree.
+        patches: parsed series.
+        stepwise: record the tree after each patch (rebase and attribution need it).
+    Returns:
+        ``(patched_tree, results)``.
+    Raises:
+        PatchApplyError: a patch does not apply, git skipped a file, or it
+        changed fewer files than it lists (exit 1).
+    """
+    if not patches:
+        return base_tree, []
+    scratch = _Scratch()
+    try:
+        files = [p.path for p in patches]
+        if not stepwise:
+            index = scratch.index()
+            store.git("read-tree", base_tree, env={"GIT_INDEX_FILE": index})
+            proc = _apply(store, index, files, three_way=False)
+            err = proc.stderr.decode("utf-8", "replace")
+            if proc.returncode == 0 and not _OFFSET_RE.search(err) and "Skipped patch" not in err:
+                tree = store.out("write-tree", env={"GIT_INDEX_FILE": index})
+                listed = set().union(*(p.touched for p in patches))
+                if _changed_paths(store, base_tree, tree) == listed:
+                    return tree, [PatchResult(p, "exact") for p in patches]
+        results = []
+        tree = base_tree
+        for patch in patches:
+            index = scratch.index()
+            store.git("read-tree", tree, env={"GIT_INDEX_FILE": index})
+            proc = _apply(store, index, [patch.path], three_way=False)
+            err = proc.stderr.decode("utf-8", "replace")
+            state, offsets = "exact", []
+            if proc.returncode != 0:
+                store.git("read-tree", tree, env={"GIT_INDEX_FILE": index})
+                proc3 = _apply(store, index, [patch.path], three_way=True)
+                err3 = proc3.stderr.decode("utf-8", "replace")
+                unmerged = store.git("ls-files", "-u", env={"GIT_INDEX_FILE": index}).stdout
+                if proc3.returncode != 0 or unmerged:
+                    raise _explain_failure(store, index, patch, err, err3)
+                state, err = "merged", err3
+            else:
+                current = None
+                for line in err.splitlines():
+                    cm = _CHECKING_RE.match(line)
+                    if cm:
+                        current = cm.group(1)
+                    om = _OFFSET_RE.match(line)
+                    if om:
+                        offsets.append((current or "?", int(om.group(1)), int(om.group(3))))
+                if offsets:
+                    state = "offset"
+            new_tree = store.out("write-tree", env={"GIT_INDEX_FILE": index})
+            _check_applied(patch, err, tree, new_tree, store)
+            results.append(PatchResult(patch, state, offsets, new_tree))
+            tree = new_tree
+        return tree, results
+    finally:
+        scratch.close()
+
+
+def ensure_commits(store: Store, manifest: Manifest, *, pin: str | None = None,
+                   fork: str | None = None, merge_base: str | None = None) -> tuple[str, str, str]:
+    """Point the store's remotes at the manifest's URLs and make the three commits present.
+
+    Returns:
+        ``(pin, fork_commit, merge_base)`` after overrides.
+    Raises:
+        OfflineMiss, GitError: a commit is missing and cannot be fetched (exit 2).
+    """
+    for name, url in manifest.remote_urls().items():
+        store.set_remote(name, url)
+    pin = pin or manifest.pin
+    fork = fork or manifest.fork_commit
+    merge_base = merge_base or manifest.merge_base
+    store.ensure_commit(pin, ["upstream", "fork"])
+    store.ensure_commit(fork, ["fork"])
+    store.ensure_commit(merge_base, ["fork", "upstream"])
+    return pin, fork, merge_base
+
+
+def compute_layers(store: Store, manifest: Manifest, root: str, *, pin: str | None = None,
+                   fork: str | None = None, merge_base: str | None = None,
+                   patches: Sequence[Patch] | None = None, stepwise: bool = False) -> Layers:
+    """All three layers for the overlay at ``root`` (manifest values unless overridden).
+
+    Args:
+        store: git store (commits are fetched on demand unless it is offline).
+        manifest: the validated manifest.
+        root: overlay repository (``patches-rocm/`` lives there).
+        pin, fork, merge_base: override the manifest's commits (preview a bump).
+        patches: use this series instead of reading ``series``.
+        stepwise: keep each patch's tree (see :func:`apply_series`).
+    Returns:
+        :class:`Layers`.
+    Raises:
+        LayerError: unresolved conflict or a patch that does not apply (exit 1).
+        GitError, OfflineMiss, PatchFormatError, UnsafePath: bad input (exit 2).
+    """
+    with store.lock():
+        pin, fork, merge_base = ensure_commits(store, manifest, pin=pin, fork=fork, merge_base=merge_base)
+        series = list(load_series(root) if patches is None else patches)
+        forked, carried, dropped, conflicts, stale = compute_forked(
+            store, merge_base, pin, fork, manifest.carry, read_resolutions(root))
+        patched, results = apply_series(store, forked, series, stepwise=stepwise)
+    return Layers(pin=store.tree_of(pin), forked=forked, patched=patched,
+                  carried_changes=carried, dropped_changes=dropped, conflicts=conflicts,
+                  stale_resolutions=stale, patches=results)
+
+
+__all__ = ["Carry", "Conflict", "EMPTY_TREE", "LAYERS", "Layers", "PatchApplyError", "PatchResult",
+           "apply_series", "compute_forked", "compute_layers", "conflict_hunks", "ensure_commits",
+           "read_resolutions"]

@@ -1,0 +1,159 @@
+"""``patches-rocm/overlay.toml``: the pins, remotes, carried paths and policy.
+
+Read with :mod:`tomllib` and validated on load: every missing or unknown key is
+named in one error; SHAs must be 40 lowercase hex; URLs must be ``https://``,
+``http://``, ``ssh://``, ``git@host:path``, ``file://`` or an existing local
+path. The manifest is the one place the pin is written (DESIGN 4); the keys are
+documented in ``docs/manifest.md``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import tomllib
+
+from overlay.errors import ManifestError
+from overlay.gitstore import is_sha
+from overlay.paths import Carry
+
+MANIFEST_PATH = os.path.join("patches-rocm", "overlay.toml")
+
+#: table -> {key: type}; every key is required.
+SCHEMA: dict[str, dict[str, type]] = {
+    "upstream": {"url": str, "pin": str},
+    "fork": {"url": str, "branch": str, "commit": str, "merge-base": str},
+    "carry": {"include": list, "exclude": list},
+    "backend": {"cmake-option": str, "architectures": list},
+    "policy": {"closing-sentence": str},
+}
+
+_URL_RE = re.compile(r"^(https?|ssh|git|file)://\S+$|^[\w.-]+@[\w.-]+:\S+$")
+
+
+@dataclasses.dataclass(frozen=True)
+class Manifest:
+    """The validated manifest.
+
+    Attributes:
+        path: file it was read from.
+        upstream_url, pin: upstream MLX remote and the pinned commit (40 hex).
+        fork_url, fork_branch, fork_commit, merge_base: the ROCm fork remote,
+            its branch, the carried commit and its merge base with upstream.
+        include, exclude: carry globs.
+        cmake_option: the backend's CMake switch (``MLX_BUILD_ROCM``).
+        architectures: default GPU architectures (``gfx1100`` ...).
+        closing_sentence: the exact sentence fix entries end with.
+    """
+
+    path: str
+    upstream_url: str
+    pin: str
+    fork_url: str
+    fork_branch: str
+    fork_commit: str
+    merge_base: str
+    include: tuple[str, ...]
+    exclude: tuple[str, ...]
+    cmake_option: str
+    architectures: tuple[str, ...]
+    closing_sentence: str
+
+    @property
+    def carry(self) -> Carry:
+        """The carried-path predicate built from ``include``/``exclude``."""
+        return Carry(self.include, self.exclude)
+
+    def remote_urls(self, environ: dict[str, str] | None = None) -> dict[str, str]:
+        """Remote URLs after ``OVERLAY_UPSTREAM_URL`` / ``OVERLAY_FORK_URL`` overrides.
+
+        Returns:
+            ``{"upstream": url, "fork": url}``.
+        """
+        env = os.environ if environ is None else environ
+        return {"upstream": env.get("OVERLAY_UPSTREAM_URL") or self.upstream_url,
+                "fork": env.get("OVERLAY_FORK_URL") or self.fork_url}
+
+
+def _valid_url(url: str) -> bool:
+    return bool(_URL_RE.match(url)) or os.path.isabs(url)
+
+
+def parse_manifest(text: str, path: str = MANIFEST_PATH) -> Manifest:
+    """Parse and validate manifest text.
+
+    Args:
+        text: TOML source.
+        path: file name used in messages.
+    Returns:
+        A :class:`Manifest`.
+    Raises:
+        ManifestError: TOML syntax error, missing/unknown tables or keys (all
+        named), wrong types, a SHA that is not 40 hex, a bad URL (exit 2).
+    """
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ManifestError(f"{path}: not valid TOML: {exc}") from None
+    problems: list[str] = []
+    unknown_tables = sorted(set(data) - set(SCHEMA))
+    if unknown_tables:
+        problems.append("unknown table(s) " + ", ".join(f"[{t}]" for t in unknown_tables))
+    for table, keys in SCHEMA.items():
+        section = data.get(table)
+        if not isinstance(section, dict):
+            problems.append(f"missing table [{table}]")
+            continue
+        missing = [k for k in keys if k not in section]
+        unknown = sorted(set(section) - set(keys))
+        if missing:
+            problems.append(f"[{table}] missing key(s) " + ", ".join(missing))
+        if unknown:
+            problems.append(f"[{table}] unknown key(s) " + ", ".join(unknown))
+        for key, kind in keys.items():
+            if key in section and not isinstance(section[key], kind):
+                problems.append(f"[{table}] {key} must be a {kind.__name__}")
+            elif kind is list and key in section and not all(isinstance(x, str) for x in section[key]):
+                problems.append(f"[{table}] {key} must be a list of strings")
+    if problems:
+        raise ManifestError(f"{path}: " + "; ".join(problems))
+    up, fork = data["upstream"], data["fork"]
+    for label, value in (("upstream.pin", up["pin"]), ("fork.commit", fork["commit"]),
+                         ("fork.merge-base", fork["merge-base"])):
+        if not is_sha(value):
+            problems.append(f"{label} must be a full 40-hex lowercase SHA, got {value!r}")
+    for label, value in (("upstream.url", up["url"]), ("fork.url", fork["url"])):
+        if not _valid_url(value):
+            problems.append(f"{label} is not a URL or absolute path: {value!r}")
+    if not data["carry"]["include"]:
+        problems.append("carry.include must name at least one glob")
+    if not data["policy"]["closing-sentence"].strip():
+        problems.append("policy.closing-sentence must not be empty")
+    if problems:
+        raise ManifestError(f"{path}: " + "; ".join(problems))
+    return Manifest(
+        path=path, upstream_url=up["url"], pin=up["pin"], fork_url=fork["url"],
+        fork_branch=fork["branch"], fork_commit=fork["commit"], merge_base=fork["merge-base"],
+        include=tuple(data["carry"]["include"]), exclude=tuple(data["carry"]["exclude"]),
+        cmake_option=data["backend"]["cmake-option"],
+        architectures=tuple(data["backend"]["architectures"]),
+        closing_sentence=data["policy"]["closing-sentence"])
+
+
+def load_manifest(root: str) -> Manifest:
+    """Read ``<root>/patches-rocm/overlay.toml``.
+
+    Raises:
+        ManifestError: the file is missing or invalid (exit 2).
+    """
+    path = os.path.join(root, MANIFEST_PATH)
+    try:
+        with open(path, "rb") as fh:
+            text = fh.read().decode("utf-8")
+    except FileNotFoundError:
+        raise ManifestError(f"{MANIFEST_PATH} not found under {root}",
+                            hint="run overlay from the overlay repository or pass -C DIR") from None
+    except UnicodeDecodeError:
+        raise ManifestError(f"{MANIFEST_PATH}: not UTF-8") from None
+    return parse_manifest(text, MANIFEST_PATH)

@@ -1,0 +1,52 @@
+"""Test isolation: fixed git identity, isolated global config, private caches.
+
+No test touches the network: every remote is a local path.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from gitfixtures import Overlay, build_world
+
+
+@pytest.fixture(autouse=True)
+def isolated_git(tmp_path_factory, monkeypatch):
+    """Give every test its own HOME, global git config and overlay store."""
+    home = tmp_path_factory.mktemp("home")
+    config = home / ".gitconfig"
+    config.write_text(
+        "[user]\n\tname = Overlay Tests\n\temail = tests@overlay.invalid\n"
+        "[init]\n\tdefaultBranch = main\n[commit]\n\tgpgsign = false\n[tag]\n\tgpgsign = false\n"
+        "[protocol \"file\"]\n\tallow = always\n"
+    )
+    for key in list(os.environ):
+        if key.startswith("GIT_") or key.startswith("OVERLAY_"):
+            monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(config))
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(home / "cache"))
+    monkeypatch.setenv("OVERLAY_GIT_DIR", str(home / "store.git"))
+    for var in ("GIT_AUTHOR_DATE", "GIT_COMMITTER_DATE"):
+        monkeypatch.setenv(var, "1600000000 +0000")
+    return home
+
+
+@pytest.fixture(scope="session")
+def _world_template(tmp_path_factory):
+    return build_world(tmp_path_factory.mktemp("world"))
+
+
+@pytest.fixture
+def world(_world_template):
+    """Upstream + fork repositories (shared, read-only for tests)."""
+    return _world_template
+
+
+@pytest.fixture
+def overlay(tmp_path, world):
+    """An overlay repository on the fork's merge base, empty series."""
+    return Overlay(tmp_path / "overlay", world)

@@ -1,0 +1,220 @@
+"""Real git repositories for tests: an upstream MLX stand-in, a fork, an overlay.
+
+Everything runs with a fixed identity and an isolated global config (see
+``conftest.py``); nothing touches the network: remotes are local paths.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+from pathlib import Path
+
+from overlay.gitstore import Store, git_env
+from overlay.patchfmt import format_patch, tree_diff
+
+CLOSING = "Applies to the fork; kept in mlxcelverse under the 2026-10-06 fork policy, not proposed there."
+
+
+def git(cwd: Path | str, *args: str, input: bytes | None = None) -> str:
+    """Run git in ``cwd``; return stripped stdout; raise on failure."""
+    env = git_env({"GIT_CONFIG_GLOBAL": os.devnull, "GIT_AUTHOR_DATE": "1600000000 +0000",
+                   "GIT_COMMITTER_DATE": "1600000000 +0000"})
+    ident = ["-c", "user.name=Overlay Tests", "-c", "user.email=tests@overlay.invalid",
+             "-c", "commit.gpgsign=false", "-c", "init.defaultBranch=main", "-c", "protocol.file.allow=always"]
+    proc = subprocess.run(["git", *ident, *args], cwd=cwd, input=input, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, check=False, env=env)
+    if proc.returncode != 0:
+        raise AssertionError(f"git {' '.join(args)} failed: {proc.stderr.decode()}")
+    return proc.stdout.decode().strip()
+
+
+class WorkRepo:
+    """A non-bare repository with a helper to commit a dict of file contents."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+
+    @classmethod
+    def init(cls, path: Path, branch: str = "main") -> "WorkRepo":
+        path.mkdir(parents=True)
+        git(path, "init", "-q", "-b", branch)
+        return cls(path)
+
+    @classmethod
+    def clone(cls, src: "WorkRepo", path: Path, branch: str) -> "WorkRepo":
+        git(path.parent, "clone", "-q", str(src.path), str(path))
+        git(path, "checkout", "-q", "-b", branch)
+        return cls(path)
+
+    def commit(self, files: dict[str, bytes | str | None], message: str = "change",
+               modes: dict[str, str] | None = None) -> str:
+        """Write (or delete, for ``None``) files, commit, return the commit SHA."""
+        for rel, content in files.items():
+            full = self.path / rel
+            if content is None:
+                git(self.path, "rm", "-q", "--", rel)
+                continue
+            full.parent.mkdir(parents=True, exist_ok=True)
+            full.write_bytes(content.encode() if isinstance(content, str) else content)
+            git(self.path, "add", "--", rel)
+        for rel, mode in (modes or {}).items():
+            git(self.path, "update-index", f"--chmod={'+x' if mode == '100755' else '-x'}", "--", rel)
+        git(self.path, "commit", "-q", "--allow-empty", "-m", message)
+        return git(self.path, "rev-parse", "HEAD")
+
+    def checkout(self, ref: str) -> None:
+        git(self.path, "checkout", "-q", ref)
+
+
+def lines(prefix: str, n: int = 30, change: dict[int, str] | None = None) -> str:
+    """``n`` numbered lines ``<prefix> i``; ``change`` replaces line i (1-based)."""
+    change = change or {}
+    return "".join(f"{change.get(i, f'{prefix} {i}')}\n" for i in range(1, n + 1))
+
+
+@dataclasses.dataclass
+class World:
+    """Upstream and fork repositories with named commits.
+
+    Attributes:
+        upstream, fork: the work repositories (their paths serve as remote URLs).
+        base: the fork's merge base (first upstream commit).
+        fork_commit: the fork's ROCm commit.
+        pin_clean: an upstream commit the fork delta merges onto cleanly.
+        pin_conflict: an upstream commit that conflicts with the fork in ``mlx/core.cpp``.
+    """
+
+    upstream: WorkRepo
+    fork: WorkRepo
+    base: str
+    fork_commit: str
+    pin_clean: str
+    pin_conflict: str
+
+
+def build_world(tmp: Path) -> World:
+    """Create the upstream and fork repositories under ``tmp``."""
+    up = WorkRepo.init(tmp / "upstream")
+    base = up.commit({
+        "CMakeLists.txt": "project(mlx)\noption(MLX_BUILD_METAL on)\n",
+        "mlx/core.cpp": lines("core"),
+        "mlx/ops.cpp": lines("ops"),
+        "mlx/backend/metal/kernels.cpp": "metal\n",
+        "docs/index.md": "docs\n",
+    }, "base")
+    fork = WorkRepo.clone(up, tmp / "fork", "rocm-support")
+    fork_commit = fork.commit({
+        "CMakeLists.txt": "project(mlx)\noption(MLX_BUILD_METAL on)\noption(MLX_BUILD_ROCM off)\n",
+        "mlx/core.cpp": lines("core", change={5: "core 5 // rocm hook"}),
+        "mlx/backend/rocm/device.cpp": lines("device"),
+        "mlx/backend/rocm/device.h": "#pragma once\n",
+        "mlx/backend/metal/kernels.cpp": "metal from fork\n",
+        "docs/rocm.md": "fork docs\n",
+    }, "rocm backend")
+    pin_clean = up.commit({"mlx/ops.cpp": lines("ops", change={2: "ops 2 upstream"}),
+                           "mlx/core.cpp": lines("core", change={25: "core 25 upstream"})}, "upstream work")
+    pin_conflict = up.commit({"mlx/core.cpp": lines("core", change={5: "core 5 upstream rewrite",
+                                                                    25: "core 25 upstream"})},
+                             "upstream rewrites core 5")
+    return World(up, fork, base, fork_commit, pin_clean, pin_conflict)
+
+
+MANIFEST = """\
+# test manifest
+[upstream]
+url = "{upstream}"
+pin = "{pin}"   # the pin
+
+[fork]
+url = "{fork_url}"
+branch = "rocm-support"
+commit = "{fork}"
+merge-base = "{base}"
+
+[carry]
+include = ["CMakeLists.txt", "mlx/**"]
+exclude = ["mlx/backend/cuda/**", "mlx/backend/metal/**"]
+
+[backend]
+cmake-option = "MLX_BUILD_ROCM"
+architectures = ["gfx1030"]
+
+[policy]
+closing-sentence = "{closing}"
+"""
+
+
+class Overlay:
+    """An overlay repository directory (manifest, series, patches, resolutions)."""
+
+    def __init__(self, root: Path, world: World, pin: str | None = None):
+        self.root = Path(root)
+        self.world = world
+        (self.root / "patches-rocm").mkdir(parents=True, exist_ok=True)
+        self.write_manifest(pin or world.base)
+        self.write_series([])
+
+    def write_manifest(self, pin: str, fork: str | None = None, base: str | None = None) -> None:
+        w = self.world
+        text = MANIFEST.format(upstream=w.upstream.path, fork_url=w.fork.path, pin=pin,
+                               fork=fork or w.fork_commit, base=base or w.base, closing=CLOSING)
+        (self.root / "patches-rocm" / "overlay.toml").write_text(text)
+
+    def write_series(self, names: list[str]) -> None:
+        (self.root / "patches-rocm" / "series").write_text("".join(f"{n}\n" for n in names))
+
+    def add_patch(self, name: str, data: bytes, *, listed: bool = True) -> Path:
+        path = self.root / "patches-rocm" / name
+        path.write_bytes(data)
+        if listed:
+            series = self.root / "patches-rocm" / "series"
+            series.write_text(series.read_text() + name + "\n")
+        return path
+
+    def add_resolution(self, path: str, content: str | bytes) -> None:
+        full = self.root / "patches-rocm" / "resolved" / path
+        full.parent.mkdir(parents=True, exist_ok=True)
+        full.write_bytes(content.encode() if isinstance(content, str) else content)
+
+
+def make_patch(store: Store, base_tree: str, edits: dict[str, bytes | str | None], *,
+               subject: str = "rocm: a fix", fix: int | None = 1, modes: dict[str, str] | None = None,
+               description: str = "Why the change is needed.") -> tuple[bytes, str]:
+    """A byte-stable patch that turns ``base_tree`` into ``base_tree`` + ``edits``.
+
+    Returns:
+        ``(patch_bytes, new_tree)``.
+    """
+    changes = {}
+    for path, content in edits.items():
+        if content is None:
+            changes[path] = None
+        else:
+            data = content.encode() if isinstance(content, str) else content
+            changes[path] = ((modes or {}).get(path, "100644"), store.hash_blob(data))
+    new_tree = store.edit_tree(base_tree, changes, str(Path(store.git_dir) / "test-index"))
+    trailers = [("Local-Fix", str(fix))] if fix is not None else []
+    trailers.append(("Forwarded", "not-needed"))
+    return format_patch(subject, description, trailers, tree_diff(store, base_tree, new_tree)), new_tree
+
+
+def read_blob(store: Store, tree: str, path: str) -> bytes:
+    """Content of ``path`` in ``tree``."""
+    return store.git("cat-file", "blob", f"{tree}:{path}").stdout
+
+
+def tree_paths(store: Store, tree: str) -> set[str]:
+    return {e[3] for e in store.ls_tree(tree)}
+
+
+def env_path_without_git(tmp: Path) -> str:
+    """A PATH whose directories hold no ``git`` (for the missing-git test)."""
+    empty = tmp / "nogit-bin"
+    empty.mkdir(exist_ok=True)
+    return str(empty)
+
+
+__all__ = ["CLOSING", "Overlay", "World", "WorkRepo", "build_world", "git", "lines", "make_patch",
+           "read_blob", "tree_paths", "env_path_without_git", "os"]
