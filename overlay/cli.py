@@ -71,6 +71,8 @@ def _layers(ctx: Context, *, pin: str | None = None, fork: str | None = None, st
 
     manifest = load_manifest(ctx.root)
     store = _store(ctx)
+    for name, url in manifest.remote_urls().items():
+        store.set_remote(name, url)
     if pin is not None:
         pin = store.resolve(pin, ["upstream", "fork"])
     if fork is not None:

@@ -180,10 +180,12 @@ def export_tree(store: Store, tree: str, dest: str, *, force: bool = False) -> E
         with store.cat_file() as cat:
             blobs = {}
             for path, (mode, oid) in to_write.items():
-                kind, data = cat.read(oid)
-                if mode == "120000":
-                    check_symlink(path, data.decode("utf-8", "surrogateescape"))
-                blobs[path] = (mode, data)
+                blobs[path] = (mode, cat.read(oid)[1])
+            if any(mode == "120000" for mode, _ in blobs.values()):
+                links = {p: cat.read(oid)[1].decode("utf-8", "surrogateescape")
+                         for p, (mode, oid) in _entries(store, tree).items() if mode == "120000"}
+                for path in links:
+                    check_symlink(path, links[path], links)
             for path in sorted(to_remove, key=lambda p: p.count("/"), reverse=True):
                 _remove(dest, path)
                 recorded.pop(path, None)

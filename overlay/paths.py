@@ -42,20 +42,48 @@ def check_path(path: str, *, what: str = "path") -> str:
     return path
 
 
-def check_symlink(path: str, target: str) -> None:
+def check_symlink(path: str, target: str, links: dict[str, str] | None = None) -> None:
     """Refuse a symlink at ``path`` whose ``target`` leaves the tree.
+
+    The target is resolved component by component; where a component is
+    itself a symlink of the same tree (``links``), its target is followed, so
+    a chain of individually harmless links cannot climb out either.
 
     Args:
         path: the link's repository-relative path (already checked).
         target: the link's content.
+        links: every symlink of the tree, path -> target (optional).
     Raises:
-        UnsafePath: the target is absolute or climbs above the tree root.
+        UnsafePath: the target is absolute, climbs above the tree root, enters
+        ``.git``, or loops.
     """
+    links = links or {}
     if target.startswith("/") or "\0" in target:
         raise UnsafePath(f"refusing symlink {path!r} -> {target!r}: absolute target")
-    resolved = posixpath.normpath(posixpath.join(posixpath.dirname(path), target))
-    if resolved == ".." or resolved.startswith("../") or resolved.split("/")[0].casefold() == ".git":
-        raise UnsafePath(f"refusing symlink {path!r} -> {target!r}: escapes the tree")
+    parts = [p for p in posixpath.dirname(path).split("/") if p]
+    pending = [p for p in target.split("/") if p not in ("", ".")]
+    hops = 0
+    while pending:
+        part = pending.pop(0)
+        if part == "..":
+            if not parts:
+                raise UnsafePath(f"refusing symlink {path!r} -> {target!r}: escapes the tree")
+            parts.pop()
+            continue
+        if part.rstrip(". ").casefold() == ".git":
+            raise UnsafePath(f"refusing symlink {path!r} -> {target!r}: points into .git")
+        parts.append(part)
+        here = "/".join(parts)
+        if here in links:
+            hops += 1
+            if hops > 40:
+                raise UnsafePath(f"refusing symlink {path!r} -> {target!r}: too many levels of links")
+            inner = links[here]
+            if inner.startswith("/"):
+                raise UnsafePath(f"refusing symlink {path!r} -> {target!r}: resolves through {here!r} "
+                                 "to an absolute path")
+            parts.pop()
+            pending = [p for p in inner.split("/") if p not in ("", ".")] + pending
 
 
 @functools.lru_cache(maxsize=256)
