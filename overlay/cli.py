@@ -74,7 +74,7 @@ def _layers(ctx: Context, *, pin: str | None = None, fork: str | None = None, st
     for name, url in manifest.remote_urls().items():
         store.set_remote(name, url)
     if pin is not None:
-        pin = store.resolve(pin, ["upstream", "fork"])
+        pin = store.resolve(pin, ["upstream"])
     if fork is not None:
         fork = store.resolve(fork, ["fork"])
     return manifest, store, compute_layers(store, manifest, ctx.root, pin=pin, fork=fork, stepwise=stepwise)

@@ -193,7 +193,10 @@ class CatFile:
 
 
 def default_store_dir() -> str:
-    """The default git store: ``$XDG_CACHE_HOME/overlay/store.git`` (``~/.cache`` fallback)."""
+    """The default git store: ``$OVERLAY_GIT_DIR``, else ``$XDG_CACHE_HOME/overlay/store.git``
+    (``~/.cache`` when ``XDG_CACHE_HOME`` is unset)."""
+    if os.environ.get("OVERLAY_GIT_DIR"):
+        return os.environ["OVERLAY_GIT_DIR"]
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(base, "overlay", "store.git")
 
@@ -320,20 +323,21 @@ class Store:
         if is_sha(ref):
             self.ensure_commit(ref, remotes)
             return ref
-        sha = self._rev_parse_any(ref, remotes)
-        if sha is None and not self.offline:
+        if not self.offline:
+            # A name (branch, tag) means what the remote says now: refresh first.
             with self.lock():
                 for remote in remotes:
-                    self.git("fetch", "-q", "--tags", remote,
+                    self.git("fetch", "-q", "--tags", "--prune", remote,
                              f"+refs/heads/*:refs/remotes/{remote}/*", check=False)
-            sha = self._rev_parse_any(ref, remotes)
+        sha = self._rev_parse_any(ref, remotes)
         if sha is None:
-            raise GitError(f"unknown ref {ref!r}: no such commit, tag or branch in the git store"
-                           + (" (offline)" if self.offline else " or its remotes"))
+            raise GitError(f"unknown ref {ref!r}: no such commit, tag or branch in "
+                           + " or ".join(remotes) + (" (offline: only the git store was searched)"
+                                                     if self.offline else ""))
         return sha
 
     def _rev_parse_any(self, ref: str, remotes: Sequence[str]) -> str | None:
-        for candidate in (ref, f"refs/tags/{ref}", *(f"refs/remotes/{r}/{ref}" for r in remotes)):
+        for candidate in (*(f"refs/remotes/{r}/{ref}" for r in remotes), f"refs/tags/{ref}", ref):
             proc = self.git("rev-parse", "--verify", "--quiet", "--end-of-options",
                             f"{candidate}^{{commit}}", check=False)
             if proc.returncode == 0:

@@ -23,7 +23,7 @@ import tempfile
 from typing import Callable, Sequence
 
 from overlay.errors import LayerError
-from overlay.gitstore import EMPTY_TREE, Store, zsplit
+from overlay.gitstore import EMPTY_TREE, Store, first_error_line, zsplit
 from overlay.manifest import Manifest
 from overlay.paths import Carry, check_path
 from overlay.series import Patch, load_series
@@ -272,34 +272,29 @@ def _check_applied(patch: Patch, stderr: str, before: str, after: str, store: St
                               f"{len(patch.touched) - len(missing)}")
 
 
-def _explain_failure(store: Store, index_file: str, patch: Patch, exact_err: str, three_err: str) -> PatchApplyError:
+def _explain_failure(store: Store, tree: str, patch: Patch, exact_err: str, three_err: str) -> PatchApplyError:
     m = _FAILED_AT_RE.search(exact_err)
     file = m.group(1) if m else None
     hunk = _hunk_number(patch, file, int(m.group(2))) if m else None
+    fm = None
     if file is None:
         fm = re.search(r"error: (.+?): (does not exist in index|already exists in index|patch does not apply)", exact_err)
         file = fm.group(1) if fm else (patch.changes[0].path if patch.changes else None)
         if fm and fm.group(2) != "patch does not apply":
             return PatchApplyError(patch.name, file, None, fm.group(2))
-    for change in patch.changes:
-        if change.binary and not change.binary_data:
-            return PatchApplyError(patch.name, change.path, None,
-                                   "binary change without data ('Binary files differ'); re-export with --binary")
     if "lacks the necessary blob" in three_err or "repository lacks" in three_err:
         reason = ("context differs and the 3-way fallback cannot run: the pre-image blob named "
                   "by its index line is not in the git store")
     elif "with conflicts" in three_err:
         reason = "context differs and the 3-way merge from its pre-image conflicts"
-    elif "corrupt patch" in exact_err:
-        reason = "git reports a corrupt patch: " + exact_err.strip().splitlines()[-1]
+    elif m is None and fm is None:
+        reason = "git cannot read it: " + first_error_line(exact_err.encode())
     else:
         reason = "context differs and no 3-way merge was possible"
     if file is not None and b"\r\n" not in patch.data:
-        crlf = store.git("ls-files", "-s", "--", file, env={"GIT_INDEX_FILE": index_file}).stdout
-        if crlf:
-            oid = crlf.split()[1].decode()
-            if b"\r\n" in store.git("cat-file", "blob", oid).stdout:
-                reason += " (the target has CRLF line endings, the patch LF)"
+        target = store.git("cat-file", "blob", f"{tree}:{file}", check=False).stdout
+        if b"\r\n" in target:
+            reason += " (the target has CRLF line endings, the patch LF)"
     return PatchApplyError(patch.name, file, hunk, reason)
 
 
@@ -325,6 +320,12 @@ def apply_series(store: Store, base_tree: str, patches: Sequence[Patch], *,
     """
     if not patches:
         return base_tree, []
+    for patch in patches:
+        for change in patch.changes:
+            if change.binary and not change.binary_data:
+                raise PatchApplyError(patch.name, change.path, None,
+                                      "binary change without data ('Binary files differ'); "
+                                      "re-export it with --binary")
     scratch = _Scratch()
     try:
         files = [p.path for p in patches]
@@ -352,7 +353,7 @@ def apply_series(store: Store, base_tree: str, patches: Sequence[Patch], *,
                 err3 = proc3.stderr.decode("utf-8", "replace")
                 unmerged = store.git("ls-files", "-u", env={"GIT_INDEX_FILE": index}).stdout
                 if proc3.returncode != 0 or unmerged:
-                    raise _explain_failure(store, index, patch, err, err3)
+                    raise _explain_failure(store, tree, patch, err, err3)
                 state, err = "merged", err3
             else:
                 current = None

@@ -208,18 +208,20 @@ def parse_patch(data: bytes, name: str, path: str = "") -> Patch:
         patchset = unidiff.PatchSet(io.StringIO("".join(lines[diff_at:])))
     except unidiff.UnidiffParseError as exc:
         raise PatchFormatError(f"{name}: cannot parse diff: {exc}") from None
+    sections = re.split(r"^(?=diff --git )", "".join(lines[diff_at:]), flags=re.M)
+    sections = [sec for sec in sections if sec.startswith("diff --git ")]
     changes = []
-    for pf in patchset:
+    for number, pf in enumerate(patchset):
         source = _strip_prefix(pf.source_file)
         target = _strip_prefix(pf.target_file)
         if pf.is_added_file:
             source = None
         if pf.is_removed_file:
             target = None
-        info = str(pf.patch_info or "")
+        section = sections[number] if number < len(sections) else ""
         changes.append(FileChange(
             source=source, target=target, binary=pf.is_binary_file,
-            binary_data="GIT binary patch" in info or "GIT binary patch" in str(pf),
+            binary_data="\nGIT binary patch\n" in section,
             rename=bool(source and target and source != target),
             added=pf.added, removed=pf.removed,
             hunks=tuple(Hunk(h.source_start, h.source_length, h.target_start,
