@@ -177,3 +177,8 @@ def diff_cmd(ctx: Context, from_layer: str, to_layer: str, stat: bool, name_only
     if paths:
         args += ["--", *paths]
     click.echo(store.git(*args).stdout.decode("utf-8", "replace"), nl=False)
+
+
+from overlay.suites.cli import suite as _suite_group  # noqa: E402  (subcommand group)
+
+main.add_command(_suite_group)

@@ -1,0 +1,253 @@
+"""``overlay suite ...``: list, run, plan and A/B the concurrency suites.
+
+The commands only parse options, call :mod:`overlay.suites.runner` /
+:mod:`overlay.suites.stats`, and render with :mod:`overlay.suites.report`.
+Exit codes: 0 every run passed (skipped suites are not failures), 1 a run
+failed (for ``ab``: a run of the with-fix column failed), 2 usage or
+environment error (one ``overlay: ...`` line on stderr).
+
+The group reads ``root`` and ``debug`` from the parent ``overlay`` context
+object when there is one, so it also works on its own (tests, ``CliRunner``).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import shlex
+import sys
+import traceback
+
+import click
+
+from overlay.errors import EXIT_FINDINGS, EXIT_OK, OverlayError
+from overlay.suites import config as _config
+from overlay.suites import report as _report
+from overlay.suites import runner as _runner
+from overlay.suites import stats as _stats
+
+__all__ = ["suite"]
+
+#: ``suites.toml`` relative to the repository root.
+SUITES_TOML = os.path.join("patches-rocm", "suites", "suites.toml")
+#: Default results directory relative to the repository root (git-ignored ``build/``).
+RESULTS_DIR = os.path.join("build", "suite-results")
+
+
+class _State:
+    """Options of the ``suite`` group, resolved against the repository root."""
+
+    def __init__(self, root: str, suites_path: str, debug: bool):
+        self.root = root
+        self.suites_path = suites_path
+        self.debug = debug
+
+    def load(self) -> dict:
+        return _config.load_suites(self.suites_path)
+
+
+def _handle_errors(fn):
+    """Map :class:`OverlayError` to ``overlay: <message>`` on stderr and its exit code."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        ctx = click.get_current_context()
+        state = ctx.find_object(_State)
+        try:
+            return fn(*args, **kwargs)
+        except OverlayError as exc:
+            if state is not None and state.debug:
+                traceback.print_exc()
+            click.echo(f"overlay: {exc.message}", err=True)
+            if exc.hint:
+                click.echo(f"hint: {exc.hint}", err=True)
+            ctx.exit(exc.exit_code)
+
+    return wrapper
+
+
+class _Progress:
+    """A live ``suite: i/n runs, k failed`` line on stderr; silent unless stderr is a TTY."""
+
+    def __init__(self, enabled: bool | None = None):
+        self.enabled = sys.stderr.isatty() if enabled is None else enabled
+        self.name = ""
+        self.shown = False
+
+    def start(self, name: str) -> None:
+        self.name = name
+
+    def __call__(self, done: int, total: int, failures: int) -> None:
+        if not self.enabled:
+            return
+        click.echo(f"\r\x1b[2K{self.name}: {done}/{total} runs, {failures} failed", err=True, nl=False)
+        self.shown = True
+
+    def end(self) -> None:
+        if self.enabled and self.shown:
+            click.echo("\r\x1b[2K", err=True, nl=False)
+        self.shown = False
+
+
+def _emit(text: str, output: str | None) -> None:
+    click.echo(text, nl=False)
+    if output:
+        tmp = f"{output}.tmp.{os.getpid()}"
+        try:
+            with open(tmp, "w", encoding="utf-8") as fh:
+                fh.write(text)
+            os.replace(tmp, output)
+        except OSError as exc:
+            raise OverlayError(f"cannot write {output}: {exc.strerror}") from None
+
+
+@click.group(name="suite")
+@click.option("--suites", "suites_path", default=None, metavar="PATH",
+              help=f"suites.toml to read (default <root>/{SUITES_TOML}).")
+@click.pass_context
+def suite(ctx: click.Context, suites_path: str | None) -> None:
+    """Run the concurrency suites in fresh processes and weigh the evidence."""
+    parent = ctx.find_root().obj
+    root = getattr(parent, "root", None) or os.getcwd()
+    debug = bool(getattr(parent, "debug", False))
+    path = suites_path or os.path.join(root, SUITES_TOML)
+    ctx.obj = _State(root=root, suites_path=os.path.abspath(path), debug=debug)
+
+
+@suite.command("list")
+@click.option("--backend", type=click.Choice(["rocm", "cuda", "cpu"]), default=None, envvar="OVERLAY_BACKEND",
+              help="Backend the children were built for (default: inferred from the GPUs present).")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.pass_obj
+@_handle_errors
+def list_cmd(state: _State, backend: str | None, fmt: str) -> None:
+    """List the suites and whether each would run on this machine."""
+    suites = state.load()
+    platform = _runner.detect_platform(backend)
+    rows = []
+    for s in suites.values():
+        rows.append((s, _runner.skip_reason(s, platform)))
+    if fmt == "json":
+        click.echo(json.dumps([dict(s.to_dict(), runs_here=reason is None, skip_reason=reason or "")
+                               for s, reason in rows], indent=2))
+        return
+    width = max([len(s.name) for s, _ in rows] + [5])
+    for s, reason in rows:
+        proves = f"proves #{s.proves}" if s.proves else "proves -"
+        click.echo(f"{s.name:<{width}}  {s.backend}/{s.hardware}  {s.runs} runs x {s.deadline:g} s  "
+                   f"{proves}  child: {' '.join(s.child)}")
+        click.echo(f"{'':<{width}}  " + ("runs here" if reason is None else f"would be SKIPPED: {reason}"))
+
+
+@suite.command("run")
+@click.argument("names", nargs=-1)
+@click.option("--runs", type=click.IntRange(min=1), default=None, help="Runs per suite (default: the suite's).")
+@click.option("--deadline", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Per-run deadline in seconds (default: the suite's).")
+@click.option("--results", "results_dir", default=None, metavar="DIR",
+              help=f"Results root (default <root>/{RESULTS_DIR}).")
+@click.option("--child-dir", default=None, envvar="OVERLAY_CHILD_DIR", metavar="DIR",
+              help="Where the suite children were built. Env: OVERLAY_CHILD_DIR.")
+@click.option("--backend", type=click.Choice(["rocm", "cuda", "cpu"]), default=None, envvar="OVERLAY_BACKEND",
+              help="Backend the children were built for (default: inferred from the GPUs present).")
+@click.option("--format", "fmt", type=click.Choice(list(_report.FORMATS)), default="text", show_default=True)
+@click.option("--output", "-o", default=None, metavar="FILE", help="Also write the report to FILE.")
+@click.pass_obj
+@_handle_errors
+def run_cmd(state: _State, names, runs, deadline, results_dir, child_dir, backend, fmt, output) -> None:
+    """Run suites (all when no NAME is given); exit 1 if any run failed."""
+    suites = _config.select_suites(state.load(), names)
+    platform = _runner.detect_platform(backend)
+    results_dir = os.path.abspath(results_dir or os.path.join(state.root, RESULTS_DIR))
+    base_dir = os.path.dirname(state.suites_path)
+    # Resolve every child that will run before running any, so a missing one costs no time.
+    for s in suites:
+        if _runner.skip_reason(s, platform) is None:
+            _runner.resolve_child(s.child, child_dir, base_dir)
+    progress = _Progress()
+    results = []
+    for s in suites:
+        progress.start(s.name)
+        try:
+            results.append(_runner.run_suite(s, results_dir, child_dir=child_dir, base_dir=base_dir, runs=runs,
+                                             deadline_s=deadline, platform=platform, progress=progress))
+        finally:
+            progress.end()
+    _emit(_report.render_results(results, fmt), output)
+    ctx = click.get_current_context()
+    ctx.exit(EXIT_FINDINGS if any(r.failed or r.status == "interrupted" for r in results) else EXIT_OK)
+
+
+@suite.command("plan")
+@click.option("--baseline", type=float, required=True,
+              help="Failure rate per run without the fix, in (0, 1].")
+@click.option("--confidence", type=float, default=0.99, show_default=True, help="Wanted confidence, in (0, 1).")
+@click.option("--quiet", "-q", is_flag=True, help="Print only the number.")
+@_handle_errors
+def plan_cmd(baseline: float, confidence: float, quiet: bool) -> None:
+    """Clean runs needed to acquit a fix against a baseline failure rate (seed 003).
+
+    The first line of stdout is the number alone, so scripts can read it.
+    """
+    n = _stats.runs_to_acquit(baseline, confidence)
+    click.echo(str(n))
+    if not quiet:
+        chance = (1 - baseline) ** n
+        click.echo(f"{n} clean runs in a row acquit the fix at {confidence:g} confidence against a baseline "
+                   f"failure rate of {baseline:g}: the chance of {n} clean runs with the fault still present "
+                   f"is (1 - {baseline:g})^{n} = {chance:.4g} <= {1 - confidence:.4g}.")
+
+
+@suite.command("ab")
+@click.argument("name")
+@click.option("--without-child", "without_child", required=True, metavar="COMMAND",
+              help="The fix-removed child: a program path, or a command line (shell-quoted words); "
+                   "it replaces the suite's whole child argv and is resolved like it.")
+@click.option("--runs", type=click.IntRange(min=1), default=None, help="Runs per column (default: the suite's).")
+@click.option("--deadline", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Per-run deadline in seconds (default: the suite's).")
+@click.option("--results", "results_dir", default=None, metavar="DIR",
+              help=f"Results root (default <root>/{RESULTS_DIR}).")
+@click.option("--child-dir", default=None, envvar="OVERLAY_CHILD_DIR", metavar="DIR",
+              help="Where the suite children were built. Env: OVERLAY_CHILD_DIR.")
+@click.option("--backend", type=click.Choice(["rocm", "cuda", "cpu"]), default=None, envvar="OVERLAY_BACKEND",
+              help="Backend the children were built for (default: inferred from the GPUs present).")
+@click.option("--format", "fmt", type=click.Choice(list(_report.AB_FORMATS)), default="text", show_default=True)
+@click.option("--output", "-o", default=None, metavar="FILE", help="Also write the report to FILE.")
+@click.pass_obj
+@_handle_errors
+def ab_cmd(state: _State, name, without_child, runs, deadline, results_dir, child_dir, backend, fmt, output):
+    """Run NAME's child and a fix-removed child; compare with Fisher's exact test.
+
+    Exit 1 when the with-fix column failed; a suite that is only a guard
+    (the fix-removed child never failed) still exits 0, and the report says so.
+    """
+    (s,) = _config.select_suites(state.load(), [name])
+    try:
+        without_argv = shlex.split(without_child)
+    except ValueError as exc:
+        raise OverlayError(f"--without-child: {exc}") from None
+    if not without_argv:
+        raise OverlayError("--without-child is empty")
+    platform = _runner.detect_platform(backend)
+    results_dir = os.path.abspath(results_dir or os.path.join(state.root, RESULTS_DIR))
+    progress = _Progress()
+    progress.start(f"{s.name} (with fix)")
+    progress_b = _Progress(progress.enabled)
+    progress_b.start(f"{s.name} (fix removed)")
+
+    def first(done, total, failures):
+        progress(done, total, failures)
+        if done == total:
+            progress.end()
+
+    try:
+        ab = _runner.run_ab(s, without_argv, results_dir, runs=runs, child_dir=child_dir,
+                            base_dir=os.path.dirname(state.suites_path), deadline_s=deadline,
+                            platform=platform, progress=first, progress_b=progress_b)
+    finally:
+        progress.end()
+        progress_b.end()
+    _emit(_report.render_ab(ab, fmt), output)
+    click.get_current_context().exit(EXIT_FINDINGS if ab.with_fix.failed else EXIT_OK)

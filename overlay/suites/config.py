@@ -1,0 +1,373 @@
+"""Load and validate ``patches-rocm/suites/suites.toml``.
+
+The file holds one table per suite under ``[suites.<name>]``::
+
+    [suites.hipblaslt_concurrency]
+    description = "8 threads, own streams, exact bf16/f32 GEMMs"
+    child = "hipblaslt_concurrency"          # or ["prog", "arg", ...]
+    runs = 10                                # default 10
+    deadline = 120                           # seconds per run, default 120
+    env-remove = ["MLX_NO_HIPBLASLT"]
+    env-set = { HIP_LAUNCH_BLOCKING = "0" }
+    backend = "rocm"                         # rocm | cuda | cpu | any (default any)
+    hardware = "amd-gpu"                     # amd-gpu | nvidia-gpu | none (default none)
+    proves = 2                               # LOCAL_FIXES.md entry number
+
+    [[suites.hipblaslt_concurrency.markers]]
+    stream = "stderr"                        # stdout | stderr
+    text = "[hipBLASLt caps] device"
+    expect = "exactly 1"                     # "exactly N" | "at least N" | "never"
+
+Unknown keys and bad values raise :class:`SuiteConfigError` naming the file,
+the suite and the key. The reference is ``docs/suites.md``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import tomllib
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Mapping
+
+from overlay.errors import OverlayError
+
+__all__ = [
+    "BACKENDS",
+    "HARDWARE",
+    "DEFAULT_RUNS",
+    "DEFAULT_DEADLINE_S",
+    "Marker",
+    "Suite",
+    "SuiteConfigError",
+    "load_suites",
+    "parse_suites",
+    "parse_expect",
+    "select_suites",
+]
+
+#: Backends a suite may require; ``any`` runs on every build.
+BACKENDS = ("rocm", "cuda", "cpu", "any")
+#: Hardware a suite may require; ``none`` runs everywhere.
+HARDWARE = ("amd-gpu", "nvidia-gpu", "none")
+#: Fresh processes per suite when ``runs`` is absent (DESIGN.md section 9).
+DEFAULT_RUNS = 10
+#: Per-run deadline in seconds when ``deadline`` is absent (the 120 s of the
+#: reference harness's ``run_child``, seed 000).
+DEFAULT_DEADLINE_S = 120.0
+
+_SUITE_KEYS = frozenset({
+    "description", "child", "runs", "deadline", "env-remove", "env-set",
+    "markers", "backend", "hardware", "proves",
+})
+_MARKER_KEYS = frozenset({"stream", "text", "expect"})
+_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+_ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_EXPECT_RE = re.compile(r"^\s*(?:(exactly|at\s+least)\s+(\d+)|(never))\s*$")
+
+
+class SuiteConfigError(OverlayError):
+    """``suites.toml`` is missing, malformed, or names an unknown suite (exit 2)."""
+
+
+@dataclass(frozen=True)
+class Marker:
+    """A text that must occur a given number of times in a run's stdout or stderr.
+
+    Attributes:
+        stream: ``"stdout"`` or ``"stderr"``.
+        text: the literal text; occurrences are counted as non-overlapping
+            substrings of the raw bytes (UTF-8 encoded text).
+        op: ``"exactly"``, ``"at least"`` or ``"never"`` (``never`` is
+            ``exactly 0``).
+        count: the N of ``exactly N`` / ``at least N`` (0 for ``never``).
+    """
+
+    stream: str
+    text: str
+    op: str
+    count: int
+
+    @property
+    def expect(self) -> str:
+        """The expectation as written in the file, e.g. ``"exactly 1"``."""
+        return "never" if self.op == "never" else f"{self.op} {self.count}"
+
+    def holds(self, observed: int) -> bool:
+        """Whether ``observed`` occurrences satisfy this marker."""
+        if self.op == "at least":
+            return observed >= self.count
+        return observed == self.count
+
+    def describe(self, observed: int) -> str:
+        """One line for a report: ``stderr "text": expected exactly 1, saw 2``."""
+        return f'{self.stream} "{self.text}": expected {self.expect}, saw {observed}'
+
+    def to_dict(self) -> dict:
+        """JSON shape: ``{"stream", "text", "expect"}``."""
+        return {"stream": self.stream, "text": self.text, "expect": self.expect}
+
+
+@dataclass(frozen=True)
+class Suite:
+    """One validated suite from ``suites.toml``.
+
+    Attributes:
+        name: the table name (safe as a directory name).
+        child: argv as a tuple; ``child[0]`` is a program name or path, resolved
+            by :func:`overlay.suites.runner.resolve_child`.
+        runs: fresh processes per ``suite run`` (int >= 1).
+        deadline: per-run deadline in seconds (float > 0).
+        env_remove: variable names removed from the inherited environment.
+        env_set: variables set (after removal), name -> value.
+        markers: stdout/stderr expectations, checked on every run.
+        backend: ``rocm`` | ``cuda`` | ``cpu`` | ``any``.
+        hardware: ``amd-gpu`` | ``nvidia-gpu`` | ``none``.
+        proves: the ``LOCAL_FIXES.md`` entry this suite is evidence for, or None.
+        description: free text for listings.
+        source: the file the suite came from (for messages), or ``""``.
+    """
+
+    name: str
+    child: tuple[str, ...]
+    runs: int = DEFAULT_RUNS
+    deadline: float = DEFAULT_DEADLINE_S
+    env_remove: tuple[str, ...] = ()
+    env_set: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    markers: tuple[Marker, ...] = ()
+    backend: str = "any"
+    hardware: str = "none"
+    proves: int | None = None
+    description: str = ""
+    source: str = ""
+
+    def build_env(self, base: Mapping[str, str]) -> dict[str, str]:
+        """The child's environment: ``base`` minus ``env_remove``, plus ``env_set``.
+
+        Args:
+            base: the inherited environment (usually ``os.environ``).
+
+        Returns:
+            A new dict; ``base`` is not modified.
+        """
+        env = {k: v for k, v in base.items() if k not in self.env_remove}
+        env.update(self.env_set)
+        return env
+
+    def to_dict(self) -> dict:
+        """JSON shape of the suite's settings (used in ``result.json``)."""
+        return {
+            "name": self.name,
+            "child": list(self.child),
+            "runs": self.runs,
+            "deadline_s": self.deadline,
+            "env_remove": list(self.env_remove),
+            "env_set": dict(self.env_set),
+            "markers": [m.to_dict() for m in self.markers],
+            "backend": self.backend,
+            "hardware": self.hardware,
+            "proves": self.proves,
+            "description": self.description,
+        }
+
+
+def parse_expect(value: str) -> tuple[str, int]:
+    """Parse ``"exactly N"``, ``"at least N"`` or ``"never"``.
+
+    Args:
+        value: the ``expect`` string of a marker.
+
+    Returns:
+        ``(op, count)`` with op in ``exactly`` / ``at least`` / ``never``.
+
+    Raises:
+        ValueError: anything else (the caller adds the suite and key).
+    """
+    if not isinstance(value, str):
+        raise ValueError(f'must be "exactly N", "at least N" or "never", got {value!r}')
+    m = _EXPECT_RE.match(value)
+    if not m:
+        raise ValueError(f'must be "exactly N", "at least N" or "never", got {value!r}')
+    if m.group(3):
+        return ("never", 0)
+    op = "exactly" if m.group(1) == "exactly" else "at least"
+    return (op, int(m.group(2)))
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _parse_suite(name: str, table, where: str) -> Suite:
+    def err(key: str, msg: str) -> SuiteConfigError:
+        return SuiteConfigError(f'{where}: suite "{name}": key "{key}": {msg}')
+
+    if not _NAME_RE.match(name):
+        raise SuiteConfigError(
+            f'{where}: suite name "{name}" must be letters, digits, "_", "-" or "." '
+            "(it names a results directory)")
+    if not isinstance(table, dict):
+        raise SuiteConfigError(f'{where}: suite "{name}": must be a table, got {type(table).__name__}')
+    unknown = sorted(set(table) - _SUITE_KEYS)
+    if unknown:
+        raise err(unknown[0], "unknown key (known: " + ", ".join(sorted(_SUITE_KEYS)) + ")")
+
+    if "child" not in table:
+        raise err("child", "missing (a program name, a path, or an argv list)")
+    child = table["child"]
+    if isinstance(child, str):
+        child = [child]
+    if (not isinstance(child, list) or not child
+            or not all(isinstance(a, str) for a in child) or not child[0].strip()):
+        raise err("child", f"must be a program name or a non-empty list of strings, got {table['child']!r}")
+
+    runs = table.get("runs", DEFAULT_RUNS)
+    if not _is_int(runs) or runs < 1:
+        raise err("runs", f"must be an integer >= 1, got {runs!r}")
+
+    deadline = table.get("deadline", DEFAULT_DEADLINE_S)
+    if (not (_is_int(deadline) or isinstance(deadline, float)) or isinstance(deadline, bool)
+            or not math.isfinite(deadline) or deadline <= 0):
+        raise err("deadline", f"must be a number of seconds > 0, got {deadline!r}")
+
+    env_remove = table.get("env-remove", [])
+    if not isinstance(env_remove, list) or not all(isinstance(v, str) and _ENV_RE.match(v) for v in env_remove):
+        raise err("env-remove", f"must be a list of variable names, got {env_remove!r}")
+
+    env_set = table.get("env-set", {})
+    if not isinstance(env_set, dict):
+        raise err("env-set", f"must be a table of NAME = \"value\", got {env_set!r}")
+    for k, v in env_set.items():
+        if not _ENV_RE.match(k):
+            raise err("env-set", f"{k!r} is not a valid variable name")
+        if not isinstance(v, str):
+            raise err("env-set", f"value of {k} must be a string, got {v!r}")
+
+    markers_raw = table.get("markers", [])
+    if not isinstance(markers_raw, list):
+        raise err("markers", "must be an array of tables {stream, text, expect}")
+    markers = []
+    for i, m in enumerate(markers_raw, 1):
+        key = f"markers[{i}]"
+        if not isinstance(m, dict):
+            raise err(key, "must be a table {stream, text, expect}")
+        unknown = sorted(set(m) - _MARKER_KEYS)
+        if unknown:
+            raise err(f"{key}.{unknown[0]}", "unknown key (known: expect, stream, text)")
+        for k in ("stream", "text", "expect"):
+            if k not in m:
+                raise err(f"{key}.{k}", "missing")
+        if m["stream"] not in ("stdout", "stderr"):
+            raise err(f"{key}.stream", f'must be "stdout" or "stderr", got {m["stream"]!r}')
+        if not isinstance(m["text"], str) or not m["text"]:
+            raise err(f"{key}.text", f"must be a non-empty string, got {m['text']!r}")
+        try:
+            op, count = parse_expect(m["expect"])
+        except ValueError as exc:
+            raise err(f"{key}.expect", str(exc)) from None
+        markers.append(Marker(m["stream"], m["text"], op, count))
+
+    backend = table.get("backend", "any")
+    if backend not in BACKENDS:
+        raise err("backend", f"must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    hardware = table.get("hardware", "none")
+    if hardware not in HARDWARE:
+        raise err("hardware", f"must be one of {', '.join(HARDWARE)}, got {hardware!r}")
+
+    proves = table.get("proves")
+    if proves is not None and (not _is_int(proves) or proves < 1):
+        raise err("proves", f"must be a LOCAL_FIXES.md entry number (integer >= 1), got {proves!r}")
+
+    description = table.get("description", "")
+    if not isinstance(description, str):
+        raise err("description", f"must be a string, got {description!r}")
+
+    return Suite(
+        name=name,
+        child=tuple(child),
+        runs=runs,
+        deadline=float(deadline),
+        env_remove=tuple(env_remove),
+        env_set=MappingProxyType(dict(env_set)),
+        markers=tuple(markers),
+        backend=backend,
+        hardware=hardware,
+        proves=proves,
+        description=description,
+        source=where,
+    )
+
+
+def parse_suites(text: str, where: str = "suites.toml") -> dict[str, Suite]:
+    """Parse and validate the text of a ``suites.toml``.
+
+    Args:
+        text: TOML text.
+        where: a name for messages (the file's path).
+
+    Returns:
+        Suites by name, in file order.
+
+    Raises:
+        SuiteConfigError: TOML syntax error, a top-level key other than
+            ``suites``, an unknown suite key, or a bad value (the message names
+            the suite and the key).
+    """
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise SuiteConfigError(f"{where}: not valid TOML: {exc}") from None
+    unknown = sorted(set(data) - {"suites"})
+    if unknown:
+        raise SuiteConfigError(f'{where}: unknown top-level key "{unknown[0]}" (suites go under [suites.<name>])')
+    suites = data.get("suites", {})
+    if not isinstance(suites, dict):
+        raise SuiteConfigError(f'{where}: "suites" must be a table of [suites.<name>] tables')
+    return {name: _parse_suite(name, table, where) for name, table in suites.items()}
+
+
+def load_suites(path: str) -> dict[str, Suite]:
+    """Read and validate a ``suites.toml`` file.
+
+    Args:
+        path: the file's path.
+
+    Returns:
+        Suites by name, in file order (see :func:`parse_suites`).
+
+    Raises:
+        SuiteConfigError: the file cannot be read, or it is invalid.
+    """
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read()
+    except FileNotFoundError:
+        raise SuiteConfigError(f"{path}: no such file",
+                               hint="pass --suites PATH or run from the repository root") from None
+    except OSError as exc:
+        raise SuiteConfigError(f"{path}: cannot read: {exc.strerror}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise SuiteConfigError(f"{path}: not UTF-8") from None
+    return parse_suites(text, path)
+
+
+def select_suites(suites: Mapping[str, Suite], names) -> list[Suite]:
+    """The suites named in ``names`` (all of them, in file order, when empty).
+
+    Raises:
+        SuiteConfigError: a name is not declared; the message lists the known ones.
+    """
+    names = list(names or [])
+    if not names:
+        return list(suites.values())
+    missing = [n for n in names if n not in suites]
+    if missing:
+        known = ", ".join(suites) or "(none)"
+        raise SuiteConfigError(f'unknown suite "{missing[0]}" (declared: {known})')
+    seen: dict[str, Suite] = {}
+    for n in names:
+        seen.setdefault(n, suites[n])
+    return list(seen.values())

@@ -1,0 +1,300 @@
+"""Render suite results and A/B comparisons: text, JSON, JUnit XML, Markdown.
+
+Every format shows, per suite, ``k of n failed`` with the exact 95 %
+(Clopper–Pearson) interval and the failure kinds; a skipped suite shows
+``SKIPPED`` and its reason, never "passed". The A/B report puts both columns
+side by side with Fisher's exact p and says plainly when the suite is a guard,
+not a reproduction.
+
+Functions return strings; the CLI writes them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import xml.etree.ElementTree as ET
+
+from overlay.suites.runner import ABResult, SuiteResult
+
+__all__ = ["FORMATS", "AB_FORMATS", "render_results", "render_ab", "format_interval",
+           "format_kinds", "status_word", "summary_counts"]
+
+#: Formats of :func:`render_results`.
+FORMATS = ("text", "json", "junit", "markdown")
+#: Formats of :func:`render_ab`.
+AB_FORMATS = ("text", "json", "markdown")
+#: Bytes of a failed run's stderr quoted in JUnit ``<failure>`` text.
+_JUNIT_TAIL_BYTES = 4000
+_XML_BAD = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+
+
+def format_interval(lo_hi: tuple[float, float]) -> str:
+    """``[0.0000, 0.3085]``: an interval with four decimals."""
+    return f"[{lo_hi[0]:.4f}, {lo_hi[1]:.4f}]"
+
+
+def format_kinds(result: SuiteResult) -> str:
+    """``"fail 2, crash 1"``, or ``"-"`` when no run failed."""
+    kinds = result.kinds()
+    return ", ".join(f"{k} {v}" for k, v in kinds.items()) or "-"
+
+
+def status_word(result: SuiteResult) -> str:
+    """``PASSED`` / ``FAILED`` / ``SKIPPED`` / ``INTERRUPTED`` for one suite."""
+    if result.status == "skipped":
+        return "SKIPPED"
+    if result.status == "interrupted":
+        return "INTERRUPTED"
+    return "FAILED" if result.failed else "PASSED"
+
+
+def summary_counts(results) -> dict:
+    """``{"suites", "passed", "failed", "skipped", "interrupted", "runs", "failed_runs"}``."""
+    words = [status_word(r) for r in results]
+    return {
+        "suites": len(results),
+        "passed": words.count("PASSED"),
+        "failed": words.count("FAILED"),
+        "skipped": words.count("SKIPPED"),
+        "interrupted": words.count("INTERRUPTED"),
+        "runs": sum(r.n for r in results),
+        "failed_runs": sum(r.failed for r in results),
+    }
+
+
+def _k_of_n(r: SuiteResult) -> str:
+    return f"{r.failed} of {r.n} failed"
+
+
+def _file(r: SuiteResult, name: str) -> str:
+    return os.path.join(r.directory, name) if r.directory else name
+
+
+# --------------------------------------------------------------------------- runs
+
+def _text(results) -> str:
+    lines = []
+    width = max([len(r.suite) for r in results] + [5])
+    for r in results:
+        word = status_word(r)
+        if r.skipped:
+            lines.append(f"{r.suite:<{width}}  {word:<7}  {r.skip_reason}")
+            continue
+        line = f"{r.suite:<{width}}  {word:<7}  {_k_of_n(r)}, 95% interval {format_interval(r.interval())}"
+        kinds = format_kinds(r)
+        if kinds != "-":
+            line += f"; {kinds}"
+        if r.status == "interrupted":
+            line += f" (stopped after {r.n} of {r.planned_runs} runs)"
+        lines.append(line)
+        for run in r.runs:
+            if run.failed:
+                lines.append(f"    run {run.index:03d}  {run.kind:<6}  {run.detail(r.deadline_s)}  "
+                             f"({_file(r, run.stderr)})")
+        if r.directory:
+            lines.append(f"    results: {r.directory}")
+    s = summary_counts(results)
+    lines.append(f"{s['suites']} suite(s): {s['passed']} passed, {s['failed']} failed, "
+                 f"{s['skipped']} skipped; {s['failed_runs']} of {s['runs']} runs failed")
+    return "\n".join(lines) + "\n"
+
+
+def _json(results) -> str:
+    return json.dumps({"format": 1, "summary": summary_counts(results),
+                       "suites": [dict(r.to_dict(), directory=r.directory) for r in results]},
+                      indent=2) + "\n"
+
+
+def _xml_text(s: str) -> str:
+    return _XML_BAD.sub("\ufffd", s)
+
+
+def _tail(path: str | None) -> str:
+    if not path:
+        return ""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - _JUNIT_TAIL_BYTES))
+            return fh.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def _junit(results) -> str:
+    root = ET.Element("testsuites", name="overlay suites")
+    totals = {"tests": 0, "failures": 0, "skipped": 0, "time": 0.0}
+    for r in results:
+        ts = ET.SubElement(root, "testsuite", name=r.suite)
+        if r.started:
+            ts.set("timestamp", r.started)
+        props = ET.SubElement(ts, "properties")
+        lo, hi = r.interval()
+        for name, value in (("failed", f"{r.failed} of {r.n}"), ("interval95", format_interval((lo, hi))),
+                            ("kinds", format_kinds(r)), ("proves", str(r.settings.get("proves") or "-"))):
+            ET.SubElement(props, "property", name=name, value=value)
+        tests = failures = skipped = 0
+        elapsed = 0.0
+        if r.skipped:
+            tc = ET.SubElement(ts, "testcase", name=f"{r.suite}", classname=f"suite.{r.suite}", time="0")
+            ET.SubElement(tc, "skipped", message=_xml_text(r.skip_reason))
+            tests, skipped = 1, 1
+        for run in r.runs:
+            tc = ET.SubElement(ts, "testcase", name=f"run-{run.index:03d}", classname=f"suite.{r.suite}",
+                               time=f"{run.duration_s:.3f}")
+            tests += 1
+            elapsed += run.duration_s
+            if run.failed:
+                failures += 1
+                fail = ET.SubElement(tc, "failure", type=run.kind,
+                                     message=_xml_text(f"{run.kind}: {run.detail(r.deadline_s)}"))
+                fail.text = _xml_text(_tail(_file(r, run.stderr) if r.directory else None))
+        ts.set("tests", str(tests))
+        ts.set("failures", str(failures))
+        ts.set("errors", "0")
+        ts.set("skipped", str(skipped))
+        ts.set("time", f"{elapsed:.3f}")
+        totals["tests"] += tests
+        totals["failures"] += failures
+        totals["skipped"] += skipped
+        totals["time"] += elapsed
+    root.set("tests", str(totals["tests"]))
+    root.set("failures", str(totals["failures"]))
+    root.set("errors", "0")
+    root.set("skipped", str(totals["skipped"]))
+    root.set("time", f"{totals['time']:.3f}")
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+
+
+def _md_cell(s: str) -> str:
+    return s.replace("|", "\\|").replace("\n", " ")
+
+
+def _markdown(results) -> str:
+    out = ["### Concurrency suites", "",
+           "| suite | proves | result | failed | 95% interval | kinds / reason |",
+           "|---|---|---|---|---|---|"]
+    for r in results:
+        proves = r.settings.get("proves")
+        proves = f"#{proves}" if proves else "-"
+        word = status_word(r)
+        if r.skipped:
+            out.append(f"| `{r.suite}` | {proves} | **SKIPPED** | - | - | {_md_cell(r.skip_reason)} |")
+        else:
+            shown = f"**{word}**" if word != "PASSED" else "passed"
+            out.append(f"| `{r.suite}` | {proves} | {shown} | {r.failed} of {r.n} | "
+                       f"{format_interval(r.interval())} | {_md_cell(format_kinds(r))} |")
+    s = summary_counts(results)
+    out += ["", f"{s['failed_runs']} of {s['runs']} runs failed; {s['passed']} suite(s) passed, "
+            f"{s['failed']} failed, {s['skipped']} skipped (skipped is not passed). Intervals are exact "
+            "(Clopper–Pearson) 95% intervals of the failure rate."]
+    failed_runs = [(r, run) for r in results for run in r.runs if run.failed]
+    if failed_runs:
+        out += ["", "<details><summary>Failed runs</summary>", ""]
+        for r, run in failed_runs:
+            out.append(f"- `{r.suite}` run {run.index:03d}: {run.kind}: {_md_cell(run.detail(r.deadline_s))}")
+        out += ["", "</details>"]
+    return "\n".join(out) + "\n"
+
+
+def render_results(results, fmt: str = "text") -> str:
+    """Render a list of :class:`~overlay.suites.runner.SuiteResult`.
+
+    Args:
+        results: suite results, in the order to show.
+        fmt: one of :data:`FORMATS`.
+
+    Returns:
+        The report text (ends with a newline). JUnit: one ``<testsuite>`` per
+        suite, one ``<testcase>`` per run (a skipped suite has one skipped
+        testcase), each failed run a ``<failure type="<kind>">`` with the tail
+        of its stderr; ``tests``/``failures``/``skipped`` attributes equal the
+        element counts.
+
+    Raises:
+        ValueError: unknown format.
+    """
+    results = list(results)
+    if fmt == "text":
+        return _text(results)
+    if fmt == "json":
+        return _json(results)
+    if fmt == "junit":
+        return _junit(results)
+    if fmt == "markdown":
+        return _markdown(results)
+    raise ValueError(f"unknown format {fmt!r} (use {', '.join(FORMATS)})")
+
+
+# --------------------------------------------------------------------------- A/B
+
+def _p(p: float | None) -> str:
+    return "n/a" if p is None else f"{p:.4g}"
+
+
+def _ab_rows(ab: ABResult) -> list[tuple[str, str, str]]:
+    a, b = ab.with_fix, ab.without_fix
+
+    def col(r: SuiteResult, what: str) -> str:
+        if r.skipped:
+            return "SKIPPED" if what == "failed" else "-"
+        if what == "failed":
+            return f"{r.failed} of {r.n}"
+        if what == "interval":
+            return format_interval(r.interval())
+        if what == "kinds":
+            return format_kinds(r)
+        return " ".join(r.argv)
+
+    return [(label, col(a, key), col(b, key)) for label, key in
+            (("failed", "failed"), ("95% interval", "interval"), ("kinds", "kinds"), ("child", "child"))]
+
+
+def render_ab(ab: ABResult, fmt: str = "text") -> str:
+    """Render an A/B comparison with both columns side by side.
+
+    Args:
+        ab: the comparison.
+        fmt: one of :data:`AB_FORMATS`.
+
+    Returns:
+        The report; it always carries Fisher's two-sided p and the verdict
+        sentences of :meth:`ABResult.verdicts` (among them "guard, not a
+        reproduction" whenever the fix-removed column never failed).
+
+    Raises:
+        ValueError: unknown format.
+    """
+    a, b = ab.with_fix, ab.without_fix
+    proves = a.settings.get("proves")
+    head = f"A/B: {ab.suite}" + (f" (proves LOCAL_FIXES.md entry {proves})" if proves else "")
+    head += f", {a.planned_runs} runs each"
+    verdicts = ab.verdicts()
+    if fmt == "json":
+        return json.dumps(dict(ab.to_dict(), directory=ab.directory), indent=2) + "\n"
+    if fmt == "text":
+        rows = _ab_rows(ab)
+        w0 = max(len(r[0]) for r in rows + [("", "", "")])
+        w1 = max([len(r[1]) for r in rows if r[0] != "child"] + [len("with fix")])
+        lines = [head, f"{'':<{w0}}  {'with fix':<{w1}}  fix removed"]
+        lines += [f"{r[0]:<{w0}}  {r[1]:<{w1}}  {r[2]}" for r in rows]
+        lines.append(f"Fisher's exact test, two-sided: p = {_p(ab.fisher_p)}")
+        lines.append("")
+        lines += [f"{code.upper()}: {text}" for code, text in verdicts]
+        if ab.directory:
+            lines.append(f"results: {ab.directory}")
+        return "\n".join(lines) + "\n"
+    if fmt == "markdown":
+        out = [f"### {head}", "", "| | with fix | fix removed |", "|---|---|---|"]
+        for label, x, y in _ab_rows(ab):
+            if label == "child":
+                x, y = f"`{x}`" if x != "-" else x, f"`{y}`" if y != "-" else y
+            out.append(f"| {label} | {_md_cell(x)} | {_md_cell(y)} |")
+        out += ["", f"Fisher's exact test, two-sided: p = {_p(ab.fisher_p)}", ""]
+        out += [f"**{code}**: {text}" for code, text in verdicts]
+        return "\n".join(out) + "\n"
+    raise ValueError(f"unknown format {fmt!r} (use {', '.join(AB_FORMATS)})")

@@ -1,0 +1,153 @@
+"""``overlay suite ...`` through click's CliRunner on the ``suite`` group."""
+
+import json
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from overlay.suites.cli import suite
+
+REPO = Path(__file__).resolve().parents[1]
+CHILDREN = Path(__file__).resolve().parent / "children"
+NO_GPU = {"OVERLAY_SUITE_HARDWARE": "none"}
+
+
+def child(script, *args):
+    return [sys.executable, "-S", str(CHILDREN / script), *map(str, args)]
+
+
+def invoke(*args, env=NO_GPU):
+    return CliRunner().invoke(suite, [str(a) for a in args], env=env, catch_exceptions=False)
+
+
+@pytest.fixture
+def suites_file(tmp_path):
+    path = tmp_path / "suites.toml"
+    path.write_text(
+        f"[suites.clean]\nchild = {json.dumps(child('flaky.py', 0.0))}\nruns = 3\n"
+        '[[suites.clean.markers]]\nstream = "stdout"\ntext = "overlay-suite: done"\nexpect = "exactly 1"\n'
+        f"[suites.flaky]\nchild = {json.dumps(child('flaky.py', 0.3, 'd'))}\n"
+        f"[suites.gpu]\nchild = \"not_built\"\nbackend = \"rocm\"\nhardware = \"amd-gpu\"\nproves = 2\n"
+        f"[suites.missing]\nchild = \"not_built_either\"\nruns = 1\n")
+    return path
+
+
+def test_plan_prints_four_for_seed_003():
+    r = invoke("plan", "--baseline", "0.7", "--confidence", "0.99")
+    assert r.exit_code == 0
+    lines = r.output.splitlines()
+    assert lines[0] == "4"
+    assert "0.0081" in lines[1]
+    q = invoke("plan", "--baseline", "0.7", "--confidence", "0.99", "--quiet")
+    assert q.output == "4\n"
+    assert invoke("plan", "--baseline", "0.7", "-q").output == "4\n"     # default confidence 0.99
+
+
+def test_plan_bad_baseline_is_usage_error():
+    r = CliRunner().invoke(suite, ["plan", "--baseline", "0"])
+    assert r.exit_code == 2
+    assert "overlay: baseline must be in (0, 1]" in r.output
+
+
+def test_list_repository_suites_without_gpu():
+    r = invoke("--suites", REPO / "patches-rocm" / "suites" / "suites.toml", "list")
+    assert r.exit_code == 0
+    assert "would be SKIPPED: needs amd-gpu" in r.output
+    data = json.loads(invoke("--suites", REPO / "patches-rocm" / "suites" / "suites.toml",
+                             "list", "--format", "json").output)
+    runs_here = {d["name"]: d["runs_here"] for d in data}
+    assert runs_here == {"rocblas_handle_concurrency": False, "hipblaslt_concurrency": False, "pinned_alias": True}
+
+
+def test_run_exit_codes(suites_file, tmp_path):
+    res = tmp_path / "res"
+    ok = invoke("--suites", suites_file, "run", "clean", "gpu", "--results", res)
+    assert ok.exit_code == 0, ok.output
+    assert "clean  PASSED   0 of 3 failed" in ok.output
+    assert "gpu    SKIPPED  needs amd-gpu" in ok.output
+    bad = invoke("--suites", suites_file, "run", "flaky", "--results", res)
+    assert bad.exit_code == 1
+    assert "3 of 10 failed, 95% interval [0.0667, 0.6525]; fail 3" in bad.output
+    # --runs overrides the suite's count: runs 1-9 of seed d hold two failures.
+    fewer = invoke("--suites", suites_file, "run", "flaky", "--runs", "9", "--format", "json", "--results", res)
+    data = json.loads(fewer.output)
+    assert (data["suites"][0]["summary"]["runs"], data["suites"][0]["summary"]["failed"]) == (9, 2)
+    assert fewer.exit_code == 1
+
+
+def test_run_usage_errors(suites_file, tmp_path):
+    r = CliRunner().invoke(suite, ["--suites", str(suites_file), "run", "nope", "--results", str(tmp_path)],
+                           env=NO_GPU)
+    assert r.exit_code == 2 and 'overlay: unknown suite "nope"' in r.output
+    r = CliRunner().invoke(suite, ["--suites", str(suites_file), "run", "missing", "--results", str(tmp_path)],
+                           env=NO_GPU)
+    assert r.exit_code == 2 and "not_built_either" in r.output and "hint:" in r.output
+    r = CliRunner().invoke(suite, ["--suites", str(tmp_path / "absent.toml"), "list"], env=NO_GPU)
+    assert r.exit_code == 2 and "no such file" in r.output
+    r = CliRunner().invoke(suite, ["--suites", str(suites_file), "run", "clean", "--runs", "0"], env=NO_GPU)
+    assert r.exit_code == 2
+
+
+def test_run_junit_output_file(suites_file, tmp_path):
+    out = tmp_path / "suites.xml"
+    r = invoke("--suites", suites_file, "run", "clean", "gpu", "--format", "junit", "-o", out,
+               "--results", tmp_path / "res")
+    assert r.exit_code == 0
+    root = ET.parse(out).getroot()
+    assert (root.get("tests"), root.get("failures"), root.get("skipped")) == ("4", "0", "1")
+    assert out.read_text() == r.output
+
+
+def test_repository_suites_with_a_built_child_dir(tmp_path):
+    """The real suites.toml: the portable suite runs from --child-dir, the ROCm ones skip."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    prog = bin_dir / "pinned_alias"
+    prog.write_text("#!/bin/sh\necho 'overlay-suite: done'\n")
+    prog.chmod(0o755)
+    r = invoke("--suites", REPO / "patches-rocm" / "suites" / "suites.toml", "run", "--runs", "2",
+               "--child-dir", bin_dir, "--results", tmp_path / "res", "--format", "json")
+    assert r.exit_code == 0, r.output
+    by_name = {s["suite"]: s for s in json.loads(r.output)["suites"]}
+    assert by_name["pinned_alias"]["status"] == "ran"
+    assert by_name["pinned_alias"]["summary"]["failed"] == 0
+    for name in ("hipblaslt_concurrency", "rocblas_handle_concurrency"):
+        assert by_name[name]["status"] == "skipped"
+        assert by_name[name]["skip_reason"].startswith("needs amd-gpu")
+
+
+def test_ab_reports_reproduction_and_stores_json(suites_file, tmp_path):
+    res = tmp_path / "res"
+    without = " ".join(child("flaky.py", 0.7, "c"))
+    r = invoke("--suites", suites_file, "ab", "clean", "--without-child", without, "--runs", "10",
+               "--results", res)
+    assert r.exit_code == 0, r.output
+    assert "0 of 10" in r.output and "7 of 10" in r.output
+    assert "Fisher's exact test, two-sided: p = 0.003096" in r.output
+    assert "REPRODUCTION" in r.output
+    (ab_json,) = res.glob("clean/*-ab/ab.json")
+    stored = json.loads(ab_json.read_text())
+    assert stored["table"] == [[0, 10], [7, 3]] and round(stored["fisher_p"], 6) == 0.003096
+
+
+def test_ab_guard_not_reproduction(suites_file, tmp_path):
+    without = " ".join(child("flaky.py", 0.0, "x"))
+    r = invoke("--suites", suites_file, "ab", "clean", "--without-child", without, "--runs", "3",
+               "--results", tmp_path / "res", "--format", "markdown")
+    assert r.exit_code == 0
+    assert "guard, not a reproduction" in r.output
+    assert "| failed | 0 of 3 | 0 of 3 |" in r.output
+
+
+def test_ab_with_fix_failing_exits_one(suites_file, tmp_path):
+    without = " ".join(child("flaky.py", 0.7, "c"))
+    r = invoke("--suites", suites_file, "ab", "flaky", "--without-child", without, "--runs", "10",
+               "--results", tmp_path / "res", "--format", "json")
+    assert r.exit_code == 1
+    data = json.loads(r.output)
+    assert data["table"] == [[3, 7], [7, 3]]
+    assert [v["code"] for v in data["verdicts"]] == ["fix-fails"]
+    assert round(data["fisher_p"], 4) == 0.1789
