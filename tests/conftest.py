@@ -11,6 +11,9 @@ import pytest
 
 from gitfixtures import Overlay, build_world
 
+#: The real upstream mirrors, read before the isolation below clears OVERLAY_*.
+REAL_MIRRORS = {k: os.environ[k] for k in ("OVERLAY_UPSTREAM_URL", "OVERLAY_FORK_URL") if os.environ.get(k)}
+
 
 @pytest.fixture(autouse=True)
 def isolated_git(tmp_path_factory, monkeypatch):
@@ -50,3 +53,16 @@ def world(_world_template):
 def overlay(tmp_path, world):
     """An overlay repository on the fork's merge base, empty series."""
     return Overlay(tmp_path / "overlay", world)
+
+
+@pytest.fixture
+def real_mirrors(monkeypatch):
+    """Point overlay at the real ml-explore/mlx and NripeshN/mlx mirrors, or skip.
+
+    Set ``OVERLAY_UPSTREAM_URL`` and ``OVERLAY_FORK_URL`` (local mirror paths) to run these.
+    """
+    if len(REAL_MIRRORS) != 2:
+        pytest.skip("set OVERLAY_UPSTREAM_URL and OVERLAY_FORK_URL to the real mirrors to run this")
+    for key, value in REAL_MIRRORS.items():
+        monkeypatch.setenv(key, value)
+    return REAL_MIRRORS
