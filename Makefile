@@ -20,4 +20,4 @@ test: .venv/bin/overlay
 	$(PYTHON) -m pytest -q
 
 verify-rocm-overlay: .venv/bin/overlay
-	$(OVERLAY) tree --layer patched
+	$(OVERLAY) verify

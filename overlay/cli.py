@@ -179,6 +179,138 @@ def diff_cmd(ctx: Context, from_layer: str, to_layer: str, stat: bool, name_only
     click.echo(store.git(*args).stdout.decode("utf-8", "replace"), nl=False)
 
 
+
+@main.command("verify")
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "junit", "github"]), default="text",
+              show_default=True)
+@click.option("--only", multiple=True, metavar="FAMILY", help="Run only this family (MAN, SER, LAY, FIX).")
+@click.option("--skip", multiple=True, metavar="CODE", help="Drop findings with this code.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the report here too.")
+@click.pass_obj
+@handle_errors
+def verify_cmd(ctx: Context, fmt: str, only: tuple[str, ...], skip: tuple[str, ...], output: str | None) -> None:
+    """Check every record: manifest, series, layers, LOCAL_FIXES.md."""
+    from overlay.checks import verify
+    from overlay.findings import has_errors
+    from overlay.fsutil import atomic_write
+    from overlay.render import render, render_junit
+
+    result = verify(ctx.root, _store(ctx), only=only, skip=skip)
+    text = (render_junit(result.findings, result.checks) if fmt == "junit"
+            else render(result.findings, fmt))
+    click.echo(text, nl=False)
+    if output:
+        atomic_write(os.path.abspath(output), text.encode())
+    sys.exit(1 if has_errors(result.findings) else 0)
+
+
+@main.command("refresh")
+@click.argument("patches", nargs=-1)
+@click.option("--check", is_flag=True, help="Change nothing; exit 1 when a refresh would change bytes.")
+@click.pass_obj
+@handle_errors
+def refresh_cmd(ctx: Context, patches: tuple[str, ...], check: bool) -> None:
+    """Re-export patches byte-stable from the layers (only changed files are written)."""
+    from overlay.refresh import refresh_series, write_refreshed
+
+    _m, store, layers = _layers(ctx, stepwise=True)
+    refreshed = refresh_series(store, layers)
+    known = {r.patch.name for r in refreshed}
+    unknown = [p for p in patches if p not in known]
+    if unknown:
+        raise OverlayError(f"not in series: {', '.join(unknown)}")
+    selected = [r for r in refreshed if not patches or r.patch.name in patches]
+    drift = [r.patch.name for r in selected if r.changed]
+    if check:
+        for name in drift:
+            click.echo(f"would rewrite {name}")
+        click.echo(f"{len(drift)} of {len(selected)} patch(es) would change")
+        sys.exit(1 if drift else 0)
+    written = write_refreshed(selected)
+    for name in written:
+        click.echo(f"rewrote {name}")
+    click.echo(f"{len(written)} of {len(selected)} patch(es) rewritten")
+
+
+@main.group("fix")
+def fix_group() -> None:
+    """Entries of LOCAL_FIXES.md: add one, list them."""
+
+
+@fix_group.command("new")
+@click.option("--section", type=click.Choice(["retarget", "kernels", "build", "api"]), required=True)
+@click.option("--title", required=True, help="The entry's bold title (a sentence).")
+@click.option("--file", "files", multiple=True, required=True, help="A file the fix touches (repeat).")
+@click.option("--body", default=None, help="The paragraph; a placeholder is written when omitted.")
+@click.pass_obj
+@handle_errors
+def fix_new_cmd(ctx: Context, section: str, title: str, files: tuple[str, ...], body: str | None) -> None:
+    """Add an entry with the next free number, ending with the policy sentence."""
+    from overlay import fixes
+    from overlay.manifest import load_manifest
+
+    manifest = load_manifest(ctx.root)
+    number = fixes.add_entry(os.path.join(ctx.root, fixes.FILE_NAME), section, title, list(files), body,
+                             closing_sentence=manifest.closing_sentence, pin=manifest.pin,
+                             fork_repo=fixes.fork_repo_from_url(manifest.fork_url),
+                             fork_commit=manifest.fork_commit)
+    click.echo(f"added entry {number} to {fixes.FILE_NAME}; put `Local-Fix: {number}` in its patch")
+
+
+@fix_group.command("list")
+@click.pass_obj
+@handle_errors
+def fix_list_cmd(ctx: Context) -> None:
+    """Print the entries with their patches and files."""
+    from overlay import fixes
+    from overlay.series import PATCH_DIR, load_series
+
+    doc = fixes.load(os.path.join(ctx.root, fixes.FILE_NAME))
+    records = [fixes.PatchRecord(f"{PATCH_DIR}/{p.name}", p.local_fix, p.forwarded, p.touched, p.deleted)
+               for p in load_series(ctx.root)]
+    for row in fixes.list_entries(doc, records):
+        click.echo(f"{row['number']:>3}. [{row['section']}] {row['title']}")
+        for patch in row["patches"] or ["(no patch)"]:
+            click.echo(f"       patch: {patch}")
+        for f in row["files"]:
+            click.echo(f"       file:  {f}")
+
+
 from overlay.suites.cli import suite as _suite_group  # noqa: E402  (subcommand group)
 
 main.add_command(_suite_group)
+
+
+if __name__ == "__main__":  # python -m overlay.cli
+    main()
+
+
+@main.command("build")
+@click.option("--backend", type=click.Choice(["rocm", "cpu", "cuda"]), required=True, help="Which backend to build.")
+@click.option("--arch", default=None, metavar="ARCHS", help="GPU architectures, comma-separated (default: the manifest's).")
+@click.option("--toolchain", "toolchain_spec", default=None, metavar="system|PATH",
+              help="`system` (hipcc/nvcc on PATH or $ROCM_PATH) or a root made by tools/rocm-toolchain.sh.")
+@click.option("--jobs", "-j", type=click.IntRange(min=1), default=None, help="Parallel jobs.")
+@click.option("--only-changed", is_flag=True, help="Compile only the translation units the series touches.")
+@click.option("--target", default=None, metavar="T", help="A ninja target instead of the default.")
+@click.pass_obj
+@handle_errors
+def build_cmd(ctx: Context, backend: str, arch: str | None, toolchain_spec: str | None, jobs: int | None,
+              only_changed: bool, target: str | None) -> None:
+    """Export the patched tree, configure CMake offline, build with ninja, attribute errors."""
+    from overlay import build as _build
+
+    toolchain = _build.find_toolchain(backend, toolchain_spec, repo_root=ctx.root)
+    manifest, store, layers = _layers(ctx, stepwise=True)
+    archs, note = (_build.resolve_arch(arch, manifest.architectures, toolchain) if backend == "rocm"
+                   else (arch, None))
+    with _build.LiveProgress(f"build {backend}") as progress:
+        result = _build.build(store, layers, ctx.root, backend, arch=archs, toolchain=toolchain, jobs=jobs,
+                              only_changed=only_changed, target=target, cmake_option=manifest.cmake_option,
+                              suites_dir=os.path.join(ctx.root, "patches-rocm", "suites"),
+                              notes=[note] if note else [], progress=progress)
+    for line in result.report():
+        click.echo(line)
+    if not result.ok:
+        ctx_ = click.get_current_context()
+        ctx_.exit(1)

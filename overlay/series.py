@@ -82,6 +82,7 @@ class Patch:
         trailers: trailer key -> values, in order (``{"Local-Fix": ["12"]}``).
         trailer_lines: trailer key -> 1-based line numbers of those values.
         changes: the file changes in order.
+        author: the ``From:`` header (``Name <email>``), or ``None``.
     """
 
     name: str
@@ -92,6 +93,7 @@ class Patch:
     trailers: dict[str, list[str]]
     trailer_lines: dict[str, list[int]]
     changes: tuple[FileChange, ...]
+    author: str | None = None
 
     @property
     def touched(self) -> frozenset[str]:
@@ -228,8 +230,9 @@ def parse_patch(data: bytes, name: str, path: str = "") -> Patch:
                              h.target_length, h.section_header) for h in pf)))
     if not changes:
         raise PatchFormatError(f"{name}: the diff names no file")
+    author = " ".join((headers.get("From") or "").split()) or None
     return Patch(name=name, path=path, data=data, subject=subject, description=description,
-                 trailers=trailers, trailer_lines=trailer_lines, changes=tuple(changes))
+                 trailers=trailers, trailer_lines=trailer_lines, changes=tuple(changes), author=author)
 
 
 def load_patch(root: str, name: str) -> Patch:

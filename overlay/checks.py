@@ -1,0 +1,253 @@
+"""``overlay verify``: every record check, as located findings (DESIGN 8).
+
+Families and their codes (documented in ``docs/findings.md``):
+
+* ``MAN`` -- the manifest's commits exist in the git store (online), or are at
+  least well formed (offline, where layer checks are then skipped);
+* ``SER`` -- ``series`` and the patch files agree; each patch parses, has a
+  subject, a description, full ``index`` lines, touches only carried paths, no
+  conflict markers in ``+`` lines, applies with no offset, and refreshes to the
+  same bytes;
+* ``LAY`` -- the fork delta merges (every conflict resolved), no stale or
+  marker-bearing resolution;
+* ``FIX`` -- ``LOCAL_FIXES.md`` (see :mod:`overlay.fixes`).
+
+Textual checks need no git store at all; the rest need the pinned objects
+(fetched on demand unless ``offline``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import subprocess
+from typing import Iterable
+
+from overlay import fixes
+from overlay.errors import GitError, LayerError, OfflineMiss, PatchFormatError, UnsafePath
+from overlay.findings import Finding
+from overlay.gitstore import Store, run_git
+from overlay.layers import PatchApplyError, compute_layers, read_resolutions
+from overlay.manifest import Manifest, load_manifest
+from overlay.refresh import refresh_series
+from overlay.series import PATCH_DIR, SERIES_PATH, Patch, load_patch, read_series
+
+#: code -> (severity, meaning); the FIX family lives in :data:`overlay.fixes.CODES`.
+CODES: dict[str, tuple[str, str]] = {
+    "MAN001": ("error", "a manifest commit is not in the git store and cannot be fetched"),
+    "MAN002": ("warning", "offline and the pinned objects are not in the git store: layer checks skipped"),
+    "MAN003": ("error", "the fork's merge base is not an ancestor of the fork commit"),
+    "SER001": ("error", "series lists a patch file that does not exist"),
+    "SER002": ("error", "a patch file in patches-rocm/ is not listed in series"),
+    "SER003": ("error", "series lists the same patch twice"),
+    "SER004": ("error", "a patch cannot be parsed, or names an unsafe path"),
+    "SER005": ("error", "a patch has no subject"),
+    "SER006": ("error", "a patch has no description"),
+    "SER007": ("error", "a patch touches a path the manifest does not carry"),
+    "SER008": ("error", "an index line is not full 40-hex (the 3-way fallback needs the pre-image blob name)"),
+    "SER009": ("warning", "a hunk applies only at an offset"),
+    "SER010": ("error", "a patch does not apply (or git skipped a file, or fewer files changed than listed)"),
+    "SER011": ("error", "refreshing the patch would change its bytes"),
+    "SER012": ("warning", "a patch applies only by a 3-way merge from its pre-image"),
+    "SER013": ("error", "a conflict marker in a patch's added lines"),
+    "LAY001": ("error", "the fork delta conflicts with the pin and no resolution exists"),
+    "LAY002": ("error", "a resolution whose path no longer conflicts (stale)"),
+    "LAY003": ("error", "a conflict marker in a resolution file"),
+    "LAY004": ("error", "a resolution for a path the manifest does not carry"),
+}
+
+FAMILIES = ("MAN", "SER", "LAY", "FIX")
+_INDEX_RE = re.compile(r"^index ([0-9a-f]+)\.\.([0-9a-f]+)", re.M)
+
+
+def _f(code: str, path: str | None, line: int | None, message: str, hint: str | None = None) -> Finding:
+    return Finding(code, CODES[code][0], path, line, message, hint)
+
+
+@dataclasses.dataclass
+class VerifyResult:
+    """Findings plus what was checked.
+
+    Attributes:
+        findings: every finding, in family order.
+        checks: ``{family: [codes that ran]}`` (for JUnit's passing testcases).
+        patched: the patched tree SHA, or ``None`` when it could not be computed.
+    """
+
+    findings: list[Finding]
+    checks: dict[str, list[str]]
+    patched: str | None
+
+
+def _line_of(data: bytes, offset: int) -> int:
+    return data.count(b"\n", 0, offset) + 1
+
+
+def check_series_text(root: str, manifest: Manifest) -> tuple[list[Finding], list[Patch]]:
+    """SER001-008 and SER013: the series file and each patch as text.
+
+    Returns:
+        ``(findings, patches that parsed, in series order)``.
+    """
+    findings: list[Finding] = []
+    try:
+        listed = read_series(root)
+    except (PatchFormatError, UnsafePath) as exc:
+        return [_f("SER004", SERIES_PATH, None, exc.message)], []
+    seen: dict[str, int] = {}
+    patches: list[Patch] = []
+    for name, line in listed:
+        if name in seen:
+            findings.append(_f("SER003", SERIES_PATH, line, f"{name} is listed twice (first at line {seen[name]})",
+                               "remove the repeated line"))
+            continue
+        seen[name] = line
+        rel = f"{PATCH_DIR}/{name}"
+        if not os.path.isfile(os.path.join(root, PATCH_DIR, name)):
+            findings.append(_f("SER001", SERIES_PATH, line, f"{name} does not exist",
+                               "restore the file or remove it from series"))
+            continue
+        try:
+            patch = load_patch(root, name)
+        except (PatchFormatError, UnsafePath) as exc:
+            findings.append(_f("SER004", rel, None, exc.message))
+            continue
+        patches.append(patch)
+        if not patch.subject:
+            findings.append(_f("SER005", rel, 1, "no Subject: header", "add `Subject: [PATCH] <what it does>`"))
+        if not patch.description:
+            findings.append(_f("SER006", rel, None, "no description between the headers and the trailers",
+                               "say why the change is needed, what was shared and how it is owned now"))
+        carry = manifest.carry
+        for path in sorted(patch.touched):
+            if not carry(path):
+                findings.append(_f("SER007", rel, None, f"touches {path}, which the manifest does not carry",
+                                   "carry the path in [carry] or drop it from the patch"))
+        for m in _INDEX_RE.finditer(patch.data.decode("utf-8", "replace")):
+            if len(m.group(1)) != 40 or len(m.group(2)) != 40:
+                findings.append(_f("SER008", rel, _line_of(patch.data, m.start()),
+                                   f"abbreviated index line {m.group(0)!r}", "run `overlay refresh`"))
+        for number, text in enumerate(patch.data.decode("utf-8", "replace").split("\n"), 1):
+            if text.startswith("+") and not text.startswith("+++") and \
+                    re.match(r"^\+(<{7}|>{7}|={7}$|\|{7})", text):
+                findings.append(_f("SER013", rel, number, f"conflict marker in an added line: {text[:30]!r}",
+                                   "finish the merge and refresh the patch"))
+    listed_names = set(seen)
+    patch_dir = os.path.join(root, PATCH_DIR)
+    if os.path.isdir(patch_dir):
+        for fn in sorted(os.listdir(patch_dir)):
+            if fn.endswith(".patch") and fn not in listed_names:
+                findings.append(_f("SER002", f"{PATCH_DIR}/{fn}", None, f"{fn} is not listed in series",
+                                   "add it to series in its place, or delete it"))
+    return findings, patches
+
+
+def _resolution_findings(root: str, manifest: Manifest) -> tuple[list[Finding], dict[str, bytes]]:
+    findings = []
+    try:
+        resolutions = read_resolutions(root)
+    except UnsafePath as exc:
+        return [_f("LAY004", "patches-rocm/resolved", None, exc.message)], {}
+    for path, data in resolutions.items():
+        rel = f"patches-rocm/resolved/{path}"
+        for line, marker in fixes.find_conflict_markers(data.decode("utf-8", "replace")):
+            findings.append(_f("LAY003", rel, line, f"conflict marker {marker[:20]!r}",
+                               "finish the resolution and delete the markers"))
+        if not manifest.carry(path):
+            findings.append(_f("LAY004", rel, None, f"{path} is not carried by the manifest",
+                               "delete the resolution or carry the path"))
+    return findings, resolutions
+
+
+def _repo_paths(root: str) -> list[str]:
+    proc = subprocess.run(["git", "ls-files", "-z"], cwd=root, stdout=subprocess.PIPE,
+                          stderr=subprocess.DEVNULL, check=False)
+    if proc.returncode == 0 and proc.stdout:
+        return [p for p in proc.stdout.decode("utf-8", "replace").split("\0") if p]
+    out = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if d not in (".git", ".venv", "build", ".overlay")]
+        out += [os.path.relpath(os.path.join(dirpath, f), root).replace(os.sep, "/") for f in filenames]
+    return out
+
+
+def verify(root: str, store: Store, *, only: Iterable[str] = (), skip: Iterable[str] = ()) -> VerifyResult:
+    """Run every check of the overlay at ``root``.
+
+    Args:
+        root: overlay repository.
+        store: git store (``store.offline`` decides whether objects may be fetched).
+        only: run only these families (``MAN``, ``SER``, ``LAY``, ``FIX``); all when empty.
+        skip: drop findings with these codes.
+    Returns:
+        :class:`VerifyResult`.
+    Raises:
+        ManifestError: the manifest is missing or invalid (exit 2).
+    """
+    manifest = load_manifest(root)
+    families = {f.upper() for f in only} or set(FAMILIES)
+    findings: list[Finding] = []
+    series_findings, patches = check_series_text(root, manifest)
+    res_findings, resolutions = _resolution_findings(root, manifest)
+    findings += series_findings + res_findings
+    layers = None
+    try:
+        for name, url in manifest.remote_urls().items():
+            store.set_remote(name, url)
+        layers = compute_layers(store, manifest, root, patches=patches, stepwise=True)
+    except OfflineMiss as exc:
+        findings.append(_f("MAN002", "patches-rocm/overlay.toml", None, exc.message,
+                           "run `overlay verify` once online to fill the git store"))
+    except PatchApplyError as exc:
+        findings.append(_f("SER010", f"{PATCH_DIR}/{exc.patch}", None,
+                           f"{exc.file or '(no file)'}" + (f" hunk #{exc.hunk}" if exc.hunk else "")
+                           + f": {exc.reason}", exc.hint))
+    except LayerError as exc:
+        findings.append(_f("LAY001", "patches-rocm/overlay.toml", None, exc.message, exc.hint))
+    except GitError as exc:
+        findings.append(_f("MAN001", "patches-rocm/overlay.toml", None, exc.message))
+    if layers is not None:
+        if run_git(["merge-base", "--is-ancestor", manifest.merge_base, manifest.fork_commit],
+                   git_dir=store.git_dir, check=False).returncode != 0:
+            findings.append(_f("MAN003", "patches-rocm/overlay.toml", None,
+                               f"merge-base {manifest.merge_base[:12]} is not an ancestor of fork commit "
+                               f"{manifest.fork_commit[:12]}", "run `overlay sync` to recompute it"))
+        for stale in layers.stale_resolutions:
+            findings.append(_f("LAY002", f"patches-rocm/resolved/{stale}", None,
+                               f"{stale} no longer conflicts; the resolution is not used",
+                               "delete it (and its retarget entry) or re-check the merge"))
+        for result in layers.patches:
+            rel = f"{PATCH_DIR}/{result.patch.name}"
+            for file, hunk, offset in result.offsets:
+                findings.append(_f("SER009", rel, None, f"{file} hunk #{hunk} applies at an offset of "
+                                   f"{offset} line(s)", "run `overlay refresh`"))
+            if result.state == "merged":
+                findings.append(_f("SER012", rel, None, "applies only by a 3-way merge from its pre-image",
+                                   "run `overlay refresh`"))
+        for item in refresh_series(store, layers):
+            if item.changed and item.patch.name:
+                findings.append(_f("SER011", f"{PATCH_DIR}/{item.patch.name}", None,
+                                   "refreshing would change the patch's bytes",
+                                   "run `overlay refresh` and commit the result"))
+    # FIX family: the records.
+    doc = fixes.load(os.path.join(root, fixes.FILE_NAME))
+    repo_paths = _repo_paths(root)
+    findings += fixes.check_document(doc, fork_repo=fixes.fork_repo_from_url(manifest.fork_url),
+                                     fork_commit=manifest.fork_commit, pin=manifest.pin,
+                                     closing_sentence=manifest.closing_sentence, repo_paths=repo_paths)
+    findings += fixes.check_resolutions(doc, [f"patches-rocm/resolved/{p}" for p in resolutions])
+    if layers is not None:
+        records = [fixes.PatchRecord(f"{PATCH_DIR}/{p.name}", (p.trailers.get("Local-Fix") or [None])[0],
+                                     p.forwarded, p.touched, p.deleted, p.data.decode("utf-8", "replace"))
+                   for p in patches]
+        patched_paths = {e[3] for e in store.ls_tree(layers.patched)}
+        findings += fixes.check_patch_entries(doc, records, patched_paths, repo_paths=repo_paths)
+        findings += fixes.check_dropped(doc, layers.dropped_changes)
+    skip_set = {c.upper() for c in skip}
+    findings = [f for f in findings if f.family in families and f.code not in skip_set]
+    order = {fam: i for i, fam in enumerate(FAMILIES)}
+    findings.sort(key=lambda f: (order.get(f.family, 99), f.path or "", f.line or 0, f.code))
+    checks = {fam: sorted(c for c in (fixes.CODES if fam == "FIX" else CODES) if c.startswith(fam)
+                          and c not in skip_set) for fam in FAMILIES if fam in families}
+    return VerifyResult(findings, checks, layers.patched if layers else None)

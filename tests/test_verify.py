@@ -1,0 +1,253 @@
+"""`overlay verify` end to end on fixture overlays: one clean, then each record broken."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from gitfixtures import CLOSING, lines, make_patch
+from overlay import fixes
+from overlay.checks import verify
+from overlay.cli import main
+from overlay.gitstore import Store
+from overlay.layers import compute_layers
+from overlay.manifest import load_manifest
+
+PATCH = "0001-rocm-lock-the-device.patch"
+
+
+def local_fixes(world, fork_commit=None, pin=None, entry_files="`mlx/backend/rocm/device.cpp`",
+                closing=CLOSING, extra="") -> str:
+    repo = fixes.fork_repo_from_url(str(world.fork.path))
+    return (f"# Local changes relative to {repo}@{(fork_commit or world.fork_commit)[:8]}\n\n"
+            f"## Retarget onto the MLX pin ({(pin or world.base)[:8]})\n\n"
+            "## Fixes to the fork's kernels\n\n"
+            f"1. **Lock the device.** The handle was shared; {entry_files} now owns it under a lock. "
+            f"{closing}\n{extra}\n"
+            "## Dropped from the vendored set\n\n"
+            "- `docs/rocm.md`: fork documentation.\n"
+            "- `mlx/backend/metal/kernels.cpp`: Metal is not carried.\n")
+
+
+@pytest.fixture
+def clean(overlay, world):
+    """An overlay with one patch, its entry, and a verify-clean record."""
+    store = Store()
+    layers = compute_layers(store, load_manifest(str(overlay.root)), str(overlay.root))
+    patch, _ = make_patch(store, layers.forked, {"mlx/backend/rocm/device.cpp":
+                                                 lines("device", change={3: "device 3 locked"})},
+                          subject="rocm: lock the device")
+    overlay.add_patch(PATCH, patch)
+    (overlay.root / "LOCAL_FIXES.md").write_text(local_fixes(world))
+    return overlay
+
+
+def codes(overlay, **kw):
+    result = verify(str(overlay.root), Store(), **kw)
+    return [(f.code, f.path, f.line) for f in result.findings]
+
+
+def test_clean_overlay_has_no_findings(clean):
+    assert codes(clean) == []
+    result = CliRunner().invoke(main, ["-C", str(clean.root), "verify"])
+    assert result.exit_code == 0 and "no findings" in result.output.lower()
+
+
+def test_offline_with_a_warm_store(clean, monkeypatch):
+    assert codes(clean) == []  # fills the store
+    result = CliRunner().invoke(main, ["-C", str(clean.root), "--offline", "verify"])
+    assert result.exit_code == 0, result.output
+
+
+def test_offline_with_a_cold_store_runs_textual_checks(clean, tmp_path):
+    result = verify(str(clean.root), Store(str(tmp_path / "cold.git"), offline=True))
+    assert [f.code for f in result.findings] == ["MAN002"]
+    (clean.root / "LOCAL_FIXES.md").write_text(local_fixes(clean.world).replace("1. **", "2. **"))
+    result = verify(str(clean.root), Store(str(tmp_path / "cold.git"), offline=True))
+    assert "FIX007" in [f.code for f in result.findings]
+
+
+# SER ------------------------------------------------------------------------
+def test_patch_missing_from_series(clean):
+    clean.write_series([])
+    found = codes(clean)
+    assert ("SER002", f"patches-rocm/{PATCH}", None) in found
+
+
+def test_series_names_missing_file_and_duplicate(clean):
+    clean.write_series([PATCH, "0002-gone.patch", PATCH])
+    found = codes(clean)
+    assert ("SER001", "patches-rocm/series", 2) in found
+    assert ("SER003", "patches-rocm/series", 3) in found
+
+
+def test_unparsable_patch(clean):
+    (clean.root / "patches-rocm" / PATCH).write_text("Subject: [PATCH] nothing\n\nno diff here\n")
+    assert ("SER004", f"patches-rocm/{PATCH}", None) in codes(clean)
+
+
+def test_no_subject_and_no_description(clean):
+    path = clean.root / "patches-rocm" / PATCH
+    data = path.read_text().replace("Subject: [PATCH] rocm: lock the device\n", "")
+    path.write_text(data.replace("Why the change is needed.\n\n", ""))
+    found = {c for c, _p, _l in codes(clean)}
+    assert {"SER005", "SER006", "SER011"} <= found
+
+
+def test_patch_touching_uncarried_path(clean, world):
+    store = Store()
+    layers = compute_layers(store, load_manifest(str(clean.root)), str(clean.root))
+    patch, _ = make_patch(store, layers.patched, {"docs/extra.md": "doc\n"}, fix=1)
+    clean.add_patch("0002-docs.patch", patch)
+    assert ("SER007", "patches-rocm/0002-docs.patch", None) in codes(clean)
+
+
+def test_short_index_line_and_refresh_drift(clean):
+    path = clean.root / "patches-rocm" / PATCH
+    text = path.read_text()
+    import re
+    short = re.sub(r"^index ([0-9a-f]{7})[0-9a-f]{33}\.\.([0-9a-f]{7})[0-9a-f]{33}", r"index \1..\2", text,
+                   flags=re.M)
+    path.write_text(short)
+    line = short.splitlines().index(next(ln for ln in short.splitlines() if ln.startswith("index "))) + 1
+    found = codes(clean)
+    assert ("SER008", f"patches-rocm/{PATCH}", line) in found
+    assert ("SER011", f"patches-rocm/{PATCH}", None) in found
+    # refresh repairs it byte-stable, and a second refresh changes nothing
+    runner = CliRunner()
+    assert "1 of 1 patch(es) rewritten" in runner.invoke(main, ["-C", str(clean.root), "refresh"]).output
+    assert path.read_text() == text
+    again = runner.invoke(main, ["-C", str(clean.root), "refresh", "--check"])
+    assert again.exit_code == 0 and "0 of 1 patch(es) would change" in again.output
+
+
+def _grow_fork(clean, world, tmp_path):
+    """Move the fork: two lines on top of device.cpp; return the new fork commit."""
+    store = Store()
+    grown = store.edit_tree(store.tree_of(world.fork_commit), {"mlx/backend/rocm/device.cpp": (
+        "100644", store.hash_blob(("top 1\ntop 2\n" + lines("device")).encode()))}, str(tmp_path / "i"))
+    fork2 = store.commit_tree(grown, [world.fork_commit], "grow")
+    clean.write_manifest(world.base, fork=fork2)
+    (clean.root / "LOCAL_FIXES.md").write_text(local_fixes(world, fork_commit=fork2))
+    return fork2
+
+
+def test_offset_is_a_warning(clean, world, tmp_path):
+    store = Store()
+    layers = compute_layers(store, load_manifest(str(clean.root)), str(clean.root))
+    patch, _ = make_patch(store, layers.forked, {"mlx/backend/rocm/device.cpp":
+                                                 lines("device", change={20: "device 20 locked"})},
+                          subject="rocm: lock the device")
+    (clean.root / "patches-rocm" / PATCH).write_bytes(patch)
+    _grow_fork(clean, world, tmp_path)
+    found = codes(clean)
+    assert ("SER009", f"patches-rocm/{PATCH}", None) in found
+    assert ("SER011", f"patches-rocm/{PATCH}", None) in found
+    assert verify(str(clean.root), Store()).findings[0].severity == "warning"
+
+
+def test_three_way_merge_is_a_warning(clean, world, tmp_path):
+    # The clean patch edits line 3: its hunk is anchored at the file's start, so two new
+    # lines on top make the exact apply fail and the 3-way merge succeed.
+    _grow_fork(clean, world, tmp_path)
+    found = codes(clean)
+    assert ("SER012", f"patches-rocm/{PATCH}", None) in found
+    assert ("SER011", f"patches-rocm/{PATCH}", None) in found
+
+
+def test_patch_that_does_not_apply(clean, world, tmp_path):
+    store = Store()
+    changed = store.edit_tree(store.tree_of(world.fork_commit), {"mlx/backend/rocm/device.cpp": (
+        "100644", store.hash_blob(lines("device", change={3: "device 3 rewritten"}).encode()))},
+        str(tmp_path / "i"))
+    fork2 = store.commit_tree(changed, [world.fork_commit], "rewrite")
+    clean.write_manifest(world.base, fork=fork2)
+    (clean.root / "LOCAL_FIXES.md").write_text(local_fixes(world, fork_commit=fork2))
+    result = verify(str(clean.root), Store())
+    ser = [f for f in result.findings if f.code == "SER010"]
+    assert len(ser) == 1 and "mlx/backend/rocm/device.cpp hunk #1" in ser[0].message
+
+
+def test_conflict_marker_in_added_line(clean):
+    store = Store()
+    layers = compute_layers(store, load_manifest(str(clean.root)), str(clean.root))
+    patch, _ = make_patch(store, layers.patched, {"mlx/backend/rocm/device.h": "<<<<<<< ours\n#pragma once\n"},
+                          fix=1)
+    clean.add_patch("0002-marker.patch", patch)
+    text = patch.decode().splitlines()
+    line = text.index("+<<<<<<< ours") + 1
+    found = codes(clean)
+    assert ("SER013", "patches-rocm/0002-marker.patch", line) in found
+
+
+# LAY ------------------------------------------------------------------------
+def test_unresolved_conflict_and_its_resolution(clean, world):
+    clean.write_manifest(world.pin_conflict)
+    (clean.root / "LOCAL_FIXES.md").write_text(local_fixes(world, pin=world.pin_conflict))
+    assert "LAY001" in [c for c, _p, _l in codes(clean)]
+    clean.add_resolution("mlx/core.cpp", "<<<<<<< ours\nresolved badly\n")
+    found = codes(clean)
+    assert ("LAY003", "patches-rocm/resolved/mlx/core.cpp", 1) in found
+    assert "FIX023" in [c for c, _p, _l in found]  # not named by a retarget entry
+
+
+def test_stale_and_uncarried_resolution(clean, world):
+    clean.add_resolution("mlx/core.cpp", "whatever\n")
+    clean.add_resolution("docs/index.md", "docs\n")
+    found = codes(clean)
+    assert ("LAY002", "patches-rocm/resolved/mlx/core.cpp", None) in found
+    assert ("LAY004", "patches-rocm/resolved/docs/index.md", None) in found
+
+
+# MAN ------------------------------------------------------------------------
+def test_unknown_pin_and_bad_merge_base(clean, world):
+    clean.write_manifest("e" * 40)
+    assert "MAN001" in [c for c, _p, _l in codes(clean)]
+    clean.write_manifest(world.base, base=world.pin_clean)  # not an ancestor of the fork commit
+    assert "MAN003" in [c for c, _p, _l in codes(clean)]
+
+
+# FIX through verify ----------------------------------------------------------------
+def test_fix_mutations_are_caught(clean, world):
+    lf = clean.root / "LOCAL_FIXES.md"
+    lf.write_text(local_fixes(world, closing=CLOSING[:-10] + "."))
+    assert "FIX013" in [c for c, _p, _l in codes(clean)]
+    lf.write_text(local_fixes(world, entry_files="`mlx/backend/rocm/device.h`"))
+    assert "FIX020" in [c for c, _p, _l in codes(clean)]
+    lf.write_text(local_fixes(world, extra="An upstreaming candidate.\n"))
+    assert "FIX014" in [c for c, _p, _l in codes(clean)]
+    lf.write_text(local_fixes(world, pin=world.pin_clean))
+    assert ("FIX004", "LOCAL_FIXES.md", 3) in codes(clean)
+
+
+def test_formats_and_filters(clean):
+    clean.write_series([])
+    runner = CliRunner()
+    out = runner.invoke(main, ["-C", str(clean.root), "verify", "--format", "json"])
+    assert out.exit_code == 1
+    data = json.loads(out.output)
+    assert {f["code"] for f in data["findings"]} >= {"SER002"}
+    gh = runner.invoke(main, ["-C", str(clean.root), "verify", "--format", "github"])
+    assert "::error file=patches-rocm/" in gh.output
+    junit = runner.invoke(main, ["-C", str(clean.root), "verify", "--format", "junit"])
+    import xml.etree.ElementTree as ET
+    root = ET.fromstring(junit.output)
+    assert int(root.get("failures")) >= 1
+    only = runner.invoke(main, ["-C", str(clean.root), "verify", "--only", "MAN"])
+    assert only.exit_code == 0
+    skipped = runner.invoke(main, ["-C", str(clean.root), "verify", "--skip", "SER002", "--skip", "FIX024",
+                                   "--skip", "FIX019"])
+    assert skipped.exit_code == 0, skipped.output
+
+
+def test_fix_new_and_list(clean):
+    runner = CliRunner()
+    out = runner.invoke(main, ["-C", str(clean.root), "fix", "new", "--section", "api", "--title",
+                               "Add the arena.", "--file", "mlx/backend/rocm/pinned.cu"])
+    assert out.exit_code == 0 and "added entry 2" in out.output
+    text = (clean.root / "LOCAL_FIXES.md").read_text()
+    assert "2. **Add the arena.**" in text and "`mlx/backend/rocm/pinned.cu`" in text
+    listed = runner.invoke(main, ["-C", str(clean.root), "fix", "list"])
+    assert f"patch: patches-rocm/{PATCH}" in listed.output and "(no patch)" in listed.output
