@@ -59,7 +59,8 @@ def test_list_repository_suites_without_gpu():
     data = json.loads(invoke("--suites", REPO / "patches-rocm" / "suites" / "suites.toml",
                              "list", "--format", "json").output)
     runs_here = {d["name"]: d["runs_here"] for d in data}
-    assert runs_here == {"rocblas_handle_concurrency": False, "hipblaslt_concurrency": False, "pinned_alias": True}
+    assert runs_here == {"rocblas_handle_concurrency": False, "hipblaslt_concurrency": False,
+                         "pinned_alias": False, "pinned_alias_cuda": False}
 
 
 def test_run_exit_codes(suites_file, tmp_path):
@@ -102,52 +103,20 @@ def test_run_junit_output_file(suites_file, tmp_path):
 
 
 def test_repository_suites_with_a_built_child_dir(tmp_path):
-    """The real suites.toml: the portable suite runs from --child-dir, the ROCm ones skip."""
+    """The real suites.toml on an NVIDIA host: the CUDA pinned suite runs from --child-dir, the ROCm ones skip."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     prog = bin_dir / "pinned_alias"
     prog.write_text("#!/bin/sh\necho 'overlay-suite: done'\n")
     prog.chmod(0o755)
-    r = invoke("--suites", REPO / "patches-rocm" / "suites" / "suites.toml", "run", "--runs", "2",
-               "--child-dir", bin_dir, "--results", tmp_path / "res", "--format", "json")
+    r = CliRunner().invoke(suite, ["--suites", str(REPO / "patches-rocm" / "suites" / "suites.toml"), "run",
+                                   "--runs", "2", "--child-dir", str(bin_dir), "--results", str(tmp_path / "res"),
+                                   "--format", "json"],
+                           env={"OVERLAY_SUITE_HARDWARE": "nvidia-gpu", "OVERLAY_BACKEND": "cuda"})
     assert r.exit_code == 0, r.output
     by_name = {s["suite"]: s for s in json.loads(r.output)["suites"]}
-    assert by_name["pinned_alias"]["status"] == "ran"
-    assert by_name["pinned_alias"]["summary"]["failed"] == 0
-    for name in ("hipblaslt_concurrency", "rocblas_handle_concurrency"):
+    assert by_name["pinned_alias_cuda"]["status"] == "ran"
+    assert by_name["pinned_alias_cuda"]["summary"]["failed"] == 0
+    for name in ("hipblaslt_concurrency", "rocblas_handle_concurrency", "pinned_alias"):
         assert by_name[name]["status"] == "skipped"
         assert by_name[name]["skip_reason"].startswith("needs amd-gpu")
-
-
-def test_ab_reports_reproduction_and_stores_json(suites_file, tmp_path):
-    res = tmp_path / "res"
-    without = " ".join(child("flaky.py", 0.7, "c"))
-    r = invoke("--suites", suites_file, "ab", "clean", "--without-child", without, "--runs", "10",
-               "--results", res)
-    assert r.exit_code == 0, r.output
-    assert "0 of 10" in r.output and "7 of 10" in r.output
-    assert "Fisher's exact test, two-sided: p = 0.003096" in r.output
-    assert "REPRODUCTION" in r.output
-    (ab_json,) = res.glob("clean/*-ab/ab.json")
-    stored = json.loads(ab_json.read_text())
-    assert stored["table"] == [[0, 10], [7, 3]] and round(stored["fisher_p"], 6) == 0.003096
-
-
-def test_ab_guard_not_reproduction(suites_file, tmp_path):
-    without = " ".join(child("flaky.py", 0.0, "x"))
-    r = invoke("--suites", suites_file, "ab", "clean", "--without-child", without, "--runs", "3",
-               "--results", tmp_path / "res", "--format", "markdown")
-    assert r.exit_code == 0
-    assert "guard, not a reproduction" in r.output
-    assert "| failed | 0 of 3 | 0 of 3 |" in r.output
-
-
-def test_ab_with_fix_failing_exits_one(suites_file, tmp_path):
-    without = " ".join(child("flaky.py", 0.7, "c"))
-    r = invoke("--suites", suites_file, "ab", "flaky", "--without-child", without, "--runs", "10",
-               "--results", tmp_path / "res", "--format", "json")
-    assert r.exit_code == 1
-    data = json.loads(r.output)
-    assert data["table"] == [[3, 7], [7, 3]]
-    assert [v["code"] for v in data["verdicts"]] == ["fix-fails"]
-    assert round(data["fisher_p"], 4) == 0.1789

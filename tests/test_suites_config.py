@@ -20,7 +20,11 @@ REPO = Path(__file__).resolve().parents[1]
 
 def test_repository_suites_file():
     suites = load_suites(str(REPO / "patches-rocm" / "suites" / "suites.toml"))
-    assert set(suites) == {"hipblaslt_concurrency", "rocblas_handle_concurrency", "pinned_alias"}
+    assert set(suites) == {"hipblaslt_concurrency", "rocblas_handle_concurrency", "pinned_alias",
+                           "pinned_alias_cuda"}
+    assert (suites["pinned_alias"].backend, suites["pinned_alias"].hardware) == ("rocm", "amd-gpu")
+    assert (suites["pinned_alias_cuda"].backend, suites["pinned_alias_cuda"].hardware) == ("cuda", "nvidia-gpu")
+    assert suites["pinned_alias_cuda"].child == ("pinned_alias",)
     hip = suites["hipblaslt_concurrency"]
     rb = suites["rocblas_handle_concurrency"]
     pinned = suites["pinned_alias"]
@@ -35,7 +39,7 @@ def test_repository_suites_file():
         assert expects[("stdout", "overlay-suite: done")] == "exactly 1"
     assert {(m.stream, m.text): m.expect for m in hip.markers}[("stderr", "[hipBLASLt caps] device")] == "exactly 1"
     assert not any(m.text.startswith("[hipBLASLt caps]") for m in rb.markers)
-    assert (pinned.backend, pinned.hardware) == ("any", "none")
+    assert (pinned.backend, pinned.hardware) == ("rocm", "amd-gpu")
     assert [(m.stream, m.text, m.expect) for m in pinned.markers] == [("stdout", "overlay-suite: done", "exactly 1")]
 
 
