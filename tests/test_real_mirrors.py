@@ -53,3 +53,74 @@ def test_real_tree_status_and_export(real_mirrors, tmp_path):
     second = runner.invoke(main, ["-C", str(ROOT), "export", str(dest)])
     assert ": 0 written, 0 removed" in second.output, second.output
     assert os.path.exists(dest / ".overlay-export.json")
+
+
+# Issue 3 acceptance: the project's own overlay verifies clean, and each mutation of a
+# scratch copy is caught with the right code.
+import re  # noqa: E402
+import shutil  # noqa: E402
+
+import pytest  # noqa: E402
+
+from overlay.checks import verify  # noqa: E402
+
+
+def _scratch_overlay(tmp_path) -> Path:
+    dest = tmp_path / "overlay"
+    shutil.copytree(ROOT / "patches-rocm", dest / "patches-rocm")
+    shutil.copy(ROOT / "LOCAL_FIXES.md", dest / "LOCAL_FIXES.md")
+    return dest
+
+
+def _codes(root: Path) -> set[str]:
+    return {f.code for f in verify(str(root), Store()).findings if f.severity == "error"}
+
+
+def test_real_overlay_verifies_clean(real_mirrors):
+    result = verify(str(ROOT), Store())
+    assert [f for f in result.findings if f.severity == "error"] == []
+
+
+def _edit(path: Path, old: str, new: str, count: int = 1) -> None:
+    text = path.read_text()
+    assert old in text, old
+    path.write_text(text.replace(old, new, count))
+
+
+@pytest.mark.parametrize("mutation, code", [
+    ("gap", "FIX007"),
+    ("unnamed-file", "FIX020"),
+    ("short-closing", "FIX013"),
+    ("upstream-mark", "FIX014"),
+    ("wrong-pin", "FIX004"),
+    ("marker-in-resolution", "LAY003"),
+    ("not-in-series", "SER002"),
+    ("refresh-drift", "SER011"),
+])
+def test_real_overlay_mutations_are_caught(real_mirrors, tmp_path, mutation, code):
+    root = _scratch_overlay(tmp_path)
+    assert _codes(root) == set()
+    lf = root / "LOCAL_FIXES.md"
+    manifest = load_manifest(str(root))
+    if mutation == "gap":
+        _edit(lf, "\n3. **", "\n4. **")
+    elif mutation == "unnamed-file":
+        _edit(lf, "`mlx/backend/rocm/gemms/hipblaslt_gemm.h`", "the header")
+    elif mutation == "short-closing":
+        _edit(lf, "not proposed there.", "not proposed.")
+    elif mutation == "upstream-mark":
+        _edit(lf, "\n2. **", "\n2. **Upstreaming candidate.** **")
+    elif mutation == "wrong-pin":
+        _edit(lf, f"({manifest.pin[:8]})", "(deadbeef)")
+    elif mutation == "marker-in-resolution":
+        res = root / "patches-rocm" / "resolved" / "mlx" / "backend" / "rocm" / "device.h"
+        res.parent.mkdir(parents=True)
+        res.write_text("<<<<<<< ours\n=======\n>>>>>>> theirs\n")
+    elif mutation == "not-in-series":
+        series = root / "patches-rocm" / "series"
+        series.write_text("".join(ln + "\n" for ln in series.read_text().split() if not ln.startswith("0003")))
+    elif mutation == "refresh-drift":
+        patch = next((root / "patches-rocm").glob("0002-*.patch"))
+        text = patch.read_text()
+        patch.write_text(re.sub(r"^(index [0-9a-f]{7})[0-9a-f]{33}", r"\1", text, count=1, flags=re.M))
+    assert code in _codes(root)
