@@ -148,20 +148,35 @@ class _Scratch:
         self._dir.cleanup()
 
 
-def compute_forked(store: Store, base: str, pin: str, fork: str, carry: Callable[[str], bool],
-                   resolutions: dict[str, bytes]) -> tuple[str, list[str], list[str], list[Conflict], list[str]]:
-    """Merge the carried fork delta onto the pin.
+@dataclasses.dataclass
+class ForkMerge:
+    """git's merge of the carried fork delta onto a pin, before any resolution.
+
+    Attributes:
+        tree: the merged tree (conflicted paths hold git's text with markers).
+        carried, dropped: fork-delta paths carried / not carried (sorted).
+        stages: conflicted path -> ``{stage: (mode, oid)}`` with stage 1 (merge
+            base), 2 (pin) and 3 (fork); a missing stage means that side deleted it.
+    """
+
+    tree: str
+    carried: list[str]
+    dropped: list[str]
+    stages: dict[str, dict[int, tuple[str, str]]]
+
+
+def merge_fork_delta(store: Store, base: str, pin: str, fork: str, carry: Callable[[str], bool]) -> ForkMerge:
+    """Merge ``base..fork`` (carried paths only) onto ``pin`` with ``git merge-tree``.
 
     Args:
         store: the git store holding all three commits.
         base, pin, fork: commit SHAs (fork merge base, MLX pin, fork commit).
         carry: predicate on paths (see :class:`overlay.paths.Carry`).
-        resolutions: path -> resolved content (``patches-rocm/resolved/``).
     Returns:
-        ``(forked_tree, carried_paths, dropped_paths, conflicts, stale_resolutions)``.
+        :class:`ForkMerge`.
     Raises:
-        LayerError: a conflicted path has no resolution (exit 1); the message
-        names every such path and its conflict hunks.
+        UnsafePath: a fork path is hostile.
+        LayerError: git merge-tree failed for another reason than conflicts.
     """
     scratch = _Scratch()
     try:
@@ -175,52 +190,74 @@ def compute_forked(store: Store, base: str, pin: str, fork: str, carry: Callable
                 continue
             carried.append(path)
             changes[path] = None if status == "D" else (new_mode, new_oid)
-        theirs = store.edit_tree(base_tree, changes, scratch.index()) if changes else base_tree
-        conflicts: list[Conflict] = []
         if not changes:
-            forked = pin_tree
-        elif pin_tree == base_tree:
-            forked = theirs
-        else:
-            c_base = store.commit_tree(base_tree, message="overlay: fork merge base")
-            c_pin = store.commit_tree(pin_tree, [c_base], message="overlay: pin")
-            c_fork = store.commit_tree(theirs, [c_base], message="overlay: carried fork delta")
-            proc = store.git("merge-tree", "--write-tree", "-z", "--name-only", "--no-messages",
-                             c_pin, c_fork, check=False)
-            if proc.returncode not in (0, 1):
-                raise LayerError(f"git merge-tree failed on the fork delta: {proc.stderr.decode().strip()}")
-            fields = zsplit(proc.stdout)
-            forked, conflicted = fields[0], sorted(set(fields[1:]))
-            fixes = {}
-            with store.cat_file() as cat:
-                for path in conflicted:
-                    check_path(path, what="conflicted path")
-                    if path in resolutions:
-                        fixes[path] = ("100644", store.hash_blob(resolutions[path]))
-                        conflicts.append(Conflict(path, [], resolved=True))
-                        continue
-                    hunks: list[tuple[int, int]] = []
-                    entry = store.git("ls-tree", "-z", forked, "--", path).stdout
-                    if entry:
-                        oid = entry.split(b"\t", 1)[0].split()[2].decode()
-                        hunks = conflict_hunks(cat.read(oid)[1])
-                    conflicts.append(Conflict(path, hunks))
-            unresolved = [c for c in conflicts if not c.resolved]
-            if unresolved:
-                raise LayerError(
-                    f"fork delta conflicts with the pin in {len(unresolved)} path(s) without a resolution: "
-                    + "; ".join(c.describe() for c in unresolved),
-                    hint="resolve with `overlay rebase`, or write patches-rocm/resolved/<path>")
-            for path in fixes:
-                mode_line = store.git("ls-tree", "-z", forked, "--", path).stdout
-                if mode_line:
-                    fixes[path] = (mode_line.split()[0].decode(), fixes[path][1])
-            forked = store.edit_tree(forked, fixes, scratch.index()) if fixes else forked
-        conflicted_paths = {c.path for c in conflicts}
-        stale = sorted(p for p in resolutions if p not in conflicted_paths)
-        return forked, carried, dropped, conflicts, stale
+            return ForkMerge(pin_tree, carried, dropped, {})
+        theirs = store.edit_tree(base_tree, changes, scratch.index())
+        if pin_tree == base_tree:
+            return ForkMerge(theirs, carried, dropped, {})
+        c_base = store.commit_tree(base_tree, message="overlay: fork merge base")
+        c_pin = store.commit_tree(pin_tree, [c_base], message="overlay: pin")
+        c_fork = store.commit_tree(theirs, [c_base], message="overlay: carried fork delta")
+        proc = store.git("merge-tree", "--write-tree", "-z", "--no-messages", c_pin, c_fork, check=False)
+        if proc.returncode not in (0, 1):
+            raise LayerError(f"git merge-tree failed on the fork delta: {first_error_line(proc.stderr)}")
+        fields = zsplit(proc.stdout)
+        stages: dict[str, dict[int, tuple[str, str]]] = {}
+        for rec in fields[1:]:
+            if not rec:
+                continue
+            meta, path = rec.split("\t", 1)
+            mode, oid, stage = meta.split()
+            check_path(path, what="conflicted path")
+            stages.setdefault(path, {})[int(stage)] = (mode, oid)
+        return ForkMerge(fields[0], carried, dropped, stages)
     finally:
         scratch.close()
+
+
+def compute_forked(store: Store, base: str, pin: str, fork: str, carry: Callable[[str], bool],
+                   resolutions: dict[str, bytes]) -> tuple[str, list[str], list[str], list[Conflict], list[str]]:
+    """Merge the carried fork delta onto the pin and apply the recorded resolutions.
+
+    Args:
+        store: the git store holding all three commits.
+        base, pin, fork: commit SHAs (fork merge base, MLX pin, fork commit).
+        carry: predicate on paths (see :class:`overlay.paths.Carry`).
+        resolutions: path -> resolved content (``patches-rocm/resolved/``).
+    Returns:
+        ``(forked_tree, carried_paths, dropped_paths, conflicts, stale_resolutions)``.
+    Raises:
+        LayerError: a conflicted path has no resolution (exit 1); the message
+        names every such path and its conflict hunks.
+    """
+    merge = merge_fork_delta(store, base, pin, fork, carry)
+    conflicts: list[Conflict] = []
+    fixes: dict[str, tuple[str, str] | None] = {}
+    with store.cat_file() as cat:
+        for path, stage in sorted(merge.stages.items()):
+            mode = (stage.get(2) or stage.get(3) or stage.get(1) or ("100644", ""))[0]
+            if path in resolutions:
+                fixes[path] = (mode, store.hash_blob(resolutions[path]))
+                conflicts.append(Conflict(path, [], resolved=True))
+                continue
+            hunks: list[tuple[int, int]] = []
+            entry = store.git("ls-tree", "-z", merge.tree, "--", path).stdout
+            if entry:
+                hunks = conflict_hunks(cat.read(entry.split(b"\t", 1)[0].split()[2].decode())[1])
+            conflicts.append(Conflict(path, hunks))
+    unresolved = [c for c in conflicts if not c.resolved]
+    if unresolved:
+        raise LayerError(
+            f"fork delta conflicts with the pin in {len(unresolved)} path(s) without a resolution: "
+            + "; ".join(c.describe() for c in unresolved),
+            hint="resolve with `overlay rebase`, or write patches-rocm/resolved/<path>")
+    scratch = _Scratch()
+    try:
+        forked = store.edit_tree(merge.tree, fixes, scratch.index()) if fixes else merge.tree
+    finally:
+        scratch.close()
+    stale = sorted(p for p in resolutions if p not in merge.stages)
+    return forked, merge.carried, merge.dropped, conflicts, stale
 
 
 class PatchApplyError(LayerError):
@@ -425,5 +462,5 @@ def compute_layers(store: Store, manifest: Manifest, root: str, *, pin: str | No
 
 
 __all__ = ["Carry", "Conflict", "EMPTY_TREE", "LAYERS", "Layers", "PatchApplyError", "PatchResult",
-           "apply_series", "compute_forked", "compute_layers", "conflict_hunks", "ensure_commits",
+           "ForkMerge", "apply_series", "compute_forked", "merge_fork_delta", "compute_layers", "conflict_hunks", "ensure_commits",
            "read_resolutions"]
