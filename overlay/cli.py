@@ -276,6 +276,125 @@ def fix_list_cmd(ctx: Context) -> None:
             click.echo(f"       file:  {f}")
 
 
+
+def _rebase_action(ctx: Context, action: str, fmt: str) -> None:
+    """Shared driver of ``rebase`` and ``sync`` for --continue/--skip/--abort/--status."""
+    from overlay.rebase import Rebase
+    from overlay.rebase_report import render
+
+    rb = Rebase(ctx.root, _store(ctx))
+    rb.load()
+    if action == "status":
+        st = rb.state
+        click.echo(f"{st['kind']} in progress: pin {st['old']['pin'][:12]} -> {st['new']['pin'][:12]}, "
+                   f"fork {st['old']['fork'][:12]} -> {st['new']['fork'][:12]}")
+        for path, entry in sorted(st["resolutions"].items()):
+            click.echo(f"  resolution {path}: {entry['status']}")
+        for entry in st["patches"]:
+            click.echo(f"  patch {entry['name']}: {entry['status']}")
+        stop = st.get("stop")
+        if stop:
+            what = stop.get("path") or stop.get("name")
+            click.echo(f"stopped at {stop['type']} {what}: edit the files under .overlay/rebase/work/, "
+                       "then --continue (or --skip a patch, or --abort)")
+        return
+    if action == "abort":
+        restored = rb.abort()
+        click.echo(f"aborted: {len(restored)} file(s) restored; the overlay is as it was before the run")
+        return
+    report = rb.skip() if action == "skip" else rb.continue_()
+    click.echo(render(report, fmt), nl=False)
+    click.echo("report written to .overlay/last-rebase.md")
+
+
+def _rebase_options(fn):
+    for opt in reversed([
+        click.option("--continue", "action", flag_value="continue", help="Take your edit and go on."),
+        click.option("--skip", "action", flag_value="skip", help="Drop the patch the run stopped on."),
+        click.option("--abort", "action", flag_value="abort", help="Restore every file as before the run."),
+        click.option("--status", "action", flag_value="status", help="Show where the run stands."),
+        click.option("--force", is_flag=True, help="Accept a fork or merge base that breaks ancestry."),
+        click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown"]), default="text",
+                     show_default=True, help="Report format at the end."),
+    ]):
+        fn = opt(fn)
+    return fn
+
+
+def _start_run(ctx: Context, kind: str, fmt: str, *, pin: str | None = None, fork: str | None = None,
+               merge_base: str | None = None, force: bool = False) -> None:
+    from overlay.manifest import load_manifest
+    from overlay.rebase import Bases, Rebase
+    from overlay.rebase_report import render
+
+    manifest = load_manifest(ctx.root)
+    store = _store(ctx)
+    for name, url in manifest.remote_urls().items():
+        store.set_remote(name, url)
+    old = Bases(manifest.pin, manifest.fork_commit, manifest.merge_base)
+    for sha, remotes in ((old.pin, ["upstream", "fork"]), (old.fork, ["fork"]), (old.merge_base, ["fork", "upstream"])):
+        store.ensure_commit(sha, remotes)
+    new_pin = store.resolve(pin, ["upstream"]) if pin else old.pin
+    new_fork = store.resolve(fork, ["fork"]) if fork else old.fork
+
+    def ancestor(a: str, b: str) -> bool:
+        return store.git("merge-base", "--is-ancestor", a, b, check=False).returncode == 0
+
+    if kind == "sync":
+        if merge_base:
+            new_base = store.resolve(merge_base, ["fork", "upstream"])
+        else:
+            new_base = store.out("merge-base", new_fork, new_pin)
+        if not force and not ancestor(old.fork, new_fork):
+            raise OverlayError(f"fork commit {new_fork[:12]} does not descend from {old.fork[:12]}",
+                               hint="pass --force if the fork was rewritten on purpose")
+    else:
+        new_base = old.merge_base
+    if not force and not ancestor(new_base, new_pin):
+        raise OverlayError(f"merge base {new_base[:12]} is not an ancestor of pin {new_pin[:12]}",
+                           hint="pass --force to accept it, or give --merge-base")
+    new = Bases(new_pin, new_fork, new_base)
+    if new == old:
+        click.echo(f"nothing to do: already on pin {old.pin[:12]} and fork {old.fork[:12]}")
+        return
+    rb = Rebase(ctx.root, store)
+    rb.start(kind, new, old)
+    report = rb.run()
+    click.echo(render(report, fmt), nl=False)
+    click.echo("report written to .overlay/last-rebase.md")
+
+
+@main.command("rebase")
+@click.option("--onto", "onto", metavar="SHA", default=None, help="The new MLX pin (SHA, tag or branch).")
+@_rebase_options
+@click.pass_obj
+@handle_errors
+def rebase_cmd(ctx: Context, onto: str | None, action: str | None, force: bool, fmt: str) -> None:
+    """Carry the fork delta and the series onto a new MLX pin."""
+    if action:
+        return _rebase_action(ctx, action, fmt)
+    if not onto:
+        raise OverlayError("give --onto SHA, or one of --continue, --skip, --abort, --status")
+    _start_run(ctx, "rebase", fmt, pin=onto, force=force)
+
+
+@main.command("sync")
+@click.option("--fork", "fork_ref", metavar="SHA", default=None, help="The new fork commit.")
+@click.option("--merge-base", "merge_base", metavar="SHA", default=None,
+              help="The fork's merge base (default: computed against the pin).")
+@_rebase_options
+@click.pass_obj
+@handle_errors
+def sync_cmd(ctx: Context, fork_ref: str | None, merge_base: str | None, action: str | None, force: bool,
+             fmt: str) -> None:
+    """Carry the overlay onto a newer fork commit."""
+    if action:
+        return _rebase_action(ctx, action, fmt)
+    if not fork_ref:
+        raise OverlayError("give --fork SHA, or one of --continue, --skip, --abort, --status")
+    _start_run(ctx, "sync", fmt, fork=fork_ref, merge_base=merge_base, force=force)
+
+
 from overlay.suites.cli import suite as _suite_group  # noqa: E402  (subcommand group)
 
 main.add_command(_suite_group)

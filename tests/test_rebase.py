@@ -1,0 +1,240 @@
+"""`overlay rebase` / `overlay sync` on real fixture repositories."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from gitfixtures import Overlay, build_world, lines, make_patch
+from overlay.cli import main
+from overlay.gitstore import Store
+from overlay.layers import compute_layers
+from overlay.manifest import load_manifest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def w(tmp_path):
+    """A private world (these tests add upstream and fork commits)."""
+    return build_world(tmp_path / "world")
+
+
+@pytest.fixture
+def ov(tmp_path, w):
+    o = Overlay(tmp_path / "overlay", w)
+    (o.root / "LOCAL_FIXES.md").write_text(
+        f"# Local changes relative to x/fork@{w.fork_commit[:8]}\n\n"
+        f"## Retarget onto the MLX pin ({w.base[:8]})\n\n## Fixes to the fork's kernels\n\n")
+    return o
+
+
+def cli(o, *args):
+    return CliRunner().invoke(main, ["-C", str(o.root), *args])
+
+
+def add_patch(o, name, edits, fix=1, subject="rocm: fix"):
+    store = Store()
+    layers = compute_layers(store, load_manifest(str(o.root)), str(o.root))
+    data, _ = make_patch(store, layers.patched, edits, fix=fix, subject=subject)
+    o.add_patch(name, data)
+    return data
+
+
+def overlay_hash(o) -> str:
+    h = hashlib.sha256()
+    for path in sorted(p for p in o.root.rglob("*") if p.is_file() and ".overlay" not in p.parts):
+        h.update(str(path.relative_to(o.root)).encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()
+
+
+def manifest_text(o) -> str:
+    return (o.root / "patches-rocm" / "overlay.toml").read_text()
+
+
+def test_clean_rebase_moves_the_pin_and_keeps_comments(ov, w):
+    patch = add_patch(ov, "0001-device.patch", {"mlx/backend/rocm/device.cpp": lines("device", change={9: "d9"})})
+    result = cli(ov, "rebase", "--onto", w.pin_clean)
+    assert result.exit_code == 0, result.output
+    text = manifest_text(ov)
+    assert f'pin = "{w.pin_clean}"   # the pin' in text and text.startswith("# test manifest")
+    assert (ov.root / "patches-rocm" / "0001-device.patch").read_bytes() == patch  # unchanged bytes
+    assert "patch 0001-device.patch: clean" in result.output
+    report = (ov.root / ".overlay" / "last-rebase.md").read_text()
+    assert f"`{w.pin_clean}`" in report and "| `0001-device.patch` | 1 | clean |" in report
+    assert "Range-diff" in report
+    assert f"({w.pin_clean[:8]})" in (ov.root / "LOCAL_FIXES.md").read_text()
+    assert not (ov.root / ".overlay" / "rebase").exists()
+    assert cli(ov, "tree").exit_code == 0
+
+
+def test_conflict_markers_continue_and_recorded_resolution(ov, w):
+    first = cli(ov, "rebase", "--onto", w.pin_conflict)
+    assert first.exit_code == 1 and "mlx/core.cpp: the fork delta conflicts" in first.output
+    work = ov.root / ".overlay" / "rebase" / "work" / "mlx" / "core.cpp"
+    text = work.read_text()
+    assert f"<<<<<<< pin {w.pin_conflict[:8]}" in text and f">>>>>>> fork {w.fork_commit[:8]}" in text
+    assert manifest_text(ov).count(w.base) == 2  # nothing written yet
+    still = cli(ov, "rebase", "--continue")
+    assert still.exit_code == 1 and "core.cpp:5: conflict marker left" in still.output
+    status = cli(ov, "rebase", "--status")
+    assert "stopped at resolution mlx/core.cpp" in status.output
+    resolved = lines("core", change={5: "core 5 upstream rewrite // rocm hook", 25: "core 25 upstream"})
+    work.write_text(resolved)
+    done = cli(ov, "rebase", "--continue")
+    assert done.exit_code == 0, done.output
+    assert (ov.root / "patches-rocm" / "resolved" / "mlx" / "core.cpp").read_text() == resolved
+    assert f'pin = "{w.pin_conflict}"' in manifest_text(ov)
+    assert "resolution mlx/core.cpp: resolved" in done.output
+
+    # Upstream moves on elsewhere in the file: the recorded resolution is carried 3-way.
+    newer = w.upstream.commit({"mlx/core.cpp": lines("core", change={5: "core 5 upstream rewrite",
+                                                                    25: "core 25 upstream", 29: "core 29 new"})},
+                              "upstream edits line 29")
+    again = cli(ov, "rebase", "--onto", newer)
+    assert again.exit_code == 0, again.output
+    assert "resolution mlx/core.cpp: carried" in again.output
+    carried = (ov.root / "patches-rocm" / "resolved" / "mlx" / "core.cpp").read_text()
+    assert "core 5 upstream rewrite // rocm hook" in carried and "core 29 new" in carried
+
+
+def test_rr_cache_reuses_a_recorded_resolution(ov, w):
+    assert cli(ov, "rebase", "--onto", w.pin_conflict).exit_code == 1
+    work = ov.root / ".overlay" / "rebase" / "work" / "mlx" / "core.cpp"
+    resolved = lines("core", change={5: "core 5 both", 25: "core 25 upstream"})
+    work.write_text(resolved)
+    assert cli(ov, "rebase", "--continue").exit_code == 0
+    back = cli(ov, "rebase", "--onto", w.base)  # back to the merge base: no conflict
+    assert back.exit_code == 0 and "resolution mlx/core.cpp: removed" in back.output
+    assert not (ov.root / "patches-rocm" / "resolved").exists()
+    again = cli(ov, "rebase", "--onto", w.pin_conflict)
+    assert again.exit_code == 0, again.output
+    assert "resolution mlx/core.cpp: reused" in again.output and "rr-cache" in again.output
+    assert (ov.root / "patches-rocm" / "resolved" / "mlx" / "core.cpp").read_text() == resolved
+
+
+def test_patch_conflict_skip_names_the_entry(ov, w):
+    add_patch(ov, "0001-ops.patch", {"mlx/ops.cpp": lines("ops", change={2: "ops 2 ours"})}, fix=7)
+    stop = cli(ov, "rebase", "--onto", w.pin_clean)
+    assert stop.exit_code == 1 and "patch 0001-ops.patch does not apply" in stop.output
+    assert "(LOCAL_FIXES entry 7)" in stop.output
+    work = (ov.root / ".overlay" / "rebase" / "work" / "mlx" / "ops.cpp").read_text()
+    assert "<<<<<<< new layer below" in work and ">>>>>>> patch 0001-ops.patch" in work
+    skipped = cli(ov, "rebase", "--skip")
+    assert skipped.exit_code == 0, skipped.output
+    assert "move or delete LOCAL_FIXES entry 7" in skipped.output
+    assert not (ov.root / "patches-rocm" / "0001-ops.patch").exists()
+    assert (ov.root / "patches-rocm" / "series").read_text() == ""
+
+
+def test_patch_conflict_continue_refreshes_the_patch(ov, w):
+    add_patch(ov, "0001-ops.patch", {"mlx/ops.cpp": lines("ops", change={2: "ops 2 ours"})})
+    assert cli(ov, "rebase", "--onto", w.pin_clean).exit_code == 1
+    work = ov.root / ".overlay" / "rebase" / "work" / "mlx" / "ops.cpp"
+    work.write_text(lines("ops", change={2: "ops 2 upstream and ours"}))
+    done = cli(ov, "rebase", "--continue")
+    assert done.exit_code == 0, done.output
+    patch = (ov.root / "patches-rocm" / "0001-ops.patch").read_text()
+    assert "-ops 2 upstream\n+ops 2 upstream and ours" in patch
+    assert cli(ov, "verify", "--only", "SER").exit_code == 0
+
+
+def test_abort_restores_byte_for_byte(ov, w):
+    add_patch(ov, "0001-ops.patch", {"mlx/ops.cpp": lines("ops", change={2: "ops 2 ours"})})
+    ov.add_resolution("mlx/backend/rocm/device.h", "stale\n")
+    before = overlay_hash(ov)
+    assert cli(ov, "rebase", "--onto", w.pin_clean).exit_code == 1
+    aborted = cli(ov, "rebase", "--abort")
+    assert aborted.exit_code == 0 and "as it was before the run" in aborted.output
+    assert overlay_hash(ov) == before
+    assert cli(ov, "rebase", "--status").exit_code == 2
+
+
+def _run_killed(o, *args, kill_at):
+    env = dict(os.environ, OVERLAY_TEST_KILL_AT=kill_at, PYTHONPATH=str(ROOT))
+    return subprocess.run([sys.executable, "-m", "overlay.cli", "-C", str(o.root), *args], env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+@pytest.mark.parametrize("finish", ["--continue", "--abort"])
+def test_sigkill_mid_commit_then_continue_or_abort(ov, w, finish):
+    add_patch(ov, "0001-device.patch", {"mlx/backend/rocm/device.cpp": lines("device", change={9: "d9"})})
+    before = overlay_hash(ov)
+    proc = _run_killed(ov, "rebase", "--onto", w.pin_clean, kill_at="commit")
+    assert proc.returncode == -9
+    assert f'pin = "{w.pin_clean}"' in manifest_text(ov)  # killed after the manifest was written
+    result = cli(ov, "rebase", finish)
+    assert result.exit_code == 0, result.output
+    if finish == "--abort":
+        assert overlay_hash(ov) == before
+    else:
+        assert f'pin = "{w.pin_clean}"' in manifest_text(ov)
+        assert cli(ov, "tree").exit_code == 0
+
+
+def test_sigkill_between_patches_then_continue(ov, w):
+    add_patch(ov, "0001-a.patch", {"mlx/backend/rocm/device.cpp": lines("device", change={9: "d9"})})
+    add_patch(ov, "0002-b.patch", {"mlx/backend/rocm/device.cpp": lines("device", change={9: "d9", 20: "d20"})},
+              fix=2)
+    proc = _run_killed(ov, "rebase", "--onto", w.pin_clean, kill_at="patch")
+    assert proc.returncode == -9
+    assert "pending" in cli(ov, "rebase", "--status").output
+    done = cli(ov, "rebase", "--continue")
+    assert done.exit_code == 0, done.output
+    assert "0001-a.patch: clean" in done.output and "0002-b.patch: clean" in done.output
+
+
+def test_patch_already_upstream_is_dropped_and_named(ov, w):
+    edits = {"mlx/ops.cpp": lines("ops", change={12: "ops 12 fixed"})}
+    add_patch(ov, "0001-ops.patch", edits, fix=4)
+    from gitfixtures import git
+    git(w.upstream.path, "checkout", "-q", "-b", "release", w.pin_clean)
+    picked = w.upstream.commit({"mlx/ops.cpp": lines("ops", change={2: "ops 2 upstream", 12: "ops 12 fixed"})},
+                               "cherry-pick of the fix")
+    done = cli(ov, "rebase", "--onto", picked)
+    assert done.exit_code == 0, done.output
+    assert "patch 0001-ops.patch: upstream" in done.output
+    assert not (ov.root / "patches-rocm" / "0001-ops.patch").exists()
+    report = (ov.root / ".overlay" / "last-rebase.md").read_text()
+    assert "| `0001-ops.patch` | 4 | upstream |" in report
+
+
+def test_sync_to_a_fork_that_deletes_a_patched_file(ov, w):
+    add_patch(ov, "0001-h.patch", {"mlx/backend/rocm/device.h": "#pragma once\n// patched\n"})
+    new_fork = w.fork.commit({"mlx/backend/rocm/device.h": None}, "fork drops device.h")
+    stop = cli(ov, "sync", "--fork", new_fork)
+    assert stop.exit_code == 1 and "patch 0001-h.patch does not apply" in stop.output
+    assert "device.h (gone from the new layer)" in stop.output
+    work = ov.root / ".overlay" / "rebase" / "work" / "mlx" / "backend" / "rocm" / "device.h"
+    assert work.read_text() == "#pragma once\n// patched\n"  # what the patch wanted
+    work.unlink()  # accept the fork's deletion: the patch becomes empty
+    done = cli(ov, "sync", "--continue")
+    assert done.exit_code == 0, done.output
+    assert "0001-h.patch: upstream" in done.output
+    assert f'commit = "{new_fork}"' in manifest_text(ov)
+    assert f"@{new_fork[:8]}" in (ov.root / "LOCAL_FIXES.md").read_text()
+
+
+def test_sync_to_a_fork_that_adds_the_file_a_patch_creates(ov, w):
+    add_patch(ov, "0001-new.patch", {"mlx/backend/rocm/extra.cpp": "int extra() { return 1; }\n"})
+    same = w.fork.commit({"mlx/backend/rocm/extra.cpp": "int extra() { return 1; }\n"}, "fork adds extra.cpp")
+    done = cli(ov, "sync", "--fork", same)
+    assert done.exit_code == 0, done.output
+    assert "0001-new.patch: upstream" in done.output
+
+
+def test_sync_refuses_a_fork_that_does_not_descend(ov, w):
+    result = cli(ov, "sync", "--fork", w.base)
+    assert result.exit_code == 2 and "does not descend from" in result.output
+    assert cli(ov, "rebase", "--onto", "--evil").exit_code == 2
+
+
+def test_nothing_to_do(ov, w):
+    result = cli(ov, "rebase", "--onto", w.base)
+    assert result.exit_code == 0 and "nothing to do" in result.output
