@@ -161,7 +161,7 @@ def _resolution_findings(root: str, manifest: Manifest) -> tuple[list[Finding], 
 
 
 def _repo_paths(root: str) -> list[str]:
-    proc = subprocess.run(["git", "ls-files", "-z"], cwd=root, stdout=subprocess.PIPE,
+    proc = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=root, stdout=subprocess.PIPE,
                           stderr=subprocess.DEVNULL, check=False)
     if proc.returncode == 0 and proc.stdout:
         return [p for p in proc.stdout.decode("utf-8", "replace").split("\0") if p]
