@@ -85,13 +85,19 @@ def git_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+_WHICH: dict[str, str | None] = {}
+
+
 def git_executable() -> str:
-    """Path of ``git`` on PATH.
+    """Path of ``git`` on PATH (looked up once per PATH value).
 
     Raises:
         GitError: git is not installed (exit 2).
     """
-    path = shutil.which("git")
+    key = os.environ.get("PATH", "")
+    if key not in _WHICH:
+        _WHICH[key] = shutil.which("git")
+    path = _WHICH[key]
     if path is None:
         raise GitError("git not found on PATH", hint="install git 2.38 or newer")
     return path

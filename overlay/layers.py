@@ -17,12 +17,15 @@ fixed identity and date. git does all merging and applying.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import os
 import re
 import tempfile
 from typing import Callable, Sequence
 
 from overlay.errors import LayerError
+from overlay.fsutil import atomic_write
 from overlay.gitstore import EMPTY_TREE, Store, first_error_line, zsplit
 from overlay.manifest import Manifest
 from overlay.paths import Carry, check_path
@@ -133,19 +136,41 @@ def read_resolutions(root: str) -> dict[str, bytes]:
     return out
 
 
+_SCRATCH_DIR: list[str] = []
+
+
+def _scratch_dir() -> str:
+    """One private temporary directory per process for index files (removed at exit)."""
+    if not _SCRATCH_DIR:
+        import atexit
+        import shutil
+        path = tempfile.mkdtemp(prefix="overlay-idx-")
+        atexit.register(shutil.rmtree, path, True)
+        _SCRATCH_DIR.append(path)
+    return _SCRATCH_DIR[0]
+
+
 class _Scratch:
-    """A temporary directory for index files, removed on exit."""
+    """Names for temporary index files; :meth:`close` removes the ones it handed out."""
+
+    _counter = 0
 
     def __init__(self) -> None:
-        self._dir = tempfile.TemporaryDirectory(prefix="overlay-idx-")
-        self._n = 0
+        self._paths: list[str] = []
 
     def index(self) -> str:
-        self._n += 1
-        return os.path.join(self._dir.name, f"index{self._n}")
+        _Scratch._counter += 1
+        path = os.path.join(_scratch_dir(), f"index{_Scratch._counter}")
+        self._paths.append(path)
+        return path
 
     def close(self) -> None:
-        self._dir.cleanup()
+        for path in self._paths:
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+        self._paths.clear()
 
 
 @dataclasses.dataclass
@@ -451,14 +476,79 @@ def compute_layers(store: Store, manifest: Manifest, root: str, *, pin: str | No
         GitError, OfflineMiss, PatchFormatError, UnsafePath: bad input (exit 2).
     """
     with store.lock():
-        pin, fork, merge_base = ensure_commits(store, manifest, pin=pin, fork=fork, merge_base=merge_base)
         series = list(load_series(root) if patches is None else patches)
+        resolutions = read_resolutions(root)
+        pin = pin or manifest.pin
+        fork = fork or manifest.fork_commit
+        merge_base = merge_base or manifest.merge_base
+        key = _cache_key(manifest, pin, fork, merge_base, resolutions, series)
+        cached = _cache_read(store, key, series, stepwise)
+        if cached is not None:
+            for name, url in manifest.remote_urls().items():
+                store.set_remote(name, url)
+            return cached
+        pin, fork, merge_base = ensure_commits(store, manifest, pin=pin, fork=fork, merge_base=merge_base)
         forked, carried, dropped, conflicts, stale = compute_forked(
-            store, merge_base, pin, fork, manifest.carry, read_resolutions(root))
+            store, merge_base, pin, fork, manifest.carry, resolutions)
         patched, results = apply_series(store, forked, series, stepwise=stepwise)
-    return Layers(pin=store.tree_of(pin), forked=forked, patched=patched,
-                  carried_changes=carried, dropped_changes=dropped, conflicts=conflicts,
-                  stale_resolutions=stale, patches=results)
+        layers = Layers(pin=store.tree_of(pin), forked=forked, patched=patched,
+                        carried_changes=carried, dropped_changes=dropped, conflicts=conflicts,
+                        stale_resolutions=stale, patches=results)
+        _cache_write(store, key, layers, stepwise)
+    return layers
+
+
+#: Bump when the layer algorithm changes what a tree would be for the same inputs.
+LAYER_CACHE_VERSION = 1
+
+
+def _cache_key(manifest: Manifest, pin: str, fork: str, merge_base: str, resolutions: dict[str, bytes],
+               series: Sequence[Patch]) -> str:
+    """sha256 over everything a layer depends on: commits, carry globs, resolutions, patch bytes."""
+    h = hashlib.sha256(json.dumps([LAYER_CACHE_VERSION, pin, fork, merge_base, manifest.include,
+                                   manifest.exclude]).encode())
+    for path, data in sorted(resolutions.items()):
+        h.update(b"R" + path.encode() + b"\0" + hashlib.sha256(data).digest())
+    for patch in series:
+        h.update(b"P" + patch.name.encode() + b"\0" + hashlib.sha256(patch.data).digest())
+    return h.hexdigest()
+
+
+def _cache_path(store: Store, key: str) -> str:
+    return os.path.join(store.git_dir, "overlay-layers", key[:2], key[2:] + ".json")
+
+
+def _cache_read(store: Store, key: str, series: Sequence[Patch], stepwise: bool) -> Layers | None:
+    """The cached layers for ``key``, or ``None`` (absent, unreadable, or its trees pruned)."""
+    try:
+        with open(_cache_path(store, key), encoding="utf-8") as fh:
+            rec = json.load(fh)
+    except (OSError, ValueError):
+        return None
+    if (stepwise and not rec.get("stepwise")) or len(rec.get("patches", [])) != len(series):
+        return None
+    if not store.has_object(rec["patched"], "tree"):
+        return None
+    return Layers(pin=rec["pin"], forked=rec["forked"], patched=rec["patched"],
+                  carried_changes=rec["carried"], dropped_changes=rec["dropped"],
+                  conflicts=[Conflict(c[0], [tuple(h) for h in c[1]], c[2]) for c in rec["conflicts"]],
+                  stale_resolutions=rec["stale"],
+                  patches=[PatchResult(p, r["state"], [tuple(o) for o in r["offsets"]], r["tree"])
+                           for p, r in zip(series, rec["patches"])])
+
+
+def _cache_write(store: Store, key: str, layers: Layers, stepwise: bool) -> None:
+    rec = {"pin": layers.pin, "forked": layers.forked, "patched": layers.patched,
+           "carried": layers.carried_changes, "dropped": layers.dropped_changes,
+           "conflicts": [[c.path, c.hunks, c.resolved] for c in layers.conflicts],
+           "stale": layers.stale_resolutions, "stepwise": stepwise,
+           "patches": [{"state": r.state, "offsets": r.offsets, "tree": r.tree} for r in layers.patches]}
+    path = _cache_path(store, key)
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        atomic_write(path, json.dumps(rec).encode(), durable=False)
+    except OSError:
+        pass  # a cache that cannot be written only costs time
 
 
 __all__ = ["Carry", "Conflict", "EMPTY_TREE", "LAYERS", "Layers", "PatchApplyError", "PatchResult",

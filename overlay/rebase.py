@@ -41,11 +41,11 @@ from overlay import fixes
 from overlay.errors import EXIT_FINDINGS, GitError, OverlayError
 from overlay.fsutil import atomic_write
 from overlay.gitstore import Store
-from overlay.layers import _Scratch, merge_fork_delta, read_resolutions
+from overlay.layers import _OFFSET_RE, _Scratch, merge_fork_delta, read_resolutions
 from overlay.manifest import MANIFEST_PATH, Manifest, load_manifest
 from overlay.patchfmt import DEFAULT_AUTHOR, format_patch, tree_diff
 from overlay.refresh import trailer_pairs
-from overlay.series import PATCH_DIR, SERIES_PATH, Patch, load_series, parse_patch
+from overlay.series import PATCH_DIR, SERIES_PATH, Patch, parse_patch, read_series
 
 STATE_DIR = os.path.join(".overlay", "rebase")
 RR_CACHE = os.path.join(".overlay", "rr-cache")
@@ -102,6 +102,7 @@ class Rebase:
         self.dir = os.path.join(self.root, STATE_DIR)
         self.work = os.path.join(self.dir, "work")
         self.state: dict[str, Any] = {}
+        self._cat: Any = None
 
     # -- state ----------------------------------------------------------------------
     @property
@@ -123,8 +124,10 @@ class Rebase:
     def save(self) -> None:
         """Write the state atomically."""
         os.makedirs(self.dir, exist_ok=True)
+        # Rename-atomic, not fsynced: a killed process leaves the old or the new state,
+        # never a torn one; a power loss may cost the last step, which is redone.
         atomic_write(os.path.join(self.dir, "state.json"),
-                     json.dumps(self.state, indent=1, sort_keys=True).encode())
+                     json.dumps(self.state, indent=1, sort_keys=True).encode(), durable=False)
 
     # -- start ----------------------------------------------------------------------
     def start(self, kind: str, new: Bases, old: Bases) -> None:
@@ -164,7 +167,15 @@ class Rebase:
 
     # -- helpers ----------------------------------------------------------------------
     def _blob(self, oid: str) -> bytes:
-        return self.store.git("cat-file", "blob", oid).stdout
+        if self._cat is None:
+            self._cat = self.store.cat_file()
+        return self._cat.read(oid)[1]
+
+    def close(self) -> None:
+        """Stop the persistent blob reader."""
+        if self._cat is not None:
+            self._cat.close()
+            self._cat = None
 
     def _merge_file(self, ours: bytes, base: bytes, theirs: bytes, labels: tuple[str, str, str]) -> tuple[bytes, bool]:
         """``git merge-file -p`` on three texts; returns ``(result, clean)``."""
@@ -241,13 +252,16 @@ class Rebase:
         manifest = self._manifest()
         new = Bases(**self.state["new"])
         old = Bases(**self.state["old"])
-        if not self.state["committing"]:
-            if self.state["forked"] is None:
-                self._settle_fork_delta(manifest, old, new)
-            self._apply_patches()
-            self.state["committing"] = True
-            self.save()
-        return self._commit(manifest, old, new)
+        try:
+            if not self.state["committing"]:
+                if self.state["forked"] is None:
+                    self._settle_fork_delta(manifest, old, new)
+                self._apply_patches()
+                self.state["committing"] = True
+                self.save()
+            return self._commit(manifest, old, new)
+        finally:
+            self.close()
 
     def _settle_fork_delta(self, manifest: Manifest, old: Bases, new: Bases) -> None:
         store = self.store
@@ -305,7 +319,7 @@ class Rebase:
         self.state["forked"] = forked
         self.state["stale"] = sorted(p for p in old_res if p not in merge.stages)
         self.state["merge_stats"] = {"carried": len(merge.carried), "conflicts": len(merge.stages)}
-        self.state["patches"] = [{"name": p.name, "status": "pending"} for p in load_series(self.root)]
+        self.state["patches"] = [{"name": name, "status": "pending"} for name, _line in read_series(self.root)]
         self.save()
 
     def _current_tree(self) -> str:
@@ -318,31 +332,41 @@ class Rebase:
         return tree
 
     def _backup_patch(self, name: str) -> Patch:
-        path = os.path.join(self.dir, "backup", PATCH_DIR, name)
-        with open(path, "rb") as fh:
-            return parse_patch(fh.read(), name, path)
+        """The patch as it was when the run started (parsed once per process)."""
+        cache = self.__dict__.setdefault("_patches", {})
+        if name not in cache:
+            path = os.path.join(self.dir, "backup", PATCH_DIR, name)
+            with open(path, "rb") as fh:
+                cache[name] = parse_patch(fh.read(), name, path)
+        return cache[name]
 
     def _apply_patches(self) -> None:
         store = self.store
-        for entry in self.state["patches"]:
-            if entry["status"] != "pending":
-                continue
-            patch = self._backup_patch(entry["name"])
-            tree = self._current_tree()
-            scratch = _Scratch()
-            try:
-                index = scratch.index()
-                env = {"GIT_INDEX_FILE": index}
-                store.git("read-tree", tree, env=env)
-                rev = store.git("apply", "--cached", "--check", "--reverse", patch.path, env=env, check=False)
-                if rev.returncode == 0:
-                    entry.update(status="upstream", note="its reverse applies cleanly: the change is already there")
-                    self.save()
-                    _checkpoint("patch")
+        scratch = _Scratch()
+        index = scratch.index()
+        env = {"GIT_INDEX_FILE": index}
+        holds = None  # the tree the scratch index holds, when known
+        try:
+            for entry in self.state["patches"]:
+                if entry["status"] != "pending":
                     continue
-                proc = store.git("apply", "--cached", patch.path, env=env, check=False)
+                patch = self._backup_patch(entry["name"])
+                tree = self._current_tree()
+                if holds != tree:
+                    store.git("read-tree", tree, env=env)
+                holds = None
+                proc = store.git("apply", "--cached", "-v", patch.path, env=env, check=False)
                 status = "clean"
                 if proc.returncode != 0:
+                    # Already upstream? Then its reverse applies to the new layer.
+                    rev = store.git("apply", "--cached", "--check", "--reverse", patch.path, env=env, check=False)
+                    if rev.returncode == 0:
+                        entry.update(status="upstream",
+                                     note="its reverse applies cleanly: the change is already there")
+                        holds = tree
+                        self.save()
+                        _checkpoint("patch")
+                        continue
                     store.git("read-tree", tree, env=env)
                     proc = store.git("apply", "--cached", "--3way", patch.path, env=env, check=False)
                     unmerged = store.git("ls-files", "-u", "-z", env=env).stdout
@@ -350,16 +374,20 @@ class Rebase:
                         self._stop_on_patch(patch, tree, index)
                     status = "merged"
                 new_tree = store.out("write-tree", env=env)
-            finally:
-                scratch.close()
-            if new_tree == tree:
-                entry.update(status="upstream", note="it becomes empty on the new base")
-            else:
-                data = self._refresh(patch, tree, new_tree)
-                entry.update(status=status, tree=new_tree, blob=store.hash_blob(data),
-                             changed=data != patch.data)
-            self.save()
-            _checkpoint("patch")
+                holds = new_tree
+                if new_tree == tree:
+                    entry.update(status="upstream", note="it becomes empty on the new base")
+                elif status == "clean" and not _OFFSET_RE.search(proc.stderr.decode("utf-8", "replace")):
+                    # Exact, no offset: the recorded bytes stay (a byte-stable patch refreshes to itself).
+                    entry.update(status=status, tree=new_tree, blob=None, changed=False)
+                else:
+                    data = self._refresh(patch, tree, new_tree)
+                    entry.update(status=status, tree=new_tree, blob=store.hash_blob(data),
+                                 changed=data != patch.data)
+                self.save()
+                _checkpoint("patch")
+        finally:
+            scratch.close()
 
     def _refresh(self, patch: Patch, before: str, after: str) -> bytes:
         return format_patch(patch.subject, patch.description, trailer_pairs(patch),
@@ -574,6 +602,8 @@ class Rebase:
                     os.unlink(full)
                 continue
             kept.append(entry["name"])
+            if entry.get("blob") is None:
+                continue  # applied exactly: the file keeps its bytes
             data = self._blob(entry["blob"])
             if not os.path.isfile(full) or open(full, "rb").read() != data:
                 atomic_write(full, data)
