@@ -395,6 +395,51 @@ def sync_cmd(ctx: Context, fork_ref: str | None, merge_base: str | None, action:
     _start_run(ctx, "sync", fmt, fork=fork_ref, merge_base=merge_base, force=force)
 
 
+
+@main.command("drift")
+@click.option("--log", "log_path", type=click.Path(dir_okay=False, exists=True), required=True,
+              help="Compiler and linker output to read (e.g. build/rocm/build.log).")
+@click.option("--from", "old_ref", metavar="REF", default=None,
+              help="The pin before the bump (default: the 'before' pin of .overlay/last-rebase.json).")
+@click.option("--strip", "strip", multiple=True, metavar="DIR",
+              help="Directory prefix to remove from paths (default: build/*/src under the root).")
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown"]), default="text",
+              show_default=True)
+@click.pass_obj
+@handle_errors
+def drift_cmd(ctx: Context, log_path: str, old_ref: str | None, strip: tuple[str, ...], fmt: str) -> None:
+    """Attribute every compile error and undefined symbol to the upstream commit behind it."""
+    import glob
+    import json
+
+    from overlay.drift import attribute, parse_log, render_markdown, render_text
+    from overlay.manifest import load_manifest
+
+    manifest = load_manifest(ctx.root)
+    store = _store(ctx)
+    for name, url in manifest.remote_urls().items():
+        store.set_remote(name, url)
+    if old_ref is None:
+        try:
+            with open(os.path.join(ctx.root, ".overlay", "last-rebase.json"), encoding="utf-8") as fh:
+                old_ref = json.load(fh)["pins"]["before"]["pin"]
+        except (OSError, ValueError, KeyError):
+            raise OverlayError("no --from given and no .overlay/last-rebase.json to take the old pin from") from None
+    old = store.resolve(old_ref, ["upstream"])
+    store.ensure_commit(manifest.pin, ["upstream", "fork"])
+    prefixes = list(strip) or [os.path.abspath(p) for p in glob.glob(os.path.join(ctx.root, "build", "*", "src"))]
+    with open(log_path, encoding="utf-8", errors="replace") as fh:
+        diags = parse_log(fh.read(), strip_prefixes=prefixes)
+    items = attribute(store, old, manifest.pin, diags)
+    if fmt == "json":
+        click.echo(json.dumps([i.as_dict() for i in items], indent=2))
+    elif fmt == "markdown":
+        click.echo(render_markdown(items), nl=False)
+    else:
+        click.echo(render_text(items), nl=False)
+    sys.exit(1 if items else 0)
+
+
 from overlay.suites.cli import suite as _suite_group  # noqa: E402  (subcommand group)
 
 main.add_command(_suite_group)
