@@ -440,6 +440,28 @@ def drift_cmd(ctx: Context, log_path: str, old_ref: str | None, strip: tuple[str
     sys.exit(1 if items else 0)
 
 
+
+@main.command("doctor")
+@click.option("--no-network", is_flag=True, help="Do not probe the remotes.")
+@click.pass_obj
+@handle_errors
+def doctor_cmd(ctx: Context, no_network: bool) -> None:
+    """Report git, the git store, remotes, CMake, the ROCm toolchain and the GPUs."""
+    from overlay.doctor import run_checks
+
+    from overlay.errors import GitError
+
+    try:
+        store = _store(ctx)
+    except GitError:
+        store = None  # reported by the git line
+    checks = run_checks(ctx.root, store, network=not (no_network or ctx.offline))
+    width = max(len(c.name) for c in checks)
+    for c in checks:
+        click.echo(f"{c.status:<4}  {c.name:<{width}}  {c.detail}")
+    sys.exit(1 if any(c.status == "fail" for c in checks) else 0)
+
+
 from overlay.suites.cli import suite as _suite_group  # noqa: E402  (subcommand group)
 
 main.add_command(_suite_group)

@@ -1,0 +1,119 @@
+"""``overlay doctor``: what this machine can do for the overlay, one line per item.
+
+Checks: git (2.38+ for ``merge-tree --write-tree``), the git store and whether it
+holds the manifest's commits, the remotes (reachable with ``git ls-remote``),
+CMake and Ninja, a ROCm toolchain (``hipcc`` on PATH or under ``$ROCM_PATH``, or a
+chroot made by ``tools/rocm-toolchain.sh``) with its version, and the GPUs visible
+(AMD through ``/dev/kfd``, NVIDIA through ``nvidia-smi``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import shutil
+import subprocess
+
+from overlay.gitstore import Store, git_env
+from overlay.manifest import load_manifest
+
+#: Oldest git whose ``merge-tree --write-tree`` the layer engine uses (git 2.38).
+MIN_GIT = (2, 38)
+
+
+@dataclasses.dataclass
+class Check:
+    """One line of the report: ``status`` is ``ok``, ``warn`` or ``fail``."""
+
+    name: str
+    status: str
+    detail: str
+
+
+def _out(argv: list[str], timeout: float = 10.0) -> str | None:
+    try:
+        proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout,
+                              env=git_env() if argv[0] == "git" else None)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return proc.stdout.decode("utf-8", "replace").strip() if proc.returncode == 0 else None
+
+
+def default_toolchain_root() -> str:
+    """Where ``tools/rocm-toolchain.sh`` provisions by default."""
+    return os.environ.get("OVERLAY_TOOLCHAIN_DIR") or os.path.join(
+        os.path.expanduser("~"), ".cache", "overlay", "rocm-toolchain")
+
+
+def rocm_toolchain() -> tuple[str | None, str]:
+    """The ROCm toolchain overlay would use: ``("system", version)``, ``(root, version)`` or ``(None, why)``."""
+    rocm_path = os.environ.get("ROCM_PATH", "/opt/rocm")
+    hipcc = shutil.which("hipcc") or (os.path.join(rocm_path, "bin", "hipcc")
+                                      if os.path.exists(os.path.join(rocm_path, "bin", "hipcc")) else None)
+    if hipcc:
+        version = _out([hipcc, "--version"]) or ""
+        m = re.search(r"HIP version: (\S+)", version)
+        return "system", f"{hipcc} (HIP {m.group(1) if m else 'unknown'})"
+    root = default_toolchain_root()
+    if os.path.isfile(os.path.join(root, "READY")):
+        versions = os.path.join(root, "versions.txt")
+        hip = ""
+        if os.path.isfile(versions):
+            with open(versions, encoding="utf-8", errors="replace") as fh:
+                for line in fh:
+                    if line.startswith("hipcc"):
+                        hip = line.split()[-1]
+        return root, f"chroot toolchain at {root} (hipcc {hip or 'unknown'})"
+    return None, "no hipcc on PATH or under $ROCM_PATH, and no toolchain made by tools/rocm-toolchain.sh"
+
+
+def run_checks(root: str, store: Store | None, *, network: bool = True) -> list[Check]:
+    """Every check, in report order.
+
+    Args:
+        root: overlay repository.
+        store: git store (nothing is fetched), or ``None`` when it could not be opened.
+        network: probe the remotes with ``git ls-remote`` (10 s each).
+    Returns:
+        The checks.
+    """
+    checks: list[Check] = []
+    version = _out(["git", "--version"])
+    if version is None:
+        checks.append(Check("git", "fail", "git not found on PATH"))
+    else:
+        nums = tuple(int(x) for x in re.findall(r"\d+", version)[:2])
+        checks.append(Check("git", "ok" if nums >= MIN_GIT else "fail",
+                            version + ("" if nums >= MIN_GIT else f" (need {MIN_GIT[0]}.{MIN_GIT[1]}+)")))
+    try:
+        manifest = load_manifest(root)
+    except Exception as exc:  # noqa: BLE001 - reported, not raised
+        checks.append(Check("manifest", "fail", getattr(exc, "message", str(exc))))
+        manifest = None
+    checks.append(Check("git store", "ok" if store else "fail", store.git_dir if store else "cannot be opened"))
+    if manifest is not None and store is not None:
+        missing = [label for label, sha in (("pin", manifest.pin), ("fork commit", manifest.fork_commit),
+                                            ("merge base", manifest.merge_base)) if not store.has_object(sha)]
+        checks.append(Check("pinned objects", "ok" if not missing else "warn",
+                            "all in the store" if not missing else
+                            f"missing {', '.join(missing)} (fetched on the next online command)"))
+        for name, url in manifest.remote_urls().items():
+            if not network:
+                checks.append(Check(f"remote {name}", "ok", f"{url} (not probed)"))
+                continue
+            reachable = _out(["git", "ls-remote", "--heads", url], timeout=10.0) is not None
+            checks.append(Check(f"remote {name}", "ok" if reachable else "warn",
+                                f"{url} ({'reachable' if reachable else 'not reachable'})"))
+    for tool in ("cmake", "ninja"):
+        out = _out([tool, "--version"])
+        checks.append(Check(tool, "ok" if out else "warn", out.splitlines()[0] if out else f"{tool} not found"))
+    which, detail = rocm_toolchain()
+    checks.append(Check("ROCm toolchain", "ok" if which else "warn", detail))
+    from overlay.suites.runner import detect_platform
+    platform = detect_platform()
+    for hw in ("amd-gpu", "nvidia-gpu"):
+        present = hw in platform.hardware
+        checks.append(Check(hw, "ok" if present else "warn",
+                            platform.reasons.get(hw, "present" if present else "absent")))
+    return checks
