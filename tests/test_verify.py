@@ -251,3 +251,12 @@ def test_fix_new_and_list(clean):
     assert "2. **Add the arena.**" in text and "`mlx/backend/rocm/pinned.cu`" in text
     listed = runner.invoke(main, ["-C", str(clean.root), "fix", "list"])
     assert f"patch: patches-rocm/{PATCH}" in listed.output and "(no patch)" in listed.output
+
+
+def test_every_code_is_documented():
+    from pathlib import Path
+
+    from overlay.checks import CODES
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "findings.md").read_text()
+    for code in [*CODES, *fixes.CODES]:
+        assert f"| {code} |" in doc, code
