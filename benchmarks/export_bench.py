@@ -13,7 +13,6 @@ Usage: python benchmarks/export_bench.py [--repeat N] [--out FILE]
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
@@ -24,11 +23,15 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from overlay.export import export_tree  # noqa: E402
 from overlay.gitstore import Store, git_env  # noqa: E402
 from overlay.layers import compute_layers  # noqa: E402
 from overlay.manifest import load_manifest  # noqa: E402
+
+
+from _record import record  # noqa: E402
 
 
 def baseline(store: Store, pin: str, fork: str, carried: list[str], dest: str) -> float:
@@ -84,14 +87,9 @@ def main() -> int:
         "cold_ratio": round(statistics.median(cold_times) / statistics.median(base_times), 3),
         "noop_export_median_s": round(statistics.median(noop_times), 4),
         "targets": {"cold_ratio_max": 1.5, "noop_s_max": 0.1},
-        "cpu_count": os.cpu_count(),
     }
     out["met"] = out["cold_ratio"] <= 1.5 and out["noop_export_median_s"] < 0.1
-    print(json.dumps(out, indent=2))
-    with open(args.out, "w") as fh:
-        json.dump(out, fh, indent=2)
-        fh.write("\n")
-    return 0 if out["met"] else 1
+    return record(out, args.out)
 
 
 if __name__ == "__main__":

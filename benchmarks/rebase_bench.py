@@ -18,7 +18,6 @@ Usage: python benchmarks/rebase_bench.py [--repeat N] [--out FILE]
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
@@ -29,6 +28,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from overlay.gitstore import Store, git_env  # noqa: E402
 from overlay.layers import merge_fork_delta  # noqa: E402
@@ -36,6 +36,9 @@ from overlay.manifest import load_manifest, parse_manifest  # noqa: E402
 from overlay.rebase import RR_CACHE, Bases, Rebase  # noqa: E402
 
 TARGET = "3a6219917e4535575ce5bce2fc2ba27a483a709b"
+
+
+from _record import record  # noqa: E402
 
 
 def git_root(*args: str) -> bytes:
@@ -123,15 +126,10 @@ def main() -> int:
         "merge_file_loop_median_s": round(statistics.median(loop_t), 3),
         "ratio": round(statistics.median(rebase_t) / statistics.median(loop_t), 3),
         "target_ratio_max": 0.5,
-        "cpu_count": os.cpu_count(),
         "pin_now": current.pin,
     }
     out["met"] = out["ratio"] <= 0.5
-    print(json.dumps(out, indent=2))
-    with open(args.out, "w") as fh:
-        json.dump(out, fh, indent=2)
-        fh.write("\n")
-    return 0 if out["met"] else 1
+    return record(out, args.out)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,6 @@ Usage: python benchmarks/verify_bench.py [--repeat N] [--out FILE]
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
@@ -21,6 +20,9 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from _record import record  # noqa: E402
 
 
 def timed(cmd: list[str]) -> float:
@@ -50,14 +52,9 @@ def main() -> int:
         "import_floor_median_s": round(statistics.median(floor_t), 3),
         "ratio_to_floor": round(statistics.median(verify_t) / statistics.median(floor_t), 2),
         "target_s_max": 1.0,
-        "cpu_count": os.cpu_count(),
     }
     out["met"] = out["verify_median_s"] < 1.0
-    print(json.dumps(out, indent=2))
-    with open(args.out, "w") as fh:
-        json.dump(out, fh, indent=2)
-        fh.write("\n")
-    return 0 if out["met"] else 1
+    return record(out, args.out)
 
 
 if __name__ == "__main__":
