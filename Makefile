@@ -26,3 +26,14 @@ test: .venv/bin/overlay
 
 verify-rocm-overlay: .venv/bin/overlay
 	$(OVERLAY) verify
+
+# verify-rocm: verify-rocm-overlay, then `overlay build --backend rocm`, then the suites;
+# each stage prints passed, failed or skipped with the reason (tools/verify-rocm.sh).
+# OVERLAY_BUILD_ARGS="--arch gfx1030" passes options to `overlay build`.
+verify-rocm: .venv/bin/overlay
+	@OVERLAY="$(OVERLAY)" MAKE="$(MAKE)" tools/verify-rocm.sh
+
+# ci: the CI gate; reports go to build/ (JUnit, JSON, Markdown for the PR body).
+ci: .venv/bin/overlay
+	@mkdir -p build
+	$(OVERLAY) ci --junit build/overlay-junit.xml --json build/overlay-ci.json --markdown build/overlay-ci.md

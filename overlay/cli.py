@@ -462,6 +462,35 @@ def doctor_cmd(ctx: Context, no_network: bool) -> None:
     sys.exit(1 if any(c.status == "fail" for c in checks) else 0)
 
 
+
+@main.command("ci")
+@click.option("--only", "only", multiple=True, type=click.Choice(["verify", "build", "suites"]),
+              help="Run only these stages (repeat); the others are reported skipped.")
+@click.option("--backend", type=click.Choice(["rocm", "cpu", "cuda"]), default="rocm", show_default=True)
+@click.option("--arch", default=None, help="HIP architectures for the build (default: the manifest's).")
+@click.option("--junit", type=click.Path(dir_okay=False), default=None, help="Write JUnit XML here.")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None, help="Write the JSON summary here.")
+@click.option("--markdown", type=click.Path(dir_okay=False), default=None, help="Write the PR-body Markdown here.")
+@click.option("--child-dir", default=None, help="Where the suite children are (default build/<backend>/suites).")
+@click.pass_obj
+@handle_errors
+def ci_cmd(ctx: Context, only: tuple[str, ...], backend: str, arch: str | None, junit: str | None,
+           json_path: str | None, markdown: str | None, child_dir: str | None) -> None:
+    """The CI gate: verify, build, suites as far as this machine allows."""
+    import json
+
+    from overlay.ci import STAGES, render_junit, render_markdown, render_text, run_ci
+    from overlay.fsutil import atomic_write
+
+    result = run_ci(ctx.root, _store(ctx), stages=only or STAGES, backend=backend, arch=arch, child_dir=child_dir)
+    for path, text in ((junit, render_junit(result)), (json_path, json.dumps(result.as_dict(), indent=2) + "\n"),
+                       (markdown, render_markdown(result))):
+        if path:
+            atomic_write(os.path.abspath(path), text.encode())
+    click.echo(render_text(result), nl=False)
+    sys.exit(1 if result.failed else 0)
+
+
 from overlay.suites.cli import suite as _suite_group  # noqa: E402  (subcommand group)
 
 main.add_command(_suite_group)

@@ -1,0 +1,923 @@
+"""``overlay build``: export the patched tree, configure CMake offline, build with ninja,
+and attribute every compiler error to the patch hunk, the fork or upstream (DESIGN 9).
+
+Layout under ``<build_root>/<backend>/`` (``build_root`` defaults to ``<root>/build``)::
+
+    src/        the patched tree, exported incrementally (unchanged files keep mtimes)
+    obj/        the CMake/ninja build directory (compile_commands.json)
+    deps/       offline stand-ins for MLX's downloads (nlohmann-json)
+    suites/     the suite children's build directory (rocm/cuda, full builds only)
+    install/    ``cmake --install obj`` for the suite children
+    build.log   everything configure, ninja and the compilers printed
+
+Toolchains (:func:`find_toolchain`): ``host`` (cpu backend: cmake/ninja/c++ on
+PATH), ``system`` (``hipcc`` on PATH or in ``$ROCM_PATH/bin``, ``/opt/rocm`` by
+default; ``nvcc`` for cuda), or a *chroot* root made by
+``tools/rocm-toolchain.sh``: every cmake, ninja and compiler command then runs
+through ``tools/rocm-toolchain.sh exec --root ROOT --bind <build dir> -- ...``;
+the build directory is bound at its own path, so compiler messages carry host
+paths and need no mapping.
+
+Errors: :class:`ToolchainError` (no toolchain, missing tool; exit 2) and
+:class:`BuildError` (configure failed; exit 1). Compile errors do not raise:
+they come back in :class:`BuildResult` (``ok`` false; the CLI exits 1).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from typing import Callable, Iterable, Sequence
+
+from overlay.errors import EXIT_FINDINGS, OverlayError
+from overlay.export import ExportResult, export_tree
+from overlay.gitstore import Store
+from overlay.layers import Layers
+
+BACKENDS = ("rocm", "cpu", "cuda")
+#: Default toolchain root written by ``tools/rocm-toolchain.sh``.
+ENV_TOOLCHAIN_DIR = "OVERLAY_TOOLCHAIN_DIR"
+#: Architectures for which the fork's CMake requires rocWMMA (not in Debian's packages).
+ROCWMMA_ARCH_RE = re.compile(r"^(gfx1[12]|gfx908|gfx90a|gfx942)")
+CONFIGURE_RECORD = ".overlay-configure.json"
+SOURCE_SUFFIXES = (".cpp", ".cc", ".cxx", ".c", ".hip", ".cu")
+HEADER_SUFFIXES = (".h", ".hpp", ".hh", ".cuh", ".inc")
+
+_ANSI_RE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_PROGRESS_RE = re.compile(r"^\[(\d+)/(\d+)\] (.*)$")
+_DIAG_RE = re.compile(
+    r"^(?P<path>[^\s:][^:]*?):(?P<line>\d+):(?:(?P<col>\d+):)? (?P<sev>fatal error|error): (?P<msg>.*)$")
+_TOOL_ERROR_RE = re.compile(r"^(?P<tool>[^\s:]+): (?:fatal )?error: (?P<msg>.*)$|.*undefined reference to .*")
+
+
+class ToolchainError(OverlayError):
+    """No usable toolchain or a missing tool (exit 2)."""
+
+
+class BuildError(OverlayError):
+    """The build could not run to the compile stage: configure failed (exit 1)."""
+
+    exit_code = EXIT_FINDINGS
+
+
+# ----------------------------------------------------------------- toolchains
+
+def default_toolchain_root() -> str:
+    """``$OVERLAY_TOOLCHAIN_DIR``, else ``~/.cache/overlay/rocm-toolchain`` (as the script)."""
+    return os.environ.get(ENV_TOOLCHAIN_DIR) or os.path.join(
+        os.path.expanduser("~"), ".cache", "overlay", "rocm-toolchain")
+
+
+def toolchain_script(root: str | None = None) -> str | None:
+    """Path of ``tools/rocm-toolchain.sh``: under ``root``, beside this package, or ``None``."""
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for base in (root, here):
+        if base:
+            path = os.path.join(base, "tools", "rocm-toolchain.sh")
+            if os.path.isfile(path):
+                return path
+    return None
+
+
+def _read_env_file(path: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    try:
+        with open(path, encoding="utf-8") as fh:
+            for raw in fh:
+                raw = raw.strip()
+                if not raw or raw.startswith("#") or "=" not in raw:
+                    continue
+                key, value = raw.split("=", 1)
+                words = shlex.split(value)
+                out[key] = words[0] if len(words) == 1 else " ".join(shlex.quote(w) for w in words)
+    except (OSError, ValueError):
+        pass
+    return out
+
+
+@dataclasses.dataclass
+class Toolchain:
+    """How to run cmake, ninja and the compilers.
+
+    Attributes:
+        kind: ``"host"`` (tools on PATH), ``"system"`` (ROCm/CUDA on the host) or
+            ``"chroot"`` (a root made by ``tools/rocm-toolchain.sh``).
+        description: one line for messages (``chroot /root/.cache/...``).
+        root: the toolchain root (chroot only).
+        script: ``tools/rocm-toolchain.sh`` (chroot only).
+        cmake_args: backend arguments the toolchain needs (quirks, compiler paths).
+        json_dir: a FetchContent source dir for nlohmann-json, valid where cmake runs
+            (``None``: make one under ``deps/``).
+        default_arch: architectures to use when neither ``--arch`` nor a usable
+            manifest value is given (chroot: ``gfx1030``).
+        rocwmma: rocWMMA is available (false for the chroot).
+    """
+
+    kind: str
+    description: str
+    root: str | None = None
+    script: str | None = None
+    cmake_args: list[str] = dataclasses.field(default_factory=list)
+    json_dir: str | None = None
+    default_arch: str | None = None
+    rocwmma: bool = True
+
+    def wrap(self, argv: Sequence[str], binds: Sequence[str], cwd: str | None = None) -> list[str]:
+        """``argv`` as run by this toolchain (unchanged on the host).
+
+        Args:
+            argv: the command; binds: host directories the command needs (chroot);
+            cwd: working directory inside the chroot.
+        Returns:
+            The argv to pass to :mod:`subprocess`.
+        """
+        if self.kind != "chroot":
+            return list(argv)
+        out = [self.script or "tools/rocm-toolchain.sh", "exec", "--root", self.root or ""]
+        for b in binds:
+            out += ["--bind", b]
+        if cwd:
+            out += ["--cwd", cwd]
+        return out + ["--", *argv]
+
+    def has_ccache(self) -> bool:
+        """Whether ``ccache`` runs where the compilers run."""
+        if self.kind == "chroot":
+            return os.path.exists(os.path.join(self.root or "", "chroot", "usr", "bin", "ccache"))
+        return shutil.which("ccache") is not None
+
+
+def _system_hipcc() -> str | None:
+    found = shutil.which("hipcc")
+    if found:
+        return found
+    rocm = os.environ.get("ROCM_PATH") or "/opt/rocm"
+    cand = os.path.join(rocm, "bin", "hipcc")
+    return cand if os.access(cand, os.X_OK) else None
+
+
+def _chroot_toolchain(root: str, repo_root: str | None) -> Toolchain:
+    root = os.path.abspath(root)
+    if not os.path.isfile(os.path.join(root, "READY")):
+        raise ToolchainError(f"no ROCm toolchain at {root} (no READY file)",
+                             hint=f"provision it: tools/rocm-toolchain.sh --root {root}")
+    env = _read_env_file(os.path.join(root, "toolchain.env"))
+    script = toolchain_script(repo_root) or env.get("OVERLAY_TOOLCHAIN_SCRIPT")
+    if not script or not os.path.isfile(script):
+        raise ToolchainError("tools/rocm-toolchain.sh not found (needed to run the chroot toolchain)")
+    if os.geteuid() != 0:
+        raise ToolchainError(f"the chroot toolchain at {root} needs root (chroot, mount, unshare)",
+                             hint="run as root, or use --toolchain system on a host with ROCm")
+    try:
+        with open(os.path.join(root, "cmake-args.txt"), encoding="utf-8") as fh:
+            args = [line.rstrip("\n") for line in fh if line.strip()]
+    except OSError:
+        args = shlex.split(env.get("OVERLAY_CMAKE_ARGS", ""))
+    json_dir = env.get("OVERLAY_JSON_SOURCE_DIR_IN_CHROOT")
+    return Toolchain("chroot", f"chroot {root}", root=root, script=os.path.abspath(script),
+                     cmake_args=args, json_dir=json_dir,
+                     default_arch=env.get("OVERLAY_ROCM_ARCH_DEFAULT") or "gfx1030", rocwmma=False)
+
+
+def _offline_args() -> list[str]:
+    return ["-DUSE_SYSTEM_FMT=ON", "-DMLX_BUILD_GGUF=OFF", "-DFETCHCONTENT_FULLY_DISCONNECTED=ON"]
+
+
+def _gcc_major() -> int:
+    cxx = shutil.which("c++") or shutil.which("g++")
+    if not cxx:
+        return 0
+    try:
+        out = subprocess.run([cxx, "-dumpversion"], capture_output=True, text=True, timeout=20).stdout
+        return int(out.strip().split(".")[0])
+    except (OSError, ValueError, subprocess.SubprocessError):
+        return 0
+
+
+def find_toolchain(backend: str, spec: str | None, *, repo_root: str | None = None) -> Toolchain:
+    """Pick the toolchain for ``backend``.
+
+    Args:
+        backend: ``rocm``, ``cpu`` or ``cuda``.
+        spec: ``None`` (auto), ``"system"``, or a toolchain root directory.
+            Auto for rocm: ``system`` when ``hipcc`` is found (PATH, ``$ROCM_PATH``,
+            ``/opt/rocm``), else the default chroot root when its ``READY`` exists.
+            Auto for cpu: the host; for cuda: ``nvcc`` on PATH.
+        repo_root: the overlay repository (to find ``tools/rocm-toolchain.sh``).
+    Returns:
+        A :class:`Toolchain`.
+    Raises:
+        ToolchainError: "no ROCm toolchain" / "no CUDA toolchain", a root without
+            ``READY``, a chroot without root privileges, cmake or ninja missing (exit 2).
+    """
+    if backend not in BACKENDS:
+        raise ToolchainError(f"unknown backend {backend!r} (rocm, cpu or cuda)")
+    if spec not in (None, "system"):
+        return _chroot_toolchain(spec, repo_root)
+    if backend == "rocm":
+        hipcc = _system_hipcc()
+        if hipcc is None and spec is None:
+            default = default_toolchain_root()
+            if os.path.isfile(os.path.join(default, "READY")):
+                return _chroot_toolchain(default, repo_root)
+            raise ToolchainError(
+                f"no ROCm toolchain: hipcc is not on PATH nor in $ROCM_PATH/bin (/opt/rocm), and "
+                f"{default} holds no provisioned toolchain",
+                hint="install ROCm, or provision a compile-only one: tools/rocm-toolchain.sh")
+        if hipcc is None:
+            raise ToolchainError("no ROCm toolchain: hipcc is not on PATH nor in $ROCM_PATH/bin (/opt/rocm)",
+                                 hint="install ROCm, or pass --toolchain DIR (tools/rocm-toolchain.sh)")
+        rocm = os.path.dirname(os.path.dirname(os.path.realpath(hipcc)))
+        args = [f"-DCMAKE_HIP_COMPILER={hipcc}", f"-DCMAKE_PREFIX_PATH={rocm}", *_offline_args()]
+        tc = Toolchain("system", f"system ROCm ({hipcc})", cmake_args=args)
+    elif backend == "cuda":
+        nvcc = shutil.which("nvcc") or (os.path.join(os.environ.get("CUDA_PATH", "/usr/local/cuda"), "bin", "nvcc"))
+        if not os.access(nvcc, os.X_OK):
+            raise ToolchainError("no CUDA toolchain: nvcc is not on PATH nor in $CUDA_PATH/bin (/usr/local/cuda)")
+        tc = Toolchain("system", f"system CUDA ({nvcc})",
+                       cmake_args=[f"-DCMAKE_CUDA_COMPILER={nvcc}", *_offline_args()])
+    else:
+        tc = Toolchain("host", "host compilers", cmake_args=_offline_args())
+    for tool in ("cmake", "ninja"):
+        if shutil.which(tool) is None:
+            raise ToolchainError(f"{tool} not found on PATH",
+                                 hint="apt-get install cmake ninja-build (docs/build.md)")
+    if tc.kind != "chroot" and backend == "rocm" and _gcc_major() >= 16:
+        tc.cmake_args.append("-DCMAKE_CXX_FLAGS=-include format")
+    return tc
+
+
+def resolve_arch(arch: str | None, manifest_archs: Sequence[str], toolchain: Toolchain) -> tuple[str, str | None]:
+    """The HIP architectures to build and a note on how they were chosen.
+
+    Args:
+        arch: ``--arch`` (comma- or semicolon-separated), or ``None``.
+        manifest_archs: the manifest's ``backend.architectures``.
+        toolchain: the chosen toolchain (a chroot has no rocWMMA).
+    Returns:
+        ``(archs joined with ';', note or None)``.
+    Raises:
+        ToolchainError: ``--arch`` names a rocWMMA architecture the chroot cannot
+            build, or no architecture is known at all (exit 2).
+    """
+    if arch:
+        archs = [a for a in re.split(r"[,;\s]+", arch) if a]
+        if not toolchain.rocwmma:
+            bad = [a for a in archs if ROCWMMA_ARCH_RE.match(a)]
+            if bad:
+                raise ToolchainError(
+                    f"{', '.join(bad)} need rocWMMA, which the chroot toolchain lacks "
+                    f"(fork CMake requires it for gfx11*/gfx12*/gfx908/gfx90a/gfx942)",
+                    hint=f"compile-check with --arch {toolchain.default_arch or 'gfx1030'}")
+        return ";".join(archs), None
+    archs = list(manifest_archs)
+    if archs and (toolchain.rocwmma or not any(ROCWMMA_ARCH_RE.match(a) for a in archs)):
+        return ";".join(archs), None
+    if toolchain.default_arch:
+        why = (f"the manifest's {', '.join(archs)} need rocWMMA, which this toolchain lacks"
+               if archs else "the manifest names no architecture")
+        return toolchain.default_arch, f"building for {toolchain.default_arch}: {why}"
+    raise ToolchainError("no GPU architecture: pass --arch (e.g. gfx1100) or set backend.architectures")
+
+
+# ---------------------------------------------------------------- diagnostics
+
+@dataclasses.dataclass
+class Diagnostic:
+    """One compiler error.
+
+    Attributes:
+        path: repository path when the file is in the exported tree, else the path
+            as the compiler printed it.
+        line, col: 1-based position (``col`` may be ``None``).
+        severity: ``error`` or ``fatal error``.
+        message: the compiler's text after ``error:``.
+        in_tree: the file is part of the patched tree (``path`` is repository-relative).
+        count: how many compiler runs reported this same error (headers).
+        origin: filled by attribution (:class:`overlay.attribute.Origin` or ``None``).
+    """
+
+    path: str
+    line: int
+    col: int | None
+    severity: str
+    message: str
+    in_tree: bool
+    count: int = 1
+    origin: object | None = None
+
+    def attribution(self) -> str:
+        """``patch X hunk #N`` / ``from the fork`` / ``from upstream`` / ``outside the tree``."""
+        if not self.in_tree:
+            return "outside the tree"
+        if self.origin is None:
+            return "not attributed"
+        return self.origin.label()  # type: ignore[attr-defined]
+
+    def format(self) -> str:
+        """``path:line:col: error: message [attribution]``."""
+        col = f":{self.col}" if self.col else ""
+        more = f" (reported {self.count}x)" if self.count > 1 else ""
+        return f"{self.path}:{self.line}{col}: {self.severity}: {self.message} [{self.attribution()}]{more}"
+
+
+def _map_path(path: str, src: str, cwd: str) -> tuple[str, bool]:
+    full = os.path.normpath(path if os.path.isabs(path) else os.path.join(cwd, path))
+    for base in {os.path.normpath(src), os.path.realpath(src)}:
+        if full.startswith(base + os.sep):
+            return os.path.relpath(full, base).replace(os.sep, "/"), True
+    real = os.path.realpath(full)
+    base = os.path.realpath(src)
+    if real.startswith(base + os.sep):
+        return os.path.relpath(real, base).replace(os.sep, "/"), True
+    return path, False
+
+
+def parse_diagnostics(text: str, src: str, cwd: str) -> tuple[list[Diagnostic], list[str]]:
+    """Compiler errors in ``text`` (gcc, clang, hipcc formats), deduplicated.
+
+    Args:
+        text: build output; src: the exported tree (paths under it become
+            repository paths); cwd: directory relative paths are resolved against.
+    Returns:
+        ``(located errors in order of first appearance, other error lines)``
+        (``clang: error: ...``, ``undefined reference``: no file and line).
+    """
+    found: dict[tuple, Diagnostic] = {}
+    other: list[str] = []
+    for raw in text.splitlines():
+        line = _ANSI_RE.sub("", raw).rstrip()
+        m = _DIAG_RE.match(line)
+        if m:
+            path, in_tree = _map_path(m.group("path"), src, cwd)
+            col = int(m.group("col")) if m.group("col") else None
+            key = (path, int(m.group("line")), col, m.group("msg"))
+            if key in found:
+                found[key].count += 1
+            else:
+                found[key] = Diagnostic(path, int(m.group("line")), col, m.group("sev"), m.group("msg"), in_tree)
+            continue
+        if _TOOL_ERROR_RE.match(line) and line not in other:
+            other.append(line)
+    return list(found.values()), other
+
+
+# -------------------------------------------------------------------- progress
+
+class LiveProgress:
+    """A one-line live ``[n/N] description`` status on stderr (rich); silent off a TTY.
+
+    Use as a context manager; call the instance with ``(done, total, text)``.
+    """
+
+    def __init__(self, label: str, enabled: bool | None = None):
+        self.label = label
+        self.enabled = sys.stderr.isatty() if enabled is None else enabled
+        self._live = None
+
+    def __enter__(self) -> "LiveProgress":
+        if self.enabled:
+            from rich.console import Console
+            from rich.live import Live
+            from rich.text import Text
+            self._text = Text
+            self._live = Live(Text(f"{self.label}: starting"), console=Console(stderr=True),
+                              transient=True, refresh_per_second=8)
+            self._live.__enter__()
+        return self
+
+    def __call__(self, done: int, total: int, text: str) -> None:
+        if self._live is not None:
+            width = max(20, shutil.get_terminal_size((100, 20)).columns - len(self.label) - 16)
+            short = text if len(text) <= width else "..." + text[-(width - 3):]
+            self._live.update(self._text(f"{self.label}: [{done}/{total}] {short}"))
+
+    def __exit__(self, *exc) -> None:
+        if self._live is not None:
+            self._live.__exit__(*exc)
+            self._live = None
+
+
+# --------------------------------------------------------------------- results
+
+@dataclasses.dataclass
+class UnitResult:
+    """One translation unit compiled by ``--only-changed``.
+
+    Attributes:
+        path: repository path (or the suite child's path); kind: ``cpp``/``hip``;
+        seconds: wall time; ok: the compiler exited 0; how: the command or ninja target.
+    """
+
+    path: str
+    kind: str
+    seconds: float
+    ok: bool
+    how: str
+
+
+@dataclasses.dataclass
+class BuildResult:
+    """What :func:`build` did.
+
+    Attributes:
+        backend, toolchain: what was built and with which toolchain (description).
+        arch: HIP architectures (rocm) or ``None``.
+        src, obj, log: exported tree, build directory, full log path.
+        export: the :class:`~overlay.export.ExportResult`.
+        configured: CMake ran (cache missing or options changed).
+        configure_seconds, build_seconds: wall times (s).
+        returncode: ninja's exit status (``--only-changed``: 0 when every unit compiled).
+        no_work: ninja said ``no work to do``.
+        diagnostics: located compiler errors, attributed; other_errors: errors without
+            a location (driver, linker); failed_targets: ninja ``FAILED:`` outputs.
+        units: per-TU results for ``--only-changed``; skipped_units: changed files
+            that had no way to compile (headers without dependency data, ...), with why.
+        suites: ``"built"``, ``"failed"``, or why the suite children were skipped.
+        notes: lines to show before the report (architecture choice, ...).
+    """
+
+    backend: str
+    toolchain: str
+    arch: str | None
+    src: str
+    obj: str
+    log: str
+    export: ExportResult
+    configured: bool = False
+    configure_seconds: float = 0.0
+    build_seconds: float = 0.0
+    returncode: int = 0
+    no_work: bool = False
+    diagnostics: list[Diagnostic] = dataclasses.field(default_factory=list)
+    other_errors: list[str] = dataclasses.field(default_factory=list)
+    failed_targets: list[str] = dataclasses.field(default_factory=list)
+    units: list[UnitResult] = dataclasses.field(default_factory=list)
+    skipped_units: list[tuple[str, str]] = dataclasses.field(default_factory=list)
+    suites: str | None = None
+    notes: list[str] = dataclasses.field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """No error of any kind and a zero exit status."""
+        return (self.returncode == 0 and not self.diagnostics and not self.other_errors
+                and not self.failed_targets and all(u.ok for u in self.units))
+
+    def report(self) -> list[str]:
+        """Lines for the user: errors with attribution, per-TU times, the summary."""
+        out = list(self.notes)
+        for unit in self.units:
+            out.append(f"  {unit.seconds:7.2f} s  {unit.kind:4} {unit.path}{'' if unit.ok else '  FAILED'}")
+        if self.units:
+            total = sum(u.seconds for u in self.units)
+            out.append(f"only-changed: {len(self.units)} translation unit(s), {total:.2f} s summed, "
+                       f"{self.build_seconds:.2f} s wall")
+        for path, why in self.skipped_units:
+            out.append(f"  skipped {path}: {why}")
+        for diag in self.diagnostics:
+            out.append(diag.format())
+        for line in self.other_errors:
+            out.append(f"{line} [no location]")
+        counts = {"patch": 0, "fork": 0, "upstream": 0}
+        elsewhere = 0
+        for diag in self.diagnostics:
+            layer = getattr(diag.origin, "layer", None)
+            if layer in counts:
+                counts[layer] += 1
+            else:
+                elsewhere += 1
+        n = len(self.diagnostics)
+        if n or self.other_errors or self.failed_targets or self.returncode:
+            parts = [f"{counts['patch']} from patches", f"{counts['fork']} from the fork",
+                     f"{counts['upstream']} from upstream"]
+            if elsewhere:
+                parts.append(f"{elsewhere} outside the tree or unattributed")
+            summary = f"{self.backend} build failed: {n} error(s) ({', '.join(parts)})"
+            if self.other_errors:
+                summary += f", {len(self.other_errors)} without location"
+            if self.failed_targets:
+                summary += f"; {len(self.failed_targets)} target(s) failed"
+            out.append(summary + f"; log: {self.log}")
+        else:
+            what = "nothing to do" if self.no_work else f"{self.build_seconds:.1f} s"
+            out.append(f"{self.backend} build ok ({what}; configure "
+                       f"{'%.1f s' % self.configure_seconds if self.configured else 'cached'}); "
+                       f"log: {self.log}")
+        if self.suites:
+            out.append(f"suite children: {self.suites}")
+        return out
+
+
+# ------------------------------------------------------------------- the build
+
+class _Log:
+    def __init__(self, path: str):
+        self.fh = open(path, "w", encoding="utf-8", errors="replace")
+        self.lock = threading.Lock()
+
+    def write(self, text: str) -> None:
+        with self.lock:
+            self.fh.write(text)
+            self.fh.flush()
+
+    def close(self) -> None:
+        self.fh.close()
+
+
+def _run_logged(argv: Sequence[str], log: _Log, *, cwd: str | None = None, env: dict | None = None,
+                on_line: Callable[[str], None] | None = None) -> tuple[int, str]:
+    """Run ``argv``, stream stdout+stderr into ``log``; return ``(status, output)``."""
+    log.write("$ " + " ".join(shlex.quote(a) for a in argv) + "\n")
+    try:
+        proc = subprocess.Popen(list(argv), cwd=cwd, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    except OSError as exc:
+        raise ToolchainError(f"cannot run {argv[0]}: {exc.strerror}") from None
+    chunks = []
+    assert proc.stdout is not None
+    for raw in proc.stdout:
+        text = raw.decode("utf-8", "replace")
+        chunks.append(text)
+        log.write(text)
+        if on_line is not None:
+            on_line(text.rstrip("\n"))
+    status = proc.wait()
+    log.write(f"[exit {status}]\n")
+    return status, "".join(chunks)
+
+
+def _json_dir(toolchain: Toolchain, backend_dir: str) -> str:
+    if toolchain.json_dir:
+        return toolchain.json_dir
+    target = "/usr/include/nlohmann"
+    base = os.path.join(backend_dir, "deps", "nlohmann-json")
+    link = os.path.join(base, "single_include", "nlohmann")
+    if not os.path.isdir(target):
+        return ""
+    os.makedirs(os.path.dirname(link), exist_ok=True)
+    if os.path.islink(link) and os.readlink(link) == target:
+        return base
+    if os.path.lexists(link):
+        os.unlink(link)
+    os.symlink(target, link)
+    return base
+
+
+def cmake_options(backend: str, toolchain: Toolchain, *, arch: str | None, cmake_option: str,
+                  json_dir: str) -> list[str]:
+    """The CMake ``-D`` options (after ``-S``/``-B``/``-G Ninja``) for ``backend``.
+
+    Args:
+        backend: rocm, cpu or cuda; toolchain: from :func:`find_toolchain`;
+        arch: ``;``-separated HIP/CUDA architectures or ``None``;
+        cmake_option: the manifest's backend switch (``MLX_BUILD_ROCM``);
+        json_dir: offline nlohmann-json FetchContent dir ("" to leave it to CMake).
+    Returns:
+        The option list (deterministic; recorded to decide on reconfiguring).
+    """
+    opts = ["-DCMAKE_BUILD_TYPE=Release", "-DMLX_BUILD_TESTS=OFF", "-DMLX_BUILD_EXAMPLES=OFF",
+            "-DMLX_BUILD_BENCHMARKS=OFF", "-DMLX_BUILD_PYTHON_BINDINGS=OFF",
+            "-DCMAKE_EXPORT_COMPILE_COMMANDS=ON", "-DMLX_BUILD_METAL=OFF"]
+    if backend == "rocm":
+        opts += [f"-D{cmake_option}=ON", "-DMLX_BUILD_CUDA=OFF"]
+        if arch:
+            opts.append(f"-DCMAKE_HIP_ARCHITECTURES={arch}")
+    elif backend == "cuda":
+        opts += ["-DMLX_BUILD_CUDA=ON", f"-D{cmake_option}=OFF"]
+        if arch:
+            opts.append(f"-DMLX_CUDA_ARCHITECTURES={arch}")
+    else:
+        opts += [f"-D{cmake_option}=OFF", "-DMLX_BUILD_CUDA=OFF"]
+    opts += toolchain.cmake_args
+    if json_dir and not any(o.startswith("-DFETCHCONTENT_SOURCE_DIR_JSON=") for o in opts):
+        opts.append(f"-DFETCHCONTENT_SOURCE_DIR_JSON={json_dir}")
+    if toolchain.has_ccache():
+        opts += ["-DCMAKE_C_COMPILER_LAUNCHER=ccache", "-DCMAKE_CXX_COMPILER_LAUNCHER=ccache"]
+    return opts
+
+
+def _load_compile_commands(obj: str) -> list[dict]:
+    try:
+        with open(os.path.join(obj, "compile_commands.json"), encoding="utf-8") as fh:
+            return json.load(fh)
+    except (OSError, ValueError):
+        return []
+
+
+_CUSTOM_RE = re.compile(r"^build (\S+?)(?: \|[^:]*)?: CUSTOM_COMMAND (\S+)")
+
+
+def _hip_targets(obj: str) -> dict[str, str]:
+    """``{absolute source path: ninja output}`` of the HIP/CUDA custom commands in build.ninja."""
+    out: dict[str, str] = {}
+    try:
+        with open(os.path.join(obj, "build.ninja"), encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                m = _CUSTOM_RE.match(line)
+                if m and m.group(2).endswith((".hip", ".cu")):
+                    out.setdefault(os.path.normpath(m.group(2).replace("$:", ":")), m.group(1).replace("$:", ":"))
+    except OSError:
+        pass
+    return out
+
+
+def _header_users(toolchain: Toolchain, obj: str, binds: list[str], headers: set[str]) -> dict[str, set[str]]:
+    """Objects whose recorded dependencies (``ninja -t deps``) include one of ``headers``."""
+    if not headers:
+        return {}
+    proc = subprocess.run(toolchain.wrap(["ninja", "-C", obj, "-t", "deps"], binds, obj),
+                          capture_output=True, text=True, errors="replace")
+    users: dict[str, set[str]] = {}
+    current = None
+    for line in proc.stdout.splitlines():
+        if line and not line.startswith(" "):
+            current = line.split(":", 1)[0]
+        elif current:
+            dep = os.path.normpath(os.path.join(obj, line.strip()))
+            if dep in headers:
+                users.setdefault(dep, set()).add(os.path.normpath(os.path.join(obj, current)))
+    return users
+
+
+def _compile_units(result: BuildResult, changed: list[str], toolchain: Toolchain, binds: list[str],
+                   jobs: int | None, log: _Log, extra_dirs: Sequence[str],
+                   progress: Callable[[int, int, str], None] | None) -> str:
+    """Compile the translation units of ``changed`` (repository paths); return all output."""
+    src, obj = result.src, result.obj
+    entries = _load_compile_commands(obj)
+    by_file = {os.path.normpath(e["file"] if os.path.isabs(e["file"]) else os.path.join(e["directory"], e["file"])): e
+               for e in entries}
+    by_output = {os.path.normpath(os.path.join(e["directory"], _entry_output(e))): e for e in entries
+                 if _entry_output(e)}
+    hip = _hip_targets(obj)
+    units: list[tuple[str, str, list[str]]] = []  # (label, kind, argv)
+    headers = {}
+    for path in changed:
+        full = os.path.normpath(os.path.join(src, path))
+        if full in by_file:
+            e = by_file[full]
+            units.append((path, "cpp", _tu_argv(e, toolchain, binds)))
+        elif full in hip:
+            units.append((path, "hip", toolchain.wrap(["ninja", "-C", obj, hip[full]], binds, obj)))
+        elif path.endswith(HEADER_SUFFIXES):
+            headers[full] = path
+        elif path.endswith(SOURCE_SUFFIXES):
+            result.skipped_units.append((path, "not part of this configuration (no compile command)"))
+    if headers:
+        users = _header_users(toolchain, obj, binds, set(headers))
+        seen = {label for label, _k, _a in units}
+        for full, path in headers.items():
+            objs = users.get(full)
+            if not objs:
+                result.skipped_units.append((path, "header with no recorded users (build once fully for "
+                                                   "dependency data)"))
+                continue
+            for o in sorted(objs):
+                e = by_output.get(o)
+                if e is None:
+                    continue
+                label = os.path.relpath(os.path.normpath(e["file"]), src).replace(os.sep, "/")
+                if label not in seen:
+                    seen.add(label)
+                    units.append((label, "cpp", _tu_argv(e, toolchain, binds)))
+    for extra in extra_dirs:  # the suite children, when configured
+        for e in _load_compile_commands(extra):
+            label = os.path.relpath(os.path.normpath(e["file"]), os.path.dirname(extra)).replace(os.sep, "/")
+            units.append((e["file"], "cpp", _tu_argv(e, toolchain, binds)))
+    outputs: list[str] = [""] * len(units)
+    done = [0]
+    lock = threading.Lock()
+
+    def one(i: int) -> UnitResult:
+        label, kind, argv = units[i]
+        t0 = time.perf_counter()
+        proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        seconds = time.perf_counter() - t0
+        text = proc.stdout.decode("utf-8", "replace")
+        outputs[i] = text
+        log.write(f"$ {' '.join(shlex.quote(a) for a in argv)}\n{text}[exit {proc.returncode}, {seconds:.2f} s]\n")
+        with lock:
+            done[0] += 1
+            if progress:
+                progress(done[0], len(units), label)
+        return UnitResult(label, kind, seconds, proc.returncode == 0, argv[-1] if kind == "hip" else "compile_commands.json")
+
+    t0 = time.perf_counter()
+    workers = max(1, jobs or os.cpu_count() or 1)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
+        result.units = list(pool.map(one, range(len(units))))
+    result.build_seconds = time.perf_counter() - t0
+    result.returncode = 0 if all(u.ok for u in result.units) else 1
+    return "".join(outputs)
+
+
+def _entry_output(entry: dict) -> str:
+    """The object a compile_commands.json entry writes (``output``, or ``-o`` in its command)."""
+    if entry.get("output"):
+        return entry["output"]
+    try:
+        words = entry.get("arguments") or shlex.split(entry.get("command", ""))
+    except ValueError:
+        return ""
+    for i, word in enumerate(words[:-1]):
+        if word == "-o":
+            return words[i + 1]
+    return ""
+
+
+def _tu_argv(entry: dict, toolchain: Toolchain, binds: list[str]) -> list[str]:
+    directory = entry["directory"]
+    command = entry.get("command") or " ".join(shlex.quote(a) for a in entry.get("arguments", []))
+    output = _entry_output(entry)
+    if toolchain.has_ccache() and not command.lstrip().startswith("ccache "):
+        command = "ccache " + command  # CMake leaves its compiler launcher out of compile_commands.json
+    mkdir = f"mkdir -p {shlex.quote(os.path.dirname(os.path.join(directory, output)))} && " if output else ""
+    return toolchain.wrap(["sh", "-c", f"cd {shlex.quote(directory)} && {mkdir}{command}"], binds, directory)
+
+
+def changed_paths(store: Store, layers: Layers) -> list[str]:
+    """Repository paths the series adds or modifies (``forked`` -> ``patched``), sorted."""
+    return sorted(row[5] for row in store.diff_tree(layers.forked, layers.patched) if row[4] != "D")
+
+
+def build(store: Store, layers: Layers, root: str, backend: str, *, arch: str | None = None,
+          toolchain: Toolchain, jobs: int | None = None, only_changed: bool = False,
+          target: str | None = None, build_root: str | None = None, cmake_option: str = "MLX_BUILD_ROCM",
+          suites_dir: str | None = None, notes: Iterable[str] = (),
+          progress: Callable[[int, int, str], None] | None = None) -> BuildResult:
+    """Export ``layers.patched``, configure (when needed) and build; attribute errors.
+
+    Args:
+        store: git store holding the layer trees.
+        layers: computed with ``stepwise=True`` (attribution needs each patch's tree).
+        root: the overlay repository (``build/`` goes under it by default).
+        backend: ``rocm``, ``cpu`` or ``cuda``.
+        arch: ``;``-separated architectures (see :func:`resolve_arch`) or ``None``.
+        toolchain: from :func:`find_toolchain`.
+        jobs: ninja ``-j`` / parallel units for ``only_changed`` (``None``: ninja's default).
+        only_changed: compile only the translation units the series touches (and the
+            suite children when their build directory is configured), timing each.
+        target: a ninja target instead of the default (not with ``only_changed``).
+        build_root: directory holding ``<backend>/``; default ``<root>/build``.
+        cmake_option: the manifest's backend switch.
+        suites_dir: the suite children's CMake project (``patches-rocm/suites``); built
+            after a full rocm/cuda build when given and present.
+        notes: lines to carry into the report.
+        progress: ``(done, total, text)`` callback (e.g. :class:`LiveProgress`).
+    Returns:
+        :class:`BuildResult` (``ok`` false when anything failed to compile).
+    Raises:
+        BuildError: CMake configure failed (exit 1; the first CMake errors are named).
+        ToolchainError: a tool could not be started (exit 2).
+        OverlayError: the export was refused (hand-edited files; exit 2).
+    """
+    if only_changed and target:
+        raise OverlayError("--only-changed and --target cannot be combined")
+    # realpath: a build root that is a symlink (a scratch overlay sharing a build) keeps the
+    # paths CMake was configured with, so nothing is reconfigured or rebuilt for the path alone
+    backend_dir = os.path.realpath(os.path.join(build_root or os.path.join(root, "build"), backend))
+    src, obj = os.path.join(backend_dir, "src"), os.path.join(backend_dir, "obj")
+    os.makedirs(obj, exist_ok=True)
+    log_path = os.path.join(backend_dir, "build.log")
+    exported = export_tree(store, layers.patched, src)
+    result = BuildResult(backend, toolchain.description, arch, src, obj, log_path, exported, notes=list(notes))
+    binds = [backend_dir]
+    log = _Log(log_path)
+    try:
+        log.write(f"# overlay build --backend {backend}: tree {layers.patched}, toolchain "
+                  f"{toolchain.description}, arch {arch or '-'}\n# export: {len(exported.written)} written, "
+                  f"{len(exported.removed)} removed, {exported.unchanged} unchanged\n")
+        opts = cmake_options(backend, toolchain, arch=arch, cmake_option=cmake_option,
+                             json_dir=_json_dir(toolchain, backend_dir))
+        _configure(result, toolchain, opts, binds, log)
+        if only_changed:
+            extra = []
+            suites_obj = os.path.join(backend_dir, "suites")
+            if os.path.isfile(os.path.join(suites_obj, "compile_commands.json")):
+                extra.append(suites_obj)
+                if suites_dir:
+                    binds.append(os.path.abspath(suites_dir))
+            output = _compile_units(result, changed_paths(store, layers), toolchain, binds, jobs, log,
+                                    extra, progress)
+        else:
+            output = _ninja(result, toolchain, binds, jobs, target, log, progress)
+        diags, other = parse_diagnostics(output, src, obj)
+        result.failed_targets = [line[len("FAILED: "):].strip() for line in output.splitlines()
+                                 if line.startswith("FAILED: ")]
+        result.other_errors = other
+        result.diagnostics = diags
+        if (result.ok and not only_changed and not target and backend in ("rocm", "cuda")
+                and suites_dir and os.path.isfile(os.path.join(suites_dir, "CMakeLists.txt"))):
+            result.suites = _build_suites(result, toolchain, binds, jobs, log, backend, arch, suites_dir)
+        if result.diagnostics:
+            from overlay.attribute import Attributor
+            located = [(d.path, d.line) for d in result.diagnostics if d.in_tree]
+            origins = Attributor(store, layers).attribute(located) if located else {}
+            for d in result.diagnostics:
+                if d.in_tree:
+                    d.origin = origins.get((d.path, d.line))
+    finally:
+        log.close()
+    return result
+
+
+def _configure(result: BuildResult, toolchain: Toolchain, opts: list[str], binds: list[str], log: _Log) -> None:
+    obj, src = result.obj, result.src
+    record_path = os.path.join(obj, CONFIGURE_RECORD)
+    record = {"source": src, "toolchain": toolchain.description, "options": opts}
+    cache = os.path.join(obj, "CMakeCache.txt")
+    try:
+        with open(record_path, encoding="utf-8") as fh:
+            previous = json.load(fh)
+    except (OSError, ValueError):
+        previous = None
+    if os.path.isfile(cache) and previous == record and os.path.isfile(os.path.join(obj, "build.ninja")):
+        log.write("# configure: cached (same options)\n")
+        return
+    if os.path.isfile(cache):
+        os.unlink(cache)  # options changed: start the cache afresh (objects stay)
+    argv = toolchain.wrap(["cmake", "-S", src, "-B", obj, "-G", "Ninja", *opts], binds, obj)
+    t0 = time.perf_counter()
+    status, output = _run_logged(argv, log)
+    result.configure_seconds = time.perf_counter() - t0
+    result.configured = True
+    if status != 0:
+        errors = [line.strip() for line in output.splitlines() if line.startswith("CMake Error")]
+        detail = "; ".join(errors[:3]) or output.strip().splitlines()[-1:] and output.strip().splitlines()[-1] or ""
+        if os.path.exists(record_path):
+            os.unlink(record_path)
+        raise BuildError(f"CMake configure failed (exit {status}): {detail}",
+                         hint=f"full output in {result.log}")
+    with open(record_path, "w", encoding="utf-8") as fh:
+        json.dump(record, fh, indent=1)
+
+
+def _ninja(result: BuildResult, toolchain: Toolchain, binds: list[str], jobs: int | None, target: str | None,
+           log: _Log, progress: Callable[[int, int, str], None] | None) -> str:
+    argv = ["ninja", "-C", result.obj, "-k", "0"]
+    if jobs:
+        argv += ["-j", str(jobs)]
+    if target:
+        argv.append(target)
+    env = dict(os.environ, NINJA_STATUS="[%f/%t] ")
+
+    def on_line(line: str) -> None:
+        m = _PROGRESS_RE.match(line)
+        if m and progress is not None:
+            progress(int(m.group(1)), int(m.group(2)), m.group(3))
+
+    t0 = time.perf_counter()
+    status, output = _run_logged(toolchain.wrap(argv, binds, result.obj), log, env=env, on_line=on_line)
+    result.build_seconds = time.perf_counter() - t0
+    result.returncode = status
+    result.no_work = "ninja: no work to do." in output
+    return output
+
+
+def _build_suites(result: BuildResult, toolchain: Toolchain, binds: list[str], jobs: int | None, log: _Log,
+                  backend: str, arch: str | None, suites_dir: str) -> str:
+    """Install MLX into ``install/`` and build the suite children into ``suites/``."""
+    backend_dir = os.path.dirname(result.obj)
+    prefix = os.path.join(backend_dir, "install")
+    sobj = os.path.join(backend_dir, "suites")
+    suites_dir = os.path.abspath(suites_dir)
+    b = [*binds, suites_dir]
+    status, _ = _run_logged(toolchain.wrap(["cmake", "--install", result.obj, "--prefix", prefix], b, result.obj), log)
+    if status != 0:
+        return f"failed: cmake --install (exit {status}); see {result.log}"
+    pinned = os.path.join(result.src, "mlx", "backend", "rocm")
+    opts = ["-G", "Ninja", f"-DCMAKE_PREFIX_PATH={prefix}", "-DCMAKE_EXPORT_COMPILE_COMMANDS=ON",
+            f"-DOVERLAY_PINNED_DIR={pinned}",
+            f"-DOVERLAY_PINNED_LANGUAGE={'HIP' if backend == 'rocm' else 'CUDA'}"]
+    if not os.path.isfile(os.path.join(pinned, "pinned.cu")):
+        opts.append("-DOVERLAY_PINNED_LANGUAGE=OFF")
+    opts += [a for a in toolchain.cmake_args if a.startswith(("-DCMAKE_HIP_COMPILER=", "-DCMAKE_CUDA_COMPILER=",
+                                                             "-DCMAKE_CXX_FLAGS="))]
+    if arch:
+        opts.append(f"-DCMAKE_{'HIP' if backend == 'rocm' else 'CUDA'}_ARCHITECTURES={arch}")
+    status, _ = _run_logged(toolchain.wrap(["cmake", "-S", suites_dir, "-B", sobj, *opts], b, sobj if os.path.isdir(sobj) else backend_dir), log)
+    if status != 0:
+        return f"failed: configure of {suites_dir} (exit {status}); see {result.log}"
+    argv = ["ninja", "-C", sobj, "-k", "0"] + (["-j", str(jobs)] if jobs else [])
+    status, output = _run_logged(toolchain.wrap(argv, b, sobj), log)
+    diags, other = parse_diagnostics(output, result.src, sobj)
+    result.diagnostics.extend(diags)
+    result.other_errors.extend(other)
+    if status != 0:
+        result.returncode = status
+        return f"failed: ninja in {sobj} (exit {status}); see {result.log}"
+    return f"built in {sobj}"
+
+
+__all__ = ["BACKENDS", "BuildError", "BuildResult", "Diagnostic", "LiveProgress", "Toolchain", "ToolchainError",
+           "UnitResult", "build", "changed_paths", "cmake_options", "default_toolchain_root", "find_toolchain",
+           "parse_diagnostics", "resolve_arch", "toolchain_script"]

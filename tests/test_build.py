@@ -1,0 +1,241 @@
+"""``overlay build`` on a tiny CMake project that stands in for MLX (tests/data/cmake-mini).
+
+A fork-like world: an upstream repository, a fork that adds a "ROCm" file and
+changes an upstream line, an overlay with patches. Needs cmake, ninja and a C++
+compiler (skipped with the reason otherwise); no network, no ROCm.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from gitfixtures import Overlay, World, WorkRepo, make_patch
+from overlay.build import (BuildResult, Toolchain, ToolchainError, build, find_toolchain,
+                           parse_diagnostics, resolve_arch)
+from overlay.cli import main
+from overlay.gitstore import Store
+from overlay.layers import compute_layers
+from overlay.manifest import load_manifest
+
+DATA = Path(__file__).parent / "data" / "cmake-mini"
+
+_missing = [t for t in ("cmake", "ninja") if shutil.which(t) is None]
+if shutil.which("c++") is None and shutil.which("g++") is None:
+    _missing.append("c++")
+needs_cmake = pytest.mark.skipif(bool(_missing), reason=f"needs {', '.join(_missing)} "
+                                 "(apt-get install cmake ninja-build g++)")
+
+HOST = Toolchain("host", "host compilers", cmake_args=["-DMLX_BUILD_GGUF=OFF"])
+
+
+def _files(base: Path) -> dict[str, str]:
+    return {str(p.relative_to(base)): p.read_text() for p in sorted(base.rglob("*")) if p.is_file()}
+
+
+def _text(base: Path, rel: str, change: dict[int, str]) -> str:
+    lines = (base / rel).read_text().splitlines()
+    for number, text in change.items():
+        lines[number - 1] = text
+    return "".join(f"{line}\n" for line in lines)
+
+
+@pytest.fixture(scope="module")
+def mini_world(tmp_path_factory) -> World:
+    """Upstream (DATA/upstream) and a fork adding DATA/fork on top."""
+    tmp = tmp_path_factory.mktemp("mini")
+    up = WorkRepo.init(tmp / "upstream")
+    base = up.commit(_files(DATA / "upstream"), "mini mlx")
+    fork = WorkRepo.clone(up, tmp / "fork", "rocm-support")
+    fork_commit = fork.commit(_files(DATA / "fork"), "rocm backend")
+    return World(up, fork, base, fork_commit, base, base)
+
+
+@pytest.fixture
+def mini(tmp_path, mini_world):
+    """(overlay, store) with an empty series."""
+    ov = Overlay(tmp_path / "overlay", mini_world)
+    return ov, Store(os.environ["OVERLAY_GIT_DIR"])
+
+
+def _layers(ov: Overlay, store: Store):
+    return compute_layers(store, load_manifest(str(ov.root)), str(ov.root), stepwise=True)
+
+
+def _build(ov: Overlay, store: Store, **kw) -> BuildResult:
+    layers = _layers(ov, store)
+    return build(store, layers, str(ov.root), "cpu", toolchain=HOST, jobs=2, **kw)
+
+
+def _add(ov: Overlay, store: Store, name: str, edits: dict[str, str], subject: str) -> None:
+    layers = _layers(ov, store)
+    data, _tree = make_patch(store, layers.patched, edits, subject=subject)
+    ov.add_patch(name, data)
+
+
+def _break_series(ov: Overlay, store: Store) -> None:
+    """0001 renames both helpers (API drift); 0002 writes a broken line in hunk #2."""
+    _add(ov, store, "0001-rename-helpers.patch", {
+        "mlx/util.h": _text(DATA / "upstream", "mlx/util.h", {4: "inline int up_helper_v2(int x) { return x + 1; }"}),
+        "mlx/fork.h": _text(DATA / "fork", "mlx/fork.h", {4: "inline int fork_helper_v2(int x) { return x * 2; }"}),
+    }, "rocm: rename helpers")
+    _add(ov, store, "0002-device.patch", {
+        "mlx/backend/rocm/device.cpp": _text(DATA / "fork", "mlx/backend/rocm/device.cpp", {
+            3: "// device: a harmless first hunk",
+            35: "int device_broken() { return no_such_symbol_35; }",
+        }),
+    }, "rocm: device change")
+
+
+@needs_cmake
+def test_configure_build_and_nothing_to_do(mini):
+    ov, store = mini
+    first = _build(ov, store)
+    assert first.ok, first.report()
+    assert first.configured and first.returncode == 0
+    assert os.path.isfile(os.path.join(first.obj, "compile_commands.json"))
+    assert os.path.isfile(os.path.join(first.obj, "libmlx.a"))
+    log = Path(first.log).read_text()
+    assert "Building CXX object" in log
+
+    second = _build(ov, store)
+    assert second.ok and not second.configured  # cache and options unchanged
+    assert second.no_work, Path(second.log).read_text()
+    assert "ninja: no work to do." in Path(second.log).read_text()
+
+
+@needs_cmake
+def test_incremental_export_rebuilds_only_the_patched_unit(mini):
+    ov, store = mini
+    first = _build(ov, store)
+    assert first.ok
+    objs = {p: os.stat(p).st_mtime_ns for p in Path(first.obj).rglob("*.o")}
+    assert len(objs) == 3
+    _add(ov, store, "0001-ops.patch", {
+        "mlx/ops.cpp": _text(DATA / "upstream", "mlx/ops.cpp", {20: "int ops_more() { return 20; }"})}, "ops")
+    second = _build(ov, store)
+    assert second.ok, second.report()
+    assert second.export.written == ["mlx/ops.cpp"]
+    changed = sorted(p.name for p, m in objs.items() if os.stat(p).st_mtime_ns != m)
+    assert changed == ["ops.cpp.o"]
+    assert _build(ov, store).no_work
+
+
+@needs_cmake
+def test_errors_in_every_unit_are_attributed(mini):
+    ov, store = mini
+    _break_series(ov, store)
+    result = _build(ov, store)
+    assert not result.ok and result.returncode != 0
+    got = sorted((d.path, d.line, d.attribution()) for d in result.diagnostics)
+    assert got == [
+        ("mlx/backend/rocm/device.cpp", 10, "from the fork"),  # a fork line using the renamed helper
+        ("mlx/backend/rocm/device.cpp", 35, "patch 0002-device.patch hunk #2"),  # the line the patch wrote
+        ("mlx/core.cpp", 5, "from the fork"),
+        ("mlx/ops.cpp", 12, "from upstream"),  # an unpatched upstream line (API drift)
+    ]
+    layers = {d.line: d.origin.layer for d in result.diagnostics}
+    assert layers == {10: "fork", 35: "patch", 5: "fork", 12: "upstream"}
+    assert len(result.failed_targets) == 3  # -k 0: every failing unit, not only the first
+    report = "\n".join(result.report())
+    assert "mlx/backend/rocm/device.cpp:35:" in report and "[patch 0002-device.patch hunk #2]" in report
+    assert "4 error(s) (1 from patches, 2 from the fork, 1 from upstream)" in report
+
+
+@needs_cmake
+def test_cli_build_reports_and_exits_1(mini):
+    ov, store = mini
+    _break_series(ov, store)
+    res = CliRunner().invoke(main, ["-C", str(ov.root), "build", "--backend", "cpu", "--jobs", "2"])
+    assert res.exit_code == 1, res.output
+    assert "mlx/ops.cpp:12:" in res.output and "[from upstream]" in res.output
+    assert "mlx/core.cpp:5:" in res.output and "[from the fork]" in res.output
+    assert "[patch 0002-device.patch hunk #2]" in res.output
+    assert os.path.isfile(ov.root / "build" / "cpu" / "build.log")
+
+
+@needs_cmake
+def test_only_changed_compiles_the_series_units(mini):
+    ov, store = mini
+    assert _build(ov, store).ok  # a configured tree
+    _add(ov, store, "0001-device.patch", {
+        "mlx/backend/rocm/device.cpp": _text(DATA / "fork", "mlx/backend/rocm/device.cpp",
+                                             {30: "int device_broken() { return nope_30; }"})}, "device")
+    result = _build(ov, store, only_changed=True)
+    assert [u.path for u in result.units] == ["mlx/backend/rocm/device.cpp"]
+    assert not result.ok and result.units[0].seconds > 0
+    (diag,) = result.diagnostics
+    assert diag.attribution() == "patch 0001-device.patch hunk #1"
+    assert any("1 translation unit(s)" in line for line in result.report())
+
+
+@needs_cmake
+def test_only_changed_header_uses_dependency_data(mini):
+    ov, store = mini
+    assert _build(ov, store).ok
+    _add(ov, store, "0001-util.patch", {
+        "mlx/util.h": _text(DATA / "upstream", "mlx/util.h", {1: "// util.h: touched"})}, "util")
+    result = _build(ov, store, only_changed=True)
+    assert result.ok, result.report()
+    assert sorted(u.path for u in result.units) == ["mlx/core.cpp", "mlx/ops.cpp"]
+
+
+@needs_cmake
+def test_reconfigures_when_options_change(mini):
+    ov, store = mini
+    assert _build(ov, store).configured
+    layers = _layers(ov, store)
+    other = Toolchain("host", "host compilers", cmake_args=["-DMLX_BUILD_GGUF=OFF", "-DOVERLAY_TEST=1"])
+    again = build(store, layers, str(ov.root), "cpu", toolchain=other, jobs=2)
+    assert again.configured and again.ok
+
+
+def test_parse_diagnostics_maps_paths_and_dedupes(tmp_path):
+    src = str(tmp_path / "src")
+    text = (f"{src}/mlx/a.cpp:3:7: error: use of undeclared identifier 'x'\n"
+            f"In file included from {src}/mlx/b.cpp:1:\n"
+            f"{src}/mlx/h.h:2:1: error: unknown type name 'foo'\n"
+            f"{src}/mlx/h.h:2:1: error: unknown type name 'foo'\n"
+            "\x1b[1m/usr/include/x.h:9:2: fatal error: \x1b[0mbad.h: No such file or directory\n"
+            "clang: error: unknown argument: '-parallel-jobs=2'\n"
+            "../src/mlx/c.cpp:4: error: no col\n")
+    diags, other = parse_diagnostics(text, src, str(tmp_path / "obj"))
+    assert [(d.path, d.line, d.col, d.in_tree) for d in diags] == [
+        ("mlx/a.cpp", 3, 7, True), ("mlx/h.h", 2, 1, True), ("/usr/include/x.h", 9, 2, False),
+        ("mlx/c.cpp", 4, None, True)]
+    assert diags[1].count == 2 and diags[2].severity == "fatal error"
+    assert other == ["clang: error: unknown argument: '-parallel-jobs=2'"]
+    assert diags[2].format().endswith("[outside the tree]")
+
+
+def test_no_rocm_toolchain_is_a_clear_exit_2(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setenv("ROCM_PATH", str(tmp_path / "rocm"))
+    monkeypatch.setenv("OVERLAY_TOOLCHAIN_DIR", str(tmp_path / "tc"))
+    with pytest.raises(ToolchainError) as exc:
+        find_toolchain("rocm", None)
+    assert exc.value.exit_code == 2 and exc.value.message.startswith("no ROCm toolchain")
+    with pytest.raises(ToolchainError, match="no READY"):
+        find_toolchain("rocm", str(tmp_path / "tc"))
+
+
+def test_resolve_arch_for_a_chroot_without_rocwmma():
+    chroot = Toolchain("chroot", "chroot x", default_arch="gfx1030", rocwmma=False)
+    archs, note = resolve_arch(None, ["gfx1100", "gfx1151"], chroot)
+    assert archs == "gfx1030" and "rocWMMA" in note
+    assert resolve_arch("gfx1030,gfx906", ["gfx1100"], chroot) == ("gfx1030;gfx906", None)
+    with pytest.raises(ToolchainError, match="rocWMMA"):
+        resolve_arch("gfx1100", [], chroot)
+    system = Toolchain("system", "system ROCm")
+    assert resolve_arch(None, ["gfx1100", "gfx1151"], system) == ("gfx1100;gfx1151", None)
+
+
+def test_chroot_toolchain_wraps_every_command():
+    tc = Toolchain("chroot", "chroot /r", root="/r", script="/x/tools/rocm-toolchain.sh")
+    assert tc.wrap(["ninja", "-C", "/b/obj"], ["/b"], "/b/obj") == [
+        "/x/tools/rocm-toolchain.sh", "exec", "--root", "/r", "--bind", "/b", "--cwd", "/b/obj",
+        "--", "ninja", "-C", "/b/obj"]

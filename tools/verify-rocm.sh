@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# verify-rocm.sh: the stages of `make verify-rocm`, each reported as passed, failed
+# or skipped (with the reason). Exit 1 when a stage failed, else 0.
+#
+#   1. overlay  `make verify-rocm-overlay` (every record of the overlay)
+#   2. build    `overlay build --backend rocm $OVERLAY_BUILD_ARGS`
+#               skipped when no ROCm toolchain exists (no hipcc on PATH / in
+#               $ROCM_PATH, no provisioned tools/rocm-toolchain.sh root)
+#   3. suites   `overlay suite run --backend rocm --child-dir build/rocm/suites`
+#               skipped when the build did not pass, when there is no AMD GPU
+#               (/dev/kfd absent), or when this overlay has no `suite` command
+#
+# Environment: OVERLAY (the overlay executable, default .venv/bin/overlay), MAKE,
+# OVERLAY_BUILD_ARGS (extra `overlay build` options, e.g. "--arch gfx1030"),
+# OVERLAY_SUITE_ARGS (extra `overlay suite run` options).
+set -uo pipefail
+
+OVERLAY=${OVERLAY:-.venv/bin/overlay}
+MAKE=${MAKE:-make}
+failed=0
+declare -a summary=()
+
+report() {  # STAGE STATE [REASON]
+  local line="verify-rocm: $1: $2${3:+ ($3)}"
+  printf '%s\n' "$line"
+  summary+=("$line")
+  [[ $2 == failed ]] && failed=1
+  return 0
+}
+
+# 1. the overlay's records
+if $MAKE --no-print-directory verify-rocm-overlay; then
+  report overlay passed
+else
+  report overlay failed "make verify-rocm-overlay exited $?"
+fi
+
+# 2. the ROCm build
+build_state=skipped
+errfile=$(mktemp)
+# shellcheck disable=SC2086
+$OVERLAY build --backend rocm ${OVERLAY_BUILD_ARGS:-} 2> >(tee "$errfile" >&2)
+rc=$?
+sleep 0.2
+reason=$(grep -m1 '^overlay: ' "$errfile" | sed 's/^overlay: //')
+rm -f "$errfile"
+if ((rc == 0)); then
+  build_state=passed; report build passed
+elif ((rc == 2)) && [[ $reason == "no ROCm toolchain"* || $reason == *"needs root"* ]]; then
+  report build skipped "$reason"
+else
+  build_state=failed; report build failed "overlay build exited $rc${reason:+: $reason}"
+fi
+
+# 3. the suites
+if ! $OVERLAY suite --help >/dev/null 2>&1; then
+  report suites skipped "this overlay has no 'suite' command"
+elif [[ $build_state != passed ]]; then
+  report suites skipped "the build stage did not pass"
+elif [[ ! -e /dev/kfd ]]; then
+  report suites skipped "no AMD GPU: /dev/kfd absent"
+else
+  # shellcheck disable=SC2086
+  if $OVERLAY suite run --backend rocm --child-dir build/rocm/suites ${OVERLAY_SUITE_ARGS:-}; then
+    report suites passed
+  else
+    report suites failed "overlay suite run exited $?"
+  fi
+fi
+
+printf '\nverify-rocm summary\n'
+printf '  %s\n' "${summary[@]}"
+exit $failed
