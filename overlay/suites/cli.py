@@ -140,17 +140,28 @@ def list_cmd(state: _State, backend: str | None, fmt: str) -> None:
         click.echo(f"{'':<{width}}  " + ("runs here" if reason is None else f"would be SKIPPED: {reason}"))
 
 
+def _run_options(fn):
+    """The options ``run`` and ``ab`` share (defined once, pip-tools style)."""
+    for opt in reversed([
+        click.option("--deadline", type=click.FloatRange(min=0, min_open=True), default=None,
+                     help="Per-run deadline in seconds (default: the suite's)."),
+        click.option("--results", "results_dir", default=None, metavar="DIR",
+                     help=f"Results root (default <root>/{RESULTS_DIR})."),
+        click.option("--child-dir", default=None, envvar="OVERLAY_CHILD_DIR", metavar="DIR",
+                     help="Where the suite children were built. Env: OVERLAY_CHILD_DIR."),
+        click.option("--backend", type=click.Choice(["rocm", "cuda", "cpu"]), default=None,
+                     envvar="OVERLAY_BACKEND",
+                     help="Backend the children were built for (default: inferred from the GPUs present)."),
+    ]):
+        fn = opt(fn)
+    return fn
+
+
+
 @suite.command("run")
 @click.argument("names", nargs=-1)
 @click.option("--runs", type=click.IntRange(min=1), default=None, help="Runs per suite (default: the suite's).")
-@click.option("--deadline", type=click.FloatRange(min=0, min_open=True), default=None,
-              help="Per-run deadline in seconds (default: the suite's).")
-@click.option("--results", "results_dir", default=None, metavar="DIR",
-              help=f"Results root (default <root>/{RESULTS_DIR}).")
-@click.option("--child-dir", default=None, envvar="OVERLAY_CHILD_DIR", metavar="DIR",
-              help="Where the suite children were built. Env: OVERLAY_CHILD_DIR.")
-@click.option("--backend", type=click.Choice(["rocm", "cuda", "cpu"]), default=None, envvar="OVERLAY_BACKEND",
-              help="Backend the children were built for (default: inferred from the GPUs present).")
+@_run_options
 @click.option("--format", "fmt", type=click.Choice(list(_report.FORMATS)), default="text", show_default=True)
 @click.option("--output", "-o", default=None, metavar="FILE", help="Also write the report to FILE.")
 @click.pass_obj
@@ -205,14 +216,7 @@ def plan_cmd(baseline: float, confidence: float, quiet: bool) -> None:
               help="The fix-removed child: a program path, or a command line (shell-quoted words); "
                    "it replaces the suite's whole child argv and is resolved like it.")
 @click.option("--runs", type=click.IntRange(min=1), default=None, help="Runs per column (default: the suite's).")
-@click.option("--deadline", type=click.FloatRange(min=0, min_open=True), default=None,
-              help="Per-run deadline in seconds (default: the suite's).")
-@click.option("--results", "results_dir", default=None, metavar="DIR",
-              help=f"Results root (default <root>/{RESULTS_DIR}).")
-@click.option("--child-dir", default=None, envvar="OVERLAY_CHILD_DIR", metavar="DIR",
-              help="Where the suite children were built. Env: OVERLAY_CHILD_DIR.")
-@click.option("--backend", type=click.Choice(["rocm", "cuda", "cpu"]), default=None, envvar="OVERLAY_BACKEND",
-              help="Backend the children were built for (default: inferred from the GPUs present).")
+@_run_options
 @click.option("--format", "fmt", type=click.Choice(list(_report.AB_FORMATS)), default="text", show_default=True)
 @click.option("--output", "-o", default=None, metavar="FILE", help="Also write the report to FILE.")
 @click.pass_obj
