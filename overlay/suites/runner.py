@@ -346,11 +346,8 @@ def make_run_dir(results_dir: str, suite_name: str, run_id: str | None = None, *
 
 def write_json(path: str, data) -> None:
     """Write ``data`` as indented JSON to ``path`` atomically (temp file + rename)."""
-    tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(data, fh, indent=2, sort_keys=False)
-        fh.write("\n")
-    os.replace(tmp, path)
+    from overlay.fsutil import atomic_write
+    atomic_write(path, (json.dumps(data, indent=2, sort_keys=False) + "\n").encode(), durable=False)
 
 
 # --------------------------------------------------------------------------- one run
