@@ -164,7 +164,9 @@ def _repo_paths(root: str) -> list[str]:
     proc = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=root, stdout=subprocess.PIPE,
                           stderr=subprocess.DEVNULL, check=False)
     if proc.returncode == 0 and proc.stdout:
-        return [p for p in proc.stdout.decode("utf-8", "replace").split("\0") if p]
+        # --cached still lists a tracked file deleted from the work tree: keep what exists.
+        return [p for p in proc.stdout.decode("utf-8", "replace").split("\0")
+                if p and os.path.lexists(os.path.join(root, p))]
     out = []
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = [d for d in dirnames if d not in (".git", ".venv", "build", ".overlay")]

@@ -112,8 +112,11 @@ def status_cmd(ctx: Context, dest: tuple[str, ...]) -> None:
     from overlay.export import read_stamp
 
     manifest, _store_, layers = _layers(ctx)
-    click.echo(f"upstream  {manifest.upstream_url}  pin {manifest.pin}")
-    click.echo(f"fork      {manifest.fork_url}  {manifest.fork_branch} {manifest.fork_commit}"
+    urls = manifest.remote_urls()
+    up_note = "  (OVERLAY_UPSTREAM_URL)" if urls["upstream"] != manifest.upstream_url else ""
+    fork_note = "  (OVERLAY_FORK_URL)" if urls["fork"] != manifest.fork_url else ""
+    click.echo(f"upstream  {urls['upstream']}{up_note}  pin {manifest.pin}")
+    click.echo(f"fork      {urls['fork']}{fork_note}  {manifest.fork_branch} {manifest.fork_commit}"
                f"  (merge base {manifest.merge_base[:12]})")
     click.echo(f"layers    pin {layers.pin}")
     click.echo(f"          forked {layers.forked}  ({len(layers.carried_changes)} carried, "
@@ -283,6 +286,12 @@ def _rebase_action(ctx: Context, action: str, fmt: str) -> None:
     from overlay.rebase_report import render
 
     rb = Rebase(ctx.root, _store(ctx))
+    if not rb.active:
+        if action == "status":
+            click.echo("no rebase or sync in progress")
+            return
+        raise OverlayError("no rebase or sync in progress",
+                           hint="a completed run is undone with git: `git checkout -- patches-rocm LOCAL_FIXES.md`")
     rb.load()
     if action == "status":
         st = rb.state
@@ -300,7 +309,10 @@ def _rebase_action(ctx: Context, action: str, fmt: str) -> None:
         return
     if action == "abort":
         restored = rb.abort()
-        click.echo(f"aborted: {len(restored)} file(s) restored; the overlay is as it was before the run")
+        if restored:
+            click.echo(f"aborted: {len(restored)} file(s) restored; the overlay is as it was before the run")
+        else:
+            click.echo("aborted: nothing had been written yet; the overlay is as it was before the run")
         return
     report = rb.skip() if action == "skip" else rb.continue_()
     click.echo(render(report, fmt), nl=False)
@@ -354,6 +366,9 @@ def _start_run(ctx: Context, kind: str, fmt: str, *, pin: str | None = None, for
         raise OverlayError(f"merge base {new_base[:12]} is not an ancestor of pin {new_pin[:12]}",
                            hint="pass --force to accept it, or give --merge-base")
     new = Bases(new_pin, new_fork, new_base)
+    if new_pin != old.pin and not ancestor(old.pin, new_pin):
+        click.echo(f"warning: pin {new_pin[:12]} does not descend from the current pin {old.pin[:12]} "
+                   "(moving backwards or sideways)", err=True)
     if new == old:
         click.echo(f"nothing to do: already on pin {old.pin[:12]} and fork {old.fork[:12]}")
         return

@@ -103,8 +103,11 @@ def run_checks(root: str, store: Store | None, *, network: bool = True) -> list[
                 checks.append(Check(f"remote {name}", "ok", f"{url} (not probed)"))
                 continue
             reachable = _out(["git", "ls-remote", "--heads", url], timeout=10.0) is not None
-            checks.append(Check(f"remote {name}", "ok" if reachable else "warn",
-                                f"{url} ({'reachable' if reachable else 'not reachable'})"))
+            # Unreachable matters only while pinned objects are missing: then nothing can work.
+            status = "ok" if reachable else ("fail" if missing else "warn")
+            checks.append(Check(f"remote {name}", status, f"{url} ({'reachable' if reachable else 'not reachable'})"
+                                + ("" if reachable or not missing else
+                                   "; set OVERLAY_UPSTREAM_URL / OVERLAY_FORK_URL to local mirrors")))
     for tool in ("cmake", "ninja"):
         out = _out([tool, "--version"])
         checks.append(Check(tool, "ok" if out else "warn", out.splitlines()[0] if out else f"{tool} not found"))

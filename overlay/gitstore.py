@@ -311,7 +311,9 @@ class Store:
                 if self.has_object(sha):
                     self.git("update-ref", f"refs/overlay/keep/{sha}", sha)
                     return
-        raise GitError(f"commit {sha} not found in {where}")
+        raise GitError(f"commit {sha} not found in {where}",
+                       hint="check that the remotes are reachable (`overlay doctor`); on a machine without "
+                            "network set OVERLAY_UPSTREAM_URL / OVERLAY_FORK_URL to local mirrors")
 
     def resolve(self, ref: str, remotes: Sequence[str] = ("upstream", "fork")) -> str:
         """Resolve a user-given ref (SHA, tag, ``remote/branch``) to a commit SHA.

@@ -177,8 +177,10 @@ class Rebase:
             self._cat.close()
             self._cat = None
 
-    def _merge_file(self, ours: bytes, base: bytes, theirs: bytes, labels: tuple[str, str, str]) -> tuple[bytes, bool]:
-        """``git merge-file -p`` on three texts; returns ``(result, clean)``."""
+    def _merge_file(self, ours: bytes, base: bytes, theirs: bytes, labels: tuple[str, str, str],
+                    diff3: bool = False) -> tuple[bytes, bool]:
+        """``git merge-file -p`` on three texts (``--diff3`` adds the base section);
+        returns ``(result, clean)``."""
         with tempfile.TemporaryDirectory(prefix="overlay-merge-") as tmp:
             paths = []
             for name, data in (("ours", ours), ("base", base), ("theirs", theirs)):
@@ -186,8 +188,8 @@ class Rebase:
                 with open(path, "wb") as fh:
                     fh.write(data)
                 paths.append(path)
-            proc = self.store.git("merge-file", "-p", "-L", labels[0], "-L", labels[1], "-L", labels[2],
-                                  *paths, check=False)
+            proc = self.store.git("merge-file", "-p", *(["--diff3"] if diff3 else []),
+                                  "-L", labels[0], "-L", labels[1], "-L", labels[2], *paths, check=False)
         if proc.returncode < 0 or proc.returncode > 127:
             raise GitError(f"git merge-file failed: {proc.stderr.decode().strip()}")
         return proc.stdout, proc.returncode == 0
@@ -202,7 +204,7 @@ class Rebase:
         labels = (("pin", "merge base", "fork") if bases is None else
                   (f"pin {bases.pin[:8]}", f"merge base {bases.merge_base[:8]}", f"fork {bases.fork[:8]}"))
         text, _ = self._merge_file(self._stage_text(stages, 2), self._stage_text(stages, 1),
-                                   self._stage_text(stages, 3), labels)
+                                   self._stage_text(stages, 3), labels, diff3=bases is not None)
         return text
 
     @staticmethod
@@ -281,7 +283,7 @@ class Rebase:
                 if old_stages:
                     old_auto = self._labelled(old_stages, None)
                     if old_auto == new_auto:
-                        decided[path] = {"status": "reused", "blob": store.hash_blob(old_res[path]),
+                        decided[path] = {"status": "unchanged", "blob": store.hash_blob(old_res[path]),
                                          "note": "same conflict as before: the recorded resolution applies as is"}
                         self.save()
                         continue
@@ -298,14 +300,22 @@ class Rebase:
                                  "note": "resolution recorded for the same conflict in an earlier run (rr-cache)"}
                 self.save()
                 continue
-            self._write_work({path: self._labelled(stages, new)})
+            work = {path: self._labelled(stages, new)}
+            previous = ""
+            if path in old_res:
+                # The recorded resolution did not carry over cleanly: put it beside the file.
+                work[path + ".recorded"] = old_res[path]
+                previous = (f" The recorded resolution {RESOLVED}/{path} no longer merges cleanly; it is "
+                            f"beside the file as {os.path.join(STATE_DIR, 'work', path)}.recorded for reference.")
+            self._write_work(work)
             self.state["stop"] = {"type": "resolution", "path": path, "key": self._conflict_key(new_auto),
-                                  "mode": (merge.stages[path].get(2) or merge.stages[path].get(3))[0]}
+                                  "mode": (merge.stages[path].get(2) or merge.stages[path].get(3))[0],
+                                  "recorded": path in old_res}
             self.save()
             raise RebaseStopped(
                 f"{path}: the fork delta conflicts with pin {new.pin[:8]}; edit "
                 f"{os.path.join(STATE_DIR, 'work', path)} (markers labelled pin / merge base / fork), "
-                "then run `overlay rebase --continue` (or `--abort`)")
+                f"then run `overlay {self.state['kind']} --continue` (or `--abort`).{previous}")
         changes = {}
         for path, entry in decided.items():
             if path in merge.stages:
@@ -441,7 +451,7 @@ class Rebase:
         raise RebaseStopped(
             f"patch {patch.name} does not apply to the new layer: conflicts in {', '.join(conflicted) or 'its files'}; "
             f"edit the files under {os.path.join(STATE_DIR, 'work')} (delete a file there to delete it), then run "
-            f"`overlay rebase --continue`, or `--skip` to drop the patch"
+            f"`overlay {self.state['kind']} --continue`, or `--skip` to drop the patch"
             + (f" (LOCAL_FIXES entry {fix})" if fix else "") + ", or `--abort`")
 
     # -- user actions --------------------------------------------------------------------
@@ -654,8 +664,17 @@ class Rebase:
             "resolutions": resolutions,
             "patches": patches,
             "range_diff": self._range_diff(),
-            "next_steps": ["overlay verify", "overlay build --backend rocm", "overlay suite run"],
+            "next_steps": self._next_steps(resolutions),
         }
+
+    @staticmethod
+    def _next_steps(resolutions: list[dict]) -> list[str]:
+        steps = []
+        changed = [r["path"] for r in resolutions if r["status"] != "unchanged"]
+        if changed:
+            steps.append("review the retarget entries of LOCAL_FIXES.md for " + ", ".join(changed)
+                         + " (new resolutions need an entry: overlay fix new --section retarget ...)")
+        return steps + ["overlay verify", "overlay build --backend rocm", "overlay suite run"]
 
     def _range_diff(self) -> str:
         """``git range-diff`` of the old series (on the old layer) against the new one."""

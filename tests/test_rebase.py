@@ -80,6 +80,7 @@ def test_conflict_markers_continue_and_recorded_resolution(ov, w):
     work = ov.root / ".overlay" / "rebase" / "work" / "mlx" / "core.cpp"
     text = work.read_text()
     assert f"<<<<<<< pin {w.pin_conflict[:8]}" in text and f">>>>>>> fork {w.fork_commit[:8]}" in text
+    assert f"||||||| merge base {w.base[:8]}" in text
     assert manifest_text(ov).count(w.base) == 2  # nothing written yet
     still = cli(ov, "rebase", "--continue")
     assert still.exit_code == 1 and "core.cpp:5: conflict marker left" in still.output
@@ -153,7 +154,10 @@ def test_abort_restores_byte_for_byte(ov, w):
     aborted = cli(ov, "rebase", "--abort")
     assert aborted.exit_code == 0 and "as it was before the run" in aborted.output
     assert overlay_hash(ov) == before
-    assert cli(ov, "rebase", "--status").exit_code == 2
+    idle = cli(ov, "rebase", "--status")
+    assert idle.exit_code == 0 and "no rebase or sync in progress" in idle.output
+    again = cli(ov, "rebase", "--abort")
+    assert again.exit_code == 2 and "git checkout -- patches-rocm LOCAL_FIXES.md" in again.output
 
 
 def _run_killed(o, *args, kill_at):
@@ -238,3 +242,24 @@ def test_sync_refuses_a_fork_that_does_not_descend(ov, w):
 def test_nothing_to_do(ov, w):
     result = cli(ov, "rebase", "--onto", w.base)
     assert result.exit_code == 0 and "nothing to do" in result.output
+
+
+def test_recorded_resolution_that_no_longer_merges_is_shown(ov, w):
+    ov.write_manifest(w.pin_conflict)
+    ov.add_resolution("mlx/core.cpp", lines("core", change={5: "core 5 mine", 25: "core 25 upstream"}))
+    newer = w.upstream.commit({"mlx/core.cpp": lines("core", change={5: "core 5 rewritten again",
+                                                                    25: "core 25 upstream"})}, "rewrite again")
+    stop = cli(ov, "rebase", "--onto", newer)
+    assert stop.exit_code == 1 and "no longer merges cleanly" in stop.output
+    recorded = ov.root / ".overlay" / "rebase" / "work" / "mlx" / "core.cpp.recorded"
+    assert "core 5 mine" in recorded.read_text()
+
+
+def test_backwards_pin_warns_and_next_steps_name_resolutions(ov, w):
+    assert cli(ov, "rebase", "--onto", w.pin_conflict).exit_code == 1
+    (ov.root / ".overlay" / "rebase" / "work" / "mlx" / "core.cpp").write_text(
+        lines("core", change={5: "core 5 both", 25: "core 25 upstream"}))
+    done = cli(ov, "rebase", "--continue")
+    assert "review the retarget entries of LOCAL_FIXES.md for mlx/core.cpp" in done.output
+    back = cli(ov, "rebase", "--onto", w.pin_clean)
+    assert "does not descend from the current pin" in back.output
