@@ -220,9 +220,9 @@ def merge_fork_delta(store: Store, base: str, pin: str, fork: str, carry: Callab
         theirs = store.edit_tree(base_tree, changes, scratch.index())
         if pin_tree == base_tree:
             return ForkMerge(theirs, carried, dropped, {})
-        c_base = store.commit_tree(base_tree, message="overlay: fork merge base")
-        c_pin = store.commit_tree(pin_tree, [c_base], message="overlay: pin")
-        c_fork = store.commit_tree(theirs, [c_base], message="overlay: carried fork delta")
+        c_base, c_pin, c_fork = store.commit_chain([(base_tree, [], "overlay: fork merge base"),
+                                                    (pin_tree, [0], "overlay: pin"),
+                                                    (theirs, [0], "overlay: carried fork delta")])
         proc = store.git("merge-tree", "--write-tree", "-z", "--no-messages", c_pin, c_fork, check=False)
         if proc.returncode not in (0, 1):
             raise LayerError(f"git merge-tree failed on the fork delta: {first_error_line(proc.stderr)}")

@@ -341,13 +341,14 @@ class Rebase:
                 break
         return tree
 
-    def _backup_patch(self, name: str) -> Patch:
-        """The patch as it was when the run started (parsed once per process)."""
+    def _backup_patch(self, name: str, *, header_only: bool = False) -> Patch:
+        """The patch as it was when the run started (parsed once per process; the diff
+        only when asked for)."""
         cache = self.__dict__.setdefault("_patches", {})
-        if name not in cache:
+        if name not in cache or (not header_only and cache[name].changes == ()):
             path = os.path.join(self.dir, "backup", PATCH_DIR, name)
             with open(path, "rb") as fh:
-                cache[name] = parse_patch(fh.read(), name, path)
+                cache[name] = parse_patch(fh.read(), name, path, header_only=header_only)
         return cache[name]
 
     def _apply_patches(self) -> None:
@@ -360,7 +361,7 @@ class Rebase:
             for entry in self.state["patches"]:
                 if entry["status"] != "pending":
                     continue
-                patch = self._backup_patch(entry["name"])
+                patch = self._backup_patch(entry["name"], header_only=True)
                 tree = self._current_tree()
                 if holds != tree:
                     store.git("read-tree", tree, env=env)
@@ -381,7 +382,7 @@ class Rebase:
                     proc = store.git("apply", "--cached", "--3way", patch.path, env=env, check=False)
                     unmerged = store.git("ls-files", "-u", "-z", env=env).stdout
                     if proc.returncode != 0 or unmerged:
-                        self._stop_on_patch(patch, tree, index)
+                        self._stop_on_patch(self._backup_patch(entry["name"]), tree, index)
                     status = "merged"
                 new_tree = store.out("write-tree", env=env)
                 holds = new_tree
@@ -521,7 +522,7 @@ class Rebase:
             raise OverlayError("--skip drops a patch; the run is not stopped on one",
                                hint="a conflicting fork path needs a resolution: edit it and --continue")
         entry = next(e for e in self.state["patches"] if e["name"] == stop["name"])
-        fix = self._backup_patch(stop["name"]).local_fix
+        fix = self._backup_patch(stop["name"], header_only=True).local_fix
         entry.update(status="skipped", note=f"dropped by --skip; move or delete LOCAL_FIXES entry {fix}"
                      if fix else "dropped by --skip")
         self.state["stop"] = None
@@ -651,7 +652,7 @@ class Rebase:
                         for p in self.state.get("stale", [])]
         patches = []
         for entry in self.state["patches"]:
-            patch = self._backup_patch(entry["name"])
+            patch = self._backup_patch(entry["name"], header_only=True)
             status = entry["status"]
             if status == "clean" and entry.get("changed"):
                 status = "clean (refreshed)"
@@ -677,7 +678,16 @@ class Rebase:
         return steps + ["overlay verify", "overlay build --backend rocm", "overlay suite run"]
 
     def _range_diff(self) -> str:
-        """``git range-diff`` of the old series (on the old layer) against the new one."""
+        """``git range-diff`` of the old series (on the old layer) against the new one.
+
+        When every patch applied exactly and keeps its bytes there is nothing to
+        compare: the range-diff would pair each patch with itself (``=``), so it is
+        summarized without running git.
+        """
+        entries = self.state["patches"]
+        if all(e["status"] == "clean" and not e.get("changed") for e in entries):
+            return "".join(f"{i}: = {i}: {self._backup_patch(e['name'], header_only=True).subject}\n"
+                           for i, e in enumerate(entries, 1))
         store = self.store
         try:
             from overlay.layers import compute_layers
@@ -685,20 +695,18 @@ class Rebase:
             backup_root = os.path.join(self.dir, "backup")
             layers = compute_layers(store, self._manifest(), backup_root, pin=old_man.pin, fork=old_man.fork,
                                     merge_base=old_man.merge_base,
-                                    patches=[self._backup_patch(e["name"]) for e in self.state["patches"]],
-                                    stepwise=True)
+                                    patches=[self._backup_patch(e["name"]) for e in entries], stepwise=True)
         except OverlayError:
             return ""
 
         def chain(base_tree: str, trees: list[tuple[str, str]]) -> tuple[str, str]:
-            base = store.commit_tree(base_tree, message="overlay: layer below the series")
-            tip = base
-            for subject, tree in trees:
-                tip = store.commit_tree(tree, [tip], message=subject)
-            return base, tip
+            specs = [(base_tree, [], "overlay: layer below the series")]
+            specs += [(tree, [i], subject) for i, (subject, tree) in enumerate(trees)]
+            shas = store.commit_chain(specs)
+            return shas[0], shas[-1]
 
         old_base, old_tip = chain(layers.forked, [(r.patch.subject, r.tree) for r in layers.patches])
-        new_trees = [(self._backup_patch(e["name"]).subject, e["tree"]) for e in self.state["patches"]
+        new_trees = [(self._backup_patch(e["name"], header_only=True).subject, e["tree"]) for e in entries
                      if e.get("tree") and e["status"] in ("clean", "merged", "resolved")]
         new_base, new_tip = chain(self.state["forked"], new_trees)
         proc = store.git("range-diff", "--no-color", f"{old_base}..{old_tip}", f"{new_base}..{new_tip}",

@@ -158,13 +158,15 @@ def _strip_prefix(name: str | None) -> str | None:
     return check_path(name, what="patch header path")
 
 
-def parse_patch(data: bytes, name: str, path: str = "") -> Patch:
+def parse_patch(data: bytes, name: str, path: str = "", *, header_only: bool = False) -> Patch:
     """Parse one format-patch file.
 
     Args:
         data: the file's bytes.
         name: its name in ``series`` (for messages).
         path: its absolute path.
+        header_only: skip the diff (``changes`` stays empty): enough for the subject,
+            description, trailers and author, at a fraction of the cost.
     Returns:
         A :class:`Patch`.
     Raises:
@@ -206,6 +208,10 @@ def parse_patch(data: bytes, name: str, path: str = "") -> Patch:
             trailer_lines.setdefault(key, []).append(first_body_line + para_start + offset)
         body_lines = body_lines[:para_start]
     description = "\n".join(body_lines).strip()
+    author = " ".join((headers.get("From") or "").split()) or None
+    if header_only:
+        return Patch(name=name, path=path, data=data, subject=subject, description=description,
+                     trailers=trailers, trailer_lines=trailer_lines, changes=(), author=author)
     try:
         patchset = unidiff.PatchSet(io.StringIO("".join(lines[diff_at:])))
     except unidiff.UnidiffParseError as exc:
@@ -230,7 +236,6 @@ def parse_patch(data: bytes, name: str, path: str = "") -> Patch:
                              h.target_length, h.section_header) for h in pf)))
     if not changes:
         raise PatchFormatError(f"{name}: the diff names no file")
-    author = " ".join((headers.get("From") or "").split()) or None
     return Patch(name=name, path=path, data=data, subject=subject, description=description,
                  trailers=trailers, trailer_lines=trailer_lines, changes=tuple(changes), author=author)
 
