@@ -427,7 +427,7 @@ def drift_cmd(ctx: Context, log_path: str, old_ref: str | None, strip: tuple[str
     import glob
     import json
 
-    from overlay.drift import attribute, parse_log, render_markdown, render_text
+    from overlay.drift import attribute, owners_from_tree, parse_log, render_markdown, render_text, source_reader
     from overlay.manifest import load_manifest
 
     manifest = load_manifest(ctx.root)
@@ -445,7 +445,18 @@ def drift_cmd(ctx: Context, log_path: str, old_ref: str | None, strip: tuple[str
     prefixes = list(strip) or [os.path.abspath(p) for p in glob.glob(os.path.join(ctx.root, "build", "*", "src"))]
     with open(log_path, encoding="utf-8", errors="replace") as fh:
         diags = parse_log(fh.read(), strip_prefixes=prefixes)
-    items = attribute(store, old, manifest.pin, diags)
+    readers = [source_reader(p) for p in prefixes]
+
+    def read_source(path: str, line: int) -> str | None:
+        for reader in readers:
+            text = reader(path, line)
+            if text is not None:
+                return text
+        return None
+
+    items = attribute(store, old, manifest.pin, diags, read_source=read_source)
+    for prefix in prefixes:
+        owners_from_tree(prefix, items)
     if fmt == "json":
         click.echo(json.dumps([i.as_dict() for i in items], indent=2))
     elif fmt == "markdown":

@@ -19,12 +19,15 @@ Clang); ``note:`` lines after an error belong to it. Linker lines are
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 from typing import Iterable, Sequence
 
 from overlay.gitstore import Store
 
 _DIAG = re.compile(r"^(?P<path>[^\s:][^:]*):(?P<line>\d+):(?:(?P<col>\d+):)?\s*(?P<kind>fatal error|error|note|warning):\s*(?P<msg>.*)$")
+_HERE = re.compile(r"^(?P<path>[^\s:][^:]*):(?P<line>\d+):(?:\d+:)?\s+required from here")
+_BULLET = re.compile(r"^\s+[\u2022*-]\s+(?P<msg>.*)$")
 _UNDEF = re.compile(r"undefined (?:reference to [`'\u2018]|symbol: )(?P<sym>[^'\u2019\n]+)")
 _QUOTED = re.compile(r"[`'\u2018\"]([^`'\u2019\"]+)[`'\u2019\"]")
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -102,22 +105,47 @@ def parse_log(text: str, strip_prefixes: Sequence[str] = ()) -> list[Diagnostic]
                 return path[len(p):]
         return path
 
+    def inside(path: str) -> bool:
+        return not os.path.isabs(rel(path))
+
+    here: tuple[str, int] | None = None  # the last "required from here" inside the tree
     for raw in text.splitlines():
+        h = _HERE.match(raw.strip())
+        if h:
+            if inside(h.group("path")):
+                here = (rel(h.group("path")), int(h.group("line")))
+            continue
         m = _DIAG.match(raw.strip())
         if m:
             kind = m.group("kind")
             if kind in ("error", "fatal error"):
-                key = (rel(m.group("path")), int(m.group("line")), m.group("msg"))
+                path, line, msg = rel(m.group("path")), int(m.group("line")), m.group("msg")
+                notes = []
+                if not inside(m.group("path")) and here is not None:
+                    # An error inside a system header, instantiated from the tree: report it there.
+                    notes.append(f"in {path}:{line}")
+                    path, line = here
+                key = (path, line, msg)
                 if key in seen:
                     current = None
                     continue
                 seen.add(key)
-                current = Diagnostic("error", key[0], key[1], key[2])
+                same = next((d for d in out if d.kind == "error" and (d.path, d.line) == (path, line)), None)
+                if same is not None:
+                    # A second error at the same place (one instantiation): one diagnostic.
+                    same.notes += [msg, *notes]
+                    current = same
+                    continue
+                current = Diagnostic("error", path, line, msg, notes)
                 out.append(current)
             elif kind == "note" and current is not None:
                 current.notes.append(m.group("msg"))
             else:
                 current = None
+            continue
+        b = _BULLET.match(raw)
+        if b and current is not None:
+            current.notes.append(b.group("msg"))  # GCC 16's structured "• candidate 1: ..." lines
             continue
         u = _UNDEF.search(raw)
         if u:
@@ -129,18 +157,30 @@ def parse_log(text: str, strip_prefixes: Sequence[str] = ()) -> list[Diagnostic]
     return out
 
 
-def identifiers(diag: Diagnostic) -> list[str]:
-    """Candidate names a diagnostic trips on: quoted names in the message and notes,
-    split at ``::`` and punctuation, common words and keywords removed."""
+def identifiers(diag: Diagnostic, source: str = "") -> list[str]:
+    """Candidate names a diagnostic trips on: the names on the offending source lines
+    (``source``), then the quoted names in the message and notes, split at ``::`` and
+    punctuation, common words and keywords removed."""
+    return [name for _rank, name in ranked_identifiers(diag, source)]
+
+
+def ranked_identifiers(diag: Diagnostic, source: str = "") -> list[tuple[int, str]]:
+    """:func:`identifiers` with their rank: 0 for names the tools quoted (the message,
+    its notes), 1 for names only on the source lines."""
     if diag.kind == "undefined":
-        texts = [diag.message.split("(", 1)[0]]  # the symbol without its argument list
+        groups = [(0, [diag.message.split("(", 1)[0]])]  # the symbol without its argument list
     else:
-        texts = [q for text in [diag.message, *diag.notes] for q in _QUOTED.findall(text)]
-    names: list[str] = []
-    for text in texts:
-        for name in _IDENT.findall(text):
-            if name not in _COMMON and len(name) > 2 and name not in names:
-                names.append(name)
+        groups = [(0, [q for text in [diag.message, *diag.notes] for q in _QUOTED.findall(text)]),
+                  (1, [re.sub(r"//.*", "", source)])]
+    names: list[tuple[int, str]] = []
+    seen: set[str] = set()
+    for rank, texts in groups:
+        for text in texts:
+            text = re.sub(r"\bstd::(?:\w+::)*\w+", " ", text)  # the standard library is not the API
+            for name in _IDENT.findall(text):
+                if name not in _COMMON and len(name) > 2 and not name.startswith("_") and name not in seen:
+                    seen.add(name)
+                    names.append((rank, name))
     return names
 
 
@@ -152,16 +192,28 @@ def _commits_for(store: Store, old: str, new: str, ident: str, headers: bool) ->
     return [tuple(line.split("\0", 1)) for line in out.splitlines() if "\0" in line]  # type: ignore[misc]
 
 
+#: An identifier that changed in more commits than this says nothing about one API change.
+MAX_HITS = 40
+
+
 def attribute(store: Store, old_pin: str, new_pin: str, diagnostics: Iterable[Diagnostic],
-              fork_paths: Iterable[str] = ()) -> list[DriftItem]:
+              fork_paths: Iterable[str] = (), read_source=None) -> list[DriftItem]:
     """Attribute each diagnostic to the upstream commit of ``old_pin..new_pin`` it trips on.
+
+    For every candidate name (see :func:`ranked_identifiers`) the pin range is searched
+    with ``git log -G '\\bname\\b'``. The name chosen is a quoted one before a name only
+    on the source lines, then one whose changes touched a header (a declaration), then
+    the one with the fewest commits; its oldest such commit is the one that introduced
+    the API the code trips on.
 
     Args:
         store: git store holding both pins.
         old_pin, new_pin: commit SHAs (the bump).
         diagnostics: from :func:`parse_log`.
         fork_paths: repository paths of the patched tree, to name the fork file of
-            an undefined symbol (the backend file defining that class's siblings).
+            an undefined symbol.
+        read_source: ``(path, line) -> str`` giving the offending line and the two after
+            it (the call often continues there), or ``None``.
     Returns:
         One :class:`DriftItem` per diagnostic, in order.
     """
@@ -175,20 +227,38 @@ def attribute(store: Store, old_pin: str, new_pin: str, diagnostics: Iterable[Di
     paths = list(fork_paths)
     items = []
     for diag in diagnostics:
-        best: tuple[int, str, list[tuple[str, str]]] | None = None
-        for ident in identifiers(diag):
+        source = ""
+        if read_source is not None and diag.path and diag.line:
+            source = read_source(diag.path, diag.line) or ""
+        best = None
+        for order, (rank, ident) in enumerate(ranked_identifiers(diag, source)):
             found = commits(ident, False)
-            if found and (best is None or len(found) < best[0]):
-                best = (len(found), ident, found)
+            if not found or len(found) > MAX_HITS:
+                continue
+            in_headers = commits(ident, True)
+            key = (rank, 0 if in_headers else 1, len(found), order)
+            if best is None or key < best[0]:
+                best = (key, ident, found, in_headers)
         if best is None:
             items.append(DriftItem(diag, None, None, None, [], diag.path or _owner(diag, paths)))
             continue
-        _n, ident, found = best
-        in_headers = commits(ident, True)
-        commit, subject = (in_headers or found)[0]  # git log is newest first
+        _key, ident, found, in_headers = best
+        commit, subject = (in_headers or found)[-1]  # git log lists newest first: take the oldest
         also = [c for c, _s in found if c != commit]
         items.append(DriftItem(diag, ident, commit, subject, also, diag.path or _owner(diag, paths)))
     return items
+
+
+def source_reader(root: str):
+    """A ``read_source`` for :func:`attribute` over an exported tree at ``root``."""
+    def read(path: str, line: int) -> str | None:
+        try:
+            with open(os.path.join(root, path), encoding="utf-8", errors="replace") as fh:
+                lines = fh.read().splitlines()
+        except OSError:
+            return None
+        return "\n".join(lines[line - 1:line + 2])
+    return read
 
 
 def _owner(diag: Diagnostic, paths: Sequence[str]) -> str | None:
@@ -200,6 +270,44 @@ def _owner(diag: Diagnostic, paths: Sequence[str]) -> str | None:
         if candidate in paths:
             return candidate
     return None
+
+
+def owners_from_tree(root: str, items: Sequence[DriftItem], backend: str = "mlx/backend/rocm") -> None:
+    """Name the fork file for undefined symbols by reading the exported tree at ``root``.
+
+    For ``mlx::core::Cls::member``: the backend file that defines most other members of
+    ``Cls`` (``Cls::name(`` at the start of a definition); for a primitive no backend
+    file mentions, the file defining the most ``::eval_gpu`` (where the backend keeps its
+    primitives). Items that already name a file are left alone.
+    """
+    files: dict[str, str] = {}
+    base = os.path.join(root, backend)
+    for dirpath, _dirs, names in os.walk(base):
+        for name in names:
+            if name.endswith((".cpp", ".hip", ".cu", ".h", ".hpp")):
+                full = os.path.join(dirpath, name)
+                try:
+                    with open(full, encoding="utf-8", errors="replace") as fh:
+                        files[os.path.relpath(full, root).replace(os.sep, "/")] = fh.read()
+                except OSError:
+                    continue
+    for item in items:
+        d = item.diagnostic
+        if d.kind != "undefined" or item.fork_file:
+            continue
+        parts = d.message.split("(", 1)[0].split("::")
+        if len(parts) < 2:
+            continue
+        cls = parts[-2]
+        pattern = re.compile(rf"(?m)^[^\n;]*\b{re.escape(cls)}::\w+\s*\(")
+        counts = {p: len(pattern.findall(t)) for p, t in files.items()}
+        best = max(counts, key=counts.get, default=None) if counts else None
+        if best and counts[best]:
+            item.fork_file = best
+        elif parts[-1] == "eval_gpu":
+            evals = {p: t.count("::eval_gpu(") for p, t in files.items()}
+            best = max(evals, key=evals.get, default=None)
+            item.fork_file = best if best and evals[best] else None
 
 
 def render_text(items: Sequence[DriftItem]) -> str:

@@ -105,3 +105,33 @@ def test_drift_cli_reads_a_log(upstream, tmp_path, overlay, world):
     assert result.exit_code == 1, result.output
     assert "| `mlx/backend/rocm/device.cpp:4` | error: 'core' was not declared" in result.output
     assert "not attributed" in result.output
+
+
+def test_errors_in_system_headers_land_where_they_were_instantiated():
+    log = (
+        "/usr/include/c++/16/bits/stl_construct.h: In instantiation of 'void std::_Construct(_Tp*)':\n"
+        "/src/mlx/backend/rocm/custom_kernel.cpp:246:40:   required from here\n"
+        "/usr/include/c++/16/bits/stl_construct.h:129:28: error: no matching function for call to "
+        "'construct_at(mlx::core::fast::CustomKernel*&, std::allocator<int>&)'\n"
+        "  \u2022 there is 1 candidate\n"
+        "    \u2022 candidate 1: 'mlx::core::fast::CustomKernel::CustomKernel(int, mlx::core::CompileOptions::Data)'\n"
+        "/usr/include/c++/16/bits/stl_construct.h:133:7: error: no matching function for call to "
+        "'mlx::core::fast::CustomKernel::CustomKernel(int)'\n")
+    (diag,) = parse_log(log, strip_prefixes=["/src"])
+    assert (diag.path, diag.line) == ("mlx/backend/rocm/custom_kernel.cpp", 246)
+    assert any("CompileOptions::Data" in n for n in diag.notes)
+    names = identifiers(diag)
+    assert "CompileOptions" in names and "allocator" not in names and "construct_at" in names
+
+
+def test_owner_of_an_undefined_member_is_the_file_defining_its_siblings(tmp_path):
+    from overlay.drift import DriftItem, Diagnostic, owners_from_tree
+    backend = tmp_path / "mlx" / "backend" / "rocm"
+    backend.mkdir(parents=True)
+    (backend / "event.hip").write_text("void Event::wait() {}\nvoid Event::signal() {}\n")
+    (backend / "primitives.cpp").write_text("void Add::eval_gpu() {}\nvoid Sub::eval_gpu() {}\n")
+    items = [DriftItem(Diagnostic("undefined", None, None, "mlx::core::Event::error()"), None, None, None, [], None),
+             DriftItem(Diagnostic("undefined", None, None, "mlx::core::NewOp::eval_gpu(int)"), None, None, None, [],
+                       None)]
+    owners_from_tree(str(tmp_path), items)
+    assert [i.fork_file for i in items] == ["mlx/backend/rocm/event.hip", "mlx/backend/rocm/primitives.cpp"]
