@@ -22,6 +22,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from typing import Iterator, Sequence
 
 from overlay.errors import GitError, OfflineMiss
@@ -299,6 +300,8 @@ class Store:
         if self.offline:
             raise OfflineMiss(f"commit {sha} is not in the git store and --offline forbids fetching",
                               hint=f"run once online to fetch it from {where}")
+        if sys.stderr.isatty():
+            print(f"overlay: fetching {sha[:12]} from {where} ...", file=sys.stderr, flush=True)
         with self.lock():
             for remote in remotes:
                 keep = f"refs/overlay/keep/{sha}"
