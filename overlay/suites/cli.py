@@ -212,7 +212,10 @@ def plan_cmd(baseline: float, confidence: float, quiet: bool) -> None:
 
 @suite.command("ab")
 @click.argument("name")
-@click.option("--without-child", "without_child", required=True, metavar="COMMAND",
+@click.option("--without", "without_patch", default=None, metavar="PATCH",
+              help="Build the overlay with PATCH left out of the series and run its child as the "
+                   "fix-removed column.")
+@click.option("--without-child", "without_child", default=None, metavar="COMMAND",
               help="The fix-removed child: a program path, or a command line (shell-quoted words); "
                    "it replaces the suite's whole child argv and is resolved like it.")
 @click.option("--runs", type=click.IntRange(min=1), default=None, help="Runs per column (default: the suite's).")
@@ -221,19 +224,33 @@ def plan_cmd(baseline: float, confidence: float, quiet: bool) -> None:
 @click.option("--output", "-o", default=None, metavar="FILE", help="Also write the report to FILE.")
 @click.pass_obj
 @_handle_errors
-def ab_cmd(state: _State, name, without_child, runs, deadline, results_dir, child_dir, backend, fmt, output):
+def ab_cmd(state: _State, name, without_patch, without_child, runs, deadline, results_dir, child_dir, backend, fmt,
+           output):
     """Run NAME's child and a fix-removed child; compare with Fisher's exact test.
 
     Exit 1 when the with-fix column failed; a suite that is only a guard
     (the fix-removed child never failed) still exits 0, and the report says so.
     """
     (s,) = _config.select_suites(state.load(), [name])
-    try:
-        without_argv = shlex.split(without_child)
-    except ValueError as exc:
-        raise OverlayError(f"--without-child: {exc}") from None
-    if not without_argv:
-        raise OverlayError("--without-child is empty")
+    if (without_patch is None) == (without_child is None):
+        raise OverlayError("give exactly one of --without PATCH and --without-child COMMAND")
+    if without_patch is not None:
+        from overlay.gitstore import Store
+        from overlay.suites.without import build_without, real_builder
+
+        root_obj = click.get_current_context().find_root().obj
+        store = Store(getattr(root_obj, "git_dir", None), offline=getattr(root_obj, "offline", False))
+        build_backend = backend or "rocm"
+        without_dir = build_without(state.root, store, without_patch,
+                                    real_builder(state.root, build_backend))
+        without_argv = [os.path.join(without_dir, s.child[0]), *s.child[1:]]
+    else:
+        try:
+            without_argv = shlex.split(without_child)
+        except ValueError as exc:
+            raise OverlayError(f"--without-child: {exc}") from None
+        if not without_argv:
+            raise OverlayError("--without-child is empty")
     platform = _runner.detect_platform(backend)
     results_dir = os.path.abspath(results_dir or os.path.join(state.root, RESULTS_DIR))
     progress = _Progress()

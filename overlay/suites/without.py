@@ -1,0 +1,80 @@
+"""The fix-removed column of an A/B run: the overlay built with one patch left out.
+
+``overlay suite ab NAME --without PATCH`` computes the layers with ``PATCH`` removed
+from the series, builds that tree (:func:`overlay.build.build`, suite children
+included) under ``build/without-<patch stem>/``, and runs the suite's child from
+there as the "fix removed" column (seed 000: run the test without the fix and say
+how often it failed).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Callable
+
+from overlay.errors import OverlayError
+from overlay.gitstore import Store
+from overlay.layers import Layers, compute_layers
+from overlay.manifest import load_manifest
+from overlay.series import load_series
+
+#: ``(layers, build_root) -> child_dir``: builds the tree and returns where its children are.
+Builder = Callable[[Layers, str], str]
+
+
+def without_dir(root: str, patch: str) -> str:
+    """``<root>/build/without-<patch stem>``: where the fix-removed tree is built."""
+    stem = patch[:-len(".patch")] if patch.endswith(".patch") else patch
+    return os.path.join(root, "build", f"without-{stem}")
+
+
+def layers_without(root: str, store: Store, patch: str) -> Layers:
+    """The layers of the overlay at ``root`` with ``patch`` left out of the series.
+
+    Raises:
+        OverlayError: ``patch`` is not in the series (exit 2).
+        LayerError: a later patch needs the one left out (exit 1; the message names it).
+    """
+    series = load_series(root)
+    names = [p.name for p in series]
+    if patch not in names:
+        raise OverlayError(f"{patch} is not in patches-rocm/series", hint="names: " + ", ".join(names))
+    kept = [p for p in series if p.name != patch]
+    return compute_layers(store, load_manifest(root), root, patches=kept, stepwise=True)
+
+
+def real_builder(root: str, backend: str, arch: str | None = None) -> Builder:
+    """A :data:`Builder` that runs :func:`overlay.build.build` and returns its suite children dir.
+
+    Raises (when called):
+        ToolchainError: no toolchain for ``backend`` (exit 2).
+        OverlayError: the fix-removed tree did not build (exit 1).
+    """
+    def build(layers: Layers, build_root: str) -> str:
+        from overlay import build as _build
+
+        manifest = load_manifest(root)
+        toolchain = _build.find_toolchain(backend, None, repo_root=root)
+        store = Store()
+        result = _build.build(store, layers, root, backend, arch=arch, toolchain=toolchain,
+                              build_root=build_root, cmake_option=manifest.cmake_option,
+                              suites_dir=os.path.join(root, "patches-rocm", "suites"))
+        if not result.ok:
+            raise OverlayError(f"the tree without the patch does not build; log: {result.log}", exit_code=1)
+        return os.path.join(build_root, backend, "suites")
+    return build
+
+
+def build_without(root: str, store: Store, patch: str, builder: Builder) -> str:
+    """Build the overlay without ``patch``; return the directory holding its suite children.
+
+    Args:
+        root: overlay repository.
+        store: git store.
+        patch: a name listed in ``patches-rocm/series``.
+        builder: builds the given layers under a build root (see :func:`real_builder`).
+    Returns:
+        The fix-removed build's child directory.
+    """
+    layers = layers_without(root, store, patch)
+    return builder(layers, without_dir(root, patch))
