@@ -5,14 +5,13 @@ Only this module turns results into exit codes (see :mod:`overlay.errors`).
 
 from __future__ import annotations
 
-import functools
 import os
 import sys
-import traceback
 
 import click
 
 from overlay import __version__
+from overlay.clitools import handle_errors
 from overlay.errors import OverlayError
 
 
@@ -24,26 +23,6 @@ class Context:
         self.git_dir = git_dir
         self.offline = offline
         self.debug = debug
-
-
-def handle_errors(fn):
-    """Decorator: map :class:`OverlayError` to one line on stderr and its exit code."""
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        ctx = click.get_current_context()
-        debug = bool(ctx.find_object(Context) and ctx.find_object(Context).debug)
-        try:
-            return fn(*args, **kwargs)
-        except OverlayError as exc:
-            if debug:
-                traceback.print_exc()
-            click.echo(f"overlay: {exc.message}", err=True)
-            if exc.hint:
-                click.echo(f"hint: {exc.hint}", err=True)
-            ctx.exit(exc.exit_code)
-
-    return wrapper
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

@@ -12,15 +12,14 @@ object when there is one, so it also works on its own (tests, ``CliRunner``).
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import shlex
 import sys
-import traceback
 
 import click
 
+from overlay.clitools import handle_errors
 from overlay.errors import EXIT_FINDINGS, EXIT_OK, OverlayError
 from overlay.suites import config as _config
 from overlay.suites import report as _report
@@ -45,26 +44,6 @@ class _State:
 
     def load(self) -> dict:
         return _config.load_suites(self.suites_path)
-
-
-def _handle_errors(fn):
-    """Map :class:`OverlayError` to ``overlay: <message>`` on stderr and its exit code."""
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        ctx = click.get_current_context()
-        state = ctx.find_object(_State)
-        try:
-            return fn(*args, **kwargs)
-        except OverlayError as exc:
-            if state is not None and state.debug:
-                traceback.print_exc()
-            click.echo(f"overlay: {exc.message}", err=True)
-            if exc.hint:
-                click.echo(f"hint: {exc.hint}", err=True)
-            ctx.exit(exc.exit_code)
-
-    return wrapper
 
 
 class _Progress:
@@ -120,7 +99,7 @@ def suite(ctx: click.Context, suites_path: str | None) -> None:
               help="Backend the children were built for (default: inferred from the GPUs present).")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.pass_obj
-@_handle_errors
+@handle_errors
 def list_cmd(state: _State, backend: str | None, fmt: str) -> None:
     """List the suites and whether each would run on this machine."""
     suites = state.load()
@@ -165,7 +144,7 @@ def _run_options(fn):
 @click.option("--format", "fmt", type=click.Choice(list(_report.FORMATS)), default="text", show_default=True)
 @click.option("--output", "-o", default=None, metavar="FILE", help="Also write the report to FILE.")
 @click.pass_obj
-@_handle_errors
+@handle_errors
 def run_cmd(state: _State, names, runs, deadline, results_dir, child_dir, backend, fmt, output) -> None:
     """Run suites (all when no NAME is given); exit 1 if any run failed."""
     suites = _config.select_suites(state.load(), names)
@@ -195,7 +174,7 @@ def run_cmd(state: _State, names, runs, deadline, results_dir, child_dir, backen
               help="Failure rate per run without the fix, in (0, 1].")
 @click.option("--confidence", type=float, default=0.99, show_default=True, help="Wanted confidence, in (0, 1).")
 @click.option("--quiet", "-q", is_flag=True, help="Print only the number.")
-@_handle_errors
+@handle_errors
 def plan_cmd(baseline: float, confidence: float, quiet: bool) -> None:
     """Clean runs needed to acquit a fix against a baseline failure rate (seed 003).
 
@@ -223,7 +202,7 @@ def plan_cmd(baseline: float, confidence: float, quiet: bool) -> None:
 @click.option("--format", "fmt", type=click.Choice(list(_report.AB_FORMATS)), default="text", show_default=True)
 @click.option("--output", "-o", default=None, metavar="FILE", help="Also write the report to FILE.")
 @click.pass_obj
-@_handle_errors
+@handle_errors
 def ab_cmd(state: _State, name, without_patch, without_child, runs, deadline, results_dir, child_dir, backend, fmt,
            output):
     """Run NAME's child and a fix-removed child; compare with Fisher's exact test.
