@@ -269,7 +269,7 @@ def render_ab(ab: ABResult, fmt: str = "text") -> str:
     Raises:
         ValueError: unknown format.
     """
-    a, b = ab.with_fix, ab.without_fix
+    a = ab.with_fix
     proves = a.settings.get("proves")
     head = f"A/B: {ab.suite}" + (f" (proves LOCAL_FIXES.md entry {proves})" if proves else "")
     head += f", {a.planned_runs} runs each"
