@@ -900,8 +900,9 @@ def _build_suites(result: BuildResult, toolchain: Toolchain, binds: list[str], j
             f"-DOVERLAY_PINNED_LANGUAGE={'HIP' if backend == 'rocm' else 'CUDA'}"]
     if not os.path.isfile(os.path.join(pinned, "pinned.cu")):
         opts.append("-DOVERLAY_PINNED_LANGUAGE=OFF")
-    opts += [a for a in toolchain.cmake_args if a.startswith(("-DCMAKE_HIP_COMPILER=", "-DCMAKE_CUDA_COMPILER=",
-                                                             "-DCMAKE_CXX_FLAGS="))]
+    # Not CMAKE_HIP_COMPILER: MLX's backend drives hipcc through custom commands, but the
+    # children's CMake HIP language refuses the hipcc wrapper and finds clang itself.
+    opts += [a for a in toolchain.cmake_args if a.startswith(("-DCMAKE_CUDA_COMPILER=", "-DCMAKE_CXX_FLAGS="))]
     if arch:
         opts.append(f"-DCMAKE_{'HIP' if backend == 'rocm' else 'CUDA'}_ARCHITECTURES={arch}")
     status, _ = _run_logged(toolchain.wrap(["cmake", "-S", suites_dir, "-B", sobj, *opts], b, sobj if os.path.isdir(sobj) else backend_dir), log)
