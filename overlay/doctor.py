@@ -15,6 +15,7 @@ import re
 import shutil
 import subprocess
 
+from overlay.build import default_toolchain_root
 from overlay.gitstore import Store, git_env
 from overlay.manifest import load_manifest
 
@@ -38,12 +39,6 @@ def _out(argv: list[str], timeout: float = 10.0) -> str | None:
     except (OSError, subprocess.TimeoutExpired):
         return None
     return proc.stdout.decode("utf-8", "replace").strip() if proc.returncode == 0 else None
-
-
-def default_toolchain_root() -> str:
-    """Where ``tools/rocm-toolchain.sh`` provisions by default."""
-    return os.environ.get("OVERLAY_TOOLCHAIN_DIR") or os.path.join(
-        os.path.expanduser("~"), ".cache", "overlay", "rocm-toolchain")
 
 
 def rocm_toolchain() -> tuple[str | None, str]:
