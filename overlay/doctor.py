@@ -10,12 +10,9 @@ chroot made by ``tools/rocm-toolchain.sh``) with its version, and the GPUs visib
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
-import shutil
 import subprocess
 
-from overlay.build import default_toolchain_root
 from overlay.gitstore import Store, git_env
 from overlay.manifest import load_manifest
 
@@ -39,28 +36,6 @@ def _out(argv: list[str], timeout: float = 10.0) -> str | None:
     except (OSError, subprocess.TimeoutExpired):
         return None
     return proc.stdout.decode("utf-8", "replace").strip() if proc.returncode == 0 else None
-
-
-def rocm_toolchain() -> tuple[str | None, str]:
-    """The ROCm toolchain overlay would use: ``("system", version)``, ``(root, version)`` or ``(None, why)``."""
-    rocm_path = os.environ.get("ROCM_PATH", "/opt/rocm")
-    hipcc = shutil.which("hipcc") or (os.path.join(rocm_path, "bin", "hipcc")
-                                      if os.path.exists(os.path.join(rocm_path, "bin", "hipcc")) else None)
-    if hipcc:
-        version = _out([hipcc, "--version"]) or ""
-        m = re.search(r"HIP version: (\S+)", version)
-        return "system", f"{hipcc} (HIP {m.group(1) if m else 'unknown'})"
-    root = default_toolchain_root()
-    if os.path.isfile(os.path.join(root, "READY")):
-        versions = os.path.join(root, "versions.txt")
-        hip = ""
-        if os.path.isfile(versions):
-            with open(versions, encoding="utf-8", errors="replace") as fh:
-                for line in fh:
-                    if line.startswith("hipcc"):
-                        hip = line.split()[-1]
-        return root, f"chroot toolchain at {root} (hipcc {hip or 'unknown'})"
-    return None, "no hipcc on PATH or under $ROCM_PATH, and no toolchain made by tools/rocm-toolchain.sh"
 
 
 def run_checks(root: str, store: Store | None, *, network: bool = True) -> list[Check]:
@@ -106,8 +81,12 @@ def run_checks(root: str, store: Store | None, *, network: bool = True) -> list[
     for tool in ("cmake", "ninja"):
         out = _out([tool, "--version"])
         checks.append(Check(tool, "ok" if out else "warn", out.splitlines()[0] if out else f"{tool} not found"))
-    which, detail = rocm_toolchain()
-    checks.append(Check("ROCm toolchain", "ok" if which else "warn", detail))
+    from overlay.build import find_toolchain
+    from overlay.errors import OverlayError
+    try:  # the same choice `overlay build --backend rocm` makes
+        checks.append(Check("ROCm toolchain", "ok", find_toolchain("rocm", None, repo_root=root).description))
+    except OverlayError as exc:
+        checks.append(Check("ROCm toolchain", "warn", exc.message))
     from overlay.suites.runner import detect_platform
     platform = detect_platform()
     for hw in ("amd-gpu", "nvidia-gpu"):
