@@ -403,14 +403,15 @@ def apply_series(store: Store, base_tree: str, patches: Sequence[Patch], *,
                     return tree, [PatchResult(p, "exact") for p in patches]
         results = []
         tree = base_tree
+        index = scratch.index()
+        # One index for the whole series: git apply changes nothing when it fails, so the
+        # index holds ``tree`` before every patch without a read-tree of its own.
+        store.git("read-tree", tree, env={"GIT_INDEX_FILE": index})
         for patch in patches:
-            index = scratch.index()
-            store.git("read-tree", tree, env={"GIT_INDEX_FILE": index})
             proc = _apply(store, index, [patch.path], three_way=False)
             err = proc.stderr.decode("utf-8", "replace")
             state, offsets = "exact", []
             if proc.returncode != 0:
-                store.git("read-tree", tree, env={"GIT_INDEX_FILE": index})
                 proc3 = _apply(store, index, [patch.path], three_way=True)
                 err3 = proc3.stderr.decode("utf-8", "replace")
                 unmerged = store.git("ls-files", "-u", env={"GIT_INDEX_FILE": index}).stdout
