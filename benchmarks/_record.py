@@ -16,3 +16,12 @@ def record(out: dict, path: str) -> int:
     with open(path, "w") as fh:
         fh.write(text)
     return 0 if out["met"] else 1
+
+
+def mirrors_missing() -> bool:
+    """True (after saying so on stderr) when the real mirrors are not configured."""
+    if os.environ.get("OVERLAY_UPSTREAM_URL") and os.environ.get("OVERLAY_FORK_URL"):
+        return False
+    import sys
+    print("set OVERLAY_UPSTREAM_URL and OVERLAY_FORK_URL to the real mirrors", file=sys.stderr)
+    return True

@@ -31,7 +31,7 @@ from overlay.layers import compute_layers  # noqa: E402
 from overlay.manifest import load_manifest  # noqa: E402
 
 
-from _record import record  # noqa: E402
+from _record import mirrors_missing, record  # noqa: E402
 
 
 def baseline(store: Store, pin: str, fork: str, carried: list[str], dest: str) -> float:
@@ -49,8 +49,7 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results", "export.json"))
     args = ap.parse_args()
-    if not (os.environ.get("OVERLAY_UPSTREAM_URL") and os.environ.get("OVERLAY_FORK_URL")):
-        print("set OVERLAY_UPSTREAM_URL and OVERLAY_FORK_URL to the real mirrors", file=sys.stderr)
+    if mirrors_missing():
         return 2
     manifest = load_manifest(ROOT)
     store = Store()

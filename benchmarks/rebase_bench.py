@@ -38,7 +38,7 @@ from overlay.rebase import RR_CACHE, Bases, Rebase  # noqa: E402
 TARGET = "3a6219917e4535575ce5bce2fc2ba27a483a709b"
 
 
-from _record import record  # noqa: E402
+from _record import mirrors_missing, record  # noqa: E402
 
 
 def git_root(*args: str) -> bytes:
@@ -78,8 +78,7 @@ def main() -> int:
     ap.add_argument("--from", dest="rev", default=None)
     ap.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results", "rebase.json"))
     args = ap.parse_args()
-    if not (os.environ.get("OVERLAY_UPSTREAM_URL") and os.environ.get("OVERLAY_FORK_URL")):
-        print("set OVERLAY_UPSTREAM_URL and OVERLAY_FORK_URL to the real mirrors", file=sys.stderr)
+    if mirrors_missing():
         return 2
     rev = args.rev or git_root("log", "--diff-filter=A", "--format=%H", "-1", "--", "patches-rocm/resolved").decode().strip() + "~1"
     current = load_manifest(ROOT)

@@ -36,7 +36,7 @@ from overlay.manifest import load_manifest  # noqa: E402
 from overlay.patchfmt import format_patch, tree_diff  # noqa: E402
 from overlay.series import parse_patch  # noqa: E402
 
-from _record import record  # noqa: E402
+from _record import mirrors_missing, record  # noqa: E402
 
 
 def make_series(store: Store, forked: str, n: int, tmp: str) -> list:
@@ -75,8 +75,7 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results", "series.json"))
     args = ap.parse_args()
-    if not (os.environ.get("OVERLAY_UPSTREAM_URL") and os.environ.get("OVERLAY_FORK_URL")):
-        print("set OVERLAY_UPSTREAM_URL and OVERLAY_FORK_URL to the real mirrors", file=sys.stderr)
+    if mirrors_missing():
         return 2
     store = Store()
     forked = compute_layers(store, load_manifest(ROOT), ROOT).forked
