@@ -587,10 +587,7 @@ class Rebase:
         doc["upstream"]["pin"] = new.pin
         doc["fork"]["commit"] = new.fork
         doc["fork"]["merge-base"] = new.merge_base
-        text = tomlkit.dumps(doc).encode()
-        with open(mpath, "rb") as fh:
-            if fh.read() != text:
-                atomic_write(mpath, text)
+        _write_if_changed(mpath, tomlkit.dumps(doc).encode())
         _checkpoint("commit")
         # 2. resolutions: exactly the decided set
         wanted = {p: e["blob"] for p, e in self.state["resolutions"].items()}
@@ -601,8 +598,7 @@ class Rebase:
             full = os.path.join(root, RESOLVED, rel)
             data = self._blob(oid)
             os.makedirs(os.path.dirname(full), exist_ok=True)
-            if not os.path.isfile(full) or open(full, "rb").read() != data:
-                atomic_write(full, data)
+            _write_if_changed(full, data)
         _prune_empty(os.path.join(root, RESOLVED))
         # 3. patches and series
         kept = []
@@ -616,8 +612,7 @@ class Rebase:
             if entry.get("blob") is None:
                 continue  # applied exactly: the file keeps its bytes
             data = self._blob(entry["blob"])
-            if not os.path.isfile(full) or open(full, "rb").read() != data:
-                atomic_write(full, data)
+            _write_if_changed(full, data)
         series_path = os.path.join(root, SERIES_PATH)
         with open(series_path, "rb") as fh:
             old_series = fh.read().decode()
@@ -712,6 +707,17 @@ class Rebase:
         proc = store.git("range-diff", "--no-color", f"{old_base}..{old_tip}", f"{new_base}..{new_tip}",
                          check=False)
         return proc.stdout.decode("utf-8", "replace")
+
+
+def _write_if_changed(path: str, data: bytes) -> None:
+    """Write ``data`` to ``path`` (temp + rename) unless it already holds exactly that."""
+    try:
+        with open(path, "rb") as fh:
+            if fh.read() == data:
+                return
+    except FileNotFoundError:
+        pass
+    atomic_write(path, data)
 
 
 def _prune_empty(top: str) -> None:
