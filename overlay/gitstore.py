@@ -17,12 +17,14 @@ refs under ``refs/overlay/keep/``.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import os
 import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from typing import Iterator, Sequence
 
 from overlay.errors import GitError, OfflineMiss
@@ -68,11 +70,23 @@ def is_sha(value: str) -> bool:
     return bool(_SHA_RE.match(value))
 
 
-def git_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+#: git commands that talk to a remote: they keep the user's global configuration
+#: (credential helpers, proxies, ``url.<base>.insteadOf``); nothing they do changes a
+#: tree, a diff or a merge result.
+_TRANSPORT_COMMANDS = frozenset({"fetch", "ls-remote"})
+
+
+def git_env(extra: dict[str, str] | None = None, *, user_config: bool = False) -> dict[str, str]:
     """The environment for a git child: ours minus stray ``GIT_*``, plus ``extra``.
+
+    The system and global configuration files are hidden (``GIT_CONFIG_NOSYSTEM``,
+    ``GIT_CONFIG_GLOBAL=/dev/null``): a ``~/.gitconfig`` with ``diff.renameLimit=1``,
+    ``diff.algorithm=patience`` or ``merge.conflictStyle=zdiff3`` must not change a
+    refreshed patch or a merge (issue 12, item 11).
 
     Args:
         extra: variables to set on top (``GIT_DIR``, ``GIT_INDEX_FILE``, ...).
+        user_config: keep the user's global configuration (transport commands only).
     Returns:
         A new dict; ``os.environ`` is not modified.
     """
@@ -80,6 +94,8 @@ def git_env(extra: dict[str, str] | None = None) -> dict[str, str]:
            if not k.startswith("GIT_") or k in _KEEP_GIT_VARS}
     env["LC_ALL"] = "C"
     env["GIT_CONFIG_NOSYSTEM"] = "1"
+    if not user_config:
+        env["GIT_CONFIG_GLOBAL"] = os.devnull
     env.setdefault("GIT_TERMINAL_PROMPT", "0")
     if extra:
         env.update(extra)
@@ -112,7 +128,9 @@ def run_git(args: Sequence[str], *, git_dir: str | None = None, cwd: str | None 
     Args:
         args: git arguments after the global options, e.g. ``["ls-tree", "-z", sha]``.
         git_dir: repository to act on (sets ``GIT_DIR``).
-        cwd: working directory of the child.
+        cwd: working directory of the child; default: ``git_dir`` (or the temporary
+            directory). Never the caller's: ``git apply --3way`` and friends write
+            conflicted files relative to their cwd (issue 12).
         input: bytes for stdin.
         env: extra variables (see :func:`git_env`).
         check: raise on a nonzero exit.
@@ -126,7 +144,10 @@ def run_git(args: Sequence[str], *, git_dir: str | None = None, cwd: str | None 
     if git_dir is not None:
         extra["GIT_DIR"] = git_dir
     cmd = [git_executable(), *GIT_FLAGS, *args]
-    proc = subprocess.run(cmd, input=input, cwd=cwd, env=git_env(extra),
+    if cwd is None:
+        cwd = git_dir if git_dir is not None and os.path.isdir(git_dir) else tempfile.gettempdir()
+    proc = subprocess.run(cmd, input=input, cwd=cwd,
+                          env=git_env(extra, user_config=bool(args) and args[0] in _TRANSPORT_COMMANDS),
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     if check and proc.returncode != 0:
         raise GitError(f"git {args[0]} failed: {first_error_line(proc.stderr)}")
@@ -161,7 +182,7 @@ class CatFile:
         self._proc = subprocess.Popen(
             [git_executable(), *GIT_FLAGS, "cat-file", "--batch"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-            env=git_env({"GIT_DIR": git_dir}))
+            cwd=git_dir, env=git_env({"GIT_DIR": git_dir}))
 
     def read(self, oid: str) -> tuple[str, bytes]:
         """Read one object.
@@ -197,6 +218,42 @@ class CatFile:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+@dataclasses.dataclass(frozen=True)
+class TreeEntry:
+    """One row of ``git ls-tree``: ``mode`` (``100644``, ``160000`` ...), ``kind``
+    (``blob``, ``tree``, ``commit`` for a gitlink), ``oid`` and ``path``."""
+
+    mode: str
+    kind: str
+    oid: str
+    path: str
+
+
+@dataclasses.dataclass
+class MergeResult:
+    """What ``git merge-tree --write-tree`` (merge-ort) made of three trees.
+
+    Attributes:
+        tree: the merged tree; a conflicted text file holds git's markers, and a
+            modify/delete conflict leaves the modified side in it.
+        clean: true when git reported no conflict.
+        stages: conflicted path -> ``{stage: (mode, oid)}``; stage 1 is the merge
+            base, 2 "ours", 3 "theirs"; a missing stage means that side lacks the path.
+        messages: ``(paths, type, message)`` for each of git's informational
+            messages, e.g. ``(["f"], "CONFLICT (modify/delete)", "CONFLICT ...")``;
+            ``type`` is git's stable short description.
+    """
+
+    tree: str
+    clean: bool
+    stages: dict[str, dict[int, tuple[str, str]]]
+    messages: list[tuple[list[str], str, str]]
+
+    def conflict_types(self, path: str) -> list[str]:
+        """git's conflict types that name ``path`` (``["CONFLICT (modify/delete)"]``)."""
+        return [kind for paths, kind, _ in self.messages if path in paths and kind.startswith("CONFLICT")]
 
 
 def default_store_dir() -> str:
@@ -372,6 +429,88 @@ class Store:
             mode, kind, oid = meta.split()
             entries.append((mode, kind, oid, path))
         return entries
+
+    def entries(self, tree: str, paths: Sequence[str]) -> dict[str, TreeEntry]:
+        """The entries of ``tree`` at exactly ``paths`` (one ``ls-tree`` for all of them).
+
+        Args:
+            tree: tree SHA.
+            paths: repository paths; a path absent from the tree is absent from the result.
+        Returns:
+            path -> :class:`TreeEntry` (a gitlink has ``kind == "commit"``).
+        """
+        if not paths:
+            return {}
+        wanted = set(paths)
+        out: dict[str, TreeEntry] = {}
+        # ``-r -t`` lists the trees on the way, so a directory (or a gitlink) standing
+        # where a file was is seen too.
+        proc = self.git("ls-tree", "-r", "-t", "-z", "--full-tree", tree, "--", *sorted(wanted), check=False)
+        for rec in zsplit(proc.stdout):
+            meta, path = rec.split("\t", 1)
+            if path in wanted:
+                mode, kind, oid = meta.split()
+                out[path] = TreeEntry(mode, kind, oid, path)
+        return out
+
+    @contextlib.contextmanager
+    def scratch_index(self, tree: str | None = None) -> Iterator[dict[str, str]]:
+        """A private index file for the duration of a ``with`` block.
+
+        Args:
+            tree: read this tree into it first (``git read-tree``).
+        Yields:
+            The environment to pass to :meth:`git` (``{"GIT_INDEX_FILE": path}``).
+            The file and its directory are removed when the block ends, however it ends.
+        """
+        with tempfile.TemporaryDirectory(prefix="overlay-idx-") as tmp:
+            env = {"GIT_INDEX_FILE": os.path.join(tmp, "index")}
+            if tree is not None:
+                self.git("read-tree", tree, env=env)
+            yield env
+
+    def merge_trees(self, base: str, ours: str, theirs: str, *,
+                    labels: tuple[str, str, str] = ("base", "ours", "theirs")) -> MergeResult:
+        """3-way merge of three trees by merge-ort (``git merge-tree --write-tree``).
+
+        git 2.39's merge-tree has no ``--merge-base``, so the trees become synthetic
+        commits (fixed identity and date) with ``base`` as the parent of the other two.
+        Renames are followed, and modify/delete, add/add, rename/delete, file/directory,
+        submodule, mode and binary conflicts are named with git's own types.
+
+        Args:
+            base, ours, theirs: tree SHAs.
+            labels: commit messages of the synthetic commits (they show in git's messages).
+        Returns:
+            :class:`MergeResult`.
+        Raises:
+            GitError: git failed for another reason than a conflict.
+        """
+        c_base, c_ours, c_theirs = self.commit_chain([(base, [], labels[0]), (ours, [0], labels[1]),
+                                                      (theirs, [0], labels[2])])
+        proc = self.git("merge-tree", "--write-tree", "-z", c_ours, c_theirs, check=False)
+        if proc.returncode not in (0, 1):
+            raise GitError(f"git merge-tree failed: {first_error_line(proc.stderr)}")
+        head, _, tail = proc.stdout.partition(b"\0\0")
+        fields = zsplit(head)
+        stages: dict[str, dict[int, tuple[str, str]]] = {}
+        for rec in fields[1:]:
+            meta, path = rec.split("\t", 1)
+            mode, oid, stage = meta.split()
+            stages.setdefault(path, {})[int(stage)] = (mode, oid)
+        messages: list[tuple[list[str], str, str]] = []
+        rest = zsplit(tail)
+        i = 0
+        while i < len(rest):
+            try:
+                count = int(rest[i])
+            except ValueError:
+                break
+            paths = rest[i + 1:i + 1 + count]
+            kind, text = rest[i + 1 + count], rest[i + 2 + count]
+            messages.append((paths, kind, text))
+            i += count + 3
+        return MergeResult(fields[0], proc.returncode == 0, stages, messages)
 
     def diff_tree(self, old: str, new: str, *paths: str) -> list[tuple[str, str, str, str, str, str]]:
         """Changed entries between two trees, no rename detection.
