@@ -48,7 +48,7 @@ def make_series(store: Store, forked: str, n: int, tmp: str) -> list:
     with store.cat_file() as cat:
         for i, (_mode, _kind, oid, path) in enumerate(files, 1):
             data = cat.read(oid)[1] + f"// overlay series benchmark {i}\n".encode()
-            new = store.edit_tree(tree, {path: ("100644", store.hash_blob(data))}, os.path.join(tmp, "idx"))
+            new = store.edit_tree(tree, {path: ("100644", store.hash_blob(data))})
             body = format_patch(f"bench: touch {path}", "Benchmark patch.", [("Local-Fix", str(i))],
                                 tree_diff(store, tree, new))
             name = f"{i:04d}-bench.patch"

@@ -23,7 +23,8 @@ from typing import Iterable, Sequence
 
 from overlay.errors import OverlayError
 from overlay.gitstore import Store
-from overlay.layers import Layers, PatchResult
+from overlay.engine import PatchResult
+from overlay.layers import Layers
 
 UPSTREAM = "upstream"
 FORK = "fork"
@@ -116,7 +117,7 @@ def _find_hunk(result: PatchResult, path: str, line: int) -> tuple[int | None, b
     for change in patch.changes:
         if change.target != path:
             continue
-        shifts = {h: off for f, h, off in result.offsets if f in (path, change.source)}
+        shifts: dict[int, int] = {}  # the engine applies every hunk at its stated line
         for number, hunk in enumerate(change.hunks, 1):
             start = hunk.target_start + shifts.get(number, 0)
             if start <= line < start + hunk.target_length:

@@ -30,6 +30,7 @@ from overlay.findings import Finding
 from overlay.gitstore import Store, run_git
 from overlay.layers import PatchApplyError, compute_layers, read_resolutions
 from overlay.manifest import Manifest, load_manifest
+from overlay.markers import marker_lines
 from overlay.refresh import refresh_series
 from overlay.series import PATCH_DIR, SERIES_PATH, Patch, load_patch, read_series
 
@@ -46,15 +47,15 @@ CODES: dict[str, tuple[str, str]] = {
     "SER006": ("error", "a patch has no description"),
     "SER007": ("error", "a patch touches a path the manifest does not carry"),
     "SER008": ("error", "an index line is not full 40-hex (the 3-way fallback needs the pre-image blob name)"),
-    "SER009": ("warning", "a hunk applies only at an offset"),
-    "SER010": ("error", "a patch does not apply (or git skipped a file, or fewer files changed than listed)"),
+    "SER010": ("error", "a patch does not apply on its recorded pre-image, or git's result is not its "
+                        "recorded post-image"),
     "SER011": ("error", "refreshing the patch would change its bytes"),
-    "SER012": ("warning", "a patch applies only by a 3-way merge from its pre-image"),
     "SER013": ("error", "a conflict marker in a patch's added lines"),
     "LAY001": ("error", "the fork delta conflicts with the pin and no resolution exists"),
     "LAY002": ("error", "a resolution whose path no longer conflicts (stale)"),
     "LAY003": ("error", "a conflict marker in a resolution file"),
     "LAY004": ("error", "a resolution for a path the manifest does not carry"),
+    "LAY005": ("error", "a resolution changes lines outside the conflict regions of git's automatic merge"),
 }
 
 FAMILIES = ("MAN", "SER", "LAY", "FIX")
@@ -82,6 +83,17 @@ class VerifyResult:
 
 def _line_of(data: bytes, offset: int) -> int:
     return data.count(b"\n", 0, offset) + 1
+
+
+def _added_markers(data: bytes) -> list[tuple[int, str]]:
+    """Conflict markers among a patch's added lines (file line numbers), by the one
+    definition of :mod:`overlay.markers` applied to the added lines in order."""
+    numbers, added = [], []
+    for number, line in enumerate(data.split(b"\n"), 1):
+        if line.startswith(b"+") and not line.startswith(b"+++ "):
+            numbers.append(number)
+            added.append(line[1:])
+    return [(numbers[i - 1], "+" + text) for i, text in marker_lines(b"\n".join(added))]
 
 
 def check_series_text(root: str, manifest: Manifest) -> tuple[list[Finding], list[Patch]]:
@@ -128,11 +140,9 @@ def check_series_text(root: str, manifest: Manifest) -> tuple[list[Finding], lis
             if len(m.group(1)) != 40 or len(m.group(2)) != 40:
                 findings.append(_f("SER008", rel, _line_of(patch.data, m.start()),
                                    f"abbreviated index line {m.group(0)!r}", "run `overlay refresh`"))
-        for number, text in enumerate(patch.data.decode("utf-8", "replace").split("\n"), 1):
-            if text.startswith("+") and not text.startswith("+++") and \
-                    re.match(r"^\+(<{7}|>{7}|={7}$|\|{7})", text):
-                findings.append(_f("SER013", rel, number, f"conflict marker in an added line: {text[:30]!r}",
-                                   "finish the merge and refresh the patch"))
+        for number, text in _added_markers(patch.data):
+            findings.append(_f("SER013", rel, number, f"conflict marker in an added line: {text[:30]!r}",
+                               "finish the merge and refresh the patch"))
     listed_names = set(seen)
     patch_dir = os.path.join(root, PATCH_DIR)
     if os.path.isdir(patch_dir):
@@ -151,7 +161,7 @@ def _resolution_findings(root: str, manifest: Manifest) -> tuple[list[Finding], 
         return [_f("LAY004", "patches-rocm/resolved", None, exc.message)], {}
     for path, data in resolutions.items():
         rel = f"patches-rocm/resolved/{path}"
-        for line, marker in fixes.find_conflict_markers(data.decode("utf-8", "replace")):
+        for line, marker in marker_lines(data):
             findings.append(_f("LAY003", rel, line, f"conflict marker {marker[:20]!r}",
                                "finish the resolution and delete the markers"))
         if not manifest.carry(path):
@@ -219,14 +229,13 @@ def verify(root: str, store: Store, *, only: Iterable[str] = (), skip: Iterable[
             findings.append(_f("LAY002", f"patches-rocm/resolved/{stale}", None,
                                f"{stale} no longer conflicts; the resolution is not used",
                                "delete it (and its retarget entry) or re-check the merge"))
-        for result in layers.patches:
-            rel = f"{PATCH_DIR}/{result.patch.name}"
-            for file, hunk, offset in result.offsets:
-                findings.append(_f("SER009", rel, None, f"{file} hunk #{hunk} applies at an offset of "
-                                   f"{offset} line(s)", "run `overlay refresh`"))
-            if result.state == "merged":
-                findings.append(_f("SER012", rel, None, "applies only by a 3-way merge from its pre-image",
-                                   "run `overlay refresh`"))
+        for conflict in layers.conflicts:
+            for line, what in conflict.outside:
+                findings.append(_f("LAY005", f"patches-rocm/resolved/{conflict.path}", line,
+                                   f"outside the conflict regions of git's merge of pin and fork, the "
+                                   f"resolution {what}",
+                                   "keep git's merge outside the conflict regions (see `overlay rebase` "
+                                   "work files); change upstream code with a patch, not a resolution"))
         for item in refresh_series(store, layers):
             if item.changed and item.patch.name:
                 findings.append(_f("SER011", f"{PATCH_DIR}/{item.patch.name}", None,

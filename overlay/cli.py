@@ -44,7 +44,8 @@ def _store(ctx: Context):
     return Store(ctx.git_dir, offline=ctx.offline)
 
 
-def _layers(ctx: Context, *, pin: str | None = None, fork: str | None = None, stepwise: bool = False):
+def _layers(ctx: Context, *, pin: str | None = None, fork: str | None = None, stepwise: bool = False,
+            empty_series: bool = False):
     from overlay.layers import compute_layers
     from overlay.manifest import load_manifest
 
@@ -56,7 +57,8 @@ def _layers(ctx: Context, *, pin: str | None = None, fork: str | None = None, st
         pin = store.resolve(pin, ["upstream"])
     if fork is not None:
         fork = store.resolve(fork, ["fork"])
-    return manifest, store, compute_layers(store, manifest, ctx.root, pin=pin, fork=fork, stepwise=stepwise)
+    return manifest, store, compute_layers(store, manifest, ctx.root, pin=pin, fork=fork, stepwise=stepwise,
+                                           patches=[] if empty_series else None)
 
 
 layer_option = click.option("--layer", type=click.Choice(["pin", "forked", "patched"]), default="patched",
@@ -193,10 +195,19 @@ def verify_cmd(ctx: Context, fmt: str, only: tuple[str, ...], skip: tuple[str, .
 @handle_errors
 def refresh_cmd(ctx: Context, patches: tuple[str, ...], check: bool) -> None:
     """Re-export patches byte-stable from the layers (only changed files are written)."""
-    from overlay.refresh import refresh_series, write_refreshed
+    from overlay.engine import PatchApplyError
+    from overlay.refresh import carry_series, refresh_series, write_refreshed
 
-    _m, store, layers = _layers(ctx, stepwise=True)
-    refreshed = refresh_series(store, layers)
+    try:
+        _m, store, layers = _layers(ctx, stepwise=True)
+        refreshed = refresh_series(store, layers)
+    except PatchApplyError:
+        # A patch is no longer on its recorded pre-image: carry the series (exactly where
+        # it can, 3-way by merge-ort from the recorded blobs where it must).
+        from overlay.series import load_series
+
+        _m, store, layers = _layers(ctx, empty_series=True)
+        refreshed = carry_series(store, layers.forked, load_series(ctx.root))
     known = {r.patch.name for r in refreshed}
     unknown = [p for p in patches if p not in known]
     if unknown:
@@ -301,10 +312,16 @@ def _rebase_action(ctx: Context, action: str, fmt: str) -> None:
 def _rebase_options(fn):
     for opt in reversed([
         click.option("--continue", "action", flag_value="continue", help="Take your edit and go on."),
-        click.option("--skip", "action", flag_value="skip", help="Drop the patch the run stopped on."),
+        click.option("--skip", "action", flag_value="skip",
+                     help="Leave the patch the run stopped on out of the series (its file and series line)."),
+        click.option("--drop", "action", flag_value="skip", help="The same as --skip."),
+        click.option("--forget", "forget", metavar="PATH", default=None,
+                     help="Forget the resolutions recorded (rr-cache) for PATH."),
         click.option("--abort", "action", flag_value="abort", help="Restore every file as before the run."),
         click.option("--status", "action", flag_value="status", help="Show where the run stands."),
         click.option("--force", is_flag=True, help="Accept a fork or merge base that breaks ancestry."),
+        click.option("--allow-fork-ahead", is_flag=True,
+                     help="Accept a fork commit that merged upstream commits newer than the pin."),
         click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown"]), default="text",
                      show_default=True, help="Report format at the end."),
     ]):
@@ -312,8 +329,16 @@ def _rebase_options(fn):
     return fn
 
 
+def _forget(ctx: Context, path: str) -> None:
+    from overlay.rebase import forget_resolution
+
+    removed = forget_resolution(ctx.root, path)
+    click.echo(f"forgot {removed} recorded resolution(s) for {path}" if removed
+               else f"no recorded resolution for {path}")
+
+
 def _start_run(ctx: Context, kind: str, fmt: str, *, pin: str | None = None, fork: str | None = None,
-               merge_base: str | None = None, force: bool = False) -> None:
+               merge_base: str | None = None, force: bool = False, allow_fork_ahead: bool = False) -> None:
     from overlay.manifest import load_manifest
     from overlay.rebase import Bases, Rebase
     from overlay.rebase_report import render
@@ -339,6 +364,10 @@ def _start_run(ctx: Context, kind: str, fmt: str, *, pin: str | None = None, for
         if not force and not ancestor(old.fork, new_fork):
             raise OverlayError(f"fork commit {new_fork[:12]} does not descend from {old.fork[:12]}",
                                hint="pass --force if the fork was rewritten on purpose")
+        if not allow_fork_ahead:
+            from overlay.rebase import refuse_fork_ahead
+
+            refuse_fork_ahead(store, new_fork, new_pin)
     else:
         new_base = old.merge_base
     if not force and not ancestor(new_base, new_pin):
@@ -363,8 +392,11 @@ def _start_run(ctx: Context, kind: str, fmt: str, *, pin: str | None = None, for
 @_rebase_options
 @click.pass_obj
 @handle_errors
-def rebase_cmd(ctx: Context, onto: str | None, action: str | None, force: bool, fmt: str) -> None:
+def rebase_cmd(ctx: Context, onto: str | None, action: str | None, force: bool, fmt: str,
+               forget: str | None, allow_fork_ahead: bool) -> None:
     """Carry the fork delta and the series onto a new MLX pin."""
+    if forget:
+        return _forget(ctx, forget)
     if action:
         return _rebase_action(ctx, action, fmt)
     if not onto:
@@ -380,13 +412,16 @@ def rebase_cmd(ctx: Context, onto: str | None, action: str | None, force: bool, 
 @click.pass_obj
 @handle_errors
 def sync_cmd(ctx: Context, fork_ref: str | None, merge_base: str | None, action: str | None, force: bool,
-             fmt: str) -> None:
+             fmt: str, forget: str | None, allow_fork_ahead: bool) -> None:
     """Carry the overlay onto a newer fork commit."""
+    if forget:
+        return _forget(ctx, forget)
     if action:
         return _rebase_action(ctx, action, fmt)
     if not fork_ref:
         raise OverlayError("give --fork SHA, or one of --continue, --skip, --abort, --status")
-    _start_run(ctx, "sync", fmt, fork=fork_ref, merge_base=merge_base, force=force)
+    _start_run(ctx, "sync", fmt, fork=fork_ref, merge_base=merge_base, force=force,
+               allow_fork_ahead=allow_fork_ahead)
 
 
 

@@ -778,20 +778,15 @@ def check_upstream_packages(doc: Document, repo_paths: Iterable[str]) -> list[Fi
 
 
 def find_conflict_markers(text: str) -> list[tuple[int, str]]:
-    """Lines that are merge conflict markers: ``<<<<<<<``, ``|||||||``, ``=======`` alone, ``>>>>>>>``.
-
-    Markers count only at line start (``<<<<<<<``/``|||||||``/``>>>>>>>`` alone or
-    followed by a space and a label; ``=======`` alone).
+    """Lines that are merge conflict markers, by the one definition of :mod:`overlay.markers`
+    (a setext heading underline ``=======`` outside a conflict is not one).
 
     Returns:
-        ``[(1-based line, marker line), ...]``. Reusable for resolutions and patch ``+`` lines.
+        ``[(1-based line, marker line), ...]``.
     """
-    out = []
-    for i, ln in enumerate(text.splitlines(), 1):
-        s = ln.rstrip("\r")
-        if _CONFLICT_RE.match(s.rstrip()):
-            out.append((i, s))
-    return out
+    from overlay.markers import marker_lines
+
+    return marker_lines(text)
 
 
 def check_conflict_markers(doc: Document) -> list[Finding]:

@@ -533,33 +533,35 @@ class Store:
         """Write ``data`` as a blob into the store; return its name."""
         return self.out("hash-object", "-w", "--stdin", "--no-filters", input=data)
 
-    def edit_tree(self, tree: str, changes: dict[str, tuple[str, str] | None],
-                  index_file: str) -> str:
-        """A new tree: ``tree`` with ``changes`` applied, through a temporary index.
+    def edit_tree(self, tree: str, changes: dict[str, tuple[str, str] | None]) -> str:
+        """A new tree: ``tree`` with ``changes`` applied, through a private index.
 
         Args:
             tree: starting tree.
             changes: path -> ``(mode, oid)`` to set, or ``None`` to delete.
-            index_file: path of a scratch index file (removed afterwards).
         Returns:
             The new tree's name.
         """
-        env = {"GIT_INDEX_FILE": index_file}
-        try:
-            self.git("read-tree", tree, env=env)
-            lines = []
-            for path, entry in changes.items():
-                if entry is None:
-                    lines.append(f"0 {NULL_OID}\t{path}")
-                else:
-                    lines.append(f"{entry[0]} {entry[1]}\t{path}")
-            if lines:
-                self.git("update-index", "-z", "--index-info",
-                         input=("\0".join(lines) + "\0").encode("utf-8", "surrogateescape"), env=env)
-            return self.out("write-tree", env=env)
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(index_file)
+        if not changes:
+            return tree
+        with self.scratch_index(tree) as env:
+            return self.edit_tree_in(env, changes)
+
+    def edit_tree_in(self, env: dict[str, str], changes: dict[str, tuple[str, str] | None]) -> str:
+        """Apply ``changes`` to the index named by ``env`` and write it as a tree.
+
+        Args:
+            env: from :meth:`scratch_index`.
+            changes: path -> ``(mode, oid)`` to set, or ``None`` to delete.
+        Returns:
+            The tree SHA of the index afterwards.
+        """
+        lines = [f"0 {NULL_OID}\t{path}" if entry is None else f"{entry[0]} {entry[1]}\t{path}"
+                 for path, entry in changes.items()]
+        if lines:
+            self.git("update-index", "-z", "--index-info",
+                     input=("\0".join(lines) + "\0").encode("utf-8", "surrogateescape"), env=env)
+        return self.out("write-tree", env=env)
 
     def commit_chain(self, specs: Sequence[tuple[str, Sequence[str | int], str]]) -> list[str]:
         """Write several synthetic commits with one git process.

@@ -6,9 +6,9 @@
   ``patches-rocm/resolved/<path>``; a conflict with no resolution is an error
   naming the path and its conflict hunks; a resolution whose path does not
   conflict is *stale* (reported, not applied).
-* ``patched``: the series applied in order onto ``forked`` with
-  ``git apply --cached`` on a temporary index: exactly, or by a clean 3-way
-  merge from the recorded pre-image blobs. No fuzz; an offset is reported.
+* ``patched``: the series applied in order onto ``forked`` by the engine
+  (:mod:`overlay.engine`): each patch on its exact recorded pre-image, with its
+  recorded post-image as the result. No fuzz, no offset, no silent 3-way.
 
 Same inputs, same tree SHA: the synthetic commits the merge runs on have a
 fixed identity and date. git does all merging and applying.
@@ -17,26 +17,24 @@ fixed identity and date. git does all merging and applying.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import hashlib
 import json
 import os
-import re
-import tempfile
 from typing import Callable, Sequence
 
-from overlay.errors import LayerError
+from overlay.engine import PatchApplyError, PatchResult, apply_series
+from overlay.errors import GitError, LayerError
 from overlay.fsutil import atomic_write
-from overlay.gitstore import EMPTY_TREE, Store, first_error_line, zsplit
+from overlay.gitstore import EMPTY_TREE, Store
 from overlay.manifest import Manifest
+from overlay.markers import conflict_regions
 from overlay.paths import Carry, check_path
 from overlay.series import Patch, load_series
 
 RESOLVED_DIR = os.path.join("patches-rocm", "resolved")
 LAYERS = ("pin", "forked", "patched")
 
-_OFFSET_RE = re.compile(r"^Hunk #(\d+) succeeded at (\d+) \(offset (-?\d+) lines?\)\.", re.M)
-_CHECKING_RE = re.compile(r"^Checking patch (.+)\.\.\.$", re.M)
-_FAILED_AT_RE = re.compile(r"^error: patch failed: (.+):(\d+)$", re.M)
 
 
 @dataclasses.dataclass
@@ -49,11 +47,15 @@ class Conflict:
             merged text (1-based, markers included); empty for a
             modify/delete conflict.
         resolved: true when ``patches-rocm/resolved/<path>`` supplied the result.
+        outside: for a resolution, ``(resolution line, what)`` for each place where it
+            differs from git's automatic merge outside the conflict regions: there a
+            resolution would silently revert upstream (or the fork) (issue 12, item 7).
     """
 
     path: str
     hunks: list[tuple[int, int]]
     resolved: bool = False
+    outside: list[tuple[int, str]] = dataclasses.field(default_factory=list)
 
     def describe(self) -> str:
         """``path (conflict hunks at lines a-b, c-d)`` for messages."""
@@ -61,25 +63,6 @@ class Conflict:
             return f"{self.path} (modify/delete or type conflict)"
         spans = ", ".join(f"{a}-{b}" for a, b in self.hunks)
         return f"{self.path} (conflict hunks at lines {spans})"
-
-
-@dataclasses.dataclass
-class PatchResult:
-    """How one patch of the series applied.
-
-    Attributes:
-        patch: the parsed patch.
-        state: ``"exact"``, ``"offset"`` (applied, but a hunk moved),
-            ``"merged"`` (clean 3-way from its pre-image blobs).
-        offsets: ``(file, hunk_number, offset_lines)`` for each moved hunk.
-        tree: the tree after this patch, or ``None`` when the series was
-            applied in one batch (the fast path).
-    """
-
-    patch: Patch
-    state: str
-    offsets: list[tuple[str, int, int]] = dataclasses.field(default_factory=list)
-    tree: str | None = None
 
 
 @dataclasses.dataclass
@@ -110,15 +93,45 @@ class Layers:
 
 
 def conflict_hunks(text: bytes) -> list[tuple[int, int]]:
-    """Line spans of ``<<<<<<<`` ... ``>>>>>>>`` regions in merged text (1-based)."""
-    spans, start = [], None
-    for number, line in enumerate(text.split(b"\n"), 1):
-        if line.startswith(b"<<<<<<<"):
-            start = number
-        elif line.startswith(b">>>>>>>") and start is not None:
-            spans.append((start, number))
-            start = None
-    return spans
+    """Line spans of ``<<<<<<<`` ... ``>>>>>>>`` regions in merged text (1-based);
+    see :mod:`overlay.markers`."""
+    return conflict_regions(text)
+
+
+def changes_outside_conflicts(auto: bytes, resolved: bytes) -> list[tuple[int, str]]:
+    """Where a whole-file resolution differs from git's merge outside its conflict regions.
+
+    A resolution may choose anything inside a region; every other line is what git
+    merged from the pin and the fork, and changing it reverts one of them silently
+    (and a 3-way carry to the next pin keeps the reversion). The comparison is a
+    line diff (``difflib``, no junk heuristic): a check, not a merge.
+
+    Args:
+        auto: git's merged text with its markers (the conflicted blob of merge-tree).
+        resolved: the resolution's bytes.
+    Returns:
+        ``[(1-based line of the resolution, description), ...]``; empty when the
+        resolution keeps every line outside the regions.
+    """
+    regions = [(start - 1, end) for start, end in conflict_regions(auto)]  # 0-based, end exclusive
+    old, new = auto.split(b"\n"), resolved.split(b"\n")
+    out = []
+    matcher = difflib.SequenceMatcher(None, old, new, autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "equal":
+            continue
+        if any(lo <= i1 and i2 <= hi for lo, hi in regions) or \
+                (tag == "insert" and any(lo <= i1 <= hi for lo, hi in regions)):
+            continue
+        if tag == "insert":
+            what = f"adds {new[j1][:60].decode('utf-8', 'replace')!r}" + (f" and {j2 - j1 - 1} more line(s)"
+                                                                       if j2 - j1 > 1 else "")
+        else:
+            what = (f"{'drops' if tag == 'delete' else 'changes'} line {i1 + 1} of the automatic merge "
+                    f"{old[i1][:60].decode('utf-8', 'replace')!r}"
+                    + (f" and {i2 - i1 - 1} more" if i2 - i1 > 1 else ""))
+        out.append((j1 + 1, what))
+    return out
 
 
 def read_resolutions(root: str) -> dict[str, bytes]:
@@ -134,43 +147,6 @@ def read_resolutions(root: str) -> dict[str, bytes]:
             with open(full, "rb") as fh:
                 out[rel] = fh.read()
     return out
-
-
-_SCRATCH_DIR: list[str] = []
-
-
-def _scratch_dir() -> str:
-    """One private temporary directory per process for index files (removed at exit)."""
-    if not _SCRATCH_DIR:
-        import atexit
-        import shutil
-        path = tempfile.mkdtemp(prefix="overlay-idx-")
-        atexit.register(shutil.rmtree, path, True)
-        _SCRATCH_DIR.append(path)
-    return _SCRATCH_DIR[0]
-
-
-class _Scratch:
-    """Names for temporary index files; :meth:`close` removes the ones it handed out."""
-
-    _counter = 0
-
-    def __init__(self) -> None:
-        self._paths: list[str] = []
-
-    def index(self) -> str:
-        _Scratch._counter += 1
-        path = os.path.join(_scratch_dir(), f"index{_Scratch._counter}")
-        self._paths.append(path)
-        return path
-
-    def close(self) -> None:
-        for path in self._paths:
-            try:
-                os.unlink(path)
-            except FileNotFoundError:
-                pass
-        self._paths.clear()
 
 
 @dataclasses.dataclass
@@ -203,41 +179,29 @@ def merge_fork_delta(store: Store, base: str, pin: str, fork: str, carry: Callab
         UnsafePath: a fork path is hostile.
         LayerError: git merge-tree failed for another reason than conflicts.
     """
-    scratch = _Scratch()
+    base_tree, pin_tree = store.tree_of(base), store.tree_of(pin)
+    delta = store.diff_tree(base_tree, store.tree_of(fork))
+    carried, dropped, changes = [], [], {}
+    for _om, new_mode, _oo, new_oid, status, path in delta:
+        check_path(path, what="fork tree entry")
+        if not carry(path):
+            dropped.append(path)
+            continue
+        carried.append(path)
+        changes[path] = None if status == "D" else (new_mode, new_oid)
+    if not changes:
+        return ForkMerge(pin_tree, carried, dropped, {})
+    theirs = store.edit_tree(base_tree, changes)
+    if pin_tree == base_tree:
+        return ForkMerge(theirs, carried, dropped, {})
     try:
-        base_tree, pin_tree = store.tree_of(base), store.tree_of(pin)
-        delta = store.diff_tree(base_tree, store.tree_of(fork))
-        carried, dropped, changes = [], [], {}
-        for _om, new_mode, _oo, new_oid, status, path in delta:
-            check_path(path, what="fork tree entry")
-            if not carry(path):
-                dropped.append(path)
-                continue
-            carried.append(path)
-            changes[path] = None if status == "D" else (new_mode, new_oid)
-        if not changes:
-            return ForkMerge(pin_tree, carried, dropped, {})
-        theirs = store.edit_tree(base_tree, changes, scratch.index())
-        if pin_tree == base_tree:
-            return ForkMerge(theirs, carried, dropped, {})
-        c_base, c_pin, c_fork = store.commit_chain([(base_tree, [], "overlay: fork merge base"),
-                                                    (pin_tree, [0], "overlay: pin"),
-                                                    (theirs, [0], "overlay: carried fork delta")])
-        proc = store.git("merge-tree", "--write-tree", "-z", "--no-messages", c_pin, c_fork, check=False)
-        if proc.returncode not in (0, 1):
-            raise LayerError(f"git merge-tree failed on the fork delta: {first_error_line(proc.stderr)}")
-        fields = zsplit(proc.stdout)
-        stages: dict[str, dict[int, tuple[str, str]]] = {}
-        for rec in fields[1:]:
-            if not rec:
-                continue
-            meta, path = rec.split("\t", 1)
-            mode, oid, stage = meta.split()
-            check_path(path, what="conflicted path")
-            stages.setdefault(path, {})[int(stage)] = (mode, oid)
-        return ForkMerge(fields[0], carried, dropped, stages)
-    finally:
-        scratch.close()
+        merge = store.merge_trees(base_tree, pin_tree, theirs,
+                                  labels=("overlay: fork merge base", "overlay: pin", "overlay: carried fork delta"))
+    except GitError as exc:
+        raise LayerError(f"git merge-tree failed on the fork delta: {exc.message}") from None
+    for path in merge.stages:
+        check_path(path, what="conflicted path")
+    return ForkMerge(merge.tree, carried, dropped, merge.stages)
 
 
 def compute_forked(store: Store, base: str, pin: str, fork: str, carry: Callable[[str], bool],
@@ -261,14 +225,14 @@ def compute_forked(store: Store, base: str, pin: str, fork: str, carry: Callable
     with store.cat_file() as cat:
         for path, stage in sorted(merge.stages.items()):
             mode = (stage.get(2) or stage.get(3) or stage.get(1) or ("100644", ""))[0]
+            entry = store.entries(merge.tree, [path]).get(path)
+            auto = cat.read(entry.oid)[1] if entry is not None and entry.kind == "blob" else None
+            hunks = conflict_hunks(auto) if auto is not None else []
             if path in resolutions:
                 fixes[path] = (mode, store.hash_blob(resolutions[path]))
-                conflicts.append(Conflict(path, [], resolved=True))
+                outside = changes_outside_conflicts(auto, resolutions[path]) if hunks and auto else []
+                conflicts.append(Conflict(path, hunks, resolved=True, outside=outside))
                 continue
-            hunks: list[tuple[int, int]] = []
-            entry = store.git("ls-tree", "-z", merge.tree, "--", path).stdout
-            if entry:
-                hunks = conflict_hunks(cat.read(entry.split(b"\t", 1)[0].split()[2].decode())[1])
             conflicts.append(Conflict(path, hunks))
     unresolved = [c for c in conflicts if not c.resolved]
     if unresolved:
@@ -276,166 +240,9 @@ def compute_forked(store: Store, base: str, pin: str, fork: str, carry: Callable
             f"fork delta conflicts with the pin in {len(unresolved)} path(s) without a resolution: "
             + "; ".join(c.describe() for c in unresolved),
             hint="resolve with `overlay rebase`, or write patches-rocm/resolved/<path>")
-    scratch = _Scratch()
-    try:
-        forked = store.edit_tree(merge.tree, fixes, scratch.index()) if fixes else merge.tree
-    finally:
-        scratch.close()
+    forked = store.edit_tree(merge.tree, fixes)
     stale = sorted(p for p in resolutions if p not in merge.stages)
     return forked, merge.carried, merge.dropped, conflicts, stale
-
-
-class PatchApplyError(LayerError):
-    """A patch of the series does not apply (exit 1).
-
-    Attributes:
-        patch: the patch's name; file, hunk: where it failed (may be ``None``);
-        reason: why, in words.
-    """
-
-    def __init__(self, patch: str, file: str | None, hunk: int | None, reason: str):
-        where = f"{file}" + (f" hunk #{hunk}" if hunk else "") if file else "(no file)"
-        super().__init__(f"patch {patch} does not apply: {where}: {reason}",
-                         hint="refresh the patch against the layer below, or resolve it with `overlay rebase`")
-        self.patch, self.file, self.hunk, self.reason = patch, file, hunk, reason
-
-
-def _hunk_number(patch: Patch, file: str, line: int) -> int | None:
-    for change in patch.changes:
-        if file in (change.source, change.target):
-            for number, hunk in enumerate(change.hunks, 1):
-                if hunk.source_start == line or (hunk.source_length == 0 and hunk.source_start + 1 == line):
-                    return number
-            return 1 if change.hunks else None
-    return None
-
-
-def _apply(store: Store, index_file: str, files: Sequence[str], three_way: bool):
-    args = ["apply", "--cached", "-v", "--whitespace=nowarn"]
-    if three_way:
-        args.append("--3way")
-    return store.git(*args, *files, env={"GIT_INDEX_FILE": index_file}, check=False)
-
-
-def _changed_paths(store: Store, old: str, new: str) -> set[str]:
-    return {row[5] for row in store.diff_tree(old, new)}
-
-
-def _check_applied(patch: Patch, stderr: str, before: str, after: str, store: Store) -> None:
-    if "Skipped patch" in stderr:
-        skipped = re.findall(r"Skipped patch '(.+)'", stderr)
-        raise PatchApplyError(patch.name, skipped[0] if skipped else None, None,
-                              "git skipped this file although it exited 0")
-    changed = _changed_paths(store, before, after)
-    missing = sorted(p for p in patch.touched if p not in changed)
-    if missing:
-        raise PatchApplyError(patch.name, missing[0], None,
-                              f"the patch lists {len(patch.touched)} path(s) but changed only "
-                              f"{len(patch.touched) - len(missing)}")
-
-
-def _explain_failure(store: Store, tree: str, patch: Patch, exact_err: str, three_err: str) -> PatchApplyError:
-    m = _FAILED_AT_RE.search(exact_err)
-    file = m.group(1) if m else None
-    hunk = _hunk_number(patch, file, int(m.group(2))) if m else None
-    fm = None
-    if file is None:
-        fm = re.search(r"error: (.+?): (does not exist in index|already exists in index|patch does not apply)", exact_err)
-        file = fm.group(1) if fm else (patch.changes[0].path if patch.changes else None)
-        if fm and fm.group(2) != "patch does not apply":
-            return PatchApplyError(patch.name, file, None, fm.group(2))
-    if "lacks the necessary blob" in three_err or "repository lacks" in three_err:
-        reason = ("context differs and the 3-way fallback cannot run: the pre-image blob named "
-                  "by its index line is not in the git store")
-    elif "with conflicts" in three_err:
-        reason = "context differs and the 3-way merge from its pre-image conflicts"
-    elif m is None and fm is None:
-        reason = "git cannot read it: " + first_error_line(exact_err.encode())
-    else:
-        reason = "context differs and no 3-way merge was possible"
-    if file is not None and b"\r\n" not in patch.data:
-        target = store.git("cat-file", "blob", f"{tree}:{file}", check=False).stdout
-        if b"\r\n" in target:
-            reason += " (the target has CRLF line endings, the patch LF)"
-    return PatchApplyError(patch.name, file, hunk, reason)
-
-
-def apply_series(store: Store, base_tree: str, patches: Sequence[Patch], *,
-                 stepwise: bool = False) -> tuple[str, list[PatchResult]]:
-    """Apply ``patches`` in order onto ``base_tree``.
-
-    Fast path (``stepwise`` false): one ``git apply --cached`` of the whole
-    series; used when every patch applies exactly and every listed file
-    changes. Otherwise, and when ``stepwise`` is true, one patch at a time:
-    exact first, then ``--3way`` from the pre-image blobs.
-
-    Args:
-        store: git store.
-        base_tree: the ``forked`` tree.
-        patches: parsed series.
-        stepwise: record the tree after each patch (rebase and attribution need it).
-    Returns:
-        ``(patched_tree, results)``.
-    Raises:
-        PatchApplyError: a patch does not apply, git skipped a file, or it
-        changed fewer files than it lists (exit 1).
-    """
-    if not patches:
-        return base_tree, []
-    for patch in patches:
-        for change in patch.changes:
-            if change.binary and not change.binary_data:
-                raise PatchApplyError(patch.name, change.path, None,
-                                      "binary change without data ('Binary files differ'); "
-                                      "re-export it with --binary")
-    scratch = _Scratch()
-    try:
-        files = [p.path for p in patches]
-        if not stepwise:
-            index = scratch.index()
-            store.git("read-tree", base_tree, env={"GIT_INDEX_FILE": index})
-            proc = _apply(store, index, files, three_way=False)
-            err = proc.stderr.decode("utf-8", "replace")
-            if proc.returncode == 0 and not _OFFSET_RE.search(err) and "Skipped patch" not in err:
-                tree = store.out("write-tree", env={"GIT_INDEX_FILE": index})
-                listed = set().union(*(p.touched for p in patches))
-                if _changed_paths(store, base_tree, tree) == listed:
-                    return tree, [PatchResult(p, "exact") for p in patches]
-        results = []
-        tree = base_tree
-        index = scratch.index()
-        # One index for the whole series: git apply changes nothing when it fails, so the
-        # index holds ``tree`` before every patch without a read-tree of its own.
-        store.git("read-tree", tree, env={"GIT_INDEX_FILE": index})
-        for patch in patches:
-            proc = _apply(store, index, [patch.path], three_way=False)
-            err = proc.stderr.decode("utf-8", "replace")
-            state, offsets = "exact", []
-            if proc.returncode != 0:
-                proc3 = _apply(store, index, [patch.path], three_way=True)
-                err3 = proc3.stderr.decode("utf-8", "replace")
-                unmerged = store.git("ls-files", "-u", env={"GIT_INDEX_FILE": index}).stdout
-                if proc3.returncode != 0 or unmerged:
-                    raise _explain_failure(store, tree, patch, err, err3)
-                state, err = "merged", err3
-            else:
-                current = None
-                for line in err.splitlines():
-                    cm = _CHECKING_RE.match(line)
-                    if cm:
-                        current = cm.group(1)
-                    om = _OFFSET_RE.match(line)
-                    if om:
-                        offsets.append((current or "?", int(om.group(1)), int(om.group(3))))
-                if offsets:
-                    state = "offset"
-            new_tree = store.out("write-tree", env={"GIT_INDEX_FILE": index})
-            _check_applied(patch, err, tree, new_tree, store)
-            results.append(PatchResult(patch, state, offsets, new_tree))
-            tree = new_tree
-        return tree, results
-    finally:
-        scratch.close()
 
 
 def ensure_commits(store: Store, manifest: Manifest, *, pin: str | None = None,
@@ -500,7 +307,7 @@ def compute_layers(store: Store, manifest: Manifest, root: str, *, pin: str | No
 
 
 #: Bump when the layer algorithm changes what a tree would be for the same inputs.
-LAYER_CACHE_VERSION = 1
+LAYER_CACHE_VERSION = 2
 
 
 def _cache_key(manifest: Manifest, pin: str, fork: str, merge_base: str, resolutions: dict[str, bytes],
@@ -532,18 +339,18 @@ def _cache_read(store: Store, key: str, series: Sequence[Patch], stepwise: bool)
         return None
     return Layers(pin=rec["pin"], forked=rec["forked"], patched=rec["patched"],
                   carried_changes=rec["carried"], dropped_changes=rec["dropped"],
-                  conflicts=[Conflict(c[0], [tuple(h) for h in c[1]], c[2]) for c in rec["conflicts"]],
+                  conflicts=[Conflict(c[0], [tuple(h) for h in c[1]], c[2], [tuple(o) for o in c[3]])
+                             for c in rec["conflicts"]],
                   stale_resolutions=rec["stale"],
-                  patches=[PatchResult(p, r["state"], [tuple(o) for o in r["offsets"]], r["tree"])
-                           for p, r in zip(series, rec["patches"])])
+                  patches=[PatchResult(p, r["state"], r["tree"]) for p, r in zip(series, rec["patches"])])
 
 
 def _cache_write(store: Store, key: str, layers: Layers, stepwise: bool) -> None:
     rec = {"pin": layers.pin, "forked": layers.forked, "patched": layers.patched,
            "carried": layers.carried_changes, "dropped": layers.dropped_changes,
-           "conflicts": [[c.path, c.hunks, c.resolved] for c in layers.conflicts],
+           "conflicts": [[c.path, c.hunks, c.resolved, c.outside] for c in layers.conflicts],
            "stale": layers.stale_resolutions, "stepwise": stepwise,
-           "patches": [{"state": r.state, "offsets": r.offsets, "tree": r.tree} for r in layers.patches]}
+           "patches": [{"state": r.state, "tree": r.tree} for r in layers.patches]}
     path = _cache_path(store, key)
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)

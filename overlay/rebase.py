@@ -7,9 +7,11 @@ A run recomputes the layers on the new bases:
    old auto-merge and the new auto-merge), by a resolution recorded in an earlier
    run for the very same conflict (rerere-like, ``.overlay/rr-cache``), or by
    stopping for the user;
-2. each patch of the series: dropped when it is already upstream (its reverse
-   applies to the new layer, or it becomes empty), applied exactly, merged
-   3-way from its pre-image, or stopped on for the user.
+2. each patch of the series, by the engine (:func:`overlay.engine.carry_patch`):
+   applied exactly when its recorded pre-images are unchanged below it, else
+   cherry-picked by merge-ort from the tree it was made on (the old layer, so
+   upstream renames are followed); "already upstream" only when that cherry-pick
+   is empty; a conflict stops for the user with diff3 work files.
 
 A stop writes the conflicted files with labelled markers into
 ``.overlay/rebase/work/`` and says what to do; ``--continue`` takes the edit,
@@ -40,19 +42,20 @@ import tomlkit
 from overlay import fixes
 from overlay.errors import EXIT_FINDINGS, GitError, OverlayError
 from overlay.fsutil import atomic_write
+from overlay.engine import CarryError, carry_patch, upstream_commit
 from overlay.gitstore import Store
-from overlay.layers import _OFFSET_RE, _Scratch, merge_fork_delta, read_resolutions
+from overlay.layers import changes_outside_conflicts, merge_fork_delta, read_resolutions
 from overlay.manifest import MANIFEST_PATH, Manifest, load_manifest
-from overlay.patchfmt import DEFAULT_AUTHOR, format_patch, tree_diff
-from overlay.refresh import trailer_pairs
-from overlay.series import PATCH_DIR, SERIES_PATH, Patch, parse_patch, read_series
+from overlay.markers import conflict_regions, marker_lines
+from overlay.patchfmt import tree_diff
+from overlay.refresh import refreshed_bytes
+from overlay.series import PATCH_DIR, SERIES_PATH, Patch, parse_patch, read_series, split_patch
 
 STATE_DIR = os.path.join(".overlay", "rebase")
 RR_CACHE = os.path.join(".overlay", "rr-cache")
 REPORT_MD = os.path.join(".overlay", "last-rebase.md")
 REPORT_JSON = os.path.join(".overlay", "last-rebase.json")
 RESOLVED = "patches-rocm/resolved"
-_MARKER = re.compile(r"^(<{7}|>{7}|={7}$|\|{7})", re.M)
 
 
 class RebaseStopped(OverlayError):
@@ -222,9 +225,12 @@ class Rebase:
         except FileNotFoundError:
             return None
 
-    def _rr_put(self, key: str, data: bytes) -> None:
+    def _rr_put(self, key: str, data: bytes, path: str) -> None:
+        """Record a resolution for later runs; the run remembers it so ``--abort`` forgets it."""
         os.makedirs(os.path.join(self.root, RR_CACHE), exist_ok=True)
         atomic_write(os.path.join(self.root, RR_CACHE, key), data)
+        atomic_write(os.path.join(self.root, RR_CACHE, key + ".path"), path.encode("utf-8", "surrogateescape"))
+        self.state.setdefault("rr_recorded", []).append(key)
 
     def _write_work(self, files: dict[str, bytes | None]) -> list[str]:
         if os.path.isdir(self.work):
@@ -289,15 +295,19 @@ class Rebase:
                         continue
                     carried, clean = self._merge_file(old_res[path], old_auto, new_auto,
                                                       ("recorded resolution", "old auto-merge", "new auto-merge"))
-                    if clean and not _MARKER.search(carried.decode("utf-8", "replace")):
+                    if clean and not marker_lines(carried):
                         decided[path] = {"status": "carried", "blob": store.hash_blob(carried),
-                                         "note": "recorded resolution carried by a 3-way merge"}
+                                         "note": "recorded resolution carried by a 3-way merge"
+                                         + self._outside_note(merge, path, carried)}
                         self.save()
                         continue
-            recorded = self._rr_get(self._conflict_key(new_auto))
+            key = self._conflict_key(new_auto)
+            recorded = self._rr_get(key)
             if recorded is not None:
                 decided[path] = {"status": "reused", "blob": store.hash_blob(recorded),
-                                 "note": "resolution recorded for the same conflict in an earlier run (rr-cache)"}
+                                 "note": f"resolution recorded for the same conflict in an earlier run (rr-cache "
+                                         f"{key[:12]}): review it; `overlay rebase --forget {path}` forgets it"
+                                         + self._outside_note(merge, path, recorded)}
                 self.save()
                 continue
             work = {path: self._labelled(stages, new)}
@@ -321,11 +331,7 @@ class Rebase:
             if path in merge.stages:
                 mode = (merge.stages[path].get(2) or merge.stages[path].get(3) or ("100644",))[0]
                 changes[path] = (mode, entry["blob"])
-        scratch = _Scratch()
-        try:
-            forked = store.edit_tree(merge.tree, changes, scratch.index()) if changes else merge.tree
-        finally:
-            scratch.close()
+        forked = store.edit_tree(merge.tree, changes)
         self.state["forked"] = forked
         self.state["stale"] = sorted(p for p in old_res if p not in merge.stages)
         self.state["merge_stats"] = {"carried": len(merge.carried), "conflicts": len(merge.stages)}
@@ -351,135 +357,169 @@ class Rebase:
                 cache[name] = parse_patch(fh.read(), name, path, header_only=header_only)
         return cache[name]
 
+    def _outside_note(self, merge, path: str, resolution: bytes) -> str:
+        """"; it changes N line(s) outside ..." when a resolution leaves git's merge outside
+        the conflict regions (issue 12, item 7), else ""."""
+        entry = self.store.entries(merge.tree, [path]).get(path)
+        if entry is None or entry.kind != "blob":
+            return ""
+        auto = self._blob(entry.oid)
+        if not conflict_regions(auto):
+            return ""
+        outside = changes_outside_conflicts(auto, resolution)
+        if not outside:
+            return ""
+        line, what = outside[0]
+        return (f"; WARNING: it differs from git's merge outside the conflict regions in {len(outside)} place(s), "
+                f"first at line {line} ({what}): upstream may be reverted there (verify reports LAY005)")
+
+    def _old_trees(self) -> dict[str, tuple[str, str]] | None:
+        """For each patch, the tree it was made on and the tree it produced in the old
+        layer (so merge-ort can follow upstream renames); ``None`` when the old layer
+        cannot be computed (then the engine rebuilds them from the recorded blobs)."""
+        if "_old" not in self.__dict__:
+            from overlay.layers import compute_layers
+
+            old = Bases(**self.state["old"])
+            entries = self.state["patches"]
+            try:
+                layers = compute_layers(self.store, self._manifest(), os.path.join(self.dir, "backup"),
+                                        pin=old.pin, fork=old.fork, merge_base=old.merge_base,
+                                        patches=[self._backup_patch(e["name"]) for e in entries], stepwise=True)
+            except OverlayError:
+                self.__dict__["_old"] = None
+            else:
+                trees, before = {}, layers.forked
+                for result in layers.patches:
+                    assert result.tree is not None
+                    trees[result.patch.name] = (before, result.tree)
+                    before = result.tree
+                self.__dict__["_old"] = trees
+        return self.__dict__["_old"]
+
     def _apply_patches(self) -> None:
         store = self.store
-        scratch = _Scratch()
-        index = scratch.index()
-        env = {"GIT_INDEX_FILE": index}
-        holds = None  # the tree the scratch index holds, when known
-        try:
-            for entry in self.state["patches"]:
-                if entry["status"] != "pending":
-                    continue
-                patch = self._backup_patch(entry["name"], header_only=True)
-                tree = self._current_tree()
-                if holds != tree:
-                    store.git("read-tree", tree, env=env)
-                holds = None
-                proc = store.git("apply", "--cached", "-v", patch.path, env=env, check=False)
-                status = "clean"
-                if proc.returncode != 0:
-                    # Already upstream? Then its reverse applies to the new layer.
-                    rev = store.git("apply", "--cached", "--check", "--reverse", patch.path, env=env, check=False)
-                    if rev.returncode == 0:
-                        entry.update(status="upstream",
-                                     note="its reverse applies cleanly: the change is already there")
-                        holds = tree
-                        self.save()
-                        _checkpoint("patch")
-                        continue
-                    store.git("read-tree", tree, env=env)
-                    proc = store.git("apply", "--cached", "--3way", patch.path, env=env, check=False)
-                    unmerged = store.git("ls-files", "-u", "-z", env=env).stdout
-                    if proc.returncode != 0 or unmerged:
-                        self._stop_on_patch(self._backup_patch(entry["name"]), tree, index)
-                    status = "merged"
-                new_tree = store.out("write-tree", env=env)
-                holds = new_tree
-                if new_tree == tree:
-                    entry.update(status="upstream", note="it becomes empty on the new base")
-                elif status == "clean" and not _OFFSET_RE.search(proc.stderr.decode("utf-8", "replace")):
-                    # Exact, no offset: the recorded bytes stay (a byte-stable patch refreshes to itself).
-                    entry.update(status=status, tree=new_tree, blob=None, changed=False)
-                else:
-                    data = self._refresh(patch, tree, new_tree)
-                    entry.update(status=status, tree=new_tree, blob=store.hash_blob(data),
-                                 changed=data != patch.data)
-                self.save()
-                _checkpoint("patch")
-        finally:
-            scratch.close()
-
-    def _refresh(self, patch: Patch, before: str, after: str) -> bytes:
-        return format_patch(patch.subject, patch.description, trailer_pairs(patch),
-                            tree_diff(self.store, before, after), author=patch.author or DEFAULT_AUTHOR)
-
-    def _stop_on_patch(self, patch: Patch, tree: str, index: str) -> None:
-        store = self.store
-        env = {"GIT_INDEX_FILE": index}
-        stages: dict[str, dict[int, tuple[str, str]]] = {}
-        for rec in store.git("ls-files", "-s", "-z", env=env).stdout.decode().split("\0"):
-            if not rec:
+        old, new = Bases(**self.state["old"]), Bases(**self.state["new"])
+        for entry in self.state["patches"]:
+            if entry["status"] != "pending":
                 continue
-            meta, path = rec.split("\t", 1)
-            mode, oid, stage = meta.split()
-            if path in patch.touched:
-                stages.setdefault(path, {})[int(stage)] = (mode, oid)
-        files: dict[str, bytes | None] = {}
-        conflicted = []
-        post = {}
-        for m in re.finditer(r"^diff --git a/(\S+) b/(\S+)\n(?:.*\n)*?index [0-9a-f]+\.\.([0-9a-f]+)",
-                             patch.data.decode("utf-8", "replace"), re.M):
-            post[m.group(2)] = m.group(3)
-        for path in sorted(patch.touched):
-            st = stages.get(path)
-            if not st:
-                # Not in the new layer. Show what the patch wanted (its post-image) when the
-                # patch does not delete it: the user deletes it to accept the new layer.
-                oid = post.get(path)
-                if path not in patch.deleted and oid and store.has_object(oid, "blob"):
-                    files[path] = self._blob(oid)
-                    conflicted.append(f"{path} (gone from the new layer)")
-                else:
-                    files[path] = None
-            elif 0 in st:
-                files[path] = self._blob(st[0][1])
+            patch = self._backup_patch(entry["name"])
+            tree = self._current_tree()
+
+            def made(name: str = entry["name"]) -> tuple[str, str] | None:
+                trees = self._old_trees()
+                return trees.get(name) if trees else None
+
+            try:
+                carried = carry_patch(store, patch, tree, made=made)
+            except CarryError as exc:
+                self._stop(patch, {"type": "patch", "name": patch.name, "tree": tree, "merged": tree,
+                                   "files": [], "modes": {}},
+                           f"patch {patch.name} does not apply to the new layer and cannot be merged: "
+                           f"{exc.message}", {})
+            if carried.status == "conflict":
+                self._stop_on_patch(patch, tree, carried)
+            if carried.status == "upstream":
+                commit = upstream_commit(store, split_patch(patch.data)[1],
+                                         [(old.pin, new.pin), (old.fork, new.fork)], sorted(patch.touched))
+                entry.update(status="upstream", note="already upstream: carrying it changes nothing"
+                             + (f" (upstream {commit[:12]} \"{commit[41:]}\")" if commit else ""))
+            elif carried.status == "exact":
+                # On its recorded pre-images: the diff, and so the file, keeps every byte.
+                entry.update(status="clean", tree=carried.tree, blob=None, changed=False)
             else:
-                conflicted.append(path)
-                files[path], _ = self._merge_file(
-                    self._blob(st[2][1]) if 2 in st else b"", self._blob(st[1][1]) if 1 in st else b"",
-                    self._blob(st[3][1]) if 3 in st else b"",
-                    ("new layer below", "patch pre-image", f"patch {patch.name}"))
+                data = refreshed_bytes(patch.data, tree_diff(store, tree, carried.tree))
+                moved = sorted(p for p in self._changed(tree, carried.tree) if p not in patch.touched)
+                note = f"followed a rename: now changes {', '.join(moved)}" if moved else ""
+                entry.update(status="merged", tree=carried.tree, blob=store.hash_blob(data),
+                             changed=data != patch.data, note=note)
+            self.save()
+            _checkpoint("patch")
+
+    def _changed(self, old: str, new: str) -> set[str]:
+        return {row[5] for row in self.store.diff_tree(old, new)}
+
+    def _stop(self, patch: Patch, stop: dict, message: str, files: dict[str, bytes | None]) -> None:
+        """Save a stop on ``patch``, write its work files, raise :class:`RebaseStopped`."""
         self._write_work(files)
         entry = next(e for e in self.state["patches"] if e["name"] == patch.name)
         entry["status"] = "stopped"
-        self.state["stop"] = {"type": "patch", "name": patch.name, "tree": tree,
-                              "files": sorted(patch.touched), "conflicted": conflicted,
-                              "modes": {p: st.get(0, st.get(2, st.get(3, ("100644", ""))))[0]
-                                        for p, st in stages.items()}}
+        self.state["stop"] = stop
         self.save()
+        raise RebaseStopped(message)
+
+    def _stop_on_patch(self, patch: Patch, tree: str, carried) -> None:
+        """Stop on a conflict of merge-ort: diff3 work files for each conflicted path."""
+        merge = carried.merge
+        files: dict[str, bytes | None] = {}
+        what, edit, modes, gitlinks = [], [], {}, []
+        labels = ("new base", "patch pre-image", f"patch {patch.name}")
+        for path, st in sorted(merge.stages.items()):
+            kinds = ", ".join(merge.conflict_types(path)) or "CONFLICT"
+            if any(mode == "160000" for mode, _oid in st.values()):
+                gitlinks.append(path)
+                what.append(f"{path} ({kinds}: a submodule)")
+                continue
+            s1, s2, s3 = st.get(1), st.get(2), st.get(3)
+            modes[path] = (s2 or s3 or s1)[0]
+            edit.append(path)
+            if s2 and s3:
+                files[path], _ = self._merge_file(self._blob(s2[1]), self._blob(s1[1]) if s1 else b"",
+                                                  self._blob(s3[1]), labels, diff3=True)
+                what.append(f"{path} ({kinds})")
+            elif s3:
+                files[path] = self._blob(s3[1])
+                what.append(f"{path} ({kinds}: gone from the new base, changed by the patch; the file holds the "
+                            "patch's version: keep it to keep it, delete it to accept the deletion)")
+            else:
+                files[path] = self._blob(s2[1])
+                if s1:
+                    files[path + ".pre-image"] = self._blob(s1[1])
+                what.append(f"{path} ({kinds}: the patch deletes it, the new base changed it; the file holds the "
+                            f"new base's version and {path}.pre-image what the patch was made to delete: delete "
+                            "the file to delete it, keep it to keep the new base's version)")
+        for paths, kind, text in merge.messages:
+            if kind.startswith("CONFLICT") and not any(p in merge.stages for p in paths):
+                what.append(text)  # e.g. a directory that became a submodule
         fix = patch.local_fix
-        raise RebaseStopped(
-            f"patch {patch.name} does not apply to the new layer: conflicts in {', '.join(conflicted) or 'its files'}; "
-            f"edit the files under {os.path.join(STATE_DIR, 'work')} (delete a file there to delete it), then run "
-            f"`overlay {self.state['kind']} --continue`, or `--skip` to drop the patch"
-            + (f" (LOCAL_FIXES entry {fix})" if fix else "") + ", or `--abort`")
+        stop = {"type": "patch", "name": patch.name, "tree": tree, "merged": carried.tree, "files": edit,
+                "gitlinks": gitlinks, "modes": modes}
+        work = os.path.join(STATE_DIR, "work")
+        self._stop(patch, stop,
+                   f"patch {patch.name} conflicts with the new base: {'; '.join(what) or 'see git merge-tree'}. "
+                   f"Edit the files under {work} (markers labelled new base / patch pre-image / patch "
+                   f"{patch.name}; delete a file there to delete it), then `overlay {self.state['kind']} --continue`;"
+                   f" or `--skip` to leave the patch out of the series (its file and series line go"
+                   + (f"; LOCAL_FIXES entry {fix} stays" if fix else "") + "), or `--abort` to restore everything",
+                   files)
 
     # -- user actions --------------------------------------------------------------------
     def continue_(self) -> dict:
         """Take the user's edit for the current stop and go on (see :meth:`run`).
 
         Raises:
-            RebaseStopped: markers remain (exit 1, naming path and line), or the
-            next conflict stops the run.
+            RebaseStopped: markers remain (exit 1, naming path and line), the edit
+            leaves the patch empty (then ``--skip`` is the explicit way to drop it), or
+            the next conflict stops the run.
+            OverlayError: the edit would put a file where the new base has a submodule.
         """
         stop = self.state.get("stop")
         if stop:
+            if stop["type"] == "empty":
+                raise RebaseStopped(self._empty_message(stop["name"]))
             paths = [stop["path"]] if stop["type"] == "resolution" else stop["files"]
             for rel in paths:
                 full = os.path.join(self.work, rel)
                 if os.path.isfile(full):
                     with open(full, "rb") as fh:
-                        text = fh.read().decode("utf-8", "replace")
-                    m = _MARKER.search(text)
-                    if m:
-                        line = text.count("\n", 0, m.start()) + 1
-                        raise RebaseStopped(f"{os.path.join(STATE_DIR, 'work', rel)}:{line}: conflict marker "
+                        found = marker_lines(fh.read())
+                    if found:
+                        raise RebaseStopped(f"{os.path.join(STATE_DIR, 'work', rel)}:{found[0][0]}: conflict marker "
                                             "left; finish the edit, then --continue again")
             if stop["type"] == "resolution":
                 with open(os.path.join(self.work, stop["path"]), "rb") as fh:
                     data = fh.read()
-                self._rr_put(stop["key"], data)
+                self._rr_put(stop["key"], data, stop["path"])
                 self.state["resolutions"][stop["path"]] = {"status": "resolved", "blob": self.store.hash_blob(data),
                                                            "note": "conflict resolved by hand"}
             else:
@@ -489,36 +529,65 @@ class Rebase:
             shutil.rmtree(self.work, ignore_errors=True)
         return self.run()
 
+    def _empty_message(self, name: str) -> str:
+        fix = self._backup_patch(name, header_only=True).local_fix
+        return (f"the resolved patch {name} changes nothing on the new base. It is not dropped without your word: "
+                f"`overlay {self.state['kind']} --skip` leaves it out of the series (its file and series line go"
+                + (f"; LOCAL_FIXES entry {fix} stays for you to move or delete" if fix else "")
+                + "), `--abort` restores everything as before the run")
+
     def _take_patch_edit(self, stop: dict) -> None:
+        store = self.store
+        base = stop["tree"]
+        conflicted = set(stop["files"]) | set(stop.get("gitlinks", []))
+        # What merge-ort merged cleanly, then the user's files for the conflicted paths.
         changes: dict[str, tuple[str, str] | None] = {}
+        for old_mode, new_mode, _oo, new_oid, status, path in store.diff_tree(base, stop["merged"]):
+            if path in conflicted:
+                continue
+            if "160000" in (old_mode, new_mode):
+                raise OverlayError(f"the merge would replace submodule {path} of the new base",
+                                   hint="--skip the patch, or --abort")
+            changes[path] = None if status == "D" else (new_mode, new_oid)
         for rel in stop["files"]:
             full = os.path.join(self.work, rel)
             if os.path.isfile(full):
                 with open(full, "rb") as fh:
-                    changes[rel] = (stop["modes"].get(rel, "100644"), self.store.hash_blob(fh.read()))
+                    changes[rel] = (stop["modes"].get(rel, "100644"), store.hash_blob(fh.read()))
             else:
                 changes[rel] = None
-        scratch = _Scratch()
-        try:
-            new_tree = self.store.edit_tree(stop["tree"], changes, scratch.index())
-        finally:
-            scratch.close()
+        # Never let a file replace what the new base has above it (a directory that became
+        # a submodule, shared case 13): update-index would silently drop the gitlink.
+        prefixes = sorted({p.rsplit("/", i)[0] for p, e in changes.items() if e is not None
+                           for i in range(1, p.count("/") + 1)})
+        for prefix, entry in store.entries(base, prefixes).items():
+            if entry.kind != "tree":
+                placed = sorted(p for p, e in changes.items() if e is not None and p.startswith(prefix + "/"))
+                raise OverlayError(f"{placed[0]}: the new base has {'a submodule' if entry.kind == 'commit' else 'a file'}"
+                                   f" at {prefix}, so the patch's file cannot go there",
+                                   hint=f"delete {os.path.join(STATE_DIR, 'work', placed[0])} and --continue (the "
+                                        "patch then leaves it alone), or --skip the patch, or --abort")
+        new_tree = store.edit_tree(base, changes)
         entry = next(e for e in self.state["patches"] if e["name"] == stop["name"])
         patch = self._backup_patch(stop["name"])
-        if new_tree == stop["tree"]:
-            entry.update(status="upstream", note="the resolved patch is empty")
-        else:
-            data = self._refresh(patch, stop["tree"], new_tree)
-            entry.update(status="resolved", tree=new_tree, blob=self.store.hash_blob(data), changed=True)
+        if new_tree == base:
+            # Empty after the edit: never dropped silently (issue 12, item 4).
+            self.state["stop"] = {"type": "empty", "name": stop["name"]}
+            self.save()
+            shutil.rmtree(self.work, ignore_errors=True)
+            raise RebaseStopped(self._empty_message(stop["name"]))
+        data = refreshed_bytes(patch.data, tree_diff(store, base, new_tree))
+        entry.update(status="resolved", tree=new_tree, blob=store.hash_blob(data), changed=data != patch.data)
 
     def skip(self) -> dict:
-        """Drop the patch the run stopped on and go on.
+        """Drop the patch the run stopped on and go on: its file and series line go when
+        the run completes; its LOCAL_FIXES entry stays (the report says so).
 
         Raises:
             OverlayError: the run did not stop on a patch (exit 2).
         """
         stop = self.state.get("stop")
-        if not stop or stop["type"] != "patch":
+        if not stop or stop["type"] not in ("patch", "empty"):
             raise OverlayError("--skip drops a patch; the run is not stopped on one",
                                hint="a conflicting fork path needs a resolution: edit it and --continue")
         entry = next(e for e in self.state["patches"] if e["name"] == stop["name"])
@@ -531,7 +600,8 @@ class Rebase:
         return self.run()
 
     def abort(self) -> list[str]:
-        """Restore every file the run may have changed, byte for byte, and forget the run.
+        """Restore every file the run may have changed, byte for byte, and forget the run,
+        including the resolutions it recorded in the rr-cache (shared case 17).
 
         Returns:
             Relative paths restored or removed.
@@ -558,6 +628,8 @@ class Rebase:
                 atomic_write(dst, data, mode=os.stat(src).st_mode & 0o7777)
                 touched.append(rel)
         _prune_empty(os.path.join(self.root, RESOLVED))
+        for key in self.state.get("rr_recorded", []):
+            _rr_remove(self.root, key)
         shutil.rmtree(self.dir)
         return sorted(touched)
 
@@ -623,14 +695,15 @@ class Rebase:
         # 4. the pins named in LOCAL_FIXES.md
         lf = os.path.join(root, fixes.FILE_NAME)
         if os.path.isfile(lf):
-            with open(lf, encoding="utf-8") as fh:
+            with open(lf, "rb") as fh:
                 text = fh.read()
-            updated = re.sub(r"^(# Local changes relative to \S+@)[0-9a-fA-F]{8}", rf"\g<1>{new.fork[:8]}",
-                             text, count=1, flags=re.M)
-            updated = re.sub(r"^(## Retarget onto the MLX pin \()[0-9a-fA-F]{8}\)", rf"\g<1>{new.pin[:8]})",
-                             updated, count=1, flags=re.M)
+            # Bytes, so a BOM and CRLF line ends survive; the title may follow a BOM.
+            updated = re.sub(rb"^((?:\xef\xbb\xbf)?# Local changes relative to \S+@)[0-9a-fA-F]{8}",
+                             lambda m: m.group(1) + new.fork[:8].encode(), text, count=1, flags=re.M)
+            updated = re.sub(rb"^(## Retarget onto the MLX pin \()[0-9a-fA-F]{8}\)",
+                             lambda m: m.group(1) + new.pin[:8].encode() + b")", updated, count=1, flags=re.M)
             if updated != text:
-                atomic_write(lf, updated.encode())
+                atomic_write(lf, updated)
         report = self.report(old, new)
         os.makedirs(os.path.join(root, ".overlay"), exist_ok=True)
         from overlay.rebase_report import render_markdown
@@ -649,8 +722,8 @@ class Rebase:
         for entry in self.state["patches"]:
             patch = self._backup_patch(entry["name"], header_only=True)
             status = entry["status"]
-            if status == "clean" and entry.get("changed"):
-                status = "clean (refreshed)"
+            if status == "merged" and not entry.get("changed"):
+                status = "merged (bytes unchanged)"
             patches.append({"name": entry["name"], "status": status, "local_fix": patch.local_fix,
                             "note": entry.get("note", "")})
         return {
@@ -707,6 +780,86 @@ class Rebase:
         proc = store.git("range-diff", "--no-color", f"{old_base}..{old_tip}", f"{new_base}..{new_tip}",
                          check=False)
         return proc.stdout.decode("utf-8", "replace")
+
+
+def fork_ahead(store: Store, fork: str, pin: str) -> list[str]:
+    """Upstream commits that the fork's history holds and the pin does not.
+
+    The fork delta is ``merge-base..fork``; when the fork merged upstream commits
+    newer than the pin, those would be carried as if they were the fork's own
+    (shared case 18). Upstream is known by the store's ``refs/remotes/upstream/*``
+    (fetched when a name is resolved or by :func:`refresh_upstream_refs`).
+
+    Args:
+        store: git store.
+        fork, pin: commit SHAs.
+    Returns:
+        ``["<sha12> <subject>", ...]``, newest first; empty when the fork holds no
+        upstream commit past the pin, or when no upstream branch is known.
+    """
+    refs = store.out("for-each-ref", "--format=%(objectname)", "refs/remotes/upstream/").split()
+    ahead: list[str] = []
+    for tip in refs[:20]:
+        base = store.git("merge-base", fork, tip, check=False).stdout.decode().strip()
+        if not base or store.git("merge-base", "--is-ancestor", base, pin, check=False).returncode == 0:
+            continue
+        for line in store.out("log", "--format=%h %s", "--abbrev=12", f"{base}", f"^{pin}").splitlines():
+            if line not in ahead:
+                ahead.append(line)
+    return ahead
+
+
+def refresh_upstream_refs(store: Store) -> None:
+    """Fetch upstream's branches into ``refs/remotes/upstream/*`` (online only; quiet on failure)."""
+    if not store.offline:
+        with store.lock():
+            store.git("fetch", "-q", "--no-tags", "upstream", "+refs/heads/*:refs/remotes/upstream/*", check=False)
+
+
+def refuse_fork_ahead(store: Store, fork: str, pin: str) -> None:
+    """Raise when the fork holds upstream commits newer than the pin (see :func:`fork_ahead`).
+
+    Raises:
+        OverlayError: naming the first few such commits and ``--allow-fork-ahead`` (exit 2).
+    """
+    refresh_upstream_refs(store)
+    ahead = fork_ahead(store, fork, pin)
+    if ahead:
+        shown = "; ".join(ahead[:3]) + (f"; and {len(ahead) - 3} more" if len(ahead) > 3 else "")
+        raise OverlayError(f"fork commit {fork[:12]} has merged {len(ahead)} upstream commit(s) that pin "
+                           f"{pin[:12]} lacks ({shown}): they would be carried as fork delta",
+                           hint="rebase onto a pin that holds them first (`overlay rebase --onto`), or pass "
+                                "--allow-fork-ahead to carry them anyway")
+
+
+def _rr_remove(root: str, key: str) -> None:
+    for name in (key, key + ".path"):
+        try:
+            os.unlink(os.path.join(root, RR_CACHE, name))
+        except FileNotFoundError:
+            pass
+
+
+def forget_resolution(root: str, path: str) -> int:
+    """Forget every resolution recorded in the rr-cache for ``path`` (``rebase --forget``).
+
+    Args:
+        root: overlay repository.
+        path: repository path of the conflicted file, e.g. ``mlx/fast_primitives.h``.
+    Returns:
+        How many recorded resolutions were removed.
+    """
+    cache = os.path.join(root, RR_CACHE)
+    removed = 0
+    for name in sorted(os.listdir(cache)) if os.path.isdir(cache) else []:
+        if not name.endswith(".path"):
+            continue
+        with open(os.path.join(cache, name), "rb") as fh:
+            if fh.read().decode("utf-8", "surrogateescape") != path:
+                continue
+        _rr_remove(root, name[:-len(".path")])
+        removed += 1
+    return removed
 
 
 def _write_if_changed(path: str, data: bytes) -> None:

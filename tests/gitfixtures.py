@@ -194,7 +194,7 @@ def make_patch(store: Store, base_tree: str, edits: dict[str, bytes | str | None
         else:
             data = content.encode() if isinstance(content, str) else content
             changes[path] = ((modes or {}).get(path, "100644"), store.hash_blob(data))
-    new_tree = store.edit_tree(base_tree, changes, str(Path(store.git_dir) / "test-index"))
+    new_tree = store.edit_tree(base_tree, changes)
     trailers = [("Local-Fix", str(fix))] if fix is not None else []
     trailers.append(("Forwarded", "not-needed"))
     return format_patch(subject, description, trailers, tree_diff(store, base_tree, new_tree)), new_tree

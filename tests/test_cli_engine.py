@@ -118,8 +118,7 @@ def test_debug_shows_traceback(overlay):
 def test_patch_failure_exit_1_names_patch(overlay):
     store = Store()
     layers = compute_layers(store, load_manifest(str(overlay.root)), str(overlay.root))
-    other = store.edit_tree(layers.forked, {"mlx/ops.cpp": ("100644", store.hash_blob(b"other\n"))},
-                            str(overlay.root / "idx"))
+    other = store.edit_tree(layers.forked, {"mlx/ops.cpp": ("100644", store.hash_blob(b"other\n"))})
     patch, _ = make_patch(store, other, {"mlx/ops.cpp": "other patched\n"})
     overlay.add_patch("0001-x.patch", patch)
     msg = _one_line_error(run(overlay, "tree"), code=1)

@@ -19,7 +19,7 @@ def blob(store: Store, data: bytes) -> str:
 def mktree(store: Store, files: dict[str, tuple[str, bytes]], tmp_path) -> str:
     changes = {p: (mode, blob(store, data)) for p, (mode, data) in files.items()}
     from overlay.gitstore import EMPTY_TREE
-    return store.edit_tree(EMPTY_TREE, changes, str(tmp_path / "idx"))
+    return store.edit_tree(EMPTY_TREE, changes)
 
 
 def raw_tree(store: Store, entries: list[tuple[str, str, str]]) -> str:

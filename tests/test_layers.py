@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import pytest
+from click.testing import CliRunner
 
 from gitfixtures import CLOSING, Overlay, build_world, lines, make_patch, read_blob, tree_paths
 from overlay.errors import GitError, LayerError, OfflineMiss
 from overlay.gitstore import Store
-from overlay.layers import PatchApplyError, compute_layers
+from overlay.cli import main
+from overlay.engine import PatchApplyError
+from overlay.layers import compute_layers
 from overlay.manifest import load_manifest
 
 
@@ -93,31 +96,72 @@ def test_series_of_two_dependent_patches(overlay):
     assert step.patched == end and [r.tree for r in step.patches] == [mid, end]
 
 
-def test_patch_applied_with_offset_is_reported(tmp_path):
+def test_moved_context_is_refused_not_placed_at_an_offset(tmp_path):
     world = build_world(tmp_path / "own-world")  # this test moves the fork
     overlay = Overlay(tmp_path / "overlay", world)
     store, layers = layers_for(overlay)
     patch, _ = make_patch(store, layers.forked, {"mlx/backend/rocm/device.cpp":
                                                  lines("device", change={20: "device 20 fixed"})})
-    # The fork then grows the top of the file: the hunk moves down by two lines.
+    # The fork then grows the top of the file: git would place the hunk two lines down.
     fork2 = world.fork.commit({"mlx/backend/rocm/device.cpp": "extra 1\nextra 2\n" + lines("device")}, "grow")
     overlay.write_manifest(world.base, fork=fork2)
     overlay.add_patch("0001-fix.patch", patch)
-    _s, layers = layers_for(overlay)
-    assert layers.patches[0].state == "offset"
-    assert layers.patches[0].offsets == [("mlx/backend/rocm/device.cpp", 1, 2)]
+    with pytest.raises(PatchApplyError) as err:
+        layers_for(overlay)
+    assert err.value.file == "mlx/backend/rocm/device.cpp"
+    assert "made against other content" in err.value.reason and "context still matches" in err.value.reason
+    # `overlay refresh` carries it by merge-ort and records the new pre-image; then it applies exactly.
+    result = CliRunner().invoke(main, ["-C", str(overlay.root), "refresh"])
+    assert result.exit_code == 0 and "rewrote 0001-fix.patch" in result.output, result.output
+    store, layers = layers_for(overlay)
+    assert [r.state for r in layers.patches] == ["exact"]
+    device = read_blob(store, layers.patched, "mlx/backend/rocm/device.cpp").decode()
+    assert device.startswith("extra 1\nextra 2\n") and "device 20 fixed" in device
 
 
-def test_patch_that_needs_a_three_way_merge(overlay, world):
+def test_hunk_whose_context_also_matches_elsewhere_is_never_placed_there(tmp_path):
+    world = build_world(tmp_path / "own-world")
+    overlay = Overlay(tmp_path / "overlay", world)
+    store, layers = layers_for(overlay)
+    block = "lock();\nstate = 1;\nunlock();\n"
+    two = "// first\n" + block + "// middle\n" * 8 + block + "// end\n"
+    fork2 = world.fork.commit({"mlx/backend/rocm/device.cpp": two}, "two similar blocks")
+    overlay.write_manifest(world.base, fork=fork2)
+    store, layers = layers_for(overlay)
+    # The fix is made on the second block.
+    fixed = two[::-1].replace("state = 1;"[::-1], "state = 2;"[::-1], 1)[::-1]
+    patch, _ = make_patch(store, layers.forked, {"mlx/backend/rocm/device.cpp": fixed})
+    overlay.add_patch("0001-fix.patch", patch)
+    # The fork then deletes the first block's neighbourhood: git apply alone would slide
+    # the hunk onto the first block (its context matches there too).
+    shifted = two.replace("// first\n", "", 1).replace("// middle\n" * 8, "// middle\n" * 2, 1)
+    fork3 = world.fork.commit({"mlx/backend/rocm/device.cpp": shifted}, "shrink the middle")
+    overlay.write_manifest(world.base, fork=fork3)
+    with pytest.raises(PatchApplyError) as err:
+        layers_for(overlay)
+    assert "made against other content" in err.value.reason
+    # Carried by merge-ort, the change lands on the second block, as made.
+    assert CliRunner().invoke(main, ["-C", str(overlay.root), "refresh"]).exit_code == 0
+    store, layers = layers_for(overlay)
+    device = read_blob(store, layers.patched, "mlx/backend/rocm/device.cpp").decode()
+    assert device == shifted[::-1].replace("state = 1;"[::-1], "state = 2;"[::-1], 1)[::-1]
+    assert device.index("state = 1;") < device.index("state = 2;")
+
+
+def test_patch_that_needs_a_three_way_merge_is_refused_then_carried_by_refresh(overlay, world):
     store, layers = layers_for(overlay)
     patch, _ = make_patch(store, layers.forked, {"mlx/core.cpp":
                                                  lines("core", change={5: "core 5 // rocm hook",
                                                                        22: "core 22 fixed"})})
     overlay.add_patch("0001-fix.patch", patch)
-    # Upstream changed line 25, inside the hunk's context: exact apply fails, 3-way is clean.
+    # Upstream changed line 25, inside the hunk's context: the layer refuses the patch.
     overlay.write_manifest(world.pin_clean)
+    with pytest.raises(PatchApplyError) as err:
+        layers_for(overlay)
+    assert err.value.file == "mlx/core.cpp" and "its context differs there too" in err.value.reason
+    result = CliRunner().invoke(main, ["-C", str(overlay.root), "refresh"])
+    assert result.exit_code == 0, result.output
     store, layers = layers_for(overlay)
-    assert layers.patches[0].state == "merged"
     core = read_blob(store, layers.patched, "mlx/core.cpp").decode()
     assert "core 22 fixed" in core and "core 25 upstream" in core and "rocm hook" in core
 
@@ -125,14 +169,19 @@ def test_patch_that_needs_a_three_way_merge(overlay, world):
 def test_patch_that_does_not_apply_names_patch_file_and_hunk(overlay):
     store, layers = layers_for(overlay)
     base = store.edit_tree(layers.forked, {"mlx/ops.cpp": ("100644", store.hash_blob(
-        lines("ops", change={10: "something else"}).encode()))}, str(overlay.root / "idx"))
+        lines("ops", change={10: "something else"}).encode()))})
     patch, _ = make_patch(store, base, {"mlx/ops.cpp": lines("ops", change={10: "ops 10 patched"})})
     overlay.add_patch("0001-broken.patch", patch)
     with pytest.raises(PatchApplyError) as err:
         layers_for(overlay)
     assert err.value.patch == "0001-broken.patch"
     assert err.value.file == "mlx/ops.cpp" and err.value.hunk == 1
-    assert "3-way merge from its pre-image conflicts" in err.value.reason
+    assert "made against other content" in err.value.reason
+    # And refresh says it conflicts, naming git's conflict type; the patch is untouched.
+    before = (overlay.root / "patches-rocm" / "0001-broken.patch").read_bytes()
+    result = CliRunner().invoke(main, ["-C", str(overlay.root), "refresh"])
+    assert result.exit_code == 1 and "CONFLICT (contents)" in result.output
+    assert (overlay.root / "patches-rocm" / "0001-broken.patch").read_bytes() == before
 
 
 def test_offline_miss_is_a_clear_error(overlay, world, monkeypatch, tmp_path):

@@ -123,10 +123,11 @@ def test_rr_cache_reuses_a_recorded_resolution(ov, w):
 def test_patch_conflict_skip_names_the_entry(ov, w):
     add_patch(ov, "0001-ops.patch", {"mlx/ops.cpp": lines("ops", change={2: "ops 2 ours"})}, fix=7)
     stop = cli(ov, "rebase", "--onto", w.pin_clean)
-    assert stop.exit_code == 1 and "patch 0001-ops.patch does not apply" in stop.output
-    assert "(LOCAL_FIXES entry 7)" in stop.output
+    assert stop.exit_code == 1 and "patch 0001-ops.patch conflicts with the new base" in stop.output
+    assert "mlx/ops.cpp (CONFLICT (contents))" in stop.output and "LOCAL_FIXES entry 7 stays" in stop.output
     work = (ov.root / ".overlay" / "rebase" / "work" / "mlx" / "ops.cpp").read_text()
-    assert "<<<<<<< new layer below" in work and ">>>>>>> patch 0001-ops.patch" in work
+    assert "<<<<<<< new base" in work and "||||||| patch pre-image" in work
+    assert ">>>>>>> patch 0001-ops.patch" in work
     skipped = cli(ov, "rebase", "--skip")
     assert skipped.exit_code == 0, skipped.output
     assert "move or delete LOCAL_FIXES entry 7" in skipped.output
@@ -213,14 +214,19 @@ def test_sync_to_a_fork_that_deletes_a_patched_file(ov, w):
     add_patch(ov, "0001-h.patch", {"mlx/backend/rocm/device.h": "#pragma once\n// patched\n"})
     new_fork = w.fork.commit({"mlx/backend/rocm/device.h": None}, "fork drops device.h")
     stop = cli(ov, "sync", "--fork", new_fork)
-    assert stop.exit_code == 1 and "patch 0001-h.patch does not apply" in stop.output
-    assert "device.h (gone from the new layer)" in stop.output
+    assert stop.exit_code == 1 and "patch 0001-h.patch conflicts with the new base" in stop.output
+    assert "device.h (CONFLICT (modify/delete): gone from the new base" in stop.output
     work = ov.root / ".overlay" / "rebase" / "work" / "mlx" / "backend" / "rocm" / "device.h"
     assert work.read_text() == "#pragma once\n// patched\n"  # what the patch wanted
     work.unlink()  # accept the fork's deletion: the patch becomes empty
-    done = cli(ov, "sync", "--continue")
+    empty = cli(ov, "sync", "--continue")
+    assert empty.exit_code == 1 and "changes nothing on the new base" in empty.output
+    assert "--skip" in empty.output
+    assert cli(ov, "sync", "--continue").exit_code == 1  # still no word: still stopped
+    assert (ov.root / "patches-rocm" / "0001-h.patch").exists()
+    done = cli(ov, "sync", "--skip")
     assert done.exit_code == 0, done.output
-    assert "0001-h.patch: upstream" in done.output
+    assert "0001-h.patch: skipped" in done.output and not (ov.root / "patches-rocm" / "0001-h.patch").exists()
     assert f'commit = "{new_fork}"' in manifest_text(ov)
     assert f"@{new_fork[:8]}" in (ov.root / "LOCAL_FIXES.md").read_text()
 

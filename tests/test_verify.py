@@ -93,7 +93,8 @@ def test_no_subject_and_no_description(clean):
     data = path.read_text().replace("Subject: [PATCH] rocm: lock the device\n", "")
     path.write_text(data.replace("Why the change is needed.\n\n", ""))
     found = {c for c, _p, _l in codes(clean)}
-    assert {"SER005", "SER006", "SER011"} <= found
+    # The head is the author's: a refresh would not rewrite it, so no SER011.
+    assert {"SER005", "SER006"} <= found and "SER011" not in found
 
 
 def test_patch_touching_uncarried_path(clean, world):
@@ -127,14 +128,14 @@ def _grow_fork(clean, world, tmp_path):
     """Move the fork: two lines on top of device.cpp; return the new fork commit."""
     store = Store()
     grown = store.edit_tree(store.tree_of(world.fork_commit), {"mlx/backend/rocm/device.cpp": (
-        "100644", store.hash_blob(("top 1\ntop 2\n" + lines("device")).encode()))}, str(tmp_path / "i"))
+        "100644", store.hash_blob(("top 1\ntop 2\n" + lines("device")).encode()))})
     fork2 = store.commit_tree(grown, [world.fork_commit], "grow")
     clean.write_manifest(world.base, fork=fork2)
     (clean.root / "LOCAL_FIXES.md").write_text(local_fixes(world, fork_commit=fork2))
     return fork2
 
 
-def test_offset_is_a_warning(clean, world, tmp_path):
+def test_moved_context_is_an_error_and_refresh_carries_it(clean, world, tmp_path):
     store = Store()
     layers = compute_layers(store, load_manifest(str(clean.root)), str(clean.root))
     patch, _ = make_patch(store, layers.forked, {"mlx/backend/rocm/device.cpp":
@@ -142,26 +143,24 @@ def test_offset_is_a_warning(clean, world, tmp_path):
                           subject="rocm: lock the device")
     (clean.root / "patches-rocm" / PATCH).write_bytes(patch)
     _grow_fork(clean, world, tmp_path)
-    found = codes(clean)
-    assert ("SER009", f"patches-rocm/{PATCH}", None) in found
-    assert ("SER011", f"patches-rocm/{PATCH}", None) in found
-    assert verify(str(clean.root), Store()).findings[0].severity == "warning"
+    found = verify(str(clean.root), Store()).findings
+    ser = [f for f in found if f.code == "SER010"]
+    assert len(ser) == 1 and ser[0].severity == "error" and "context still matches" in ser[0].message
+    assert CliRunner().invoke(main, ["-C", str(clean.root), "refresh"]).exit_code == 0
+    assert codes(clean) == []
 
 
-def test_three_way_merge_is_a_warning(clean, world, tmp_path):
-    # The clean patch edits line 3: its hunk is anchored at the file's start, so two new
-    # lines on top make the exact apply fail and the 3-way merge succeed.
+def test_context_conflict_is_an_error_naming_the_hunk(clean, world, tmp_path):
+    # The clean patch edits line 3: two new lines on top change its context.
     _grow_fork(clean, world, tmp_path)
-    found = codes(clean)
-    assert ("SER012", f"patches-rocm/{PATCH}", None) in found
-    assert ("SER011", f"patches-rocm/{PATCH}", None) in found
+    ser = [f for f in verify(str(clean.root), Store()).findings if f.code == "SER010"]
+    assert len(ser) == 1 and "device.cpp hunk #1" in ser[0].message
 
 
 def test_patch_that_does_not_apply(clean, world, tmp_path):
     store = Store()
     changed = store.edit_tree(store.tree_of(world.fork_commit), {"mlx/backend/rocm/device.cpp": (
-        "100644", store.hash_blob(lines("device", change={3: "device 3 rewritten"}).encode()))},
-        str(tmp_path / "i"))
+        "100644", store.hash_blob(lines("device", change={3: "device 3 rewritten"}).encode()))})
     fork2 = store.commit_tree(changed, [world.fork_commit], "rewrite")
     clean.write_manifest(world.base, fork=fork2)
     (clean.root / "LOCAL_FIXES.md").write_text(local_fixes(world, fork_commit=fork2))

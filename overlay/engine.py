@@ -1,0 +1,535 @@
+"""The patch engine: the one place patches meet trees (issue 12).
+
+One invariant: **a patch records the exact blobs it was made from and produces,
+and the engine never places a hunk anywhere else.**
+
+* :func:`apply_series` applies the series at the current layer. A patch applies
+  only where every path it touches holds the pre-image blob recorded in its
+  ``index`` line, and the result must hold the recorded post-image blob. git does
+  the applying (``git apply --cached`` on a private index); anything else is a
+  :class:`PatchApplyError` naming the patch, the path and both blob names. A patch
+  without recorded blobs (made elsewhere, abbreviated ``index`` lines) applies only
+  at its stated lines: an offset is refused, never reported as a success.
+* :func:`carry_patch` carries one patch onto a new base (rebase, sync, refresh).
+  A patch whose touched blobs are unchanged on the new base is applied exactly.
+  Otherwise it is a cherry-pick by merge-ort: ``git merge-tree`` with base = the
+  tree the patch was made on, ours = the new tree, theirs = the tree it produced.
+  merge-ort follows renames and names modify/delete, add/add, rename/delete,
+  file/directory and submodule conflicts with git's own types. "Already
+  upstream" means only that the cherry-pick came out empty.
+
+Every git child runs with a private index and a working directory of ours
+(:mod:`overlay.gitstore`); nothing is written outside the git store.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Callable, Iterable, Sequence
+
+from overlay.errors import LayerError
+from overlay.gitstore import MergeResult, Store, TreeEntry, first_error_line, is_sha
+from overlay.series import FileChange, Patch
+
+_OFFSET_RE = re.compile(r"^Hunk #(\d+) succeeded at (\d+) \(offset (-?\d+) lines?\)\.", re.M)
+_FAILED_AT_RE = re.compile(r"^error: patch failed: (.+):(\d+)$", re.M)
+
+
+class PatchApplyError(LayerError):
+    """A patch of the series does not apply at the current layer (exit 1).
+
+    Attributes:
+        patch: the patch's name; file, hunk: where it failed (may be ``None``);
+        reason: why, in words.
+    """
+
+    def __init__(self, patch: str, file: str | None, hunk: int | None, reason: str,
+                 hint: str | None = None):
+        where = f"{file}" + (f" hunk #{hunk}" if hunk else "") if file else "(no file)"
+        super().__init__(f"patch {patch} does not apply: {where}: {reason}",
+                         hint=hint or "carry it onto the layer below with `overlay refresh` (a 3-way "
+                                      "merge from its recorded pre-image), or with `overlay rebase`")
+        self.patch, self.file, self.hunk, self.reason = patch, file, hunk, reason
+
+
+@dataclasses.dataclass
+class PatchResult:
+    """How one patch of the series applied.
+
+    Attributes:
+        patch: the parsed patch.
+        state: ``"exact"`` (on its recorded pre-image), or, from :func:`carry_patch`
+            only, ``"merged"`` (a clean cherry-pick by merge-ort).
+        tree: the tree after this patch, or ``None`` when the series was applied in
+            one batch (the fast path).
+    """
+
+    patch: Patch
+    state: str
+    tree: str | None = None
+
+
+def _oid_matches(recorded: str | None, actual: str | None) -> bool:
+    """A recorded (possibly abbreviated) blob name against the blob in a tree."""
+    if recorded is None or actual is None:
+        return recorded is None and actual is None
+    if set(recorded) == {"0"}:
+        return False  # the null id stands for "no file"
+    return actual.startswith(recorded)
+
+
+def _describe(entry: TreeEntry | None) -> str:
+    if entry is None:
+        return "absent"
+    if entry.kind == "commit":
+        return f"a submodule (gitlink {entry.oid[:12]})"
+    if entry.kind == "tree":
+        return "a directory"
+    return f"blob {entry.oid[:12]}"
+
+
+def _touched_paths(patches: Iterable[Patch]) -> list[str]:
+    return sorted({p for patch in patches for p in patch.touched})
+
+
+def preimage_mismatches(patch: Patch, state: dict[str, TreeEntry | None],
+                        known: Callable[[str], bool] = lambda oid: True) -> list[str]:
+    """Why ``patch`` was not made on ``state``: one sentence per differing path.
+
+    The file changes are checked in order, each on the state the one before it
+    left (a patch may hold two sections for one path). ``state`` is advanced past
+    the patch, as far as the patch records its results.
+
+    Args:
+        patch: the parsed patch.
+        state: path -> the entry the layer below holds there (``None``: absent), for
+            every path the patch touches; updated in place.
+        known: whether a blob is in the git store. A recorded pre-image that is not
+            (the patch was made in another clone, shared case 7) cannot be compared:
+            that file is applied at its stated lines only, and its result is not
+            checked against the recorded post-image either.
+    Returns:
+        ``[]`` when every recorded pre-image matches.
+    """
+    out = []
+    for change in patch.changes:
+        if change.source is None:
+            if state.get(change.path) is not None:
+                out.append(f"{change.path}: the patch creates it, but the layer below has "
+                           f"{_describe(state[change.path])}")
+            _advance(state, change)
+            continue
+        entry = state.get(change.source)
+        foreign = False
+        if entry is None or entry.kind != "blob":
+            out.append(f"{change.source}: the patch was made on a file, the layer below has {_describe(entry)}")
+        elif change.old_oid is not None and not _oid_matches(change.old_oid, entry.oid):
+            if is_sha(change.old_oid) and not known(change.old_oid):
+                foreign = True
+            else:
+                out.append(f"{change.source}: made against other content (the layer below has blob "
+                           f"{entry.oid[:12]}, the patch records {change.old_oid[:12]})")
+        if change.rename and change.target and state.get(change.target) is not None:
+            out.append(f"{change.target}: the patch renames onto it, but the layer below has "
+                       f"{_describe(state[change.target])}")
+        _advance(state, change, unknown_result=foreign)
+    return out
+
+
+def unchanged_paths(patch: Patch, before: dict[str, TreeEntry | None],
+                    after: dict[str, TreeEntry | None]) -> list[str]:
+    """Paths ``patch`` lists whose recorded result equals what was there before it
+    (git exits 0 on such a patch; the engine calls it a failure)."""
+    return sorted(p for p in patch.touched
+                  if after.get(p) is not None and before.get(p) is not None and after[p].oid != "?"
+                  and after[p].oid == before[p].oid and after[p].mode == before[p].mode)
+
+
+def _advance(state: dict[str, TreeEntry | None], change: FileChange, *, unknown_result: bool = False) -> None:
+    """``state`` after ``change``, as far as the patch records it (post-image names;
+    ``"?"`` where the patch changes content without recording the result, or where
+    ``unknown_result`` says its record cannot be trusted here)."""
+    before = state.get(change.source) if change.source else None
+    if change.source and (change.target is None or change.rename):
+        state[change.source] = None
+    if change.target:
+        mode = change.new_mode or (before.mode if before else "100644")
+        if unknown_result:
+            oid = "?"
+        elif change.new_oid is not None:
+            oid = change.new_oid
+        elif before is not None and not change.hunks and not change.binary:
+            oid = before.oid  # a mode-only change or a pure rename keeps the content
+        else:
+            oid = "?"
+        state[change.target] = TreeEntry(mode, "blob", oid, change.target)
+
+
+def postimage_mismatches(patch: Patch, expected: dict[str, TreeEntry | None],
+                         actual: dict[str, TreeEntry | None]) -> list[str]:
+    """Paths where git's result differs from the post-image the patch records."""
+    out = []
+    for path in sorted({c.target for c in patch.changes if c.target} | patch.deleted):
+        want, got = expected.get(path), actual.get(path)
+        if want is None or got is None:
+            if (want is None) != (got is None):
+                out.append(f"{path}: the patch leaves it {'absent' if want is None else 'present'}, "
+                           f"git's result has it {'absent' if got is None else 'present'}")
+            continue
+        if want.oid != "?" and not _oid_matches(want.oid, got.oid):
+            out.append(f"{path}: git produced blob {got.oid[:12]}, the patch records {want.oid[:12]}")
+        elif want.mode != got.mode:
+            out.append(f"{path}: git produced mode {got.mode}, the patch records {want.mode}")
+    return out
+
+
+def _refuse_binary_without_data(patches: Iterable[Patch]) -> None:
+    for patch in patches:
+        for change in patch.changes:
+            if change.binary and not change.binary_data:
+                raise PatchApplyError(patch.name, change.path, None,
+                                      "binary change without data ('Binary files differ'); "
+                                      "re-export it with --binary", hint="make the patch with `git diff --binary`")
+
+
+def _fully_recorded(patch: Patch) -> bool:
+    """True when every file change names full 40-hex pre- and post-image blobs."""
+    return all((c.source is None or (c.old_oid and is_sha(c.old_oid))) and
+               (c.target is None or (c.new_oid and is_sha(c.new_oid))) for c in patch.changes)
+
+
+def _git_apply(store: Store, env: dict[str, str], patches: Sequence[Patch]):
+    return store.git("apply", "--cached", "-v", "--whitespace=nowarn", *[p.path for p in patches],
+                     env=env, check=False)
+
+
+def _explain_git_failure(store: Store, patch: Patch, stderr: str) -> PatchApplyError:
+    m = _FAILED_AT_RE.search(stderr)
+    if m:
+        reason = "its context does not match the layer below"
+        for change in patch.changes:
+            if change.source == m.group(1) and change.old_oid and is_sha(change.old_oid) and \
+                    not store.has_object(change.old_oid, "blob"):
+                reason += (f", and a 3-way merge cannot run: its pre-image blob {change.old_oid[:12]} is not "
+                           "in the git store (the patch was made elsewhere)")
+        return PatchApplyError(patch.name, m.group(1), _hunk_number(patch, m.group(1), int(m.group(2))),
+                               reason)
+    fm = re.search(r"error: (.+?): (does not exist in index|already exists in index)", stderr)
+    if fm:
+        return PatchApplyError(patch.name, fm.group(1), None, fm.group(2))
+    return PatchApplyError(patch.name, patch.changes[0].path if patch.changes else None, None,
+                           "git cannot read it: " + first_error_line(stderr.encode()))
+
+
+def _mismatch_error(store: Store, base_tree: str, before: Sequence[Patch], patch: Patch,
+                    first: str) -> PatchApplyError:
+    """The error for a patch whose recorded pre-image is not in the layer below.
+
+    git is asked, without effect, whether the context would still match (then
+    ``overlay refresh`` can carry it by a merge), or which hunk differs; a patch
+    with LF lines against a CRLF target (or the reverse) is named as such.
+    """
+    path, why = first.split(": ", 1)
+    with store.scratch_index(base_tree) as env:
+        if before:
+            _git_apply(store, env, before)
+        proc = store.git("apply", "--cached", "--check", "-v", "--whitespace=nowarn", patch.path, env=env,
+                         check=False)
+        err = proc.stderr.decode("utf-8", "replace")
+        hunk = None
+        if proc.returncode == 0:
+            why += ("; its context still matches there, so `overlay refresh` can carry it by a 3-way merge"
+                    if "other content" in why else "")
+        else:
+            m = _FAILED_AT_RE.search(err)
+            if m:
+                path, hunk = m.group(1), _hunk_number(patch, m.group(1), int(m.group(2)))
+                why += "; its context differs there too"
+            if b"\r\n" not in patch.data:
+                target = store.git("cat-file", "blob", f"{store.out('write-tree', env=env)}:{path}",
+                                   check=False).stdout
+                if b"\r\n" in target:
+                    why += " (the target has CRLF line endings, the patch LF)"
+    return PatchApplyError(patch.name, path, hunk, why)
+
+
+def _hunk_number(patch: Patch, file: str, line: int) -> int | None:
+    for change in patch.changes:
+        if file in (change.source, change.target):
+            for number, hunk in enumerate(change.hunks, 1):
+                if hunk.source_start == line or (hunk.source_length == 0 and hunk.source_start + 1 == line):
+                    return number
+            return 1 if change.hunks else None
+    return None
+
+
+def _offset_error(patch: Patch, stderr: str) -> PatchApplyError | None:
+    """git placed a hunk away from its stated line: refused (no offset placement)."""
+    current = None
+    for line in stderr.splitlines():
+        if line.startswith("Checking patch "):
+            current = line[len("Checking patch "):].rstrip(".")
+        om = _OFFSET_RE.match(line)
+        if om:
+            return PatchApplyError(patch.name, current, int(om.group(1)),
+                                   f"its context matches only {om.group(3)} line(s) away from the stated line; "
+                                   "the engine places no hunk anywhere but where the patch says")
+    return None
+
+
+def _check_result(store: Store, patch: Patch, stderr: str, expected: dict[str, TreeEntry | None],
+                  actual: dict[str, TreeEntry | None]) -> None:
+    if "Skipped patch" in stderr:
+        skipped = re.findall(r"Skipped patch '(.+)'", stderr)
+        raise PatchApplyError(patch.name, skipped[0] if skipped else None, None,
+                              "git skipped this file although it exited 0")
+    bad = postimage_mismatches(patch, expected, actual)
+    if bad:
+        raise PatchApplyError(patch.name, bad[0].split(":", 1)[0], None, bad[0].split(": ", 1)[1])
+    offset = _offset_error(patch, stderr)
+    if offset is not None:
+        raise offset
+
+
+def apply_series(store: Store, base_tree: str, patches: Sequence[Patch], *,
+                 stepwise: bool = False) -> tuple[str, list[PatchResult]]:
+    """Apply ``patches`` in order onto ``base_tree``, each on its exact pre-image.
+
+    Before git runs, the recorded pre-image of every path is compared with the
+    layer below (and with the post-image of the patch before it that touched the
+    same path). Fast path (``stepwise`` false): one ``git apply --cached`` of the
+    whole series and one ``write-tree``, then the result is compared with the last
+    recorded post-image of every touched path. Stepwise: one patch at a time on one
+    private index, with its tree recorded (rebase, refresh and attribution need it).
+
+    Args:
+        store: git store.
+        base_tree: the ``forked`` tree.
+        patches: parsed series.
+        stepwise: record the tree after each patch.
+    Returns:
+        ``(patched_tree, results)``.
+    Raises:
+        PatchApplyError: a patch was made against other content, git cannot apply
+            it, git skipped a file, its result is not the recorded post-image, or a
+            hunk would land at an offset (exit 1).
+    """
+    if not patches:
+        return base_tree, []
+    _refuse_binary_without_data(patches)
+    state: dict[str, TreeEntry | None] = dict.fromkeys(_touched_paths(patches))
+    state.update(store.entries(base_tree, list(state)))
+    expected_after: list[dict[str, TreeEntry | None]] = []
+    known = _blob_checker(store)
+    for k, patch in enumerate(patches):
+        before = dict(state)
+        bad = preimage_mismatches(patch, state, known)
+        if bad:
+            raise _mismatch_error(store, base_tree, patches[:k], patch, bad[0])
+        same = unchanged_paths(patch, before, state)
+        if same:
+            raise PatchApplyError(patch.name, same[0], None,
+                                  f"the patch lists {len(patch.touched)} path(s) but changes only "
+                                  f"{len(patch.touched) - len(same)}", hint="remove the sections that change nothing")
+        expected_after.append(dict(state))
+    with store.scratch_index(base_tree) as env:
+        if not stepwise:
+            proc = _git_apply(store, env, patches)
+            err = proc.stderr.decode("utf-8", "replace")
+            if proc.returncode == 0 and "Skipped patch" not in err and not _OFFSET_RE.search(err):
+                tree = store.out("write-tree", env=env)
+                actual = dict.fromkeys(state)
+                actual.update(store.entries(tree, list(state)))
+                final = expected_after[-1]
+                if all(_same(final.get(k), actual.get(k)) for k in state):
+                    return tree, [PatchResult(p, "exact") for p in patches]
+            # Something is off: go patch by patch to say which and why.
+            store.git("read-tree", base_tree, env=env)
+        results = []
+        for patch, expected in zip(patches, expected_after):
+            proc = _git_apply(store, env, [patch])
+            err = proc.stderr.decode("utf-8", "replace")
+            if proc.returncode != 0:
+                raise _explain_git_failure(store, patch, err)
+            tree = store.out("write-tree", env=env)
+            paths = sorted(patch.touched)
+            actual = dict.fromkeys(paths)
+            actual.update(store.entries(tree, paths))
+            _check_result(store, patch, err, expected, actual)
+            results.append(PatchResult(patch, "exact", tree))
+        return tree, results
+
+
+def _blob_checker(store: Store) -> Callable[[str], bool]:
+    """``known(oid)``: is the blob in the store (asked only for pre-images that differ)."""
+    seen: dict[str, bool] = {}
+
+    def known(oid: str) -> bool:
+        if oid not in seen:
+            seen[oid] = store.has_object(oid, "blob")
+        return seen[oid]
+
+    return known
+
+
+def _same(want: TreeEntry | None, got: TreeEntry | None) -> bool:
+    if want is None or got is None:
+        return want is None and got is None
+    return (want.oid == "?" or _oid_matches(want.oid, got.oid)) and want.mode == got.mode
+
+
+@dataclasses.dataclass
+class Carried:
+    """One patch carried onto a new base by :func:`carry_patch`.
+
+    Attributes:
+        status: ``"exact"`` (its pre-images were unchanged: applied as recorded),
+            ``"merged"`` (a clean cherry-pick by merge-ort), ``"upstream"`` (the
+            cherry-pick came out empty: the new base already holds the change),
+            ``"conflict"`` (merge-ort stopped; see ``merge``).
+        tree: the tree after the patch (for a conflict: merge-ort's tree, with
+            markers in conflicted text files).
+        merge: git's merge result when a merge ran, else ``None``.
+        base, theirs: the trees the cherry-pick ran from (the tree the patch was made
+            on and the tree it produced), when a merge ran.
+    """
+
+    status: str
+    tree: str
+    merge: MergeResult | None = None
+    base: str | None = None
+    theirs: str | None = None
+
+
+class CarryError(LayerError):
+    """A patch cannot even be merged: the 3-way fallback has nothing to run from (exit 1)."""
+
+
+def made_on(store: Store, patch: Patch, new_tree: str) -> tuple[str, str]:
+    """The tree ``patch`` was made on and the tree it produced, rebuilt from its records.
+
+    Every touched path takes its recorded pre-image blob on top of ``new_tree``
+    (a created path is removed); the patch is then applied exactly there.
+
+    Args:
+        store: git store.
+        patch: the patch (full 40-hex ``index`` lines needed).
+        new_tree: the tree it is to be carried onto.
+    Returns:
+        ``(base_tree, theirs_tree)``.
+    Raises:
+        CarryError: a pre-image blob is not recorded in full or not in the git store
+            (the patch was made elsewhere): the reason names the path and the blob.
+    """
+    changes: dict[str, tuple[str, str] | None] = {}
+    current = store.entries(new_tree, sorted(patch.touched))
+    for change in patch.changes:
+        if change.source is None:
+            changes[change.path] = None
+            continue
+        oid = change.old_oid
+        if not oid or not is_sha(oid):
+            have = current.get(change.source)
+            if oid is None and have is not None and have.kind == "blob" and not change.hunks:
+                oid = have.oid  # a mode-only change or a pure rename: no content recorded
+            else:
+                raise CarryError(f"patch {patch.name}: {change.source}: the 3-way fallback cannot run: the "
+                                 "pre-image is not recorded as a full blob name (abbreviated `index` line)",
+                                 hint="refresh the patch where it applies, so the index lines are full")
+        if not store.has_object(oid, "blob"):
+            raise CarryError(f"patch {patch.name}: {change.source}: the 3-way fallback cannot run: pre-image "
+                             f"blob {oid[:12]} is not in the git store (the patch was made elsewhere)",
+                             hint="apply it where it was made and refresh it there, or edit it by hand")
+        mode = change.old_mode or (current[change.source].mode if change.source in current else "100644")
+        changes[change.source] = (mode, oid)
+        if change.rename and change.target:
+            changes[change.target] = None
+    with store.scratch_index(new_tree) as env:
+        base = store.edit_tree_in(env, changes)
+        proc = _git_apply(store, env, [patch])
+        if proc.returncode != 0:
+            raise CarryError(f"patch {patch.name}: does not apply even to its own recorded pre-image: "
+                             + first_error_line(proc.stderr))
+        theirs = store.out("write-tree", env=env)
+    return base, theirs
+
+
+def carry_patch(store: Store, patch: Patch, new_tree: str, *,
+                made: tuple[str, str] | Callable[[], tuple[str, str] | None] | None = None) -> Carried:
+    """Carry ``patch`` onto ``new_tree``: exactly when its pre-images are there, else 3-way.
+
+    Args:
+        store: git store.
+        patch: the patch.
+        new_tree: the new tree below it.
+        made: ``(base, theirs)``: the tree the patch was made on and the tree it
+            produced, when known (the old layer of a rebase: merge-ort then follows
+            upstream's renames), or a function giving them only when a merge is needed
+            (``None`` from it, or no ``made``: rebuilt from the recorded blobs, :func:`made_on`).
+    Returns:
+        :class:`Carried`.
+    Raises:
+        CarryError: the patch needs a merge and there is nothing to merge from.
+        PatchApplyError: a binary change without data.
+    """
+    _refuse_binary_without_data([patch])
+    paths = sorted(patch.touched)
+    state: dict[str, TreeEntry | None] = dict.fromkeys(paths)
+    state.update(store.entries(new_tree, paths))
+    expected = dict(state)
+    if not preimage_mismatches(patch, expected) and _fully_recorded(patch):
+        with store.scratch_index(new_tree) as env:
+            proc = _git_apply(store, env, [patch])
+            if proc.returncode == 0:
+                tree = store.out("write-tree", env=env)
+                actual = dict.fromkeys(paths)
+                actual.update(store.entries(tree, paths))
+                err = proc.stderr.decode("utf-8", "replace")
+                if not postimage_mismatches(patch, expected, actual) and "Skipped patch" not in err:
+                    return Carried("exact", tree)
+    pair = made() if callable(made) else made
+    base, theirs = pair if pair is not None else made_on(store, patch, new_tree)
+    merge = store.merge_trees(base, new_tree, theirs,
+                              labels=("patch pre-image", "new base", f"patch {patch.name}"))
+    if not merge.clean:
+        return Carried("conflict", merge.tree, merge, base, theirs)
+    return Carried("upstream" if merge.tree == new_tree else "merged", merge.tree, merge, base, theirs)
+
+
+def upstream_commit(store: Store, patch_diff: bytes, ranges: Sequence[tuple[str, str]],
+                    paths: Sequence[str]) -> str | None:
+    """The commit that made a patch "already upstream", when one can be found.
+
+    First a commit of the ranges with the same ``git patch-id --stable`` as the patch;
+    else the newest commit of the ranges that touched the patch's paths.
+
+    Args:
+        store: git store.
+        patch_diff: the patch's diff bytes.
+        ranges: ``[(old, new), ...]`` commit ranges to search (pin and fork moves).
+        paths: the paths the patch touches.
+    Returns:
+        ``"<sha> <subject>"`` or ``None``.
+    """
+    want = store.git("patch-id", "--stable", input=patch_diff, check=False).stdout.split()[:1]
+    newest = None
+    for old, new in ranges:
+        if old == new:
+            continue
+        log = store.git("log", "-p", "--format=commit %H", "--full-index", f"{old}..{new}", "--", *paths,
+                        check=False).stdout
+        if not log:
+            continue
+        ids = store.git("patch-id", "--stable", input=log, check=False).stdout.decode().split()
+        for pid, commit in zip(ids[::2], ids[1::2]):
+            if want and pid == want[0].decode():
+                return store.out("log", "-1", "--format=%H %s", commit)
+        if newest is None:
+            first = store.out("log", "-1", "--format=%H %s", f"{old}..{new}", "--", *paths)
+            newest = first or None
+    return newest
+
+
+__all__ = ["Carried", "CarryError", "PatchApplyError", "PatchResult", "apply_series", "carry_patch",
+           "made_on", "postimage_mismatches", "preimage_mismatches", "upstream_commit"]
