@@ -797,9 +797,12 @@ def fork_ahead(store: Store, fork: str, pin: str) -> list[str]:
         ``["<sha12> <subject>", ...]``, newest first; empty when the fork holds no
         upstream commit past the pin, or when no upstream branch is known.
     """
-    refs = store.out("for-each-ref", "--format=%(objectname)", "refs/remotes/upstream/").split()
+    rows = store.out("for-each-ref", "--format=%(refname:lstrip=3) %(objectname)", "refs/remotes/upstream/")
+    tips = dict(line.split(" ", 1) for line in rows.splitlines() if " " in line)
+    # The default branch answers the question; other branches only when it is unknown.
+    refs = [tips[b] for b in ("main", "master") if b in tips][:1] or list(tips.values())[:20]
     ahead: list[str] = []
-    for tip in refs[:20]:
+    for tip in refs:
         base = store.git("merge-base", fork, tip, check=False).stdout.decode().strip()
         if not base or store.git("merge-base", "--is-ancestor", base, pin, check=False).returncode == 0:
             continue
