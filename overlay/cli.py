@@ -7,28 +7,60 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 
 import click
 
 from overlay import __version__
-from overlay.clitools import handle_errors
+from overlay.clitools import InterruptibleGroup, handle_errors
 from overlay.errors import OverlayError
 
 
 class Context:
-    """Options shared by every command (root, git store, offline, debug)."""
+    """Options shared by every command (root, git store, offline, debug).
 
-    def __init__(self, root: str, git_dir: str | None, offline: bool, debug: bool):
-        self.root = root
+    Args:
+        start: where root discovery begins: the current directory, or ``-C DIR``.
+        git_dir, offline, debug: the global options.
+    """
+
+    def __init__(self, start: str, git_dir: str | None, offline: bool, debug: bool):
+        self.start = os.path.abspath(start)
         self.git_dir = git_dir
         self.offline = offline
         self.debug = debug
+        self._root: str | None = None
+        self.started = time.time()
+
+    @property
+    def root(self) -> str:
+        """The overlay repository: the nearest of ``start`` and its parents holding
+        ``patches-rocm/overlay.toml`` (found on first use, as git finds its root).
+
+        Raises:
+            ManifestError: there is none; the message names where it looked (exit 2).
+        """
+        if self._root is None:
+            from overlay.manifest import find_root
+            self._root = find_root(self.start)
+        return self._root
+
+    @property
+    def found(self) -> str | None:
+        """The overlay repository, or ``None`` where there is none (for commands that
+        also run outside one, such as ``doctor`` and ``suite``)."""
+        from overlay.errors import ManifestError
+        try:
+            return self.root
+        except ManifestError:
+            return None
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=InterruptibleGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="overlay")
 @click.option("-C", "--root", default=".", show_default=True, type=click.Path(file_okay=False),
-              help="Repository holding patches-rocm/ and LOCAL_FIXES.md.")
+              help="Start here instead of the current directory; the overlay repository is the "
+                   "nearest of it and its parents holding patches-rocm/overlay.toml.")
 @click.option("--git-dir", envvar="OVERLAY_GIT_DIR", default=None,
               help="Git store (bare repo); default ~/.cache/overlay/store.git. Env: OVERLAY_GIT_DIR.")
 @click.option("--offline", is_flag=True, help="Never fetch; a missing object is an error.")
@@ -36,7 +68,7 @@ class Context:
 @click.pass_context
 def main(ctx: click.Context, root: str, git_dir: str | None, offline: bool, debug: bool) -> None:
     """Assemble, check, rebase, build and prove the MLX + ROCm overlay."""
-    ctx.obj = Context(os.path.abspath(root), git_dir, offline, debug)
+    ctx.obj = Context(root, git_dir, offline, debug)
 
 
 def _store(ctx: Context):
@@ -358,11 +390,21 @@ def _start_run(ctx: Context, kind: str, fmt: str, *, pin: str | None = None, for
     click.echo("report written to .overlay/last-rebase.md")
 
 
+def _run_interrupted() -> str:
+    """The ``on_interrupt`` hook of ``rebase`` and ``sync``: what Ctrl-C left behind."""
+    from overlay.runstate import interrupt_note
+
+    click_ctx = click.get_current_context()
+    ctx = click_ctx.find_object(Context)
+    return interrupt_note(ctx.found if ctx else None, click_ctx.info_name or "rebase",
+                          ctx.started if ctx else 0.0)
+
+
 @main.command("rebase")
 @click.option("--onto", "onto", metavar="SHA", default=None, help="The new MLX pin (SHA, tag or branch).")
 @_rebase_options
 @click.pass_obj
-@handle_errors
+@handle_errors(on_interrupt=_run_interrupted)
 def rebase_cmd(ctx: Context, onto: str | None, action: str | None, force: bool, fmt: str) -> None:
     """Carry the fork delta and the series onto a new MLX pin."""
     if action:
@@ -378,7 +420,7 @@ def rebase_cmd(ctx: Context, onto: str | None, action: str | None, force: bool, 
               help="The fork's merge base (default: computed against the pin).")
 @_rebase_options
 @click.pass_obj
-@handle_errors
+@handle_errors(on_interrupt=_run_interrupted)
 def sync_cmd(ctx: Context, fork_ref: str | None, merge_base: str | None, action: str | None, force: bool,
              fmt: str) -> None:
     """Carry the overlay onto a newer fork commit."""
@@ -460,7 +502,7 @@ def doctor_cmd(ctx: Context, no_network: bool) -> None:
         store = _store(ctx)
     except GitError:
         store = None  # reported by the git line
-    checks = run_checks(ctx.root, store, network=not (no_network or ctx.offline))
+    checks = run_checks(ctx.found or ctx.start, store, network=not (no_network or ctx.offline))
     width = max(len(c.name) for c in checks)
     for c in checks:
         click.echo(f"{c.status:<4}  {c.name:<{width}}  {c.detail}")
