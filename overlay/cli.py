@@ -200,9 +200,11 @@ def diff_cmd(ctx: Context, from_layer: str, to_layer: str, stat: bool, name_only
 @click.option("--only", multiple=True, metavar="FAMILY", help="Run only this family (MAN, SER, LAY, FIX).")
 @click.option("--skip", multiple=True, metavar="CODE", help="Drop findings with this code.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the report here too.")
+@click.option("--strict", is_flag=True, help="Warnings fail too (exit 1), e.g. MAN002: layers not checked.")
 @click.pass_obj
 @handle_errors
-def verify_cmd(ctx: Context, fmt: str, only: tuple[str, ...], skip: tuple[str, ...], output: str | None) -> None:
+def verify_cmd(ctx: Context, fmt: str, only: tuple[str, ...], skip: tuple[str, ...], output: str | None,
+               strict: bool) -> None:
     """Check every record: manifest, series, layers, LOCAL_FIXES.md."""
     from overlay.checks import verify
     from overlay.findings import has_errors
@@ -215,7 +217,8 @@ def verify_cmd(ctx: Context, fmt: str, only: tuple[str, ...], skip: tuple[str, .
     click.echo(text, nl=False)
     if output:
         atomic_write(os.path.abspath(output), text.encode())
-    sys.exit(1 if has_errors(result.findings) else 0)
+    failing = has_errors(result.findings) or (strict and any(f.severity == "warning" for f in result.findings))
+    sys.exit(1 if failing else 0)
 
 
 @main.command("refresh")
