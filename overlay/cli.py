@@ -347,6 +347,22 @@ def _rebase_options(fn):
     return fn
 
 
+def _check_start(ctx: Context, store, kind: str, old, new, force: bool) -> None:
+    """Before a run starts (and before "nothing to do"): refuse while a run is in
+    progress; for a new pin, refuse one that is not an upstream commit unless --force,
+    and on a backwards move name the patches that follow commits the new pin lacks."""
+    from overlay.pins import backwards_citations, check_new_pin
+    from overlay.runstate import refuse_if_in_progress
+
+    refuse_if_in_progress(ctx.root)
+    if kind != "rebase" or new.pin == old.pin:
+        return
+    for line in check_new_pin(store, new.pin, fork_commits=(old.fork, new.fork), force=force):
+        click.echo(f"warning: {line}", err=True)
+    for citation in backwards_citations(store, ctx.root, old.pin, new.pin):
+        click.echo(f"warning: {citation.describe()}", err=True)
+
+
 def _start_run(ctx: Context, kind: str, fmt: str, *, pin: str | None = None, fork: str | None = None,
                merge_base: str | None = None, force: bool = False) -> None:
     from overlay.manifest import load_manifest
@@ -383,6 +399,7 @@ def _start_run(ctx: Context, kind: str, fmt: str, *, pin: str | None = None, for
     if new_pin != old.pin and not ancestor(old.pin, new_pin):
         click.echo(f"warning: pin {new_pin[:12]} does not descend from the current pin {old.pin[:12]} "
                    "(moving backwards or sideways)", err=True)
+    _check_start(ctx, store, kind, old, new, force)
     if new == old:
         click.echo(f"nothing to do: already on pin {old.pin[:12]} and fork {old.fork[:12]}")
         return
