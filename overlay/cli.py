@@ -304,8 +304,8 @@ def _rebase_action(ctx: Context, action: str, fmt: str) -> None:
         if action == "status":
             click.echo("no rebase or sync in progress")
             return
-        raise OverlayError("no rebase or sync in progress",
-                           hint="a completed run is undone with git: `git checkout -- patches-rocm LOCAL_FIXES.md`")
+        from overlay.runstate import no_run_to_abort
+        raise no_run_to_abort(ctx.root)
     rb.load()
     if action == "status":
         st = rb.state
