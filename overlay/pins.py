@@ -91,7 +91,7 @@ def check_new_pin(store: Store, new_pin: str, *, fork_commits: tuple[str, ...] =
     problem = None
     warnings: list[str] = []
     if new_pin in fork_commits:
-        problem = (f"pin {new_pin[:12]} is the fork commit, not an upstream MLX commit "
+        problem = ("it is the fork commit, not an upstream MLX commit "
                    "(the fork delta would be carried onto itself)")
     else:
         refs = upstream_refs_containing(store, new_pin, fetch=fetch)
@@ -99,13 +99,13 @@ def check_new_pin(store: Store, new_pin: str, *, fork_commits: tuple[str, ...] =
             warnings.append(f"cannot check that pin {new_pin[:12]} is on an upstream branch or tag: the git "
                             "store has none (offline?)")
         elif not refs:
-            problem = (f"pin {new_pin[:12]} is on no upstream branch or tag (looked in refs/remotes/upstream/* "
-                       "and the tags of the git store): it may be a fork-only commit or an unmerged pull request")
+            problem = ("no upstream branch or tag contains it (looked in refs/remotes/upstream/* and the tags "
+                       "of the git store): a fork-only commit or an unmerged pull request?")
     if problem is None:
         return warnings
     if force:
-        return warnings + [f"{problem}; accepted because of --force"]
-    raise OverlayError(f"refusing {problem}", hint="pass --force to use it anyway")
+        return warnings + [f"pin {new_pin[:12]}: {problem}; accepted because of --force"]
+    raise OverlayError(f"refusing pin {new_pin[:12]}: {problem}", hint="pass --force to use it anyway")
 
 
 def backwards_citations(store: Store, root: str, old_pin: str, new_pin: str) -> list[Citation]:

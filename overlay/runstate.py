@@ -92,6 +92,9 @@ def _changed_files(report: dict) -> list[str]:
     if isinstance(listed, list) and all(isinstance(x, str) for x in listed):
         return list(listed)
     out = [MANIFEST_PATH.replace(os.sep, "/")]
+    pins = report.get("pins", {})
+    if pins.get("before") != pins.get("after"):
+        out.append("LOCAL_FIXES.md (the pins in its headings)")
     dropped = []
     for p in report.get("patches", []):
         status = p.get("status", "")
@@ -129,7 +132,7 @@ def no_run_to_abort(root: str) -> OverlayError:
                 f"fork {pins['before']['fork'][:12]} -> {pins['after']['fork'][:12]}) completed and changed "
                 + ", ".join(_changed_files(report)))
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        what = "a completed run"
+        what = "a completed run is not undone by --abort"
     return OverlayError("no rebase or sync in progress: there is nothing for --abort to restore",
                         hint=f"{what}; review it with `{_DIFF}` and undo it with `{_UNDO}` "
                              "(new files under patches-rocm/resolved/ are removed by hand, see `git status`)")

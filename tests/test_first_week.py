@@ -144,7 +144,7 @@ def test_rebase_onto_a_commit_on_no_upstream_branch_is_refused(ov, w):
     refused = cli(ov, "rebase", "--onto", pr)
     assert refused.exit_code == 2, refused.output
     (line,) = overlay_lines(refused.output)
-    assert "on no upstream branch or tag" in line
+    assert "no upstream branch or tag contains it" in line
     assert "pass --force" in refused.output
     assert cli(ov, "rebase", "--onto", pr, "--force").exit_code == 0
 
@@ -252,7 +252,8 @@ def test_abort_after_a_completed_run_says_how_to_undo_it(ov, w):
     assert "no rebase or sync in progress" in late.output
     assert "git diff --stat -- patches-rocm LOCAL_FIXES.md" in late.output
     assert "git checkout -- patches-rocm LOCAL_FIXES.md" in late.output
-    assert "patches-rocm/0001-ops.patch (deleted)" in late.output
+    assert "patches-rocm/0001-ops.patch (deleted)" in late.output and "patches-rocm/series" in late.output
+    assert "LOCAL_FIXES.md (the pins in its headings)" in late.output
 
 
 # -- 11. a CI gate that checked nothing -------------------------------------------------
