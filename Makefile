@@ -3,6 +3,8 @@ PYTHON ?= .venv/bin/python
 OVERLAY ?= .venv/bin/overlay
 
 .PHONY: help install run test verify-rocm-overlay verify-rocm ci
+# After any target that installs, this line says how to put `overlay` on PATH.
+ACTIVATE = @echo "overlay is installed in .venv; put it on PATH with:  . .venv/bin/activate"
 
 help:
 	@echo "install              create .venv and install overlay with its test extras"
@@ -10,19 +12,24 @@ help:
 	@echo "test                 run the test suite (pytest)"
 	@echo "verify-rocm-overlay  check every record of the overlay (offline-capable, no GPU)"
 	@echo "verify-rocm          verify-rocm-overlay, then build and run the suites"
+	@echo "ci                   the CI gate (overlay ci), reports in build/"
+	@echo "then: . .venv/bin/activate   puts overlay on PATH for the commands of the README"
 
 .venv/bin/overlay:
 	python3 -m venv .venv
 	$(PYTHON) -m pip install -q -e '.[test]'
 
 install: .venv/bin/overlay
+	$(ACTIVATE)
 
 run: .venv/bin/overlay
 	$(OVERLAY) status
 	$(OVERLAY) export build/rocm/src
+	$(ACTIVATE)
 
 test: .venv/bin/overlay
 	$(PYTHON) -m pytest -q
+	$(ACTIVATE)
 
 verify-rocm-overlay: .venv/bin/overlay
 	$(OVERLAY) verify

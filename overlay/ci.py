@@ -95,21 +95,42 @@ def _overlay_state(root: str, store: Store) -> tuple[dict, Any]:
     return state, layers
 
 
+#: Findings that mean the layers were not checked at all; a gate fails on them although
+#: ``overlay verify`` reports them as warnings (offline with an empty store is no pass).
+UNCHECKED_CODES = ("MAN002",)
+
+
 def stage_verify(root: str, store: Store) -> Stage:
-    """Run ``overlay verify``; failed when any error finding."""
+    """Run ``overlay verify``; failed when any error finding, or when the layers could
+    not be checked (:data:`UNCHECKED_CODES`, e.g. MAN002 offline with an empty store).
+
+    Args:
+        root: overlay repository.
+        store: git store.
+    Returns:
+        The ``verify`` :class:`Stage`.
+    Raises:
+        ManifestError: the manifest is missing or invalid (exit 2).
+    """
     from overlay.checks import verify
 
     start = time.perf_counter()
     result = verify(root, store)
+    failing = [f for f in result.findings if f.severity == "error" or f.code in UNCHECKED_CODES]
     errors = [f for f in result.findings if f.severity == "error"]
+    unchecked = [f for f in result.findings if f.code in UNCHECKED_CODES]
     cases = [{"name": f"{f.code} {f.path or ''}:{f.line or ''}".rstrip(":"),
-              "status": "failed" if f.severity == "error" else "passed", "message": f.message}
+              "status": "failed" if f in failing else "passed", "message": f.message}
              for f in result.findings]
     if not cases:
         cases = [{"name": "verify", "status": "passed", "message": ""}]
-    return Stage("verify", "failed" if errors else "passed",
-                 f"{len(errors)} error finding(s)" if errors else "", time.perf_counter() - start, cases,
-                 {"findings": [f.as_dict() for f in result.findings]})
+    reasons = []
+    if errors:
+        reasons.append(f"{len(errors)} error finding(s)")
+    if unchecked:
+        reasons.append(f"the layers could not be checked ({unchecked[0].code}: {unchecked[0].message})")
+    return Stage("verify", "failed" if failing else "passed", "; ".join(reasons), time.perf_counter() - start,
+                 cases, {"findings": [f.as_dict() for f in result.findings]})
 
 
 def stage_build(root: str, store: Store, layers: Any, backend: str, arch: str | None) -> Stage:

@@ -7,28 +7,60 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 
 import click
 
 from overlay import __version__
-from overlay.clitools import handle_errors
+from overlay.clitools import InterruptibleGroup, handle_errors
 from overlay.errors import OverlayError
 
 
 class Context:
-    """Options shared by every command (root, git store, offline, debug)."""
+    """Options shared by every command (root, git store, offline, debug).
 
-    def __init__(self, root: str, git_dir: str | None, offline: bool, debug: bool):
-        self.root = root
+    Args:
+        start: where root discovery begins: the current directory, or ``-C DIR``.
+        git_dir, offline, debug: the global options.
+    """
+
+    def __init__(self, start: str, git_dir: str | None, offline: bool, debug: bool):
+        self.start = os.path.abspath(start)
         self.git_dir = git_dir
         self.offline = offline
         self.debug = debug
+        self._root: str | None = None
+        self.started = time.time()
+
+    @property
+    def root(self) -> str:
+        """The overlay repository: the nearest of ``start`` and its parents holding
+        ``patches-rocm/overlay.toml`` (found on first use, as git finds its root).
+
+        Raises:
+            ManifestError: there is none; the message names where it looked (exit 2).
+        """
+        if self._root is None:
+            from overlay.manifest import find_root
+            self._root = find_root(self.start)
+        return self._root
+
+    @property
+    def found(self) -> str | None:
+        """The overlay repository, or ``None`` where there is none (for commands that
+        also run outside one, such as ``doctor`` and ``suite``)."""
+        from overlay.errors import ManifestError
+        try:
+            return self.root
+        except ManifestError:
+            return None
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=InterruptibleGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="overlay")
 @click.option("-C", "--root", default=".", show_default=True, type=click.Path(file_okay=False),
-              help="Repository holding patches-rocm/ and LOCAL_FIXES.md.")
+              help="Start here instead of the current directory; the overlay repository is the "
+                   "nearest of it and its parents holding patches-rocm/overlay.toml.")
 @click.option("--git-dir", envvar="OVERLAY_GIT_DIR", default=None,
               help="Git store (bare repo); default ~/.cache/overlay/store.git. Env: OVERLAY_GIT_DIR.")
 @click.option("--offline", is_flag=True, help="Never fetch; a missing object is an error.")
@@ -36,7 +68,7 @@ class Context:
 @click.pass_context
 def main(ctx: click.Context, root: str, git_dir: str | None, offline: bool, debug: bool) -> None:
     """Assemble, check, rebase, build and prove the MLX + ROCm overlay."""
-    ctx.obj = Context(os.path.abspath(root), git_dir, offline, debug)
+    ctx.obj = Context(root, git_dir, offline, debug)
 
 
 def _store(ctx: Context):
@@ -170,9 +202,11 @@ def diff_cmd(ctx: Context, from_layer: str, to_layer: str, stat: bool, name_only
 @click.option("--only", multiple=True, metavar="FAMILY", help="Run only this family (MAN, SER, LAY, FIX).")
 @click.option("--skip", multiple=True, metavar="CODE", help="Drop findings with this code.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the report here too.")
+@click.option("--strict", is_flag=True, help="Warnings fail too (exit 1), e.g. MAN002: layers not checked.")
 @click.pass_obj
 @handle_errors
-def verify_cmd(ctx: Context, fmt: str, only: tuple[str, ...], skip: tuple[str, ...], output: str | None) -> None:
+def verify_cmd(ctx: Context, fmt: str, only: tuple[str, ...], skip: tuple[str, ...], output: str | None,
+               strict: bool) -> None:
     """Check every record: manifest, series, layers, LOCAL_FIXES.md."""
     from overlay.checks import verify
     from overlay.findings import has_errors
@@ -185,7 +219,8 @@ def verify_cmd(ctx: Context, fmt: str, only: tuple[str, ...], skip: tuple[str, .
     click.echo(text, nl=False)
     if output:
         atomic_write(os.path.abspath(output), text.encode())
-    sys.exit(1 if has_errors(result.findings) else 0)
+    failing = has_errors(result.findings) or (strict and any(f.severity == "warning" for f in result.findings))
+    sys.exit(1 if failing else 0)
 
 
 @main.command("refresh")
@@ -280,8 +315,8 @@ def _rebase_action(ctx: Context, action: str, fmt: str) -> None:
         if action == "status":
             click.echo("no rebase or sync in progress")
             return
-        raise OverlayError("no rebase or sync in progress",
-                           hint="a completed run is undone with git: `git checkout -- patches-rocm LOCAL_FIXES.md`")
+        from overlay.runstate import no_run_to_abort
+        raise no_run_to_abort(ctx.root)
     rb.load()
     if action == "status":
         st = rb.state
@@ -337,6 +372,22 @@ def _forget(ctx: Context, path: str) -> None:
                else f"no recorded resolution for {path}")
 
 
+def _check_start(ctx: Context, store, kind: str, old, new, force: bool) -> None:
+    """Before a run starts (and before "nothing to do"): refuse while a run is in
+    progress; for a new pin, refuse one that is not an upstream commit unless --force,
+    and on a backwards move name the patches that follow commits the new pin lacks."""
+    from overlay.pins import backwards_citations, check_new_pin
+    from overlay.runstate import refuse_if_in_progress
+
+    refuse_if_in_progress(ctx.root)
+    if kind != "rebase" or new.pin == old.pin:
+        return
+    for line in check_new_pin(store, new.pin, fork_commits=(old.fork, new.fork), force=force):
+        click.echo(f"warning: {line}", err=True)
+    for citation in backwards_citations(store, ctx.root, old.pin, new.pin):
+        click.echo(f"warning: {citation.describe()}", err=True)
+
+
 def _start_run(ctx: Context, kind: str, fmt: str, *, pin: str | None = None, fork: str | None = None,
                merge_base: str | None = None, force: bool = False, allow_fork_ahead: bool = False) -> None:
     from overlay.manifest import load_manifest
@@ -377,6 +428,7 @@ def _start_run(ctx: Context, kind: str, fmt: str, *, pin: str | None = None, for
     if new_pin != old.pin and not ancestor(old.pin, new_pin):
         click.echo(f"warning: pin {new_pin[:12]} does not descend from the current pin {old.pin[:12]} "
                    "(moving backwards or sideways)", err=True)
+    _check_start(ctx, store, kind, old, new, force)
     if new == old:
         click.echo(f"nothing to do: already on pin {old.pin[:12]} and fork {old.fork[:12]}")
         return
@@ -387,11 +439,21 @@ def _start_run(ctx: Context, kind: str, fmt: str, *, pin: str | None = None, for
     click.echo("report written to .overlay/last-rebase.md")
 
 
+def _run_interrupted() -> str:
+    """The ``on_interrupt`` hook of ``rebase`` and ``sync``: what Ctrl-C left behind."""
+    from overlay.runstate import interrupt_note
+
+    click_ctx = click.get_current_context()
+    ctx = click_ctx.find_object(Context)
+    return interrupt_note(ctx.found if ctx else None, click_ctx.info_name or "rebase",
+                          ctx.started if ctx else 0.0)
+
+
 @main.command("rebase")
 @click.option("--onto", "onto", metavar="SHA", default=None, help="The new MLX pin (SHA, tag or branch).")
 @_rebase_options
 @click.pass_obj
-@handle_errors
+@handle_errors(on_interrupt=_run_interrupted)
 def rebase_cmd(ctx: Context, onto: str | None, action: str | None, force: bool, fmt: str,
                forget: str | None, allow_fork_ahead: bool) -> None:
     """Carry the fork delta and the series onto a new MLX pin."""
@@ -410,7 +472,7 @@ def rebase_cmd(ctx: Context, onto: str | None, action: str | None, force: bool, 
               help="The fork's merge base (default: computed against the pin).")
 @_rebase_options
 @click.pass_obj
-@handle_errors
+@handle_errors(on_interrupt=_run_interrupted)
 def sync_cmd(ctx: Context, fork_ref: str | None, merge_base: str | None, action: str | None, force: bool,
              fmt: str, forget: str | None, allow_fork_ahead: bool) -> None:
     """Carry the overlay onto a newer fork commit."""
@@ -495,7 +557,7 @@ def doctor_cmd(ctx: Context, no_network: bool) -> None:
         store = _store(ctx)
     except GitError:
         store = None  # reported by the git line
-    checks = run_checks(ctx.root, store, network=not (no_network or ctx.offline))
+    checks = run_checks(ctx.found or ctx.start, store, network=not (no_network or ctx.offline))
     width = max(len(c.name) for c in checks)
     for c in checks:
         click.echo(f"{c.status:<4}  {c.name:<{width}}  {c.detail}")

@@ -6,7 +6,8 @@ Exit codes (documented in ``docs/exit-codes.md``):
 * 1 -- the command ran and found problems (findings, failed runs, a patch
   that does not apply, a conflict that stops a rebase);
 * 2 -- usage or environment error (bad manifest, unknown ref, offline miss,
-  missing ``git``, hostile path, refused destination).
+  missing ``git``, hostile path, refused destination);
+* 130 -- interrupted (Ctrl-C); one ``overlay:`` line says what state is left.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 EXIT_OK = 0
 EXIT_FINDINGS = 1
 EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
 
 
 class OverlayError(Exception):

@@ -88,7 +88,7 @@ def _emit(text: str, output: str | None) -> None:
 def suite(ctx: click.Context, suites_path: str | None) -> None:
     """Run the concurrency suites in fresh processes and weigh the evidence."""
     parent = ctx.find_root().obj
-    root = getattr(parent, "root", None) or os.getcwd()
+    root = getattr(parent, "found", None) or getattr(parent, "start", None) or os.getcwd()
     debug = bool(getattr(parent, "debug", False))
     path = suites_path or os.path.join(root, SUITES_TOML)
     ctx.obj = _State(root=root, suites_path=os.path.abspath(path), debug=debug)

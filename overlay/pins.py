@@ -1,0 +1,163 @@
+"""Sanity of a new MLX pin for ``overlay rebase --onto`` (issue 17, stumbles 3 and 4).
+
+A pin must be an upstream MLX commit: one that an upstream branch or tag
+contains. The fork commit (reachable in a mirror through ``refs/pull/*``) or a
+commit only on the fork is refused unless ``--force``. Moving the pin backwards
+is allowed, but the patches whose ``LOCAL_FIXES.md`` retarget entries cite an
+upstream commit the new pin lacks are named: they follow API the new pin does
+not have.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+
+from overlay import fixes
+from overlay.errors import GitError, OverlayError, PatchFormatError, UnsafePath
+from overlay.gitstore import Store
+
+#: An abbreviated or full commit name in prose (8 to 40 hex digits, whole word).
+_SHA_RE = re.compile(r"(?<![0-9A-Za-z])[0-9a-f]{8,40}(?![0-9A-Za-z])")
+
+
+@dataclasses.dataclass(frozen=True)
+class Citation:
+    """A retarget entry citing an upstream commit that the new pin lacks.
+
+    Attributes:
+        entry: the ``LOCAL_FIXES.md`` entry number.
+        patches: the series patches with ``Local-Fix: <entry>`` (may be empty:
+            an entry for resolutions only).
+        commits: the cited names (as written) the new pin lacks, in text order.
+    """
+
+    entry: int
+    patches: tuple[str, ...]
+    commits: tuple[str, ...]
+
+    def describe(self) -> str:
+        """One line: who follows which commits the new pin lacks."""
+        who = (", ".join(self.patches) + f" (LOCAL_FIXES entry {self.entry})" if self.patches
+               else f"LOCAL_FIXES entry {self.entry} (no patch)")
+        return f"{who} follows upstream {', '.join(self.commits)}, which the new pin lacks"
+
+
+def _ancestor(store: Store, a: str, b: str) -> bool:
+    return store.git("merge-base", "--is-ancestor", a, b, check=False).returncode == 0
+
+
+def upstream_refs_containing(store: Store, sha: str, *, fetch: bool = True) -> list[str] | None:
+    """The upstream branches and tags of the git store that contain ``sha``.
+
+    Args:
+        store: git store with an ``upstream`` remote.
+        sha: full commit name (in the store).
+        fetch: refresh ``refs/remotes/upstream/*`` and the tags from ``upstream``
+            first (skipped when the store is offline).
+    Returns:
+        Ref names (``refs/remotes/upstream/main``, ``refs/tags/v0.32.1``, ...), empty
+        when none contains ``sha``; ``None`` when the store holds no upstream branch
+        and no tag at all (nothing to check against, e.g. offline before any fetch).
+    """
+    if fetch and not store.offline:
+        with store.lock():
+            store.git("fetch", "-q", "--tags", "--prune", "upstream",
+                      "+refs/heads/*:refs/remotes/upstream/*", check=False)
+    scopes = ("refs/remotes/upstream/", "refs/tags/")
+    if not store.git("for-each-ref", "--count=1", "--format=%(refname)", *scopes).stdout.strip():
+        return None
+    out = store.git("for-each-ref", "--format=%(refname)", "--contains", sha, *scopes).stdout
+    return [r for r in out.decode("utf-8", "replace").splitlines() if r]
+
+
+def check_new_pin(store: Store, new_pin: str, *, fork_commits: tuple[str, ...] = (), force: bool = False,
+                  fetch: bool = True) -> list[str]:
+    """Refuse a new pin that is not an upstream commit, unless ``force``.
+
+    Args:
+        store: git store with ``upstream`` and ``fork`` remotes.
+        new_pin: full commit name of the proposed pin (in the store).
+        fork_commits: the fork commits in play (current and new); the pin may not be one.
+        force: accept anyway (the refusal becomes a warning).
+        fetch: see :func:`upstream_refs_containing`.
+    Returns:
+        Warning lines for the user (empty when the pin is sound).
+    Raises:
+        OverlayError: the pin equals a fork commit, or no upstream branch or tag
+        contains it; the message says why, the hint names ``--force`` (exit 2).
+    """
+    problem = None
+    warnings: list[str] = []
+    if new_pin in fork_commits:
+        problem = ("it is the fork commit, not an upstream MLX commit "
+                   "(the fork delta would be carried onto itself)")
+    else:
+        refs = upstream_refs_containing(store, new_pin, fetch=fetch)
+        if refs is None:
+            warnings.append(f"cannot check that pin {new_pin[:12]} is on an upstream branch or tag: the git "
+                            "store has none (offline?)")
+        elif not refs:
+            problem = ("no upstream branch or tag contains it (looked in refs/remotes/upstream/* and the tags "
+                       "of the git store): a fork-only commit or an unmerged pull request?")
+    if problem is None:
+        return warnings
+    if force:
+        return warnings + [f"pin {new_pin[:12]}: {problem}; accepted because of --force"]
+    raise OverlayError(f"refusing pin {new_pin[:12]}: {problem}", hint="pass --force to use it anyway")
+
+
+def backwards_citations(store: Store, root: str, old_pin: str, new_pin: str) -> list[Citation]:
+    """For a pin moved backwards: the retarget entries citing upstream commits the new pin lacks.
+
+    An entry of the retarget section of ``LOCAL_FIXES.md`` cites a commit by an 8 to
+    40 hex word in its title or text; a cited commit counts when it resolves in the
+    git store, the old pin contains it and the new pin does not. Names that resolve
+    to nothing (another object, unknown offline) are ignored.
+
+    Args:
+        store: git store.
+        root: overlay repository.
+        old_pin, new_pin: full commit names, ``new_pin`` an ancestor of ``old_pin``.
+    Returns:
+        One :class:`Citation` per entry with such commits, in entry order; empty when
+        ``new_pin`` is not an ancestor of ``old_pin`` or there is no LOCAL_FIXES.md.
+    """
+    if new_pin == old_pin or not _ancestor(store, new_pin, old_pin):
+        return []
+    path = os.path.join(root, fixes.FILE_NAME)
+    if not os.path.isfile(path):
+        return []
+    section = fixes.load(path).section("retarget")
+    if section is None:
+        return []
+    try:
+        from overlay.series import load_series
+        series = load_series(root)
+    except (OverlayError, PatchFormatError, UnsafePath, OSError):
+        series = []
+    by_fix: dict[int, list[str]] = {}
+    for patch in series:
+        try:
+            number = int(str(patch.local_fix))
+        except (TypeError, ValueError):
+            continue
+        by_fix.setdefault(number, []).append(patch.name)
+    out = []
+    for entry in section.entries:
+        lacking = []
+        for word in dict.fromkeys(_SHA_RE.findall(f"{entry.title} {entry.text}")):
+            try:
+                proc = store.git("rev-parse", "--verify", "--quiet", "--end-of-options", f"{word}^{{commit}}",
+                                 check=False)
+            except GitError:
+                continue
+            full = proc.stdout.decode().strip()
+            if proc.returncode != 0 or not full:
+                continue
+            if _ancestor(store, full, old_pin) and not _ancestor(store, full, new_pin):
+                lacking.append(word)
+        if lacking:
+            out.append(Citation(entry.number, tuple(by_fix.get(entry.number, ())), tuple(lacking)))
+    return out

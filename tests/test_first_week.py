@@ -1,0 +1,275 @@
+"""The stumbles of a first week (issue 17): each test failed before its fix.
+
+Set-up within reach (1), root discovery (2), pin sanity (3, 4), interrupts (5),
+a run in progress named (9), --abort after a completed run (6), a CI gate that
+checked nothing (11). Real git fixture repositories, no network, no timing.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from gitfixtures import Overlay, build_world, git, lines, make_patch
+from overlay.cli import main
+from overlay.gitstore import Store
+from overlay.layers import compute_layers
+from overlay.manifest import load_manifest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def w(tmp_path):
+    """A private world (these tests add upstream commits and refs)."""
+    return build_world(tmp_path / "world")
+
+
+@pytest.fixture
+def ov(tmp_path, w):
+    o = Overlay(tmp_path / "overlay", w)
+    (o.root / "LOCAL_FIXES.md").write_text(
+        f"# Local changes relative to x/fork@{w.fork_commit[:8]}\n\n"
+        f"## Retarget onto the MLX pin ({w.base[:8]})\n\n## Fixes to the fork's kernels\n\n")
+    return o
+
+
+def cli(o, *args, **kw):
+    return CliRunner().invoke(main, ["-C", str(o.root), *args], **kw)
+
+
+def add_patch(o, name, edits, fix=1, subject="rocm: fix"):
+    store = Store()
+    layers = compute_layers(store, load_manifest(str(o.root)), str(o.root))
+    data, _ = make_patch(store, layers.patched, edits, fix=fix, subject=subject)
+    o.add_patch(name, data)
+    return data
+
+
+def overlay_lines(output: str) -> list[str]:
+    return [ln for ln in output.splitlines() if ln.startswith("overlay:")]
+
+
+# -- 1. set-up puts `overlay` within reach ---------------------------------------------
+
+
+def _readme() -> str:
+    return (ROOT / "README.md").read_text()
+
+
+def test_readme_setup_puts_overlay_on_path():
+    setup = _readme().split("## Set-up on a fresh machine", 1)[1].split("```sh", 1)[1].split("```", 1)[0]
+    assert ". .venv/bin/activate" in setup
+    dry = subprocess.run(["make", "-n", "-C", str(ROOT), "run"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, env=dict(os.environ, MAKEFLAGS=""))
+    if dry.returncode != 0 and "No rule" in dry.stderr:
+        pytest.fail(dry.stderr)
+    assert ". .venv/bin/activate" in dry.stdout  # make run says how to reach `overlay`
+
+
+def test_every_readme_command_exists():
+    text = _readme()
+    commands = set(main.commands)
+    shown = set(re.findall(r"`overlay ([a-z]+)", text))
+    assert shown and shown <= commands, shown - commands
+    makefile = (ROOT / "Makefile").read_text()
+    targets = set(re.findall(r"^([a-z][a-z-]*):", makefile, re.M))
+    shown_make = set(re.findall(r"`make ([a-z][a-z-]*)`", text)) | set(re.findall(r"^make ([a-z-]+)", text, re.M))
+    assert shown_make and shown_make <= targets, shown_make - targets
+
+
+# -- 2. root discovery ------------------------------------------------------------------
+
+
+def test_root_is_found_upwards_from_a_subdirectory(overlay, monkeypatch):
+    expected = CliRunner().invoke(main, ["-C", str(overlay.root), "tree", "--layer", "pin"])
+    assert expected.exit_code == 0, expected.output
+    sub = overlay.root / "patches-rocm" / "deeper"
+    sub.mkdir()
+    monkeypatch.chdir(sub)
+    found = CliRunner().invoke(main, ["tree", "--layer", "pin"])
+    assert found.exit_code == 0, found.output
+    assert found.output == expected.output
+    # -C changes where the search starts, as git -C does.
+    monkeypatch.chdir(overlay.root.parent)
+    via_c = CliRunner().invoke(main, ["-C", str(sub), "tree", "--layer", "pin"])
+    assert via_c.exit_code == 0 and via_c.output == expected.output
+
+
+def test_no_root_names_where_it_looked(tmp_path, monkeypatch):
+    start = tmp_path / "a" / "b"
+    start.mkdir(parents=True)
+    monkeypatch.chdir(start)
+    result = CliRunner().invoke(main, ["tree"])
+    assert result.exit_code == 2
+    (line,) = overlay_lines(result.output)
+    assert f"not found in {start} or any parent directory up to /" in line
+    assert "Traceback" not in result.output
+    missing = CliRunner().invoke(main, ["-C", str(tmp_path / "nope"), "tree"])
+    assert missing.exit_code == 2 and "no such directory" in missing.output
+
+
+def test_doctor_and_suite_still_run_outside_an_overlay(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    doctor = CliRunner().invoke(main, ["doctor", "--no-network"])
+    assert "manifest" in doctor.output and "Traceback" not in doctor.output
+
+
+# -- 3/4. pin sanity --------------------------------------------------------------------
+
+
+def test_rebase_onto_the_fork_commit_is_refused_without_force(ov, w):
+    refused = cli(ov, "rebase", "--onto", w.fork_commit)
+    assert refused.exit_code == 2, refused.output
+    assert "is the fork commit" in refused.output and "--force" in refused.output
+    assert not (ov.root / ".overlay" / "rebase").exists()
+    forced = cli(ov, "rebase", "--onto", w.fork_commit, "--force")
+    assert "accepted because of --force" in forced.output
+    assert "refusing" not in forced.output
+
+
+def test_rebase_onto_a_commit_on_no_upstream_branch_is_refused(ov, w):
+    up = w.upstream.path
+    git(up, "checkout", "-q", "--detach", w.pin_clean)
+    pr = w.upstream.commit({"mlx/ops.cpp": lines("ops", change={3: "ops 3 pull request"})}, "unmerged PR")
+    git(up, "update-ref", "refs/pull/7/head", pr)
+    git(up, "checkout", "-q", "main")
+    refused = cli(ov, "rebase", "--onto", pr)
+    assert refused.exit_code == 2, refused.output
+    (line,) = overlay_lines(refused.output)
+    assert "no upstream branch or tag contains it" in line
+    assert "pass --force" in refused.output
+    assert cli(ov, "rebase", "--onto", pr, "--force").exit_code == 0
+
+
+def test_backwards_pin_names_patches_citing_commits_the_pin_lacks(ov, w):
+    ov.write_manifest(w.pin_clean)
+    add_patch(ov, "0001-follow.patch", {"mlx/backend/rocm/device.cpp": lines("device", change={3: "d3"})}, fix=1)
+    add_patch(ov, "0002-other.patch", {"mlx/backend/rocm/device.h": "#pragma once\n// other\n"}, fix=2)
+    (ov.root / "LOCAL_FIXES.md").write_text(textwrap.dedent(f"""\
+        # Local changes relative to x/fork@{w.fork_commit[:8]}
+
+        ## Retarget onto the MLX pin ({w.pin_clean[:8]})
+
+        1. **Follow upstream ops.** Upstream {w.pin_clean[:9]} (upstream work) changed
+           ops; `mlx/backend/rocm/device.cpp` follows it.
+
+        2. **Older work.** Upstream {w.base[:10]} is the merge base; `mlx/backend/rocm/device.h`.
+
+        """))
+    back = cli(ov, "rebase", "--onto", w.base)
+    assert back.exit_code == 0, back.output
+    warned = [ln for ln in back.output.splitlines() if "which the new pin lacks" in ln]
+    assert len(warned) == 1, back.output
+    assert "0001-follow.patch (LOCAL_FIXES entry 1)" in warned[0] and w.pin_clean[:9] in warned[0]
+
+
+# -- 5. interrupts ----------------------------------------------------------------------
+
+
+def _interrupt(*_a, **_k):
+    raise KeyboardInterrupt
+
+
+def test_ctrl_c_mid_rebase_says_continue_or_abort(ov, w, monkeypatch):
+    add_patch(ov, "0001-device.patch", {"mlx/backend/rocm/device.cpp": lines("device", change={9: "d9"})})
+    from overlay.rebase import Rebase
+    original = Rebase._apply_patches
+    monkeypatch.setattr(Rebase, "_apply_patches", _interrupt)
+    stopped = cli(ov, "rebase", "--onto", w.pin_clean)
+    assert stopped.exit_code == 130, stopped.output
+    assert "Aborted!" not in stopped.output
+    (line,) = overlay_lines(stopped.output)
+    assert "stopped and resumable with `overlay rebase --continue`" in line and "--abort" in line
+    monkeypatch.setattr(Rebase, "_apply_patches", original)  # not undo(): that drops the isolated store too
+    done = cli(ov, "rebase", "--continue")
+    assert done.exit_code == 0, done.output
+
+
+def test_ctrl_c_after_the_run_completed_says_so(ov, w, monkeypatch):
+    monkeypatch.setattr("overlay.rebase_report.render", _interrupt)
+    late = cli(ov, "rebase", "--onto", w.pin_clean)
+    assert late.exit_code == 130 and "Aborted!" not in late.output
+    (line,) = overlay_lines(late.output)
+    assert "after the rebase had completed" in line
+    assert f'pin = "{w.pin_clean}"' in (ov.root / "patches-rocm" / "overlay.toml").read_text()
+
+
+def test_ctrl_c_in_any_command_is_exit_130_one_line(overlay, monkeypatch):
+    monkeypatch.setattr("overlay.layers.compute_layers", _interrupt)
+    result = CliRunner().invoke(main, ["-C", str(overlay.root), "tree"])
+    assert result.exit_code == 130 and "Aborted!" not in result.output
+    assert overlay_lines(result.output) == ["overlay: interrupted"]
+
+
+def test_real_sigint_mid_sync_in_a_fresh_process(ov, w):
+    new_fork = w.fork.commit({"mlx/backend/rocm/device.h": "#pragma once\n// newer\n"}, "fork moves on")
+    script = textwrap.dedent("""\
+        import os, signal, sys
+        import overlay.rebase as r
+        r.Rebase._apply_patches = lambda self: os.kill(os.getpid(), signal.SIGINT)
+        from overlay.cli import main
+        main(sys.argv[1:], prog_name="overlay")
+        """)
+    proc = subprocess.run([sys.executable, "-c", script, "-C", str(ov.root), "sync", "--fork", new_fork],
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)), stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True)
+    assert proc.returncode == 130, proc.stderr
+    assert "Aborted!" not in proc.stderr and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        "overlay: interrupted: the sync is stopped and resumable with `overlay sync --continue`, or undone "
+        "with `overlay sync --abort` (`--status` shows where it stands)"]
+    assert cli(ov, "sync", "--abort").exit_code == 0
+
+
+# -- 9. a run in progress is named ------------------------------------------------------
+
+
+def test_onto_the_current_pin_during_a_run_names_the_run(ov, w):
+    assert cli(ov, "rebase", "--onto", w.pin_conflict).exit_code == 1
+    again = cli(ov, "rebase", "--onto", w.base)  # the manifest still holds the old pin
+    assert again.exit_code == 2, again.output
+    assert "nothing to do" not in again.output
+    assert "a rebase is in progress" in again.output and "--continue" in again.output
+
+
+# -- 6. --abort after a completed run ---------------------------------------------------
+
+
+def test_abort_after_a_completed_run_says_how_to_undo_it(ov, w):
+    add_patch(ov, "0001-ops.patch", {"mlx/ops.cpp": lines("ops", change={2: "ops 2 ours"})}, fix=7)
+    assert cli(ov, "rebase", "--onto", w.pin_clean).exit_code == 1
+    assert cli(ov, "rebase", "--skip").exit_code == 0  # the last stop: the run completes
+    late = cli(ov, "rebase", "--abort")
+    assert late.exit_code == 2
+    assert "no rebase or sync in progress" in late.output
+    assert "git diff --stat -- patches-rocm LOCAL_FIXES.md" in late.output
+    assert "git checkout -- patches-rocm LOCAL_FIXES.md" in late.output
+    assert "patches-rocm/0001-ops.patch (deleted)" in late.output and "patches-rocm/series" in late.output
+    assert "LOCAL_FIXES.md (the pins in its headings)" in late.output
+
+
+# -- 11. a CI gate that checked nothing -------------------------------------------------
+
+
+def test_verify_strict_fails_on_warnings(ov):
+    lenient = CliRunner().invoke(main, ["-C", str(ov.root), "--offline", "verify", "--only", "MAN"])
+    assert lenient.exit_code == 0 and "MAN002" in lenient.output
+    strict = CliRunner().invoke(main, ["-C", str(ov.root), "--offline", "verify", "--only", "MAN", "--strict"])
+    assert strict.exit_code == 1 and "MAN002" in strict.output
+
+
+def test_ci_fails_verify_when_the_layers_were_not_checked(ov):
+    fixes = ov.root / "LOCAL_FIXES.md"
+    fixes.write_text(fixes.read_text().replace("x/fork@", "world/fork@"))  # no error finding at all
+    result = CliRunner().invoke(main, ["-C", str(ov.root), "--offline", "ci", "--only", "verify"])
+    assert result.exit_code == 1, result.output
+    assert re.search(r"^verify\s+FAILED\s+the layers could not be checked \(MAN002", result.output, re.M)
+    assert CliRunner().invoke(main, ["-C", str(ov.root), "--offline", "verify"]).exit_code == 0  # verify alone passes
