@@ -31,7 +31,7 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from overlay.gitstore import Store, git_env  # noqa: E402
-from overlay.layers import merge_fork_delta  # noqa: E402
+from overlay.layers import ensure_commits, merge_fork_delta  # noqa: E402
 from overlay.manifest import load_manifest, parse_manifest  # noqa: E402
 from overlay.rebase import RR_CACHE, Bases, Rebase  # noqa: E402
 
@@ -98,6 +98,8 @@ def main() -> int:
                 old = parse_manifest(fh.read())
             # Record the hand resolutions the way a first run did: seed the rr-cache by conflict key.
             rb = Rebase(root, store)
+            ensure_commits(store, old)
+            store.ensure_commit(TARGET, ["upstream"])
             merge = merge_fork_delta(store, old.merge_base, TARGET, old.fork_commit, old.carry)
             os.makedirs(os.path.join(root, RR_CACHE))
             for path, stages in merge.stages.items():

@@ -29,7 +29,7 @@ import re
 from typing import Callable, Iterable, Sequence
 
 from overlay.errors import LayerError
-from overlay.gitstore import MergeResult, Store, TreeEntry, first_error_line, is_sha
+from overlay.gitstore import MergeResult, Store, TreeEntry, first_error_line, is_sha, zsplit
 from overlay.series import FileChange, Patch
 
 _OFFSET_RE = re.compile(r"^Hunk #(\d+) succeeded at (\d+) \(offset (-?\d+) lines?\)\.", re.M)
@@ -346,19 +346,56 @@ def apply_series(store: Store, base_tree: str, patches: Sequence[Patch], *,
                     return tree, [PatchResult(p, "exact") for p in patches]
             # Something is off: go patch by patch to say which and why.
             store.git("read-tree", base_tree, env=env)
-        results = []
-        for patch, expected in zip(patches, expected_after):
+        results, errs = [], []
+        for patch in patches:
             proc = _git_apply(store, env, [patch])
             err = proc.stderr.decode("utf-8", "replace")
             if proc.returncode != 0:
                 raise _explain_git_failure(store, patch, err)
-            tree = store.out("write-tree", env=env)
-            paths = sorted(patch.touched)
-            actual = dict.fromkeys(paths)
-            actual.update(store.entries(tree, paths))
-            _check_result(store, patch, err, expected, actual)
-            results.append(PatchResult(patch, "exact", tree))
-        return tree, results
+            results.append(PatchResult(patch, "exact", store.out("write-tree", env=env)))
+            errs.append(err)
+        # Every patch's result against its recorded post-image, read for the whole series
+        # by one `git diff-tree --stdin` (tree pairs in, changed entries out).
+        changed = _changed_entries(store, [base_tree] + [r.tree for r in results[:-1]],
+                                   [r.tree for r in results])
+        before_state = dict.fromkeys(state)
+        before_state.update(store.entries(base_tree, list(state)))
+        for result, err, expected, rows in zip(results, errs, expected_after, changed):
+            before_state.update(rows)
+            actual = {p: before_state.get(p) for p in result.patch.touched}
+            _check_result(store, result.patch, err, expected, actual)
+        return results[-1].tree, results
+
+
+def _changed_entries(store: Store, olds: Sequence[str], news: Sequence[str]) -> list[dict[str, TreeEntry | None]]:
+    """For each tree pair, path -> new entry (``None`` when deleted) of what changed,
+    from one ``git diff-tree --stdin`` process."""
+    lines = "".join(f"{a} {b}\n" for a, b in zip(olds, news)).encode()
+    out = store.git("diff-tree", "--stdin", "-r", "-z", "--no-renames", "--full-index", "--no-commit-id",
+                    input=lines).stdout
+    result: list[dict[str, TreeEntry | None]] = []
+    current: dict[str, TreeEntry | None] = {}
+    fields = zsplit(out)
+    i = 0
+    while i < len(fields):
+        field = fields[i]
+        # diff-tree --stdin echoes each input line ("<old> <new>\n") before its records,
+        # glued to the next record's metadata.
+        while _PAIR_LINE.match(field):
+            current = {}
+            result.append(current)
+            field = field[82:]
+        if not field:
+            i += 1
+            continue
+        meta = field[1:].split()
+        path = fields[i + 1]
+        current[path] = None if meta[4] == "D" else TreeEntry(meta[1], "blob", meta[3], path)
+        i += 2
+    return result
+
+
+_PAIR_LINE = re.compile(r"^[0-9a-f]{40} [0-9a-f]{40}\n")
 
 
 def _blob_checker(store: Store) -> Callable[[str], bool]:
@@ -497,6 +534,25 @@ def carry_patch(store: Store, patch: Patch, new_tree: str, *,
     return Carried("upstream" if merge.tree == new_tree else "merged", merge.tree, merge, base, theirs)
 
 
+def exact_prefix(store: Store, tree: str, patches: Sequence[Patch]) -> int:
+    """How many leading ``patches`` sit exactly on their recorded pre-images over ``tree``
+    (each on the post-images of the ones before it): those go through
+    :func:`apply_series` in one batch, with no merge (the common case of a pin bump).
+
+    Returns:
+        A count from 0 to ``len(patches)``; one ``ls-tree`` whatever the count.
+    """
+    state: dict[str, TreeEntry | None] = dict.fromkeys(_touched_paths(patches))
+    state.update(store.entries(tree, list(state)))
+    for k, patch in enumerate(patches):
+        if not _fully_recorded(patch) or any(c.binary and not c.binary_data for c in patch.changes):
+            return k
+        before = dict(state)
+        if preimage_mismatches(patch, state) or unchanged_paths(patch, before, state):
+            return k
+    return len(patches)
+
+
 def upstream_commit(store: Store, patch_diff: bytes, ranges: Sequence[tuple[str, str]],
                     paths: Sequence[str]) -> str | None:
     """The commit that made a patch "already upstream", when one can be found.
@@ -531,5 +587,5 @@ def upstream_commit(store: Store, patch_diff: bytes, ranges: Sequence[tuple[str,
     return newest
 
 
-__all__ = ["Carried", "CarryError", "PatchApplyError", "PatchResult", "apply_series", "carry_patch",
+__all__ = ["Carried", "CarryError", "exact_prefix", "PatchApplyError", "PatchResult", "apply_series", "carry_patch",
            "made_on", "postimage_mismatches", "preimage_mismatches", "upstream_commit"]

@@ -42,7 +42,8 @@ import tomlkit
 from overlay import fixes
 from overlay.errors import EXIT_FINDINGS, GitError, OverlayError
 from overlay.fsutil import atomic_write
-from overlay.engine import CarryError, carry_patch, upstream_commit
+from overlay.engine import (CarryError, PatchApplyError, apply_series, carry_patch, exact_prefix,
+                            upstream_commit)
 from overlay.gitstore import Store
 from overlay.layers import changes_outside_conflicts, merge_fork_delta, read_resolutions
 from overlay.manifest import MANIFEST_PATH, Manifest, load_manifest
@@ -397,9 +398,30 @@ class Rebase:
                 self.__dict__["_old"] = trees
         return self.__dict__["_old"]
 
+    def _apply_exact_run(self) -> None:
+        """Apply the leading pending patches that sit on their recorded pre-images in one
+        batch (one ``ls-tree``, then ``apply`` + ``write-tree`` each): they keep their bytes."""
+        pending = [e for e in self.state["patches"] if e["status"] == "pending"]
+        if not pending:
+            return
+        patches = [self._backup_patch(e["name"]) for e in pending]
+        tree = self._current_tree()
+        count = exact_prefix(self.store, tree, patches)
+        if not count:
+            return
+        try:
+            _tree, results = apply_series(self.store, tree, patches[:count], stepwise=True)
+        except PatchApplyError:
+            return  # the per-patch path below says which and why
+        for entry, result in zip(pending, results):
+            entry.update(status="clean", tree=result.tree, blob=None, changed=False)
+        self.save()
+        _checkpoint("patch")
+
     def _apply_patches(self) -> None:
         store = self.store
         old, new = Bases(**self.state["old"]), Bases(**self.state["new"])
+        self._apply_exact_run()
         for entry in self.state["patches"]:
             if entry["status"] != "pending":
                 continue
@@ -435,6 +457,8 @@ class Rebase:
                              changed=data != patch.data, note=note)
             self.save()
             _checkpoint("patch")
+            if carried.status != "exact":
+                self._apply_exact_run()
 
     def _changed(self, old: str, new: str) -> set[str]:
         return {row[5] for row in self.store.diff_tree(old, new)}
