@@ -387,20 +387,26 @@ def _export_locked(store: Store, tree: str, dest: str, force: bool, started: flo
         elif disk is not None and list(rec[:2]) != disk[2]:
             final[path] = [*disk[2], disk[1]]  # touched, same content: remember the new mtime
 
+    dest_real = os.path.realpath(dest)
+    for directory in sorted({os.path.dirname(p) for p in [*actions, *pend]}
+                            | ({os.path.dirname(p) for p in candidates} if force else set())):
+        if _inside(dest_real, os.path.join(dest, directory)):
+            remove_stale_temps(os.path.join(dest, directory), {os.path.basename(p) for p in candidates})
+            while directory:  # a killed run may have left directories it made and never filled
+                try:
+                    os.rmdir(os.path.join(dest, directory))
+                except OSError:
+                    break
+                directory = os.path.dirname(directory)
     resumed = pending.get("tree")
     if not actions and final == recorded and previous == tree and not pend:
         return ExportResult(tree, previous, [], [], len(final) - len(edited), sorted(edited),
                             time.perf_counter() - started)
-    dest_real = os.path.realpath(dest)
     if actions:
         _checkpoint()
         _write_stamp(dest, previous, final, {
             "tree": tree, "write": {p: t[1] for p, t in actions.items() if t is not None},
             "remove": sorted(p for p, t in actions.items() if t is None)})
-    for directory in sorted({os.path.dirname(p) for p in [*actions, *pend]}
-                            | ({os.path.dirname(p) for p in candidates} if force else set())):
-        if _inside(dest_real, os.path.join(dest, directory)):
-            remove_stale_temps(os.path.join(dest, directory), {os.path.basename(p) for p in candidates})
     removals = [p for p, t in actions.items() if t is None]
     for path in sorted(removals, key=lambda p: p.count("/"), reverse=True):
         _remove(dest, dest_real, path)
