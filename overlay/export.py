@@ -165,13 +165,14 @@ def _disk(dest: str, path: str, rec: list | None, hexlen: int = 40) -> tuple[str
     key = [st.st_size, st.st_mtime_ns]
     if stat.S_ISDIR(st.st_mode):
         return None
-    if rec and list(rec[:2]) == key and len(rec) > 2 and rec[2]:
-        oid = rec[2]
+    known = rec[2] if rec and len(rec) > 2 and rec[2] else None
+    if known and list(rec[:2]) == key:  # type: ignore[index]
+        oid = known
     elif stat.S_ISLNK(st.st_mode):
-        oid = _blob_oid(os.fsencode(os.readlink(full)), len(rec[2]) if rec and len(rec) > 2 and rec[2] else hexlen)
+        oid = _blob_oid(os.fsencode(os.readlink(full)), len(known or "") or hexlen)
     elif stat.S_ISREG(st.st_mode):
         with open(full, "rb") as fh:
-            oid = _blob_oid(fh.read(), len(rec[2]) if rec and len(rec) > 2 and rec[2] else hexlen)
+            oid = _blob_oid(fh.read(), len(known or "") or hexlen)
     else:
         return ("other", None, key)
     if stat.S_ISLNK(st.st_mode):
@@ -249,10 +250,17 @@ def _write_stamp(dest: str, tree: str | None, files: dict, pending: dict | None)
     _checkpoint()
 
 
-def _interrupted(dest: str, tree: str, started_writing: bool) -> OverlayError:
-    if started_writing:
-        msg = (f"interrupted: {dest} holds a partial export of {tree} (recorded in {STAMP}); "
+def _interrupted(dest: str, tree: str) -> OverlayError:
+    """The one line for a Ctrl-C, saying what DEST holds now."""
+    try:
+        stamp = read_stamp(dest)
+    except OverlayError:
+        stamp = None
+    if stamp and stamp.get("pending"):
+        msg = (f"interrupted: {dest} holds a partial export of {stamp['pending']['tree']} (recorded in {STAMP}); "
                f"a plain `overlay export {dest}` completes it")
+    elif stamp and stamp["tree"] == tree:
+        msg = f"interrupted after the export had finished: {dest} holds {tree}"
     else:
         msg = f"interrupted before anything was written: {dest} is as it was; `overlay export {dest}` exports it"
     return OverlayError(msg, exit_code=EXIT_INTERRUPTED)
@@ -284,11 +292,7 @@ def export_tree(store: Store, tree: str, dest: str, *, force: bool = False) -> E
         fcntl.flock(lock_fd, fcntl.LOCK_EX)
         return _export_locked(store, tree, dest, force, started)
     except KeyboardInterrupt:
-        try:
-            stamp = read_stamp(dest)
-        except OverlayError:
-            stamp = None
-        raise _interrupted(dest, tree, bool(stamp and stamp.get("pending"))) from None
+        raise _interrupted(dest, tree) from None
     finally:
         os.close(lock_fd)
 
@@ -388,10 +392,11 @@ def _export_locked(store: Store, tree: str, dest: str, force: bool, started: flo
             final[path] = [*disk[2], disk[1]]  # touched, same content: remember the new mtime
 
     dest_real = os.path.realpath(dest)
+    owners = {os.path.basename(p) for p in candidates}
     for directory in sorted({os.path.dirname(p) for p in [*actions, *pend]}
                             | ({os.path.dirname(p) for p in candidates} if force else set())):
         if _inside(dest_real, os.path.join(dest, directory)):
-            remove_stale_temps(os.path.join(dest, directory), {os.path.basename(p) for p in candidates})
+            remove_stale_temps(os.path.join(dest, directory), owners)
             while directory:  # a killed run may have left directories it made and never filled
                 try:
                     os.rmdir(os.path.join(dest, directory))
