@@ -122,7 +122,7 @@ def status_cmd(ctx: Context, dest: tuple[str, ...]) -> None:
     """Show pins, layer SHAs, the series with files and +/- counts, export stamps."""
     import glob
 
-    from overlay.export import read_stamp
+    from overlay.export import edited_files, edited_note, read_stamp
 
     manifest, _store_, layers = _layers(ctx)
     urls = manifest.remote_urls()
@@ -150,9 +150,16 @@ def status_cmd(ctx: Context, dest: tuple[str, ...]) -> None:
         stamp = read_stamp(d)
         if stamp is None:
             click.echo(f"export    {d}: no stamp")
+            continue
+        if stamp.get("pending"):
+            click.echo(f"export    {d}: interrupted export of {stamp['pending']['tree']}; "
+                       f"a plain `overlay export {d}` completes it")
         else:
             state = "up to date" if stamp["tree"] == layers.patched else "stale"
             click.echo(f"export    {d}: tree {stamp['tree']} ({state}, {len(stamp['files'])} files)")
+        edited = edited_files(d, stamp)
+        if edited:
+            click.echo(f"warning: {d}: {edited_note(edited)}")
 
 
 @main.command("export")
@@ -162,16 +169,21 @@ def status_cmd(ctx: Context, dest: tuple[str, ...]) -> None:
 @click.pass_obj
 @handle_errors
 def export_cmd(ctx: Context, dest: str, layer: str, force: bool) -> None:
-    """Write a layer into DEST incrementally (only changed paths)."""
-    from overlay.export import export_tree
+    """Write a layer into DEST incrementally (only changed paths); completes an interrupted export."""
+    from overlay.export import EXIT_INTERRUPTED, edited_note, export_tree
 
-    _m, store, layers = _layers(ctx)
-    result = export_tree(store, layers.tree(layer), dest, force=force)
+    try:
+        _m, store, layers = _layers(ctx)
+        result = export_tree(store, layers.tree(layer), dest, force=force)
+    except KeyboardInterrupt:  # export_tree reports its own interrupts; this is before it ran
+        raise OverlayError(f"interrupted before anything was written: {dest} is as it was",
+                           exit_code=EXIT_INTERRUPTED) from None
+    if result.resumed:
+        click.echo(f"resumed the interrupted export of {result.resumed}")
     click.echo(f"exported {layer} {result.tree} to {dest}: {len(result.written)} written, "
                f"{len(result.removed)} removed, {result.unchanged} unchanged ({result.seconds:.2f} s)")
     if result.edited:
-        click.echo(f"warning: {len(result.edited)} file(s) differ from the export and were left as "
-                   f"they are: {', '.join(result.edited[:5])}", err=True)
+        click.echo(f"warning: {dest}: {edited_note(result.edited)}", err=True)
 
 
 @main.command("diff")

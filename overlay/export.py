@@ -1,30 +1,47 @@
-"""Incremental export of a layer tree into a directory (DESIGN 5).
+"""Incremental, resumable export of a layer tree into a directory (DESIGN 5).
 
 Only paths that differ from the last export are written; deleted paths are
 removed (and directories left empty by them); unchanged files keep their
-mtimes, so ninja rebuilds only what changed. Each file is written to a
-temporary name in its directory and renamed; the stamp
-``DEST/.overlay-export.json`` is written last and records the tree SHA plus
-each file's size and mtime (ns), so a file edited by hand since the export is
-never overwritten or deleted without ``--force``.
+mtimes, so ninja rebuilds only what changed.
+
+The export is a transaction recorded in the stamp ``DEST/.overlay-export.json``:
+
+1. Before the first write, the stamp records the run in progress: the target
+   tree and every path it will write (with its blob) or remove, next to the
+   last finished tree and each file's ``[size, mtime_ns, blob]`` as it is on
+   disk at that moment.
+2. Each file is written to ``.NAME.XXXXXXXX.tmp`` in its directory and renamed.
+3. The stamp is rewritten last with the finished tree and no run in progress.
+
+A run killed anywhere leaves a stamp from which a plain re-export completes the
+job: a file of the interrupted run counts as overlay's when its content is the
+recorded one or the one the run was writing, and the temp files it left are
+removed. A file whose content differs from both (compared by git blob hash when
+its size or mtime changed) was edited by hand and is never overwritten or
+deleted without ``--force``; a file that already holds what the new tree
+writes is not an edit.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import fcntl
+import hashlib
 import json
 import os
+import signal
+import stat
 import time
 
 from overlay.errors import OverlayError
-from overlay.fsutil import atomic_write
+from overlay.fsutil import atomic_symlink, atomic_write, remove_stale_temps, temp_owner
 from overlay.gitstore import Store, zsplit
 from overlay.paths import check_path, check_symlink
 
 STAMP = ".overlay-export.json"
 LOCK = ".overlay-export.lock"
 _OURS = {STAMP, LOCK}
+EXIT_INTERRUPTED = 130
 
 
 @dataclasses.dataclass
@@ -37,8 +54,9 @@ class ExportResult:
         written: paths written (sorted).
         removed: paths deleted (sorted).
         unchanged: number of files left untouched.
-        edited: files that differ from the last export and were kept as the user left them.
+        edited: files that differ from the export and were kept as the user left them.
         seconds: wall time.
+        resumed: the tree of an interrupted run this one completed or replaced, else ``None``.
     """
 
     tree: str
@@ -48,28 +66,129 @@ class ExportResult:
     unchanged: int
     edited: list[str]
     seconds: float
+    resumed: str | None = None
 
 
 def read_stamp(dest: str) -> dict | None:
-    """The stamp of DEST: ``{"tree": sha, "files": {path: [size, mtime_ns]}}``, or ``None``."""
+    """Read the stamp of DEST.
+
+    Args:
+        dest: export directory.
+    Returns:
+        ``{"tree": sha|None, "files": {path: [size, mtime_ns, blob]}, "pending": {...}}``
+        (``pending``, the run in progress, only while one is; stamps of format 1
+        lack the blob), or ``None`` when DEST has no stamp.
+    Raises:
+        OverlayError: the stamp is unreadable or malformed (exit 2).
+    """
+    path = os.path.join(dest, STAMP)
     try:
-        with open(os.path.join(dest, STAMP), encoding="utf-8") as fh:
+        with open(path, encoding="utf-8") as fh:
             data = json.load(fh)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return None
     except (OSError, ValueError):
-        raise OverlayError(f"{os.path.join(dest, STAMP)} is unreadable; export with --force to rebuild it") from None
-    if not isinstance(data, dict) or "tree" not in data or not isinstance(data.get("files"), dict):
-        raise OverlayError(f"{os.path.join(dest, STAMP)} is not an overlay export stamp")
+        raise OverlayError(f"{path} is unreadable; export with --force to rebuild it") from None
+    pending = data.get("pending") if isinstance(data, dict) else None
+    if (not isinstance(data, dict) or "tree" not in data or not isinstance(data.get("files"), dict)
+            or (pending is not None and not (isinstance(pending, dict) and isinstance(pending.get("tree"), str)
+                                             and isinstance(pending.get("write"), dict)
+                                             and isinstance(pending.get("remove"), list)))):
+        raise OverlayError(f"{path} is not an overlay export stamp")
     return data
 
 
-def _stat_key(path: str) -> list[int] | None:
+def edited_note(edited: list[str]) -> str:
+    """The one line every command prints about hand-edited files in an export.
+
+    Args:
+        edited: the paths (non-empty).
+    Returns:
+        ``"N file(s) edited by hand since the export were left as they are: a, b ..."``.
+    """
+    more = " ..." if len(edited) > 5 else ""
+    return f"{len(edited)} file(s) edited by hand since the export were left as they are: {', '.join(edited[:5])}{more}"
+
+
+def edited_files(dest: str, stamp: dict | None = None) -> list[str]:
+    """Files of the last finished export of DEST that were edited (or deleted) since.
+
+    A file whose size and mtime changed but whose content is the exported blob is
+    not edited.
+
+    Args:
+        dest: export directory.
+        stamp: its stamp, when already read.
+    Returns:
+        Sorted paths; empty without a stamp. During an interrupted run, paths
+        that run may have written are not listed (the next export resolves them).
+    Raises:
+        OverlayError: the stamp is unreadable (exit 2).
+    """
+    stamp = stamp if stamp is not None else read_stamp(dest)
+    if stamp is None:
+        return []
+    pending = stamp.get("pending") or {}
+    skip = set(pending.get("write", {})) | set(pending.get("remove", []))
+    return sorted(p for p, rec in stamp["files"].items()
+                  if p not in skip and not _is_recorded(_disk(dest, p, rec), rec))
+
+
+def _checkpoint() -> None:
+    """Test hook: ``OVERLAY_TEST_KILL_AT=export:N`` SIGKILLs the process at its Nth
+    checkpoint (``export:N:INT`` sends SIGINT instead)."""
+    spec = os.environ.get("OVERLAY_TEST_KILL_AT", "").split(":")
+    if spec[0] != "export" or len(spec) < 2 or not spec[1].isdigit():
+        return
+    _checkpoint.count = getattr(_checkpoint, "count", 0) + 1  # type: ignore[attr-defined]
+    if _checkpoint.count == int(spec[1]):  # type: ignore[attr-defined]
+        os.kill(os.getpid(), signal.SIGINT if spec[2:] == ["INT"] else signal.SIGKILL)
+
+
+def _blob_oid(data: bytes, hexlen: int) -> str:
+    """``git hash-object`` of ``data`` (sha1, or sha256 for a 64-hex store)."""
+    h = hashlib.sha256() if hexlen == 64 else hashlib.sha1()
+    h.update(b"blob %d\0" % len(data))
+    h.update(data)
+    return h.hexdigest()
+
+
+def _disk(dest: str, path: str, rec: list | None, hexlen: int = 40) -> tuple[str, str | None, list[int]] | None:
+    """What DEST holds at ``path``: ``(mode, blob, [size, mtime_ns])``, or ``None`` when
+    absent (a directory counts as absent). The blob is taken from ``rec`` when size and
+    mtime match it, else hashed; it is ``None`` for something that is no file or link."""
+    full = os.path.join(dest, path)
     try:
-        st = os.lstat(path)
-    except FileNotFoundError:
+        st = os.lstat(full)
+    except (FileNotFoundError, NotADirectoryError):
         return None
-    return [st.st_size, st.st_mtime_ns]
+    key = [st.st_size, st.st_mtime_ns]
+    if stat.S_ISDIR(st.st_mode):
+        return None
+    known = rec[2] if rec and len(rec) > 2 and rec[2] else None
+    if known and list(rec[:2]) == key:  # type: ignore[index]
+        oid = known
+    elif stat.S_ISLNK(st.st_mode):
+        oid = _blob_oid(os.fsencode(os.readlink(full)), len(known or "") or hexlen)
+    elif stat.S_ISREG(st.st_mode):
+        with open(full, "rb") as fh:
+            oid = _blob_oid(fh.read(), len(known or "") or hexlen)
+    else:
+        return ("other", None, key)
+    if stat.S_ISLNK(st.st_mode):
+        mode = "120000"
+    else:
+        mode = "100755" if st.st_mode & 0o100 else "100644"
+    return (mode, oid, key)
+
+
+def _is_recorded(disk, rec: list | None) -> bool:
+    """True when ``disk`` (see :func:`_disk`) is what the stamp records (``rec``)."""
+    if rec is None:
+        return disk is None
+    if disk is None or disk[1] is None:
+        return False
+    return list(rec[:2]) == disk[2] or (len(rec) > 2 and rec[2] == disk[1])
 
 
 def _entries(store: Store, tree: str) -> dict[str, tuple[str, str]]:
@@ -81,11 +200,18 @@ def _entries(store: Store, tree: str) -> dict[str, tuple[str, str]]:
     return out
 
 
-def _remove(dest: str, path: str) -> None:
+def _inside(dest_real: str, path: str) -> bool:
+    real = os.path.realpath(path)
+    return real == dest_real or real.startswith(dest_real + os.sep)
+
+
+def _remove(dest: str, dest_real: str, path: str) -> None:
     full = os.path.join(dest, path)
+    if not _inside(dest_real, os.path.dirname(full)):
+        return  # a directory on the way was replaced by a link out of DEST: touch nothing there
     try:
         os.unlink(full)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         pass
     except IsADirectoryError:
         return
@@ -110,26 +236,52 @@ def _safe_parent(dest_real: str, dest: str, path: str, checked: set[str]) -> Non
             os.unlink(probe)
         probe = os.path.dirname(probe)
     os.makedirs(full, exist_ok=True)
-    real = os.path.realpath(full)
-    if not (real == dest_real or real.startswith(dest_real + os.sep)):
+    if not _inside(dest_real, full):
         raise OverlayError(f"refusing to write {path!r}: its directory resolves outside {dest}")
     checked.add(parent)
 
 
+def _write_stamp(dest: str, tree: str | None, files: dict, pending: dict | None) -> None:
+    data = {"format": 2, "tree": tree, "files": files}
+    if pending is not None:
+        data["pending"] = pending
+    atomic_write(os.path.join(dest, STAMP), json.dumps(data, sort_keys=True, separators=(",", ":")).encode(),
+                 before_replace=_checkpoint)
+    _checkpoint()
+
+
+def _interrupted(dest: str, tree: str) -> OverlayError:
+    """The one line for a Ctrl-C, saying what DEST holds now."""
+    try:
+        stamp = read_stamp(dest)
+    except OverlayError:
+        stamp = None
+    if stamp and stamp.get("pending"):
+        msg = (f"interrupted: {dest} holds a partial export of {stamp['pending']['tree']} (recorded in {STAMP}); "
+               f"a plain `overlay export {dest}` completes it")
+    elif stamp and stamp["tree"] == tree:
+        msg = f"interrupted after the export had finished: {dest} holds {tree}"
+    else:
+        msg = f"interrupted before anything was written: {dest} is as it was; `overlay export {dest}` exports it"
+    return OverlayError(msg, exit_code=EXIT_INTERRUPTED)
+
+
 def export_tree(store: Store, tree: str, dest: str, *, force: bool = False) -> ExportResult:
-    """Write ``tree`` into ``dest`` incrementally.
+    """Write ``tree`` into ``dest`` incrementally, as a resumable transaction.
 
     Args:
         store: git store holding the tree.
         tree: tree SHA to export.
         dest: target directory (created when absent).
-        force: export into a non-empty directory without a stamp, and overwrite
-            files edited by hand since the last export.
+        force: export into a non-empty directory without a stamp, overwrite (or
+            delete) files edited by hand, and restore every file of the tree
+            that is missing or differs, even when the tree is unchanged.
     Returns:
-        :class:`ExportResult`.
+        :class:`ExportResult`; an interrupted earlier run is completed first.
     Raises:
         OverlayError: DEST is non-empty and was not made by overlay, or files
-            to be replaced were edited by hand (nothing is written; exit 2).
+            to be replaced were edited by hand (nothing is written; exit 2);
+            Ctrl-C (exit 130, saying what DEST holds).
         UnsafePath: a tree entry is hostile (nothing is written; exit 2).
     """
     started = time.perf_counter()
@@ -138,78 +290,149 @@ def export_tree(store: Store, tree: str, dest: str, *, force: bool = False) -> E
     lock_fd = os.open(os.path.join(dest, LOCK), os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(lock_fd, fcntl.LOCK_EX)
-        stamp = None if force else read_stamp(dest)
-        if stamp is None and not force and any(n not in _OURS for n in os.listdir(dest)):
-            raise OverlayError(f"{dest} is not empty and holds no overlay export stamp",
-                               hint="choose an empty directory, or pass --force to take it over")
-        if stamp is None and force:
-            try:
-                stamp = read_stamp(dest)
-            except OverlayError:
-                stamp = None
-        recorded: dict[str, list[int]] = dict(stamp["files"]) if stamp else {}
-        previous = stamp["tree"] if stamp else None
-        if previous == tree:
-            edited = sorted(p for p, key in recorded.items() if _stat_key(os.path.join(dest, p)) != key)
-            return ExportResult(tree, previous, [], [], len(recorded), edited,
-                                time.perf_counter() - started)
-        if previous is not None and store.has_object(previous, "tree"):
-            changes = store.diff_tree(previous, tree)
-            to_remove = [row[5] for row in changes if row[4] == "D"]
-            to_write = {row[5]: (row[1], row[3]) for row in changes if row[4] != "D"}
-            unchanged = len(recorded) - len(to_remove) - sum(1 for p in to_write if p in recorded)
-        else:
-            new_entries = _entries(store, tree)
-            to_write = new_entries
-            to_remove = sorted(p for p in recorded if p not in new_entries)
-            unchanged = 0
-        for path, (mode, _oid) in to_write.items():
-            check_path(path, what="tree entry")
-            if mode == "160000":
-                raise OverlayError(f"refusing tree entry {path!r}: submodules are not exported")
-        for path in to_remove:
-            check_path(path, what="exported path")
-        if not force:
-            touched = [p for p in [*to_remove, *to_write] if p in recorded]
-            edited = sorted(p for p in touched if _stat_key(os.path.join(dest, p)) != recorded[p])
-            if edited:
-                raise OverlayError(
-                    f"{len(edited)} file(s) in {dest} were edited since the last export and would be "
-                    f"replaced: {', '.join(edited[:5])}{' ...' if len(edited) > 5 else ''}",
-                    hint="move your edits into a patch, or pass --force to discard them")
-        with store.cat_file() as cat:
-            blobs = {}
-            for path, (mode, oid) in to_write.items():
-                blobs[path] = (mode, cat.read(oid)[1])
-            if any(mode == "120000" for mode, _ in blobs.values()):
-                links = {p: cat.read(oid)[1].decode("utf-8", "surrogateescape")
-                         for p, (mode, oid) in _entries(store, tree).items() if mode == "120000"}
-                for path in links:
-                    check_symlink(path, links[path], links)
-            for path in sorted(to_remove, key=lambda p: p.count("/"), reverse=True):
-                _remove(dest, path)
-                recorded.pop(path, None)
-            dest_real = os.path.realpath(dest)
-            checked: set[str] = set()
-            for path in sorted(blobs):
-                mode, data = blobs[path]
-                _safe_parent(dest_real, dest, path, checked)
-                full = os.path.join(dest, path)
-                if os.path.isdir(full) and not os.path.islink(full):
-                    raise OverlayError(f"cannot write {path!r}: a directory is in the way")
-                if mode == "120000":
-                    tmp = f"{full}.overlay-tmp"
-                    if os.path.lexists(tmp):
-                        os.unlink(tmp)
-                    os.symlink(data.decode("utf-8", "surrogateescape"), tmp)
-                    os.replace(tmp, full)
-                else:
-                    atomic_write(full, data, mode=0o755 if mode == "100755" else 0o644, durable=False)
-                recorded[path] = _stat_key(full)  # type: ignore[assignment]
-        atomic_write(os.path.join(dest, STAMP),
-                     json.dumps({"format": 1, "tree": tree, "files": recorded},
-                                sort_keys=True, separators=(",", ":")).encode())
-        return ExportResult(tree, previous, sorted(blobs), sorted(to_remove), max(unchanged, 0), [],
-                            time.perf_counter() - started)
+        return _export_locked(store, tree, dest, force, started)
+    except KeyboardInterrupt:
+        raise _interrupted(dest, tree) from None
     finally:
         os.close(lock_fd)
+
+
+def _export_locked(store: Store, tree: str, dest: str, force: bool, started: float) -> ExportResult:
+    try:
+        stamp = read_stamp(dest)
+    except OverlayError:
+        if not force:
+            raise
+        stamp = None
+    if stamp is None and not force and any(n not in _OURS and temp_owner(n) != STAMP for n in os.listdir(dest)):
+        raise OverlayError(f"{dest} is not empty and holds no overlay export stamp",
+                           hint="choose an empty directory, or pass --force to take it over")
+    remove_stale_temps(dest, {STAMP})
+    recorded: dict[str, list] = {p: list(v) for p, v in stamp["files"].items()} if stamp else {}
+    previous = stamp["tree"] if stamp else None
+    pending = (stamp or {}).get("pending") or {}
+    pend: dict[str, str | None] = {p: None for p in pending.get("remove", [])}
+    pend.update(pending.get("write", {}))
+    if previous == tree and not pend and not force:
+        edited = edited_files(dest, stamp)
+        return ExportResult(tree, previous, [], [], len(recorded) - len(edited), edited,
+                            time.perf_counter() - started)
+
+    usable = previous is not None and store.has_object(previous, "tree")
+    if usable and any(len(rec) < 3 for rec in recorded.values()):  # format 1: no blob recorded
+        old = _entries(store, previous)
+        for p, rec in recorded.items():
+            if len(rec) < 3 and p in old:
+                rec.append(old[p][1])
+    if usable and not pend and not force:
+        changes = store.diff_tree(previous, tree)  # type: ignore[arg-type]
+        want = {row[5]: (row[1], row[3]) for row in changes if row[4] != "D"}
+        candidates = {row[5] for row in changes}
+        entries = None
+    else:
+        entries = want = _entries(store, tree)
+        candidates = set(want) | set(pend) | set(recorded)
+    for path in sorted(candidates):
+        check_path(path, what="tree entry" if path in want else "exported path")
+        if want.get(path, ("",))[0] == "160000":
+            raise OverlayError(f"refusing tree entry {path!r}: submodules are not exported")
+
+    hexlen = len(tree)
+    actions: dict[str, tuple[str, str] | None] = {}  # path -> (mode, blob) to write, None to remove
+    blocked, edited, final = [], [], dict(recorded)
+    for path in sorted(candidates):
+        rec, target = recorded.get(path), want.get(path)
+        disk = _disk(dest, path, rec, hexlen)
+        if disk is None and target is None or disk is not None and target == (disk[0], disk[1]):
+            if target is None:
+                final.pop(path, None)
+            else:
+                final[path] = [*disk[2], disk[1]]  # already what the tree holds: adopt, keep its mtime
+            continue
+        ours = _is_recorded(disk, rec) or (path in pend and (
+            disk is None and pend[path] is None or disk is not None and disk[1] is not None and disk[1] == pend[path]))
+        if not ours and not force:
+            if path not in pend and rec is not None and target is not None and rec[2:3] == [target[1]]:
+                edited.append(path)  # the tree leaves it as exported: the edit stays and is reported
+            else:
+                blocked.append(path)
+            continue
+        actions[path] = target
+        if disk is None or disk[1] is None:
+            final.pop(path, None)
+        else:  # the baseline a killed run resumes from is what is on disk now
+            final[path] = [*disk[2], disk[1]]
+    if blocked:
+        raise OverlayError(
+            f"{len(blocked)} file(s) in {dest} were edited since the last export and would be "
+            f"replaced: {', '.join(blocked[:5])}{' ...' if len(blocked) > 5 else ''}",
+            hint="move your edits into a patch, or pass --force to discard them")
+
+    blobs: dict[str, tuple[str, str, bytes]] = {}
+    with store.cat_file() as cat:
+        for path, target in sorted(actions.items()):
+            if target is not None:
+                blobs[path] = (target[0], target[1], cat.read(target[1])[1])
+                _checkpoint()
+        if any(mode == "120000" for mode, _oid, _data in blobs.values()):
+            entries = entries if entries is not None else _entries(store, tree)
+            links = {p: cat.read(oid)[1].decode("utf-8", "surrogateescape")
+                     for p, (mode, oid) in entries.items() if mode == "120000"}
+            for path in links:
+                check_symlink(path, links[path], links)
+
+    # Edited files the run leaves alone are reported (and not touched).
+    for path, rec in recorded.items():
+        if path in candidates:
+            continue
+        disk = _disk(dest, path, rec, hexlen)
+        if not _is_recorded(disk, rec):
+            edited.append(path)
+        elif disk is not None and list(rec[:2]) != disk[2]:
+            final[path] = [*disk[2], disk[1]]  # touched, same content: remember the new mtime
+
+    dest_real = os.path.realpath(dest)
+    owners = {os.path.basename(p) for p in candidates}
+    for directory in sorted({os.path.dirname(p) for p in [*actions, *pend]}
+                            | ({os.path.dirname(p) for p in candidates} if force else set())):
+        if _inside(dest_real, os.path.join(dest, directory)):
+            remove_stale_temps(os.path.join(dest, directory), owners)
+            while directory:  # a killed run may have left directories it made and never filled
+                try:
+                    os.rmdir(os.path.join(dest, directory))
+                except OSError:
+                    break
+                directory = os.path.dirname(directory)
+    resumed = pending.get("tree")
+    if not actions and final == recorded and previous == tree and not pend:
+        return ExportResult(tree, previous, [], [], len(final) - len(edited), sorted(edited),
+                            time.perf_counter() - started)
+    if actions:
+        _checkpoint()
+        _write_stamp(dest, previous, final, {
+            "tree": tree, "write": {p: t[1] for p, t in actions.items() if t is not None},
+            "remove": sorted(p for p, t in actions.items() if t is None)})
+    removals = [p for p, t in actions.items() if t is None]
+    for path in sorted(removals, key=lambda p: p.count("/"), reverse=True):
+        _remove(dest, dest_real, path)
+        final.pop(path, None)
+        _checkpoint()
+    checked: set[str] = set()
+    for path in sorted(blobs):
+        mode, oid, data = blobs[path]
+        _safe_parent(dest_real, dest, path, checked)
+        full = os.path.join(dest, path)
+        if os.path.isdir(full) and not os.path.islink(full):
+            raise OverlayError(f"cannot write {path!r}: a directory is in the way")
+        if mode == "120000":
+            _checkpoint()
+            atomic_symlink(data.decode("utf-8", "surrogateescape"), full)
+        else:
+            atomic_write(full, data, mode=0o755 if mode == "100755" else 0o644, durable=False,
+                         before_replace=_checkpoint)
+        st = os.lstat(full)
+        final[path] = [st.st_size, st.st_mtime_ns, oid]
+        _checkpoint()
+    _write_stamp(dest, tree, final, None)
+    return ExportResult(tree, previous, sorted(blobs), sorted(removals), len(final) - len(blobs) - len(edited),
+                        sorted(edited), time.perf_counter() - started, resumed)

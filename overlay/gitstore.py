@@ -207,10 +207,23 @@ class CatFile:
         return fields[1].decode(), data
 
     def close(self) -> None:
-        """Stop the child process."""
-        if self._proc.poll() is None:
-            assert self._proc.stdin
-            self._proc.stdin.close()
+        """Stop the child process; never blocks for long.
+
+        Closes git's stdout first (a child blocked writing a blob nobody reads,
+        e.g. after a Ctrl-C inside :meth:`read`, gets EPIPE and exits), then its
+        stdin, waits a few seconds and kills it if it is still running. Safe to
+        call more than once.
+        """
+        for pipe in (self._proc.stdout, self._proc.stdin):
+            try:
+                if pipe is not None:
+                    pipe.close()
+            except OSError:
+                pass
+        try:
+            self._proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
             self._proc.wait()
 
     def __enter__(self) -> "CatFile":
