@@ -71,7 +71,9 @@ _BULLET_RE = re.compile(r"^[-*+]\s+(?P<text>.*)$")
 _FENCE_RE = re.compile(r"^\s*(```|~~~)")
 _BACKTICK_RE = re.compile(r"`([^`\n]+)`")
 _BULLET_HEAD_RE = re.compile(r"^(?:`[^`]+`\s*(?:,\s*|and\s+)?)+")
-_PATHLIKE_RE = re.compile(r"^[A-Za-z0-9_.+@-]+(?:/[A-Za-z0-9_.+@-]+)*/?$")
+# Word characters include non-ASCII letters (``naïve_gemm.hip``); a space inside a name
+# counts when the token also has a directory part (git quotes such names, shared case 10).
+_PATHLIKE_RE = re.compile(r"^[\w.+@-]+(?:/[\w.+@ -]+)*/?$")
 _EXT_RE = re.compile(r"(?:[^./]\.[A-Za-z][A-Za-z0-9_+-]*|^\.[A-Za-z][A-Za-z0-9_.-]*)$")
 _HEX8_RE = re.compile(r"^[0-9a-f]{8}$")
 
@@ -477,7 +479,8 @@ def load(path: str | os.PathLike, rel_path: str = FILE_NAME) -> Document:
     except OSError as exc:
         raise OverlayError(f"cannot read {rel_path}: {exc.strerror or exc}")
     try:
-        text = data.decode("utf-8")
+        # utf-8-sig: a byte-order mark is not part of the title line (line numbers keep).
+        text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise OverlayError(f"{rel_path} is not UTF-8 (byte {exc.start})")
     return parse(text, rel_path)

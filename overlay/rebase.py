@@ -567,11 +567,10 @@ class Rebase:
         # What merge-ort merged cleanly, then the user's files for the conflicted paths.
         changes: dict[str, tuple[str, str] | None] = {}
         for old_mode, new_mode, _oo, new_oid, status, path in store.diff_tree(base, stop["merged"]):
-            if path in conflicted:
+            if path in conflicted or "160000" in (old_mode, new_mode):
+                # A submodule stays as the new base has it: merge-ort may have moved it
+                # aside (``path~<commit>``) to make room for the patch's directory.
                 continue
-            if "160000" in (old_mode, new_mode):
-                raise OverlayError(f"the merge would replace submodule {path} of the new base",
-                                   hint="--skip the patch, or --abort")
             changes[path] = None if status == "D" else (new_mode, new_oid)
         for rel in stop["files"]:
             full = os.path.join(self.work, rel)

@@ -307,6 +307,8 @@ def _parse_head(head: bytes) -> tuple[str, str, dict[str, list[str]], dict[str, 
     brk = next((i for i, ln in enumerate(body)
                 if _is_patch_break(ln.encode("utf-8", "surrogateescape"))), len(body))
     message, notes = body[:brk], body[brk + 1:]
+    while notes and (not notes[-1].strip() or _is_patch_break(notes[-1].encode("utf-8", "surrogateescape"))):
+        notes = notes[:-1]  # format-patch's own '---' before the diff, after the author's notes
     trailers: dict[str, list[str]] = {}
     trailer_lines: dict[str, list[int]] = {}
     first_line = end + 2  # 1-based file line of body[0]
