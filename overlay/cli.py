@@ -170,7 +170,8 @@ def status_cmd(ctx: Context, dest: tuple[str, ...]) -> None:
 @handle_errors
 def export_cmd(ctx: Context, dest: str, layer: str, force: bool) -> None:
     """Write a layer into DEST incrementally (only changed paths); completes an interrupted export."""
-    from overlay.export import EXIT_INTERRUPTED, edited_note, export_tree
+    from overlay.errors import EXIT_INTERRUPTED
+    from overlay.export import edited_note, export_tree
 
     try:
         _m, store, layers = _layers(ctx)

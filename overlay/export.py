@@ -33,7 +33,7 @@ import signal
 import stat
 import time
 
-from overlay.errors import OverlayError
+from overlay.errors import EXIT_INTERRUPTED, OverlayError
 from overlay.fsutil import atomic_symlink, atomic_write, remove_stale_temps, temp_owner
 from overlay.gitstore import Store, zsplit
 from overlay.paths import check_path, check_symlink
@@ -41,7 +41,6 @@ from overlay.paths import check_path, check_symlink
 STAMP = ".overlay-export.json"
 LOCK = ".overlay-export.lock"
 _OURS = {STAMP, LOCK}
-EXIT_INTERRUPTED = 130
 
 
 @dataclasses.dataclass

@@ -211,6 +211,22 @@ def test_every_export_reports_the_hand_edits_it_leaves(store, tmp_path):
     assert export_tree(store, t1, str(dest)).edited == ["b.txt"]
 
 
+def test_a_format_1_stamp_is_read_and_upgraded(store, tmp_path):
+    t1, t2 = (mktree(store, t, tmp_path) for t in (T1, T2))
+    dest = tmp_path / "dest"
+    export_tree(store, t1, str(dest))
+    stamp = json.loads((dest / STAMP).read_text())
+    old = {"format": 1, "tree": t1, "files": {p: rec[:2] for p, rec in stamp["files"].items()}}
+    (dest / STAMP).write_text(json.dumps(old))  # as the exports before stamps held blobs
+    os.utime(dest / "a.txt", ns=(1, 1))  # touched, same content: not an edit
+    (dest / "b.txt").write_bytes(b"edited\n")
+    result = export_tree(store, t2, str(dest))
+    assert result.edited == ["b.txt"] and "a.txt" in result.written
+    assert json.loads((dest / STAMP).read_text())["format"] == 2
+    (dest / "b.txt").write_bytes(T2["b.txt"][1])
+    assert edited_files(str(dest)) == []
+
+
 def test_catfile_close_does_not_hang_when_output_is_not_drained(store):
     oid = store.hash_blob(os.urandom(1 << 22))
     cat = store.cat_file()
