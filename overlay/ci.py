@@ -171,7 +171,7 @@ def stage_suites(root: str, results_dir: str, child_dir: str | None, backend: st
     path = os.path.join(root, "patches-rocm", "suites", "suites.toml")
     if not os.path.isfile(path):
         return Stage("suites", "skipped", "no patches-rocm/suites/suites.toml")
-    suites = _config.load_suites(path)
+    suites = _config.load_suites(path, root)
     platform = _runner.detect_platform(backend)
     cases, rows = [], []
     any_ran = False

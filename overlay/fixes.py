@@ -40,7 +40,7 @@ from typing import Iterable, NamedTuple, Sequence
 
 from overlay.errors import OverlayError
 from overlay.findings import Finding
-from overlay.fsutil import atomic_write
+from overlay.fsutil import RecordMissing, atomic_write, read_record_text
 
 FILE_NAME = "LOCAL_FIXES.md"
 BACKEND_PREFIX = "mlx/backend/rocm/"
@@ -459,27 +459,29 @@ def parse(text: str, path: str = FILE_NAME) -> Document:
 def load(path: str | os.PathLike, rel_path: str = FILE_NAME) -> Document:
     """Read and parse ``LOCAL_FIXES.md`` from disk.
 
+    The file is read with :func:`overlay.fsutil.read_record`, with the
+    directory holding it as the repository: a regular file (a symlink to a
+    file in that directory tree is followed), at most 16 MiB, UTF-8.
+
     Args:
-        path: file to read (UTF-8).
-        rel_path: repo-relative path reported in findings.
+        path: file to read (UTF-8), normally ``<repository>/LOCAL_FIXES.md``.
+        rel_path: repo-relative path reported in findings and messages.
 
     Returns:
         The parsed :class:`Document`.
 
     Raises:
-        OverlayError: the file is missing, unreadable or not UTF-8 (exit 2).
+        OverlayError: the file is missing (with a hint); RecordError (an
+            OverlayError) when it is refused (symlink out of the repository,
+            FIFO, directory, too big), unreadable or not UTF-8 (the byte offset
+            is named) (exit 2).
     """
+    full = os.path.abspath(os.fspath(path))
     try:
-        data = Path(path).read_bytes()
-    except FileNotFoundError:
+        text = read_record_text(os.path.dirname(full), os.path.basename(full), what="file")
+    except RecordMissing:
         raise OverlayError(f"{rel_path} not found at {os.fspath(path)}",
-                           hint="create it (overlay fix new adds entries) or pass --root")
-    except OSError as exc:
-        raise OverlayError(f"cannot read {rel_path}: {exc.strerror or exc}")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise OverlayError(f"{rel_path} is not UTF-8 (byte {exc.start})")
+                           hint="create it (overlay fix new adds entries) or pass --root") from None
     return parse(text, rel_path)
 
 
@@ -1234,7 +1236,8 @@ def add_entry(path: str | os.PathLike, section: str, title: str, files: Sequence
     text, number = render_new_entry(doc, section, title, files, body,
                                     closing_sentence=closing_sentence, pin=pin)
     try:
-        atomic_write(p, text.encode("utf-8"))
+        # Through a symlink (load refused one that leaves the repository), so the link stays a link.
+        atomic_write(os.path.realpath(p), text.encode("utf-8"))
     except OSError as exc:
         raise OverlayError(f"cannot write {p.name}: {exc.strerror or exc}")
     return number
