@@ -49,6 +49,11 @@ BACKEND_PREFIX = "mlx/backend/rocm/"
 SECTION_ORDER = ("retarget", "kernels", "build", "api", "dropped")
 #: Sections whose entries must end with the manifest's closing sentence.
 POLICY_SECTIONS = ("kernels", "build", "api")
+#: Highest entry number accepted (FIX007 above it). A real file has tens of
+#: entries; the bound keeps the numbering check from looping to a typo like
+#: 20261201 (a date), which once took minutes and gigabytes.
+MAX_ENTRY_NUMBER = 9999
+
 #: Sections ``overlay fix new`` can add an entry to.
 ENTRY_SECTIONS = ("retarget", "kernels", "build", "api")
 
@@ -98,7 +103,7 @@ CODES = {
     "FIX004": ("error", "retarget heading does not name the manifest pin's first 8 hex"),
     "FIX005": ("error", "unknown section"),
     "FIX006": ("error", "section repeated or out of order"),
-    "FIX007": ("error", "entry numbering has a gap (or a number below 1)"),
+    "FIX007": ("error", "entry numbering has a gap (or a number below 1 or above 9999)"),
     "FIX008": ("error", "duplicate entry number"),
     "FIX009": ("error", "numbered entry in the Dropped section"),
     "FIX010": ("error", "bullet in a numbered section"),
@@ -436,7 +441,8 @@ def parse(text: str, path: str = FILE_NAME) -> Document:
         if nm:
             close()
             em = _ENTRY_TITLE_RE.match(nm.group("rest"))
-            if em and (em.group("dot1") or em.group("dot2")):
+            # More than twelve digits is no entry number (and int() of thousands of digits raises).
+            if em and (em.group("dot1") or em.group("dot2")) and len(nm.group("num")) <= 12:
                 item = _Item("entry", lineno, current, em.group("text") or "",
                              number=int(nm.group("num")), title=em.group("title").strip())
             else:
@@ -639,9 +645,14 @@ def check_sections(doc: Document) -> list[Finding]:
 def check_numbering(doc: Document) -> list[Finding]:
     """Entry numbers are exactly ``1..N``, no gap, no duplicate (order free across sections).
 
+    The work is proportional to the number of entries, not to the largest
+    number: numbers above :data:`MAX_ENTRY_NUMBER` are reported and left out of
+    the gap check, and a run of missing numbers is one finding.
+
     Returns:
-        FIX007 per missing number (at the first entry numbered above it) or number
-        below 1; FIX008 per repeated number (at the repeat).
+        FIX007 per run of missing numbers (at the first entry numbered above it),
+        per number below 1 and per number above :data:`MAX_ENTRY_NUMBER`; FIX008
+        per repeated number (at the repeat).
     """
     out = []
     entries = doc.entries()
@@ -649,20 +660,23 @@ def check_numbering(doc: Document) -> list[Finding]:
     for e in entries:
         if e.number < 1:
             out.append(_f(doc, "FIX007", e.line, f"entry number {e.number}: numbers start at 1"))
+        elif e.number > MAX_ENTRY_NUMBER:
+            out.append(_f(doc, "FIX007", e.line,
+                          f"entry number {e.number} is above {MAX_ENTRY_NUMBER}",
+                          "renumber it to the next free number (overlay fix list shows them)"))
         elif e.number in first:
             out.append(_f(doc, "FIX008", e.line,
                           f"entry number {e.number} is used twice (first at line {first[e.number]})",
                           "renumber one of them to the next free number"))
         else:
             first[e.number] = e.line
-    if first:
-        top = max(first)
-        for n in range(1, top + 1):
-            if n not in first:
-                above = min((k for k in first if k > n))
-                out.append(_f(doc, "FIX007", first[above],
-                              f"entry numbers have a gap: {n} is missing",
-                              f"numbers must run 1..{len(first)} with no gap"))
+    expected = 1
+    for n in sorted(first):
+        if n > expected:
+            missing = f"{expected} is missing" if n == expected + 1 else f"{expected}-{n - 1} are missing"
+            out.append(_f(doc, "FIX007", first[n], f"entry numbers have a gap: {missing}",
+                          f"numbers must run 1..{len(first)} with no gap"))
+        expected = n + 1
     return _sorted(out)
 
 
@@ -948,7 +962,7 @@ def check_patch_entries(doc: Document, patches: Iterable[PatchRecord | tuple], p
             n = int(str(p.local_fix).strip())
         except ValueError:
             out.append(_f(p.path, "FIX017", lf_line,
-                          f"'Local-Fix: {p.local_fix}' is not an entry number",
+                          f"'Local-Fix: {str(p.local_fix)[:40]}' is not an entry number",
                           "use 'Local-Fix: N' with N a LOCAL_FIXES.md entry number"))
             continue
         e = entries.get(n)
@@ -1110,8 +1124,11 @@ def list_entries(doc: Document, patches: Iterable[PatchRecord | tuple] = ()) -> 
 
 
 def next_number(doc: Document) -> int:
-    """The next free entry number: highest number + 1 (1 for an empty file)."""
-    return max((e.number for e in doc.entries()), default=0) + 1
+    """The next free entry number: highest number + 1 (1 for an empty file).
+
+    Numbers above :data:`MAX_ENTRY_NUMBER` (a FIX007 typo) are not counted.
+    """
+    return max((e.number for e in doc.entries() if e.number <= MAX_ENTRY_NUMBER), default=0) + 1
 
 
 def _template_env():
