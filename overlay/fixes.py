@@ -70,6 +70,9 @@ TITLE_PREFIX = "Local changes relative to "
 _TITLE_RE = re.compile(r"^Local changes relative to (?P<repo>\S+?)@(?P<sha>\S+)$")
 _RETARGET_RE = re.compile(r"^Retarget onto the MLX pin \((?P<pin>[^()\s]*)\)$")
 _HEADING_RE = re.compile(r"^(?P<hashes>#{1,6})(?:\s+(?P<text>.*?))?\s*$")
+#: Any run of ``#`` then text, space or not: where a mangled heading is looked for.
+_LOOSE_HEADING_RE = re.compile(r"^(?P<hashes>#+)\s*(?P<text>.*?)\s*$")
+_LOOSE_PIN_RE = re.compile(r"\((?P<pin>[^()\s]*)\)")
 _NUMBERED_RE = re.compile(r"^(?P<num>\d+)[.)]\s+(?P<rest>.*)$")
 _ENTRY_TITLE_RE = re.compile(r"^\*\*(?P<title>[^*]+?)(?P<dot1>\.?)\*\*(?P<dot2>\.?)(?:\s+(?P<text>.*))?$")
 _BULLET_RE = re.compile(r"^[-*+]\s+(?P<text>.*)$")
@@ -122,6 +125,7 @@ CODES = {
     "FIX023": ("error", "resolution not named by a retarget entry"),
     "FIX024": ("warning", "policy-section entry has no patch"),
     "FIX025": ("warning", "stale name in the Dropped section"),
+    "FIX026": ("error", "a line looks like a known section heading but is not written as it"),
 }
 
 PLACEHOLDER_BODY = ("TODO: say what was wrong, what this fix changes, and which suite "
@@ -198,8 +202,11 @@ class Section:
         heading: heading text without the ``##``.
         line: 1-based heading line (0 for the pseudo-section before any heading).
         end_line: last line before the next ``#``/``##`` heading (or end of file).
-        level: number of ``#`` in the heading.
+        level: number of ``#`` in the heading (0 for a heading line that lost its ``#``).
         pin: for ``retarget``, the text inside the parentheses (``None`` if absent).
+        mangled: the line only looks like a known heading (``##Fixes ...``,
+            ``### Fixes ...``, another case or punctuation): ``key`` is that
+            section's, so its entries are still checked, and FIX026 reports the line.
         entries, bullets, malformed: the items in document order.
     """
 
@@ -209,6 +216,7 @@ class Section:
     end_line: int
     level: int = 2
     pin: str | None = None
+    mangled: bool = False
     entries: list = dataclasses.field(default_factory=list)
     bullets: list = dataclasses.field(default_factory=list)
     malformed: list = dataclasses.field(default_factory=list)
@@ -368,6 +376,25 @@ def _section_key(heading: str) -> tuple[str | None, str | None]:
     return None, None
 
 
+def _normal(text: str) -> str:
+    return re.sub(r"[^0-9a-z]", "", text.casefold())
+
+
+_NORMAL_HEADINGS = {_normal(text): key for key, text in SECTION_HEADINGS.items()}
+_NORMAL_RETARGET = _normal(RETARGET_PREFIX)
+
+
+def _loose_section_key(heading: str) -> tuple[str | None, str | None]:
+    """The section a heading-like text names when case, spacing and punctuation are ignored."""
+    normal = _normal(heading)
+    if normal in _NORMAL_HEADINGS:
+        return _NORMAL_HEADINGS[normal], None
+    if normal.startswith(_NORMAL_RETARGET):
+        m = _LOOSE_PIN_RE.search(heading)
+        return "retarget", (m.group("pin") if m else None)
+    return None, None
+
+
 def parse(text: str, path: str = FILE_NAME) -> Document:
     """Parse ``LOCAL_FIXES.md`` text into a :class:`Document` (format: DESIGN 7).
 
@@ -415,26 +442,38 @@ def parse(text: str, path: str = FILE_NAME) -> Document:
         indent = len(s) - len(s.lstrip(" "))
         body = s.strip()
         hm = _HEADING_RE.match(body) if indent < 4 else None
-        if hm:
+        if hm and len(hm.group("hashes")) == 1 and idx == first_content:
             close()
-            level = len(hm.group("hashes"))
-            htext = (hm.group("text") or "").strip()
-            if level == 1 and idx == first_content:
-                title, title_line = htext, lineno
-                tm = _TITLE_RE.match(htext)
-                if tm:
-                    fork_repo, fork_sha = tm.group("repo"), tm.group("sha")
-                continue
-            if level <= 2:
+            title, title_line = (hm.group("text") or "").strip(), lineno
+            tm = _TITLE_RE.match(title)
+            if tm:
+                fork_repo, fork_sha = tm.group("repo"), tm.group("sha")
+            continue
+        # A known heading written otherwise (no space after the #s, three #s, no #s
+        # on a line of its own, another case or punctuation) still opens its section,
+        # so its entries keep their checks, and is reported (FIX026) rather than
+        # moving its entries into the section before it.
+        lm = None
+        if indent < 4:
+            lm = _LOOSE_HEADING_RE.match(body) or (None if item is not None else re.match(r"^()(?P<text>[A-Za-z].*)$", body))
+        loose_key, loose_pin = _loose_section_key(lm.group("text")) if lm else (None, None)
+        if hm or loose_key:
+            close()
+            level = len(hm.group("hashes")) if hm else len(lm.group(1) or "")
+            htext = (hm.group("text") or "").strip() if hm else body
+            key, pin = _section_key(htext) if hm and level == 2 else (None, None)
+            mangled = key is None and loose_key is not None
+            if mangled:
+                key, pin = loose_key, loose_pin
+            if level <= 2 or mangled:
                 if current is not preamble:
                     current.end_line = lineno - 1
                 elif preamble.end_line == len(lines):
                     preamble.end_line = lineno - 1
-                key, pin = _section_key(htext) if level == 2 else (None, None)
                 current = Section(key=key, heading=htext, line=lineno, end_line=len(lines),
-                                  level=level, pin=pin)
+                                  level=level, pin=pin, mangled=mangled)
                 sections.append(current)
-            # deeper headings only end the current item
+            # other deeper headings only end the current item
             continue
         starts = indent == 0 or (indent < 4 and item is None)
         nm = _NUMBERED_RE.match(body) if starts else None
@@ -615,14 +654,26 @@ def check_retarget_pin(doc: Document, pin: str) -> list[Finding]:
 def check_sections(doc: Document) -> list[Finding]:
     """Only the known sections, each at most once, in :data:`SECTION_ORDER`.
 
+    A line that only looks like a known heading (``##Fixes to the fork's
+    kernels``, ``### Fixes ...``, another case, no ``#`` at all) opened that
+    section when parsed (so its entries keep their checks) and is FIX026 here.
+
     Returns:
         FIX005 per unknown ``##`` (or extra ``#``) heading; FIX006 per section that
-        repeats an earlier one or comes after a section that must follow it.
+        repeats an earlier one or comes after a section that must follow it;
+        FIX026 per mangled heading.
     """
     out = []
     seen: dict[str, int] = {}
     highest = -1
     for sec in doc.sections:
+        if sec.mangled:
+            want = (f"## {RETARGET_PREFIX} ({sec.pin or '<pin8>'})" if sec.key == "retarget"
+                    else f"## {SECTION_HEADINGS[sec.key]}")
+            raw = doc.lines[sec.line - 1].strip() if 0 < sec.line <= len(doc.lines) else sec.heading
+            out.append(_f(doc, "FIX026", sec.line,
+                          f"{raw[:80]!r} looks like the heading {want!r} but is not written as it",
+                          f"write it exactly: {want}"))
         if sec.key is None:
             out.append(_f(doc, "FIX005", sec.line, f"unknown section {sec.heading!r}",
                           "known sections: " + "; ".join(
