@@ -93,3 +93,11 @@ def test_help_and_version_still_exit_0(tmp_path):
     assert CliRunner().invoke(main, ["verify", "--help"]).exit_code == 0
     version = CliRunner().invoke(main, ["--version"])
     assert version.exit_code == 0 and "version" in version.output
+
+
+def test_messages_with_line_breaks_stay_one_line(tmp_path, monkeypatch):
+    def expected(*_a, **_k):
+        raise OverlayError("bad line 'a\nb\x1b[1m'", hint="x\ry")
+    monkeypatch.setattr(cli, "_layers", expected)
+    result = CliRunner().invoke(main, ["-C", str(tmp_path), "status"])
+    assert lines_of(result.output) == ["overlay: bad line 'a\\x0ab\\x1b[1m'", "hint: x\\x0dy"]
