@@ -38,7 +38,10 @@ def one_line(text: str) -> str:
 
     Messages quote user data (a series line, a diff line); a newline or an
     escape sequence in it must not break the one-line promise or the terminal.
+    Lone surrogates (bytes a path decoded with ``surrogateescape`` could not
+    decode) are shown as ``\\udcNN``: stderr could not encode them.
     """
+    text = text.encode("utf-8", "backslashreplace").decode("utf-8")
     return _CONTROL.sub(lambda m: f"\\x{ord(m.group(0)):02x}", text)
 
 

@@ -211,8 +211,20 @@ def render_github(findings: Sequence[Finding]) -> str:
     return "".join(line + "\n" for line in out)
 
 
+def printable(text: str) -> str:
+    """``text`` with lone surrogates written as ``\\udcNN``.
+
+    A path from git or a patch decoded with ``surrogateescape`` keeps its
+    undecodable bytes as lone surrogates; stdout cannot encode them, and
+    printing the report would fail (found by the fuzz campaign, ``docs/fuzz.md``).
+    """
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def render(findings: Sequence[Finding], fmt: str = "text", **kwargs) -> str:
     """Dispatch to ``render_<fmt>``; ``fmt`` is one of :data:`FORMATS`.
+
+    The result is always encodable as UTF-8 (:func:`printable`).
 
     Raises:
         ValueError: unknown format.
@@ -221,4 +233,4 @@ def render(findings: Sequence[Finding], fmt: str = "text", **kwargs) -> str:
           "github": render_github}.get(fmt)
     if fn is None:
         raise ValueError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
-    return fn(findings, **kwargs)
+    return printable(fn(findings, **kwargs))

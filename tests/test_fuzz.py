@@ -49,3 +49,22 @@ def test_apply_ops_is_deterministic_and_total():
             out = apply_ops(data, [(kind, a, b)])
             assert out == apply_ops(data, [(kind, a, b)])
     assert apply_ops(b"", [("delete", 5, 5), ("swaplines", 3, 4), ("flip", 9, 300)]) == b"\x2c"
+
+
+@pytest.mark.parametrize("ops", [
+    [("flip", 415417, 28060), ("flip", 569386, 55077)],   # campaign seed 13, mutation 317
+    [("truncate", 798613, 56579), ("flip", 457252, 51655)],  # mutation 2277
+])
+def test_campaign_findings_stay_fixed(template, tmp_path, ops):
+    """A byte in a patch's path that is not UTF-8 reached `verify`'s text report as a lone
+    surrogate, and printing it raised UnicodeEncodeError (an internal error)."""
+    runs = run_mutation(template, tmp_path / "w", "patch", ops)
+    assert [r.problem for r in runs] == [None, None, None], [r.output for r in runs]
+
+
+def test_reports_are_always_encodable():
+    from overlay.findings import Finding
+    from overlay.render import render
+    f = Finding("SER010", "error", "patches-rocm/x.patch", None, "mlx\udc9cbackend/x.cpp: bad", None)
+    for fmt in ("text", "json", "github", "junit"):
+        render([f], fmt).encode("utf-8")
