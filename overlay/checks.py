@@ -26,12 +26,14 @@ from typing import Iterable
 
 from overlay import fixes
 from overlay.errors import GitError, LayerError, OfflineMiss, PatchFormatError, UnsafePath
+from overlay.fsutil import RecordError, scan_record_dir
 from overlay.findings import Finding
 from overlay.gitstore import Store, run_git
-from overlay.layers import PatchApplyError, compute_layers, read_resolutions
+from overlay.layers import PatchApplyError, compute_layers
 from overlay.manifest import Manifest, load_manifest
 from overlay.markers import marker_lines
 from overlay.refresh import refresh_series
+from overlay.paths import check_path
 from overlay.series import PATCH_DIR, SERIES_PATH, Patch, load_patch, read_series
 
 #: code -> (severity, meaning); the FIX family lives in :data:`overlay.fixes.CODES`.
@@ -51,14 +53,19 @@ CODES: dict[str, tuple[str, str]] = {
                         "recorded post-image"),
     "SER011": ("error", "refreshing the patch would change its bytes"),
     "SER013": ("error", "a conflict marker in a patch's added lines"),
+    "SER014": ("error", "the series or a patch is refused as a record (symlink, not a regular file, "
+                        "over 16 MiB, unreadable, or a series that is not UTF-8)"),
     "LAY001": ("error", "the fork delta conflicts with the pin and no resolution exists"),
     "LAY002": ("error", "a resolution whose path no longer conflicts (stale)"),
     "LAY003": ("error", "a conflict marker in a resolution file"),
     "LAY004": ("error", "a resolution for a path the manifest does not carry"),
     "LAY005": ("error", "a resolution changes lines outside the conflict regions of git's automatic merge"),
+    "LAY006": ("error", "a resolution is refused as a record (symlink, not a regular file, over 16 MiB, "
+                        "unreadable): layer checks skipped"),
 }
 
 FAMILIES = ("MAN", "SER", "LAY", "FIX")
+RESOLVED_DIR = "patches-rocm/resolved"
 _INDEX_RE = re.compile(r"^index ([0-9a-f]+)\.\.([0-9a-f]+)", re.M)
 
 
@@ -79,6 +86,10 @@ class VerifyResult:
     findings: list[Finding]
     checks: dict[str, list[str]]
     patched: str | None
+
+
+class _SkipLayers(Exception):
+    """Internal: a refused record means the layers must not be computed (see LAY006)."""
 
 
 def _line_of(data: bytes, offset: int) -> int:
@@ -105,6 +116,8 @@ def check_series_text(root: str, manifest: Manifest) -> tuple[list[Finding], lis
     findings: list[Finding] = []
     try:
         listed = read_series(root)
+    except RecordError as exc:
+        return [_f("SER014", SERIES_PATH, None, exc.message, exc.hint)], []
     except (PatchFormatError, UnsafePath) as exc:
         return [_f("SER004", SERIES_PATH, None, exc.message)], []
     seen: dict[str, int] = {}
@@ -116,12 +129,15 @@ def check_series_text(root: str, manifest: Manifest) -> tuple[list[Finding], lis
             continue
         seen[name] = line
         rel = f"{PATCH_DIR}/{name}"
-        if not os.path.isfile(os.path.join(root, PATCH_DIR, name)):
+        if not os.path.lexists(os.path.join(root, PATCH_DIR, name)):
             findings.append(_f("SER001", SERIES_PATH, line, f"{name} does not exist",
                                "restore the file or remove it from series"))
             continue
         try:
             patch = load_patch(root, name)
+        except RecordError as exc:
+            findings.append(_f("SER014", rel, None, exc.message, exc.hint))
+            continue
         except (PatchFormatError, UnsafePath) as exc:
             findings.append(_f("SER004", rel, None, exc.message))
             continue
@@ -153,21 +169,35 @@ def check_series_text(root: str, manifest: Manifest) -> tuple[list[Finding], lis
     return findings, patches
 
 
-def _resolution_findings(root: str, manifest: Manifest) -> tuple[list[Finding], dict[str, bytes]]:
+def _resolution_findings(root: str, manifest: Manifest) -> tuple[list[Finding], dict[str, bytes], bool]:
+    """LAY003, LAY004 and LAY006 from the resolution files, read as records (no symlink, regular files only).
+
+    Returns:
+        ``(findings, {path: bytes}, safe)``; ``safe`` is false when a resolution
+        was refused (LAY006): the layers must then not be computed, because
+        :func:`overlay.layers.read_resolutions` would read the refused file.
+    """
     findings = []
-    try:
-        resolutions = read_resolutions(root)
-    except UnsafePath as exc:
-        return [_f("LAY004", "patches-rocm/resolved", None, exc.message)], {}
+    resolutions, errors = scan_record_dir(root, RESOLVED_DIR, what="resolution")
+    safe = not errors
+    for exc in errors:
+        findings.append(_f("LAY006", exc.rel, None, exc.message,
+                           "replace it by a regular file (layer checks are skipped until then)"))
     for path, data in resolutions.items():
-        rel = f"patches-rocm/resolved/{path}"
+        rel = f"{RESOLVED_DIR}/{path}"
+        try:
+            check_path(path, what="resolution")
+        except UnsafePath as exc:
+            findings.append(_f("LAY004", rel, None, exc.message))
+            safe = False  # read_resolutions would raise on it
+            continue
         for line, marker in marker_lines(data):
             findings.append(_f("LAY003", rel, line, f"conflict marker {marker[:20]!r}",
                                "finish the resolution and delete the markers"))
         if not manifest.carry(path):
             findings.append(_f("LAY004", rel, None, f"{path} is not carried by the manifest",
                                "delete the resolution or carry the path"))
-    return findings, resolutions
+    return findings, resolutions, safe
 
 
 def _repo_paths(root: str) -> list[str]:
@@ -201,10 +231,12 @@ def verify(root: str, store: Store, *, only: Iterable[str] = (), skip: Iterable[
     families = {f.upper() for f in only} or set(FAMILIES)
     findings: list[Finding] = []
     series_findings, patches = check_series_text(root, manifest)
-    res_findings, resolutions = _resolution_findings(root, manifest)
+    res_findings, resolutions, resolutions_safe = _resolution_findings(root, manifest)
     findings += series_findings + res_findings
     layers = None
     try:
+        if not resolutions_safe:
+            raise _SkipLayers
         for name, url in manifest.remote_urls().items():
             store.set_remote(name, url)
         layers = compute_layers(store, manifest, root, patches=patches, stepwise=True)
@@ -219,6 +251,8 @@ def verify(root: str, store: Store, *, only: Iterable[str] = (), skip: Iterable[
         findings.append(_f("LAY001", "patches-rocm/overlay.toml", None, exc.message, exc.hint))
     except GitError as exc:
         findings.append(_f("MAN001", "patches-rocm/overlay.toml", None, exc.message))
+    except _SkipLayers:
+        pass  # LAY006 already says why
     if layers is not None:
         if run_git(["merge-base", "--is-ancestor", manifest.merge_base, manifest.fork_commit],
                    git_dir=store.git_dir, check=False).returncode != 0:

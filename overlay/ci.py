@@ -14,11 +14,11 @@ import glob
 import json
 import os
 import time
-import xml.etree.ElementTree as ET
 from typing import Any, Sequence
 
 import jinja2
 
+from overlay import junit
 from overlay.errors import OverlayError
 from overlay.gitstore import Store
 
@@ -171,7 +171,7 @@ def stage_suites(root: str, results_dir: str, child_dir: str | None, backend: st
     path = os.path.join(root, "patches-rocm", "suites", "suites.toml")
     if not os.path.isfile(path):
         return Stage("suites", "skipped", "no patches-rocm/suites/suites.toml")
-    suites = _config.load_suites(path)
+    suites = _config.load_suites(path, root)
     platform = _runner.detect_platform(backend)
     cases, rows = [], []
     any_ran = False
@@ -242,30 +242,20 @@ def run_ci(root: str, store: Store, *, stages: Sequence[str] = STAGES, backend: 
 
 
 def render_junit(result: CiResult) -> str:
-    """JUnit XML: one testsuite per stage, one testcase per check/suite; counts consistent."""
-    suites = ET.Element("testsuites", name="overlay ci")
-    totals = {"tests": 0, "failures": 0, "skipped": 0}
+    """JUnit XML (:func:`overlay.junit.render`): one testsuite per stage, one testcase per check/suite.
+
+    Counts agree with the children; stage messages may hold anything (compiler
+    output, control characters): the writer makes them XML-safe. ``message``
+    attributes are cut at 500 characters, the full text is the failure's text.
+    """
+    suites = []
     for stage in result.stages:
         cases = stage.cases or [{"name": stage.name, "status": stage.status, "message": stage.reason}]
-        ts = ET.SubElement(suites, "testsuite", name=stage.name, time=f"{stage.seconds:.3f}")
-        counts = {"tests": 0, "failures": 0, "skipped": 0}
-        for case in cases:
-            tc = ET.SubElement(ts, "testcase", classname=f"overlay.{stage.name}", name=case["name"])
-            counts["tests"] += 1
-            if case["status"] == "failed":
-                ET.SubElement(tc, "failure", message=case["message"][:500]).text = case["message"]
-                counts["failures"] += 1
-            elif case["status"] == "skipped":
-                ET.SubElement(tc, "skipped", message=case["message"][:500])
-                counts["skipped"] += 1
-        for key, value in counts.items():
-            ts.set(key, str(value))
-            totals[key] += value
-        ts.set("errors", "0")
-    for key, value in totals.items():
-        suites.set(key, str(value))
-    suites.set("errors", "0")
-    return ET.tostring(suites, encoding="unicode", xml_declaration=True) + "\n"
+        suites.append(junit.Suite(stage.name, [
+            junit.Case(case["name"], f"overlay.{stage.name}", case["status"], message=case["message"],
+                       text=case["message"] if case["status"] == "failed" else None)
+            for case in cases], time=stage.seconds))
+    return junit.render(suites, name="overlay ci", message_limit=500)
 
 
 _ENV = jinja2.Environment(loader=jinja2.PackageLoader("overlay", "templates"), autoescape=False,

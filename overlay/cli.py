@@ -12,7 +12,7 @@ import time
 import click
 
 from overlay import __version__
-from overlay.clitools import InterruptibleGroup, handle_errors
+from overlay.clitools import OverlayGroup, handle_errors
 from overlay.errors import OverlayError
 
 
@@ -56,7 +56,7 @@ class Context:
             return None
 
 
-@click.group(cls=InterruptibleGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=OverlayGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="overlay")
 @click.option("-C", "--root", default=".", show_default=True, type=click.Path(file_okay=False),
               help="Start here instead of the current directory; the overlay repository is the "

@@ -1,14 +1,73 @@
-"""The one place expected failures become a line on stderr and an exit code."""
+"""The one place failures become a line on stderr and an exit code.
+
+Two layers, both here:
+
+* :func:`handle_errors` decorates each command: an :class:`OverlayError`
+  becomes ``overlay: <message>`` (and ``hint: <hint>``) and its exit code; a
+  Ctrl-C becomes ``overlay: interrupted`` (or what the command's hook says)
+  and exit 130;
+* :class:`OverlayGroup` is the root group's class: everything a command did not
+  handle ends there the same way -- click's usage errors (an unknown option,
+  a bad value, a missing argument: one line, ``hint: overlay CMD --help``,
+  exit 2), an interrupt outside a command body (exit 130), and any unexpected
+  exception (one ``overlay: internal error`` line, exit 2; ``--debug`` shows
+  the traceback).
+
+Every line goes through :func:`one_line`, so a message quoting user data stays
+one line. Exit codes are documented in ``docs/exit-codes.md``.
+"""
 
 from __future__ import annotations
 
 import functools
+import re
+import sys
 import traceback
 from typing import Callable
 
 import click
 
-from overlay.errors import EXIT_INTERRUPTED, OverlayError
+from overlay.errors import EXIT_INTERRUPTED, EXIT_USAGE, OverlayError
+
+_NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())
+_CONTROL = re.compile("[\x00-\x08\x0a-\x1f\x7f]")
+
+
+def one_line(text: str) -> str:
+    """``text`` with line breaks and other control characters shown as ``\\xNN``.
+
+    Messages quote user data (a series line, a diff line); a newline or an
+    escape sequence in it must not break the one-line promise or the terminal.
+    Lone surrogates (bytes a path decoded with ``surrogateescape`` could not
+    decode) are shown as ``\\udcNN``: stderr could not encode them.
+    """
+    text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group(0)):02x}", text)
+
+
+def _debug(ctx: click.Context | None) -> bool:
+    while ctx is not None:
+        if getattr(ctx.obj, "debug", False):
+            return True
+        ctx = ctx.parent
+    return False
+
+
+def report(exc: OverlayError, *, debug: bool = False) -> int:
+    """Print ``overlay: <message>`` (and ``hint: <hint>``) on stderr; return the exit code.
+
+    Args:
+        exc: the expected failure.
+        debug: print the traceback first (``--debug``).
+    Returns:
+        ``exc.exit_code``.
+    """
+    if debug:
+        traceback.print_exception(exc)
+    click.echo(f"overlay: {one_line(exc.message)}", err=True)
+    if exc.hint:
+        click.echo(f"hint: {one_line(exc.hint)}", err=True)
+    return exc.exit_code
 
 
 def handle_errors(fn=None, *, on_interrupt: Callable[[], str | None] | None = None):
@@ -38,12 +97,7 @@ def handle_errors(fn=None, *, on_interrupt: Callable[[], str | None] | None = No
         try:
             return fn(*args, **kwargs)
         except OverlayError as exc:
-            if any(getattr(obj, "debug", False) for obj in (ctx.find_root().obj, ctx.obj)):
-                traceback.print_exc()
-            click.echo(f"overlay: {exc.message}", err=True)
-            if exc.hint:
-                click.echo(f"hint: {exc.hint}", err=True)
-            ctx.exit(exc.exit_code)
+            ctx.exit(report(exc, debug=_debug(ctx)))
         except KeyboardInterrupt:
             note = None
             if on_interrupt is not None:
@@ -51,21 +105,93 @@ def handle_errors(fn=None, *, on_interrupt: Callable[[], str | None] | None = No
                     note = on_interrupt()
                 except (Exception, KeyboardInterrupt):  # noqa: BLE001 - the generic line still goes out
                     note = None
-            click.echo(f"overlay: {note or 'interrupted'}", err=True)
+            click.echo(f"overlay: {one_line(note or 'interrupted')}", err=True)
             ctx.exit(EXIT_INTERRUPTED)
 
     return wrapper
 
 
-class InterruptibleGroup(click.Group):
-    """The root command group: a Ctrl-C outside any command body (while parsing, in a
-    group callback) also ends with one ``overlay: interrupted`` line and exit 130
-    instead of click's ``Aborted!``; inside a command :func:`handle_errors` answers."""
+def _first_lower(text: str) -> str:
+    return text[:1].lower() + text[1:] if text[:2] != text[:2].upper() else text
+
+
+def _usage_line(exc: click.UsageError) -> tuple[str, str]:
+    message = " ".join(_first_lower(exc.format_message()).split())
+    path = exc.ctx.command_path.split() if exc.ctx is not None else []
+    command = " ".join(["overlay", *path[1:]])
+    return message.rstrip("."), f"{command} --help"
+
+
+def _internal(exc: BaseException, debug: bool) -> int:
+    if debug:
+        traceback.print_exception(exc)
+    what = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}" if str(exc).strip() else type(exc).__name__
+    click.echo(f"overlay: internal error ({one_line(what)})", err=True)
+    click.echo("hint: rerun with `overlay --debug ...` for the traceback, and report it"
+               if not debug else "hint: the traceback is above; please report it", err=True)
+    return EXIT_USAGE
+
+
+class OverlayGroup(click.Group):
+    """Root group: every error path ends in one ``overlay:`` line and a documented exit code.
+
+    :meth:`invoke` turns what a subcommand raises into a line (it knows
+    ``--debug``); :meth:`main` runs click in non-standalone mode and turns
+    click's own exceptions (usage errors, aborts) into lines, then exits.
+    """
 
     def invoke(self, ctx: click.Context):
         """Run the group and its subcommand (see :meth:`click.Group.invoke`)."""
         try:
             return super().invoke(ctx)
+        except (click.exceptions.Exit, click.ClickException, click.Abort, EOFError):
+            raise
         except KeyboardInterrupt:
             click.echo("overlay: interrupted", err=True)
-            ctx.exit(EXIT_INTERRUPTED)
+            raise click.exceptions.Exit(EXIT_INTERRUPTED) from None
+        except OverlayError as exc:
+            raise click.exceptions.Exit(report(exc, debug=_debug(ctx))) from None
+        except (Exception, MemoryError, RecursionError) as exc:  # noqa: BLE001 -- the last line of defence
+            raise click.exceptions.Exit(_internal(exc, _debug(ctx))) from None
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        """Run the command line; exit with its code (``standalone_mode``) or return it."""
+        if prog_name is None:
+            prog_name = "overlay"
+        code = self._main(args, prog_name, complete_var, **extra)
+        if not standalone_mode:
+            return code
+        sys.exit(code)
+
+    def _main(self, args, prog_name, complete_var, **extra) -> int:
+        debug = "--debug" in (sys.argv[1:] if args is None else list(args))
+        try:
+            rv = super().main(args=args, prog_name=prog_name, complete_var=complete_var,
+                              standalone_mode=False, **extra)
+        except _NO_ARGS_IS_HELP as exc:  # bare ``overlay`` / ``overlay fix``: the help text, as click does
+            exc.show()
+            return exc.exit_code
+        except click.UsageError as exc:
+            message, hint = _usage_line(exc)
+            click.echo(f"overlay: {one_line(message)}", err=True)
+            click.echo(f"hint: {hint}", err=True)
+            return EXIT_USAGE
+        except click.ClickException as exc:
+            click.echo(f"overlay: {one_line(' '.join(exc.format_message().split()))}", err=True)
+            return EXIT_USAGE
+        except (click.Abort, KeyboardInterrupt, EOFError) as exc:
+            if isinstance(exc, KeyboardInterrupt) or isinstance(exc.__cause__, KeyboardInterrupt):
+                click.echo("overlay: interrupted", err=True)
+                return EXIT_INTERRUPTED
+            click.echo("overlay: aborted", err=True)
+            return EXIT_USAGE
+        except OverlayError as exc:  # raised before a subcommand ran (the root callback)
+            return report(exc, debug=debug)
+        except (Exception, MemoryError, RecursionError) as exc:  # noqa: BLE001
+            return _internal(exc, debug)
+        # Non-standalone click returns the code of ctx.exit(N), or the command's return value.
+        return rv if isinstance(rv, int) and not isinstance(rv, bool) else 0
+
+
+#: The name the root group had before it handled more than interrupts.
+InterruptibleGroup = OverlayGroup

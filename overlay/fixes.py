@@ -40,7 +40,7 @@ from typing import Iterable, NamedTuple, Sequence
 
 from overlay.errors import OverlayError
 from overlay.findings import Finding
-from overlay.fsutil import atomic_write
+from overlay.fsutil import RecordMissing, atomic_write, read_record_text
 
 FILE_NAME = "LOCAL_FIXES.md"
 BACKEND_PREFIX = "mlx/backend/rocm/"
@@ -49,6 +49,11 @@ BACKEND_PREFIX = "mlx/backend/rocm/"
 SECTION_ORDER = ("retarget", "kernels", "build", "api", "dropped")
 #: Sections whose entries must end with the manifest's closing sentence.
 POLICY_SECTIONS = ("kernels", "build", "api")
+#: Highest entry number accepted (FIX007 above it). A real file has tens of
+#: entries; the bound keeps the numbering check from looping to a typo like
+#: 20261201 (a date), which once took minutes and gigabytes.
+MAX_ENTRY_NUMBER = 9999
+
 #: Sections ``overlay fix new`` can add an entry to.
 ENTRY_SECTIONS = ("retarget", "kernels", "build", "api")
 
@@ -65,6 +70,9 @@ TITLE_PREFIX = "Local changes relative to "
 _TITLE_RE = re.compile(r"^Local changes relative to (?P<repo>\S+?)@(?P<sha>\S+)$")
 _RETARGET_RE = re.compile(r"^Retarget onto the MLX pin \((?P<pin>[^()\s]*)\)$")
 _HEADING_RE = re.compile(r"^(?P<hashes>#{1,6})(?:\s+(?P<text>.*?))?\s*$")
+#: Any run of ``#`` then text, space or not: where a mangled heading is looked for.
+_LOOSE_HEADING_RE = re.compile(r"^(?P<hashes>#+)\s*(?P<text>.*?)\s*$")
+_LOOSE_PIN_RE = re.compile(r"\((?P<pin>[^()\s]*)\)")
 _NUMBERED_RE = re.compile(r"^(?P<num>\d+)[.)]\s+(?P<rest>.*)$")
 _ENTRY_TITLE_RE = re.compile(r"^\*\*(?P<title>[^*]+?)(?P<dot1>\.?)\*\*(?P<dot2>\.?)(?:\s+(?P<text>.*))?$")
 _BULLET_RE = re.compile(r"^[-*+]\s+(?P<text>.*)$")
@@ -100,7 +108,7 @@ CODES = {
     "FIX004": ("error", "retarget heading does not name the manifest pin's first 8 hex"),
     "FIX005": ("error", "unknown section"),
     "FIX006": ("error", "section repeated or out of order"),
-    "FIX007": ("error", "entry numbering has a gap (or a number below 1)"),
+    "FIX007": ("error", "entry numbering has a gap (or a number below 1 or above 9999)"),
     "FIX008": ("error", "duplicate entry number"),
     "FIX009": ("error", "numbered entry in the Dropped section"),
     "FIX010": ("error", "bullet in a numbered section"),
@@ -119,6 +127,7 @@ CODES = {
     "FIX023": ("error", "resolution not named by a retarget entry"),
     "FIX024": ("warning", "policy-section entry has no patch"),
     "FIX025": ("warning", "stale name in the Dropped section"),
+    "FIX026": ("error", "a line looks like a known section heading but is not written as it"),
 }
 
 PLACEHOLDER_BODY = ("TODO: say what was wrong, what this fix changes, and which suite "
@@ -195,8 +204,11 @@ class Section:
         heading: heading text without the ``##``.
         line: 1-based heading line (0 for the pseudo-section before any heading).
         end_line: last line before the next ``#``/``##`` heading (or end of file).
-        level: number of ``#`` in the heading.
+        level: number of ``#`` in the heading (0 for a heading line that lost its ``#``).
         pin: for ``retarget``, the text inside the parentheses (``None`` if absent).
+        mangled: the line only looks like a known heading (``##Fixes ...``,
+            ``### Fixes ...``, another case or punctuation): ``key`` is that
+            section's, so its entries are still checked, and FIX026 reports the line.
         entries, bullets, malformed: the items in document order.
     """
 
@@ -206,6 +218,7 @@ class Section:
     end_line: int
     level: int = 2
     pin: str | None = None
+    mangled: bool = False
     entries: list = dataclasses.field(default_factory=list)
     bullets: list = dataclasses.field(default_factory=list)
     malformed: list = dataclasses.field(default_factory=list)
@@ -365,6 +378,25 @@ def _section_key(heading: str) -> tuple[str | None, str | None]:
     return None, None
 
 
+def _normal(text: str) -> str:
+    return re.sub(r"[^0-9a-z]", "", text.casefold())
+
+
+_NORMAL_HEADINGS = {_normal(text): key for key, text in SECTION_HEADINGS.items()}
+_NORMAL_RETARGET = _normal(RETARGET_PREFIX)
+
+
+def _loose_section_key(heading: str) -> tuple[str | None, str | None]:
+    """The section a heading-like text names when case, spacing and punctuation are ignored."""
+    normal = _normal(heading)
+    if normal in _NORMAL_HEADINGS:
+        return _NORMAL_HEADINGS[normal], None
+    if normal.startswith(_NORMAL_RETARGET):
+        m = _LOOSE_PIN_RE.search(heading)
+        return "retarget", (m.group("pin") if m else None)
+    return None, None
+
+
 def parse(text: str, path: str = FILE_NAME) -> Document:
     """Parse ``LOCAL_FIXES.md`` text into a :class:`Document` (format: DESIGN 7).
 
@@ -412,33 +444,46 @@ def parse(text: str, path: str = FILE_NAME) -> Document:
         indent = len(s) - len(s.lstrip(" "))
         body = s.strip()
         hm = _HEADING_RE.match(body) if indent < 4 else None
-        if hm:
+        if hm and len(hm.group("hashes")) == 1 and idx == first_content:
             close()
-            level = len(hm.group("hashes"))
-            htext = (hm.group("text") or "").strip()
-            if level == 1 and idx == first_content:
-                title, title_line = htext, lineno
-                tm = _TITLE_RE.match(htext)
-                if tm:
-                    fork_repo, fork_sha = tm.group("repo"), tm.group("sha")
-                continue
-            if level <= 2:
+            title, title_line = (hm.group("text") or "").strip(), lineno
+            tm = _TITLE_RE.match(title)
+            if tm:
+                fork_repo, fork_sha = tm.group("repo"), tm.group("sha")
+            continue
+        # A known heading written otherwise (no space after the #s, three #s, no #s
+        # on a line of its own, another case or punctuation) still opens its section,
+        # so its entries keep their checks, and is reported (FIX026) rather than
+        # moving its entries into the section before it.
+        lm = None
+        if indent < 4:
+            lm = _LOOSE_HEADING_RE.match(body) or (None if item is not None else re.match(r"^()(?P<text>[A-Za-z].*)$", body))
+        loose_key, loose_pin = _loose_section_key(lm.group("text")) if lm else (None, None)
+        if hm or loose_key:
+            close()
+            level = len(hm.group("hashes")) if hm else len(lm.group(1) or "")
+            htext = (hm.group("text") or "").strip() if hm else body
+            key, pin = _section_key(htext) if hm and level == 2 else (None, None)
+            mangled = key is None and loose_key is not None
+            if mangled:
+                key, pin = loose_key, loose_pin
+            if level <= 2 or mangled:
                 if current is not preamble:
                     current.end_line = lineno - 1
                 elif preamble.end_line == len(lines):
                     preamble.end_line = lineno - 1
-                key, pin = _section_key(htext) if level == 2 else (None, None)
                 current = Section(key=key, heading=htext, line=lineno, end_line=len(lines),
-                                  level=level, pin=pin)
+                                  level=level, pin=pin, mangled=mangled)
                 sections.append(current)
-            # deeper headings only end the current item
+            # other deeper headings only end the current item
             continue
         starts = indent == 0 or (indent < 4 and item is None)
         nm = _NUMBERED_RE.match(body) if starts else None
         if nm:
             close()
             em = _ENTRY_TITLE_RE.match(nm.group("rest"))
-            if em and (em.group("dot1") or em.group("dot2")):
+            # More than twelve digits is no entry number (and int() of thousands of digits raises).
+            if em and (em.group("dot1") or em.group("dot2")) and len(nm.group("num")) <= 12:
                 item = _Item("entry", lineno, current, em.group("text") or "",
                              number=int(nm.group("num")), title=em.group("title").strip())
             else:
@@ -461,28 +506,31 @@ def parse(text: str, path: str = FILE_NAME) -> Document:
 def load(path: str | os.PathLike, rel_path: str = FILE_NAME) -> Document:
     """Read and parse ``LOCAL_FIXES.md`` from disk.
 
+    The file is read with :func:`overlay.fsutil.read_record`, with the
+    directory holding it as the repository: a regular file (a symlink to a
+    file in that directory tree is followed), at most 16 MiB, UTF-8.
+
     Args:
-        path: file to read (UTF-8).
-        rel_path: repo-relative path reported in findings.
+        path: file to read (UTF-8), normally ``<repository>/LOCAL_FIXES.md``.
+        rel_path: repo-relative path reported in findings and messages.
 
     Returns:
         The parsed :class:`Document`.
 
     Raises:
-        OverlayError: the file is missing, unreadable or not UTF-8 (exit 2).
+        OverlayError: the file is missing (with a hint); RecordError (an
+            OverlayError) when it is refused (symlink out of the repository,
+            FIFO, directory, too big), unreadable or not UTF-8 (the byte offset
+            is named) (exit 2).
     """
+    full = os.path.abspath(os.fspath(path))
     try:
-        data = Path(path).read_bytes()
-    except FileNotFoundError:
+        text = read_record_text(os.path.dirname(full), os.path.basename(full), what="file")
+    except RecordMissing:
         raise OverlayError(f"{rel_path} not found at {os.fspath(path)}",
-                           hint="create it (overlay fix new adds entries) or pass --root")
-    except OSError as exc:
-        raise OverlayError(f"cannot read {rel_path}: {exc.strerror or exc}")
-    try:
-        # utf-8-sig: a byte-order mark is not part of the title line (line numbers keep).
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise OverlayError(f"{rel_path} is not UTF-8 (byte {exc.start})")
+                           hint="create it (overlay fix new adds entries) or pass --root") from None
+    # A byte-order mark is not part of the title line (line numbers keep).
+    text = text.removeprefix("\ufeff")
     return parse(text, rel_path)
 
 
@@ -610,14 +658,26 @@ def check_retarget_pin(doc: Document, pin: str) -> list[Finding]:
 def check_sections(doc: Document) -> list[Finding]:
     """Only the known sections, each at most once, in :data:`SECTION_ORDER`.
 
+    A line that only looks like a known heading (``##Fixes to the fork's
+    kernels``, ``### Fixes ...``, another case, no ``#`` at all) opened that
+    section when parsed (so its entries keep their checks) and is FIX026 here.
+
     Returns:
         FIX005 per unknown ``##`` (or extra ``#``) heading; FIX006 per section that
-        repeats an earlier one or comes after a section that must follow it.
+        repeats an earlier one or comes after a section that must follow it;
+        FIX026 per mangled heading.
     """
     out = []
     seen: dict[str, int] = {}
     highest = -1
     for sec in doc.sections:
+        if sec.mangled:
+            want = (f"## {RETARGET_PREFIX} ({sec.pin or '<pin8>'})" if sec.key == "retarget"
+                    else f"## {SECTION_HEADINGS[sec.key]}")
+            raw = doc.lines[sec.line - 1].strip() if 0 < sec.line <= len(doc.lines) else sec.heading
+            out.append(_f(doc, "FIX026", sec.line,
+                          f"{raw[:80]!r} looks like the heading {want!r} but is not written as it",
+                          f"write it exactly: {want}"))
         if sec.key is None:
             out.append(_f(doc, "FIX005", sec.line, f"unknown section {sec.heading!r}",
                           "known sections: " + "; ".join(
@@ -640,9 +700,14 @@ def check_sections(doc: Document) -> list[Finding]:
 def check_numbering(doc: Document) -> list[Finding]:
     """Entry numbers are exactly ``1..N``, no gap, no duplicate (order free across sections).
 
+    The work is proportional to the number of entries, not to the largest
+    number: numbers above :data:`MAX_ENTRY_NUMBER` are reported and left out of
+    the gap check, and a run of missing numbers is one finding.
+
     Returns:
-        FIX007 per missing number (at the first entry numbered above it) or number
-        below 1; FIX008 per repeated number (at the repeat).
+        FIX007 per run of missing numbers (at the first entry numbered above it),
+        per number below 1 and per number above :data:`MAX_ENTRY_NUMBER`; FIX008
+        per repeated number (at the repeat).
     """
     out = []
     entries = doc.entries()
@@ -650,20 +715,23 @@ def check_numbering(doc: Document) -> list[Finding]:
     for e in entries:
         if e.number < 1:
             out.append(_f(doc, "FIX007", e.line, f"entry number {e.number}: numbers start at 1"))
+        elif e.number > MAX_ENTRY_NUMBER:
+            out.append(_f(doc, "FIX007", e.line,
+                          f"entry number {e.number} is above {MAX_ENTRY_NUMBER}",
+                          "renumber it to the next free number (overlay fix list shows them)"))
         elif e.number in first:
             out.append(_f(doc, "FIX008", e.line,
                           f"entry number {e.number} is used twice (first at line {first[e.number]})",
                           "renumber one of them to the next free number"))
         else:
             first[e.number] = e.line
-    if first:
-        top = max(first)
-        for n in range(1, top + 1):
-            if n not in first:
-                above = min((k for k in first if k > n))
-                out.append(_f(doc, "FIX007", first[above],
-                              f"entry numbers have a gap: {n} is missing",
-                              f"numbers must run 1..{len(first)} with no gap"))
+    expected = 1
+    for n in sorted(first):
+        if n > expected:
+            missing = f"{expected} is missing" if n == expected + 1 else f"{expected}-{n - 1} are missing"
+            out.append(_f(doc, "FIX007", first[n], f"entry numbers have a gap: {missing}",
+                          f"numbers must run 1..{len(first)} with no gap"))
+        expected = n + 1
     return _sorted(out)
 
 
@@ -949,7 +1017,7 @@ def check_patch_entries(doc: Document, patches: Iterable[PatchRecord | tuple], p
             n = int(str(p.local_fix).strip())
         except ValueError:
             out.append(_f(p.path, "FIX017", lf_line,
-                          f"'Local-Fix: {p.local_fix}' is not an entry number",
+                          f"'Local-Fix: {str(p.local_fix)[:40]}' is not an entry number",
                           "use 'Local-Fix: N' with N a LOCAL_FIXES.md entry number"))
             continue
         e = entries.get(n)
@@ -1111,8 +1179,11 @@ def list_entries(doc: Document, patches: Iterable[PatchRecord | tuple] = ()) -> 
 
 
 def next_number(doc: Document) -> int:
-    """The next free entry number: highest number + 1 (1 for an empty file)."""
-    return max((e.number for e in doc.entries()), default=0) + 1
+    """The next free entry number: highest number + 1 (1 for an empty file).
+
+    Numbers above :data:`MAX_ENTRY_NUMBER` (a FIX007 typo) are not counted.
+    """
+    return max((e.number for e in doc.entries() if e.number <= MAX_ENTRY_NUMBER), default=0) + 1
 
 
 def _template_env():
@@ -1237,7 +1308,8 @@ def add_entry(path: str | os.PathLike, section: str, title: str, files: Sequence
     text, number = render_new_entry(doc, section, title, files, body,
                                     closing_sentence=closing_sentence, pin=pin)
     try:
-        atomic_write(p, text.encode("utf-8"))
+        # Through a symlink (load refused one that leaves the repository), so the link stays a link.
+        atomic_write(os.path.realpath(p), text.encode("utf-8"))
     except OSError as exc:
         raise OverlayError(f"cannot write {p.name}: {exc.strerror or exc}")
     return number

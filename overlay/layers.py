@@ -135,18 +135,20 @@ def changes_outside_conflicts(auto: bytes, resolved: bytes) -> list[tuple[int, s
 
 
 def read_resolutions(root: str) -> dict[str, bytes]:
-    """Every file under ``<root>/patches-rocm/resolved/``, keyed by repository path."""
-    base = os.path.join(root, RESOLVED_DIR)
-    out: dict[str, bytes] = {}
-    for dirpath, dirnames, filenames in os.walk(base):
-        dirnames.sort()
-        for fn in sorted(filenames):
-            full = os.path.join(dirpath, fn)
-            rel = os.path.relpath(full, base).replace(os.sep, "/")
-            check_path(rel, what="resolution")
-            with open(full, "rb") as fh:
-                out[rel] = fh.read()
-    return out
+    """Every file under ``<root>/patches-rocm/resolved/``, keyed by repository path.
+
+    Read through :func:`overlay.fsutil.read_record_dir`: regular files inside the
+    repository only (a resolution that is a symlink is refused, never followed).
+
+    Raises:
+        RecordError: a refused entry (exit 2); UnsafePath: a hostile name.
+    """
+    from overlay.fsutil import read_record_dir
+
+    out = read_record_dir(root, "patches-rocm/resolved", what="resolution")
+    for rel in out:
+        check_path(rel, what="resolution")
+    return dict(sorted(out.items()))
 
 
 @dataclasses.dataclass

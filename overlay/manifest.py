@@ -15,6 +15,7 @@ import re
 import tomllib
 
 from overlay.errors import ManifestError
+from overlay.fsutil import RecordError, RecordMissing, read_record_text
 from overlay.gitstore import is_sha
 from overlay.paths import Carry
 
@@ -80,6 +81,33 @@ def _valid_url(url: str) -> bool:
     return bool(_URL_RE.match(url)) or os.path.isabs(url)
 
 
+def load_toml(text: str, path: str, error: type = ManifestError) -> dict:
+    """``tomllib.loads(text)`` with every failure turned into one ``error`` line naming ``path``.
+
+    Besides syntax errors, :mod:`tomllib` raises ``RecursionError`` for deeply
+    nested arrays or tables and ``ValueError`` for an integer of more than
+    4,300 digits (Python's int-conversion limit, ``sys.get_int_max_str_digits``);
+    both are input errors here, not bugs.
+
+    Args:
+        text: TOML source.
+        path: file name used in the message.
+        error: the :class:`~overlay.errors.OverlayError` subclass to raise.
+    Returns:
+        The parsed table.
+    Raises:
+        error: the text is not valid TOML, nests too deeply, or holds a number too long.
+    """
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise error(f"{path}: not valid TOML: {exc}") from None
+    except RecursionError:
+        raise error(f"{path}: not valid TOML: arrays or tables nested too deeply") from None
+    except ValueError as exc:  # int() past sys.get_int_max_str_digits()
+        raise error(f"{path}: not valid TOML: {str(exc).split(';')[0]}") from None
+
+
 def parse_manifest(text: str, path: str = MANIFEST_PATH) -> Manifest:
     """Parse and validate manifest text.
 
@@ -92,10 +120,7 @@ def parse_manifest(text: str, path: str = MANIFEST_PATH) -> Manifest:
         ManifestError: TOML syntax error, missing/unknown tables or keys (all
         named), wrong types, a SHA that is not 40 hex, a bad URL (exit 2).
     """
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise ManifestError(f"{path}: not valid TOML: {exc}") from None
+    data = load_toml(text, path, ManifestError)
     problems: list[str] = []
     unknown_tables = sorted(set(data) - set(SCHEMA))
     if unknown_tables:
@@ -144,18 +169,21 @@ def parse_manifest(text: str, path: str = MANIFEST_PATH) -> Manifest:
 def load_manifest(root: str) -> Manifest:
     """Read ``<root>/patches-rocm/overlay.toml``.
 
+    The file is read with :func:`overlay.fsutil.read_record`: a regular file
+    inside ``root`` (a symlink to one is followed), at most 16 MiB, UTF-8.
+
     Raises:
-        ManifestError: the file is missing or invalid (exit 2).
+        ManifestError: the file is missing, refused (symlink out of the
+            repository, FIFO, directory, too big), not UTF-8 (the byte offset is
+            named) or invalid (exit 2).
     """
-    path = os.path.join(root, MANIFEST_PATH)
     try:
-        with open(path, "rb") as fh:
-            text = fh.read().decode("utf-8")
-    except FileNotFoundError:
+        text = read_record_text(root, MANIFEST_PATH.replace(os.sep, "/"), what="manifest")
+    except RecordMissing:
         raise ManifestError(f"{MANIFEST_PATH} not found under {root}",
                             hint="run overlay from the overlay repository or pass -C DIR") from None
-    except UnicodeDecodeError:
-        raise ManifestError(f"{MANIFEST_PATH}: not UTF-8") from None
+    except RecordError as exc:
+        raise ManifestError(exc.message, hint=exc.hint) from None
     return parse_manifest(text, MANIFEST_PATH)
 
 

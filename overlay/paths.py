@@ -7,7 +7,9 @@ backslash or NUL. Symlink entries are checked with :func:`check_symlink` so a
 link cannot point out of the exported tree.
 
 Globs (manifest ``[carry]``) use ``**`` for "any number of directories" and
-``*``/``?`` within one path component, like ``.gitignore`` without negation.
+``*``/``?`` within one path component, like ``.gitignore`` without negation; a
+run of three or more ``*`` means ``**``. Matching never backtracks
+catastrophically (see :func:`glob_match`).
 """
 
 from __future__ import annotations
@@ -86,32 +88,132 @@ def check_symlink(path: str, target: str, links: dict[str, str] | None = None) -
             pending = [p for p in inner.split("/") if p not in ("", ".")] + pending
 
 
-@functools.lru_cache(maxsize=256)
-def _glob_regex(glob: str) -> re.Pattern:
+#: Globs with at most this many wildcards (``*``, ``**``, ``**/``) are matched by a
+#: regular expression; Python's backtracking engine takes time polynomial in the
+#: path length with the wildcard count as the exponent, so two keeps the worst
+#: case (a 4,096-byte path) near a second. Globs with more use :class:`_GlobNFA`,
+#: linear in path length times glob length. Real carry globs have one or two.
+_REGEX_MAX_WILDCARDS = 2
+
+_LIT, _ANY, _STAR, _DSTAR, _DSS, _DSS_IN = range(6)
+
+
+def collapse_stars(glob: str) -> str:
+    """``glob`` with every run of two or more ``*`` written as ``**``.
+
+    A run of ``*`` longer than two matches exactly what ``**`` matches
+    (``**`` already spans directories); collapsing it removes the nested
+    ``.*.*.*`` that made a 20-star glob backtrack for hours.
+    """
+    return re.sub(r"\*{3,}", "**", glob)
+
+
+def _tokens(glob: str) -> list[tuple[int, str]]:
+    glob = collapse_stars(glob)
     out = []
     i = 0
     while i < len(glob):
         if glob.startswith("**/", i):
-            out.append("(?:.*/)?")
+            out.append((_DSS, ""))
             i += 3
         elif glob.startswith("**", i):
-            out.append(".*")
+            out.append((_DSTAR, ""))
             i += 2
         elif glob[i] == "*":
-            out.append("[^/]*")
+            out.append((_STAR, ""))
             i += 1
         elif glob[i] == "?":
-            out.append("[^/]")
+            out.append((_ANY, ""))
             i += 1
         else:
-            out.append(re.escape(glob[i]))
+            out.append((_LIT, glob[i]))
             i += 1
-    return re.compile("".join(out) + r"\Z")
+    return out
+
+
+class _GlobNFA:
+    """A glob as a small NFA, simulated state-set by state-set: no backtracking.
+
+    States follow the tokens; ``**/`` (``(?:.*/)?``) takes two: one that may be
+    skipped, one inside ``.*`` waiting for the ``/``.
+    """
+
+    def __init__(self, tokens: list[tuple[int, str]]):
+        self.kinds: list[int] = []
+        self.chars: list[str] = []
+        self.nexts: list[int] = []
+        for kind, char in tokens:
+            if kind == _DSS:
+                after = len(self.kinds) + 2
+                self.kinds += [_DSS, _DSS_IN]
+                self.chars += ["", ""]
+                self.nexts += [after, after]
+            else:
+                self.kinds.append(kind)
+                self.chars.append(char)
+                self.nexts.append(len(self.kinds))
+        self.accept = len(self.kinds)
+
+    def _closure(self, states: set[int]) -> set[int]:
+        todo = list(states)
+        while todo:
+            s = todo.pop()
+            if s < self.accept and self.kinds[s] in (_STAR, _DSTAR, _DSS):
+                n = self.nexts[s]
+                if n not in states:
+                    states.add(n)
+                    todo.append(n)
+        return states
+
+    def match(self, path: str) -> bool:
+        current = self._closure({0})
+        for c in path:
+            new: set[int] = set()
+            for s in current:
+                if s == self.accept:
+                    continue
+                kind = self.kinds[s]
+                if kind == _LIT:
+                    if c == self.chars[s]:
+                        new.add(s + 1)
+                elif kind == _ANY:
+                    if c != "/":
+                        new.add(s + 1)
+                elif kind == _STAR:
+                    if c != "/":
+                        new.add(s)
+                elif kind == _DSTAR:
+                    new.add(s)
+                else:  # _DSS or _DSS_IN: inside ".*/", a "/" may end the group
+                    new.add(s if kind == _DSS_IN else s + 1)
+                    if c == "/":
+                        new.add(self.nexts[s])
+            if not new:
+                return False
+            current = self._closure(new)
+        return self.accept in current
+
+
+@functools.lru_cache(maxsize=256)
+def _glob_matcher(glob: str):
+    tokens = _tokens(glob)
+    if sum(1 for kind, _c in tokens if kind in (_STAR, _DSTAR, _DSS)) > _REGEX_MAX_WILDCARDS:
+        return _GlobNFA(tokens).match
+    out = []
+    for kind, char in tokens:
+        out.append({_DSS: "(?:.*/)?", _DSTAR: ".*", _STAR: "[^/]*", _ANY: "[^/]"}.get(kind)
+                   or re.escape(char))
+    regex = re.compile("".join(out) + r"\Z", re.S)
+    return lambda path: regex.match(path) is not None
 
 
 def glob_match(path: str, glob: str) -> bool:
-    """True when ``path`` matches ``glob`` (``**`` spans directories, ``*`` does not)."""
-    return _glob_regex(glob).match(path) is not None
+    """True when ``path`` matches ``glob`` (``**`` spans directories, ``*`` does not).
+
+    A run of three or more ``*`` is ``**`` (:func:`collapse_stars`). Time is
+    bounded whatever the glob: see :data:`_REGEX_MAX_WILDCARDS`.
+    """
+    return _glob_matcher(glob)(path)
 
 
 class Carry:

@@ -4,8 +4,8 @@
   line, then one summary line (DESIGN 8);
 * ``json``   -- ``{"findings": [{code, severity, path, line, message, hint}, ...],
   "summary": {...}}``;
-* ``junit``  -- JUnit XML (the schema Jenkins and pytest's ``junit_family=xunit2``
-  use): one ``<testsuite>`` per family, one ``<testcase>`` per finding (plus one
+* ``junit``  -- JUnit XML through :mod:`overlay.junit` (the schema Jenkins and
+  pytest's ``junit_family=xunit2`` use): one ``<testsuite>`` per family, one ``<testcase>`` per finding (plus one
   passing testcase per check code that produced no finding, when the codes run
   are given); errors are ``<failure>``s, warnings and info are passing testcases
   whose text is in ``<system-out>``;
@@ -19,11 +19,11 @@ Every renderer is a pure function ``(findings, ...) -> str`` ending with a newli
 from __future__ import annotations
 
 import json
-import re
-import xml.etree.ElementTree as ET
 from typing import Iterable, Mapping, Sequence
 
+from overlay import junit
 from overlay.findings import SEVERITIES, Finding
+from overlay.junit import xml_safe  # noqa: F401  (kept importable from here)
 
 #: Known family prefixes, in report order, with their names (DESIGN 8).
 FAMILIES = {
@@ -123,17 +123,9 @@ def render_json(findings: Sequence[Finding]) -> str:
     return json.dumps(doc, indent=2) + "\n"
 
 
-_XML_INVALID = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
-
-
-def xml_safe(s: str) -> str:
-    """``s`` with characters XML 1.0 forbids (NUL, ANSI ESC, other C0 controls) shown as ``\\xNN``."""
-    return _XML_INVALID.sub(lambda m: f"\\x{ord(m.group(0)):02x}", s)
-
-
 def render_junit(findings: Sequence[Finding], checks: Mapping[str, Iterable[str]] | None = None,
                  *, name: str = "overlay verify") -> str:
-    """JUnit XML report, built with :mod:`xml.etree.ElementTree`.
+    """JUnit XML report, written by :func:`overlay.junit.render` (XML-safe whatever the text).
 
     One ``<testsuite name="FIX (fixes)">`` per family; one ``<testcase
     classname="overlay.FIX" name="FIX003 LOCAL_FIXES.md:1">`` per finding: an
@@ -157,47 +149,27 @@ def render_junit(findings: Sequence[Finding], checks: Mapping[str, Iterable[str]
     fams = dict(groups)
     for fam in (checks or {}):
         fams.setdefault(fam, [])
-    root = ET.Element("testsuites", name=xml_safe(name))
-    total_tests = total_fail = 0
+    suites = []
     for fam in sorted(fams, key=_family_key):
         items = fams[fam]
-        suite = ET.SubElement(root, "testsuite", name=f"{fam} ({family_name(fam)})")
-        tests = fails = 0
+        suite = junit.Suite(f"{fam} ({family_name(fam)})")
         for f in items:
-            case = ET.SubElement(suite, "testcase", classname=f"overlay.{fam}",
-                                 name=xml_safe(f"{f.code} {_location(f)}"))
             text = f"{_location(f)}: {f.severity} {f.code} {f.message}"
             if f.hint:
                 text += f"\nhint: {f.hint}"
-            text = xml_safe(text)
             if f.severity == "error":
-                fail = ET.SubElement(case, "failure", type=xml_safe(f.code), message=xml_safe(f.message))
-                fail.text = text
-                fails += 1
+                case = junit.Case(f"{f.code} {_location(f)}", f"overlay.{fam}", "failed", message=f.message,
+                                  failure_type=f.code, text=text)
             else:
-                ET.SubElement(case, "system-out").text = text
-            tests += 1
+                case = junit.Case(f"{f.code} {_location(f)}", f"overlay.{fam}", system_out=text)
+            suite.cases.append(case)
         seen = {f.code for f in items}
         for code in sorted(set((checks or {}).get(fam, ())) - seen):
-            ET.SubElement(suite, "testcase", classname=f"overlay.{fam}", name=code)
-            tests += 1
-        suite.set("tests", str(tests))
-        suite.set("failures", str(fails))
-        suite.set("errors", "0")
-        suite.set("skipped", "0")
-        total_tests += tests
-        total_fail += fails
-    if not total_tests:
-        suite = ET.SubElement(root, "testsuite", name="overlay", tests="1", failures="0",
-                              errors="0", skipped="0")
-        ET.SubElement(suite, "testcase", classname="overlay", name="verify")
-        total_tests = 1
-    root.set("tests", str(total_tests))
-    root.set("failures", str(total_fail))
-    root.set("errors", "0")
-    root.set("skipped", "0")
-    ET.indent(root)
-    return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+            suite.cases.append(junit.Case(code, f"overlay.{fam}"))
+        suites.append(suite)
+    if not any(s.cases for s in suites):
+        suites = [junit.Suite("overlay", [junit.Case("verify", "overlay")])]
+    return junit.render(suites, name=name)
 
 
 def escape_data(s: str) -> str:
@@ -239,8 +211,20 @@ def render_github(findings: Sequence[Finding]) -> str:
     return "".join(line + "\n" for line in out)
 
 
+def printable(text: str) -> str:
+    """``text`` with lone surrogates written as ``\\udcNN``.
+
+    A path from git or a patch decoded with ``surrogateescape`` keeps its
+    undecodable bytes as lone surrogates; stdout cannot encode them, and
+    printing the report would fail (found by the fuzz campaign, ``docs/fuzz.md``).
+    """
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def render(findings: Sequence[Finding], fmt: str = "text", **kwargs) -> str:
     """Dispatch to ``render_<fmt>``; ``fmt`` is one of :data:`FORMATS`.
+
+    The result is always encodable as UTF-8 (:func:`printable`).
 
     Raises:
         ValueError: unknown format.
@@ -249,4 +233,4 @@ def render(findings: Sequence[Finding], fmt: str = "text", **kwargs) -> str:
           "github": render_github}.get(fmt)
     if fn is None:
         raise ValueError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
-    return fn(findings, **kwargs)
+    return printable(fn(findings, **kwargs))

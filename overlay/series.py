@@ -21,6 +21,7 @@ import os
 import re
 
 from overlay.errors import PatchFormatError
+from overlay.fsutil import RecordMissing, read_record, read_record_text
 from overlay.paths import check_path
 
 PATCH_DIR = "patches-rocm"
@@ -133,29 +134,40 @@ class Patch:
         return values[0] if values else None
 
 
+#: Most patches a series may list (a bound on the work a hostile ``series`` can
+#: cause; the real series has a dozen, the long-series benchmark 300).
+MAX_SERIES_ENTRIES = 10_000
+
+
 def read_series(root: str) -> list[tuple[str, int]]:
     """The patch names listed in ``<root>/patches-rocm/series``.
+
+    The file is read with :func:`overlay.fsutil.read_record` (a regular file
+    inside the repository, a symlink to one followed, at most 16 MiB, UTF-8).
 
     Returns:
         ``[(name, line_number), ...]`` in order; an absent file is an empty series.
     Raises:
-        PatchFormatError: a line has options or an unsafe name (exit 2).
+        RecordError: the file is refused (symlink out of the repository, FIFO,
+            directory, too big) or not UTF-8 (the byte offset is named) (exit 2).
+        PatchFormatError: a line has options or an unsafe name, or the series
+            lists more than :data:`MAX_SERIES_ENTRIES` patches (exit 2).
     """
-    path = os.path.join(root, SERIES_PATH)
     try:
-        with open(path, encoding="utf-8") as fh:
-            lines = fh.read().splitlines()
-    except FileNotFoundError:
+        text = read_record_text(root, SERIES_PATH.replace(os.sep, "/"), what="series")
+    except RecordMissing:
         return []
     out = []
-    for number, raw in enumerate(lines, 1):
+    for number, raw in enumerate(text.splitlines(), 1):
         line = raw.split("#", 1)[0].strip()
         if not line:
             continue
         if len(line.split()) != 1:
-            raise PatchFormatError(f"{SERIES_PATH}:{number}: expected one patch file name, got {raw!r}")
+            raise PatchFormatError(f"{SERIES_PATH}:{number}: expected one patch file name, got {raw[:80]!r}")
         check_path(line, what=f"series entry at {SERIES_PATH}:{number}")
         out.append((line, number))
+        if len(out) > MAX_SERIES_ENTRIES:
+            raise PatchFormatError(f"{SERIES_PATH}:{number}: more than {MAX_SERIES_ENTRIES} patches listed")
     return out
 
 
@@ -494,16 +506,30 @@ def parse_patch(data: bytes, name: str, path: str = "", *, header_only: bool = F
 def load_patch(root: str, name: str) -> Patch:
     """Read and parse ``<root>/patches-rocm/<name>``.
 
+    The file is read with :func:`overlay.fsutil.read_record`: a regular file
+    inside the repository, not a symlink (``refresh`` rewrites patches in place,
+    which would replace a link by a file), at most 16 MiB.
+
     Raises:
-        PatchFormatError: the file is missing or unparsable (exit 2).
+        PatchFormatError: the file is missing or unparsable; a diff whose numbers
+            overflow the parser (``ValueError``) or that nests too deep
+            (``RecursionError``) is unparsable too (exit 2).
+        RecordError: the file is refused (symlink, FIFO, directory, too big,
+            a name too long) (exit 2).
+        UnsafePath: a header path is absolute, has ``..`` or ``.git`` (exit 2).
     """
+    rel = f"{PATCH_DIR}/{name}"
+    try:
+        data = read_record(root, rel, what="patch", allow_symlink=False)
+    except RecordMissing:
+        raise PatchFormatError(f"{PATCH_DIR}/{name} is listed in series but does not exist") from None
     path = os.path.join(root, PATCH_DIR, name)
     try:
-        with open(path, "rb") as fh:
-            data = fh.read()
-    except FileNotFoundError:
-        raise PatchFormatError(f"{PATCH_DIR}/{name} is listed in series but does not exist") from None
-    return parse_patch(data, name, path)
+        return parse_patch(data, name, path)
+    except (ValueError, RecursionError) as exc:
+        # unidiff converts hunk-header numbers with int(): more than 4,300 digits raise ValueError.
+        raise PatchFormatError(f"{name}: cannot parse diff: {type(exc).__name__}: "
+                               f"{str(exc).split(';')[0][:120]}") from None
 
 
 def load_series(root: str) -> list[Patch]:

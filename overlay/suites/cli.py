@@ -43,7 +43,7 @@ class _State:
         self.debug = debug
 
     def load(self) -> dict:
-        return _config.load_suites(self.suites_path)
+        return _config.load_suites(self.suites_path, self.root)
 
 
 class _Progress:

@@ -25,13 +25,15 @@ the suite and the key. The reference is ``docs/suites.md``.
 from __future__ import annotations
 
 import math
+import os
 import re
-import tomllib
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping
 
 from overlay.errors import OverlayError
+from overlay.fsutil import RecordError, RecordMissing, read_record_text
+from overlay.manifest import load_toml
 
 __all__ = [
     "BACKENDS",
@@ -314,10 +316,7 @@ def parse_suites(text: str, where: str = "suites.toml") -> dict[str, Suite]:
             ``suites``, an unknown suite key, or a bad value (the message names
             the suite and the key).
     """
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise SuiteConfigError(f"{where}: not valid TOML: {exc}") from None
+    data = load_toml(text, where, SuiteConfigError)
     unknown = sorted(set(data) - {"suites"})
     if unknown:
         raise SuiteConfigError(f'{where}: unknown top-level key "{unknown[0]}" (suites go under [suites.<name>])')
@@ -327,30 +326,39 @@ def parse_suites(text: str, where: str = "suites.toml") -> dict[str, Suite]:
     return {name: _parse_suite(name, table, where) for name, table in suites.items()}
 
 
-def load_suites(path: str) -> dict[str, Suite]:
+def load_suites(path: str, root: str | None = None) -> dict[str, Suite]:
     """Read and validate a ``suites.toml`` file.
+
+    The file is read with :func:`overlay.fsutil.read_record`: a regular file (a
+    symlink to one is followed while it stays inside ``root``), at most 16 MiB,
+    UTF-8.
 
     Args:
         path: the file's path.
+        root: the repository it must stay inside; default: the directory
+            holding the file (a path given with ``--suites`` is the user's choice,
+            but it still has to be a regular file).
 
     Returns:
         Suites by name, in file order (see :func:`parse_suites`).
 
     Raises:
-        SuiteConfigError: the file cannot be read, or it is invalid.
+        SuiteConfigError: the file cannot be read, is refused (FIFO, directory,
+            symlink leaving ``root``, too big), is not UTF-8 (the byte offset is
+            named), or is invalid.
     """
+    full = os.path.abspath(path)
+    # Lexically inside root: root is the boundary; elsewhere (an explicit --suites path) its directory is.
+    if root is None or not full.startswith(os.path.abspath(root) + os.sep):
+        root = os.path.dirname(full)
+    rel = os.path.relpath(full, root).replace(os.sep, "/")
     try:
-        with open(path, "rb") as fh:
-            raw = fh.read()
-    except FileNotFoundError:
+        text = read_record_text(root, rel, what="suites file")
+    except RecordMissing:
         raise SuiteConfigError(f"{path}: no such file",
                                hint="pass --suites PATH or run from the repository root") from None
-    except OSError as exc:
-        raise SuiteConfigError(f"{path}: cannot read: {exc.strerror}") from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise SuiteConfigError(f"{path}: not UTF-8") from None
+    except RecordError as exc:
+        raise SuiteConfigError(f"{path}: {exc.message.split(': ', 1)[1]}", hint=exc.hint) from None
     return parse_suites(text, path)
 
 

@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import json
 import os
-import re
-import xml.etree.ElementTree as ET
 
+from overlay import junit
 from overlay.suites.runner import ABResult, SuiteResult
 
 __all__ = ["FORMATS", "AB_FORMATS", "render_results", "render_ab", "format_interval",
@@ -27,7 +26,6 @@ FORMATS = ("text", "json", "junit", "markdown")
 AB_FORMATS = ("text", "json", "markdown")
 #: Bytes of a failed run's stderr quoted in JUnit ``<failure>`` text.
 _JUNIT_TAIL_BYTES = 4000
-_XML_BAD = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
 
 
 def format_interval(lo_hi: tuple[float, float]) -> str:
@@ -107,10 +105,6 @@ def _json(results) -> str:
                       indent=2) + "\n"
 
 
-def _xml_text(s: str) -> str:
-    return _XML_BAD.sub("\ufffd", s)
-
-
 def _tail(path: str | None) -> str:
     if not path:
         return ""
@@ -125,49 +119,26 @@ def _tail(path: str | None) -> str:
 
 
 def _junit(results) -> str:
-    root = ET.Element("testsuites", name="overlay suites")
-    totals = {"tests": 0, "failures": 0, "skipped": 0, "time": 0.0}
+    """One testsuite per suite, one testcase per run (:func:`overlay.junit.render`, XML-safe)."""
+    suites = []
     for r in results:
-        ts = ET.SubElement(root, "testsuite", name=r.suite)
-        if r.started:
-            ts.set("timestamp", r.started)
-        props = ET.SubElement(ts, "properties")
         lo, hi = r.interval()
-        for name, value in (("failed", f"{r.failed} of {r.n}"), ("interval95", format_interval((lo, hi))),
-                            ("kinds", format_kinds(r)), ("proves", str(r.settings.get("proves") or "-"))):
-            ET.SubElement(props, "property", name=name, value=value)
-        tests = failures = skipped = 0
-        elapsed = 0.0
+        suite = junit.Suite(r.suite, timestamp=r.started or None, properties=[
+            ("failed", f"{r.failed} of {r.n}"), ("interval95", format_interval((lo, hi))),
+            ("kinds", format_kinds(r)), ("proves", str(r.settings.get("proves") or "-"))])
         if r.skipped:
-            tc = ET.SubElement(ts, "testcase", name=f"{r.suite}", classname=f"suite.{r.suite}", time="0")
-            ET.SubElement(tc, "skipped", message=_xml_text(r.skip_reason))
-            tests, skipped = 1, 1
+            suite.cases.append(junit.Case(r.suite, f"suite.{r.suite}", "skipped", message=r.skip_reason, time=0.0))
         for run in r.runs:
-            tc = ET.SubElement(ts, "testcase", name=f"run-{run.index:03d}", classname=f"suite.{r.suite}",
-                               time=f"{run.duration_s:.3f}")
-            tests += 1
-            elapsed += run.duration_s
+            case = junit.Case(f"run-{run.index:03d}", f"suite.{r.suite}", time=run.duration_s)
             if run.failed:
-                failures += 1
-                fail = ET.SubElement(tc, "failure", type=run.kind,
-                                     message=_xml_text(f"{run.kind}: {run.detail(r.deadline_s)}"))
-                fail.text = _xml_text(_tail(_file(r, run.stderr) if r.directory else None))
-        ts.set("tests", str(tests))
-        ts.set("failures", str(failures))
-        ts.set("errors", "0")
-        ts.set("skipped", str(skipped))
-        ts.set("time", f"{elapsed:.3f}")
-        totals["tests"] += tests
-        totals["failures"] += failures
-        totals["skipped"] += skipped
-        totals["time"] += elapsed
-    root.set("tests", str(totals["tests"]))
-    root.set("failures", str(totals["failures"]))
-    root.set("errors", "0")
-    root.set("skipped", str(totals["skipped"]))
-    root.set("time", f"{totals['time']:.3f}")
-    ET.indent(root)
-    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+                case.status = "failed"
+                case.failure_type = run.kind
+                case.message = f"{run.kind}: {run.detail(r.deadline_s)}"
+                case.text = _tail(_file(r, run.stderr) if r.directory else None)
+            suite.cases.append(case)
+        suite.time = sum(run.duration_s for run in r.runs)
+        suites.append(suite)
+    return junit.render(suites, name="overlay suites", total_time=True)
 
 
 def _md_cell(s: str) -> str:
