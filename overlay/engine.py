@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 from overlay.errors import LayerError
 from overlay.gitstore import MergeResult, Store, TreeEntry, first_error_line, is_sha, zsplit
@@ -94,8 +94,8 @@ def _touched_paths(patches: Iterable[Patch]) -> list[str]:
 
 
 def preimage_mismatches(patch: Patch, state: dict[str, TreeEntry | None],
-                        known: Callable[[str], bool] = lambda oid: True) -> list[str]:
-    """Why ``patch`` was not made on ``state``: one sentence per differing path.
+                        known: Callable[[str], bool] = lambda oid: True) -> list[tuple[str, str]]:
+    """Why ``patch`` was not made on ``state``: ``(path, reason)`` per differing path.
 
     The file changes are checked in order, each on the state the one before it
     left (a patch may hold two sections for one path). ``state`` is advanced past
@@ -116,23 +116,23 @@ def preimage_mismatches(patch: Patch, state: dict[str, TreeEntry | None],
     for change in patch.changes:
         if change.source is None:
             if state.get(change.path) is not None:
-                out.append(f"{change.path}: the patch creates it, but the layer below has "
-                           f"{_describe(state[change.path])}")
+                out.append((change.path, "the patch creates it, but the layer below has "
+                            f"{_describe(state[change.path])}"))
             _advance(state, change)
             continue
         entry = state.get(change.source)
         foreign = False
         if entry is None or entry.kind != "blob":
-            out.append(f"{change.source}: the patch was made on a file, the layer below has {_describe(entry)}")
+            out.append((change.source, f"the patch was made on a file, the layer below has {_describe(entry)}"))
         elif change.old_oid is not None and not _oid_matches(change.old_oid, entry.oid):
             if is_sha(change.old_oid) and not known(change.old_oid):
                 foreign = True
             else:
-                out.append(f"{change.source}: made against other content (the layer below has blob "
-                           f"{entry.oid[:12]}, the patch records {change.old_oid[:12]})")
+                out.append((change.source, f"made against other content (the layer below has blob "
+                                           f"{entry.oid[:12]}, the patch records {change.old_oid[:12]})"))
         if change.rename and change.target and state.get(change.target) is not None:
-            out.append(f"{change.target}: the patch renames onto it, but the layer below has "
-                       f"{_describe(state[change.target])}")
+            out.append((change.target, "the patch renames onto it, but the layer below has "
+                        f"{_describe(state[change.target])}"))
         _advance(state, change, unknown_result=foreign)
     return out
 
@@ -167,20 +167,20 @@ def _advance(state: dict[str, TreeEntry | None], change: FileChange, *, unknown_
 
 
 def postimage_mismatches(patch: Patch, expected: dict[str, TreeEntry | None],
-                         actual: dict[str, TreeEntry | None]) -> list[str]:
-    """Paths where git's result differs from the post-image the patch records."""
+                         actual: dict[str, TreeEntry | None]) -> list[tuple[str, str]]:
+    """``(path, reason)`` where git's result differs from the post-image the patch records."""
     out = []
     for path in sorted({c.target for c in patch.changes if c.target} | patch.deleted):
         want, got = expected.get(path), actual.get(path)
         if want is None or got is None:
             if (want is None) != (got is None):
-                out.append(f"{path}: the patch leaves it {'absent' if want is None else 'present'}, "
-                           f"git's result has it {'absent' if got is None else 'present'}")
+                out.append((path, f"the patch leaves it {'absent' if want is None else 'present'}, "
+                                  f"git's result has it {'absent' if got is None else 'present'}"))
             continue
         if want.oid != "?" and not _oid_matches(want.oid, got.oid):
-            out.append(f"{path}: git produced blob {got.oid[:12]}, the patch records {want.oid[:12]}")
+            out.append((path, f"git produced blob {got.oid[:12]}, the patch records {want.oid[:12]}"))
         elif want.mode != got.mode:
-            out.append(f"{path}: git produced mode {got.mode}, the patch records {want.mode}")
+            out.append((path, f"git produced mode {got.mode}, the patch records {want.mode}"))
     return out
 
 
@@ -223,14 +223,14 @@ def _explain_git_failure(store: Store, patch: Patch, stderr: str) -> PatchApplyE
 
 
 def _mismatch_error(store: Store, base_tree: str, before: Sequence[Patch], patch: Patch,
-                    first: str) -> PatchApplyError:
+                    first: tuple[str, str]) -> PatchApplyError:
     """The error for a patch whose recorded pre-image is not in the layer below.
 
     git is asked, without effect, whether the context would still match (then
     ``overlay refresh`` can carry it by a merge), or which hunk differs; a patch
     with LF lines against a CRLF target (or the reverse) is named as such.
     """
-    path, why = first.split(": ", 1)
+    path, why = first
     with store.scratch_index(base_tree) as env:
         if before:
             _git_apply(store, env, before)
@@ -278,7 +278,7 @@ def _offset_error(patch: Patch, stderr: str) -> PatchApplyError | None:
     return None
 
 
-def _check_result(store: Store, patch: Patch, stderr: str, expected: dict[str, TreeEntry | None],
+def _check_result(patch: Patch, stderr: str, expected: dict[str, TreeEntry | None],
                   actual: dict[str, TreeEntry | None]) -> None:
     if "Skipped patch" in stderr:
         skipped = re.findall(r"Skipped patch '(.+)'", stderr)
@@ -286,10 +286,21 @@ def _check_result(store: Store, patch: Patch, stderr: str, expected: dict[str, T
                               "git skipped this file although it exited 0")
     bad = postimage_mismatches(patch, expected, actual)
     if bad:
-        raise PatchApplyError(patch.name, bad[0].split(":", 1)[0], None, bad[0].split(": ", 1)[1])
+        raise PatchApplyError(patch.name, bad[0][0], None, bad[0][1])
     offset = _offset_error(patch, stderr)
     if offset is not None:
         raise offset
+
+
+def _walk_records(patches: Sequence[Patch], state: dict[str, TreeEntry | None],
+                  known: Callable[[str], bool]) -> Iterator[tuple[int, Patch, list[tuple[str, str]], list[str]]]:
+    """Walk the series on its records alone: for each patch, ``(index, patch, pre-image
+    mismatches, paths it lists but leaves unchanged)``, with ``state`` advanced past it.
+    The one check :func:`apply_series` and :func:`exact_prefix` share."""
+    for k, patch in enumerate(patches):
+        before = dict(state)
+        bad = preimage_mismatches(patch, state, known)
+        yield k, patch, bad, [] if bad else unchanged_paths(patch, before, state)
 
 
 def apply_series(store: Store, base_tree: str, patches: Sequence[Patch], *,
@@ -320,14 +331,11 @@ def apply_series(store: Store, base_tree: str, patches: Sequence[Patch], *,
     _refuse_binary_without_data(patches)
     state: dict[str, TreeEntry | None] = dict.fromkeys(_touched_paths(patches))
     state.update(store.entries(base_tree, list(state)))
+    initial = dict(state)
     expected_after: list[dict[str, TreeEntry | None]] = []
-    known = _blob_checker(store)
-    for k, patch in enumerate(patches):
-        before = dict(state)
-        bad = preimage_mismatches(patch, state, known)
+    for k, patch, bad, same in _walk_records(patches, state, _blob_checker(store)):
         if bad:
             raise _mismatch_error(store, base_tree, patches[:k], patch, bad[0])
-        same = unchanged_paths(patch, before, state)
         if same:
             raise PatchApplyError(patch.name, same[0], None,
                                   f"the patch lists {len(patch.touched)} path(s) but changes only "
@@ -358,12 +366,11 @@ def apply_series(store: Store, base_tree: str, patches: Sequence[Patch], *,
         # by one `git diff-tree --stdin` (tree pairs in, changed entries out).
         changed = _changed_entries(store, [base_tree] + [r.tree for r in results[:-1]],
                                    [r.tree for r in results])
-        before_state = dict.fromkeys(state)
-        before_state.update(store.entries(base_tree, list(state)))
+        current = dict(initial)
         for result, err, expected, rows in zip(results, errs, expected_after, changed):
-            before_state.update(rows)
-            actual = {p: before_state.get(p) for p in result.patch.touched}
-            _check_result(store, result.patch, err, expected, actual)
+            current.update(rows)
+            actual = {p: current.get(p) for p in result.patch.touched}
+            _check_result(result.patch, err, expected, actual)
         return results[-1].tree, results
 
 
@@ -511,20 +518,12 @@ def carry_patch(store: Store, patch: Patch, new_tree: str, *,
         PatchApplyError: a binary change without data.
     """
     _refuse_binary_without_data([patch])
-    paths = sorted(patch.touched)
-    state: dict[str, TreeEntry | None] = dict.fromkeys(paths)
-    state.update(store.entries(new_tree, paths))
-    expected = dict(state)
-    if not preimage_mismatches(patch, expected) and _fully_recorded(patch):
-        with store.scratch_index(new_tree) as env:
-            proc = _git_apply(store, env, [patch])
-            if proc.returncode == 0:
-                tree = store.out("write-tree", env=env)
-                actual = dict.fromkeys(paths)
-                actual.update(store.entries(tree, paths))
-                err = proc.stderr.decode("utf-8", "replace")
-                if not postimage_mismatches(patch, expected, actual) and "Skipped patch" not in err:
-                    return Carried("exact", tree)
+    if exact_prefix(store, new_tree, [patch]):
+        try:
+            tree, _results = apply_series(store, new_tree, [patch])
+            return Carried("exact", tree)
+        except PatchApplyError:
+            pass  # git disagrees with the records: let merge-ort decide
     pair = made() if callable(made) else made
     base, theirs = pair if pair is not None else made_on(store, patch, new_tree)
     merge = store.merge_trees(base, new_tree, theirs,
@@ -544,11 +543,8 @@ def exact_prefix(store: Store, tree: str, patches: Sequence[Patch]) -> int:
     """
     state: dict[str, TreeEntry | None] = dict.fromkeys(_touched_paths(patches))
     state.update(store.entries(tree, list(state)))
-    for k, patch in enumerate(patches):
-        if not _fully_recorded(patch) or any(c.binary and not c.binary_data for c in patch.changes):
-            return k
-        before = dict(state)
-        if preimage_mismatches(patch, state) or unchanged_paths(patch, before, state):
+    for k, patch, bad, same in _walk_records(patches, state, lambda oid: True):
+        if bad or same or not _fully_recorded(patch) or any(c.binary and not c.binary_data for c in patch.changes):
             return k
     return len(patches)
 
