@@ -111,9 +111,12 @@ def changes_outside_conflicts(auto: bytes, resolved: bytes) -> list[tuple[int, s
         resolved: the resolution's bytes.
     Returns:
         ``[(1-based line of the resolution, description), ...]``; empty when the
-        resolution keeps every line outside the regions.
+        resolution keeps every line outside the regions, or when ``auto`` has no
+        conflict region at all.
     """
     regions = [(start - 1, end) for start, end in conflict_regions(auto)]  # 0-based, end exclusive
+    if not regions:
+        return []  # no text conflict (modify/delete, a binary file): nothing to compare
     old, new = auto.split(b"\n"), resolved.split(b"\n")
     out = []
     matcher = difflib.SequenceMatcher(None, old, new, autojunk=False)
@@ -232,7 +235,7 @@ def compute_forked(store: Store, base: str, pin: str, fork: str, carry: Callable
             hunks = conflict_hunks(auto) if auto is not None else []
             if path in resolutions:
                 fixes[path] = (mode, store.hash_blob(resolutions[path]))
-                outside = changes_outside_conflicts(auto, resolutions[path]) if hunks and auto else []
+                outside = changes_outside_conflicts(auto, resolutions[path]) if auto is not None else []
                 conflicts.append(Conflict(path, hunks, resolved=True, outside=outside))
                 continue
             conflicts.append(Conflict(path, hunks))

@@ -47,7 +47,7 @@ from overlay.engine import (CarryError, PatchApplyError, apply_series, carry_pat
 from overlay.gitstore import Store
 from overlay.layers import changes_outside_conflicts, merge_fork_delta, read_resolutions
 from overlay.manifest import MANIFEST_PATH, Manifest, load_manifest
-from overlay.markers import conflict_regions, marker_lines
+from overlay.markers import marker_lines
 from overlay.patchfmt import tree_diff
 from overlay.refresh import refreshed_bytes
 from overlay.series import PATCH_DIR, SERIES_PATH, Patch, parse_patch, read_series, split_patch
@@ -364,39 +364,43 @@ class Rebase:
         entry = self.store.entries(merge.tree, [path]).get(path)
         if entry is None or entry.kind != "blob":
             return ""
-        auto = self._blob(entry.oid)
-        if not conflict_regions(auto):
-            return ""
-        outside = changes_outside_conflicts(auto, resolution)
+        outside = changes_outside_conflicts(self._blob(entry.oid), resolution)
         if not outside:
             return ""
         line, what = outside[0]
         return (f"; WARNING: it differs from git's merge outside the conflict regions in {len(outside)} place(s), "
                 f"first at line {line} ({what}): upstream may be reverted there (verify reports LAY005)")
 
-    def _old_trees(self) -> dict[str, tuple[str, str]] | None:
-        """For each patch, the tree it was made on and the tree it produced in the old
-        layer (so merge-ort can follow upstream renames); ``None`` when the old layer
-        cannot be computed (then the engine rebuilds them from the recorded blobs)."""
+    def _old_layers(self):
+        """The layers at the old bases with each patch's tree (computed once per process:
+        the merges and the range-diff both need them); ``None`` when they cannot be computed."""
         if "_old" not in self.__dict__:
             from overlay.layers import compute_layers
 
             old = Bases(**self.state["old"])
-            entries = self.state["patches"]
             try:
-                layers = compute_layers(self.store, self._manifest(), os.path.join(self.dir, "backup"),
-                                        pin=old.pin, fork=old.fork, merge_base=old.merge_base,
-                                        patches=[self._backup_patch(e["name"]) for e in entries], stepwise=True)
+                self.__dict__["_old"] = compute_layers(
+                    self.store, self._manifest(), os.path.join(self.dir, "backup"), pin=old.pin, fork=old.fork,
+                    merge_base=old.merge_base,
+                    patches=[self._backup_patch(e["name"]) for e in self.state["patches"]], stepwise=True)
             except OverlayError:
                 self.__dict__["_old"] = None
-            else:
-                trees, before = {}, layers.forked
-                for result in layers.patches:
-                    assert result.tree is not None
-                    trees[result.patch.name] = (before, result.tree)
-                    before = result.tree
-                self.__dict__["_old"] = trees
         return self.__dict__["_old"]
+
+    def _made_on(self, name: str) -> tuple[str, str] | None:
+        """The tree patch ``name`` was made on and the tree it produced, in the old layer
+        (so merge-ort follows upstream's renames); ``None`` when the old layer cannot be
+        computed (then the engine rebuilds them from the recorded blobs)."""
+        layers = self._old_layers()
+        if layers is None:
+            return None
+        before = layers.forked
+        for result in layers.patches:
+            if result.patch.name == name:
+                assert result.tree is not None
+                return before, result.tree
+            before = result.tree
+        return None
 
     def _apply_exact_run(self) -> None:
         """Apply the leading pending patches that sit on their recorded pre-images in one
@@ -428,12 +432,8 @@ class Rebase:
             patch = self._backup_patch(entry["name"])
             tree = self._current_tree()
 
-            def made(name: str = entry["name"]) -> tuple[str, str] | None:
-                trees = self._old_trees()
-                return trees.get(name) if trees else None
-
             try:
-                carried = carry_patch(store, patch, tree, made=made)
+                carried = carry_patch(store, patch, tree, made=lambda name=entry["name"]: self._made_on(name))
             except CarryError as exc:
                 self._stop(patch, {"type": "patch", "name": patch.name, "tree": tree, "merged": tree,
                                    "files": [], "modes": {}},
@@ -780,14 +780,8 @@ class Rebase:
             return "".join(f"{i}: = {i}: {self._backup_patch(e['name'], header_only=True).subject}\n"
                            for i, e in enumerate(entries, 1))
         store = self.store
-        try:
-            from overlay.layers import compute_layers
-            old_man = Bases(**self.state["old"])
-            backup_root = os.path.join(self.dir, "backup")
-            layers = compute_layers(store, self._manifest(), backup_root, pin=old_man.pin, fork=old_man.fork,
-                                    merge_base=old_man.merge_base,
-                                    patches=[self._backup_patch(e["name"]) for e in entries], stepwise=True)
-        except OverlayError:
+        layers = self._old_layers()
+        if layers is None:
             return ""
 
         def chain(base_tree: str, trees: list[tuple[str, str]]) -> tuple[str, str]:
