@@ -14,13 +14,14 @@ line naming the file (exit 2, or a finding inside ``overlay verify``).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import random
 import re
 import stat
 import tempfile
-from typing import Callable, Container
+from typing import Callable, Container, Iterator
 
 from overlay.errors import OverlayError
 
@@ -80,14 +81,21 @@ def atomic_symlink(target: str, path: str | os.PathLike) -> None:
             break
         except FileExistsError:
             continue
-    try:
+    with _removed_on_failure(tmp):
         os.replace(tmp, path)
+
+
+@contextlib.contextmanager
+def _removed_on_failure(tmp: str) -> Iterator[None]:
+    """Remove the temp file ``tmp`` when the block fails, however it fails, and re-raise."""
+    try:
+        yield
     except BaseException:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
-        except FileNotFoundError:
-            pass
         raise
+
+
 #: Largest record overlay reads, in bytes (16 MiB). The largest real record, a
 #: patch of the v0.32.1 series, is well under 1 MiB; the cap only has to stop
 #: ``/dev/zero``-like inputs long before memory runs out.
@@ -377,7 +385,7 @@ def atomic_write(path: str | os.PathLike, data: bytes, *, mode: int | None = Non
         except FileNotFoundError:
             mode = DEFAULT_MODE
     fd, tmp = tempfile.mkstemp(dir=directory, prefix="." + os.path.basename(path) + ".", suffix=".tmp")
-    try:
+    with _removed_on_failure(tmp):
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
@@ -387,9 +395,3 @@ def atomic_write(path: str | os.PathLike, data: bytes, *, mode: int | None = Non
         if before_replace is not None:
             before_replace()
         os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
