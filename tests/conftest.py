@@ -66,3 +66,20 @@ def real_mirrors(monkeypatch):
     for key, value in REAL_MIRRORS.items():
         monkeypatch.setenv(key, value)
     return REAL_MIRRORS
+
+
+@pytest.fixture
+def w(tmp_path):
+    """A private world: tests that add upstream and fork commits (the shared ``world``
+    is a copy of one template and must not grow)."""
+    return build_world(tmp_path / "world")
+
+
+@pytest.fixture
+def ov(tmp_path, w):
+    """An overlay on ``w``'s merge base with an empty series and a minimal LOCAL_FIXES.md."""
+    o = Overlay(tmp_path / "overlay", w)
+    (o.root / "LOCAL_FIXES.md").write_text(
+        f"# Local changes relative to x/fork@{w.fork_commit[:8]}\n\n"
+        f"## Retarget onto the MLX pin ({w.base[:8]})\n\n## Fixes to the fork's kernels\n\n")
+    return o

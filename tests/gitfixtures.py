@@ -218,3 +218,12 @@ def env_path_without_git(tmp: Path) -> str:
 
 __all__ = ["CLOSING", "Overlay", "World", "WorkRepo", "build_world", "git", "lines", "make_patch",
            "read_blob", "tree_paths", "env_path_without_git", "os"]
+
+
+def cli(o: "Overlay", *args: str, **kw):
+    """``overlay -C <o.root> ARGS`` through click's test runner; returns the result."""
+    from click.testing import CliRunner
+
+    from overlay.cli import main
+
+    return CliRunner().invoke(main, ["-C", str(o.root), *args], **kw)

@@ -15,11 +15,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
-from gitfixtures import CLOSING, Overlay, build_world, git, lines, make_patch, read_blob, tree_paths
+from gitfixtures import CLOSING, Overlay, cli, git, lines, make_patch, read_blob, tree_paths
 from overlay import fixes
-from overlay.cli import main
 from overlay.gitstore import Store
 from overlay.layers import compute_layers
 from overlay.manifest import load_manifest
@@ -31,21 +29,11 @@ WORK = Path(".overlay") / "rebase" / "work"
 
 # -- shared helpers -----------------------------------------------------------------------
 @pytest.fixture
-def w(tmp_path):
-    """A private world: these tests add upstream and fork commits."""
-    return build_world(tmp_path / "world")
-
-
-@pytest.fixture
 def ov(tmp_path, w):
     """An overlay on the merge base, empty series, a verify-clean LOCAL_FIXES.md."""
     o = Overlay(tmp_path / "overlay", w)
     write_fixes(o)
     return o
-
-
-def cli(o, *args):
-    return CliRunner().invoke(main, ["-C", str(o.root), *args])
 
 
 def layers_of(o, **kw):

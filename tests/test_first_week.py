@@ -17,32 +17,13 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from gitfixtures import Overlay, build_world, git, lines, make_patch
+from gitfixtures import cli, git, lines, make_patch
 from overlay.cli import main
 from overlay.gitstore import Store
 from overlay.layers import compute_layers
 from overlay.manifest import load_manifest
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-@pytest.fixture
-def w(tmp_path):
-    """A private world (these tests add upstream commits and refs)."""
-    return build_world(tmp_path / "world")
-
-
-@pytest.fixture
-def ov(tmp_path, w):
-    o = Overlay(tmp_path / "overlay", w)
-    (o.root / "LOCAL_FIXES.md").write_text(
-        f"# Local changes relative to x/fork@{w.fork_commit[:8]}\n\n"
-        f"## Retarget onto the MLX pin ({w.base[:8]})\n\n## Fixes to the fork's kernels\n\n")
-    return o
-
-
-def cli(o, *args, **kw):
-    return CliRunner().invoke(main, ["-C", str(o.root), *args], **kw)
 
 
 def add_patch(o, name, edits, fix=1, subject="rocm: fix"):
