@@ -155,7 +155,7 @@ class Hang(BaseException):
 
 
 @contextlib.contextmanager
-def hang_guard(seconds: int):
+def hang_guard(seconds: int = 60):
     """Raise :class:`Hang` when the body runs longer than ``seconds`` (main thread only)."""
     def boom(signum, frame):
         raise Hang(f"blocked for {seconds} s")

@@ -10,40 +10,23 @@ read fails the test instead of stalling the suite.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
-import signal
 
 import pytest
 from click.testing import CliRunner
 
-from gitfixtures import lines, make_patch
 from overlay import fsutil
 from overlay.checks import verify
 from overlay.cli import main
 from overlay.errors import ManifestError, PatchFormatError
 from overlay.fsutil import RecordError, RecordMissing, read_record, read_record_dir, scan_record_dir
 from overlay.gitstore import Store
-from overlay.layers import compute_layers
 from overlay.manifest import load_manifest
 from overlay.series import load_patch, read_series
 
-PATCH = "0001-rocm-lock-the-device.patch"
-
-
-@contextlib.contextmanager
-def hang_guard(seconds: int = 60):
-    """Fail (instead of hanging the suite) when the body blocks for ``seconds``."""
-    def boom(signum, frame):
-        raise TimeoutError(f"hang guard: blocked for {seconds} s")
-    old = signal.signal(signal.SIGALRM, boom)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
+from fuzzlib import hang_guard
+from test_verify import PATCH, clean  # noqa: F401  (the verify-clean overlay fixture)
 
 
 def run(root, *args):
@@ -60,20 +43,6 @@ def one_line(result) -> str:
     assert out and out[0].startswith("overlay: "), result.output
     assert all(ln.startswith("hint: ") for ln in out[1:]), result.output
     return out[0]
-
-
-@pytest.fixture
-def clean(overlay, world):
-    """The verify-clean overlay of test_verify: one patch, its entry."""
-    from test_verify import local_fixes
-    store = Store()
-    layers = compute_layers(store, load_manifest(str(overlay.root)), str(overlay.root))
-    patch, _ = make_patch(store, layers.forked, {"mlx/backend/rocm/device.cpp":
-                                                 lines("device", change={3: "device 3 locked"})},
-                          subject="rocm: lock the device")
-    overlay.add_patch(PATCH, patch)
-    (overlay.root / "LOCAL_FIXES.md").write_text(local_fixes(world))
-    return overlay
 
 
 def codes(root):
