@@ -24,7 +24,7 @@ from typing import Sequence
 from overlay.engine import carry_patch
 from overlay.errors import LayerError
 from overlay.patchfmt import ZERO_FROM, tree_diff
-from overlay.series import Patch, split_patch
+from overlay.series import Patch, is_patch_break, split_patch
 
 _MBOX_FROM = re.compile(rb"^From [0-9a-f]{40} ")
 _DIFFSTAT = re.compile(rb"^ (?:.+ \| +(?:\d+ ?[-+]*|Bin .*)|\d+ files? changed.*|(?:create|delete) mode \d+ .*"
@@ -57,8 +57,7 @@ def refreshed_bytes(data: bytes, diff: bytes) -> bytes:
             continue
         skipping = False
         out.append(ln)
-    brk = next((i for i, ln in enumerate(out)
-                if ln.rstrip(b"\r") == b"---" or (ln.startswith(b"---") and ln[3:4].isspace())), None)
+    brk = next((i for i, ln in enumerate(out) if is_patch_break(ln)), None)
     if brk is None:
         out.append(b"---")
     else:
@@ -88,11 +87,6 @@ class Refreshed:
     def changed(self) -> bool:
         """True when refreshing would change at least one byte."""
         return self.data != self.patch.data
-
-
-def trailer_pairs(patch: Patch) -> list[tuple[str, str]]:
-    """The patch's trailers as ``[(key, value), ...]`` in their recorded order."""
-    return [(key, value) for key, values in patch.trailers.items() for value in values]
 
 
 def refresh_series(store: Store, layers: Layers) -> list[Refreshed]:
@@ -150,7 +144,7 @@ def carry_series(store: Store, forked: str, patches: Sequence[Patch]) -> list[Re
                                   "(which stops with work files to resolve)")
         if carried.status == "upstream":
             raise LayerError(f"patch {patch.name} changes nothing on the layer below: its change is already there",
-                             hint=f"remove it from patches-rocm/series yourself if that is right; "
+                             hint="remove it from patches-rocm/series yourself if that is right; "
                                   "refresh never deletes a patch")
         out.append(Refreshed(patch, refreshed_bytes(patch.data, tree_diff(store, tree, carried.tree))))
         tree = carried.tree

@@ -255,7 +255,7 @@ _HUNK_HEAD = re.compile(rb"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 MAX_HUNK_LINES = 10_000_000
 
 
-def _is_patch_break(line: bytes) -> bool:
+def is_patch_break(line: bytes) -> bool:
     """git mailinfo's end of the message: ``---`` then whitespace, ``diff -``, ``Index: ``."""
     return (line.startswith(b"---") and (len(line) == 3 or line[3:4].isspace())) or \
         line.startswith((b"diff -", b"Index: "))
@@ -317,9 +317,9 @@ def _parse_head(head: bytes) -> tuple[str, str, dict[str, list[str]], dict[str, 
     body = [ln.rstrip("\r") for ln in lines[end + 1:]] if end < len(lines) else []
     # The message ends where git mailinfo ends it; what follows up to the diff are notes.
     brk = next((i for i, ln in enumerate(body)
-                if _is_patch_break(ln.encode("utf-8", "surrogateescape"))), len(body))
+                if is_patch_break(ln.encode("utf-8", "surrogateescape"))), len(body))
     message, notes = body[:brk], body[brk + 1:]
-    while notes and (not notes[-1].strip() or _is_patch_break(notes[-1].encode("utf-8", "surrogateescape"))):
+    while notes and (not notes[-1].strip() or is_patch_break(notes[-1].encode("utf-8", "surrogateescape"))):
         notes = notes[:-1]  # format-patch's own '---' before the diff, after the author's notes
     trailers: dict[str, list[str]] = {}
     trailer_lines: dict[str, list[int]] = {}
