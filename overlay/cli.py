@@ -429,7 +429,7 @@ def _start_run(ctx: Context, kind: str, fmt: str, *, pin: str | None = None, for
             raise OverlayError(f"fork commit {new_fork[:12]} does not descend from {old.fork[:12]}",
                                hint="pass --force if the fork was rewritten on purpose")
         if not allow_fork_ahead:
-            from overlay.rebase import refuse_fork_ahead
+            from overlay.pins import refuse_fork_ahead
 
             refuse_fork_ahead(store, new_fork, new_pin)
     else:

@@ -5,7 +5,8 @@ contains. The fork commit (reachable in a mirror through ``refs/pull/*``) or a
 commit only on the fork is refused unless ``--force``. Moving the pin backwards
 is allowed, but the patches whose ``LOCAL_FIXES.md`` retarget entries cite an
 upstream commit the new pin lacks are named: they follow API the new pin does
-not have.
+not have. A fork commit for ``overlay sync`` must not hold upstream commits the
+pin lacks (shared case 18).
 """
 
 from __future__ import annotations
@@ -48,6 +49,15 @@ def _ancestor(store: Store, a: str, b: str) -> bool:
     return store.git("merge-base", "--is-ancestor", a, b, check=False).returncode == 0
 
 
+def fetch_upstream_refs(store: Store) -> None:
+    """Refresh ``refs/remotes/upstream/*`` and the tags from ``upstream`` (online only;
+    a failed fetch is quiet: the checks then use what the store holds)."""
+    if not store.offline:
+        with store.lock():
+            store.git("fetch", "-q", "--tags", "--prune", "upstream",
+                      "+refs/heads/*:refs/remotes/upstream/*", check=False)
+
+
 def upstream_refs_containing(store: Store, sha: str, *, fetch: bool = True) -> list[str] | None:
     """The upstream branches and tags of the git store that contain ``sha``.
 
@@ -61,10 +71,8 @@ def upstream_refs_containing(store: Store, sha: str, *, fetch: bool = True) -> l
         when none contains ``sha``; ``None`` when the store holds no upstream branch
         and no tag at all (nothing to check against, e.g. offline before any fetch).
     """
-    if fetch and not store.offline:
-        with store.lock():
-            store.git("fetch", "-q", "--tags", "--prune", "upstream",
-                      "+refs/heads/*:refs/remotes/upstream/*", check=False)
+    if fetch:
+        fetch_upstream_refs(store)
     scopes = ("refs/remotes/upstream/", "refs/tags/")
     if not store.git("for-each-ref", "--count=1", "--format=%(refname)", *scopes).stdout.strip():
         return None
@@ -161,3 +169,49 @@ def backwards_citations(store: Store, root: str, old_pin: str, new_pin: str) -> 
         if lacking:
             out.append(Citation(entry.number, tuple(by_fix.get(entry.number, ())), tuple(lacking)))
     return out
+
+
+def fork_ahead(store: Store, fork: str, pin: str) -> list[str]:
+    """Upstream commits that the fork's history holds and the pin does not.
+
+    The fork delta is ``merge-base..fork``; when the fork merged upstream commits
+    newer than the pin, those would be carried as if they were the fork's own
+    (shared case 18). Upstream is known by the store's ``refs/remotes/upstream/*``
+    (fetched when a name is resolved or by :func:`fetch_upstream_refs`).
+
+    Args:
+        store: git store.
+        fork, pin: commit SHAs.
+    Returns:
+        ``["<sha12> <subject>", ...]``, newest first; empty when the fork holds no
+        upstream commit past the pin, or when no upstream branch is known.
+    """
+    rows = store.out("for-each-ref", "--format=%(refname:lstrip=3) %(objectname)", "refs/remotes/upstream/")
+    tips = dict(line.split(" ", 1) for line in rows.splitlines() if " " in line)
+    # The default branch answers the question; other branches only when it is unknown.
+    refs = [tips[b] for b in ("main", "master") if b in tips][:1] or list(tips.values())[:20]
+    ahead: list[str] = []
+    for tip in refs:
+        base = store.git("merge-base", fork, tip, check=False).stdout.decode().strip()
+        if not base or store.git("merge-base", "--is-ancestor", base, pin, check=False).returncode == 0:
+            continue
+        for line in store.out("log", "--format=%h %s", "--abbrev=12", f"{base}", f"^{pin}").splitlines():
+            if line not in ahead:
+                ahead.append(line)
+    return ahead
+
+
+def refuse_fork_ahead(store: Store, fork: str, pin: str) -> None:
+    """Raise when the fork holds upstream commits newer than the pin (see :func:`fork_ahead`).
+
+    Raises:
+        OverlayError: naming the first few such commits and ``--allow-fork-ahead`` (exit 2).
+    """
+    fetch_upstream_refs(store)
+    ahead = fork_ahead(store, fork, pin)
+    if ahead:
+        shown = "; ".join(ahead[:3]) + (f"; and {len(ahead) - 3} more" if len(ahead) > 3 else "")
+        raise OverlayError(f"fork commit {fork[:12]} has merged {len(ahead)} upstream commit(s) that pin "
+                           f"{pin[:12]} lacks ({shown}): they would be carried as fork delta",
+                           hint="rebase onto a pin that holds them first (`overlay rebase --onto`), or pass "
+                                "--allow-fork-ahead to carry them anyway")

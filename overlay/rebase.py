@@ -799,59 +799,6 @@ class Rebase:
         return proc.stdout.decode("utf-8", "replace")
 
 
-def fork_ahead(store: Store, fork: str, pin: str) -> list[str]:
-    """Upstream commits that the fork's history holds and the pin does not.
-
-    The fork delta is ``merge-base..fork``; when the fork merged upstream commits
-    newer than the pin, those would be carried as if they were the fork's own
-    (shared case 18). Upstream is known by the store's ``refs/remotes/upstream/*``
-    (fetched when a name is resolved or by :func:`refresh_upstream_refs`).
-
-    Args:
-        store: git store.
-        fork, pin: commit SHAs.
-    Returns:
-        ``["<sha12> <subject>", ...]``, newest first; empty when the fork holds no
-        upstream commit past the pin, or when no upstream branch is known.
-    """
-    rows = store.out("for-each-ref", "--format=%(refname:lstrip=3) %(objectname)", "refs/remotes/upstream/")
-    tips = dict(line.split(" ", 1) for line in rows.splitlines() if " " in line)
-    # The default branch answers the question; other branches only when it is unknown.
-    refs = [tips[b] for b in ("main", "master") if b in tips][:1] or list(tips.values())[:20]
-    ahead: list[str] = []
-    for tip in refs:
-        base = store.git("merge-base", fork, tip, check=False).stdout.decode().strip()
-        if not base or store.git("merge-base", "--is-ancestor", base, pin, check=False).returncode == 0:
-            continue
-        for line in store.out("log", "--format=%h %s", "--abbrev=12", f"{base}", f"^{pin}").splitlines():
-            if line not in ahead:
-                ahead.append(line)
-    return ahead
-
-
-def refresh_upstream_refs(store: Store) -> None:
-    """Fetch upstream's branches into ``refs/remotes/upstream/*`` (online only; quiet on failure)."""
-    if not store.offline:
-        with store.lock():
-            store.git("fetch", "-q", "--no-tags", "upstream", "+refs/heads/*:refs/remotes/upstream/*", check=False)
-
-
-def refuse_fork_ahead(store: Store, fork: str, pin: str) -> None:
-    """Raise when the fork holds upstream commits newer than the pin (see :func:`fork_ahead`).
-
-    Raises:
-        OverlayError: naming the first few such commits and ``--allow-fork-ahead`` (exit 2).
-    """
-    refresh_upstream_refs(store)
-    ahead = fork_ahead(store, fork, pin)
-    if ahead:
-        shown = "; ".join(ahead[:3]) + (f"; and {len(ahead) - 3} more" if len(ahead) > 3 else "")
-        raise OverlayError(f"fork commit {fork[:12]} has merged {len(ahead)} upstream commit(s) that pin "
-                           f"{pin[:12]} lacks ({shown}): they would be carried as fork delta",
-                           hint="rebase onto a pin that holds them first (`overlay rebase --onto`), or pass "
-                                "--allow-fork-ahead to carry them anyway")
-
-
 def _rr_remove(root: str, key: str) -> None:
     for name in (key, key + ".path"):
         try:

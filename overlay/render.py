@@ -23,7 +23,6 @@ from typing import Iterable, Mapping, Sequence
 
 from overlay import junit
 from overlay.findings import SEVERITIES, Finding
-from overlay.junit import xml_safe  # noqa: F401  (kept importable from here)
 
 #: Known family prefixes, in report order, with their names (DESIGN 8).
 FAMILIES = {
