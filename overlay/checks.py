@@ -41,6 +41,8 @@ CODES: dict[str, tuple[str, str]] = {
     "MAN001": ("error", "a manifest commit is not in the git store and cannot be fetched"),
     "MAN002": ("warning", "offline and the pinned objects are not in the git store: layer checks skipped"),
     "MAN003": ("error", "the fork's merge base is not an ancestor of the fork commit"),
+    "MAN004": ("error", "the fork commit holds upstream commits that the pin lacks: they are carried as "
+                        "fork delta"),
     "SER001": ("error", "series lists a patch file that does not exist"),
     "SER002": ("error", "a patch file in patches-rocm/ is not listed in series"),
     "SER003": ("error", "series lists the same patch twice"),
@@ -200,6 +202,30 @@ def _resolution_findings(root: str, manifest: Manifest) -> tuple[list[Finding], 
     return findings, resolutions, safe
 
 
+def _fork_ahead_findings(store: Store, manifest: Manifest) -> list[Finding]:
+    """MAN004: the manifest's fork merged upstream commits newer than its pin (shared case 18).
+
+    The same question ``overlay sync`` asks before it accepts a fork commit
+    (:func:`overlay.pins.fork_ahead`), asked of the manifest as it stands. Upstream
+    is known by the store's ``refs/remotes/upstream/*``: an online verify fetches
+    them once when the store holds none; offline, the check uses what is there and
+    says nothing when nothing is.
+    """
+    from overlay.pins import fetch_upstream_refs, fork_ahead
+
+    if not store.out("for-each-ref", "--count=1", "--format=%(refname)", "refs/remotes/upstream/"):
+        fetch_upstream_refs(store)
+    ahead = fork_ahead(store, manifest.fork_commit, manifest.pin)
+    if not ahead:
+        return []
+    shown = "; ".join(ahead[:3]) + (f"; and {len(ahead) - 3} more" if len(ahead) > 3 else "")
+    return [_f("MAN004", "patches-rocm/overlay.toml", None,
+               f"fork commit {manifest.fork_commit[:12]} has merged {len(ahead)} upstream commit(s) that pin "
+               f"{manifest.pin[:12]} lacks ({shown})",
+               "rebase onto a pin that holds them (`overlay rebase --onto`); if carrying them is deliberate, "
+               "`overlay verify --skip MAN004`")]
+
+
 def _repo_paths(root: str) -> list[str]:
     proc = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=root, stdout=subprocess.PIPE,
                           stderr=subprocess.DEVNULL, check=False)
@@ -259,6 +285,7 @@ def verify(root: str, store: Store, *, only: Iterable[str] = (), skip: Iterable[
             findings.append(_f("MAN003", "patches-rocm/overlay.toml", None,
                                f"merge-base {manifest.merge_base[:12]} is not an ancestor of fork commit "
                                f"{manifest.fork_commit[:12]}", "run `overlay sync` to recompute it"))
+        findings += _fork_ahead_findings(store, manifest)
         for stale in layers.stale_resolutions:
             findings.append(_f("LAY002", f"patches-rocm/resolved/{stale}", None,
                                f"{stale} no longer conflicts; the resolution is not used",

@@ -335,8 +335,32 @@ class Rebase:
         forked = store.edit_tree(merge.tree, changes)
         self.state["forked"] = forked
         self.state["stale"] = sorted(p for p in old_res if p not in merge.stages)
+        self._remember_stale(manifest, old, old_res, old_merge)
         self.state["merge_stats"] = {"carried": len(merge.carried), "conflicts": len(merge.stages)}
         self.state["patches"] = [{"name": name, "status": "pending"} for name, _line in read_series(self.root)]
+        self.save()
+
+    def _remember_stale(self, manifest: Manifest, old: Bases, old_res: dict[str, bytes], old_merge) -> None:
+        """Record each resolution this run removes in the rr-cache, keyed on the conflict it
+        resolved, as ``git rerere`` records every resolution it sees.
+
+        A resolution goes when its path stops conflicting (e.g. a sync to an older fork);
+        a later run that meets the very same conflict again (the sync back) then reuses
+        it instead of stopping, so a round trip restores the records byte for byte.
+        ``--abort`` forgets these entries with the rest of the run's.
+        """
+        stale = [p for p in self.state["stale"] if p in old_res]
+        if not stale:
+            return
+        if old_merge is None:
+            old_merge = merge_fork_delta(self.store, old.merge_base, old.pin, old.fork, manifest.carry)
+        for path in stale:
+            old_stages = {str(k): v for k, v in old_merge.stages.get(path, {}).items()}
+            if not old_stages:
+                continue  # the old layers did not conflict there either: nothing to key it on
+            key = self._conflict_key(self._labelled(old_stages, None))
+            if self._rr_get(key) is None:
+                self._rr_put(key, old_res[path], path)
         self.save()
 
     def _current_tree(self) -> str:
@@ -739,7 +763,9 @@ class Rebase:
         """The run's outcome as plain data (see :mod:`overlay.rebase_report`)."""
         resolutions = [{"path": p, "status": e["status"], "note": e.get("note", "")}
                        for p, e in sorted(self.state["resolutions"].items())]
-        resolutions += [{"path": p, "status": "removed", "note": "the path no longer conflicts"}
+        resolutions += [{"path": p, "status": "removed",
+                         "note": "the path no longer conflicts; the resolution stays in the rr-cache, and a "
+                                 "later run that meets the same conflict reuses it"}
                         for p in self.state.get("stale", [])]
         patches = []
         for entry in self.state["patches"]:
@@ -762,10 +788,14 @@ class Rebase:
     @staticmethod
     def _next_steps(resolutions: list[dict]) -> list[str]:
         steps = []
-        changed = [r["path"] for r in resolutions if r["status"] != "unchanged"]
+        changed = [r["path"] for r in resolutions if r["status"] not in ("unchanged", "removed")]
+        removed = [r["path"] for r in resolutions if r["status"] == "removed"]
         if changed:
             steps.append("review the retarget entries of LOCAL_FIXES.md for " + ", ".join(changed)
                          + " (new resolutions need an entry: overlay fix new --section retarget ...)")
+        if removed:
+            steps.append("update or drop the LOCAL_FIXES.md entries that name the removed resolution(s) "
+                         + ", ".join(f"patches-rocm/resolved/{p}" for p in removed))
         return steps + ["overlay verify", "overlay build --backend rocm", "overlay suite run"]
 
     def _range_diff(self) -> str:

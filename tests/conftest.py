@@ -6,10 +6,17 @@ No test touches the network: every remote is a local path.
 from __future__ import annotations
 
 import os
+import signal
 
 import pytest
 
 from gitfixtures import Overlay, build_world
+
+# A shell without job control starts background jobs with SIGINT ignored, and an ignored
+# signal stays ignored across exec: the Ctrl-C tests' children would never see theirs.
+# A handled signal is reset to the default in a child, so handle it here.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 #: The real upstream mirrors, read before the isolation below clears OVERLAY_*.
 REAL_MIRRORS = {k: os.environ[k] for k in ("OVERLAY_UPSTREAM_URL", "OVERLAY_FORK_URL") if os.environ.get(k)}

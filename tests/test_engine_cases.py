@@ -569,8 +569,14 @@ def test_case17_reused_resolution_is_shown_and_forget_forgets_it(ov, w):
     assert rr_entries(ov) == set()
     none = cli(ov, "rebase", "--forget", "mlx/core.cpp")
     assert none.exit_code == 0 and "no recorded resolution for mlx/core.cpp" in none.output
-    assert cli(ov, "rebase", "--onto", w.base).exit_code == 0
+    # The resolution is still in the records: the run that removes it remembers it again
+    # (as rerere records what it sees), and says so; forgetting it then makes the next
+    # run onto that conflict stop.
+    removed = cli(ov, "rebase", "--onto", w.base)
+    assert removed.exit_code == 0 and "stays in the rr-cache" in (ov.root / ".overlay" / "last-rebase.md").read_text()
     assert_verify_clean(ov)
+    assert len({n for n in rr_entries(ov) if not n.endswith(".path")}) == 1
+    assert cli(ov, "rebase", "--forget", "mlx/core.cpp").exit_code == 0
     stops = cli(ov, "rebase", "--onto", w.pin_conflict)
     assert stops.exit_code == 1 and "mlx/core.cpp: the fork delta conflicts" in stops.output
 
@@ -602,7 +608,13 @@ def test_case18_fork_ahead_of_the_pin_is_refused_then_allowed(ov, w):
     allowed = cli(ov, "sync", "--fork", merged, "--allow-fork-ahead")
     assert allowed.exit_code == 0, allowed.output
     assert f'commit = "{merged}"' in (ov.root / PDIR / "overlay.toml").read_text()
-    assert_verify_clean(ov)
+    # verify asks the manifest the same question: MAN004 names the commits, and a team
+    # that carries them on purpose says so with --skip.
+    reported = cli(ov, "verify")
+    assert reported.exit_code == 1, reported.output
+    assert "MAN004" in reported.output and "3 upstream commit(s)" in reported.output, reported.output
+    assert f"{ahead[:12]} upstream feature after the pin" in reported.output
+    assert cli(ov, "verify", "--skip", "MAN004").exit_code == 0
 
 
 # -- a hunk whose context also matches elsewhere, through a rebase ------------------------------------

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -97,6 +98,42 @@ def test_rr_cache_reuses_a_recorded_resolution(ov, w):
     assert again.exit_code == 0, again.output
     assert "resolution mlx/core.cpp: reused" in again.output and "rr-cache" in again.output
     assert (ov.root / "patches-rocm" / "resolved" / "mlx" / "core.cpp").read_text() == resolved
+
+
+def test_a_removed_resolution_is_remembered_for_the_way_back(ov, w):
+    """A resolution that comes with the records (a fresh clone: no rr-cache) and goes
+    because its path stops conflicting is kept in the rr-cache, so the run back onto
+    the same conflict restores it byte for byte instead of stopping."""
+    assert cli(ov, "rebase", "--onto", w.pin_conflict).exit_code == 1
+    work = ov.root / ".overlay" / "rebase" / "work" / "mlx" / "core.cpp"
+    resolved = lines("core", change={5: "core 5 both", 25: "core 25 upstream"}).encode() + b"\xe9 latin-1\r\n"
+    work.write_bytes(resolved)
+    assert cli(ov, "rebase", "--continue").exit_code == 0
+    shutil.rmtree(ov.root / ".overlay" / "rr-cache")  # as in a clone that got the records from git
+    back = cli(ov, "rebase", "--onto", w.base)
+    assert back.exit_code == 0 and "resolution mlx/core.cpp: removed" in back.output
+    assert not (ov.root / "patches-rocm" / "resolved").exists()
+    report = (ov.root / ".overlay" / "last-rebase.md").read_text()
+    assert "stays in the rr-cache" in report
+    again = cli(ov, "rebase", "--onto", w.pin_conflict)
+    assert again.exit_code == 0, again.output
+    assert "resolution mlx/core.cpp: reused" in again.output
+    assert (ov.root / "patches-rocm" / "resolved" / "mlx" / "core.cpp").read_bytes() == resolved
+
+
+def test_an_aborted_run_forgets_the_resolutions_it_remembered(ov, w):
+    """--abort forgets what the run put in the rr-cache, removed resolutions included."""
+    assert cli(ov, "rebase", "--onto", w.pin_conflict).exit_code == 1
+    work = ov.root / ".overlay" / "rebase" / "work" / "mlx" / "core.cpp"
+    work.write_text(lines("core", change={5: "core 5 both", 25: "core 25 upstream"}))
+    assert cli(ov, "rebase", "--continue").exit_code == 0
+    shutil.rmtree(ov.root / ".overlay" / "rr-cache")
+    add_patch(ov, "0001-ops.patch", {"mlx/ops.cpp": lines("ops", change={2: "ops 2 ours"})})
+    stop = cli(ov, "rebase", "--onto", w.base)  # core.cpp stops conflicting; the patch's line 2 does
+    assert stop.exit_code == 1, stop.output
+    assert any(p.suffix != ".path" for p in (ov.root / ".overlay" / "rr-cache").iterdir())
+    assert cli(ov, "rebase", "--abort").exit_code == 0
+    assert not list((ov.root / ".overlay" / "rr-cache").iterdir())
 
 
 def test_patch_conflict_skip_names_the_entry(ov, w):
