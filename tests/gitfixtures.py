@@ -226,4 +226,19 @@ def cli(o: "Overlay", *args: str, **kw):
 
     from overlay.cli import main
 
-    return CliRunner().invoke(main, ["-C", str(o.root), *args], **kw)
+    result = CliRunner().invoke(main, ["-C", str(o.root), *args], **kw)
+    if result.exit_code == 0 and args and args[0] in ("rebase", "sync") and "complete" in result.output:
+        _assert_layers_verify_clean(o, args)
+    return result
+
+
+def _assert_layers_verify_clean(o: "Overlay", args: tuple[str, ...]) -> None:
+    """Issue 12: ``verify`` is clean right after every run that reports success, in every
+    test that completes a rebase or sync, without ``refresh``. The SER and LAY families
+    are the engine's; MAN and FIX findings are the records a test chose to write."""
+    from click.testing import CliRunner
+
+    from overlay.cli import main
+
+    check = CliRunner().invoke(main, ["-C", str(o.root), "verify", "--only", "SER", "--only", "LAY"])
+    assert check.exit_code == 0, f"verify after `overlay {' '.join(args)}`:\n{check.output}"

@@ -106,7 +106,7 @@ def test_a_removed_resolution_is_remembered_for_the_way_back(ov, w):
     the same conflict restores it byte for byte instead of stopping."""
     assert cli(ov, "rebase", "--onto", w.pin_conflict).exit_code == 1
     work = ov.root / ".overlay" / "rebase" / "work" / "mlx" / "core.cpp"
-    resolved = lines("core", change={5: "core 5 both", 25: "core 25 upstream"}).encode() + b"\xe9 latin-1\r\n"
+    resolved = lines("core", change={5: "core 5 both \xe9 latin-1", 25: "core 25 upstream"}).encode("latin-1")
     work.write_bytes(resolved)
     assert cli(ov, "rebase", "--continue").exit_code == 0
     shutil.rmtree(ov.root / ".overlay" / "rr-cache")  # as in a clone that got the records from git
