@@ -606,13 +606,7 @@ def ci_cmd(ctx: Context, only: tuple[str, ...], backend: str, arch: str | None, 
     sys.exit(1 if result.failed else 0)
 
 
-from overlay.suites.cli import suite as _suite_group  # noqa: E402  (subcommand group)
-
-main.add_command(_suite_group)
-
-
-if __name__ == "__main__":  # python -m overlay.cli
-    main()
+main.lazy_commands = {"suite": "overlay.suites.cli:suite"}
 
 
 @main.command("build")
@@ -644,3 +638,7 @@ def build_cmd(ctx: Context, backend: str, arch: str | None, toolchain_spec: str 
     if not result.ok:
         ctx_ = click.get_current_context()
         ctx_.exit(1)
+
+
+if __name__ == "__main__":  # python -m overlay.cli; last, so that every command above is defined
+    main()

@@ -140,6 +140,24 @@ class OverlayGroup(click.Group):
     click's own exceptions (usage errors, aborts) into lines, then exits.
     """
 
+    #: Subcommand groups imported only when named (``name -> "module:attribute"``): the
+    #: suites bring statistics, jinja2 and the runner, which no other command needs
+    #: (issue 14: start-up is the floor every command pays).
+    lazy_commands: dict[str, str] = {}
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        """Eager and lazy subcommand names, sorted (``--help`` lists both)."""
+        return sorted(set(super().list_commands(ctx)) | set(self.lazy_commands))
+
+    def get_command(self, ctx: click.Context, cmd_name: str):
+        """The subcommand ``cmd_name``; a lazy one is imported on first use."""
+        if cmd_name in self.lazy_commands and cmd_name not in self.commands:
+            import importlib
+
+            module, attribute = self.lazy_commands[cmd_name].split(":")
+            self.add_command(getattr(importlib.import_module(module), attribute), cmd_name)
+        return super().get_command(ctx, cmd_name)
+
     def invoke(self, ctx: click.Context):
         """Run the group and its subcommand (see :meth:`click.Group.invoke`)."""
         try:

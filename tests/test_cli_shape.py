@@ -1,0 +1,49 @@
+"""The command line's shape: every command reachable, and start-up that loads only the CLI."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from overlay.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _python(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *args], cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)),
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_every_command_is_listed_and_has_help():
+    listed = CliRunner().invoke(main, ["--help"])
+    assert listed.exit_code == 0, listed.output
+    names = main.list_commands(None)
+    assert "suite" in names and "build" in names and "verify" in names
+    for name in names:
+        assert f"\n  {name} " in listed.output, name
+        sub = CliRunner().invoke(main, [name, "--help"], prog_name="overlay")
+        assert sub.exit_code == 0 and sub.output.startswith(f"Usage: overlay {name}"), (name, sub.output)
+
+
+def test_python_m_reaches_every_command():
+    """`python -m overlay.cli build` once failed: the command was defined after the
+    ``__main__`` block."""
+    for name in main.list_commands(None):
+        proc = _python("-m", "overlay.cli", name, "--help")
+        assert proc.returncode == 0 and proc.stdout.startswith(f"Usage: overlay {name}"), (name, proc.stderr)
+
+
+def test_importing_the_cli_loads_no_command_module():
+    """Start-up is the floor every command pays (issue 14): the suites, jinja2, email,
+    rich and the domain modules load only when a command needs them."""
+    proc = _python("-c", "import sys, overlay.cli; print(' '.join(sorted(sys.modules)))")
+    assert proc.returncode == 0, proc.stderr
+    loaded = set(proc.stdout.split())
+    heavy = {m for m in loaded if m.split(".")[0] in ("jinja2", "email", "rich", "tomlkit")}
+    ours = {m for m in loaded if m.startswith("overlay.")} - {"overlay.cli", "overlay.clitools", "overlay.errors"}
+    assert not heavy and not ours, (heavy, ours)
