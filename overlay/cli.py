@@ -292,9 +292,7 @@ def fix_new_cmd(ctx: Context, section: str, title: str, files: tuple[str, ...], 
 
     manifest = load_manifest(ctx.root)
     number = fixes.add_entry(os.path.join(ctx.root, fixes.FILE_NAME), section, title, list(files), body,
-                             closing_sentence=manifest.closing_sentence, pin=manifest.pin,
-                             fork_repo=fixes.fork_repo_from_url(manifest.fork_url),
-                             fork_commit=manifest.fork_commit)
+                             **fixes.entry_policy(manifest))
     click.echo(f"added entry {number} to {fixes.FILE_NAME}; put `Local-Fix: {number}` in its patch")
 
 
