@@ -481,7 +481,7 @@ def _rebase_action(ctx: Context, action: str, fmt: str) -> None:
         else:
             click.echo("aborted: nothing had been written yet; the overlay is as it was before the run")
         return
-    report = rb.skip() if action == "skip" else rb.continue_()
+    report = rb.skip(drop=action == "drop") if action in ("skip", "drop") else rb.continue_()
     click.echo(render(report, fmt), nl=False)
     click.echo("report written to .overlay/last-rebase.md")
 
@@ -490,8 +490,10 @@ def _rebase_options(fn):
     for opt in reversed([
         click.option("--continue", "action", flag_value="continue", help="Take your edit and go on."),
         click.option("--skip", "action", flag_value="skip",
-                     help="Leave the patch the run stopped on out of the series (its file and series line)."),
-        click.option("--drop", "action", flag_value="skip", help="The same as --skip."),
+                     help="Leave out the patch the run stopped on when it changes nothing on the new base; "
+                          "on a conflict it asks for --drop."),
+        click.option("--drop", "action", flag_value="drop",
+                     help="Leave the patch the run stopped on out of the series (its file and series line go)."),
         click.option("--forget", "forget", metavar="PATH", default=None,
                      help="Forget the resolutions recorded (rr-cache) for PATH."),
         click.option("--abort", "action", flag_value="abort", help="Restore every file as before the run."),
