@@ -795,10 +795,13 @@ class Rebase:
         compare: the range-diff would pair each patch with itself (``=``), so it is
         summarized without running git.
         """
+        from overlay.rebase_report import label_range_diff, patch_label
+
         entries = self.state["patches"]
+        labels = {e["name"]: patch_label(e["name"], self._backup_patch(e["name"], header_only=True).local_fix)
+                  for e in entries}
         if all(e["status"] == "clean" and not e.get("changed") for e in entries):
-            return "".join(f"{i}: = {i}: {self._backup_patch(e['name'], header_only=True).subject}\n"
-                           for i, e in enumerate(entries, 1))
+            return "".join(f"{labels[e['name']]} = {labels[e['name']]}\n" for e in entries)
         store = self.store
         layers = self._old_layers()
         if layers is None:
@@ -816,7 +819,10 @@ class Rebase:
         new_base, new_tip = chain(self.state["forked"], new_trees)
         proc = store.git("range-diff", "--no-color", f"{old_base}..{old_tip}", f"{new_base}..{new_tip}",
                          check=False)
-        return proc.stdout.decode("utf-8", "replace")
+        old_labels = [patch_label(r.patch.name, r.patch.local_fix) for r in layers.patches]
+        new_labels = [labels[e["name"]] for e in entries
+                      if e.get("tree") and e["status"] in ("clean", "merged", "resolved")]
+        return label_range_diff(proc.stdout.decode("utf-8", "replace"), old_labels, new_labels)
 
 
 def _rr_remove(root: str, key: str) -> None:

@@ -285,3 +285,33 @@ def test_skip_on_a_patch_that_changes_nothing_still_drops_it(ov, w):
     assert empty.exit_code == 1 and "`overlay sync --drop` (or `--skip`)" in empty.output
     assert cli(ov, "sync", "--skip").exit_code == 0  # the answer
     assert not (ov.root / "patches-rocm" / "0001-h.patch").exists()
+
+
+# -- 8. reports name patches by file name and Local-Fix number -------------------------------
+
+
+def _range_diff(o) -> str:
+    report = (o.root / ".overlay" / "last-rebase.md").read_text()
+    section = report.split("### Range-diff", 1)[1].split("```")[1]
+    assert not re.search(r"^\s*\d+:", section, re.M), section  # no series positions
+    return section
+
+
+def test_last_rebase_range_diff_names_patches(ov, w):
+    add_patch(ov, "0001-device.patch", {"mlx/backend/rocm/device.cpp": lines("device", change={9: "d9"})}, fix=4)
+    assert cli(ov, "rebase", "--onto", w.pin_clean).exit_code == 0  # every patch clean: the summary
+    assert "0001-device.patch (fix 4) = 0001-device.patch (fix 4)" in _range_diff(ov)
+    add_patch(ov, "0002-core.patch", {"mlx/core.cpp": lines("core", change={5: "core 5 // rocm hook",
+                                                                            20: "core 20 ours",
+                                                                            25: "core 25 upstream"})}, fix=5)
+    up = w.upstream.path
+    git(up, "checkout", "-q", "--detach", w.pin_clean)
+    side = w.upstream.commit({"mlx/core.cpp": lines("core", change={25: "core 25 upstream", 28: "core 28 up"})},
+                             "upstream edits core.cpp again")
+    git(up, "update-ref", "refs/heads/side", side)
+    git(up, "checkout", "-q", "main")
+    done = cli(ov, "rebase", "--onto", side)  # 0002's pre-image changed: merged, git's range-diff runs
+    assert done.exit_code == 0 and "0002-core.patch: merged" in done.output, done.output
+    section = _range_diff(ov)
+    assert "0001-device.patch (fix 4) = 0001-device.patch (fix 4)" in section
+    assert re.search(r"^0002-core\.patch \(fix 5\) [=!] 0002-core\.patch \(fix 5\)$", section, re.M), section
