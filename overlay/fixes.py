@@ -964,7 +964,7 @@ def patch_trailers(text: str) -> dict[str, tuple[str, int]]:
 
 
 def check_patch_entries(doc: Document, patches: Iterable[PatchRecord | tuple], patched_paths: Iterable[str],
-                        *, repo_paths: Iterable[str] = ()) -> list[Finding]:
+                        *, repo_paths: Iterable[str] = (), unparsed: Iterable[int] = ()) -> list[Finding]:
     """Patches and entries agree (DESIGN 8, issue 3).
 
     For each patch: it has ``Local-Fix:`` and ``Forwarded:`` trailers; ``N`` is an
@@ -982,6 +982,8 @@ def check_patch_entries(doc: Document, patches: Iterable[PatchRecord | tuple], p
             touched, deleted)`` for every patch in the series.
         patched_paths: every path of the ``patched`` tree.
         repo_paths: overlay repository paths that entries may also name.
+        unparsed: ``Local-Fix`` numbers of series patches whose diff does not parse
+            (SER004 reports them): their entries do have a patch, so no FIX024.
 
     Returns:
         FIX017 (no ``Local-Fix`` or not a number), FIX018 (no ``Forwarded``),
@@ -995,6 +997,7 @@ def check_patch_entries(doc: Document, patches: Iterable[PatchRecord | tuple], p
     universe = patched | all_deleted
     base_u = _basenames(universe)
     repo = set(repo_paths)
+    skip_fix024 = set(unparsed)
     by_entry: dict[int, list[PatchRecord]] = {}
     out: list[Finding] = []
     entries = {}
@@ -1061,7 +1064,7 @@ def check_patch_entries(doc: Document, patches: Iterable[PatchRecord | tuple], p
             out.append(_f(doc, "FIX021", e.file_lines.get(name, e.line),
                           f"entry {e.number} names `{name}`, which is not in the patched tree",
                           "fix the path, or drop it if the file is gone"))
-        if e.section in POLICY_SECTIONS and e.number not in by_entry:
+        if e.section in POLICY_SECTIONS and e.number not in by_entry and e.number not in skip_fix024:
             out.append(_f(doc, "FIX024", e.line, f"entry {e.number} has no patch in the series",
                           "add 'Local-Fix: N' to its patch, or remove the entry", severity="warning"))
     return out

@@ -315,3 +315,30 @@ def test_last_rebase_range_diff_names_patches(ov, w):
     section = _range_diff(ov)
     assert "0001-device.patch (fix 4) = 0001-device.patch (fix 4)" in section
     assert re.search(r"^0002-core\.patch \(fix 5\) [=!] 0002-core\.patch \(fix 5\)$", section, re.M), section
+
+
+# -- 10. a hand-broken patch: its line, git's reason, no misleading FIX024 -------------------
+
+
+def test_hand_broken_patch_gives_the_line_and_gits_reason_and_no_fix024(ov, w):
+    from overlay.checks import verify
+
+    data = add_patch(ov, "0001-device.patch",
+                     {"mlx/backend/rocm/device.cpp": lines("device", change={3: "device 3 locked"})}, fix=1)
+    (ov.root / "LOCAL_FIXES.md").write_text(
+        (ov.root / "LOCAL_FIXES.md").read_text()
+        + "1. **Lock.** `mlx/backend/rocm/device.cpp` is locked. "
+          "Applies to the fork; kept in mlxcelverse under the 2026-10-06 fork policy, not proposed there.\n")
+    broken = data.replace(b"+device 3 locked\n", b"+device 3 locked\n+a line typed by hand\n")
+    (ov.root / "patches-rocm" / "0001-device.patch").write_bytes(broken)
+    hunk_line = broken.split(b"\n").index(next(ln for ln in broken.split(b"\n") if ln.startswith(b"@@"))) + 1
+    found = verify(str(ov.root), Store()).findings
+    (ser004,) = [f for f in found if f.code == "SER004"]
+    assert ser004.line == hunk_line and ser004.path == "patches-rocm/0001-device.patch"
+    assert "hunk header says -6 +6 lines" in ser004.message
+    assert "(git apply: corrupt patch at line" in ser004.message
+    assert "refresh` cannot" in ser004.hint
+    assert not [f for f in found if f.code == "FIX024"], found
+    row = next(ln for ln in (ROOT / "docs" / "findings.md").read_text().splitlines() if ln.startswith("| SER004"))
+    fix_column = row.rstrip(" |").rsplit(" | ", 1)[1]
+    assert "refresh" not in fix_column or "cannot" in fix_column, row
