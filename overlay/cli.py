@@ -157,7 +157,7 @@ def status_cmd(ctx: Context, dest: tuple[str, ...]) -> None:
         else:
             state = "up to date" if stamp["tree"] == layers.patched else "stale"
             click.echo(f"export    {d}: tree {stamp['tree']} ({state}, {len(stamp['files'])} files)")
-        edited = edited_files(d, stamp)
+        edited = edited_files(d, stamp, store=_store_, tree=layers.patched)
         if edited:
             click.echo(f"warning: {d}: {edited_note(edited)}")
 
