@@ -36,6 +36,7 @@ import json
 import os
 import re
 import shutil
+import textwrap
 from typing import Iterator
 
 from overlay import fixes
@@ -436,6 +437,29 @@ def _title_from(subject: str) -> str:
     return title[:1].upper() + title[1:]
 
 
+def wrap_message(text: str, width: int = 72) -> str:
+    """A description with its long prose lines refilled to ``width`` columns (git's
+    habit for messages, and how the series' patches are written): a one-line
+    ``--description`` becomes a readable paragraph. A paragraph with an indented
+    line, a list item or a fence stays exactly as written.
+
+    Args:
+        text: the description.
+        width: the column to wrap at.
+    Returns:
+        The text, paragraphs separated by one blank line, no trailing newline.
+    """
+    out = []
+    for para in re.split(r"\n[ \t]*\n", text.strip()):
+        lines = para.split("\n")
+        verbatim = any(ln[:1].isspace() or ln.lstrip().startswith(("- ", "* ", "```")) for ln in lines)
+        if not verbatim and any(len(ln) > width for ln in lines):
+            para = textwrap.fill(" ".join(para.split()), width=width, break_long_words=False,
+                                 break_on_hyphens=False)
+        out.append(para)
+    return "\n\n".join(p for p in out if p.strip())
+
+
 def _one_line(value: str, what: str) -> str:
     value = " ".join(value.split())
     if not value:
@@ -506,7 +530,8 @@ def record(root: str, store: Store, manifest: Manifest, *, subject: str | None =
            keep: bool = False) -> Recorded:
     """``overlay record``: write the edit in progress into its patch file.
 
-    For a new patch: ``subject`` and ``description`` are required; ``Local-Fix`` is
+    For a new patch: ``subject`` and ``description`` (its long prose lines wrapped at
+    72 columns, :func:`wrap_message`) are required; ``Local-Fix`` is
     ``fix`` when given (the entry must exist) or a new entry of ``section`` (title:
     ``title`` or the subject without its ``tag:``; body: the description; files: every
     file the patch touches), planned by :func:`overlay.fixes.plan_entry` as
@@ -598,7 +623,8 @@ def record(root: str, store: Store, manifest: Manifest, *, subject: str | None =
                                hint='give -m "subject" and --description "why" (or run in a terminal for $EDITOR)')
         if rewrite_head:
             subject = _one_line(subject if subject is not None else old.subject, "the subject")  # type: ignore[union-attr]
-            description = (description if description is not None else old.description).strip()  # type: ignore[union-attr]
+            description = (wrap_message(description) if description is not None
+                           else old.description.strip())  # type: ignore[union-attr]
             if not description:
                 raise OverlayError("the description is empty", hint="say why the change is needed (verify: SER006)")
             forwarded = _one_line(forwarded, "--forwarded") if forwarded is not None else (
@@ -691,4 +717,4 @@ def _series_author(layers: Layers) -> str:
 
 
 __all__ = ["EDIT_DIR", "STATE_FILE", "NothingToRecord", "Recorded", "Session", "Started", "abort_edit",
-           "changed_files", "load_session", "patch_file_name", "record", "start_edit"]
+           "changed_files", "load_session", "patch_file_name", "record", "start_edit", "wrap_message"]

@@ -371,3 +371,12 @@ def test_recorded_patch_is_what_refresh_writes(clean):
     layers = compute_layers(store, load_manifest(str(clean.root)), str(clean.root), stepwise=True)
     assert all(not r.changed for r in refresh_series(store, layers))
     verify_clean(clean)
+
+
+def test_a_long_description_is_wrapped_as_the_series_is_written():
+    long = "word " * 40
+    wrapped = edit_mod.wrap_message(long + "\n\n- a list item that is kept exactly as it was written, long or not at all\n")
+    first, second = wrapped.split("\n\n")
+    assert max(len(ln) for ln in first.split("\n")) <= 72 and " ".join(first.split()) == long.strip()
+    assert second == "- a list item that is kept exactly as it was written, long or not at all"
+    assert edit_mod.wrap_message("short line\nkept as is") == "short line\nkept as is"
