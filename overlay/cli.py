@@ -399,8 +399,9 @@ def record_cmd(ctx: Context, subject: str | None, description: str | None, fix: 
     for path in done.unnamed:
         click.echo(f"warning: LOCAL_FIXES.md entry {done.fix} does not name {path}: name it in backticks "
                    "(verify: FIX020)", err=True)
-    click.echo(f"kept the work tree {_shown(done.workdir)}" if done.kept
-               else f"removed the work tree {_shown(done.workdir)}")
+    # Named from the repository root: the current directory may have been inside it.
+    where = os.path.relpath(done.workdir, ctx.root)
+    click.echo(f"kept the work tree {where}" if done.kept else f"removed the work tree {where}")
     click.echo("next: overlay verify; overlay export DEST (e.g. build/rocm/src)")
 
 
