@@ -1,8 +1,11 @@
 """The stumbles of a first week (issue 17): each test failed before its fix.
 
 Set-up within reach (1), root discovery (2), pin sanity (3, 4), interrupts (5),
-a run in progress named (9), --abort after a completed run (6), a CI gate that
-checked nothing (11). Real git fixture repositories, no network, no timing.
+a run in progress named (9), --abort after a completed run and --skip that asks
+for --drop (6), export and status --dest naming the same hand edits (7), reports
+naming patches by file and Local-Fix number (8), a hand-broken patch (10), a CI
+gate that checked nothing (11). The edit loop (item 1) is tests/test_edit.py.
+Real git fixture repositories, no network, no timing.
 """
 
 from __future__ import annotations
