@@ -274,8 +274,9 @@ def test_bad_input_is_one_line_and_exit_2(clean):
         (line,) = overlay_lines(result.output)
         assert words in line, (args, line)
     assert records_hash(clean) == before
-    assert not (clean.root / ".overlay" / "edit").exists() or not any((clean.root / ".overlay" / "edit").iterdir()) \
-        or list(p.name for p in (clean.root / ".overlay" / "edit").iterdir()) == [".gitignore"]
+    edits = clean.root / ".overlay" / "edit"
+    assert not (clean.root / ".overlay" / "edit.json").exists()
+    assert not edits.exists() or [p.name for p in edits.iterdir()] == [".gitignore"]  # no work tree left
 
 
 def test_record_refusals_write_nothing(clean):
