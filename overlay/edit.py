@@ -50,7 +50,7 @@ from overlay.patchfmt import DEFAULT_AUTHOR, format_patch, tree_diff
 from overlay.paths import check_path
 from overlay.refresh import carry_series, refreshed_bytes
 from overlay.runstate import run_in_progress
-from overlay.series import PATCH_DIR, SERIES_PATH, Patch, load_patch, parse_patch, read_series
+from overlay.series import PATCH_DIR, SERIES_PATH, Patch, parse_patch, read_series
 
 EDIT_DIR = os.path.join(".overlay", "edit")
 STATE_FILE = os.path.join(".overlay", "edit.json")

@@ -13,7 +13,6 @@ import os
 import re
 import subprocess
 
-import pytest
 from click.testing import CliRunner
 
 from gitfixtures import CLOSING, cli, lines, make_patch
