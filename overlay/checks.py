@@ -26,15 +26,15 @@ from typing import Iterable
 
 from overlay import fixes
 from overlay.errors import GitError, LayerError, OfflineMiss, PatchFormatError, UnsafePath
-from overlay.fsutil import RecordError, scan_record_dir
+from overlay.fsutil import RecordError, read_record, scan_record_dir
 from overlay.findings import Finding
-from overlay.gitstore import Store, run_git
+from overlay.gitstore import Store, first_error_line, run_git
 from overlay.layers import PatchApplyError, compute_layers
 from overlay.manifest import Manifest, load_manifest
 from overlay.markers import marker_lines
 from overlay.refresh import refresh_series
 from overlay.paths import check_path
-from overlay.series import PATCH_DIR, SERIES_PATH, Patch, load_patch, read_series
+from overlay.series import PATCH_DIR, SERIES_PATH, Patch, load_patch, parse_patch, read_series
 
 #: code -> (severity, meaning); the FIX family lives in :data:`overlay.fixes.CODES`.
 CODES: dict[str, tuple[str, str]] = {
@@ -109,19 +109,66 @@ def _added_markers(data: bytes) -> list[tuple[int, str]]:
     return [(numbers[i - 1], "+" + text) for i, text in marker_lines(b"\n".join(added))]
 
 
+def git_apply_reason(data: bytes) -> str | None:
+    """What git's own patch reader says of ``data`` (``git apply --numstat``, which
+    only parses), e.g. ``corrupt patch at line 23``; ``None`` when git reads it.
+
+    git counts lines of the whole file (it skips the mail headers), so its line
+    numbers are the patch file's.
+    """
+    proc = run_git(["apply", "--numstat", "-"], input=data, check=False)
+    return None if proc.returncode == 0 else first_error_line(proc.stderr)
+
+
+#: The hint of a SER004 for a diff that does not parse: ``overlay refresh`` cannot
+#: help (it reads the patch first), so it is not named as the fix (issue 17, stumble 10).
+SER004_HINT = ("fix the file at that line by hand (a hunk's header counts must match its lines), or restore "
+               "it from git (`git checkout -- {path}`); `overlay refresh` cannot, it needs a patch that parses")
+
+
+def _unparsable(root: str, name: str, exc: PatchFormatError | UnsafePath) -> tuple[Finding, int | None]:
+    """The SER004 finding for a patch that does not parse, and its ``Local-Fix`` number
+    (read from its header alone, so its entry is not reported as patchless, FIX024)."""
+    rel = f"{PATCH_DIR}/{name}"
+    try:
+        data = read_record(root, rel, what="patch", allow_symlink=False)
+    except RecordError:
+        data = None
+    if isinstance(exc, UnsafePath):
+        return _f("SER004", rel, None, exc.message, "fix its header paths (relative, no '..' or '.git')"), None
+    message = exc.message
+    reason = git_apply_reason(data) if data is not None else None
+    if reason:
+        message += f" (git apply: {reason})"
+    fix = None
+    if data is not None:
+        try:
+            fix = parse_patch(data, name, header_only=True).local_fix
+        except (PatchFormatError, UnsafePath, ValueError):
+            fix = None
+    return _f("SER004", rel, getattr(exc, "line", None), message, SER004_HINT.format(path=rel)), fix
+
+
 def check_series_text(root: str, manifest: Manifest) -> tuple[list[Finding], list[Patch]]:
     """SER001-008 and SER013: the series file and each patch as text.
 
     Returns:
         ``(findings, patches that parsed, in series order)``.
     """
+    findings, patches, _unparsed = _check_series_text(root, manifest)
+    return findings, patches
+
+
+def _check_series_text(root: str, manifest: Manifest) -> tuple[list[Finding], list[Patch], set[int]]:
+    """:func:`check_series_text`, plus the ``Local-Fix`` numbers of the patches that did not parse."""
     findings: list[Finding] = []
+    unparsed: set[int] = set()
     try:
         listed = read_series(root)
     except RecordError as exc:
-        return [_f("SER014", SERIES_PATH, None, exc.message, exc.hint)], []
+        return [_f("SER014", SERIES_PATH, None, exc.message, exc.hint)], [], unparsed
     except (PatchFormatError, UnsafePath) as exc:
-        return [_f("SER004", SERIES_PATH, None, exc.message)], []
+        return [_f("SER004", SERIES_PATH, getattr(exc, "line", None), exc.message)], [], unparsed
     seen: dict[str, int] = {}
     patches: list[Patch] = []
     for name, line in listed:
@@ -141,7 +188,10 @@ def check_series_text(root: str, manifest: Manifest) -> tuple[list[Finding], lis
             findings.append(_f("SER014", rel, None, exc.message, exc.hint))
             continue
         except (PatchFormatError, UnsafePath) as exc:
-            findings.append(_f("SER004", rel, None, exc.message))
+            finding, fix = _unparsable(root, name, exc)
+            findings.append(finding)
+            if fix is not None:
+                unparsed.add(fix)
             continue
         patches.append(patch)
         if not patch.subject:
@@ -168,7 +218,7 @@ def check_series_text(root: str, manifest: Manifest) -> tuple[list[Finding], lis
             if fn.endswith(".patch") and fn not in listed_names:
                 findings.append(_f("SER002", f"{PATCH_DIR}/{fn}", None, f"{fn} is not listed in series",
                                    "add it to series in its place, or delete it"))
-    return findings, patches
+    return findings, patches, unparsed
 
 
 def _resolution_findings(root: str, manifest: Manifest) -> tuple[list[Finding], dict[str, bytes], bool]:
@@ -256,7 +306,7 @@ def verify(root: str, store: Store, *, only: Iterable[str] = (), skip: Iterable[
     manifest = load_manifest(root)
     families = {f.upper() for f in only} or set(FAMILIES)
     findings: list[Finding] = []
-    series_findings, patches = check_series_text(root, manifest)
+    series_findings, patches, unparsed = _check_series_text(root, manifest)
     res_findings, resolutions, resolutions_safe = _resolution_findings(root, manifest)
     findings += series_findings + res_findings
     layers = None
@@ -314,7 +364,8 @@ def verify(root: str, store: Store, *, only: Iterable[str] = (), skip: Iterable[
                                      p.forwarded, p.touched, p.deleted, p.data.decode("utf-8", "replace"))
                    for p in patches]
         patched_paths = {e[3] for e in store.ls_tree(layers.patched)}
-        findings += fixes.check_patch_entries(doc, records, patched_paths, repo_paths=repo_paths)
+        findings += fixes.check_patch_entries(doc, records, patched_paths, repo_paths=repo_paths,
+                                              unparsed=unparsed)
         findings += fixes.check_dropped(doc, layers.dropped_changes)
     skip_set = {c.upper() for c in skip}
     findings = [f for f in findings if f.family in families and f.code not in skip_set]

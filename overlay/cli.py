@@ -157,7 +157,7 @@ def status_cmd(ctx: Context, dest: tuple[str, ...]) -> None:
         else:
             state = "up to date" if stamp["tree"] == layers.patched else "stale"
             click.echo(f"export    {d}: tree {stamp['tree']} ({state}, {len(stamp['files'])} files)")
-        edited = edited_files(d, stamp)
+        edited = edited_files(d, stamp, store=_store_, tree=layers.patched)
         if edited:
             click.echo(f"warning: {d}: {edited_note(edited)}")
 
@@ -273,6 +273,138 @@ def refresh_cmd(ctx: Context, patches: tuple[str, ...], check: bool) -> None:
     click.echo(f"{len(written)} of {len(selected)} patch(es) rewritten")
 
 
+def _shown(path: str) -> str:
+    """``path`` relative to the current directory when it lies below it (shorter to copy), else as is."""
+    try:
+        rel = os.path.relpath(path)
+    except OSError:  # the current directory is gone (record removed the work tree it was in)
+        return path
+    return path if rel.startswith("..") else rel
+
+
+def _interactive() -> bool:
+    """True when a person is at a terminal (then ``record`` may open $EDITOR)."""
+    return sys.stdin.isatty() and sys.stdout.isatty()
+
+
+_MESSAGE_HELP = """\
+# The first line is the subject ("rocm: bounds-check the device index"), then a blank
+# line, then the description: why the change is needed, what was shared or unchecked,
+# how it is owned now. Lines starting with '#' are ignored; an empty message aborts.
+"""
+
+
+def _message_from_editor(subject: str | None, description: str | None) -> tuple[str, str]:
+    """Subject and description from $EDITOR (click.edit), prefilled with what was given."""
+    text = click.edit(f"{subject or ''}\n\n{description or ''}\n{_MESSAGE_HELP}", extension=".txt",
+                      require_save=False)
+    lines = [ln for ln in (text or "").splitlines() if not ln.startswith("#")]
+    while lines and not lines[0].strip():
+        lines.pop(0)
+    if not lines:
+        raise OverlayError("the message is empty: nothing was recorded")
+    return lines[0].strip(), "\n".join(lines[1:]).strip()
+
+
+@main.command("edit")
+@click.argument("patch", required=False)
+@click.option("--new", "new_name", metavar="NAME", default=None,
+              help="Start a new patch NAME (.patch is added); its series line goes after --after, or at the end.")
+@click.option("--after", metavar="PATCH", default=None, help="With --new: the series entry the new patch follows.")
+@click.option("--abort", "abort", is_flag=True, help="Throw the work tree and the edit away.")
+@click.pass_obj
+@handle_errors
+def edit_cmd(ctx: Context, patch: str | None, new_name: str | None, after: str | None, abort: bool) -> None:
+    """Prepare a work tree to edit PATCH (or a --new one); `overlay record` writes the patch."""
+    from overlay.edit import abort_edit, load_session, start_edit
+    from overlay.manifest import load_manifest
+
+    if abort:
+        if patch or new_name or after:
+            raise OverlayError("--abort takes no PATCH, --new or --after")
+        dropped = abort_edit(ctx.root)
+        click.echo(f"threw away the edit of {dropped.name} and its work tree {dropped.directory}"
+                   if dropped else "no edit in progress: nothing to throw away")
+        return
+    if patch is None and new_name is None:
+        current = load_session(ctx.root)
+        if current is None:
+            raise OverlayError("give a PATCH of the series to edit, or --new NAME for a new one",
+                               hint="`overlay status` lists the series")
+        from overlay.edit import changed_files
+
+        changed = changed_files(_store(ctx), ctx.root, current)
+        click.echo(f"editing {current.name} in {_shown(current.workdir(ctx.root))}: {len(changed)} file(s) "
+                   f"changed{': ' + ', '.join(changed[:5]) if changed else ''}{' ...' if len(changed) > 5 else ''}")
+        click.echo("`overlay record` writes it, `overlay edit --abort` throws it away")
+        return
+    manifest = load_manifest(ctx.root)
+    started = start_edit(ctx.root, _store(ctx), manifest, patch=patch, new=new_name, after=after)
+    s = started.session
+    where = _shown(started.workdir)
+    if started.resumed:
+        click.echo(f"the edit of {s.name} is already prepared in {where}")
+    elif s.new:
+        click.echo(f"prepared {where}: a git checkout of the layer with {len(started.below)} patch(es) of the "
+                   f"series applied, for the new patch {s.name}")
+    else:
+        click.echo(f"prepared {where}: a git checkout of the layer below {s.name} with the patch applied "
+                   "(`git diff HEAD~1` there shows the whole patch)")
+    click.echo(f"edit the files under {where} (`git diff` there shows your change), then:")
+    if s.new:
+        click.echo('  overlay record -m "<subject>" --description "<why>" [--forwarded not-needed] [--fix N]')
+    else:
+        click.echo("  overlay record   (-m/--description to change its message too)")
+
+
+@main.command("record")
+@click.option("-m", "--message", "subject", default=None, help="The patch's subject line.")
+@click.option("--description", default=None, help="Why the change is needed (the patch's description).")
+@click.option("--fix", "fix", type=click.IntRange(1, 9999), default=None,
+              help="Point Local-Fix at this existing LOCAL_FIXES.md entry instead of adding one.")
+@click.option("--forwarded", default=None, help="The Forwarded: trailer (default not-needed, the fork policy).")
+@click.option("--section", type=click.Choice(["kernels", "build", "api", "retarget"]), default="kernels",
+              show_default=True, help="Section of the new LOCAL_FIXES.md entry.")
+@click.option("--title", default=None, help="Title of the new entry (default: the subject without its tag).")
+@click.option("--author", default=None, metavar="'NAME <EMAIL>'",
+              help="From: of a new patch (default: the last patch's author).")
+@click.option("--keep", is_flag=True, help="Keep the work tree for another round.")
+@click.pass_obj
+@handle_errors
+def record_cmd(ctx: Context, subject: str | None, description: str | None, fix: int | None,
+               forwarded: str | None, section: str, title: str | None, author: str | None, keep: bool) -> None:
+    """Write the edit in progress into its patch file, LOCAL_FIXES.md entry and series line."""
+    from overlay.edit import load_session, record
+    from overlay.manifest import load_manifest
+
+    session = load_session(ctx.root)
+    if session is not None and session.new and (subject is None or description is None) and _interactive():
+        subject, description = _message_from_editor(subject, description)
+    done = record(ctx.root, _store(ctx), load_manifest(ctx.root), subject=subject, description=description,
+                  fix=fix, forwarded=forwarded, section=section, title=title, author=author, keep=keep)
+    files = ", ".join(f"{p} +{a} -{r}" for p, a, r in done.files)
+    if done.unchanged:
+        click.echo(f"patches-rocm/{done.name} already records this: unchanged ({files})")
+    else:
+        click.echo(f"recorded patches-rocm/{done.name}: {files}")
+    if done.entry_created:
+        click.echo(f"added entry {done.fix} to LOCAL_FIXES.md ({section}); the patch says Local-Fix: {done.fix}, "
+                   f"Forwarded: {done.forwarded}")
+    elif done.new:
+        click.echo(f"the patch says Local-Fix: {done.fix}, Forwarded: {done.forwarded}")
+    if done.new:
+        click.echo(f"patches-rocm/series: {done.name} " + (f"after {done.after}" if done.after else "first"))
+    for name in done.carried:
+        click.echo(f"carried {name} onto the change (rewritten byte-stable)")
+    for path in done.unnamed:
+        click.echo(f"warning: LOCAL_FIXES.md entry {done.fix} does not name {path}: name it in backticks "
+                   "(verify: FIX020)", err=True)
+    # Named from the repository root: the current directory may have been inside it.
+    where = os.path.relpath(done.workdir, ctx.root)
+    click.echo(f"kept the work tree {where}" if done.kept else f"removed the work tree {where}")
+    click.echo("next: overlay verify; overlay export DEST (e.g. build/rocm/src)")
+
+
 @main.group("fix")
 def fix_group() -> None:
     """Entries of LOCAL_FIXES.md: add one, list them."""
@@ -292,9 +424,7 @@ def fix_new_cmd(ctx: Context, section: str, title: str, files: tuple[str, ...], 
 
     manifest = load_manifest(ctx.root)
     number = fixes.add_entry(os.path.join(ctx.root, fixes.FILE_NAME), section, title, list(files), body,
-                             closing_sentence=manifest.closing_sentence, pin=manifest.pin,
-                             fork_repo=fixes.fork_repo_from_url(manifest.fork_url),
-                             fork_commit=manifest.fork_commit)
+                             **fixes.entry_policy(manifest))
     click.echo(f"added entry {number} to {fixes.FILE_NAME}; put `Local-Fix: {number}` in its patch")
 
 
@@ -352,7 +482,7 @@ def _rebase_action(ctx: Context, action: str, fmt: str) -> None:
         else:
             click.echo("aborted: nothing had been written yet; the overlay is as it was before the run")
         return
-    report = rb.skip() if action == "skip" else rb.continue_()
+    report = rb.skip(drop=action == "drop") if action in ("skip", "drop") else rb.continue_()
     click.echo(render(report, fmt), nl=False)
     click.echo("report written to .overlay/last-rebase.md")
 
@@ -361,8 +491,10 @@ def _rebase_options(fn):
     for opt in reversed([
         click.option("--continue", "action", flag_value="continue", help="Take your edit and go on."),
         click.option("--skip", "action", flag_value="skip",
-                     help="Leave the patch the run stopped on out of the series (its file and series line)."),
-        click.option("--drop", "action", flag_value="skip", help="The same as --skip."),
+                     help="Leave out the patch the run stopped on when it changes nothing on the new base; "
+                          "on a conflict it asks for --drop."),
+        click.option("--drop", "action", flag_value="drop",
+                     help="Leave the patch the run stopped on out of the series (its file and series line go)."),
         click.option("--forget", "forget", metavar="PATH", default=None,
                      help="Forget the resolutions recorded (rr-cache) for PATH."),
         click.option("--abort", "action", flag_value="abort", help="Restore every file as before the run."),

@@ -60,4 +60,14 @@ class LayerError(OverlayError):
 
 
 class PatchFormatError(OverlayError):
-    """A patch file cannot be parsed (exit 2)."""
+    """A patch file cannot be parsed (exit 2).
+
+    Args:
+        message, exit_code, hint: as :class:`OverlayError`.
+        line: the 1-based line of the patch file at fault, when one is known
+            (``overlay verify`` puts it in the SER004 finding).
+    """
+
+    def __init__(self, message: str, *, line: int | None = None, **kwargs):
+        super().__init__(message, **kwargs)
+        self.line = line

@@ -109,15 +109,20 @@ def edited_note(edited: list[str]) -> str:
     return f"{len(edited)} file(s) edited by hand since the export were left as they are: {', '.join(edited[:5])}{more}"
 
 
-def edited_files(dest: str, stamp: dict | None = None) -> list[str]:
+def edited_files(dest: str, stamp: dict | None = None, *, store: Store | None = None,
+                 tree: str | None = None) -> list[str]:
     """Files of the last finished export of DEST that were edited (or deleted) since.
 
     A file whose size and mtime changed but whose content is the exported blob is
-    not edited.
+    not edited. With ``store`` and ``tree`` (the layer the next export would
+    write), a file that already holds what ``tree`` has there (or is gone where
+    ``tree`` has nothing) is not edited either: the next export adopts it, so
+    ``status --dest`` and ``export`` name the same files (issue 17, stumble 7).
 
     Args:
         dest: export directory.
         stamp: its stamp, when already read.
+        store, tree: the git store and the tree to compare with (both or neither).
     Returns:
         Sorted paths; empty without a stamp. During an interrupted run, paths
         that run may have written are not listed (the next export resolves them).
@@ -129,8 +134,22 @@ def edited_files(dest: str, stamp: dict | None = None) -> list[str]:
         return []
     pending = stamp.get("pending") or {}
     skip = set(pending.get("write", {})) | set(pending.get("remove", []))
-    return sorted(p for p, rec in stamp["files"].items()
-                  if p not in skip and not _is_recorded(_disk(dest, p, rec), rec))
+    edited = sorted(p for p, rec in stamp["files"].items()
+                    if p not in skip and not _is_recorded(_disk(dest, p, rec), rec))
+    if edited and store is not None and tree is not None and tree != stamp["tree"]:
+        want = store.entries(tree, edited)
+        hexlen = len(tree)
+        kept = []
+        for path in edited:
+            disk = _disk(dest, path, stamp["files"][path], hexlen)
+            target = want.get(path)
+            if disk is None and target is None:
+                continue
+            if disk is not None and target is not None and (target.mode, target.oid) == (disk[0], disk[1]):
+                continue
+            kept.append(path)
+        edited = kept
+    return edited
 
 
 def _checkpoint() -> None:

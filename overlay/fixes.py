@@ -964,7 +964,7 @@ def patch_trailers(text: str) -> dict[str, tuple[str, int]]:
 
 
 def check_patch_entries(doc: Document, patches: Iterable[PatchRecord | tuple], patched_paths: Iterable[str],
-                        *, repo_paths: Iterable[str] = ()) -> list[Finding]:
+                        *, repo_paths: Iterable[str] = (), unparsed: Iterable[int] = ()) -> list[Finding]:
     """Patches and entries agree (DESIGN 8, issue 3).
 
     For each patch: it has ``Local-Fix:`` and ``Forwarded:`` trailers; ``N`` is an
@@ -982,6 +982,8 @@ def check_patch_entries(doc: Document, patches: Iterable[PatchRecord | tuple], p
             touched, deleted)`` for every patch in the series.
         patched_paths: every path of the ``patched`` tree.
         repo_paths: overlay repository paths that entries may also name.
+        unparsed: ``Local-Fix`` numbers of series patches whose diff does not parse
+            (SER004 reports them): their entries do have a patch, so no FIX024.
 
     Returns:
         FIX017 (no ``Local-Fix`` or not a number), FIX018 (no ``Forwarded``),
@@ -995,6 +997,7 @@ def check_patch_entries(doc: Document, patches: Iterable[PatchRecord | tuple], p
     universe = patched | all_deleted
     base_u = _basenames(universe)
     repo = set(repo_paths)
+    skip_fix024 = set(unparsed)
     by_entry: dict[int, list[PatchRecord]] = {}
     out: list[Finding] = []
     entries = {}
@@ -1061,7 +1064,7 @@ def check_patch_entries(doc: Document, patches: Iterable[PatchRecord | tuple], p
             out.append(_f(doc, "FIX021", e.file_lines.get(name, e.line),
                           f"entry {e.number} names `{name}`, which is not in the patched tree",
                           "fix the path, or drop it if the file is gone"))
-        if e.section in POLICY_SECTIONS and e.number not in by_entry:
+        if e.section in POLICY_SECTIONS and e.number not in by_entry and e.number not in skip_fix024:
             out.append(_f(doc, "FIX024", e.line, f"entry {e.number} has no patch in the series",
                           "add 'Local-Fix: N' to its patch, or remove the entry", severity="warning"))
     return out
@@ -1279,6 +1282,80 @@ def render_new_entry(doc: Document, section: str, title: str, files: Sequence[st
     return text, number
 
 
+@dataclasses.dataclass(frozen=True)
+class PlannedEntry:
+    """A new entry rendered into the whole file, not yet written (see :func:`plan_entry`).
+
+    Attributes:
+        path: the file to write (a symlink resolved, so the link stays a link).
+        text: the file's new content.
+        number: the new entry's number.
+    """
+
+    path: str
+    text: str
+    number: int
+
+    def write(self) -> None:
+        """Write :attr:`text` to :attr:`path` (temp + rename).
+
+        Raises:
+            OverlayError: the file cannot be written (exit 2).
+        """
+        try:
+            atomic_write(self.path, self.text.encode("utf-8"))
+        except OSError as exc:
+            raise OverlayError(f"cannot write {os.path.basename(self.path)}: {exc.strerror or exc}") from None
+
+
+def entry_policy(manifest) -> dict:
+    """The manifest's values a new entry needs, as keyword arguments of :func:`plan_entry`
+    and :func:`add_entry` (``overlay fix new`` and ``overlay record`` both pass these).
+
+    Args:
+        manifest: the :class:`overlay.manifest.Manifest`.
+    Returns:
+        ``{"closing_sentence", "pin", "fork_repo", "fork_commit"}``.
+    """
+    return {"closing_sentence": manifest.closing_sentence, "pin": manifest.pin,
+            "fork_repo": fork_repo_from_url(manifest.fork_url), "fork_commit": manifest.fork_commit}
+
+
+def plan_entry(path: str | os.PathLike, section: str, title: str, files: Sequence[str],
+               body: str | None = None, *, closing_sentence: str | None = None,
+               pin: str | None = None, fork_repo: str | None = None,
+               fork_commit: str | None = None) -> PlannedEntry:
+    """The file at ``path`` with a new entry, rendered but not written.
+
+    ``overlay record`` plans the entry with every other record it writes, so a
+    failure before the first write leaves ``LOCAL_FIXES.md`` untouched; ``overlay
+    fix new`` (:func:`add_entry`) writes it at once. A missing file is started with
+    the title (needs ``fork_repo`` and ``fork_commit``).
+
+    Args:
+        path: the ``LOCAL_FIXES.md`` to update.
+        section, title, files, body, closing_sentence, pin: as :func:`render_new_entry`.
+        fork_repo, fork_commit: title parts for a new file.
+
+    Returns:
+        :class:`PlannedEntry`.
+
+    Raises:
+        OverlayError: as :func:`render_new_entry`, or the file cannot be read.
+    """
+    p = Path(path)
+    if p.exists():
+        doc = load(p)
+    else:
+        if not (fork_repo and fork_commit):
+            raise OverlayError(f"{p.name} does not exist and no fork repo/commit was given for its title")
+        doc = parse(f"# {TITLE_PREFIX}{fork_repo}@{fork_commit.lower()[:8]}\n")
+    text, number = render_new_entry(doc, section, title, files, body,
+                                    closing_sentence=closing_sentence, pin=pin)
+    # Through a symlink (load refused one that leaves the repository), so the link stays a link.
+    return PlannedEntry(os.path.realpath(p), text, number)
+
+
 def add_entry(path: str | os.PathLike, section: str, title: str, files: Sequence[str],
               body: str | None = None, *, closing_sentence: str | None = None,
               pin: str | None = None, fork_repo: str | None = None,
@@ -1298,18 +1375,7 @@ def add_entry(path: str | os.PathLike, section: str, title: str, files: Sequence
     Raises:
         OverlayError: as :func:`render_new_entry`, or the file cannot be read/written.
     """
-    p = Path(path)
-    if p.exists():
-        doc = load(p)
-    else:
-        if not (fork_repo and fork_commit):
-            raise OverlayError(f"{p.name} does not exist and no fork repo/commit was given for its title")
-        doc = parse(f"# {TITLE_PREFIX}{fork_repo}@{fork_commit.lower()[:8]}\n")
-    text, number = render_new_entry(doc, section, title, files, body,
-                                    closing_sentence=closing_sentence, pin=pin)
-    try:
-        # Through a symlink (load refused one that leaves the repository), so the link stays a link.
-        atomic_write(os.path.realpath(p), text.encode("utf-8"))
-    except OSError as exc:
-        raise OverlayError(f"cannot write {p.name}: {exc.strerror or exc}")
-    return number
+    planned = plan_entry(path, section, title, files, body, closing_sentence=closing_sentence, pin=pin,
+                         fork_repo=fork_repo, fork_commit=fork_commit)
+    planned.write()
+    return planned.number

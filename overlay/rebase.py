@@ -15,7 +15,8 @@ A run recomputes the layers on the new bases:
 
 A stop writes the conflicted files with labelled markers into
 ``.overlay/rebase/work/`` and says what to do; ``--continue`` takes the edit,
-``--skip`` drops the current patch, ``--abort`` restores every file exactly as
+``--drop`` drops the current patch (``--skip`` too, where the patch changes nothing
+on the new base; elsewhere it asks for ``--drop``), ``--abort`` restores every file exactly as
 it was. Nothing in ``patches-rocm/`` or ``LOCAL_FIXES.md`` changes until the
 whole run completes; then the manifest (with tomlkit, comments kept), the
 resolutions, the refreshed patches (only those whose bytes changed), the
@@ -537,7 +538,7 @@ class Rebase:
                    f"patch {patch.name} conflicts with the new base: {'; '.join(what) or 'see git merge-tree'}. "
                    f"Edit the files under {work} (markers labelled new base / patch pre-image / patch "
                    f"{patch.name}; delete a file there to delete it), then `overlay {self.state['kind']} --continue`;"
-                   f" or `--skip` to leave the patch out of the series (its file and series line go"
+                   f" or `--drop` to leave the patch out of the series (its file and series line go"
                    + (f"; LOCAL_FIXES entry {fix} stays" if fix else "") + "), or `--abort` to restore everything",
                    files)
 
@@ -580,7 +581,7 @@ class Rebase:
     def _empty_message(self, name: str) -> str:
         fix = self._backup_patch(name, header_only=True).local_fix
         return (f"the resolved patch {name} changes nothing on the new base. It is not dropped without your word: "
-                f"`overlay {self.state['kind']} --skip` leaves it out of the series (its file and series line go"
+                f"`overlay {self.state['kind']} --drop` (or `--skip`) leaves it out of the series (its file and series line go"
                 + (f"; LOCAL_FIXES entry {fix} stays for you to move or delete" if fix else "")
                 + "), `--abort` restores everything as before the run")
 
@@ -626,21 +627,40 @@ class Rebase:
         data = refreshed_bytes(patch.data, tree_diff(store, base, new_tree))
         entry.update(status="resolved", tree=new_tree, blob=store.hash_blob(data), changed=data != patch.data)
 
-    def skip(self) -> dict:
+    def skip(self, *, drop: bool = False) -> dict:
         """Drop the patch the run stopped on and go on: its file and series line go when
         the run completes; its LOCAL_FIXES entry stays (the report says so).
 
+        A patch that changes nothing on the new base (the "empty" stop, which already
+        asked) goes with ``--skip`` or ``--drop``. A patch stopped on a conflict still
+        carries a change the new base lacks: ``--skip`` asks for ``--drop`` instead of
+        deleting it, as an emptied patch is never dropped without the word (issue 17,
+        stumble 6: a ``--skip`` on the last stop completed the run and deleted the file).
+
+        Args:
+            drop: the explicit word (``--drop``).
         Raises:
             OverlayError: the run did not stop on a patch (exit 2).
+            RebaseStopped: ``--skip`` on a conflict stop; nothing changed, the run
+                stays stopped (exit 1).
         """
         stop = self.state.get("stop")
+        word = "--drop" if drop else "--skip"
         if not stop or stop["type"] not in ("patch", "empty"):
-            raise OverlayError("--skip drops a patch; the run is not stopped on one",
+            raise OverlayError(f"{word} drops a patch; the run is not stopped on one",
                                hint="a conflicting fork path needs a resolution: edit it and --continue")
         entry = next(e for e in self.state["patches"] if e["name"] == stop["name"])
         fix = self._backup_patch(stop["name"], header_only=True).local_fix
-        entry.update(status="skipped", note=f"dropped by --skip; move or delete LOCAL_FIXES entry {fix}"
-                     if fix else "dropped by --skip")
+        if stop["type"] == "patch" and not drop:
+            kind = self.state["kind"]
+            raise RebaseStopped(
+                f"--skip would delete {PATCH_DIR}/{stop['name']} and its series line when the run completes"
+                + (f" (LOCAL_FIXES entry {fix} stays)" if fix else "")
+                + ", and its change is not on the new base. It is not dropped without your word: "
+                  f"`overlay {kind} --drop` drops it; edit the work files and `--continue` to keep it; "
+                  f"`--abort` restores everything")
+        entry.update(status="skipped", note=f"dropped by {word}; move or delete LOCAL_FIXES entry {fix}"
+                     if fix else f"dropped by {word}")
         self.state["stop"] = None
         self.save()
         shutil.rmtree(self.work, ignore_errors=True)
@@ -805,10 +825,13 @@ class Rebase:
         compare: the range-diff would pair each patch with itself (``=``), so it is
         summarized without running git.
         """
+        from overlay.rebase_report import label_range_diff, patch_label
+
         entries = self.state["patches"]
+        labels = {e["name"]: patch_label(e["name"], self._backup_patch(e["name"], header_only=True).local_fix)
+                  for e in entries}
         if all(e["status"] == "clean" and not e.get("changed") for e in entries):
-            return "".join(f"{i}: = {i}: {self._backup_patch(e['name'], header_only=True).subject}\n"
-                           for i, e in enumerate(entries, 1))
+            return "".join(f"{labels[e['name']]} = {labels[e['name']]}\n" for e in entries)
         store = self.store
         layers = self._old_layers()
         if layers is None:
@@ -826,7 +849,10 @@ class Rebase:
         new_base, new_tip = chain(self.state["forked"], new_trees)
         proc = store.git("range-diff", "--no-color", f"{old_base}..{old_tip}", f"{new_base}..{new_tip}",
                          check=False)
-        return proc.stdout.decode("utf-8", "replace")
+        old_labels = [patch_label(r.patch.name, r.patch.local_fix) for r in layers.patches]
+        new_labels = [labels[e["name"]] for e in entries
+                      if e.get("tree") and e["status"] in ("clean", "merged", "resolved")]
+        return label_range_diff(proc.stdout.decode("utf-8", "replace"), old_labels, new_labels)
 
 
 def _rr_remove(root: str, key: str) -> None:

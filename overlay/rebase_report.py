@@ -9,12 +9,56 @@ range_diff, next_steps}``; the Markdown comes from the jinja2 template
 from __future__ import annotations
 
 import json
+import re
+from typing import Sequence
 
 import jinja2
 
 _ENV = jinja2.Environment(loader=jinja2.PackageLoader("overlay", "templates"), autoescape=False,
                           keep_trailing_newline=True, trim_blocks=False, lstrip_blocks=False,
                           undefined=jinja2.StrictUndefined)
+
+
+#: A header line of ``git range-diff --no-color``: ``1:  abc1234 = 1:  def5678 subject``
+#: (``-:  -------`` on the side a patch is missing from).
+_RANGE_HEAD = re.compile(r"^\s*(\d+|-):\s+(?:[0-9a-f]+|-+)\s([<>=!])\s+(\d+|-):\s+(?:[0-9a-f]+|-+)\s(.*)$")
+
+
+def patch_label(name: str, local_fix: int | None) -> str:
+    """How reports name a patch: ``0005-foo.patch (fix 5)`` (its file and its Local-Fix number)."""
+    return f"{name} (fix {local_fix})" if local_fix is not None else f"{name} (no Local-Fix)"
+
+
+def label_range_diff(text: str, old: Sequence[str], new: Sequence[str]) -> str:
+    """``git range-diff`` output with each patch named instead of numbered.
+
+    git numbers the commits of each range by position and names the synthetic
+    commits overlay made for them; neither means anything to a reader ("4: = 4" was
+    fix 5). Each header line becomes ``OLD <marker> NEW`` with the patches' labels
+    (:func:`patch_label`), ``-`` for a side a patch is missing from; the lines under
+    a ``!`` header (git's diff of the two patches) are kept as git wrote them.
+
+    Args:
+        text: ``git range-diff --no-color`` output.
+        old, new: the labels of the old and the new series, in order.
+    Returns:
+        The relabelled text (a header whose position is out of range keeps git's line).
+    """
+    out = []
+    for line in text.splitlines(keepends=True):
+        m = _RANGE_HEAD.match(line)
+        if not m:
+            out.append(line)
+            continue
+        a, marker, b = m.group(1), m.group(2), m.group(3)
+        try:
+            left = "-" if a == "-" else old[int(a) - 1]
+            right = "-" if b == "-" else new[int(b) - 1]
+        except IndexError:
+            out.append(line)
+            continue
+        out.append(f"{left} {marker} {right}\n")
+    return "".join(out)
 
 
 def render_markdown(report: dict) -> str:

@@ -396,7 +396,7 @@ def _parse_section(section: bytes, first_line: int, name: str, hunks_by_file: li
             new_mode = ln.split()[-1].decode()
         elif not ln.startswith((b"similarity index", b"dissimilarity index")):
             raise PatchFormatError(f"{name}:{first_line + i}: unexpected line in the header of a file's diff: "
-                                   f"{ln[:60].decode('utf-8', 'replace')!r}")
+                                   f"{ln[:60].decode('utf-8', 'replace')!r}", line=first_line + i)
         i += 1
     if not (have_src and have_dst):
         a, b = _diff_git_paths(lines[0])
@@ -418,10 +418,12 @@ def _parse_section(section: bytes, first_line: int, name: str, hunks_by_file: li
         m = _HUNK_HEAD.match(ln)
         if not m:
             raise PatchFormatError(f"{name}:{first_line + i}: line is not part of any hunk (a hunk header "
-                                   f"that lost its '@@'?): {ln[:60].decode('utf-8', 'replace')!r}")
+                                   f"that lost its '@@'?): {ln[:60].decode('utf-8', 'replace')!r}",
+                                   line=first_line + i)
         counts = [len(g) > 12 for g in m.groups() if g]
         if any(counts):
-            raise PatchFormatError(f"{name}:{first_line + i}: hunk header numbers out of range")
+            raise PatchFormatError(f"{name}:{first_line + i}: hunk header numbers out of range",
+                                   line=first_line + i)
         s_start, s_len = int(m.group(1)), int(m.group(2) if m.group(2) is not None else 1)
         t_start, t_len = int(m.group(3)), int(m.group(4) if m.group(4) is not None else 1)
         header_line = first_line + i
@@ -444,7 +446,7 @@ def _parse_section(section: bytes, first_line: int, name: str, hunks_by_file: li
             i += 1  # "\ No newline at end of file"
         if old_left or new_left:
             raise PatchFormatError(f"{name}:{header_line}: hunk header says -{s_len} +{t_len} lines but "
-                                   f"the hunk holds {s_len - old_left} and {t_len - new_left}")
+                                   f"the hunk holds {s_len - old_left} and {t_len - new_left}", line=header_line)
         section_name = ln[m.end():].strip().decode("utf-8", "replace")
         hunks.append(Hunk(s_start, s_len, t_start, t_len, section_name))
     return FileChange(source=src, target=dst, binary=binary, binary_data=binary_data,
@@ -490,9 +492,9 @@ def parse_patch(data: bytes, name: str, path: str = "", *, header_only: bool = F
     for piece in pieces:
         if piece.startswith(b"diff --cc ") or piece.startswith(b"diff --combined "):
             raise PatchFormatError(f"{name}:{line}: a combined diff ('diff --cc', a merge commit's diff) "
-                                   "cannot be applied as a patch")
+                                   "cannot be applied as a patch", line=line)
         if not piece.startswith(b"diff --git "):
-            raise PatchFormatError(f"{name}:{line}: expected 'diff --git'")
+            raise PatchFormatError(f"{name}:{line}: expected 'diff --git'", line=line)
         if piece.endswith(b"\n-- ") or b"\n-- \n" in piece:
             piece = piece[:piece.rindex(b"\n-- ")]  # format-patch's signature footer
         changes.append(_parse_section(piece, line, name, None))

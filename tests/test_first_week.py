@@ -1,8 +1,11 @@
 """The stumbles of a first week (issue 17): each test failed before its fix.
 
 Set-up within reach (1), root discovery (2), pin sanity (3, 4), interrupts (5),
-a run in progress named (9), --abort after a completed run (6), a CI gate that
-checked nothing (11). Real git fixture repositories, no network, no timing.
+a run in progress named (9), --abort after a completed run and --skip that asks
+for --drop (6), export and status --dest naming the same hand edits (7), reports
+naming patches by file and Local-Fix number (8), a hand-broken patch (10), a CI
+gate that checked nothing (11). The edit loop (item 1) is tests/test_edit.py.
+Real git fixture repositories, no network, no timing.
 """
 
 from __future__ import annotations
@@ -227,7 +230,7 @@ def test_onto_the_current_pin_during_a_run_names_the_run(ov, w):
 def test_abort_after_a_completed_run_says_how_to_undo_it(ov, w):
     add_patch(ov, "0001-ops.patch", {"mlx/ops.cpp": lines("ops", change={2: "ops 2 ours"})}, fix=7)
     assert cli(ov, "rebase", "--onto", w.pin_clean).exit_code == 1
-    assert cli(ov, "rebase", "--skip").exit_code == 0  # the last stop: the run completes
+    assert cli(ov, "rebase", "--drop").exit_code == 0  # the last stop: the run completes
     late = cli(ov, "rebase", "--abort")
     assert late.exit_code == 2
     assert "no rebase or sync in progress" in late.output
@@ -254,3 +257,113 @@ def test_ci_fails_verify_when_the_layers_were_not_checked(ov):
     assert result.exit_code == 1, result.output
     assert re.search(r"^verify\s+FAILED\s+the layers could not be checked \(MAN002", result.output, re.M)
     assert CliRunner().invoke(main, ["-C", str(ov.root), "--offline", "verify"]).exit_code == 0  # verify alone passes
+
+
+# -- 6. --skip that would delete a patch asks, as an emptied patch does ----------------------
+
+
+def test_skip_on_the_last_stop_asks_for_drop_and_deletes_nothing(ov, w):
+    add_patch(ov, "0001-ops.patch", {"mlx/ops.cpp": lines("ops", change={2: "ops 2 ours"})}, fix=7)
+    assert cli(ov, "rebase", "--onto", w.pin_clean).exit_code == 1  # the only (last) stop
+    asked = cli(ov, "rebase", "--skip")
+    assert asked.exit_code == 1, asked.output
+    (line,) = overlay_lines(asked.output)
+    assert "--skip would delete patches-rocm/0001-ops.patch" in line and "LOCAL_FIXES entry 7 stays" in line
+    assert "`overlay rebase --drop` drops it" in line and "--abort" in line
+    assert (ov.root / "patches-rocm" / "0001-ops.patch").exists()
+    assert "stopped at patch 0001-ops.patch" in cli(ov, "rebase", "--status").output  # still resumable
+    assert cli(ov, "rebase", "--abort").exit_code == 0  # and --abort still restores everything
+    assert cli(ov, "rebase", "--onto", w.pin_clean).exit_code == 1
+    dropped = cli(ov, "rebase", "--drop")
+    assert dropped.exit_code == 0 and "0001-ops.patch: skipped (dropped by --drop" in dropped.output
+    assert not (ov.root / "patches-rocm" / "0001-ops.patch").exists()
+
+
+def test_skip_on_a_patch_that_changes_nothing_still_drops_it(ov, w):
+    add_patch(ov, "0001-h.patch", {"mlx/backend/rocm/device.h": "#pragma once\n// patched\n"})
+    new_fork = w.fork.commit({"mlx/backend/rocm/device.h": None}, "fork drops device.h")
+    assert cli(ov, "sync", "--fork", new_fork).exit_code == 1
+    (ov.root / ".overlay" / "rebase" / "work" / "mlx" / "backend" / "rocm" / "device.h").unlink()
+    empty = cli(ov, "sync", "--continue")  # the emptied patch: the run asks here
+    assert empty.exit_code == 1 and "`overlay sync --drop` (or `--skip`)" in empty.output
+    assert cli(ov, "sync", "--skip").exit_code == 0  # the answer
+    assert not (ov.root / "patches-rocm" / "0001-h.patch").exists()
+
+
+# -- 7. export truth: status --dest and export name the same hand edits -----------------------
+
+
+def test_status_and_export_agree_when_the_layer_changed(ov, w, tmp_path):
+    dest = tmp_path / "export"
+    assert cli(ov, "export", str(dest)).exit_code == 0
+    new_h = "#pragma once\n// the new patch\n"
+    (dest / "mlx/backend/rocm/device.h").write_text(new_h)  # what the new patch will write
+    (dest / "mlx/ops.cpp").write_text("edited by hand\n")  # an edit no layer writes
+    add_patch(ov, "0001-h.patch", {"mlx/backend/rocm/device.h": new_h,
+                                   "mlx/backend/rocm/device.cpp": lines("device", change={1: "d1"})})
+    status = cli(ov, "status", "--dest", str(dest))
+    assert status.exit_code == 0, status.output
+    note = f"warning: {dest}: 1 file(s) edited by hand since the export were left as they are: mlx/ops.cpp"
+    assert note in status.output and "stale" in status.output  # device.h is not an edit
+    exported = cli(ov, "export", str(dest))
+    assert exported.exit_code == 0 and note in exported.output, exported.output
+    assert "1 written" in exported.output  # device.cpp; device.h already held it
+    again = cli(ov, "status", "--dest", str(dest))
+    assert note in again.output and "up to date" in again.output
+
+
+# -- 8. reports name patches by file name and Local-Fix number -------------------------------
+
+
+def _range_diff(o) -> str:
+    report = (o.root / ".overlay" / "last-rebase.md").read_text()
+    section = report.split("### Range-diff", 1)[1].split("```")[1]
+    assert not re.search(r"^\s*\d+:", section, re.M), section  # no series positions
+    return section
+
+
+def test_last_rebase_range_diff_names_patches(ov, w):
+    add_patch(ov, "0001-device.patch", {"mlx/backend/rocm/device.cpp": lines("device", change={9: "d9"})}, fix=4)
+    assert cli(ov, "rebase", "--onto", w.pin_clean).exit_code == 0  # every patch clean: the summary
+    assert "0001-device.patch (fix 4) = 0001-device.patch (fix 4)" in _range_diff(ov)
+    add_patch(ov, "0002-core.patch", {"mlx/core.cpp": lines("core", change={5: "core 5 // rocm hook",
+                                                                            20: "core 20 ours",
+                                                                            25: "core 25 upstream"})}, fix=5)
+    up = w.upstream.path
+    git(up, "checkout", "-q", "--detach", w.pin_clean)
+    side = w.upstream.commit({"mlx/core.cpp": lines("core", change={25: "core 25 upstream", 28: "core 28 up"})},
+                             "upstream edits core.cpp again")
+    git(up, "update-ref", "refs/heads/side", side)
+    git(up, "checkout", "-q", "main")
+    done = cli(ov, "rebase", "--onto", side)  # 0002's pre-image changed: merged, git's range-diff runs
+    assert done.exit_code == 0 and "0002-core.patch: merged" in done.output, done.output
+    section = _range_diff(ov)
+    assert "0001-device.patch (fix 4) = 0001-device.patch (fix 4)" in section
+    assert re.search(r"^0002-core\.patch \(fix 5\) [=!] 0002-core\.patch \(fix 5\)$", section, re.M), section
+
+
+# -- 10. a hand-broken patch: its line, git's reason, no misleading FIX024 -------------------
+
+
+def test_hand_broken_patch_gives_the_line_and_gits_reason_and_no_fix024(ov, w):
+    from overlay.checks import verify
+
+    data = add_patch(ov, "0001-device.patch",
+                     {"mlx/backend/rocm/device.cpp": lines("device", change={3: "device 3 locked"})}, fix=1)
+    (ov.root / "LOCAL_FIXES.md").write_text(
+        (ov.root / "LOCAL_FIXES.md").read_text()
+        + "1. **Lock.** `mlx/backend/rocm/device.cpp` is locked. "
+          "Applies to the fork; kept in mlxcelverse under the 2026-10-06 fork policy, not proposed there.\n")
+    broken = data.replace(b"+device 3 locked\n", b"+device 3 locked\n+a line typed by hand\n")
+    (ov.root / "patches-rocm" / "0001-device.patch").write_bytes(broken)
+    hunk_line = broken.split(b"\n").index(next(ln for ln in broken.split(b"\n") if ln.startswith(b"@@"))) + 1
+    found = verify(str(ov.root), Store()).findings
+    (ser004,) = [f for f in found if f.code == "SER004"]
+    assert ser004.line == hunk_line and ser004.path == "patches-rocm/0001-device.patch"
+    assert "hunk header says -6 +6 lines" in ser004.message
+    assert "(git apply: corrupt patch at line" in ser004.message
+    assert "refresh` cannot" in ser004.hint
+    assert not [f for f in found if f.code == "FIX024"], found
+    row = next(ln for ln in (ROOT / "docs" / "findings.md").read_text().splitlines() if ln.startswith("| SER004"))
+    fix_column = row.rstrip(" |").rsplit(" | ", 1)[1]
+    assert "refresh" not in fix_column or "cannot" in fix_column, row

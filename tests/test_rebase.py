@@ -144,9 +144,9 @@ def test_patch_conflict_skip_names_the_entry(ov, w):
     work = (ov.root / ".overlay" / "rebase" / "work" / "mlx" / "ops.cpp").read_text()
     assert "<<<<<<< new base" in work and "||||||| patch pre-image" in work
     assert ">>>>>>> patch 0001-ops.patch" in work
-    skipped = cli(ov, "rebase", "--skip")
+    skipped = cli(ov, "rebase", "--drop")  # a conflict stop: --skip would ask for this word
     assert skipped.exit_code == 0, skipped.output
-    assert "move or delete LOCAL_FIXES entry 7" in skipped.output
+    assert "dropped by --drop; move or delete LOCAL_FIXES entry 7" in skipped.output
     assert not (ov.root / "patches-rocm" / "0001-ops.patch").exists()
     assert (ov.root / "patches-rocm" / "series").read_text() == ""
 
