@@ -7,15 +7,18 @@ compiler (skipped with the reason otherwise); no network, no ROCm.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
+import threading
+import time
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from gitfixtures import Overlay, World, WorkRepo, make_patch
-from overlay.build import (BuildResult, Toolchain, ToolchainError, build, find_toolchain,
+from overlay.build import (BUILD_LOCK, BuildResult, Toolchain, ToolchainError, build, find_toolchain,
                            parse_diagnostics, resolve_arch)
 from overlay.cli import main
 from overlay.gitstore import Store
@@ -239,3 +242,89 @@ def test_chroot_toolchain_wraps_every_command():
     assert tc.wrap(["ninja", "-C", "/b/obj"], ["/b"], "/b/obj") == [
         "/x/tools/rocm-toolchain.sh", "exec", "--root", "/r", "--bind", "/b", "--cwd", "/b/obj",
         "--", "ninja", "-C", "/b/obj"]
+
+
+# ------------------------------------------------------ one ninja per build directory
+
+def _hip_patch(ov: Overlay, store: Store, name: str, body: str) -> None:
+    """A patch adding (or changing) two .hip files, which the stand-in compiles through
+    custom commands into hip_objs/ as the fork does."""
+    _add(ov, store, name, {"mlx/backend/rocm/a.hip": f"int hip_a() {{ return {body}; }}\n",
+                           "mlx/backend/rocm/b.hip": f"int hip_b() {{ return {body}; }}\n"}, f"hip {name}")
+
+
+def _ninja_spy(tmp_path: Path, monkeypatch) -> Path:
+    """Put a ``ninja`` on PATH that records each build run and whether another one was
+    running in the same build directory at the time (``overlap``)."""
+    real = shutil.which("ninja")
+    bindir = tmp_path / "spy-bin"
+    bindir.mkdir()
+    record = tmp_path / "ninja-runs"
+    record.write_text("")
+    spy = bindir / "ninja"
+    spy.write_text(f"""#!/bin/sh
+case " $* " in *" -t "*|*" -n "*) exec {real} "$@";; esac
+mkdir {tmp_path}/ninja-running 2>/dev/null || echo overlap >> {record}
+echo "$*" >> {record}
+sleep 1
+{real} "$@"; rc=$?
+rmdir {tmp_path}/ninja-running 2>/dev/null
+exit $rc
+""")
+    spy.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    return record
+
+
+@needs_cmake
+def test_only_changed_builds_every_hip_object_in_one_ninja(mini, tmp_path, monkeypatch):
+    ov, store = mini
+    _hip_patch(ov, store, "0001-hip.patch", "1")
+    first = _build(ov, store)
+    assert first.ok, first.report()
+    assert sorted(p.name for p in Path(first.obj, "hip_objs").glob("*.o")) == ["a.o", "b.o"]
+    record = _ninja_spy(tmp_path, monkeypatch)
+    _hip_patch(ov, store, "0002-hip-edit.patch", "2")
+    result = _build(ov, store, only_changed=True)
+    assert result.ok, result.report()
+    assert sorted((u.path, u.kind, u.ok) for u in result.units) == [
+        ("mlx/backend/rocm/a.hip", "hip", True), ("mlx/backend/rocm/b.hip", "hip", True)]
+    runs = record.read_text().splitlines()
+    assert "overlap" not in runs, runs
+    assert len(runs) == 1 and runs[0].endswith("hip_objs/a.o hip_objs/b.o"), runs
+
+
+@needs_cmake
+def test_a_failing_hip_object_of_only_changed_is_the_failed_unit(mini):
+    ov, store = mini
+    _hip_patch(ov, store, "0001-hip.patch", "1")
+    assert _build(ov, store).ok
+    _add(ov, store, "0002-hip-break.patch", {"mlx/backend/rocm/b.hip": "int hip_b() { return nope_b; }\n"}, "b")
+    result = _build(ov, store, only_changed=True)
+    assert not result.ok
+    assert {u.path: u.ok for u in result.units} == {"mlx/backend/rocm/a.hip": True,
+                                                    "mlx/backend/rocm/b.hip": False}
+    (diag,) = result.diagnostics
+    assert (diag.path, diag.line, diag.attribution()) == ("mlx/backend/rocm/b.hip", 1,
+                                                          "patch 0002-hip-break.patch hunk #1")
+
+
+@needs_cmake
+def test_a_second_build_waits_for_the_build_directory(mini):
+    ov, store = mini
+    backend_dir = ov.root / "build" / "cpu"
+    backend_dir.mkdir(parents=True)
+    holder = os.open(backend_dir / BUILD_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    fcntl.flock(holder, fcntl.LOCK_EX)  # another overlay build holds the directory
+    waited = threading.Event()
+    out: dict = {}
+    thread = threading.Thread(target=lambda: out.update(result=_build(ov, store, on_wait=lambda pid: waited.set())))
+    thread.start()
+    try:
+        assert waited.wait(60), "the build did not wait for the lock"
+        time.sleep(0.5)
+        assert thread.is_alive() and not (backend_dir / "build.log").exists()  # nothing ran meanwhile
+    finally:
+        os.close(holder)
+        thread.join(300)
+    assert out["result"].ok, out["result"].report()
