@@ -40,7 +40,7 @@ from typing import Callable, Iterable, Sequence
 
 from overlay.errors import EXIT_FINDINGS, OverlayError
 from overlay.export import ExportResult, export_tree
-from overlay.fsutil import dir_lock
+from overlay.fsutil import atomic_write, dir_lock
 from overlay.gitstore import Store
 from overlay.layers import Layers
 
@@ -511,8 +511,8 @@ class BuildResult:
         configure_seconds, build_seconds: wall times (s).
         returncode: ninja's exit status (``--only-changed``/``--check``: 0 when every
             unit compiled).
-        no_work: ninja said ``no work to do`` (check: every object is up to date, so
-            every unit compiled in this tree and none was run again).
+        no_work: ninja said ``no work to do`` (check: :data:`BUILT_RECORD` says the
+            last full build compiled this very tree, so no unit was run again).
         diagnostics: located compiler errors, attributed; other_errors: errors without
             a location (driver, linker); failed_targets: ninja ``FAILED:`` outputs.
         units: per-TU results for ``--only-changed`` and ``--check``; skipped_units:
@@ -583,8 +583,8 @@ class BuildResult:
                        f"translation unit(s) ({kinds}), {total:.2f} s summed, {self.build_seconds:.2f} s wall"
                        + (f", {failed} failed" if failed else ""))
         elif check and self.no_work:
-            out.append("check: every object of this tree is compiled and up to date in "
-                       f"{self.obj} (ninja: no work to do); nothing to check again")
+            out.append(f"check: the last full build in {self.obj} compiled this very tree with the same "
+                       "configure; nothing to check again")
         for path, why in self.skipped_units:
             out.append(f"  {'not checked' if check else 'skipped'} {path}: {why}")
         for diag in self.diagnostics:
@@ -960,7 +960,14 @@ def syntax_only_argv(words: Sequence[str]) -> list[str]:
 
 def _syntax_only_shell(command: str) -> str:
     """:func:`syntax_only_argv` applied to the compile of a shell command line
-    (``cd DIR && hipcc ... -c SRC -o OBJ``, as ninja prints a custom command)."""
+    (``cd DIR && hipcc ... -c SRC -o OBJ [&& cmake -E cmake_transform_depfile ...]``,
+    as ninja prints a custom command). Only the ``cd`` steps and the compile are
+    kept: the steps around it handle the object or its depfile, which a check does
+    not write (CMake's depfile transform would write an empty one).
+
+    Raises:
+        ValueError: the command cannot be split (unbalanced quotes).
+    """
     words = shlex.split(command)
     segments: list[list[str]] = [[]]
     for word in words:
@@ -969,8 +976,9 @@ def _syntax_only_shell(command: str) -> str:
         else:
             segments[-1].append(word)
     compile_at = next((i for i, seg in enumerate(segments) if "-c" in seg), len(segments) - 1)
-    segments[compile_at] = syntax_only_argv(segments[compile_at])
-    return " && ".join(shlex.join(seg) for seg in segments if seg)
+    kept = [seg for seg in segments[:compile_at] if seg and seg[0] == "cd"]
+    kept.append(syntax_only_argv(segments[compile_at]))
+    return " && ".join(shlex.join(seg) for seg in kept)
 
 
 _MISSING_INCLUDE_RE = re.compile(
@@ -986,14 +994,9 @@ def _check(result: BuildResult, toolchain: Toolchain, binds: list[str], jobs: in
     (the fork's ``.hip`` files): the command ``ninja -t commands -s <object>``
     prints, through the same change. Nothing is built first: a unit whose source
     the build generates is listed as not checked, and so is one that fails only
-    because an include the build generates is missing. When ninja has no work at
-    all, every object is compiled from this very tree already: nothing runs.
+    because an include the build generates is missing.
     """
     obj, src = result.obj, result.src
-    status, dry = _run_logged(toolchain.wrap(["ninja", "-C", obj, "-n"], binds, obj), log)
-    if status == 0 and "ninja: no work to do." in dry:
-        result.no_work = True
-        return ""
     entries = _load_compile_commands(obj)
     if not entries:
         raise OverlayError(f"no compile_commands.json in {obj}: the check needs CMake's "
@@ -1096,6 +1099,12 @@ def changed_paths(store: Store, layers: Layers) -> list[str]:
     return sorted(row[5] for row in store.diff_tree(layers.forked, layers.patched) if row[4] != "D")
 
 
+#: In the build directory after a successful full build: the patched tree and the
+#: configure record it was built with. A check of the same tree and configure has
+#: nothing left to find (every unit compiled), so it runs nothing. Removed before
+#: any other build, ``--target`` and ``--only-changed`` runs (objects change).
+BUILT_RECORD = ".overlay-built.json"
+
 #: The lock file in ``build/<backend>/`` (:func:`overlay.fsutil.dir_lock`): one overlay
 #: build (and so one ninja) per build directory at a time.
 BUILD_LOCK = ".overlay-build.lock"
@@ -1179,8 +1188,16 @@ def _build_locked(store: Store, layers: Layers, backend_dir: str, backend: str, 
                   f"written, {len(exported.removed)} removed, {exported.unchanged} unchanged\n")
         opts = cmake_options(backend, toolchain, arch=arch, cmake_option=cmake_option,
                              json_dir=_json_dir(toolchain, backend_dir))
-        _configure(result, toolchain, opts, binds, log)
-        if check:
+        configured = _configure(result, toolchain, opts, binds, log)
+        built_path = os.path.join(obj, BUILT_RECORD)
+        built = {"tree": layers.patched, "configure": configured}
+        if not check:
+            _remove(built_path)  # objects are about to change: no longer "all built from one tree"
+        if check and _read_json(built_path) == built:
+            result.no_work = True  # every unit compiled in this very tree, same configure
+            log.write(f"# check: {built_path} records a successful full build of this tree\n")
+            output = ""
+        elif check:
             output = _check(result, toolchain, binds, jobs, log, progress)
         elif only_changed:
             extra = []
@@ -1198,6 +1215,8 @@ def _build_locked(store: Store, layers: Layers, backend_dir: str, backend: str, 
                                  if line.startswith("FAILED: ")]
         result.other_errors = other
         result.diagnostics = diags
+        if result.ok and mode == "build" and not target:
+            atomic_write(built_path, json.dumps(built, indent=1).encode(), durable=False)
         if (result.ok and mode == "build" and not target and backend in ("rocm", "cuda")
                 and suites_dir and os.path.isfile(os.path.join(suites_dir, "CMakeLists.txt"))):
             result.suites = _build_suites(result, toolchain, binds, jobs, log, backend, arch, suites_dir)
@@ -1213,7 +1232,9 @@ def _build_locked(store: Store, layers: Layers, backend_dir: str, backend: str, 
     return result
 
 
-def _configure(result: BuildResult, toolchain: Toolchain, opts: list[str], binds: list[str], log: _Log) -> None:
+def _configure(result: BuildResult, toolchain: Toolchain, opts: list[str], binds: list[str], log: _Log) -> dict:
+    """Run CMake unless the build directory holds a configure with the same options;
+    return that record (source, toolchain, options)."""
     obj, src = result.obj, result.src
     record_path = os.path.join(obj, CONFIGURE_RECORD)
     record = {"source": src, "toolchain": toolchain.description, "options": opts}
@@ -1225,7 +1246,7 @@ def _configure(result: BuildResult, toolchain: Toolchain, opts: list[str], binds
         previous = None
     if os.path.isfile(cache) and previous == record and os.path.isfile(os.path.join(obj, "build.ninja")):
         log.write("# configure: cached (same options)\n")
-        return
+        return record
     if os.path.isfile(cache):
         os.unlink(cache)  # options changed: start the cache afresh (objects stay)
     argv = toolchain.wrap(["cmake", "-S", src, "-B", obj, "-G", "Ninja", *opts], binds, obj)
@@ -1240,6 +1261,22 @@ def _configure(result: BuildResult, toolchain: Toolchain, opts: list[str], binds
                          hint=f"full output in {result.log}")
     with open(record_path, "w", encoding="utf-8") as fh:
         json.dump(record, fh, indent=1)
+    return record
+
+
+def _read_json(path: str) -> object:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return json.load(fh)
+    except (OSError, ValueError):
+        return None
+
+
+def _remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
 
 
 def _ninja(result: BuildResult, toolchain: Toolchain, binds: list[str], jobs: int | None, target: str | None,
@@ -1300,7 +1337,7 @@ def _build_suites(result: BuildResult, toolchain: Toolchain, binds: list[str], j
     return f"built in {sobj}"
 
 
-__all__ = ["BACKENDS", "BUILD_LOCK", "BuildError", "BuildResult", "Diagnostic", "LiveProgress", "Toolchain",
+__all__ = ["BACKENDS", "BUILD_LOCK", "BUILT_RECORD", "BuildError", "BuildResult", "Diagnostic", "LiveProgress", "Toolchain",
            "ToolchainError", "UnitResult", "build", "changed_paths", "cmake_error_summary", "cmake_options",
            "default_toolchain_root", "find_toolchain", "parse_diagnostics", "resolve_arch", "syntax_only_argv",
            "toolchain_script"]

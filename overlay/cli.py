@@ -622,23 +622,32 @@ if __name__ == "__main__":  # python -m overlay.cli
               help="`system` (hipcc/nvcc on PATH or $ROCM_PATH) or a root made by tools/rocm-toolchain.sh.")
 @click.option("--jobs", "-j", type=click.IntRange(min=1), default=None, help="Parallel jobs.")
 @click.option("--only-changed", is_flag=True, help="Compile only the translation units the series touches.")
+@click.option("--check", is_flag=True,
+              help="Every translation unit through the compiler front end only (-fsyntax-only); no objects.")
 @click.option("--target", default=None, metavar="T", help="A ninja target instead of the default.")
 @click.pass_obj
 @handle_errors
 def build_cmd(ctx: Context, backend: str, arch: str | None, toolchain_spec: str | None, jobs: int | None,
-              only_changed: bool, target: str | None) -> None:
+              only_changed: bool, check: bool, target: str | None) -> None:
     """Export the patched tree, configure CMake offline, build with ninja, attribute errors."""
     from overlay import build as _build
 
+    if sum(bool(x) for x in (only_changed, check, target)) > 1:
+        raise OverlayError("--only-changed, --check and --target cannot be combined")
     toolchain = _build.find_toolchain(backend, toolchain_spec, repo_root=ctx.root)
     manifest, store, layers = _layers(ctx, stepwise=True)
     archs, note = (_build.resolve_arch(arch, manifest.architectures, toolchain) if backend == "rocm"
                    else (arch, None))
-    with _build.LiveProgress(f"build {backend}") as progress:
+
+    def waiting(pid: str) -> None:
+        click.echo(f"build {backend}: waiting for another overlay build of build/{backend} (pid {pid})", err=True)
+
+    with _build.LiveProgress(f"{'check' if check else 'build'} {backend}") as progress:
         result = _build.build(store, layers, ctx.root, backend, arch=archs, toolchain=toolchain, jobs=jobs,
-                              only_changed=only_changed, target=target, cmake_option=manifest.cmake_option,
+                              only_changed=only_changed, check=check, target=target,
+                              cmake_option=manifest.cmake_option,
                               suites_dir=os.path.join(ctx.root, "patches-rocm", "suites"),
-                              notes=[note] if note else [], progress=progress)
+                              notes=[note] if note else [], progress=progress, on_wait=waiting)
     for line in result.report():
         click.echo(line)
     if not result.ok:

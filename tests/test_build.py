@@ -328,3 +328,137 @@ def test_a_second_build_waits_for_the_build_directory(mini):
         os.close(holder)
         thread.join(300)
     assert out["result"].ok, out["result"].report()
+
+
+# ------------------------------------------------------------------ --check
+
+FORK_H_DEVICE = ("// fork.h: the fork's helpers\n#pragma once\n\ninline int fork_helper(int x) {{ return x * 2; }}\n"
+                 "struct Device {{ int run(int a{extra}); }};\n")
+
+
+def _device_def_series(ov: Overlay, store: Store) -> None:
+    """0001 declares Device::run in fork.h and defines it at device.cpp:35; 0002 gives the
+    declaration a new parameter (as an upstream API change does), so the definition no
+    longer matches any declaration."""
+    _add(ov, store, "0001-device-run.patch", {
+        "mlx/fork.h": FORK_H_DEVICE.format(extra=""),
+        "mlx/backend/rocm/device.cpp": _text(DATA / "fork", "mlx/backend/rocm/device.cpp",
+                                             {35: "int Device::run(int a) { return a; }"}),
+    }, "rocm: Device::run")
+    _add(ov, store, "0002-run-fused.patch", {"mlx/fork.h": FORK_H_DEVICE.format(extra=", bool fused")},
+         "rocm: Device::run takes fused")
+
+
+def _objects(obj: str) -> list[str]:
+    """Object files a compile would have written (CMake's own compiler probes aside)."""
+    return sorted(str(p.relative_to(obj)) for p in Path(obj).rglob("*.o")
+                  if "CompilerId" not in str(p) and "CMakeScratch" not in str(p))
+
+
+@needs_cmake
+def test_check_passes_a_clean_tree_without_writing_objects(mini):
+    ov, store = mini
+    _hip_patch(ov, store, "0001-hip.patch", "1")
+    result = _build(ov, store, check=True)
+    assert result.ok, result.report()
+    assert result.mode == "check" and not result.no_work
+    assert sorted((u.path, u.kind, u.how) for u in result.units) == [
+        ("mlx/backend/rocm/a.hip", "hip", "-fsyntax-only"), ("mlx/backend/rocm/b.hip", "hip", "-fsyntax-only"),
+        ("mlx/backend/rocm/device.cpp", "cpp", "-fsyntax-only"), ("mlx/core.cpp", "cpp", "-fsyntax-only"),
+        ("mlx/ops.cpp", "cpp", "-fsyntax-only")]
+    assert _objects(result.obj) == []  # no object, no HIP object, no archive
+    assert not os.path.exists(os.path.join(result.obj, "libmlx.a"))
+    log = Path(result.log).read_text()
+    assert log.count("-fsyntax-only") >= 5 and " -o " not in log.split("# configure")[-1].split("-G Ninja")[-1]
+    assert any("check (front end only): 5 translation unit(s) (3 C++, 2 HIP)" in line for line in result.report())
+
+
+@needs_cmake
+def test_check_finds_a_definition_that_no_longer_matches_its_declaration(mini):
+    from overlay.drift import parse_log
+
+    ov, store = mini
+    _device_def_series(ov, store)
+    result = _build(ov, store, check=True)
+    assert not result.ok
+    assert {u.path: u.ok for u in result.units} == {"mlx/backend/rocm/device.cpp": False, "mlx/core.cpp": True,
+                                                    "mlx/ops.cpp": True}
+    (diag,) = [d for d in result.diagnostics if "no declaration matches" in d.message]
+    assert (diag.path, diag.line) == ("mlx/backend/rocm/device.cpp", 35)
+    assert diag.attribution() == "patch 0001-device-run.patch hunk #1"  # the line that wrote the definition
+    assert _objects(result.obj) == []
+    report = "\n".join(result.report())
+    assert "mlx/backend/rocm/device.cpp:35:" in report and "cpu check failed:" in report
+    # the log reads as a build log for `overlay drift --log`
+    drift = parse_log(Path(result.log).read_text(), strip_prefixes=[result.src])
+    assert [(d.path, d.line) for d in drift if "no declaration matches" in d.message] == [
+        ("mlx/backend/rocm/device.cpp", 35)]
+
+
+@needs_cmake
+def test_check_runs_hip_custom_commands_syntax_only(mini):
+    ov, store = mini
+    _hip_patch(ov, store, "0001-hip.patch", "1")
+    _add(ov, store, "0002-hip-break.patch", {"mlx/backend/rocm/b.hip": "int hip_b() { return nope_b; }\n"}, "b")
+    result = _build(ov, store, check=True)
+    assert not result.ok
+    assert [u.path for u in result.units if not u.ok] == ["mlx/backend/rocm/b.hip"]
+    (diag,) = result.diagnostics
+    assert (diag.path, diag.line, diag.attribution()) == ("mlx/backend/rocm/b.hip", 1,
+                                                          "patch 0002-hip-break.patch hunk #1")
+    assert _objects(result.obj) == []
+    assert not Path(result.obj, "CMakeFiles", "d").exists()  # no depfile step ran either
+
+
+def test_syntax_only_commands_drop_the_object_and_the_depfile():
+    from overlay.build import _syntax_only_shell, syntax_only_argv
+    assert syntax_only_argv(["c++", "-DX", "-MD", "-MT", "o.o", "-MF", "o.o.d", "-o", "o.o", "-c", "a.cpp"]) == [
+        "c++", "-DX", "a.cpp", "-fsyntax-only"]
+    assert syntax_only_argv(["hipcc", "-MFx.d", "--offload-arch=gfx1030", "-fsyntax-only", "b.hip"]) == [
+        "hipcc", "--offload-arch=gfx1030", "b.hip", "-fsyntax-only"]
+    cmd = ("cd /b/obj && /usr/local/bin/hipcc -x hip -c /s/x.hip -o /b/obj/hip_objs/x.o -fPIC -MD -MF "
+           "/b/obj/hip_objs/x.o.d --offload-arch=gfx1030 '-DNAME=a b' && /usr/bin/cmake -E "
+           "cmake_transform_depfile Ninja gccdepfile /s /s /b/obj /b/obj /b/obj/hip_objs/x.o.d /b/obj/CMakeFiles/d/1.d")
+    assert _syntax_only_shell(cmd) == ("cd /b/obj && /usr/local/bin/hipcc -x hip /s/x.hip -fPIC "
+                                       "--offload-arch=gfx1030 '-DNAME=a b' -fsyntax-only")
+
+
+@needs_cmake
+def test_check_after_a_full_build_of_the_same_tree_runs_nothing(mini):
+    ov, store = mini
+    assert _build(ov, store).ok
+    result = _build(ov, store, check=True)
+    assert result.ok and result.no_work and result.units == []
+    assert any("nothing to check again" in line for line in result.report())
+
+
+@needs_cmake
+def test_check_says_which_unit_needs_a_generated_header(mini):
+    ov, store = mini
+    cmake = (DATA / "upstream" / "CMakeLists.txt").read_text() + (
+        "add_custom_command(OUTPUT ${CMAKE_CURRENT_BINARY_DIR}/gen/version.h\n"
+        "  COMMAND ${CMAKE_COMMAND} -E echo \"#define MLX_GEN 1\" > ${CMAKE_CURRENT_BINARY_DIR}/gen/version.h)\n"
+        "add_custom_target(mlx_gen DEPENDS ${CMAKE_CURRENT_BINARY_DIR}/gen/version.h)\n"
+        "add_dependencies(mlx mlx_gen)\n"
+        "target_include_directories(mlx PRIVATE ${CMAKE_CURRENT_BINARY_DIR}/gen)\n")
+    _add(ov, store, "0001-generated.patch", {
+        "CMakeLists.txt": cmake,
+        "mlx/ops.cpp": _text(DATA / "upstream", "mlx/ops.cpp", {1: "#include \"version.h\""})}, "gen")
+    result = _build(ov, store, check=True)
+    assert result.ok, result.report()
+    assert sorted(u.path for u in result.units) == ["mlx/backend/rocm/device.cpp", "mlx/core.cpp"]
+    ((path, why),) = result.skipped_units
+    assert path == "mlx/ops.cpp" and "version.h" in why and "`ninja gen/version.h` makes it" in why
+    assert not Path(result.obj, "gen", "version.h").exists()  # nothing was built for it
+
+
+@needs_cmake
+def test_cli_check_reports_and_exits_1(mini):
+    ov, store = mini
+    _device_def_series(ov, store)
+    res = CliRunner().invoke(main, ["-C", str(ov.root), "build", "--backend", "cpu", "--check", "-j", "2"])
+    assert res.exit_code == 1, res.output
+    assert "mlx/backend/rocm/device.cpp:35:" in res.output and "[patch 0001-device-run.patch hunk #1]" in res.output
+    assert "cpu check failed: 1 error(s) (1 from patches, 0 from the fork, 0 from upstream)" in res.output
+    res = CliRunner().invoke(main, ["-C", str(ov.root), "build", "--backend", "cpu", "--check", "--only-changed"])
+    assert res.exit_code == 2 and "cannot be combined" in res.output
