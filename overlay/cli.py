@@ -578,9 +578,23 @@ def doctor_cmd(ctx: Context, no_network: bool) -> None:
 
 
 
+def _stage_names(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> tuple[str, ...]:
+    """``--only``/``--require`` values: repeatable, each a comma- or space-separated list."""
+    from overlay.ci import STAGES
+
+    names = [n for value in values for n in value.replace(",", " ").split()]
+    for name in names:
+        if name not in STAGES:
+            raise click.BadParameter(f"unknown stage {name!r} (stages: {', '.join(STAGES)})", ctx, param)
+    return tuple(dict.fromkeys(names))
+
+
 @main.command("ci")
-@click.option("--only", "only", multiple=True, type=click.Choice(["verify", "build", "suites"]),
-              help="Run only these stages (repeat); the others are reported skipped.")
+@click.option("--only", "only", multiple=True, metavar="STAGE[,STAGE]", callback=_stage_names,
+              help="Run only these stages (verify, check, build, suites; repeat or comma list); "
+                   "the others are reported skipped.")
+@click.option("--require", "require", multiple=True, metavar="STAGE[,STAGE]", callback=_stage_names,
+              help="These stages must run and pass: one this machine cannot run (skipped) fails the gate.")
 @click.option("--backend", type=click.Choice(["rocm", "cpu", "cuda"]), default="rocm", show_default=True)
 @click.option("--arch", default=None, help="HIP architectures for the build (default: the manifest's).")
 @click.option("--junit", type=click.Path(dir_okay=False), default=None, help="Write JUnit XML here.")
@@ -589,19 +603,26 @@ def doctor_cmd(ctx: Context, no_network: bool) -> None:
 @click.option("--child-dir", default=None, help="Where the suite children are (default build/<backend>/suites).")
 @click.pass_obj
 @handle_errors
-def ci_cmd(ctx: Context, only: tuple[str, ...], backend: str, arch: str | None, junit: str | None,
-           json_path: str | None, markdown: str | None, child_dir: str | None) -> None:
-    """The CI gate: verify, build, suites as far as this machine allows."""
+def ci_cmd(ctx: Context, only: tuple[str, ...], require: tuple[str, ...], backend: str, arch: str | None,
+           junit: str | None, json_path: str | None, markdown: str | None, child_dir: str | None) -> None:
+    """The CI gate: verify, check, build, suites as far as this machine allows."""
     import json
 
-    from overlay.ci import STAGES, render_junit, render_markdown, render_text, run_ci
+    from overlay.ci import STAGES, render_error, render_junit, render_markdown, render_text, run_ci
     from overlay.fsutil import atomic_write
 
-    result = run_ci(ctx.root, _store(ctx), stages=only or STAGES, backend=backend, arch=arch, child_dir=child_dir)
-    for path, text in ((junit, render_junit(result)), (json_path, json.dumps(result.as_dict(), indent=2) + "\n"),
-                       (markdown, render_markdown(result))):
-        if path:
-            atomic_write(os.path.abspath(path), text.encode())
+    def write(texts: tuple[str, str, str]) -> None:
+        for path, text in zip((junit, json_path, markdown), texts):
+            if path:
+                atomic_write(os.path.abspath(path), text.encode())
+
+    try:
+        result = run_ci(ctx.root, _store(ctx), stages=only or STAGES, require=require, backend=backend, arch=arch,
+                        child_dir=child_dir)
+    except OverlayError as exc:
+        write(render_error(exc.message))  # the reports exist whenever they were asked for
+        raise
+    write((render_junit(result), json.dumps(result.as_dict(), indent=2) + "\n", render_markdown(result)))
     click.echo(render_text(result), nl=False)
     sys.exit(1 if result.failed else 0)
 

@@ -462,3 +462,79 @@ def test_cli_check_reports_and_exits_1(mini):
     assert "cpu check failed: 1 error(s) (1 from patches, 0 from the fork, 0 from upstream)" in res.output
     res = CliRunner().invoke(main, ["-C", str(ov.root), "build", "--backend", "cpu", "--check", "--only-changed"])
     assert res.exit_code == 2 and "cannot be combined" in res.output
+
+
+# ------------------------------------------------- a failing configure, build and ci
+
+FIND_MISSING = """find_library(OVERLAY_MISSING_LIBRARY NAMES overlay_no_such_library_anywhere)
+include(FindPackageHandleStandardArgs)
+find_package_handle_standard_args(OverlayMissing REQUIRED_VARS OVERLAY_MISSING_LIBRARY)
+"""
+
+
+def _missing_package_series(ov: Overlay, store: Store) -> None:
+    """A patch whose CMakeLists.txt asks for a package the machine lacks, through a
+    find module, as MLX asks for BLAS (``Could NOT find BLAS``)."""
+    cmake = (DATA / "upstream" / "CMakeLists.txt").read_text() + (
+        "list(APPEND CMAKE_MODULE_PATH ${CMAKE_CURRENT_SOURCE_DIR}/cmake)\n"
+        "find_package(OverlayMissing REQUIRED)\n")
+    _add(ov, store, "0001-needs-a-package.patch",
+         {"CMakeLists.txt": cmake, "cmake/FindOverlayMissing.cmake": FIND_MISSING}, "build: needs a package")
+
+
+#: find_package is the second line appended to the stand-in's CMakeLists.txt.
+CAUSE = ("Could NOT find OverlayMissing (missing: OVERLAY_MISSING_LIBRARY) (at CMakeLists.txt:"
+         f"{(DATA / 'upstream' / 'CMakeLists.txt').read_text().count(chr(10)) + 2} (find_package))")
+
+
+@needs_cmake
+def test_cli_build_names_the_cause_of_a_failed_configure(mini):
+    ov, store = mini
+    _missing_package_series(ov, store)
+    res = CliRunner().invoke(main, ["-C", str(ov.root), "build", "--backend", "cpu"])
+    assert res.exit_code == 1, res.output
+    assert f"overlay: CMake configure failed (exit 1): {CAUSE}" in res.output
+    assert "FindPackageHandleStandardArgs" not in res.output.splitlines()[0]
+    assert "Traceback" not in res.output
+
+
+@needs_cmake
+def test_ci_with_a_failing_configure_fails_the_stage_and_writes_every_report(mini, tmp_path):
+    import json
+    import xml.etree.ElementTree as ET
+
+    ov, store = mini
+    _missing_package_series(ov, store)
+    out = tmp_path / "reports"
+    out.mkdir()
+    reports = ["--junit", str(out / "ci.xml"), "--json", str(out / "ci.json"), "--markdown", str(out / "ci.md")]
+    res = CliRunner().invoke(main, ["-C", str(ov.root), "ci", "--backend", "cpu", "--only", "build", *reports])
+    assert res.exit_code == 1, res.output
+    assert "Traceback" not in res.output and "internal error" not in res.output
+    assert f"build   FAILED   CMake configure failed (exit 1): {CAUSE}" in res.output
+    stages = {s["name"]: s for s in json.loads((out / "ci.json").read_text())["stages"]}
+    assert stages["build"]["status"] == "failed" and CAUSE in stages["build"]["reason"]
+    assert stages["build"]["data"]["backend"] == "cpu" and stages["build"]["data"]["log"] == "build/cpu/build.log"
+    (case,) = [c for c in ET.parse(out / "ci.xml").getroot().iter("testcase") if c.get("name") == "build cpu"]
+    assert CAUSE in case.find("failure").get("message")
+    md = (out / "ci.md").read_text()
+    assert "### Build" in md and f"First error: `CMake configure failed (exit 1): {CAUSE}`" in md
+
+    # with the check stage first, the check fails the same way and the doomed build is not started
+    res = CliRunner().invoke(main, ["-C", str(ov.root), "ci", "--backend", "cpu", "--only", "build,check", *reports])
+    assert res.exit_code == 1, res.output
+    assert f"check   FAILED   CMake configure failed (exit 1): {CAUSE}" in res.output
+    assert "build   SKIPPED  the check stage failed" in res.output
+    assert "### Check" in (out / "ci.md").read_text()
+
+
+@needs_cmake
+def test_ci_check_stage_names_the_first_error_with_its_attribution(mini):
+    ov, store = mini
+    _device_def_series(ov, store)
+    res = CliRunner().invoke(main, ["-C", str(ov.root), "ci", "--backend", "cpu", "--only", "check,build"])
+    assert res.exit_code == 1, res.output
+    (line,) = [line for line in res.output.splitlines() if line.startswith("check ")]
+    assert "1 error(s); first: mlx/backend/rocm/device.cpp:35:" in line
+    assert line.endswith("[patch 0001-device-run.patch hunk #1]")
+    assert "build   SKIPPED  the check stage failed" in res.output
