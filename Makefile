@@ -13,6 +13,7 @@ help:
 	@echo "verify-rocm-overlay  check every record of the overlay (offline-capable, no GPU)"
 	@echo "verify-rocm          verify-rocm-overlay, then build and run the suites"
 	@echo "ci                   the CI gate (overlay ci), reports in build/"
+	@echo "  OVERLAY_REQUIRE=\"verify check\"  (ci, verify-rocm) these stages must run and pass"
 	@echo "then: . .venv/bin/activate   puts overlay on PATH for the commands of the README"
 
 .venv/bin/overlay:
@@ -34,13 +35,20 @@ test: .venv/bin/overlay
 verify-rocm-overlay: .venv/bin/overlay
 	$(OVERLAY) verify
 
+# OVERLAY_REQUIRE="verify check": stages that must run and pass. A required stage the
+# machine cannot run (no toolchain, no GPU) fails instead of being skipped. Read by
+# `make ci` (overlay ci --require) and `make verify-rocm` (tools/verify-rocm.sh).
+OVERLAY_REQUIRE ?=
+
 # verify-rocm: verify-rocm-overlay, then `overlay build --backend rocm`, then the suites;
 # each stage prints passed, failed or skipped with the reason (tools/verify-rocm.sh).
 # OVERLAY_BUILD_ARGS="--arch gfx1030" passes options to `overlay build`.
 verify-rocm: .venv/bin/overlay
-	@OVERLAY="$(OVERLAY)" MAKE="$(MAKE)" tools/verify-rocm.sh
+	@OVERLAY="$(OVERLAY)" MAKE="$(MAKE)" OVERLAY_REQUIRE="$(OVERLAY_REQUIRE)" tools/verify-rocm.sh
 
 # ci: the CI gate; reports go to build/ (JUnit, JSON, Markdown for the PR body).
+# OVERLAY_CI_ARGS passes other options (e.g. "--only verify,check --arch gfx1030").
 ci: .venv/bin/overlay
 	@mkdir -p build
-	$(OVERLAY) ci --junit build/overlay-junit.xml --json build/overlay-ci.json --markdown build/overlay-ci.md
+	$(OVERLAY) ci $(if $(strip $(OVERLAY_REQUIRE)),--require "$(strip $(OVERLAY_REQUIRE))") $(OVERLAY_CI_ARGS) \
+		--junit build/overlay-junit.xml --json build/overlay-ci.json --markdown build/overlay-ci.md

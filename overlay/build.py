@@ -40,6 +40,7 @@ from typing import Callable, Iterable, Sequence
 
 from overlay.errors import EXIT_FINDINGS, OverlayError
 from overlay.export import ExportResult, export_tree
+from overlay.fsutil import atomic_write, dir_lock
 from overlay.gitstore import Store
 from overlay.layers import Layers
 
@@ -371,6 +372,74 @@ def parse_diagnostics(text: str, src: str, cwd: str) -> tuple[list[Diagnostic], 
     return list(found.values()), other
 
 
+_CMAKE_ERROR_RE = re.compile(
+    r"^CMake Error(?: (?:at|in) (?P<where>[^\s:][^:]*(?::\d+)?(?: \([^)]*\))?))?:\s*(?P<msg>.*)$")
+_CMAKE_FRAME_RE = re.compile(r"^\s+(?P<where>\S[^:]*:\d+ \([^)]*\))\s*$")
+_NOT_FOUND_RE = re.compile(r"^\s*(?:-- )?(?P<line>Could NOT find \S.*)$")
+
+
+def cmake_error_summary(output: str) -> str:
+    """The cause of a failed CMake configure, as one line.
+
+    CMake prints ``CMake Error at <file>:<line> (<command>):`` and the message on
+    the indented lines below it, then a ``Call Stack``. The location of the first
+    line is often CMake's own module (``FindPackageHandleStandardArgs.cmake:230
+    (message)``), which says nothing; the body says what is wrong (``Could NOT find
+    BLAS (missing: BLAS_LIBRARIES)``) and the outermost call-stack frame inside the
+    project (a relative path: CMake prints project files relative to the source
+    directory) says where the project asked for it.
+
+    Args:
+        output: everything ``cmake`` printed (ANSI colours allowed).
+    Returns:
+        ``"<first message body> (at <project frame or error location>)"``, plus
+        ``"; Could NOT find X ..."`` when such a line appears elsewhere in the output
+        and is not the body already; the last non-empty line when there is no
+        ``CMake Error`` at all; ``""`` for empty output.
+    """
+    lines = [_ANSI_RE.sub("", raw).rstrip() for raw in output.splitlines()]
+    not_found = next((m.group("line").strip() for m in map(_NOT_FOUND_RE.match, lines) if m), None)
+    for i, line in enumerate(lines):
+        m = _CMAKE_ERROR_RE.match(line)
+        if not m:
+            continue
+        body = [m.group("msg").strip()] if m.group("msg").strip() else []
+        where = m.group("where")
+        frames: list[str] = []
+        j = i + 1
+        while j < len(lines):  # the first paragraph of the indented message body
+            text = lines[j]
+            if not text.strip():
+                if body:
+                    break
+            elif text.startswith((" ", "\t")) and not text.startswith("Call Stack"):
+                body.append(text.strip())
+            else:
+                break
+            j += 1
+        while j < len(lines) and not lines[j].startswith("Call Stack") and not lines[j].strip():
+            j += 1
+        if j < len(lines) and lines[j].startswith("Call Stack"):
+            for text in lines[j + 1:]:
+                frame = _CMAKE_FRAME_RE.match(text)
+                if not frame:
+                    break
+                frames.append(frame.group("where"))
+        inside = [f for f in frames if not f.startswith("/")]
+        if inside:
+            where = inside[-1]  # the outermost project frame: where the project asked for it
+        summary = " ".join(body) or line.strip()
+        if where:
+            summary += f" (at {where})"
+        if not_found and not_found not in summary:
+            summary += f"; {not_found}"
+        return summary
+    rest = [line.strip() for line in lines if line.strip()]
+    if not_found:
+        return not_found
+    return rest[-1] if rest else ""
+
+
 # -------------------------------------------------------------------- progress
 
 class LiveProgress:
@@ -411,11 +480,14 @@ class LiveProgress:
 
 @dataclasses.dataclass
 class UnitResult:
-    """One translation unit compiled by ``--only-changed``.
+    """One translation unit compiled by ``--only-changed`` or checked by ``--check``.
 
     Attributes:
         path: repository path (or the suite child's path); kind: ``cpp``/``hip``;
-        seconds: wall time; ok: the compiler exited 0; how: the command or ninja target.
+        seconds: wall time (a HIP unit of ``--only-changed``: the time ninja's
+            ``.ninja_log`` records for its object, 0 when it was up to date);
+        ok: the compiler exited 0; how: ``compile_commands.json``, the ninja
+            target, or ``-fsyntax-only`` (check).
     """
 
     path: str
@@ -434,14 +506,19 @@ class BuildResult:
         arch: HIP architectures (rocm) or ``None``.
         src, obj, log: exported tree, build directory, full log path.
         export: the :class:`~overlay.export.ExportResult`.
+        mode: ``build`` (ninja), ``only-changed`` or ``check`` (front end only).
         configured: CMake ran (cache missing or options changed).
         configure_seconds, build_seconds: wall times (s).
-        returncode: ninja's exit status (``--only-changed``: 0 when every unit compiled).
-        no_work: ninja said ``no work to do``.
+        returncode: ninja's exit status (``--only-changed``/``--check``: 0 when every
+            unit compiled).
+        no_work: ninja said ``no work to do`` (check: :data:`BUILT_RECORD` says the
+            last full build compiled this very tree, so no unit was run again).
         diagnostics: located compiler errors, attributed; other_errors: errors without
             a location (driver, linker); failed_targets: ninja ``FAILED:`` outputs.
-        units: per-TU results for ``--only-changed``; skipped_units: changed files
-            that had no way to compile (headers without dependency data, ...), with why.
+        units: per-TU results for ``--only-changed`` and ``--check``; skipped_units:
+            files that were not compiled or checked (headers without dependency
+            data, a source the build generates, a unit that needs a generated
+            header), with why.
         suites: ``"built"``, ``"failed"``, or why the suite children were skipped.
         notes: lines to show before the report (architecture choice, ...).
     """
@@ -453,6 +530,7 @@ class BuildResult:
     obj: str
     log: str
     export: ExportResult
+    mode: str = "build"
     configured: bool = False
     configure_seconds: float = 0.0
     build_seconds: float = 0.0
@@ -472,17 +550,43 @@ class BuildResult:
         return (self.returncode == 0 and not self.diagnostics and not self.other_errors
                 and not self.failed_targets and all(u.ok for u in self.units))
 
+    def first_error(self) -> str:
+        """The first error as one line (a located diagnostic with its attribution, else a
+        driver/linker line, else a failed unit or target), ``""`` when there is none."""
+        if self.diagnostics:
+            return self.diagnostics[0].format()
+        if self.other_errors:
+            return self.other_errors[0]
+        failed = [u.path for u in self.units if not u.ok]
+        if failed:
+            return f"{failed[0]} failed to compile (see {self.log})"
+        if self.failed_targets:
+            return f"FAILED: {self.failed_targets[0]}"
+        if self.returncode:
+            return f"exit {self.returncode} (see {self.log})"
+        return ""
+
     def report(self) -> list[str]:
         """Lines for the user: errors with attribution, per-TU times, the summary."""
         out = list(self.notes)
+        check = self.mode == "check"
         for unit in self.units:
+            if check and unit.ok:
+                continue  # a check covers every unit of the tree: list only the failures
             out.append(f"  {unit.seconds:7.2f} s  {unit.kind:4} {unit.path}{'' if unit.ok else '  FAILED'}")
         if self.units:
             total = sum(u.seconds for u in self.units)
-            out.append(f"only-changed: {len(self.units)} translation unit(s), {total:.2f} s summed, "
-                       f"{self.build_seconds:.2f} s wall")
+            kinds = ", ".join(f"{sum(1 for u in self.units if u.kind == k)} {label}"
+                              for k, label in (("cpp", "C++"), ("hip", "HIP")))
+            failed = sum(1 for u in self.units if not u.ok)
+            out.append(f"{'check (front end only)' if check else 'only-changed'}: {len(self.units)} "
+                       f"translation unit(s) ({kinds}), {total:.2f} s summed, {self.build_seconds:.2f} s wall"
+                       + (f", {failed} failed" if failed else ""))
+        elif check and self.no_work:
+            out.append(f"check: the last full build in {self.obj} compiled this very tree with the same "
+                       "configure; nothing to check again")
         for path, why in self.skipped_units:
-            out.append(f"  skipped {path}: {why}")
+            out.append(f"  {'not checked' if check else 'skipped'} {path}: {why}")
         for diag in self.diagnostics:
             out.append(diag.format())
         for line in self.other_errors:
@@ -496,20 +600,21 @@ class BuildResult:
             else:
                 elsewhere += 1
         n = len(self.diagnostics)
-        if n or self.other_errors or self.failed_targets or self.returncode:
+        what = "check" if check else "build"
+        if not self.ok:
             parts = [f"{counts['patch']} from patches", f"{counts['fork']} from the fork",
                      f"{counts['upstream']} from upstream"]
             if elsewhere:
                 parts.append(f"{elsewhere} outside the tree or unattributed")
-            summary = f"{self.backend} build failed: {n} error(s) ({', '.join(parts)})"
+            summary = f"{self.backend} {what} failed: {n} error(s) ({', '.join(parts)})"
             if self.other_errors:
                 summary += f", {len(self.other_errors)} without location"
             if self.failed_targets:
                 summary += f"; {len(self.failed_targets)} target(s) failed"
             out.append(summary + f"; log: {self.log}")
         else:
-            what = "nothing to do" if self.no_work else f"{self.build_seconds:.1f} s"
-            out.append(f"{self.backend} build ok ({what}; configure "
+            done = "nothing to do" if self.no_work else f"{self.build_seconds:.1f} s"
+            out.append(f"{self.backend} {what} ok ({done}; configure "
                        f"{'%.1f s' % self.configure_seconds if self.configured else 'cached'}); "
                        f"log: {self.log}")
         if self.suites:
@@ -648,33 +753,49 @@ def _header_users(toolchain: Toolchain, obj: str, binds: list[str], headers: set
     return users
 
 
+@dataclasses.dataclass
+class _Unit:
+    """One process to run: a compile (``argv``), or a HIP unit whose command ninja
+    gives (``hip_target``, check only)."""
+
+    label: str
+    kind: str
+    how: str
+    argv: list[str] | None = None
+    hip_target: str | None = None
+
+
 def _compile_units(result: BuildResult, changed: list[str], toolchain: Toolchain, binds: list[str],
                    jobs: int | None, log: _Log, extra_dirs: Sequence[str],
                    progress: Callable[[int, int, str], None] | None) -> str:
-    """Compile the translation units of ``changed`` (repository paths); return all output."""
+    """Compile the translation units of ``changed`` (repository paths); return all output.
+
+    C++ units run straight from ``compile_commands.json``, in parallel; every HIP
+    target goes to one ninja process (two ninja processes in one build directory
+    corrupt its ``.ninja_log``/``.ninja_deps``).
+    """
     src, obj = result.src, result.obj
     entries = _load_compile_commands(obj)
-    by_file = {os.path.normpath(e["file"] if os.path.isabs(e["file"]) else os.path.join(e["directory"], e["file"])): e
-               for e in entries}
+    by_file = {_entry_file(e): e for e in entries}
     by_output = {os.path.normpath(os.path.join(e["directory"], _entry_output(e))): e for e in entries
                  if _entry_output(e)}
     hip = _hip_targets(obj)
-    units: list[tuple[str, str, list[str]]] = []  # (label, kind, argv)
+    units: list[_Unit] = []
+    hip_units: list[tuple[str, str]] = []  # (label, ninja target)
     headers = {}
     for path in changed:
         full = os.path.normpath(os.path.join(src, path))
         if full in by_file:
-            e = by_file[full]
-            units.append((path, "cpp", _tu_argv(e, toolchain, binds)))
+            units.append(_Unit(path, "cpp", "compile_commands.json", _tu_argv(by_file[full], toolchain, binds)))
         elif full in hip:
-            units.append((path, "hip", toolchain.wrap(["ninja", "-C", obj, hip[full]], binds, obj)))
+            hip_units.append((path, hip[full]))
         elif path.endswith(HEADER_SUFFIXES):
             headers[full] = path
         elif path.endswith(SOURCE_SUFFIXES):
             result.skipped_units.append((path, "not part of this configuration (no compile command)"))
     if headers:
         users = _header_users(toolchain, obj, binds, set(headers))
-        seen = {label for label, _k, _a in units}
+        seen = {u.label for u in units}
         for full, path in headers.items():
             objs = users.get(full)
             if not objs:
@@ -688,36 +809,275 @@ def _compile_units(result: BuildResult, changed: list[str], toolchain: Toolchain
                 label = os.path.relpath(os.path.normpath(e["file"]), src).replace(os.sep, "/")
                 if label not in seen:
                     seen.add(label)
-                    units.append((label, "cpp", _tu_argv(e, toolchain, binds)))
+                    units.append(_Unit(label, "cpp", "compile_commands.json", _tu_argv(e, toolchain, binds)))
     for extra in extra_dirs:  # the suite children, when configured
         for e in _load_compile_commands(extra):
-            label = os.path.relpath(os.path.normpath(e["file"]), os.path.dirname(extra)).replace(os.sep, "/")
-            units.append((e["file"], "cpp", _tu_argv(e, toolchain, binds)))
-    outputs: list[str] = [""] * len(units)
+            units.append(_Unit(e["file"], "cpp", "compile_commands.json", _tu_argv(e, toolchain, binds)))
+    return _run_units(result, units, toolchain, binds, jobs, log, progress, ninja_targets=hip_units)
+
+
+def _run_units(result: BuildResult, units: list[_Unit], toolchain: Toolchain, binds: list[str],
+               jobs: int | None, log: _Log, progress: Callable[[int, int, str], None] | None, *,
+               ninja_targets: Sequence[tuple[str, str]] = (), hip_commands: dict[str, str] | None = None,
+               generated: Callable[[str], str | None] | None = None) -> str:
+    """Run ``units`` in parallel (``jobs`` workers, default the CPU count) and the
+    ``ninja_targets`` in one ninja process beside them; fill ``result.units``.
+
+    Args:
+        units: compiles to run, one process each.
+        ninja_targets: ``(label, target)`` pairs built by a single ``ninja -k 0``.
+        hip_commands: ``{ninja target: syntax-only shell command}`` for units with a
+            ``hip_target`` (check).
+        generated: ``failed unit's output -> why it was not checked, or None``
+            (check): a unit that fails only for want of a header the build makes is
+            listed in ``result.skipped_units`` instead of failing, and its output is
+            not parsed.
+    Returns:
+        The output to parse for diagnostics, in unit order.
+    Raises:
+        ToolchainError: a unit's command could not be started (exit 2).
+    """
+    obj = result.obj
+    slots: list[tuple[str, list[UnitResult]]] = [("", []) for _ in range(len(units) + 1)]
+    total = len(units) + len(ninja_targets)
     done = [0]
     lock = threading.Lock()
+    workers = max(1, jobs or os.cpu_count() or 1)
 
-    def one(i: int) -> UnitResult:
-        label, kind, argv = units[i]
+    def tick(n: int, label: str) -> None:
+        with lock:
+            done[0] += n
+            if progress:
+                progress(done[0], total, label)
+
+    def one(i: int) -> None:
+        unit = units[i]
+        argv = unit.argv
+        if argv is None:
+            command = (hip_commands or {}).get(unit.hip_target or "")
+            argv = toolchain.wrap(["sh", "-c", command], binds, obj) if command else None
+        if argv is None:
+            with lock:
+                result.skipped_units.append((unit.label, f"ninja gave no command for {unit.hip_target}"))
+            tick(1, unit.label)
+            return
         t0 = time.perf_counter()
-        proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        try:
+            proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        except OSError as exc:
+            raise ToolchainError(f"cannot run {argv[0]}: {exc.strerror}") from None
         seconds = time.perf_counter() - t0
         text = proc.stdout.decode("utf-8", "replace")
-        outputs[i] = text
         log.write(f"$ {' '.join(shlex.quote(a) for a in argv)}\n{text}[exit {proc.returncode}, {seconds:.2f} s]\n")
-        with lock:
-            done[0] += 1
-            if progress:
-                progress(done[0], len(units), label)
-        return UnitResult(label, kind, seconds, proc.returncode == 0, argv[-1] if kind == "hip" else "compile_commands.json")
+        needs = generated(text) if (proc.returncode != 0 and generated is not None) else None
+        if needs:
+            with lock:
+                result.skipped_units.append((unit.label, needs))
+            slots[i] = ("", [])
+        else:
+            slots[i] = (text, [UnitResult(unit.label, unit.kind, seconds, proc.returncode == 0, unit.how)])
+        tick(1, unit.label)
+
+    def batch() -> None:
+        targets = [t for _label, t in ninja_targets]
+        ninja_log = os.path.join(obj, ".ninja_log")
+        try:
+            offset = os.path.getsize(ninja_log)
+        except OSError:
+            offset = 0
+        argv = ["ninja", "-C", obj, "-k", "0", "-j", str(workers), *targets]
+        status, output = _run_logged(toolchain.wrap(argv, binds, obj), log)
+        failed = {word for line in output.splitlines() if line.startswith("FAILED: ")
+                  for word in line[len("FAILED: "):].split()}
+        took = _ninja_log_seconds(ninja_log, offset)
+        out = []
+        for label, target in ninja_targets:
+            # a target ninja did not get to (an unknown target: ninja stops before building) failed too
+            ok = target not in failed and (status == 0 or bool(failed))
+            out.append(UnitResult(label, "hip", took.get(target, 0.0), ok, target))
+        slots[len(units)] = (output, out)
+        tick(len(ninja_targets), "ninja")
 
     t0 = time.perf_counter()
-    workers = max(1, jobs or os.cpu_count() or 1)
     with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
-        result.units = list(pool.map(one, range(len(units))))
+        futures = [pool.submit(one, i) for i in range(len(units))]
+        if ninja_targets:
+            futures.append(pool.submit(batch))
+        for future in futures:
+            future.result()
     result.build_seconds = time.perf_counter() - t0
+    result.units = [u for _text, rs in slots for u in rs]
     result.returncode = 0 if all(u.ok for u in result.units) else 1
-    return "".join(outputs)
+    return "".join(text for text, _rs in slots)
+
+
+def _ninja_log_seconds(path: str, offset: int) -> dict[str, float]:
+    """``{output: seconds}`` from the entries ninja appended to ``.ninja_log`` after
+    byte ``offset`` (format v5+: ``start_ms<TAB>end_ms<TAB>mtime<TAB>output<TAB>hash``)."""
+    out: dict[str, float] = {}
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(offset)
+            data = fh.read().decode("utf-8", "replace")
+    except OSError:
+        return out
+    for line in data.splitlines():
+        fields = line.split("\t")
+        if len(fields) >= 4 and fields[0].isdigit() and fields[1].isdigit():
+            out[fields[3]] = (int(fields[1]) - int(fields[0])) / 1000.0
+    return out
+
+
+#: Arguments a syntax-only run must not pass on: the object (``-o``), compile-only
+#: (``-c``) and the dependency file (``-MD -MF``: it belongs to the real object).
+_DROP_WITH_VALUE = ("-o", "-MF", "-MT", "-MQ")
+_DROP_ALONE = ("-c", "-MD", "-MMD")
+
+
+def syntax_only_argv(words: Sequence[str]) -> list[str]:
+    """A compile command turned into a front-end-only check of the same unit.
+
+    The same compiler and flags (defines, include paths, ``-std``, ``-x hip``,
+    ``--offload-arch``: hipcc then checks host and device code), minus the object
+    and the dependency file, plus ``-fsyntax-only``: nothing is written.
+
+    Args:
+        words: the compiler's argv (``compile_commands.json`` ``arguments``, or a
+            shell-split command).
+    Returns:
+        The new argv; ``-fsyntax-only`` is appended once.
+    """
+    out: list[str] = []
+    skip = False
+    for word in words:
+        if skip:
+            skip = False
+            continue
+        if word in _DROP_WITH_VALUE:
+            skip = True
+            continue
+        if word in _DROP_ALONE or word == "-fsyntax-only":
+            continue
+        if len(word) > 3 and word[:3] in _DROP_WITH_VALUE:
+            continue  # the joined form, -MFpath
+        out.append(word)
+    return [*out, "-fsyntax-only"]
+
+
+def _syntax_only_shell(command: str) -> str:
+    """:func:`syntax_only_argv` applied to the compile of a shell command line
+    (``cd DIR && hipcc ... -c SRC -o OBJ [&& cmake -E cmake_transform_depfile ...]``,
+    as ninja prints a custom command). Only the ``cd`` steps and the compile are
+    kept: the steps around it handle the object or its depfile, which a check does
+    not write (CMake's depfile transform would write an empty one).
+
+    Raises:
+        ValueError: the command cannot be split (unbalanced quotes).
+    """
+    words = shlex.split(command)
+    segments: list[list[str]] = [[]]
+    for word in words:
+        if word == "&&":
+            segments.append([])
+        else:
+            segments[-1].append(word)
+    compile_at = next((i for i, seg in enumerate(segments) if "-c" in seg), len(segments) - 1)
+    kept = [seg for seg in segments[:compile_at] if seg and seg[0] == "cd"]
+    kept.append(syntax_only_argv(segments[compile_at]))
+    return " && ".join(shlex.join(seg) for seg in kept)
+
+
+_MISSING_INCLUDE_RE = re.compile(
+    r"fatal error: (?:'(?P<clang>[^']+)' file not found|(?P<gcc>[^\s:][^:]*): No such file or directory)")
+
+
+def _check(result: BuildResult, toolchain: Toolchain, binds: list[str], jobs: int | None, log: _Log,
+           progress: Callable[[int, int, str], None] | None) -> str:
+    """Every translation unit of the configured tree through the compiler front end.
+
+    C++ (and any HIP unit CMake compiles as a language): the ``compile_commands.json``
+    command through :func:`syntax_only_argv`. HIP objects made by custom commands
+    (the fork's ``.hip`` files): the command ``ninja -t commands -s <object>``
+    prints, through the same change. Nothing is built first: a unit whose source
+    the build generates is listed as not checked, and so is one that fails only
+    because an include the build generates is missing.
+    """
+    obj, src = result.obj, result.src
+    entries = _load_compile_commands(obj)
+    if not entries:
+        raise OverlayError(f"no compile_commands.json in {obj}: the check needs CMake's "
+                           "CMAKE_EXPORT_COMPILE_COMMANDS=ON (overlay sets it; was the project configured?)")
+    units: list[_Unit] = []
+    for e in entries:
+        full = _entry_file(e)
+        label = _map_path(full, src, e["directory"])[0]
+        if not os.path.exists(full):
+            target = os.path.relpath(full, obj) if full.startswith(obj + os.sep) else full
+            result.skipped_units.append((label, f"generated by the build (`ninja {target}` makes it)"))
+            continue
+        try:
+            words = e.get("arguments") or shlex.split(e.get("command", ""))
+        except ValueError:
+            result.skipped_units.append((label, "its compile_commands.json command cannot be split (quotes)"))
+            continue
+        argv = ["sh", "-c", f"cd {shlex.quote(e['directory'])} && {shlex.join(syntax_only_argv(words))}"]
+        units.append(_Unit(label, "hip" if full.endswith((".hip", ".cu")) else "cpp", "-fsyntax-only",
+                           toolchain.wrap(argv, binds, e["directory"])))
+    hip = _hip_targets(obj)
+    commands: dict[str, str] = {}
+    if hip:
+        targets = [hip[k] for k in sorted(hip)]
+        proc = subprocess.run(toolchain.wrap(["ninja", "-C", obj, "-t", "commands", "-s", *targets], binds, obj),
+                              capture_output=True, text=True, errors="replace", stdin=subprocess.DEVNULL)
+        lines = [line for line in proc.stdout.splitlines() if line.strip()]
+        if proc.returncode == 0 and len(lines) == len(targets):
+            for target, line in zip(targets, lines):
+                try:
+                    commands[target] = _syntax_only_shell(line)
+                except ValueError:
+                    continue  # listed as "ninja gave no command" by _run_units
+        for full in sorted(hip):
+            label = _map_path(full, src, obj)[0]
+            if not os.path.exists(full):
+                result.skipped_units.append((label, f"generated by the build (`ninja {hip[full]}` makes it)"))
+                continue
+            units.append(_Unit(label, "hip", "-fsyntax-only", hip_target=hip[full]))
+    made: list[list[str]] = []  # ninja's outputs, listed once, on the first missing include
+    made_lock = threading.Lock()
+
+    def generated(text: str) -> str | None:
+        names = [(m.group("clang") or m.group("gcc")).strip()
+                 for m in _MISSING_INCLUDE_RE.finditer(_ANSI_RE.sub("", text))]
+        if not names:
+            return None
+        with made_lock:
+            if not made:
+                made.append(_ninja_outputs(toolchain, obj, binds))
+        hits = []
+        for name in names:
+            tail = "/" + name.lstrip("./")
+            hit = next((out for out in made[0] if out == name or out.endswith(tail)), None)
+            if hit is None:
+                return None  # a missing include the build does not make: a real error
+            hits.append(hit)
+        return (f"needs {names[0]}, which the build generates (`ninja {hits[0]}` makes it); "
+                "build once, then check again")
+
+    return _run_units(result, units, toolchain, binds, jobs, log, progress, hip_commands=commands,
+                      generated=generated)
+
+
+def _ninja_outputs(toolchain: Toolchain, obj: str, binds: list[str]) -> list[str]:
+    """Every output ninja knows (``ninja -t targets all``), as build.ninja names them."""
+    proc = subprocess.run(toolchain.wrap(["ninja", "-C", obj, "-t", "targets", "all"], binds, obj),
+                          capture_output=True, text=True, errors="replace", stdin=subprocess.DEVNULL)
+    return [line.rsplit(": ", 1)[0] for line in proc.stdout.splitlines() if ": " in line]
+
+
+def _entry_file(entry: dict) -> str:
+    """The absolute, normalized source path of a compile_commands.json entry."""
+    f = entry["file"]
+    return os.path.normpath(f if os.path.isabs(f) else os.path.join(entry["directory"], f))
 
 
 def _entry_output(entry: dict) -> str:
@@ -749,12 +1109,29 @@ def changed_paths(store: Store, layers: Layers) -> list[str]:
     return sorted(row[5] for row in store.diff_tree(layers.forked, layers.patched) if row[4] != "D")
 
 
+#: In the build directory after a successful full build: the patched tree and the
+#: configure record it was built with. A check of the same tree and configure has
+#: nothing left to find (every unit compiled), so it runs nothing. Removed before
+#: any other build, ``--target`` and ``--only-changed`` runs (objects change).
+BUILT_RECORD = ".overlay-built.json"
+
+#: The lock file in ``build/<backend>/`` (:func:`overlay.fsutil.dir_lock`): one overlay
+#: build (and so one ninja) per build directory at a time.
+BUILD_LOCK = ".overlay-build.lock"
+
+
 def build(store: Store, layers: Layers, root: str, backend: str, *, arch: str | None = None,
           toolchain: Toolchain, jobs: int | None = None, only_changed: bool = False,
-          target: str | None = None, build_root: str | None = None, cmake_option: str = "MLX_BUILD_ROCM",
-          suites_dir: str | None = None, notes: Iterable[str] = (),
-          progress: Callable[[int, int, str], None] | None = None) -> BuildResult:
+          check: bool = False, target: str | None = None, build_root: str | None = None,
+          cmake_option: str = "MLX_BUILD_ROCM", suites_dir: str | None = None, notes: Iterable[str] = (),
+          progress: Callable[[int, int, str], None] | None = None,
+          on_wait: Callable[[str], None] | None = None) -> BuildResult:
     """Export ``layers.patched``, configure (when needed) and build; attribute errors.
+
+    The whole run holds the build directory's lock (:data:`BUILD_LOCK`): a second
+    ``overlay build`` of the same backend waits for the first, so two ninja
+    processes never share one build directory (they would corrupt its
+    ``.ninja_log`` and ``.ninja_deps``).
 
     Args:
         store: git store holding the layer trees.
@@ -763,43 +1140,76 @@ def build(store: Store, layers: Layers, root: str, backend: str, *, arch: str | 
         backend: ``rocm``, ``cpu`` or ``cuda``.
         arch: ``;``-separated architectures (see :func:`resolve_arch`) or ``None``.
         toolchain: from :func:`find_toolchain`.
-        jobs: ninja ``-j`` / parallel units for ``only_changed`` (``None``: ninja's default).
+        jobs: ninja ``-j`` / parallel units for ``only_changed`` and ``check``
+            (``None``: ninja's default, the CPU count for units).
         only_changed: compile only the translation units the series touches (and the
             suite children when their build directory is configured), timing each.
-        target: a ninja target instead of the default (not with ``only_changed``).
+        check: every translation unit through the compiler front end only
+            (``-fsyntax-only``, from ``compile_commands.json`` and the HIP custom
+            commands); no object is written and nothing is built first.
+        target: a ninja target instead of the default (not with ``only_changed``
+            or ``check``).
         build_root: directory holding ``<backend>/``; default ``<root>/build``.
         cmake_option: the manifest's backend switch.
         suites_dir: the suite children's CMake project (``patches-rocm/suites``); built
             after a full rocm/cuda build when given and present.
         notes: lines to carry into the report.
         progress: ``(done, total, text)`` callback (e.g. :class:`LiveProgress`).
+        on_wait: called with the holder's pid when another build holds the build
+            directory and this one waits for it.
     Returns:
         :class:`BuildResult` (``ok`` false when anything failed to compile).
     Raises:
-        BuildError: CMake configure failed (exit 1; the first CMake errors are named).
+        BuildError: CMake configure failed (exit 1; the first CMake error's message,
+            location and any ``Could NOT find`` line are named, see
+            :func:`cmake_error_summary`).
         ToolchainError: a tool could not be started (exit 2).
-        OverlayError: the export was refused (hand-edited files; exit 2).
+        OverlayError: two of ``only_changed``/``check``/``target`` combined, the
+            export was refused (hand-edited files), or no compile_commands.json
+            for a check (exit 2).
     """
-    if only_changed and target:
-        raise OverlayError("--only-changed and --target cannot be combined")
+    if sum(bool(x) for x in (only_changed, check, target)) > 1:
+        raise OverlayError("--only-changed, --check and --target cannot be combined")
     # realpath: a build root that is a symlink (a scratch overlay sharing a build) keeps the
     # paths CMake was configured with, so nothing is reconfigured or rebuilt for the path alone
     backend_dir = os.path.realpath(os.path.join(build_root or os.path.join(root, "build"), backend))
+    with dir_lock(backend_dir, BUILD_LOCK, on_wait=on_wait):
+        return _build_locked(store, layers, backend_dir, backend, arch=arch, toolchain=toolchain, jobs=jobs,
+                             only_changed=only_changed, check=check, target=target, cmake_option=cmake_option,
+                             suites_dir=suites_dir, notes=notes, progress=progress)
+
+
+def _build_locked(store: Store, layers: Layers, backend_dir: str, backend: str, *, arch: str | None,
+                  toolchain: Toolchain, jobs: int | None, only_changed: bool, check: bool, target: str | None,
+                  cmake_option: str, suites_dir: str | None, notes: Iterable[str],
+                  progress: Callable[[int, int, str], None] | None) -> BuildResult:
     src, obj = os.path.join(backend_dir, "src"), os.path.join(backend_dir, "obj")
     os.makedirs(obj, exist_ok=True)
     log_path = os.path.join(backend_dir, "build.log")
     exported = export_tree(store, layers.patched, src)
-    result = BuildResult(backend, toolchain.description, arch, src, obj, log_path, exported, notes=list(notes))
+    mode = "check" if check else "only-changed" if only_changed else "build"
+    result = BuildResult(backend, toolchain.description, arch, src, obj, log_path, exported, mode=mode,
+                         notes=list(notes))
     binds = [backend_dir]
     log = _Log(log_path)
     try:
-        log.write(f"# overlay build --backend {backend}: tree {layers.patched}, toolchain "
-                  f"{toolchain.description}, arch {arch or '-'}\n# export: {len(exported.written)} written, "
-                  f"{len(exported.removed)} removed, {exported.unchanged} unchanged\n")
+        log.write(f"# overlay build --backend {backend}{' --check' if check else ''}: tree {layers.patched}, "
+                  f"toolchain {toolchain.description}, arch {arch or '-'}\n# export: {len(exported.written)} "
+                  f"written, {len(exported.removed)} removed, {exported.unchanged} unchanged\n")
         opts = cmake_options(backend, toolchain, arch=arch, cmake_option=cmake_option,
                              json_dir=_json_dir(toolchain, backend_dir))
-        _configure(result, toolchain, opts, binds, log)
-        if only_changed:
+        configured = _configure(result, toolchain, opts, binds, log)
+        built_path = os.path.join(obj, BUILT_RECORD)
+        built = {"tree": layers.patched, "configure": configured}
+        if not check:
+            _remove(built_path)  # objects are about to change: no longer "all built from one tree"
+        if check and _read_json(built_path) == built:
+            result.no_work = True  # every unit compiled in this very tree, same configure
+            log.write(f"# check: {built_path} records a successful full build of this tree\n")
+            output = ""
+        elif check:
+            output = _check(result, toolchain, binds, jobs, log, progress)
+        elif only_changed:
             extra = []
             suites_obj = os.path.join(backend_dir, "suites")
             if os.path.isfile(os.path.join(suites_obj, "compile_commands.json")):
@@ -815,7 +1225,9 @@ def build(store: Store, layers: Layers, root: str, backend: str, *, arch: str | 
                                  if line.startswith("FAILED: ")]
         result.other_errors = other
         result.diagnostics = diags
-        if (result.ok and not only_changed and not target and backend in ("rocm", "cuda")
+        if result.ok and mode == "build" and not target:
+            atomic_write(built_path, json.dumps(built, indent=1).encode(), durable=False)
+        if (result.ok and mode == "build" and not target and backend in ("rocm", "cuda")
                 and suites_dir and os.path.isfile(os.path.join(suites_dir, "CMakeLists.txt"))):
             result.suites = _build_suites(result, toolchain, binds, jobs, log, backend, arch, suites_dir)
         if result.diagnostics:
@@ -830,7 +1242,9 @@ def build(store: Store, layers: Layers, root: str, backend: str, *, arch: str | 
     return result
 
 
-def _configure(result: BuildResult, toolchain: Toolchain, opts: list[str], binds: list[str], log: _Log) -> None:
+def _configure(result: BuildResult, toolchain: Toolchain, opts: list[str], binds: list[str], log: _Log) -> dict:
+    """Run CMake unless the build directory holds a configure with the same options;
+    return that record (source, toolchain, options)."""
     obj, src = result.obj, result.src
     record_path = os.path.join(obj, CONFIGURE_RECORD)
     record = {"source": src, "toolchain": toolchain.description, "options": opts}
@@ -842,7 +1256,7 @@ def _configure(result: BuildResult, toolchain: Toolchain, opts: list[str], binds
         previous = None
     if os.path.isfile(cache) and previous == record and os.path.isfile(os.path.join(obj, "build.ninja")):
         log.write("# configure: cached (same options)\n")
-        return
+        return record
     if os.path.isfile(cache):
         os.unlink(cache)  # options changed: start the cache afresh (objects stay)
     argv = toolchain.wrap(["cmake", "-S", src, "-B", obj, "-G", "Ninja", *opts], binds, obj)
@@ -851,14 +1265,28 @@ def _configure(result: BuildResult, toolchain: Toolchain, opts: list[str], binds
     result.configure_seconds = time.perf_counter() - t0
     result.configured = True
     if status != 0:
-        errors = [line.strip() for line in output.splitlines() if line.startswith("CMake Error")]
-        detail = "; ".join(errors[:3]) or output.strip().splitlines()[-1:] and output.strip().splitlines()[-1] or ""
         if os.path.exists(record_path):
             os.unlink(record_path)
-        raise BuildError(f"CMake configure failed (exit {status}): {detail}",
+        raise BuildError(f"CMake configure failed (exit {status}): {cmake_error_summary(output)}",
                          hint=f"full output in {result.log}")
     with open(record_path, "w", encoding="utf-8") as fh:
         json.dump(record, fh, indent=1)
+    return record
+
+
+def _read_json(path: str) -> object:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return json.load(fh)
+    except (OSError, ValueError):
+        return None
+
+
+def _remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
 
 
 def _ninja(result: BuildResult, toolchain: Toolchain, binds: list[str], jobs: int | None, target: str | None,
@@ -919,6 +1347,7 @@ def _build_suites(result: BuildResult, toolchain: Toolchain, binds: list[str], j
     return f"built in {sobj}"
 
 
-__all__ = ["BACKENDS", "BuildError", "BuildResult", "Diagnostic", "LiveProgress", "Toolchain", "ToolchainError",
-           "UnitResult", "build", "changed_paths", "cmake_options", "default_toolchain_root", "find_toolchain",
-           "parse_diagnostics", "resolve_arch", "toolchain_script"]
+__all__ = ["BACKENDS", "BUILD_LOCK", "BUILT_RECORD", "BuildError", "BuildResult", "Diagnostic", "LiveProgress", "Toolchain",
+           "ToolchainError", "UnitResult", "build", "changed_paths", "cmake_error_summary", "cmake_options",
+           "default_toolchain_root", "find_toolchain", "parse_diagnostics", "resolve_arch", "syntax_only_argv",
+           "toolchain_script"]

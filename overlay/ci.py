@@ -1,10 +1,14 @@
-"""``overlay ci``: everything this machine can do, as one gate (issue 8).
+"""``overlay ci``: everything this machine can do, as one gate (issues 8 and 16).
 
-Stages run in order -- ``verify``, ``build``, ``suites`` -- and each ends
-``passed``, ``failed`` or ``skipped`` with its reason (no ROCm toolchain, no AMD
-GPU, not requested). Skipped is not failure. The outcome is written as JUnit XML,
-a JSON summary and a Markdown section for the PR body (jinja2 template
-``overlay/templates/ci_summary.md.j2``).
+Stages run in order -- ``verify``, ``check``, ``build``, ``suites`` -- and each
+ends ``passed``, ``failed`` or ``skipped`` with its reason (no ROCm toolchain, no
+AMD GPU, not requested). Skipped is not failure, except for a stage the caller
+*requires* (``--require``): a required stage that ends skipped fails the gate, so a
+runner that cannot compile never passes a gate that must compile. A stage never
+crashes the gate: whatever goes wrong in it (a failed CMake configure, an
+unexpected exception) becomes that stage's failure with its first error line. The
+outcome is written as JUnit XML, a JSON summary and a Markdown section for the PR
+body (jinja2 template ``overlay/templates/ci_summary.md.j2``).
 """
 
 from __future__ import annotations
@@ -22,7 +26,9 @@ from overlay import junit
 from overlay.errors import OverlayError
 from overlay.gitstore import Store
 
-STAGES = ("verify", "build", "suites")
+STAGES = ("verify", "check", "build", "suites")
+#: How the reason of a required stage that could not run begins.
+REQUIRED_SKIPPED = "required, but skipped: "
 
 
 @dataclasses.dataclass
@@ -30,12 +36,13 @@ class Stage:
     """One stage of the gate.
 
     Attributes:
-        name: ``verify``, ``build`` or ``suites``.
+        name: one of :data:`STAGES`.
         status: ``passed``, ``failed`` or ``skipped``.
         reason: why it failed or was skipped (one line), else ``""``.
         seconds: wall time.
         cases: JUnit test cases ``[{"name", "status", "message"}]``.
         data: stage-specific details for the Markdown template.
+        required: the caller required it (``--require``): skipped counts as failed.
     """
 
     name: str
@@ -44,6 +51,7 @@ class Stage:
     seconds: float = 0.0
     cases: list[dict] = dataclasses.field(default_factory=list)
     data: dict = dataclasses.field(default_factory=dict)
+    required: bool = False
 
 
 @dataclasses.dataclass
@@ -133,32 +141,61 @@ def stage_verify(root: str, store: Store) -> Stage:
                  cases, {"findings": [f.as_dict() for f in result.findings]})
 
 
-def stage_build(root: str, store: Store, layers: Any, backend: str, arch: str | None) -> Stage:
-    """Build the patched tree; skipped with the reason when no toolchain exists."""
+def stage_build(root: str, store: Store, layers: Any, backend: str, arch: str | None, *,
+                check: bool = False) -> Stage:
+    """Build the patched tree (``check``: every unit through the front end only, see
+    ``overlay build --check``); skipped with the reason when no toolchain exists.
+
+    Args:
+        root: overlay repository; store: git store; layers: from the gate's state
+            (``None`` when they could not be computed: skipped).
+        backend: ``rocm``, ``cpu`` or ``cuda``; arch: HIP architectures or ``None``
+            (rocm: the manifest's, or the toolchain's default, as ``overlay build``).
+        check: run the ``check`` stage instead of the ``build`` stage.
+    Returns:
+        The :class:`Stage`; a configure or environment failure is a failed stage whose
+        reason is the error's one line (for CMake: the first ``CMake Error`` body and
+        any ``Could NOT find X``), a compile failure one whose reason names the first
+        error with its attribution. ``data`` always holds ``backend``, ``toolchain``,
+        ``arch``, ``errors`` and ``log``.
+    """
     from overlay import build as _build
     from overlay.manifest import load_manifest
 
+    name = "check" if check else "build"
     start = time.perf_counter()
     if layers is None:
-        return Stage("build", "skipped", "the layers could not be computed (see verify)")
+        return Stage(name, "skipped", "the layers could not be computed (see verify)")
     try:
         toolchain = _build.find_toolchain(backend, None, repo_root=root)
     except _build.ToolchainError as exc:
-        return Stage("build", "skipped", exc.message)
-    manifest = load_manifest(root)
+        return Stage(name, "skipped", exc.message)
+    log = os.path.relpath(os.path.join(os.path.realpath(os.path.join(root, "build", backend)), "build.log"), root)
+    data = {"backend": backend, "toolchain": toolchain.description, "arch": arch, "errors": 0, "log": log,
+            "first_error": "", "units": 0, "not_checked": []}
+    case = f"{name} {backend}"
     try:
-        res = _build.build(store, layers, root, backend, arch=arch, toolchain=toolchain,
+        manifest = load_manifest(root)
+        if backend == "rocm":
+            arch, _note = _build.resolve_arch(arch, manifest.architectures, toolchain)
+            data["arch"] = arch
+        res = _build.build(store, layers, root, backend, arch=arch, toolchain=toolchain, check=check,
                            cmake_option=manifest.cmake_option,
                            suites_dir=os.path.join(root, "patches-rocm", "suites"))
     except OverlayError as exc:
-        return Stage("build", "failed", exc.message, time.perf_counter() - start,
-                     [{"name": f"build {backend}", "status": "failed", "message": exc.message}])
+        data["first_error"] = exc.message
+        return Stage(name, "failed", exc.message, time.perf_counter() - start,
+                     [{"name": case, "status": "failed", "message": exc.message,
+                       "text": exc.message + (f"\nhint: {exc.hint}" if exc.hint else "")}], data)
     errors = len(res.diagnostics) + len(res.other_errors)
     status = "passed" if res.ok else "failed"
-    return Stage("build", status, "" if res.ok else f"{errors} error(s)", time.perf_counter() - start,
-                 [{"name": f"build {backend}", "status": status, "message": "\n".join(res.report())}],
-                 {"backend": backend, "toolchain": res.toolchain, "arch": res.arch, "errors": errors,
-                  "log": os.path.relpath(res.log, root)})
+    data.update(errors=errors, first_error=res.first_error(), units=len(res.units),
+                not_checked=[f"{path}: {why}" for path, why in res.skipped_units] if check else [])
+    reason = "" if res.ok else f"{errors} error(s); first: {res.first_error()}"
+    if res.ok and check and res.skipped_units:
+        reason = f"{len(res.skipped_units)} unit(s) not checked (see the report)"
+    return Stage(name, status, reason, time.perf_counter() - start,
+                 [{"name": case, "status": status, "message": reason, "text": "\n".join(res.report())}], data)
 
 
 def stage_suites(root: str, results_dir: str, child_dir: str | None, backend: str | None) -> Stage:
@@ -210,35 +247,73 @@ def stage_suites(root: str, results_dir: str, child_dir: str | None, backend: st
     return Stage("suites", status, reason, time.perf_counter() - start, cases, {"suites": rows, "ab": ab})
 
 
-def run_ci(root: str, store: Store, *, stages: Sequence[str] = STAGES, backend: str = "rocm",
-           arch: str | None = None, results_dir: str | None = None, child_dir: str | None = None) -> CiResult:
+def run_ci(root: str, store: Store, *, stages: Sequence[str] = STAGES, require: Sequence[str] = (),
+           backend: str = "rocm", arch: str | None = None, results_dir: str | None = None,
+           child_dir: str | None = None) -> CiResult:
     """Run the requested stages; the others are reported skipped ("not requested").
 
     Args:
         root: overlay repository.
         store: git store.
-        stages: subset of :data:`STAGES`.
+        stages: subset of :data:`STAGES` to run.
+        require: stages that must run and pass: each is run even when ``stages``
+            leaves it out, and one that ends skipped (no toolchain, no GPU) is failed
+            with ``required, but skipped: <why>``.
         backend: build backend and suite backend (``rocm``, ``cpu``, ``cuda``).
         arch: HIP architectures for the build (default: the manifest's).
         results_dir: where suite runs are kept (default ``build/suite-results``).
         child_dir: where the suite children are (default ``build/<backend>/suites``).
     Returns:
-        :class:`CiResult`.
+        :class:`CiResult`. A stage that raises becomes a failed stage with the
+        error's line; nothing a stage does escapes this function.
+    Raises:
+        OverlayError: bad stage names (exit 2); the manifest cannot be read (exit 2).
     """
+    unknown = sorted(set(stages) - set(STAGES)) + sorted(set(require) - set(STAGES))
+    if unknown:
+        raise OverlayError(f"unknown stage {unknown[0]!r} (stages: {', '.join(STAGES)})")
     state, layers = _overlay_state(root, store)
-    out = []
+    run = set(stages) | set(require)
+    out: list[Stage] = []
     for name in STAGES:
-        if name not in stages:
-            out.append(Stage(name, "skipped", "not requested"))
-        elif name == "verify":
-            out.append(stage_verify(root, store))
-        elif name == "build":
-            out.append(stage_build(root, store, layers, backend, arch))
+        if name not in run:
+            stage = Stage(name, "skipped", "not requested")
         else:
-            out.append(stage_suites(root, results_dir or os.path.join(root, "build", "suite-results"),
-                                    child_dir or os.path.join(root, "build", backend, "suites"),
-                                    backend))
+            stage = _run_stage(name, root, store, layers, backend, arch, results_dir, child_dir, out)
+        if name in require:
+            stage.required = True
+            if stage.status == "skipped":
+                stage.status = "failed"
+                stage.reason = f"{REQUIRED_SKIPPED}{stage.reason}"
+                stage.cases = [{"name": c["name"], "status": "failed" if c["status"] == "skipped" else c["status"],
+                                "message": c["message"]} for c in stage.cases]
+        out.append(stage)
     return CiResult(state, out)
+
+
+def _run_stage(name: str, root: str, store: Store, layers: Any, backend: str, arch: str | None,
+               results_dir: str | None, child_dir: str | None, before: Sequence[Stage]) -> Stage:
+    """One stage; any exception becomes its failure (one line)."""
+    start = time.perf_counter()
+    try:
+        if name == "verify":
+            return stage_verify(root, store)
+        if name == "check":
+            return stage_build(root, store, layers, backend, arch, check=True)
+        if name == "build":
+            check = next((s for s in before if s.name == "check"), None)
+            if check is not None and check.status == "failed" and not check.reason.startswith(REQUIRED_SKIPPED):
+                # the build would stop on the same compile errors, after far longer
+                return Stage("build", "skipped", "the check stage failed: fix those errors first")
+            return stage_build(root, store, layers, backend, arch)
+        return stage_suites(root, results_dir or os.path.join(root, "build", "suite-results"),
+                            child_dir or os.path.join(root, "build", backend, "suites"), backend)
+    except OverlayError as exc:
+        message = exc.message
+    except Exception as exc:  # noqa: BLE001 -- a gate reports every stage, whatever one of them hit
+        message = f"internal error ({type(exc).__name__}: {exc})"
+    return Stage(name, "failed", message, time.perf_counter() - start,
+                 [{"name": name, "status": "failed", "message": message}])
 
 
 def render_junit(result: CiResult) -> str:
@@ -246,14 +321,15 @@ def render_junit(result: CiResult) -> str:
 
     Counts agree with the children; stage messages may hold anything (compiler
     output, control characters): the writer makes them XML-safe. ``message``
-    attributes are cut at 500 characters, the full text is the failure's text.
+    attributes (a failed stage's first error line) are cut at 500 characters; the
+    failure's text is the case's ``text`` (a build's whole report), else its message.
     """
     suites = []
     for stage in result.stages:
         cases = stage.cases or [{"name": stage.name, "status": stage.status, "message": stage.reason}]
         suites.append(junit.Suite(stage.name, [
             junit.Case(case["name"], f"overlay.{stage.name}", case["status"], message=case["message"],
-                       text=case["message"] if case["status"] == "failed" else None)
+                       text=case.get("text", case["message"]) if case["status"] == "failed" else None)
             for case in cases], time=stage.seconds))
     return junit.render(suites, name="overlay ci", message_limit=500)
 
@@ -270,10 +346,27 @@ def render_markdown(result: CiResult) -> str:
 
 
 def render_text(result: CiResult) -> str:
-    """One line per stage, skipped ones spelled out."""
+    """One line per stage, skipped ones spelled out; required stages marked ``*``."""
     lines = []
     for s in result.stages:
         word = s.status.upper()
         lines.append(f"{s.name:<7} {word:<8} {s.reason}".rstrip())
-    lines.append("overlay ci: FAILED" if result.failed else "overlay ci: passed (skipped stages are not failures)")
+    required = [s.name for s in result.stages if s.required]
+    if result.failed:
+        lines.append("overlay ci: FAILED")
+    elif required:
+        lines.append(f"overlay ci: passed (required: {', '.join(required)}; other skipped stages are not failures)")
+    else:
+        lines.append("overlay ci: passed (skipped stages are not failures)")
     return "\n".join(lines) + "\n"
+
+
+def render_error(message: str) -> tuple[str, str, str]:
+    """JUnit, JSON and Markdown for a gate that could not start (no manifest, ...):
+    one failed ``overlay ci`` case, so a CI job that reads the files sees the cause."""
+    xml = junit.render([junit.Suite("overlay ci", [junit.Case("overlay ci", "overlay", "failed", message=message,
+                                                              text=message)])], name="overlay ci",
+                       message_limit=500)
+    data = json.dumps({"overlay": None, "failed": True, "error": message, "stages": []}, indent=2) + "\n"
+    md = f"## overlay ci: FAILED\n\n{message}\n"
+    return xml, data, md

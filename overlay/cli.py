@@ -710,9 +710,23 @@ def doctor_cmd(ctx: Context, no_network: bool) -> None:
 
 
 
+def _stage_names(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> tuple[str, ...]:
+    """``--only``/``--require`` values: repeatable, each a comma- or space-separated list."""
+    from overlay.ci import STAGES
+
+    names = [n for value in values for n in value.replace(",", " ").split()]
+    for name in names:
+        if name not in STAGES:
+            raise click.BadParameter(f"unknown stage {name!r} (stages: {', '.join(STAGES)})", ctx, param)
+    return tuple(dict.fromkeys(names))
+
+
 @main.command("ci")
-@click.option("--only", "only", multiple=True, type=click.Choice(["verify", "build", "suites"]),
-              help="Run only these stages (repeat); the others are reported skipped.")
+@click.option("--only", "only", multiple=True, metavar="STAGE[,STAGE]", callback=_stage_names,
+              help="Run only these stages (verify, check, build, suites; repeat or comma list); "
+                   "the others are reported skipped.")
+@click.option("--require", "require", multiple=True, metavar="STAGE[,STAGE]", callback=_stage_names,
+              help="These stages must run and pass: one this machine cannot run (skipped) fails the gate.")
 @click.option("--backend", type=click.Choice(["rocm", "cpu", "cuda"]), default="rocm", show_default=True)
 @click.option("--arch", default=None, help="HIP architectures for the build (default: the manifest's).")
 @click.option("--junit", type=click.Path(dir_okay=False), default=None, help="Write JUnit XML here.")
@@ -721,19 +735,26 @@ def doctor_cmd(ctx: Context, no_network: bool) -> None:
 @click.option("--child-dir", default=None, help="Where the suite children are (default build/<backend>/suites).")
 @click.pass_obj
 @handle_errors
-def ci_cmd(ctx: Context, only: tuple[str, ...], backend: str, arch: str | None, junit: str | None,
-           json_path: str | None, markdown: str | None, child_dir: str | None) -> None:
-    """The CI gate: verify, build, suites as far as this machine allows."""
+def ci_cmd(ctx: Context, only: tuple[str, ...], require: tuple[str, ...], backend: str, arch: str | None,
+           junit: str | None, json_path: str | None, markdown: str | None, child_dir: str | None) -> None:
+    """The CI gate: verify, check, build, suites as far as this machine allows."""
     import json
 
-    from overlay.ci import STAGES, render_junit, render_markdown, render_text, run_ci
+    from overlay.ci import STAGES, render_error, render_junit, render_markdown, render_text, run_ci
     from overlay.fsutil import atomic_write
 
-    result = run_ci(ctx.root, _store(ctx), stages=only or STAGES, backend=backend, arch=arch, child_dir=child_dir)
-    for path, text in ((junit, render_junit(result)), (json_path, json.dumps(result.as_dict(), indent=2) + "\n"),
-                       (markdown, render_markdown(result))):
-        if path:
-            atomic_write(os.path.abspath(path), text.encode())
+    def write(texts: tuple[str, str, str]) -> None:
+        for path, text in zip((junit, json_path, markdown), texts):
+            if path:
+                atomic_write(os.path.abspath(path), text.encode())
+
+    try:
+        result = run_ci(ctx.root, _store(ctx), stages=only or STAGES, require=require, backend=backend, arch=arch,
+                        child_dir=child_dir)
+    except OverlayError as exc:
+        write(render_error(exc.message))  # the reports exist whenever they were asked for
+        raise
+    write((render_junit(result), json.dumps(result.as_dict(), indent=2) + "\n", render_markdown(result)))
     click.echo(render_text(result), nl=False)
     sys.exit(1 if result.failed else 0)
 
@@ -748,23 +769,32 @@ main.lazy_commands = {"suite": "overlay.suites.cli:suite"}
               help="`system` (hipcc/nvcc on PATH or $ROCM_PATH) or a root made by tools/rocm-toolchain.sh.")
 @click.option("--jobs", "-j", type=click.IntRange(min=1), default=None, help="Parallel jobs.")
 @click.option("--only-changed", is_flag=True, help="Compile only the translation units the series touches.")
+@click.option("--check", is_flag=True,
+              help="Every translation unit through the compiler front end only (-fsyntax-only); no objects.")
 @click.option("--target", default=None, metavar="T", help="A ninja target instead of the default.")
 @click.pass_obj
 @handle_errors
 def build_cmd(ctx: Context, backend: str, arch: str | None, toolchain_spec: str | None, jobs: int | None,
-              only_changed: bool, target: str | None) -> None:
+              only_changed: bool, check: bool, target: str | None) -> None:
     """Export the patched tree, configure CMake offline, build with ninja, attribute errors."""
     from overlay import build as _build
 
+    if sum(bool(x) for x in (only_changed, check, target)) > 1:
+        raise OverlayError("--only-changed, --check and --target cannot be combined")
     toolchain = _build.find_toolchain(backend, toolchain_spec, repo_root=ctx.root)
     manifest, store, layers = _layers(ctx, stepwise=True)
     archs, note = (_build.resolve_arch(arch, manifest.architectures, toolchain) if backend == "rocm"
                    else (arch, None))
-    with _build.LiveProgress(f"build {backend}") as progress:
+
+    def waiting(pid: str) -> None:
+        click.echo(f"build {backend}: waiting for another overlay build of build/{backend} (pid {pid})", err=True)
+
+    with _build.LiveProgress(f"{'check' if check else 'build'} {backend}") as progress:
         result = _build.build(store, layers, ctx.root, backend, arch=archs, toolchain=toolchain, jobs=jobs,
-                              only_changed=only_changed, target=target, cmake_option=manifest.cmake_option,
+                              only_changed=only_changed, check=check, target=target,
+                              cmake_option=manifest.cmake_option,
                               suites_dir=os.path.join(ctx.root, "patches-rocm", "suites"),
-                              notes=[note] if note else [], progress=progress)
+                              notes=[note] if note else [], progress=progress, on_wait=waiting)
     for line in result.report():
         click.echo(line)
     if not result.ok:

@@ -5,10 +5,17 @@ Input is what the compiler and the linker printed (a build log); output is one
 
 * the fork file that must follow (where the error is, or the symbol's owner), and
 * the upstream commit between the old and the new pin that changed the API it
-  trips on, found by searching the pin range with ``git log -G`` for each
-  identifier the message names (with its notes): the rarest identifier that
-  upstream changed wins, and among its commits the newest that changed a
-  header (the declaration), else the newest at all.
+  trips on. When the message names a member whose declaration it is about (``no
+  declaration matches``, Clang's ``out-of-line definition ... does not match any
+  declaration``, ``no matching function for call to``, ``has no member named``,
+  ``no member named ... in``, ``is not a member of``), the headers that declare
+  that member (of that class) in the new or the old pin are found with ``git
+  grep``, and the commits of the range that changed the member's lines in those
+  headers are the cause: no other name on the line (a quoted ``Stream`` or
+  ``array``) can outrank the declaration. Otherwise the pin range is searched with
+  ``git log -G`` for each identifier the message names (with its notes): the
+  rarest identifier that upstream changed wins, and among its commits the oldest
+  that changed a header (the declaration), else the oldest at all.
 
 Diagnostics follow GCC/Clang's ``path:line:col: error: message`` form (hipcc is
 Clang); ``note:`` lines after an error belong to it. Linker lines are
@@ -69,6 +76,8 @@ class DriftItem:
         commit, subject: the upstream commit and its subject (``None`` when unattributed).
         also: other commits of the pin range that changed the same identifier.
         fork_file: the file that must follow (repository path when known).
+        declared_in: the headers declaring the member the error is about, when the
+            commit was found through that declaration (else empty).
     """
 
     diagnostic: Diagnostic
@@ -77,6 +86,7 @@ class DriftItem:
     subject: str | None
     also: list[str]
     fork_file: str | None
+    declared_in: list[str] = dataclasses.field(default_factory=list)
 
     def as_dict(self) -> dict:
         """JSON-ready form."""
@@ -184,12 +194,106 @@ def ranked_identifiers(diag: Diagnostic, source: str = "") -> list[tuple[int, st
     return names
 
 
-def _commits_for(store: Store, old: str, new: str, ident: str, headers: bool) -> list[tuple[str, str]]:
+def _commits_for(store: Store, old: str, new: str, ident: str, headers: bool,
+                 paths: Sequence[str] = ()) -> list[tuple[str, str]]:
     args = ["log", "--format=%H%x00%s", "-G", rf"\b{ident}\b", f"{old}..{new}"]
-    if headers:
-        args += ["--", "*.h", "*.hpp"]
+    if paths:
+        args += ["--", *paths]
+    elif headers:
+        args += ["--", *HEADER_GLOBS]
     out = store.git(*args, check=False).stdout.decode("utf-8", "replace")
     return [tuple(line.split("\0", 1)) for line in out.splitlines() if "\0" in line]  # type: ignore[misc]
+
+
+HEADER_GLOBS = ("*.h", "*.hpp", "*.hh", "*.cuh")
+_Q = "[`'\u2018]"   # an opening quote (GCC uses \u2018...\u2019 in UTF-8 locales)
+_UNQ = "[`'\u2019]"  # a closing quote
+_NQ = "[^`'\u2018\u2019]"
+#: Messages about a member and its declaration: ``sig`` is a signature to split
+#: (``bool ns::Cls::member(args)``), else ``member`` and ``cls`` are named.
+_MEMBER_MESSAGES = [re.compile(p) for p in (
+    rf"no declaration matches {_Q}(?P<sig>.+){_UNQ}\s*$",
+    rf"out-of-line definition of {_Q}(?P<member>\w+){_UNQ} does not match any declaration in "
+    rf"{_Q}(?:class |struct |union )?(?P<cls>{_NQ}+){_UNQ}",
+    rf"no matching (?:member )?function for call to {_Q}(?P<sig>.+){_UNQ}\s*$",
+    rf"{_Q}(?:class |struct |union )?(?P<cls>{_NQ}+){_UNQ} has no member named {_Q}(?P<member>\w+){_UNQ}",
+    rf"no (?:template )?member named {_Q}(?P<member>\w+){_UNQ} in (?:namespace )?"
+    rf"{_Q}(?:class |struct |union )?(?P<cls>{_NQ}+){_UNQ}",
+    rf"{_Q}(?P<member>\w+){_UNQ} is not a member of {_Q}(?:class |struct |union )?(?P<cls>{_NQ}+){_UNQ}",
+)]
+#: More headers than this declaring one member name (``eval_gpu``, ``size``) say nothing
+#: about which declaration the error is about: fall back to the identifier search.
+MAX_DECL_HEADERS = 12
+
+
+def _strip_templates(text: str) -> str:
+    while True:
+        stripped = re.sub(r"<[^<>]*>", "", text)
+        if stripped == text:
+            return text
+        text = stripped
+
+
+def member_reference(diag: Diagnostic) -> tuple[str, str | None] | None:
+    """The member a compile error is about, and its class or namespace.
+
+    Args:
+        diag: a compile error (``kind == "error"``); only its message is read (the
+            notes list candidates, not the member the code names).
+    Returns:
+        ``(member, innermost class or namespace name or None)`` for the messages of
+        :data:`_MEMBER_MESSAGES` (``no declaration matches 'bool
+        ns::Cls::f(int)'`` gives ``("f", "Cls")``; a constructor ``Cls::Cls(...)``
+        gives ``("Cls", "Cls")``), else ``None``.
+    """
+    if diag.kind != "error":
+        return None
+    for pattern in _MEMBER_MESSAGES:
+        m = pattern.search(diag.message)
+        if not m:
+            continue
+        groups = m.groupdict()
+        if groups.get("sig"):
+            head = _strip_templates(groups["sig"]).split("(", 1)[0].strip()
+            parts = [p for p in head.split()[-1].split("::") if p] if head else []
+            if not parts or not _IDENT.fullmatch(parts[-1]):
+                return None  # an operator, a lambda: no name to look up
+            return parts[-1], (parts[-2] if len(parts) > 1 and _IDENT.fullmatch(parts[-2]) else None)
+        cls = _strip_templates(groups["cls"]).split("::")[-1].strip()
+        return groups["member"], (cls if _IDENT.fullmatch(cls) else None)
+    return None
+
+
+def _grep_paths(store: Store, commit: str, args: Sequence[str], paths: Sequence[str]) -> list[str]:
+    """Paths of ``commit`` (limited to ``paths`` or the header globs) where ``git grep ARGS`` matches."""
+    proc = store.git("grep", "-l", *args, commit, "--", *(paths or HEADER_GLOBS), check=False)
+    prefix = f"{commit}:"
+    out = proc.stdout.decode("utf-8", "replace").splitlines() if proc.returncode == 0 else []
+    return [line[len(prefix):] if line.startswith(prefix) else line for line in out]
+
+
+def declaring_headers(store: Store, commit: str, member: str, cls: str | None) -> list[str]:
+    """The headers of ``commit`` that declare ``member`` (of ``cls`` when given).
+
+    A header counts when it names ``member`` as a word and, with ``cls``, also opens
+    ``class``/``struct``/``namespace cls``; without ``cls``, when the member is
+    followed by ``(`` there (a function declaration).
+
+    Args:
+        store: git store; commit: a pin (SHA); member: the name; cls: its class or
+            namespace, or ``None``.
+    Returns:
+        Repository paths, sorted; empty when none or more than :data:`MAX_DECL_HEADERS`.
+    """
+    named = _grep_paths(store, commit, ["-w", "-F", "-e", member], ())
+    if not named:
+        return []
+    if cls:
+        found = _grep_paths(store, commit, ["-E", "-e", rf"(class|struct|union|namespace)[[:space:]]+{cls}"
+                                                  r"([^[:alnum:]_]|$)"], named)
+    else:
+        found = _grep_paths(store, commit, ["-E", "-e", rf"(^|[^[:alnum:]_]){member}[[:space:]]*\("], named)
+    return sorted(found) if len(found) <= MAX_DECL_HEADERS else []
 
 
 #: An identifier that changed in more commits than this says nothing about one API change.
@@ -200,10 +304,16 @@ def attribute(store: Store, old_pin: str, new_pin: str, diagnostics: Iterable[Di
               fork_paths: Iterable[str] = (), read_source=None) -> list[DriftItem]:
     """Attribute each diagnostic to the upstream commit of ``old_pin..new_pin`` it trips on.
 
-    For every candidate name (see :func:`ranked_identifiers`) the pin range is searched
-    with ``git log -G '\\bname\\b'``. The name chosen is a quoted one before a name only
-    on the source lines, then one whose changes touched a header (a declaration), then
-    the one with the fewest commits; its oldest such commit is the one that introduced
+    An error about a member's declaration (:func:`member_reference`) goes to the
+    commits of the range that changed the member's lines (``git log -G``) in the
+    headers that declare it in the new pin or the old one
+    (:func:`declaring_headers`); the oldest is the commit, the others ``also``.
+
+    Otherwise, and when that finds nothing, for every candidate name (see
+    :func:`ranked_identifiers`) the pin range is searched with ``git log -G
+    '\\bname\\b'``. The name chosen is a quoted one before a name only on the
+    source lines, then one whose changes touched a header (a declaration), then the
+    one with the fewest commits; its oldest such commit is the one that introduced
     the API the code trips on.
 
     Args:
@@ -225,8 +335,25 @@ def attribute(store: Store, old_pin: str, new_pin: str, diagnostics: Iterable[Di
         return cache[(ident, headers)]
 
     paths = list(fork_paths)
+    headers_cache: dict[tuple[str, str, str | None], list[str]] = {}
+
+    def headers(commit: str, member: str, cls: str | None) -> list[str]:
+        if (commit, member, cls) not in headers_cache:
+            headers_cache[(commit, member, cls)] = declaring_headers(store, commit, member, cls)
+        return headers_cache[(commit, member, cls)]
+
     items = []
     for diag in diagnostics:
+        ref = member_reference(diag)
+        if ref is not None:
+            member, cls = ref
+            declared = sorted(set(headers(new_pin, member, cls)) | set(headers(old_pin, member, cls)))
+            found = _commits_for(store, old_pin, new_pin, member, True, declared) if declared else []
+            if found:
+                commit, subject = found[-1]  # git log lists newest first: the oldest changed it first
+                items.append(DriftItem(diag, member, commit, subject, [c for c, _s in found if c != commit],
+                                       diag.path or _owner(diag, paths), declared))
+                continue
         source = ""
         if read_source is not None and diag.path and diag.line:
             source = read_source(diag.path, diag.line) or ""
@@ -319,7 +446,8 @@ def render_text(items: Sequence[DriftItem]) -> str:
         head = f"{where}: {d.kind}: {d.message}"
         lines.append(head)
         if item.commit:
-            lines.append(f"    upstream {item.commit[:12]} {item.subject}  (via '{item.identifier}')")
+            where = f", declared in {', '.join(item.declared_in)}" if item.declared_in else ""
+            lines.append(f"    upstream {item.commit[:12]} {item.subject}  (via '{item.identifier}'{where})")
         else:
             lines.append("    no upstream commit in the pin range changes a name it mentions")
         if item.fork_file:

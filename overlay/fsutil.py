@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import os
 import random
 import re
@@ -395,3 +396,40 @@ def atomic_write(path: str | os.PathLike, data: bytes, *, mode: int | None = Non
         if before_replace is not None:
             before_replace()
         os.replace(tmp, path)
+
+
+@contextlib.contextmanager
+def dir_lock(directory: str | os.PathLike, name: str = ".overlay.lock", *,
+             on_wait: Callable[[str], None] | None = None) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``directory/name`` for the block (DESIGN 11).
+
+    Every process that wants the directory for itself (a build directory: one
+    ninja at a time) takes this lock; a second one waits until the first is
+    done. ``flock`` is released by the kernel when the holder dies, so a killed
+    build never leaves a stale lock behind. The holder writes its pid into the
+    file, only to name it in the waiting message.
+
+    Args:
+        directory: the directory to lock (created when absent).
+        name: the lock file's name inside it.
+        on_wait: called once, with the holder's pid as text (``"?"`` when unknown),
+            when the lock is busy and this process is about to wait for it.
+    Raises:
+        OSError: the directory cannot be created or the lock file opened.
+    """
+    directory = os.fspath(directory)
+    os.makedirs(directory, exist_ok=True)
+    fd = os.open(os.path.join(directory, name), os.O_RDWR | os.O_CREAT, DEFAULT_MODE)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if on_wait is not None:
+                holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "?"
+                on_wait(holder)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        os.close(fd)  # closing the last descriptor releases the flock

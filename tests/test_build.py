@@ -7,15 +7,18 @@ compiler (skipped with the reason otherwise); no network, no ROCm.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
+import threading
+import time
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from gitfixtures import Overlay, World, WorkRepo, make_patch
-from overlay.build import (BuildResult, Toolchain, ToolchainError, build, find_toolchain,
+from overlay.build import (BUILD_LOCK, BuildResult, Toolchain, ToolchainError, build, find_toolchain,
                            parse_diagnostics, resolve_arch)
 from overlay.cli import main
 from overlay.gitstore import Store
@@ -239,3 +242,299 @@ def test_chroot_toolchain_wraps_every_command():
     assert tc.wrap(["ninja", "-C", "/b/obj"], ["/b"], "/b/obj") == [
         "/x/tools/rocm-toolchain.sh", "exec", "--root", "/r", "--bind", "/b", "--cwd", "/b/obj",
         "--", "ninja", "-C", "/b/obj"]
+
+
+# ------------------------------------------------------ one ninja per build directory
+
+def _hip_patch(ov: Overlay, store: Store, name: str, body: str) -> None:
+    """A patch adding (or changing) two .hip files, which the stand-in compiles through
+    custom commands into hip_objs/ as the fork does."""
+    _add(ov, store, name, {"mlx/backend/rocm/a.hip": f"int hip_a() {{ return {body}; }}\n",
+                           "mlx/backend/rocm/b.hip": f"int hip_b() {{ return {body}; }}\n"}, f"hip {name}")
+
+
+def _ninja_spy(tmp_path: Path, monkeypatch) -> Path:
+    """Put a ``ninja`` on PATH that records each build run and whether another one was
+    running in the same build directory at the time (``overlap``)."""
+    real = shutil.which("ninja")
+    bindir = tmp_path / "spy-bin"
+    bindir.mkdir()
+    record = tmp_path / "ninja-runs"
+    record.write_text("")
+    spy = bindir / "ninja"
+    spy.write_text(f"""#!/bin/sh
+case " $* " in *" -t "*|*" -n "*) exec {real} "$@";; esac
+mkdir {tmp_path}/ninja-running 2>/dev/null || echo overlap >> {record}
+echo "$*" >> {record}
+sleep 1
+{real} "$@"; rc=$?
+rmdir {tmp_path}/ninja-running 2>/dev/null
+exit $rc
+""")
+    spy.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    return record
+
+
+@needs_cmake
+def test_only_changed_builds_every_hip_object_in_one_ninja(mini, tmp_path, monkeypatch):
+    ov, store = mini
+    _hip_patch(ov, store, "0001-hip.patch", "1")
+    first = _build(ov, store)
+    assert first.ok, first.report()
+    assert sorted(p.name for p in Path(first.obj, "hip_objs").glob("*.o")) == ["a.o", "b.o"]
+    record = _ninja_spy(tmp_path, monkeypatch)
+    _hip_patch(ov, store, "0002-hip-edit.patch", "2")
+    result = _build(ov, store, only_changed=True)
+    assert result.ok, result.report()
+    assert sorted((u.path, u.kind, u.ok) for u in result.units) == [
+        ("mlx/backend/rocm/a.hip", "hip", True), ("mlx/backend/rocm/b.hip", "hip", True)]
+    runs = record.read_text().splitlines()
+    assert "overlap" not in runs, runs
+    assert len(runs) == 1 and runs[0].endswith("hip_objs/a.o hip_objs/b.o"), runs
+
+
+@needs_cmake
+def test_a_failing_hip_object_of_only_changed_is_the_failed_unit(mini):
+    ov, store = mini
+    _hip_patch(ov, store, "0001-hip.patch", "1")
+    assert _build(ov, store).ok
+    _add(ov, store, "0002-hip-break.patch", {"mlx/backend/rocm/b.hip": "int hip_b() { return nope_b; }\n"}, "b")
+    result = _build(ov, store, only_changed=True)
+    assert not result.ok
+    assert {u.path: u.ok for u in result.units} == {"mlx/backend/rocm/a.hip": True,
+                                                    "mlx/backend/rocm/b.hip": False}
+    (diag,) = result.diagnostics
+    assert (diag.path, diag.line, diag.attribution()) == ("mlx/backend/rocm/b.hip", 1,
+                                                          "patch 0002-hip-break.patch hunk #1")
+
+
+@needs_cmake
+def test_a_second_build_waits_for_the_build_directory(mini):
+    ov, store = mini
+    backend_dir = ov.root / "build" / "cpu"
+    backend_dir.mkdir(parents=True)
+    holder = os.open(backend_dir / BUILD_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    fcntl.flock(holder, fcntl.LOCK_EX)  # another overlay build holds the directory
+    waited = threading.Event()
+    out: dict = {}
+    thread = threading.Thread(target=lambda: out.update(result=_build(ov, store, on_wait=lambda pid: waited.set())))
+    thread.start()
+    try:
+        assert waited.wait(60), "the build did not wait for the lock"
+        time.sleep(0.5)
+        assert thread.is_alive() and not (backend_dir / "build.log").exists()  # nothing ran meanwhile
+    finally:
+        os.close(holder)
+        thread.join(300)
+    assert out["result"].ok, out["result"].report()
+
+
+# ------------------------------------------------------------------ --check
+
+FORK_H_DEVICE = ("// fork.h: the fork's helpers\n#pragma once\n\ninline int fork_helper(int x) {{ return x * 2; }}\n"
+                 "struct Device {{ int run(int a{extra}); }};\n")
+
+
+def _device_def_series(ov: Overlay, store: Store) -> None:
+    """0001 declares Device::run in fork.h and defines it at device.cpp:35; 0002 gives the
+    declaration a new parameter (as an upstream API change does), so the definition no
+    longer matches any declaration."""
+    _add(ov, store, "0001-device-run.patch", {
+        "mlx/fork.h": FORK_H_DEVICE.format(extra=""),
+        "mlx/backend/rocm/device.cpp": _text(DATA / "fork", "mlx/backend/rocm/device.cpp",
+                                             {35: "int Device::run(int a) { return a; }"}),
+    }, "rocm: Device::run")
+    _add(ov, store, "0002-run-fused.patch", {"mlx/fork.h": FORK_H_DEVICE.format(extra=", bool fused")},
+         "rocm: Device::run takes fused")
+
+
+def _objects(obj: str) -> list[str]:
+    """Object files a compile would have written (CMake's own compiler probes aside)."""
+    return sorted(str(p.relative_to(obj)) for p in Path(obj).rglob("*.o")
+                  if "CompilerId" not in str(p) and "CMakeScratch" not in str(p))
+
+
+@needs_cmake
+def test_check_passes_a_clean_tree_without_writing_objects(mini):
+    ov, store = mini
+    _hip_patch(ov, store, "0001-hip.patch", "1")
+    result = _build(ov, store, check=True)
+    assert result.ok, result.report()
+    assert result.mode == "check" and not result.no_work
+    assert sorted((u.path, u.kind, u.how) for u in result.units) == [
+        ("mlx/backend/rocm/a.hip", "hip", "-fsyntax-only"), ("mlx/backend/rocm/b.hip", "hip", "-fsyntax-only"),
+        ("mlx/backend/rocm/device.cpp", "cpp", "-fsyntax-only"), ("mlx/core.cpp", "cpp", "-fsyntax-only"),
+        ("mlx/ops.cpp", "cpp", "-fsyntax-only")]
+    assert _objects(result.obj) == []  # no object, no HIP object, no archive
+    assert not os.path.exists(os.path.join(result.obj, "libmlx.a"))
+    log = Path(result.log).read_text()
+    assert log.count("-fsyntax-only") >= 5 and " -o " not in log.split("# configure")[-1].split("-G Ninja")[-1]
+    assert any("check (front end only): 5 translation unit(s) (3 C++, 2 HIP)" in line for line in result.report())
+
+
+@needs_cmake
+def test_check_finds_a_definition_that_no_longer_matches_its_declaration(mini):
+    from overlay.drift import parse_log
+
+    ov, store = mini
+    _device_def_series(ov, store)
+    result = _build(ov, store, check=True)
+    assert not result.ok
+    assert {u.path: u.ok for u in result.units} == {"mlx/backend/rocm/device.cpp": False, "mlx/core.cpp": True,
+                                                    "mlx/ops.cpp": True}
+    (diag,) = [d for d in result.diagnostics if "no declaration matches" in d.message]
+    assert (diag.path, diag.line) == ("mlx/backend/rocm/device.cpp", 35)
+    assert diag.attribution() == "patch 0001-device-run.patch hunk #1"  # the line that wrote the definition
+    assert _objects(result.obj) == []
+    report = "\n".join(result.report())
+    assert "mlx/backend/rocm/device.cpp:35:" in report and "cpu check failed:" in report
+    # the log reads as a build log for `overlay drift --log`
+    drift = parse_log(Path(result.log).read_text(), strip_prefixes=[result.src])
+    assert [(d.path, d.line) for d in drift if "no declaration matches" in d.message] == [
+        ("mlx/backend/rocm/device.cpp", 35)]
+
+
+@needs_cmake
+def test_check_runs_hip_custom_commands_syntax_only(mini):
+    ov, store = mini
+    _hip_patch(ov, store, "0001-hip.patch", "1")
+    _add(ov, store, "0002-hip-break.patch", {"mlx/backend/rocm/b.hip": "int hip_b() { return nope_b; }\n"}, "b")
+    result = _build(ov, store, check=True)
+    assert not result.ok
+    assert [u.path for u in result.units if not u.ok] == ["mlx/backend/rocm/b.hip"]
+    (diag,) = result.diagnostics
+    assert (diag.path, diag.line, diag.attribution()) == ("mlx/backend/rocm/b.hip", 1,
+                                                          "patch 0002-hip-break.patch hunk #1")
+    assert _objects(result.obj) == []
+    assert not Path(result.obj, "CMakeFiles", "d").exists()  # no depfile step ran either
+
+
+def test_syntax_only_commands_drop_the_object_and_the_depfile():
+    from overlay.build import _syntax_only_shell, syntax_only_argv
+    assert syntax_only_argv(["c++", "-DX", "-MD", "-MT", "o.o", "-MF", "o.o.d", "-o", "o.o", "-c", "a.cpp"]) == [
+        "c++", "-DX", "a.cpp", "-fsyntax-only"]
+    assert syntax_only_argv(["hipcc", "-MFx.d", "--offload-arch=gfx1030", "-fsyntax-only", "b.hip"]) == [
+        "hipcc", "--offload-arch=gfx1030", "b.hip", "-fsyntax-only"]
+    cmd = ("cd /b/obj && /usr/local/bin/hipcc -x hip -c /s/x.hip -o /b/obj/hip_objs/x.o -fPIC -MD -MF "
+           "/b/obj/hip_objs/x.o.d --offload-arch=gfx1030 '-DNAME=a b' && /usr/bin/cmake -E "
+           "cmake_transform_depfile Ninja gccdepfile /s /s /b/obj /b/obj /b/obj/hip_objs/x.o.d /b/obj/CMakeFiles/d/1.d")
+    assert _syntax_only_shell(cmd) == ("cd /b/obj && /usr/local/bin/hipcc -x hip /s/x.hip -fPIC "
+                                       "--offload-arch=gfx1030 '-DNAME=a b' -fsyntax-only")
+
+
+@needs_cmake
+def test_check_after_a_full_build_of_the_same_tree_runs_nothing(mini):
+    ov, store = mini
+    assert _build(ov, store).ok
+    result = _build(ov, store, check=True)
+    assert result.ok and result.no_work and result.units == []
+    assert any("nothing to check again" in line for line in result.report())
+
+
+@needs_cmake
+def test_check_says_which_unit_needs_a_generated_header(mini):
+    ov, store = mini
+    cmake = (DATA / "upstream" / "CMakeLists.txt").read_text() + (
+        "add_custom_command(OUTPUT ${CMAKE_CURRENT_BINARY_DIR}/gen/version.h\n"
+        "  COMMAND ${CMAKE_COMMAND} -E echo \"#define MLX_GEN 1\" > ${CMAKE_CURRENT_BINARY_DIR}/gen/version.h)\n"
+        "add_custom_target(mlx_gen DEPENDS ${CMAKE_CURRENT_BINARY_DIR}/gen/version.h)\n"
+        "add_dependencies(mlx mlx_gen)\n"
+        "target_include_directories(mlx PRIVATE ${CMAKE_CURRENT_BINARY_DIR}/gen)\n")
+    _add(ov, store, "0001-generated.patch", {
+        "CMakeLists.txt": cmake,
+        "mlx/ops.cpp": _text(DATA / "upstream", "mlx/ops.cpp", {1: "#include \"version.h\""})}, "gen")
+    result = _build(ov, store, check=True)
+    assert result.ok, result.report()
+    assert sorted(u.path for u in result.units) == ["mlx/backend/rocm/device.cpp", "mlx/core.cpp"]
+    ((path, why),) = result.skipped_units
+    assert path == "mlx/ops.cpp" and "version.h" in why and "`ninja gen/version.h` makes it" in why
+    assert not Path(result.obj, "gen", "version.h").exists()  # nothing was built for it
+
+
+@needs_cmake
+def test_cli_check_reports_and_exits_1(mini):
+    ov, store = mini
+    _device_def_series(ov, store)
+    res = CliRunner().invoke(main, ["-C", str(ov.root), "build", "--backend", "cpu", "--check", "-j", "2"])
+    assert res.exit_code == 1, res.output
+    assert "mlx/backend/rocm/device.cpp:35:" in res.output and "[patch 0001-device-run.patch hunk #1]" in res.output
+    assert "cpu check failed: 1 error(s) (1 from patches, 0 from the fork, 0 from upstream)" in res.output
+    res = CliRunner().invoke(main, ["-C", str(ov.root), "build", "--backend", "cpu", "--check", "--only-changed"])
+    assert res.exit_code == 2 and "cannot be combined" in res.output
+
+
+# ------------------------------------------------- a failing configure, build and ci
+
+FIND_MISSING = """find_library(OVERLAY_MISSING_LIBRARY NAMES overlay_no_such_library_anywhere)
+include(FindPackageHandleStandardArgs)
+find_package_handle_standard_args(OverlayMissing REQUIRED_VARS OVERLAY_MISSING_LIBRARY)
+"""
+
+
+def _missing_package_series(ov: Overlay, store: Store) -> None:
+    """A patch whose CMakeLists.txt asks for a package the machine lacks, through a
+    find module, as MLX asks for BLAS (``Could NOT find BLAS``)."""
+    cmake = (DATA / "upstream" / "CMakeLists.txt").read_text() + (
+        "list(APPEND CMAKE_MODULE_PATH ${CMAKE_CURRENT_SOURCE_DIR}/cmake)\n"
+        "find_package(OverlayMissing REQUIRED)\n")
+    _add(ov, store, "0001-needs-a-package.patch",
+         {"CMakeLists.txt": cmake, "cmake/FindOverlayMissing.cmake": FIND_MISSING}, "build: needs a package")
+
+
+#: find_package is the second line appended to the stand-in's CMakeLists.txt.
+CAUSE = ("Could NOT find OverlayMissing (missing: OVERLAY_MISSING_LIBRARY) (at CMakeLists.txt:"
+         f"{(DATA / 'upstream' / 'CMakeLists.txt').read_text().count(chr(10)) + 2} (find_package))")
+
+
+@needs_cmake
+def test_cli_build_names_the_cause_of_a_failed_configure(mini):
+    ov, store = mini
+    _missing_package_series(ov, store)
+    res = CliRunner().invoke(main, ["-C", str(ov.root), "build", "--backend", "cpu"])
+    assert res.exit_code == 1, res.output
+    assert f"overlay: CMake configure failed (exit 1): {CAUSE}" in res.output
+    assert "FindPackageHandleStandardArgs" not in res.output.splitlines()[0]
+    assert "Traceback" not in res.output
+
+
+@needs_cmake
+def test_ci_with_a_failing_configure_fails_the_stage_and_writes_every_report(mini, tmp_path):
+    import json
+    import xml.etree.ElementTree as ET
+
+    ov, store = mini
+    _missing_package_series(ov, store)
+    out = tmp_path / "reports"
+    out.mkdir()
+    reports = ["--junit", str(out / "ci.xml"), "--json", str(out / "ci.json"), "--markdown", str(out / "ci.md")]
+    res = CliRunner().invoke(main, ["-C", str(ov.root), "ci", "--backend", "cpu", "--only", "build", *reports])
+    assert res.exit_code == 1, res.output
+    assert "Traceback" not in res.output and "internal error" not in res.output
+    assert f"build   FAILED   CMake configure failed (exit 1): {CAUSE}" in res.output
+    stages = {s["name"]: s for s in json.loads((out / "ci.json").read_text())["stages"]}
+    assert stages["build"]["status"] == "failed" and CAUSE in stages["build"]["reason"]
+    assert stages["build"]["data"]["backend"] == "cpu" and stages["build"]["data"]["log"] == "build/cpu/build.log"
+    (case,) = [c for c in ET.parse(out / "ci.xml").getroot().iter("testcase") if c.get("name") == "build cpu"]
+    assert CAUSE in case.find("failure").get("message")
+    md = (out / "ci.md").read_text()
+    assert "### Build" in md and f"First error: `CMake configure failed (exit 1): {CAUSE}`" in md
+
+    # with the check stage first, the check fails the same way and the doomed build is not started
+    res = CliRunner().invoke(main, ["-C", str(ov.root), "ci", "--backend", "cpu", "--only", "build,check", *reports])
+    assert res.exit_code == 1, res.output
+    assert f"check   FAILED   CMake configure failed (exit 1): {CAUSE}" in res.output
+    assert "build   SKIPPED  the check stage failed" in res.output
+    assert "### Check" in (out / "ci.md").read_text()
+
+
+@needs_cmake
+def test_ci_check_stage_names_the_first_error_with_its_attribution(mini):
+    ov, store = mini
+    _device_def_series(ov, store)
+    res = CliRunner().invoke(main, ["-C", str(ov.root), "ci", "--backend", "cpu", "--only", "check,build"])
+    assert res.exit_code == 1, res.output
+    (line,) = [line for line in res.output.splitlines() if line.startswith("check ")]
+    assert "1 error(s); first: mlx/backend/rocm/device.cpp:35:" in line
+    assert line.endswith("[patch 0001-device-run.patch hunk #1]")
+    assert "build   SKIPPED  the check stage failed" in res.output

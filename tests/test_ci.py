@@ -89,10 +89,12 @@ def test_ci_end_to_end(overlay, world, tmp_path, monkeypatch):
         assert all(c.get("classname") and c.get("name") for c in cases)
     for key, value in total.items():
         assert int(root.get(key)) == value
-    assert [ts.get("name") for ts in root.findall("testsuite")] == ["verify", "build", "suites"]
+    assert [ts.get("name") for ts in root.findall("testsuite")] == ["verify", "check", "build", "suites"]
 
     summary = json.loads((out / "ci.json").read_text())
-    assert summary["failed"] is False and [s["status"] for s in summary["stages"]] == ["passed", "skipped", "passed"]
+    assert summary["failed"] is False
+    assert [s["status"] for s in summary["stages"]] == ["passed", "skipped", "skipped", "passed"]
+    assert [s["required"] for s in summary["stages"]] == [False] * 4
 
     md = (out / "ci.md").read_text()
     if os.environ.get("UPDATE_GOLDEN"):
@@ -115,3 +117,114 @@ def test_ci_build_stage_skips_without_a_toolchain(overlay, world, monkeypatch, t
     result = CliRunner().invoke(main, ["-C", str(overlay.root), "ci", "--only", "build"])
     assert result.exit_code == 0, result.output
     assert "build   SKIPPED" in result.output and "ROCm" in result.output
+
+
+def _no_toolchain(monkeypatch, tmp_path) -> None:
+    monkeypatch.setenv("OVERLAY_TOOLCHAIN_DIR", str(tmp_path / "no-toolchain"))
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+
+
+def test_ci_require_fails_a_stage_this_machine_cannot_run(overlay, world, monkeypatch, tmp_path):
+    make_clean_overlay(overlay, world)
+    _no_toolchain(monkeypatch, tmp_path)
+    out = tmp_path / "out"
+    out.mkdir()
+    result = CliRunner().invoke(main, ["-C", str(overlay.root), "ci", "--only", "verify", "--require", "verify,check",
+                                       "--require", "build", "--junit", str(out / "ci.xml"),
+                                       "--json", str(out / "ci.json")])
+    assert result.exit_code == 1, result.output
+    assert "verify  PASSED" in result.output
+    assert "check   FAILED   required, but skipped: no ROCm toolchain" in result.output
+    assert "build   FAILED   required, but skipped: no ROCm toolchain" in result.output
+    assert "suites  SKIPPED  not requested" in result.output and "overlay ci: FAILED" in result.output
+    stages = {s["name"]: s for s in json.loads((out / "ci.json").read_text())["stages"]}
+    assert [stages[n]["required"] for n in ("verify", "check", "build", "suites")] == [True, True, True, False]
+    root = ET.parse(out / "ci.xml").getroot()
+    failures = [c.get("name") for c in root.iter("testcase") if c.find("failure") is not None]
+    assert failures == ["check", "build"]
+
+
+def test_ci_require_passes_when_the_required_stages_pass(overlay, world, monkeypatch, tmp_path):
+    make_clean_overlay(overlay, world)
+    _no_toolchain(monkeypatch, tmp_path)
+    monkeypatch.setenv("OVERLAY_SUITE_HARDWARE", "none")
+    result = CliRunner().invoke(main, ["-C", str(overlay.root), "ci", "--require", "verify,suites"])
+    assert result.exit_code == 0, result.output
+    assert "check   SKIPPED  no ROCm toolchain" in result.output  # not required: not a failure
+    assert "overlay ci: passed (required: verify, suites; other skipped stages are not failures)" in result.output
+
+
+def test_ci_unknown_stage_is_a_usage_error(overlay, world):
+    make_clean_overlay(overlay, world)
+    result = CliRunner().invoke(main, ["-C", str(overlay.root), "ci", "--require", "verify,bogus"])
+    assert result.exit_code == 2
+    assert "overlay: invalid value for '--require': unknown stage 'bogus'" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_ci_a_stage_that_raises_is_a_failed_stage_and_reports_are_written(overlay, world, monkeypatch, tmp_path):
+    from overlay import ci
+
+    make_clean_overlay(overlay, world)
+
+    def boom(*_a, **_k):
+        raise RuntimeError("verify blew up")
+
+    monkeypatch.setattr(ci, "stage_verify", boom)
+    out = tmp_path / "out"
+    out.mkdir()
+    result = CliRunner().invoke(main, ["-C", str(overlay.root), "ci", "--only", "verify", "--junit",
+                                       str(out / "ci.xml"), "--json", str(out / "ci.json"),
+                                       "--markdown", str(out / "ci.md")])
+    assert result.exit_code == 1, result.output
+    assert "verify  FAILED   internal error (RuntimeError: verify blew up)" in result.output
+    assert json.loads((out / "ci.json").read_text())["stages"][0]["status"] == "failed"
+    assert "internal error (RuntimeError: verify blew up)" in (out / "ci.md").read_text()
+    assert ET.parse(out / "ci.xml").getroot().get("failures") == "1"
+
+
+def test_ci_writes_its_reports_when_the_gate_cannot_start(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    empty = tmp_path / "not-an-overlay"
+    empty.mkdir()
+    result = CliRunner().invoke(main, ["-C", str(empty), "ci", "--junit", str(out / "ci.xml"),
+                                       "--json", str(out / "ci.json"), "--markdown", str(out / "ci.md")])
+    assert result.exit_code == 2 and result.output.startswith("overlay: ")
+    summary = json.loads((out / "ci.json").read_text())
+    assert summary["failed"] is True and summary["error"] in result.output
+    assert ET.parse(out / "ci.xml").getroot().get("failures") == "1"
+    assert (out / "ci.md").read_text().startswith("## overlay ci: FAILED")
+
+
+def test_verify_rocm_script_require_fails_a_skipped_stage(tmp_path):
+    """tools/verify-rocm.sh (make verify-rocm) with stand-in overlay and make commands."""
+    import subprocess
+
+    script = Path(__file__).resolve().parent.parent / "tools" / "verify-rocm.sh"
+    stub = tmp_path / "overlay"
+    stub.write_text('#!/bin/sh\ncase "$1" in\n  build) echo "overlay: no ROCm toolchain: none here" >&2; exit 2;;\n'
+                    '  suite) exit 0;;\nesac\n')
+    make = tmp_path / "make"
+    make.write_text("#!/bin/sh\nexit 0\n")
+    for exe in (stub, make):
+        exe.chmod(0o755)
+
+    def run(require: str | None) -> subprocess.CompletedProcess:
+        env = {k: v for k, v in os.environ.items() if k != "OVERLAY_REQUIRE"}
+        env.update(OVERLAY=str(stub), MAKE=str(make))
+        if require is not None:
+            env["OVERLAY_REQUIRE"] = require
+        return subprocess.run(["bash", str(script)], env=env, cwd=tmp_path, capture_output=True, text=True,
+                              timeout=60)
+
+    plain = run(None)
+    assert plain.returncode == 0, plain.stdout + plain.stderr
+    assert "verify-rocm: build: skipped (no ROCm toolchain: none here)" in plain.stdout
+    required = run("verify, check")
+    assert required.returncode == 1, required.stdout + required.stderr
+    assert "verify-rocm: overlay: passed" in required.stdout
+    assert "verify-rocm: build: failed (required, but skipped: no ROCm toolchain: none here)" in required.stdout
+    assert "verify-rocm: suites: skipped (the build stage did not pass)" in required.stdout
+    bad = run("verify bogus")
+    assert bad.returncode == 2 and "unknown stage bogus in OVERLAY_REQUIRE" in bad.stderr

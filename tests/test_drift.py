@@ -8,7 +8,7 @@ import subprocess
 import pytest
 
 from gitfixtures import WorkRepo
-from overlay.drift import attribute, identifiers, parse_log
+from overlay.drift import attribute, identifiers, parse_log, render_text
 from overlay.gitstore import Store
 
 API_V1 = """#pragma once
@@ -135,3 +135,110 @@ def test_owner_of_an_undefined_member_is_the_file_defining_its_siblings(tmp_path
                        None)]
     owners_from_tree(str(tmp_path), items)
     assert [i.fork_file for i in items] == ["mlx/backend/rocm/event.hip", "mlx/backend/rocm/primitives.cpp"]
+
+
+# ------------------------------------------ an error about a member's declaration
+
+STREAM_V1 = "#pragma once\nnamespace mlx::core {\nstruct Stream {\n  int index;\n};\n}\n"
+STREAM_V2 = ("#pragma once\nnamespace mlx::core {\nstruct Stream {\n  int idx; bool raise_errors;\n};\n"
+             "void synchronize(Stream s);\n}\n")
+SDPA_V1 = """#pragma once
+#include "mlx/stream.h"
+namespace mlx::core {
+struct array {};
+}
+namespace mlx::core::fast {
+class ScaledDotProductAttention {
+ public:
+  static bool use_fallback(const array& q,
+                           Stream s);
+};
+}
+"""
+SDPA_V2 = SDPA_V1.replace("use_fallback(const array& q,", "use_fallback(const array& q, bool force_fused,")
+SDPA_FORK = """#include "mlx/fast_primitives.h"
+namespace mlx::core::fast {
+bool ScaledDotProductAttention::use_fallback(const array& q, Stream s) {
+  return true;
+}
+int stream_index(Stream s) { return s.index; }
+}
+"""
+
+
+@pytest.fixture
+def sdpa_range(tmp_path):
+    """old..new where upstream changed ``use_fallback``'s declaration (B, the cause), a
+    ``Stream`` line in another header (A: the rarer quoted name, which outranked the
+    declaration before) and added a call of ``use_fallback`` elsewhere (C)."""
+    up = WorkRepo.init(tmp_path / "up")
+    old = up.commit({"mlx/stream.h": STREAM_V1, "mlx/fast_primitives.h": SDPA_V1,
+                     "mlx/fast.cpp": "bool f(){return use_fallback(q, s);}\n"}, "v1")
+    a = up.commit({"mlx/stream.h": STREAM_V2}, "Raise cpu stream errors from synchronize (#4338)")
+    b = up.commit({"mlx/fast_primitives.h": SDPA_V2,
+                   "mlx/fast.cpp": "bool f(){return use_fallback(q, false, s);}\n"},
+                  "Add force_fused option to scaled_dot_product_attention (#4185)")
+    c = up.commit({"mlx/backend/cpu/sdpa.cpp": "bool g(){return use_fallback(q, true, s);}\n"},
+                  "Use the fallback on CPU streams")
+    new = up.commit({"README.md": "docs\n"}, "Docs")
+    store = Store(str(tmp_path / "store.git"))
+    store.git("fetch", "-q", str(up.path), "main:refs/heads/up")
+    return store, old, new, a, b, c
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++ to produce real diagnostics")
+def test_no_declaration_matches_goes_to_the_commit_that_changed_the_declaration(sdpa_range, tmp_path):
+    store, old, new, a, b, c = sdpa_range
+    src = tmp_path / "src"
+    (src / "mlx" / "backend" / "rocm").mkdir(parents=True)
+    (src / "mlx" / "stream.h").write_text(STREAM_V2)
+    (src / "mlx" / "fast_primitives.h").write_text(SDPA_V2)
+    (src / "mlx" / "backend" / "rocm" / "sdpa.cpp").write_text(SDPA_FORK)
+    proc = subprocess.run(["g++", "-std=c++17", "-fsyntax-only", "-I", str(src),
+                           str(src / "mlx" / "backend" / "rocm" / "sdpa.cpp")],
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert proc.returncode != 0
+    diags = parse_log(proc.stdout, strip_prefixes=[str(src)])
+    decl = next(d for d in diags if "no declaration matches" in d.message)
+    assert (decl.path, decl.line) == ("mlx/backend/rocm/sdpa.cpp", 3)
+    assert "Stream" in decl.message  # the rarer quoted name is right there on the line
+    member = next(d for d in diags if "has no member named" in d.message)
+    items = {id(i.diagnostic): i for i in attribute(store, old, new, diags)}
+    item = items[id(decl)]
+    assert item.commit == b, item  # not a ("via 'Stream'"), not c (a call, not the declaration)
+    assert item.identifier == "use_fallback" and item.declared_in == ["mlx/fast_primitives.h"]
+    assert item.subject == "Add force_fused option to scaled_dot_product_attention (#4185)"
+    # "'struct mlx::core::Stream' has no member named 'index'": Stream's own declaration changed in a
+    assert items[id(member)].commit == a and items[id(member)].declared_in == ["mlx/stream.h"]
+    text = render_text(list(items.values()))
+    assert "(via 'use_fallback', declared in mlx/fast_primitives.h)" in text
+
+
+def test_clang_and_gcc_member_messages_use_the_declaration(sdpa_range):
+    store, old, new, a, b, _c = sdpa_range
+    log = ("mlx/backend/rocm/sdpa.cpp:3:34: error: out-of-line definition of 'use_fallback' does not match any "
+           "declaration in 'mlx::core::fast::ScaledDotProductAttention'\n"
+           "mlx/backend/rocm/sdpa.hip:9:12: error: no matching function for call to "
+           "\u2018mlx::core::fast::ScaledDotProductAttention::use_fallback(mlx::core::array&, mlx::core::Stream&)\u2019\n"
+           "mlx/backend/rocm/event.cpp:4:5: error: no member named 'index' in 'mlx::core::Stream'\n")
+    items = attribute(store, old, new, parse_log(log))
+    assert [(i.diagnostic.line, i.commit, i.identifier) for i in items] == [
+        (3, b, "use_fallback"), (9, b, "use_fallback"), (4, a, "index")]
+
+
+def test_member_reference_reads_the_member_and_its_class():
+    from overlay.drift import Diagnostic, member_reference
+
+    def ref(message: str):
+        return member_reference(Diagnostic("error", "x.cpp", 1, message))
+
+    assert ref("no declaration matches 'bool mlx::core::fast::ScaledDotProductAttention::use_fallback("
+               "const mlx::core::array&, mlx::core::Stream)'") == ("use_fallback", "ScaledDotProductAttention")
+    assert ref("no matching function for call to 'mlx::core::fast::CustomKernel::CustomKernel(int)'") == (
+        "CustomKernel", "CustomKernel")
+    assert ref("no matching function for call to 'construct_at(std::vector<int, std::allocator<int> >&)'") == (
+        "construct_at", None)
+    assert ref("\u2018class mlx::core::rocm::Device\u2019 has no member named \u2018set_current_prim\u2019") == (
+        "set_current_prim", "Device")
+    assert ref("'set_current_prim' is not a member of 'mlx::core::rocm'") == ("set_current_prim", "rocm")
+    assert ref("use of undeclared identifier 'x'") is None

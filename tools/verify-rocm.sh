@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # verify-rocm.sh: the stages of `make verify-rocm`, each reported as passed, failed
-# or skipped (with the reason). Exit 1 when a stage failed, else 0.
+# or skipped (with the reason). Exit 1 when a stage failed (a required stage that
+# was skipped counts as failed, see OVERLAY_REQUIRE), else 0.
 #
 #   1. overlay  `make verify-rocm-overlay` (every record of the overlay)
 #   2. build    `overlay build --backend rocm $OVERLAY_BUILD_ARGS`
@@ -12,19 +13,40 @@
 #
 # Environment: OVERLAY (the overlay executable, default .venv/bin/overlay), MAKE,
 # OVERLAY_BUILD_ARGS (extra `overlay build` options, e.g. "--arch gfx1030"),
-# OVERLAY_SUITE_ARGS (extra `overlay suite run` options).
+# OVERLAY_SUITE_ARGS (extra `overlay suite run` options),
+# OVERLAY_REQUIRE (stages that must run and pass, space- or comma-separated; a
+# required stage that is skipped fails instead). The names of `overlay ci` are
+# accepted: verify (= overlay), check and build (= build: the full build compiles
+# every unit the check would), suites. An unknown name is exit 2.
 set -uo pipefail
 
 OVERLAY=${OVERLAY:-.venv/bin/overlay}
 MAKE=${MAKE:-make}
 failed=0
 declare -a summary=()
+declare -A required=()
+
+IFS=$', \t' read -ra names <<< "${OVERLAY_REQUIRE:-}"
+for name in "${names[@]}"; do
+  case $name in
+    '') ;;
+    verify|overlay) required[overlay]=1 ;;
+    check|build) required[build]=1 ;;
+    suites) required[suites]=1 ;;
+    *) printf 'verify-rocm: unknown stage %q in OVERLAY_REQUIRE (verify, check, build, suites)\n' "$name" >&2
+       exit 2 ;;
+  esac
+done
 
 report() {  # STAGE STATE [REASON]
-  local line="verify-rocm: $1: $2${3:+ ($3)}"
+  local state=$2 reason=${3:-}
+  if [[ $state == skipped && -n ${required[$1]:-} ]]; then
+    state=failed reason="required, but skipped: $reason"
+  fi
+  local line="verify-rocm: $1: $state${reason:+ ($reason)}"
   printf '%s\n' "$line"
   summary+=("$line")
-  [[ $2 == failed ]] && failed=1
+  [[ $state == failed ]] && failed=1
   return 0
 }
 
