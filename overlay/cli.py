@@ -459,7 +459,7 @@ def _rebase_action(ctx: Context, action: str, fmt: str) -> None:
             click.echo("no rebase or sync in progress")
             return
         from overlay.runstate import no_run_to_abort
-        raise no_run_to_abort(ctx.root)
+        raise no_run_to_abort(ctx.root, action)
     rb.load()
     if action == "status":
         st = rb.state
@@ -467,6 +467,8 @@ def _rebase_action(ctx: Context, action: str, fmt: str) -> None:
                    f"fork {st['old']['fork'][:12]} -> {st['new']['fork'][:12]}")
         for path, entry in sorted(st["resolutions"].items()):
             click.echo(f"  resolution {path}: {entry['status']}")
+        for path in st.get("stale", []):
+            click.echo(f"  resolution {path}: removed (no longer conflicts)")
         for entry in st["patches"]:
             click.echo(f"  patch {entry['name']}: {entry['status']}")
         stop = st.get("stop")
@@ -558,6 +560,11 @@ def _start_run(ctx: Context, kind: str, fmt: str, *, pin: str | None = None, for
         else:
             new_base = store.out("merge-base", new_fork, new_pin)
         if not force and not ancestor(old.fork, new_fork):
+            if ancestor(new_fork, old.fork):
+                behind = store.out("rev-list", "--count", f"{new_fork}..{old.fork}")
+                raise OverlayError(f"fork commit {new_fork[:12]} is {behind} commit(s) older than the current "
+                                   f"{old.fork[:12]}: the sync would move the fork backwards",
+                                   hint="pass --force to go back to it on purpose")
             raise OverlayError(f"fork commit {new_fork[:12]} does not descend from {old.fork[:12]}",
                                hint="pass --force if the fork was rewritten on purpose")
         if not allow_fork_ahead:
@@ -594,6 +601,16 @@ def _run_interrupted() -> str:
                           ctx.started if ctx else 0.0)
 
 
+def _no_target_with(action: str, option: str, value: str | None) -> None:
+    """Refuse ``--onto X --abort`` and the like: the target would be ignored silently.
+
+    Raises:
+        click.UsageError: exit 2, one line.
+    """
+    if value:
+        raise click.UsageError(f"{option} starts a run; --{action} acts on the run in progress: give one of them")
+
+
 @main.command("rebase")
 @click.option("--onto", "onto", metavar="SHA", default=None, help="The new MLX pin (SHA, tag or branch).")
 @_rebase_options
@@ -605,6 +622,7 @@ def rebase_cmd(ctx: Context, onto: str | None, action: str | None, force: bool, 
     if forget:
         return _forget(ctx, forget)
     if action:
+        _no_target_with(action, "--onto", onto)
         return _rebase_action(ctx, action, fmt)
     if not onto:
         raise OverlayError("give --onto SHA, or one of --continue, --skip, --abort, --status")
@@ -624,6 +642,8 @@ def sync_cmd(ctx: Context, fork_ref: str | None, merge_base: str | None, action:
     if forget:
         return _forget(ctx, forget)
     if action:
+        _no_target_with(action, "--fork", fork_ref)
+        _no_target_with(action, "--merge-base", merge_base)
         return _rebase_action(ctx, action, fmt)
     if not fork_ref:
         raise OverlayError("give --fork SHA, or one of --continue, --skip, --abort, --status")

@@ -119,7 +119,35 @@ def _usage_line(exc: click.UsageError) -> tuple[str, str]:
     message = " ".join(_first_lower(exc.format_message()).split())
     path = exc.ctx.command_path.split() if exc.ctx is not None else []
     command = " ".join(["overlay", *path[1:]])
+    option = getattr(exc, "option_name", None)
+    if option in _GLOBAL_OPTIONS and len(path) > 1:
+        message = message.split(". Did you mean", 1)[0]  # a near name of the command is not it
+        return message.rstrip("."), (f"{option} is a global option: it goes before the command, "
+                                     f"`overlay {option} ... {' '.join(path[1:])}`")
     return message.rstrip("."), f"{command} --help"
+
+
+#: The root group's options, which a user may put after the command by habit.
+_GLOBAL_OPTIONS = ("-C", "--root", "--git-dir", "--offline", "--debug")
+
+
+#: Exit status when the reader of stdout went away (``overlay status | head``): what a
+#: shell reports for git killed by SIGPIPE, 128 + 13.
+EXIT_BROKEN_PIPE = 141
+
+
+def _broken_pipe() -> int:
+    """The reader of stdout closed it: stop quietly, as git does. stdout is pointed at
+    /dev/null so that the interpreter's final flush does not raise again (the recipe
+    of Python's ``signal`` documentation)."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    return EXIT_BROKEN_PIPE
 
 
 def _internal(exc: BaseException, debug: bool) -> int:
@@ -167,6 +195,8 @@ class OverlayGroup(click.Group):
         except KeyboardInterrupt:
             click.echo("overlay: interrupted", err=True)
             raise click.exceptions.Exit(EXIT_INTERRUPTED) from None
+        except BrokenPipeError:
+            raise click.exceptions.Exit(_broken_pipe()) from None
         except OverlayError as exc:
             raise click.exceptions.Exit(report(exc, debug=_debug(ctx))) from None
         except (Exception, MemoryError, RecursionError) as exc:  # noqa: BLE001 -- the last line of defence
@@ -203,6 +233,8 @@ class OverlayGroup(click.Group):
                 return EXIT_INTERRUPTED
             click.echo("overlay: aborted", err=True)
             return EXIT_USAGE
+        except BrokenPipeError:
+            return _broken_pipe()
         except OverlayError as exc:  # raised before a subcommand ran (the root callback)
             return report(exc, debug=debug)
         except (Exception, MemoryError, RecursionError) as exc:  # noqa: BLE001

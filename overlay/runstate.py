@@ -114,25 +114,49 @@ def _changed_files(report: dict) -> list[str]:
     return out
 
 
-def no_run_to_abort(root: str) -> OverlayError:
-    """The error for ``--abort`` when no run is in progress: says how to undo the last
-    completed run with git, naming the files it changed when its report lists them.
+def no_run_to_abort(root: str, action: str = "abort") -> OverlayError:
+    """The error for ``--abort`` (``--continue``, ``--skip``, ``--drop``) when no run is
+    in progress. For ``--abort`` it says how to undo the last completed run with git,
+    naming the files it changed, while the manifest still holds that run's pin and fork
+    commit; once it does not (the run was undone or superseded) the old report is not
+    quoted as if it were current.
 
     Args:
         root: overlay repository.
+        action: the option given, without ``--``.
     Returns:
         An :class:`OverlayError` (exit 2) for the caller to raise.
     """
+    verb = {"abort": "restore", "continue": "continue", "skip": "skip", "drop": "drop"}.get(action, action)
+    message = f"no rebase or sync in progress: there is nothing for --{action} to {verb}"
+    if action != "abort":
+        return OverlayError(message, hint="start one with `overlay rebase --onto SHA` or `overlay sync --fork SHA`")
     try:
         with open(os.path.join(root, REPORT_JSON), encoding="utf-8") as fh:
             report = json.load(fh)
         pins = report["pins"]
         kind = report.get("kind", "rebase")
-        what = (f"the last {kind} (pin {pins['before']['pin'][:12]} -> {pins['after']['pin'][:12]}, "
-                f"fork {pins['before']['fork'][:12]} -> {pins['after']['fork'][:12]}) completed and changed "
-                + ", ".join(_changed_files(report)))
+        run = (f"the last {kind} (pin {pins['before']['pin'][:12]} -> {pins['after']['pin'][:12]}, "
+               f"fork {pins['before']['fork'][:12]} -> {pins['after']['fork'][:12]})")
+        current = _manifest_pins(root)
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        what = "a completed run is not undone by --abort"
-    return OverlayError("no rebase or sync in progress: there is nothing for --abort to restore",
-                        hint=f"{what}; review it with `{_DIFF}` and undo it with `{_UNDO}` "
+        return OverlayError(message, hint=f"a completed run is not undone by --abort; review it with `{_DIFF}` "
+                                          f"and undo it with `{_UNDO}`")
+    if current is not None and current != (pins["after"]["pin"], pins["after"]["fork"]):
+        return OverlayError(message, hint=f"{run} is not what the manifest holds now (pin {current[0][:12]}, "
+                                          f"fork {current[1][:12]}): it was undone or superseded")
+    return OverlayError(message,
+                        hint=f"{run} completed and changed {', '.join(_changed_files(report))}; review it with "
+                             f"`{_DIFF}` and undo it with `{_UNDO}` "
                              "(new files under patches-rocm/resolved/ are removed by hand, see `git status`)")
+
+
+def _manifest_pins(root: str) -> tuple[str, str] | None:
+    """``(pin, fork commit)`` of the manifest, or ``None`` when it cannot be read."""
+    from overlay.manifest import load_manifest
+
+    try:
+        manifest = load_manifest(root)
+    except OverlayError:
+        return None
+    return manifest.pin, manifest.fork_commit

@@ -47,3 +47,23 @@ def test_importing_the_cli_loads_no_command_module():
     heavy = {m for m in loaded if m.split(".")[0] in ("jinja2", "email", "rich", "tomlkit")}
     ours = {m for m in loaded if m.startswith("overlay.")} - {"overlay.cli", "overlay.clitools", "overlay.errors"}
     assert not heavy and not ours, (heavy, ours)
+
+
+def test_a_closed_stdout_ends_quietly(ov):
+    """`overlay status | head -1`: when the reader goes away the command stops with
+    git's SIGPIPE status and no "internal error" line."""
+    for args in (["status"], ["verify"], ["tree"]):
+        proc = subprocess.Popen([sys.executable, "-m", "overlay.cli", "-C", str(ov.root), *args], cwd=ROOT,
+                                env=dict(os.environ, PYTHONPATH=str(ROOT)), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE)
+        proc.stdout.close()  # the reader is gone before the first line is written
+        err = proc.stderr.read().decode()
+        assert proc.wait() == 141, (args, err)
+        assert err == "", (args, err)
+
+
+def test_a_global_option_after_the_command_says_where_it_goes(ov):
+    result = CliRunner().invoke(main, ["status", "--debug"], prog_name="overlay")
+    assert result.exit_code == 2
+    assert "no such option '--debug'" in result.output and "Did you mean" not in result.output
+    assert "--debug is a global option: it goes before the command" in result.output

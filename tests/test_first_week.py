@@ -60,7 +60,7 @@ def test_readme_setup_puts_overlay_on_path():
 
 def test_every_readme_command_exists():
     text = _readme()
-    commands = set(main.commands)
+    commands = set(main.list_commands(None))
     shown = set(re.findall(r"`overlay ([a-z]+)", text))
     assert shown and shown <= commands, shown - commands
     makefile = (ROOT / "Makefile").read_text()
@@ -238,6 +238,39 @@ def test_abort_after_a_completed_run_says_how_to_undo_it(ov, w):
     assert "git checkout -- patches-rocm LOCAL_FIXES.md" in late.output
     assert "patches-rocm/0001-ops.patch (deleted)" in late.output and "patches-rocm/series" in late.output
     assert "LOCAL_FIXES.md (the pins in its headings)" in late.output
+
+
+def test_abort_after_a_run_undone_with_git_does_not_quote_the_old_report(ov, w):
+    manifest = ov.root / "patches-rocm" / "overlay.toml"
+    before = manifest.read_bytes()
+    assert cli(ov, "rebase", "--onto", w.pin_clean).exit_code == 0
+    manifest.write_bytes(before)  # the user undid it (`git checkout -- patches-rocm ...`)
+    late = cli(ov, "rebase", "--abort")
+    assert late.exit_code == 2 and "no rebase or sync in progress" in late.output
+    assert "is not what the manifest holds now" in late.output and "undone or superseded" in late.output
+    assert "git checkout" not in late.output
+
+
+def test_continue_skip_drop_without_a_run_name_themselves(ov):
+    for action in ("continue", "skip", "drop"):
+        result = cli(ov, "rebase", f"--{action}")
+        assert result.exit_code == 2
+        assert f"there is nothing for --{action} to" in result.output and "--abort" not in result.output
+        assert "overlay rebase --onto SHA" in result.output
+
+
+def test_a_target_with_an_action_is_refused(ov, w):
+    for args in (("rebase", "--onto", w.pin_clean, "--abort"), ("sync", "--fork", w.base, "--continue")):
+        result = cli(ov, *args)
+        assert result.exit_code == 2, result.output
+        assert "starts a run" in result.output and "give one of them" in result.output
+
+
+def test_sync_to_an_older_fork_commit_says_backwards(ov, w):
+    older = cli(ov, "sync", "--fork", w.base)
+    assert older.exit_code == 2
+    assert "older than the current" in older.output and "backwards" in older.output
+    assert "rewritten" not in older.output
 
 
 # -- 11. a CI gate that checked nothing -------------------------------------------------

@@ -131,6 +131,7 @@ def test_an_aborted_run_forgets_the_resolutions_it_remembered(ov, w):
     add_patch(ov, "0001-ops.patch", {"mlx/ops.cpp": lines("ops", change={2: "ops 2 ours"})})
     stop = cli(ov, "rebase", "--onto", w.base)  # core.cpp stops conflicting; the patch's line 2 does
     assert stop.exit_code == 1, stop.output
+    assert "resolution mlx/core.cpp: removed" in cli(ov, "rebase", "--status").output
     assert any(p.suffix != ".path" for p in (ov.root / ".overlay" / "rr-cache").iterdir())
     assert cli(ov, "rebase", "--abort").exit_code == 0
     assert not list((ov.root / ".overlay" / "rr-cache").iterdir())
@@ -261,8 +262,11 @@ def test_sync_to_a_fork_that_adds_the_file_a_patch_creates(ov, w):
 
 
 def test_sync_refuses_a_fork_that_does_not_descend(ov, w):
-    result = cli(ov, "sync", "--fork", w.base)
+    w.fork.checkout(w.base)
+    rewritten = w.fork.commit({"mlx/backend/rocm/device.h": "#pragma once\n// rewritten\n"}, "a rewritten fork")
+    result = cli(ov, "sync", "--fork", rewritten)
     assert result.exit_code == 2 and "does not descend from" in result.output
+    assert "rewritten on purpose" in result.output
     assert cli(ov, "rebase", "--onto", "--evil").exit_code == 2
 
 
