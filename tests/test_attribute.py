@@ -85,9 +85,9 @@ def test_one_blame_per_file(overlay, store, monkeypatch):
 def test_needs_stepwise_layers(overlay, store):
     _series(overlay, store)
     layers = _layers(overlay, store, stepwise=False)
-    if all(p.tree is None for p in layers.patches):
-        with pytest.raises(OverlayError, match="stepwise"):
-            build_chain(store, layers)
+    assert layers.patches and all(p.tree is None for p in layers.patches)  # the one-batch fast path
+    with pytest.raises(OverlayError, match="stepwise"):
+        build_chain(store, layers)
 
 
 def test_parse_porcelain_groups():

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import os
-
 from click.testing import CliRunner
 
-from gitfixtures import env_path_without_git, lines, make_patch
+from gitfixtures import env_path_without_git, make_patch
 from overlay.cli import main
 from overlay.gitstore import Store
 from overlay.layers import compute_layers
@@ -139,6 +137,3 @@ def test_no_manifest(tmp_path):
     result = CliRunner().invoke(main, ["-C", str(tmp_path), "tree"])
     assert "patches-rocm/overlay.toml not found" in _one_line_error(result)
 
-
-def test_lines_helper_is_stable():
-    assert lines("x", 2) == "x 1\nx 2\n" and os.sep == "/"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
-from gitfixtures import CLOSING, Overlay, build_world, lines, make_patch, read_blob, tree_paths
+from gitfixtures import Overlay, build_world, lines, make_patch, read_blob, tree_paths
 from overlay.errors import GitError, LayerError, OfflineMiss
 from overlay.gitstore import Store
 from overlay.cli import main
@@ -209,6 +209,3 @@ def test_remote_url_change_in_manifest_is_applied(overlay, world):
     store, _ = layers_for(overlay)
     assert store.out("config", "remote.upstream.url") == str(moved)
 
-
-def test_closing_constant_matches_manifest():
-    assert CLOSING.endswith("not proposed there.")

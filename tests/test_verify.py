@@ -192,6 +192,19 @@ def test_unresolved_conflict_and_its_resolution(clean, world):
     assert "FIX023" in [c for c, _p, _l in found]  # not named by a retarget entry
 
 
+def test_resolution_that_reverts_upstream_outside_the_conflict(clean, world):
+    """LAY005: a resolution may differ from git's merge of pin and fork only inside the
+    conflict regions; one that puts back an upstream line elsewhere is reported there."""
+    clean.write_manifest(world.pin_conflict)
+    (clean.root / "LOCAL_FIXES.md").write_text(local_fixes(world, pin=world.pin_conflict))
+    good = lines("core", change={5: "core 5 upstream rewrite // rocm hook", 25: "core 25 upstream"})
+    clean.add_resolution("mlx/core.cpp", good)
+    assert "LAY005" not in [c for c, _p, _l in codes(clean)]
+    clean.add_resolution("mlx/core.cpp", lines("core", change={5: "core 5 upstream rewrite // rocm hook"}))
+    found = codes(clean)
+    assert ("LAY005", "patches-rocm/resolved/mlx/core.cpp", 25) in found, found
+
+
 def test_stale_and_uncarried_resolution(clean, world):
     clean.add_resolution("mlx/core.cpp", "whatever\n")
     clean.add_resolution("docs/index.md", "docs\n")
