@@ -81,11 +81,13 @@ class VerifyResult:
         findings: every finding, in family order.
         checks: ``{family: [codes that ran]}`` (for JUnit's passing testcases).
         patched: the patched tree SHA, or ``None`` when it could not be computed.
+        notes: lines for the user beside the findings (a rebase in progress, a wedged state).
     """
 
     findings: list[Finding]
     checks: dict[str, list[str]]
     patched: str | None
+    notes: list[str] = dataclasses.field(default_factory=list)
 
 
 class _SkipLayers(Exception):
@@ -223,10 +225,27 @@ def verify(root: str, store: Store, *, only: Iterable[str] = (), skip: Iterable[
         only: run only these families (``MAN``, ``SER``, ``LAY``, ``FIX``); all when empty.
         skip: drop findings with these codes.
     Returns:
-        :class:`VerifyResult`.
+        :class:`VerifyResult`; its notes say when a rebase or sync is in progress
+        (the records are then as they were before it) or its state is wedged.
     Raises:
         ManifestError: the manifest is missing or invalid (exit 2).
+        StateBusy: another command is writing the rebase state or the records
+            (``rebase``, ``--continue``, ``--abort``, ``refresh``...): verify would read
+            them half-changed, so it is refused (exit 2).
     """
+    from overlay.runstate import in_progress_note, state_lock
+
+    # Shared lock for the whole check: every record is read from one consistent
+    # snapshot, never half before and half after a writer.
+    with state_lock(root, "verify", shared=True):
+        result = _verify(root, store, only=only, skip=skip)
+        note = in_progress_note(root)
+    if note:
+        result.notes.append(note)
+    return result
+
+
+def _verify(root: str, store: Store, *, only: Iterable[str], skip: Iterable[str]) -> VerifyResult:
     manifest = load_manifest(root)
     families = {f.upper() for f in only} or set(FAMILIES)
     findings: list[Finding] = []

@@ -25,7 +25,6 @@ writes is not an edit.
 from __future__ import annotations
 
 import dataclasses
-import fcntl
 import hashlib
 import json
 import os
@@ -34,7 +33,7 @@ import stat
 import time
 
 from overlay.errors import EXIT_INTERRUPTED, OverlayError
-from overlay.fsutil import atomic_symlink, atomic_write, remove_stale_temps, temp_owner
+from overlay.fsutil import atomic_symlink, atomic_write, flocked, remove_stale_temps, sweep_scratch_dirs, temp_owner
 from overlay.gitstore import Store, zsplit
 from overlay.paths import check_path, check_symlink
 
@@ -286,14 +285,14 @@ def export_tree(store: Store, tree: str, dest: str, *, force: bool = False) -> E
     started = time.perf_counter()
     dest = os.path.abspath(dest)
     os.makedirs(dest, exist_ok=True)
-    lock_fd = os.open(os.path.join(dest, LOCK), os.O_RDWR | os.O_CREAT, 0o644)
+    # Scratch directories of overlay processes that were killed (they hold the
+    # index and merge inputs of a run); the pid in each name keeps live ones.
+    sweep_scratch_dirs()
     try:
-        fcntl.flock(lock_fd, fcntl.LOCK_EX)
-        return _export_locked(store, tree, dest, force, started)
+        with flocked(os.path.join(dest, LOCK)):
+            return _export_locked(store, tree, dest, force, started)
     except KeyboardInterrupt:
         raise _interrupted(dest, tree) from None
-    finally:
-        os.close(lock_fd)
 
 
 def _export_locked(store: Store, tree: str, dest: str, force: bool, started: float) -> ExportResult:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Iterable
 
-from overlay.fsutil import atomic_write
+from overlay.fsutil import atomic_write, kill_point
 from overlay.gitstore import Store
 from overlay.layers import Layers
 import re
@@ -166,6 +166,6 @@ def write_refreshed(refreshed: Iterable[Refreshed], names: Iterable[str] = ()) -
         if wanted and item.patch.name not in wanted:
             continue
         if item.changed:
-            atomic_write(item.patch.path, item.data)
+            atomic_write(item.patch.path, item.data, before_replace=lambda: kill_point("refresh"))
             written.append(item.patch.name)
     return written
