@@ -32,7 +32,7 @@ from overlay.gitstore import Store, run_git
 from overlay.layers import PatchApplyError, compute_layers
 from overlay.manifest import Manifest, load_manifest
 from overlay.markers import marker_lines
-from overlay.refresh import refresh_series
+from overlay.refresh import BinaryTurn, nul_turns, refresh_series
 from overlay.paths import check_path
 from overlay.series import PATCH_DIR, SERIES_PATH, Patch, load_patch, read_series
 
@@ -55,6 +55,7 @@ CODES: dict[str, tuple[str, str]] = {
     "SER013": ("error", "a conflict marker in a patch's added lines"),
     "SER014": ("error", "the series or a patch is refused as a record (symlink, not a regular file, "
                         "over 16 MiB, unreadable, or a series that is not UTF-8)"),
+    "SER015": ("error", "a text diff holds a NUL byte, or refreshing would turn it into a `GIT binary patch`"),
     "LAY001": ("error", "the fork delta conflicts with the pin and no resolution exists"),
     "LAY002": ("error", "a resolution whose path no longer conflicts (stale)"),
     "LAY003": ("error", "a conflict marker in a resolution file"),
@@ -109,8 +110,22 @@ def _added_markers(data: bytes) -> list[tuple[int, str]]:
     return [(numbers[i - 1], "+" + text) for i, text in marker_lines(b"\n".join(added))]
 
 
+def binary_turn_findings(turns: Iterable[BinaryTurn]) -> list[Finding]:
+    """SER015 for each file whose text diff holds a NUL byte or would be refreshed into a binary patch.
+
+    Args:
+        turns: from :func:`overlay.refresh.binary_turns` / :func:`overlay.refresh.nul_turns`.
+    Returns:
+        One finding per turn, located at the patch's line.
+    """
+    return [_f("SER015", f"{PATCH_DIR}/{t.patch}", t.line, t.message(),
+               "remove the NUL byte from the patch's lines (a source file holds none), then `overlay refresh`"
+               if t.nul_here else "remove the NUL byte the earlier patch adds to this file, then `overlay refresh`")
+            for t in turns]
+
+
 def check_series_text(root: str, manifest: Manifest) -> tuple[list[Finding], list[Patch]]:
-    """SER001-008 and SER013: the series file and each patch as text.
+    """SER001-008, SER013 and SER015 (a NUL byte in a hunk): the series file and each patch as text.
 
     Returns:
         ``(findings, patches that parsed, in series order)``.
@@ -161,6 +176,7 @@ def check_series_text(root: str, manifest: Manifest) -> tuple[list[Finding], lis
         for number, text in _added_markers(patch.data):
             findings.append(_f("SER013", rel, number, f"conflict marker in an added line: {text[:30]!r}",
                                "finish the merge and refresh the patch"))
+        findings += binary_turn_findings(nul_turns(patch))
     listed_names = set(seen)
     patch_dir = os.path.join(root, PATCH_DIR)
     if os.path.isdir(patch_dir):
@@ -290,7 +306,11 @@ def _verify(root: str, store: Store, *, only: Iterable[str], skip: Iterable[str]
                                    "keep git's merge outside the conflict regions (see `overlay rebase` "
                                    "work files); change upstream code with a patch, not a resolution"))
         for item in refresh_series(store, layers):
-            if item.changed and item.patch.name:
+            turns = item.turns
+            if turns:
+                # The NUL in the patch's own lines is already reported from its text.
+                findings += binary_turn_findings(t for t in turns if not t.nul_here)
+            elif item.changed and item.patch.name:
                 findings.append(_f("SER011", f"{PATCH_DIR}/{item.patch.name}", None,
                                    "refreshing would change the patch's bytes",
                                    "run `overlay refresh` and commit the result"))

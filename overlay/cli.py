@@ -267,23 +267,43 @@ def refresh_cmd(ctx: Context, patches: tuple[str, ...], check: bool) -> None:
         _refresh_locked(ctx, patches, check)
 
 
+def _refuse_binary_turns(turns) -> None:
+    """Print each text diff a refresh would turn binary as a SER015 finding, then refuse (exit 1)."""
+    from overlay.checks import binary_turn_findings
+    from overlay.errors import EXIT_FINDINGS
+    from overlay.render import render
+
+    click.echo(render(binary_turn_findings(turns), "text"), nl=False)
+    raise OverlayError(f"refresh refused: {len(turns)} text diff(s) would become `GIT binary patch`; "
+                       "no patch was written", exit_code=EXIT_FINDINGS,
+                       hint="remove the NUL byte from the patch's lines (a source file holds none), then refresh")
+
+
 def _refresh_locked(ctx: Context, patches: tuple[str, ...], check: bool) -> None:
     from overlay.engine import PatchApplyError
-    from overlay.refresh import carry_series, refresh_series, write_refreshed
+    from overlay.refresh import carry_series, nul_turns, refresh_series, write_refreshed
+    from overlay.series import load_series
+
+    # A NUL byte in a text hunk refuses the refresh before any layer is computed: the
+    # carry path would otherwise stop on a "binary conflict" that hides the cause.
+    early = [t for patch in load_series(ctx.root) for t in nul_turns(patch)]
+    if early:
+        _refuse_binary_turns(early)
     try:
         _m, store, layers = _layers(ctx, stepwise=True)
         refreshed = refresh_series(store, layers)
     except PatchApplyError:
         # A patch is no longer on its recorded pre-image: carry the series (exactly where
         # it can, 3-way by merge-ort from the recorded blobs where it must).
-        from overlay.series import load_series
-
         _m, store, layers = _layers(ctx, empty_series=True)
         refreshed = carry_series(store, layers.forked, load_series(ctx.root))
     known = {r.patch.name for r in refreshed}
     unknown = [p for p in patches if p not in known]
     if unknown:
         raise OverlayError(f"not in series: {', '.join(unknown)}")
+    turns = [t for r in refreshed for t in r.turns]
+    if turns:
+        _refuse_binary_turns(turns)  # the whole series: the next patch on that file turns too
     selected = [r for r in refreshed if not patches or r.patch.name in patches]
     drift = [r.patch.name for r in selected if r.changed]
     if check:
