@@ -22,7 +22,7 @@ import dataclasses
 import os
 import re
 import subprocess
-from typing import Iterable
+from typing import Any, Iterable
 
 from overlay import fixes
 from overlay.errors import GitError, LayerError, OfflineMiss, PatchFormatError, UnsafePath
@@ -56,6 +56,7 @@ CODES: dict[str, tuple[str, str]] = {
     "SER014": ("error", "the series or a patch is refused as a record (symlink, not a regular file, "
                         "over 16 MiB, unreadable, or a series that is not UTF-8)"),
     "SER015": ("error", "a text diff holds a NUL byte, or refreshing would turn it into a `GIT binary patch`"),
+    "SER016": ("error", "a patch adds or changes a symlink that points outside the tree (export refuses it)"),
     "LAY001": ("error", "the fork delta conflicts with the pin and no resolution exists"),
     "LAY002": ("error", "a resolution whose path no longer conflicts (stale)"),
     "LAY003": ("error", "a conflict marker in a resolution file"),
@@ -122,6 +123,46 @@ def binary_turn_findings(turns: Iterable[BinaryTurn]) -> list[Finding]:
                "remove the NUL byte from the patch's lines (a source file holds none), then `overlay refresh`"
                if t.nul_here else "remove the NUL byte the earlier patch adds to this file, then `overlay refresh`")
             for t in turns]
+
+
+def link_findings(store: Store, forked: str, results: Iterable[Any]) -> list[Finding]:
+    """SER016: symlinks a patch adds or changes that point outside the tree.
+
+    Checked by export's own check (:func:`overlay.export.unsafe_tree_links`, one
+    definition: absolute targets, ``..`` above the root, ``.git``, chains through
+    other links of the tree). A link that already failed below the patch is not
+    blamed on it.
+
+    Args:
+        store: git store.
+        forked: the layer below the series.
+        results: the layers' per-patch results (``patch`` and ``tree`` after it).
+    Returns:
+        Findings located at the patch's ``diff --git`` line of the link.
+    """
+    from overlay.export import unsafe_tree_links
+
+    findings: list[Finding] = []
+    before: set[str] | None = None
+    for result in results:
+        patch = result.patch
+        links = {c.path: c for c in patch.changes if c.target and "120000" in (c.new_mode, c.old_mode)}
+        if not links or result.tree is None:
+            continue
+        if before is None:
+            before = set(unsafe_tree_links(store, forked))
+        bad = unsafe_tree_links(store, result.tree)
+        for path, exc in bad.items():
+            if path in before:
+                continue
+            change = links.get(path)
+            findings.append(_f("SER016", f"{PATCH_DIR}/{patch.name}", change.line if change else None,
+                               exc.message.replace("refusing symlink", "symlink", 1)
+                               + ("" if change else f" (after this patch changed {', '.join(sorted(links))})"),
+                               "make the link relative and inside the tree, or drop it; `overlay export` "
+                               "refuses a tree with it"))
+        before = set(bad)
+    return findings
 
 
 def check_series_text(root: str, manifest: Manifest) -> tuple[list[Finding], list[Patch]]:
@@ -305,6 +346,7 @@ def _verify(root: str, store: Store, *, only: Iterable[str], skip: Iterable[str]
                                    f"resolution {what}",
                                    "keep git's merge outside the conflict regions (see `overlay rebase` "
                                    "work files); change upstream code with a patch, not a resolution"))
+        findings += link_findings(store, layers.forked, layers.patches)
         for item in refresh_series(store, layers):
             turns = item.turns
             if turns:

@@ -24,6 +24,7 @@ writes is not an edit.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -32,10 +33,10 @@ import signal
 import stat
 import time
 
-from overlay.errors import EXIT_INTERRUPTED, OverlayError
+from overlay.errors import EXIT_INTERRUPTED, OverlayError, UnsafePath
 from overlay.fsutil import atomic_symlink, atomic_write, flocked, remove_stale_temps, sweep_scratch_dirs, temp_owner
 from overlay.gitstore import Store, zsplit
-from overlay.paths import check_path, check_symlink
+from overlay.paths import check_path, unsafe_links
 
 STAMP = ".overlay-export.json"
 LOCK = ".overlay-export.lock"
@@ -196,6 +197,39 @@ def _entries(store: Store, tree: str) -> dict[str, tuple[str, str]]:
         mode, _kind, oid = meta.split()
         out[path] = (mode, oid)
     return out
+
+
+def tree_links(store: Store, tree: str, *, entries: dict[str, tuple[str, str]] | None = None,
+               cat=None) -> dict[str, str]:
+    """Every symlink of ``tree``: path -> target (undecodable bytes kept as surrogates).
+
+    Args:
+        store: git store holding the tree.
+        tree: tree SHA.
+        entries: the tree's entries when already read (``{path: (mode, oid)}``).
+        cat: an open :class:`overlay.gitstore.CatFile` to read the targets with.
+    Returns:
+        ``{path: target}``.
+    """
+    entries = entries if entries is not None else _entries(store, tree)
+    wanted = {p: oid for p, (mode, oid) in entries.items() if mode == "120000"}
+    if not wanted:
+        return {}
+    with contextlib.ExitStack() as stack:
+        reader = cat if cat is not None else stack.enter_context(store.cat_file())
+        return {p: reader.read(oid)[1].decode("utf-8", "surrogateescape") for p, oid in wanted.items()}
+
+
+def unsafe_tree_links(store: Store, tree: str) -> dict[str, UnsafePath]:
+    """The symlinks of ``tree`` that export refuses (:func:`overlay.paths.unsafe_links`).
+
+    Args:
+        store: git store holding the tree.
+        tree: tree SHA.
+    Returns:
+        ``{path: UnsafePath}``, in path order.
+    """
+    return unsafe_links(tree_links(store, tree))
 
 
 def _inside(dest_real: str, path: str) -> bool:
@@ -374,10 +408,9 @@ def _export_locked(store: Store, tree: str, dest: str, force: bool, started: flo
                 _checkpoint()
         if any(mode == "120000" for mode, _oid, _data in blobs.values()):
             entries = entries if entries is not None else _entries(store, tree)
-            links = {p: cat.read(oid)[1].decode("utf-8", "surrogateescape")
-                     for p, (mode, oid) in entries.items() if mode == "120000"}
-            for path in links:
-                check_symlink(path, links[path], links)
+            bad = unsafe_links(tree_links(store, tree, entries=entries, cat=cat))
+            if bad:
+                raise next(iter(bad.values()))
 
     # Edited files the run leaves alone are reported (and not touched).
     for path, rec in recorded.items():
