@@ -22,7 +22,7 @@ import dataclasses
 import os
 import re
 import subprocess
-from typing import Iterable
+from typing import Any, Iterable
 
 from overlay import fixes
 from overlay.errors import GitError, LayerError, OfflineMiss, PatchFormatError, UnsafePath
@@ -32,7 +32,7 @@ from overlay.gitstore import Store, first_error_line, run_git
 from overlay.layers import PatchApplyError, compute_layers
 from overlay.manifest import Manifest, load_manifest
 from overlay.markers import marker_lines
-from overlay.refresh import refresh_series
+from overlay.refresh import BinaryTurn, nul_turns, refresh_series
 from overlay.paths import check_path
 from overlay.series import PATCH_DIR, SERIES_PATH, Patch, load_patch, parse_patch, read_series
 
@@ -57,6 +57,8 @@ CODES: dict[str, tuple[str, str]] = {
     "SER013": ("error", "a conflict marker in a patch's added lines"),
     "SER014": ("error", "the series or a patch is refused as a record (symlink, not a regular file, "
                         "over 16 MiB, unreadable, or a series that is not UTF-8)"),
+    "SER015": ("error", "a text diff holds a NUL byte, or refreshing would turn it into a `GIT binary patch`"),
+    "SER016": ("error", "a patch adds or changes a symlink that points outside the tree (export refuses it)"),
     "LAY001": ("error", "the fork delta conflicts with the pin and no resolution exists"),
     "LAY002": ("error", "a resolution whose path no longer conflicts (stale)"),
     "LAY003": ("error", "a conflict marker in a resolution file"),
@@ -83,11 +85,13 @@ class VerifyResult:
         findings: every finding, in family order.
         checks: ``{family: [codes that ran]}`` (for JUnit's passing testcases).
         patched: the patched tree SHA, or ``None`` when it could not be computed.
+        notes: lines for the user beside the findings (a rebase in progress, a wedged state).
     """
 
     findings: list[Finding]
     checks: dict[str, list[str]]
     patched: str | None
+    notes: list[str] = dataclasses.field(default_factory=list)
 
 
 class _SkipLayers(Exception):
@@ -149,8 +153,62 @@ def _unparsable(root: str, name: str, exc: PatchFormatError | UnsafePath) -> tup
     return _f("SER004", rel, getattr(exc, "line", None), message, SER004_HINT.format(path=rel)), fix
 
 
+def binary_turn_findings(turns: Iterable[BinaryTurn]) -> list[Finding]:
+    """SER015 for each file whose text diff holds a NUL byte or would be refreshed into a binary patch.
+
+    Args:
+        turns: from :func:`overlay.refresh.binary_turns` / :func:`overlay.refresh.nul_turns`.
+    Returns:
+        One finding per turn, located at the patch's line.
+    """
+    return [_f("SER015", f"{PATCH_DIR}/{t.patch}", t.line, t.message(),
+               "remove the NUL byte from the patch's lines (a source file holds none), then `overlay refresh`"
+               if t.nul_here else "remove the NUL byte the earlier patch adds to this file, then `overlay refresh`")
+            for t in turns]
+
+
+def link_findings(store: Store, forked: str, results: Iterable[Any]) -> list[Finding]:
+    """SER016: symlinks a patch adds or changes that point outside the tree.
+
+    Checked by export's own check (:func:`overlay.export.unsafe_tree_links`, one
+    definition: absolute targets, ``..`` above the root, ``.git``, chains through
+    other links of the tree). A link that already failed below the patch is not
+    blamed on it.
+
+    Args:
+        store: git store.
+        forked: the layer below the series.
+        results: the layers' per-patch results (``patch`` and ``tree`` after it).
+    Returns:
+        Findings located at the patch's ``diff --git`` line of the link.
+    """
+    from overlay.export import unsafe_tree_links
+
+    findings: list[Finding] = []
+    before: set[str] | None = None
+    for result in results:
+        patch = result.patch
+        links = {c.path: c for c in patch.changes if c.target and "120000" in (c.new_mode, c.old_mode)}
+        if not links or result.tree is None:
+            continue
+        if before is None:
+            before = set(unsafe_tree_links(store, forked))
+        bad = unsafe_tree_links(store, result.tree)
+        for path, exc in bad.items():
+            if path in before:
+                continue
+            change = links.get(path)
+            findings.append(_f("SER016", f"{PATCH_DIR}/{patch.name}", change.line if change else None,
+                               exc.message.replace("refusing symlink", "symlink", 1)
+                               + ("" if change else f" (after this patch changed {', '.join(sorted(links))})"),
+                               "make the link relative and inside the tree, or drop it; `overlay export` "
+                               "refuses a tree with it"))
+        before = set(bad)
+    return findings
+
+
 def check_series_text(root: str, manifest: Manifest) -> tuple[list[Finding], list[Patch]]:
-    """SER001-008 and SER013: the series file and each patch as text.
+    """SER001-008, SER013 and SER015 (a NUL byte in a hunk): the series file and each patch as text.
 
     Returns:
         ``(findings, patches that parsed, in series order)``.
@@ -211,6 +269,7 @@ def _check_series_text(root: str, manifest: Manifest) -> tuple[list[Finding], li
         for number, text in _added_markers(patch.data):
             findings.append(_f("SER013", rel, number, f"conflict marker in an added line: {text[:30]!r}",
                                "finish the merge and refresh the patch"))
+        findings += binary_turn_findings(nul_turns(patch))
     listed_names = set(seen)
     patch_dir = os.path.join(root, PATCH_DIR)
     if os.path.isdir(patch_dir):
@@ -299,10 +358,27 @@ def verify(root: str, store: Store, *, only: Iterable[str] = (), skip: Iterable[
         only: run only these families (``MAN``, ``SER``, ``LAY``, ``FIX``); all when empty.
         skip: drop findings with these codes.
     Returns:
-        :class:`VerifyResult`.
+        :class:`VerifyResult`; its notes say when a rebase or sync is in progress
+        (the records are then as they were before it) or its state is wedged.
     Raises:
         ManifestError: the manifest is missing or invalid (exit 2).
+        StateBusy: another command is writing the rebase state or the records
+            (``rebase``, ``--continue``, ``--abort``, ``refresh``...): verify would read
+            them half-changed, so it is refused (exit 2).
     """
+    from overlay.runstate import in_progress_note, state_lock
+
+    # Shared lock for the whole check: every record is read from one consistent
+    # snapshot, never half before and half after a writer.
+    with state_lock(root, "verify", shared=True):
+        result = _verify(root, store, only=only, skip=skip)
+        note = in_progress_note(root)
+    if note:
+        result.notes.append(note)
+    return result
+
+
+def _verify(root: str, store: Store, *, only: Iterable[str], skip: Iterable[str]) -> VerifyResult:
     manifest = load_manifest(root)
     families = {f.upper() for f in only} or set(FAMILIES)
     findings: list[Finding] = []
@@ -347,8 +423,13 @@ def verify(root: str, store: Store, *, only: Iterable[str] = (), skip: Iterable[
                                    f"resolution {what}",
                                    "keep git's merge outside the conflict regions (see `overlay rebase` "
                                    "work files); change upstream code with a patch, not a resolution"))
+        findings += link_findings(store, layers.forked, layers.patches)
         for item in refresh_series(store, layers):
-            if item.changed and item.patch.name:
+            turns = item.turns
+            if turns:
+                # The NUL in the patch's own lines is already reported from its text.
+                findings += binary_turn_findings(t for t in turns if not t.nul_here)
+            elif item.changed and item.patch.name:
                 findings.append(_f("SER011", f"{PATCH_DIR}/{item.patch.name}", None,
                                    "refreshing would change the patch's bytes",
                                    "run `overlay refresh` and commit the result"))

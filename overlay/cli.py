@@ -120,6 +120,19 @@ def tree_cmd(ctx: Context, layer: str, pin_ref: str | None, fork_ref: str | None
 @handle_errors
 def status_cmd(ctx: Context, dest: tuple[str, ...]) -> None:
     """Show pins, layer SHAs, the series with files and +/- counts, export stamps."""
+    import contextlib
+
+    from overlay.runstate import in_progress_note, state_lock
+
+    root = ctx.found  # without one, _layers says where it looked
+    with state_lock(root, "status", shared=True) if root else contextlib.nullcontext():
+        _status_locked(ctx, dest)  # one consistent snapshot of the records
+        note = in_progress_note(root) if root else None
+        if note:
+            click.echo(f"note: {note}")
+
+
+def _status_locked(ctx: Context, dest: tuple[str, ...]) -> None:
     import glob
 
     from overlay.export import edited_files, edited_note, read_stamp
@@ -227,6 +240,8 @@ def verify_cmd(ctx: Context, fmt: str, only: tuple[str, ...], skip: tuple[str, .
     from overlay.render import render, render_junit
 
     result = verify(ctx.root, _store(ctx), only=only, skip=skip)
+    for note in result.notes:  # stderr: the report itself stays parseable in every format
+        click.echo(f"note: {note}", err=True)
     text = (render_junit(result.findings, result.checks) if fmt == "junit"
             else render(result.findings, fmt))
     click.echo(text, nl=False)
@@ -243,23 +258,52 @@ def verify_cmd(ctx: Context, fmt: str, only: tuple[str, ...], skip: tuple[str, .
 @handle_errors
 def refresh_cmd(ctx: Context, patches: tuple[str, ...], check: bool) -> None:
     """Re-export patches byte-stable from the layers (only changed files are written)."""
-    from overlay.engine import PatchApplyError
-    from overlay.refresh import carry_series, refresh_series, write_refreshed
+    from overlay.runstate import state_lock, sweep_killed_runs
 
+    # Exclusive: refresh rewrites patches that a rebase also writes, and the sweep of
+    # a killed refresh's temp files must not race a live writer's.
+    with state_lock(ctx.root, "refresh"):
+        sweep_killed_runs(ctx.root)
+        _refresh_locked(ctx, patches, check)
+
+
+def _refuse_binary_turns(turns) -> None:
+    """Print each text diff a refresh would turn binary as a SER015 finding, then refuse (exit 1)."""
+    from overlay.checks import binary_turn_findings
+    from overlay.errors import EXIT_FINDINGS
+    from overlay.render import render
+
+    click.echo(render(binary_turn_findings(turns), "text"), nl=False)
+    raise OverlayError(f"refresh refused: {len(turns)} text diff(s) would become `GIT binary patch`; "
+                       "no patch was written", exit_code=EXIT_FINDINGS,
+                       hint="remove the NUL byte from the patch's lines (a source file holds none), then refresh")
+
+
+def _refresh_locked(ctx: Context, patches: tuple[str, ...], check: bool) -> None:
+    from overlay.engine import PatchApplyError
+    from overlay.refresh import carry_series, nul_turns, refresh_series, write_refreshed
+    from overlay.series import load_series
+
+    # A NUL byte in a text hunk refuses the refresh before any layer is computed: the
+    # carry path would otherwise stop on a "binary conflict" that hides the cause.
+    early = [t for patch in load_series(ctx.root) for t in nul_turns(patch)]
+    if early:
+        _refuse_binary_turns(early)
     try:
         _m, store, layers = _layers(ctx, stepwise=True)
         refreshed = refresh_series(store, layers)
     except PatchApplyError:
         # A patch is no longer on its recorded pre-image: carry the series (exactly where
         # it can, 3-way by merge-ort from the recorded blobs where it must).
-        from overlay.series import load_series
-
         _m, store, layers = _layers(ctx, empty_series=True)
         refreshed = carry_series(store, layers.forked, load_series(ctx.root))
     known = {r.patch.name for r in refreshed}
     unknown = [p for p in patches if p not in known]
     if unknown:
         raise OverlayError(f"not in series: {', '.join(unknown)}")
+    turns = [t for r in refreshed for t in r.turns]
+    if turns:
+        _refuse_binary_turns(turns)  # the whole series: the next patch on that file turns too
     selected = [r for r in refreshed if not patches or r.patch.name in patches]
     drift = [r.patch.name for r in selected if r.changed]
     if check:
@@ -421,10 +465,12 @@ def fix_new_cmd(ctx: Context, section: str, title: str, files: tuple[str, ...], 
     """Add an entry with the next free number, ending with the policy sentence."""
     from overlay import fixes
     from overlay.manifest import load_manifest
+    from overlay.runstate import state_lock
 
     manifest = load_manifest(ctx.root)
-    number = fixes.add_entry(os.path.join(ctx.root, fixes.FILE_NAME), section, title, list(files), body,
-                             **fixes.entry_policy(manifest))
+    with state_lock(ctx.root, "fix new"):  # LOCAL_FIXES.md is a record a rebase also writes
+        number = fixes.add_entry(os.path.join(ctx.root, fixes.FILE_NAME), section, title, list(files), body,
+                                 **fixes.entry_policy(manifest))
     click.echo(f"added entry {number} to {fixes.FILE_NAME}; put `Local-Fix: {number}` in its patch")
 
 
@@ -448,29 +494,66 @@ def fix_list_cmd(ctx: Context) -> None:
 
 
 
-def _rebase_action(ctx: Context, action: str, fmt: str) -> None:
-    """Shared driver of ``rebase`` and ``sync`` for --continue/--skip/--abort/--status."""
+def _rebase_action(ctx: Context, action: str, fmt: str, kind: str) -> None:
+    """Shared driver of ``rebase`` and ``sync`` for --continue/--skip/--abort/--status,
+    under the rebase lock (shared for --status): a second command at the same time is
+    refused with one line; --status then says which command is running."""
+    from overlay.runstate import StateBusy, state_lock, sweep_killed_runs
+
+    try:
+        with state_lock(ctx.root, f"{kind} --{action}", shared=action == "status"):
+            if action != "status":
+                sweep_killed_runs(ctx.root)  # temp files of a killed command, before --abort says "as before"
+            _rebase_action_locked(ctx, action, fmt)
+    except StateBusy as busy:
+        if action != "status":
+            raise
+        who = f"`overlay {busy.holder[1]}` (pid {busy.holder[0]})" if busy.holder else "another overlay command"
+        click.echo(f"{who} is working on the rebase state right now; run --status again when it has finished")
+
+
+def _rebase_action_locked(ctx: Context, action: str, fmt: str) -> None:
     from overlay.rebase import Rebase
     from overlay.rebase_report import render
+    from overlay.runstate import wedged_hint
 
     rb = Rebase(ctx.root, _store(ctx))
-    if not rb.active:
+    info = rb.inspect()
+    if not info.present:
         if action == "status":
             click.echo("no rebase or sync in progress")
             return
         from overlay.runstate import no_run_to_abort
         raise no_run_to_abort(ctx.root, action)
+    if info.problem:
+        if action == "status":
+            click.echo(f"{info.kind} state is wedged: {info.problem}")
+            click.echo(f"  {wedged_hint(info.kind)}")
+        elif action == "abort":
+            rec = rb.recover_wedged()
+            click.echo(f"aborted the wedged {rec.kind} state ({rec.problem}): {len(rec.restored)} file(s) restored "
+                       "from its backup; the state is removed")
+            if rec.kept:
+                click.echo(f"warning: no backup copy, left as the run wrote them: {', '.join(rec.kept)}; "
+                           "check them with `git diff`", err=True)
+            if rec.note:
+                click.echo(f"note: {rec.note}")
+        else:
+            raise OverlayError(f"the {info.kind} state is wedged: {info.problem}; --{action} cannot go on from it",
+                               hint=wedged_hint(info.kind))
+        return
     rb.load()
     if action == "status":
         st = rb.state
         click.echo(f"{st['kind']} in progress: pin {st['old']['pin'][:12]} -> {st['new']['pin'][:12]}, "
                    f"fork {st['old']['fork'][:12]} -> {st['new']['fork'][:12]}")
         for path, entry in sorted(st["resolutions"].items()):
-            click.echo(f"  resolution {path}: {entry['status']}")
+            click.echo(f"  resolution {path}: {entry.get('status') if isinstance(entry, dict) else '?'}")
         for path in st.get("stale", []):
             click.echo(f"  resolution {path}: removed (no longer conflicts)")
         for entry in st["patches"]:
-            click.echo(f"  patch {entry['name']}: {entry['status']}")
+            if isinstance(entry, dict):
+                click.echo(f"  patch {entry.get('name')}: {entry.get('status')}")
         stop = st.get("stop")
         if stop:
             what = stop.get("path") or stop.get("name")
@@ -511,10 +594,12 @@ def _rebase_options(fn):
     return fn
 
 
-def _forget(ctx: Context, path: str) -> None:
+def _forget(ctx: Context, path: str, kind: str) -> None:
     from overlay.rebase import forget_resolution
+    from overlay.runstate import state_lock
 
-    removed = forget_resolution(ctx.root, path)
+    with state_lock(ctx.root, f"{kind} --forget"):
+        removed = forget_resolution(ctx.root, path)
     click.echo(f"forgot {removed} recorded resolution(s) for {path}" if removed
                else f"no recorded resolution for {path}")
 
@@ -535,8 +620,19 @@ def _check_start(ctx: Context, store, kind: str, old, new, force: bool) -> None:
         click.echo(f"warning: {citation.describe()}", err=True)
 
 
-def _start_run(ctx: Context, kind: str, fmt: str, *, pin: str | None = None, fork: str | None = None,
-               merge_base: str | None = None, force: bool = False, allow_fork_ahead: bool = False) -> None:
+def _start_run(ctx: Context, kind: str, fmt: str, **kwargs) -> None:
+    """Start a rebase or sync under the rebase lock, from reading the manifest to the end
+    of the run: a second start, --continue or --abort at the same time is refused, and
+    no start works from a manifest another run changed meanwhile."""
+    from overlay.runstate import state_lock, sweep_killed_runs
+
+    with state_lock(ctx.root, f"{kind} --{'onto' if kind == 'rebase' else 'fork'}"):
+        sweep_killed_runs(ctx.root)
+        _start_run_locked(ctx, kind, fmt, **kwargs)
+
+
+def _start_run_locked(ctx: Context, kind: str, fmt: str, *, pin: str | None = None, fork: str | None = None,
+                      merge_base: str | None = None, force: bool = False, allow_fork_ahead: bool = False) -> None:
     from overlay.manifest import load_manifest
     from overlay.rebase import Bases, Rebase
     from overlay.rebase_report import render
@@ -620,10 +716,10 @@ def rebase_cmd(ctx: Context, onto: str | None, action: str | None, force: bool, 
                forget: str | None, allow_fork_ahead: bool) -> None:
     """Carry the fork delta and the series onto a new MLX pin."""
     if forget:
-        return _forget(ctx, forget)
+        return _forget(ctx, forget, "rebase")
     if action:
         _no_target_with(action, "--onto", onto)
-        return _rebase_action(ctx, action, fmt)
+        return _rebase_action(ctx, action, fmt, "rebase")
     if not onto:
         raise OverlayError("give --onto SHA, or one of --continue, --skip, --abort, --status")
     _start_run(ctx, "rebase", fmt, pin=onto, force=force)
@@ -640,11 +736,11 @@ def sync_cmd(ctx: Context, fork_ref: str | None, merge_base: str | None, action:
              fmt: str, forget: str | None, allow_fork_ahead: bool) -> None:
     """Carry the overlay onto a newer fork commit."""
     if forget:
-        return _forget(ctx, forget)
+        return _forget(ctx, forget, "sync")
     if action:
         _no_target_with(action, "--fork", fork_ref)
         _no_target_with(action, "--merge-base", merge_base)
-        return _rebase_action(ctx, action, fmt)
+        return _rebase_action(ctx, action, fmt, "sync")
     if not fork_ref:
         raise OverlayError("give --fork SHA, or one of --continue, --skip, --abort, --status")
     _start_run(ctx, "sync", fmt, fork=fork_ref, merge_base=merge_base, force=force,

@@ -24,8 +24,8 @@ writes is not an edit.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-import fcntl
 import hashlib
 import json
 import os
@@ -33,10 +33,10 @@ import signal
 import stat
 import time
 
-from overlay.errors import EXIT_INTERRUPTED, OverlayError
-from overlay.fsutil import atomic_symlink, atomic_write, remove_stale_temps, temp_owner
+from overlay.errors import EXIT_INTERRUPTED, OverlayError, UnsafePath
+from overlay.fsutil import atomic_symlink, atomic_write, flocked, remove_stale_temps, sweep_scratch_dirs, temp_owner
 from overlay.gitstore import Store, zsplit
-from overlay.paths import check_path, check_symlink
+from overlay.paths import check_path, unsafe_links
 
 STAMP = ".overlay-export.json"
 LOCK = ".overlay-export.lock"
@@ -218,6 +218,39 @@ def _entries(store: Store, tree: str) -> dict[str, tuple[str, str]]:
     return out
 
 
+def tree_links(store: Store, tree: str, *, entries: dict[str, tuple[str, str]] | None = None,
+               cat=None) -> dict[str, str]:
+    """Every symlink of ``tree``: path -> target (undecodable bytes kept as surrogates).
+
+    Args:
+        store: git store holding the tree.
+        tree: tree SHA.
+        entries: the tree's entries when already read (``{path: (mode, oid)}``).
+        cat: an open :class:`overlay.gitstore.CatFile` to read the targets with.
+    Returns:
+        ``{path: target}``.
+    """
+    entries = entries if entries is not None else _entries(store, tree)
+    wanted = {p: oid for p, (mode, oid) in entries.items() if mode == "120000"}
+    if not wanted:
+        return {}
+    with contextlib.ExitStack() as stack:
+        reader = cat if cat is not None else stack.enter_context(store.cat_file())
+        return {p: reader.read(oid)[1].decode("utf-8", "surrogateescape") for p, oid in wanted.items()}
+
+
+def unsafe_tree_links(store: Store, tree: str) -> dict[str, UnsafePath]:
+    """The symlinks of ``tree`` that export refuses (:func:`overlay.paths.unsafe_links`).
+
+    Args:
+        store: git store holding the tree.
+        tree: tree SHA.
+    Returns:
+        ``{path: UnsafePath}``, in path order.
+    """
+    return unsafe_links(tree_links(store, tree))
+
+
 def _inside(dest_real: str, path: str) -> bool:
     real = os.path.realpath(path)
     return real == dest_real or real.startswith(dest_real + os.sep)
@@ -305,14 +338,14 @@ def export_tree(store: Store, tree: str, dest: str, *, force: bool = False) -> E
     started = time.perf_counter()
     dest = os.path.abspath(dest)
     os.makedirs(dest, exist_ok=True)
-    lock_fd = os.open(os.path.join(dest, LOCK), os.O_RDWR | os.O_CREAT, 0o644)
+    # Scratch directories of overlay processes that were killed (they hold the
+    # index and merge inputs of a run); the pid in each name keeps live ones.
+    sweep_scratch_dirs()
     try:
-        fcntl.flock(lock_fd, fcntl.LOCK_EX)
-        return _export_locked(store, tree, dest, force, started)
+        with flocked(os.path.join(dest, LOCK)):
+            return _export_locked(store, tree, dest, force, started)
     except KeyboardInterrupt:
         raise _interrupted(dest, tree) from None
-    finally:
-        os.close(lock_fd)
 
 
 def _export_locked(store: Store, tree: str, dest: str, force: bool, started: float) -> ExportResult:
@@ -394,10 +427,9 @@ def _export_locked(store: Store, tree: str, dest: str, force: bool, started: flo
                 _checkpoint()
         if any(mode == "120000" for mode, _oid, _data in blobs.values()):
             entries = entries if entries is not None else _entries(store, tree)
-            links = {p: cat.read(oid)[1].decode("utf-8", "surrogateescape")
-                     for p, (mode, oid) in entries.items() if mode == "120000"}
-            for path in links:
-                check_symlink(path, links[path], links)
+            bad = unsafe_links(tree_links(store, tree, entries=entries, cat=cat))
+            if bad:
+                raise next(iter(bad.values()))
 
     # Edited files the run leaves alone are reported (and not touched).
     for path, rec in recorded.items():

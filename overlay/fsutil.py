@@ -20,8 +20,11 @@ import fcntl
 import os
 import random
 import re
+import shutil
+import signal
 import stat
 import tempfile
+import time
 from typing import Callable, Container, Iterator
 
 from overlay.errors import OverlayError
@@ -63,6 +66,179 @@ def remove_stale_temps(directory: str, owners: Container[str] | None = None) -> 
                 removed.append(name)
             except (FileNotFoundError, IsADirectoryError):
                 pass
+    return sorted(removed)
+
+
+def kill_point(name: str) -> None:
+    """Test hook: ``OVERLAY_TEST_KILL_AT=<name>`` SIGKILLs the process here.
+
+    The kill tests (``tests/test_rebase.py``, ``tests/test_safety.py``) set the
+    variable in a child process to stop it at a named point, e.g. ``commit`` or
+    ``refresh`` (just before a rewritten patch is renamed into place).
+
+    Args:
+        name: the point's name.
+    """
+    if os.environ.get("OVERLAY_TEST_KILL_AT") == name:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+class LockBusy(Exception):
+    """:func:`flocked` with ``wait=False`` found the lock held by another open file.
+
+    Attributes:
+        path: the lock file.
+        holder: what the holder wrote into the lock file (``""`` when nothing:
+            a shared holder, or a holder that writes nothing).
+    """
+
+    def __init__(self, path: str, holder: str):
+        super().__init__(f"{path} is locked")
+        self.path = path
+        self.holder = holder
+
+
+@contextlib.contextmanager
+def flocked(path: str | os.PathLike, *, shared: bool = False, wait: bool = True,
+            holder: str | None = None) -> Iterator[int]:
+    """Hold an ``flock`` on ``path`` for the duration of a ``with`` block.
+
+    The one lock helper of overlay: the git store, each export destination and
+    the rebase state (``.overlay/rebase.lock``) are locked through it. The file is
+    created when missing and never deleted (deleting a lock file while another
+    process waits on it would let a third process lock a new file beside it).
+    The lock goes with the process: a killed holder releases it.
+
+    Args:
+        path: the lock file.
+        shared: a shared (reader) lock instead of an exclusive one; it needs only
+            read access, so it also works on a file it cannot write.
+        wait: block until the lock is free; ``False`` raises :class:`LockBusy` at once.
+        holder: an exclusive holder writes this line into the file (who holds it,
+            for the message of a refused command); the file is emptied on release.
+    Yields:
+        The open file descriptor.
+    Raises:
+        LockBusy: ``wait`` is false and another open file holds a conflicting lock.
+        OSError: the file cannot be opened or created.
+    """
+    path = os.fspath(path)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+    except OSError as exc:
+        if not shared or exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
+            raise
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    try:
+        try:
+            fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            try:
+                text = os.pread(fd, 4096, 0).decode("utf-8", "replace")
+            except OSError:
+                text = ""
+            raise LockBusy(path, text.strip()) from None
+        written = False
+        if holder is not None and not shared:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, holder.encode("utf-8", "replace") + b"\n", 0)
+                written = True
+        try:
+            yield fd
+        finally:
+            if written:
+                # Empty it before the unlock: a later refused command must not name a finished holder.
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, 0)
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (on this machine's process table).
+
+    Args:
+        pid: a process id; 0 and negative ids count as alive (they name groups, not processes).
+    Returns:
+        ``False`` only when no such process exists; a process of another user counts as alive.
+    """
+    if pid <= 0:
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+#: Kinds of scratch directory overlay makes under the temp directory (``overlay-<kind>-<pid>-XXXXXXXX``).
+SCRATCH_KINDS = ("idx", "commits", "merge")
+_SCRATCH_RE = re.compile(r"^overlay-(?:idx|commits|merge)-(?:(?P<pid>\d{1,9})-)?[a-z0-9_]{8}$")
+#: A scratch directory without a pid in its name (made before names carried one)
+#: is removed once it is this old: a scratch directory lives for seconds.
+LEGACY_SCRATCH_AGE_S = 24 * 3600
+
+
+@contextlib.contextmanager
+def scratch_dir(kind: str) -> Iterator[str]:
+    """A private temp directory ``overlay-<kind>-<pid>-XXXXXXXX`` for a ``with`` block.
+
+    Removed when the block ends, however it ends. A process killed inside the
+    block leaves it behind; the pid in its name lets :func:`sweep_scratch_dirs`
+    of a later run remove it once that process is gone, and never a live one's.
+
+    Args:
+        kind: one of :data:`SCRATCH_KINDS` (``idx`` for a scratch index, ``commits``
+            for synthetic commits, ``merge`` for ``git merge-file`` inputs).
+    Yields:
+        The directory's path.
+    """
+    if kind not in SCRATCH_KINDS:
+        raise ValueError(f"unknown scratch kind {kind!r}")
+    with tempfile.TemporaryDirectory(prefix=f"overlay-{kind}-{os.getpid()}-") as tmp:
+        kill_point(f"scratch-{kind}")
+        yield tmp
+
+
+def sweep_scratch_dirs(tmpdir: str | None = None) -> list[str]:
+    """Remove the scratch directories (:func:`scratch_dir`) of processes that are gone.
+
+    A directory is removed when the pid in its name names no process, or, for a
+    name without a pid (older overlay), when it is older than
+    :data:`LEGACY_SCRATCH_AGE_S`. Only directories of the current user are
+    touched; a symlink is never followed.
+
+    Args:
+        tmpdir: where to look; default ``tempfile.gettempdir()``.
+    Returns:
+        The names removed (sorted).
+    """
+    tmpdir = tmpdir or tempfile.gettempdir()
+    try:
+        names = os.listdir(tmpdir)
+    except OSError:
+        return []
+    removed = []
+    now = time.time()
+    for name in names:
+        match = _SCRATCH_RE.match(name)
+        if not match:
+            continue
+        full = os.path.join(tmpdir, name)
+        try:
+            st = os.lstat(full)
+        except OSError:
+            continue
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+            continue
+        pid = match.group("pid")
+        stale = (not pid_alive(int(pid))) if pid else now - st.st_mtime > LEGACY_SCRATCH_AGE_S
+        if stale:
+            shutil.rmtree(full, ignore_errors=True)
+            removed.append(name)
     return sorted(removed)
 
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import fcntl
 import os
 import re
 import shutil
@@ -28,6 +27,7 @@ import tempfile
 from typing import Iterator, Sequence
 
 from overlay.errors import GitError, OfflineMiss
+from overlay.fsutil import flocked, scratch_dir
 
 #: ``-c`` options passed to every git call (DESIGN 10: determinism flags).
 GIT_FLAGS: tuple[str, ...] = (
@@ -292,7 +292,6 @@ class Store:
         self.offline = offline
         self._remote_urls: dict[str, str] = {}
         self._lock_depth = 0
-        self._lock_fd: int | None = None
         if not os.path.isfile(os.path.join(self.git_dir, "HEAD")):
             os.makedirs(self.git_dir, exist_ok=True)
             run_git(["init", "-q", "--bare", self.git_dir])
@@ -313,20 +312,20 @@ class Store:
 
     @contextlib.contextmanager
     def lock(self) -> Iterator[None]:
-        """Hold the store's writer lock (``flock`` on ``overlay.lock``); re-entrant."""
-        if self._lock_depth == 0:
-            fd = os.open(os.path.join(self.git_dir, "overlay.lock"), os.O_RDWR | os.O_CREAT, 0o644)
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            self._lock_fd = fd
-        self._lock_depth += 1
-        try:
-            yield
-        finally:
-            self._lock_depth -= 1
-            if self._lock_depth == 0 and self._lock_fd is not None:
-                fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
-                os.close(self._lock_fd)
-                self._lock_fd = None
+        """Hold the store's writer lock (:func:`overlay.fsutil.flocked` on ``overlay.lock``); re-entrant."""
+        if self._lock_depth:
+            self._lock_depth += 1
+            try:
+                yield
+            finally:
+                self._lock_depth -= 1
+            return
+        with flocked(os.path.join(self.git_dir, "overlay.lock")):
+            self._lock_depth = 1
+            try:
+                yield
+            finally:
+                self._lock_depth = 0
 
     # -- remotes and objects ----------------------------------------------------
     def set_remote(self, name: str, url: str) -> str | None:
@@ -476,7 +475,7 @@ class Store:
             The environment to pass to :meth:`git` (``{"GIT_INDEX_FILE": path}``).
             The file and its directory are removed when the block ends, however it ends.
         """
-        with tempfile.TemporaryDirectory(prefix="overlay-idx-") as tmp:
+        with scratch_dir("idx") as tmp:
             env = {"GIT_INDEX_FILE": os.path.join(tmp, "index")}
             if tree is not None:
                 self.git("read-tree", tree, env=env)
@@ -589,7 +588,6 @@ class Store:
             The commit SHAs, in order.
         """
         import hashlib
-        import tempfile
 
         ident = (f"{SYNTHETIC_IDENTITY['GIT_AUTHOR_NAME']} <{SYNTHETIC_IDENTITY['GIT_AUTHOR_EMAIL']}> "
                  f"{SYNTHETIC_IDENTITY['GIT_AUTHOR_DATE']}")
@@ -602,7 +600,7 @@ class Store:
             body = ("\n".join(lines) + "\n").encode()
             shas.append(hashlib.sha1(b"commit %d\0" % len(body) + body).hexdigest())
             bodies.append(body)
-        with tempfile.TemporaryDirectory(prefix="overlay-commits-") as tmp:
+        with scratch_dir("commits") as tmp:
             paths = []
             for i, body in enumerate(bodies):
                 path = os.path.join(tmp, str(i))

@@ -88,6 +88,27 @@ def check_symlink(path: str, target: str, links: dict[str, str] | None = None) -
             pending = [p for p in inner.split("/") if p not in ("", ".")] + pending
 
 
+def unsafe_links(links: dict[str, str]) -> dict[str, UnsafePath]:
+    """Every symlink of a tree that :func:`check_symlink` refuses.
+
+    The one check of a tree's links: ``overlay export`` refuses a tree with any
+    (it would write a link out of DEST), ``overlay verify`` reports a patch that
+    adds or changes one (SER016).
+
+    Args:
+        links: every symlink of the tree, path -> target.
+    Returns:
+        ``{path: UnsafePath}`` for each refused link, in path order.
+    """
+    out = {}
+    for path in sorted(links):
+        try:
+            check_symlink(path, links[path], links)
+        except UnsafePath as exc:
+            out[path] = exc
+    return out
+
+
 #: Globs with at most this many wildcards (``*``, ``**``, ``**/``) are matched by a
 #: regular expression; Python's backtracking engine takes time polynomial in the
 #: path length with the wildcard count as the exponent, so two keeps the worst

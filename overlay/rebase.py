@@ -23,7 +23,12 @@ resolutions, the refreshed patches (only those whose bytes changed), the
 series and the two pins named in ``LOCAL_FIXES.md`` are written, and a report
 goes to ``.overlay/last-rebase.md``. Every state change is saved before the
 next step, so a run killed at any point resumes with ``--continue`` or
-rolls back with ``--abort``.
+rolls back with ``--abort``. The state directory appears and disappears whole
+(built beside its place and renamed, renamed away before it is removed), so a
+kill never leaves half of it; a state found in part anyway is *wedged*
+(:func:`overlay.runstate.inspect_state`) and ``--abort`` recovers it
+(:meth:`Rebase.recover_wedged`). The CLI holds :func:`overlay.runstate.state_lock`
+around every command that reads or writes the state.
 """
 
 from __future__ import annotations
@@ -34,29 +39,26 @@ import json
 import os
 import re
 import shutil
-import signal
-import tempfile
 from typing import Any
 
 import tomlkit
 
 from overlay import fixes
 from overlay.errors import EXIT_FINDINGS, GitError, OverlayError
-from overlay.fsutil import atomic_write
+from overlay.fsutil import atomic_write, kill_point, scratch_dir
 from overlay.engine import (CarryError, PatchApplyError, apply_series, carry_patch, exact_prefix,
                             upstream_commit)
 from overlay.gitstore import Store
 from overlay.layers import changes_outside_conflicts, merge_fork_delta, read_resolutions
 from overlay.manifest import MANIFEST_PATH, Manifest, load_manifest
 from overlay.markers import marker_lines
+from overlay.paths import check_path
 from overlay.patchfmt import tree_diff
 from overlay.refresh import refreshed_bytes
+from overlay.runstate import (NEW_STATE_DIR, OLD_STATE_DIR, REPORT_JSON, REPORT_MD, RR_CACHE, STATE_DIR,
+                              StateOnDisk, inspect_state, wedged_hint)
 from overlay.series import PATCH_DIR, SERIES_PATH, Patch, parse_patch, read_series, split_patch
 
-STATE_DIR = os.path.join(".overlay", "rebase")
-RR_CACHE = os.path.join(".overlay", "rr-cache")
-REPORT_MD = os.path.join(".overlay", "last-rebase.md")
-REPORT_JSON = os.path.join(".overlay", "last-rebase.json")
 RESOLVED = "patches-rocm/resolved"
 
 
@@ -66,10 +68,7 @@ class RebaseStopped(OverlayError):
     exit_code = EXIT_FINDINGS
 
 
-def _checkpoint(name: str) -> None:
-    """Test hook: ``OVERLAY_TEST_KILL_AT=<name>`` SIGKILLs the process here."""
-    if os.environ.get("OVERLAY_TEST_KILL_AT") == name:
-        os.kill(os.getpid(), signal.SIGKILL)
+_checkpoint = kill_point  # test hook: OVERLAY_TEST_KILL_AT=<name> SIGKILLs the process there
 
 
 @dataclasses.dataclass
@@ -112,27 +111,53 @@ class Rebase:
     # -- state ----------------------------------------------------------------------
     @property
     def active(self) -> bool:
-        """True when a run is in progress."""
-        return os.path.isfile(os.path.join(self.dir, "state.json"))
+        """True when a run is in progress, or its state is wedged (see :meth:`inspect`)."""
+        return self.inspect().present
+
+    def inspect(self) -> StateOnDisk:
+        """What the state directory holds (:func:`overlay.runstate.inspect_state`)."""
+        return inspect_state(self.root)
 
     def load(self) -> None:
         """Read the saved state.
 
         Raises:
-            OverlayError: no run in progress (exit 2).
+            OverlayError: no run in progress, or its state is wedged (then the
+            message says why and the hint that ``--abort`` recovers it; exit 2).
         """
-        if not self.active:
+        info = self.inspect()
+        if not info.present:
             raise OverlayError("no rebase or sync in progress", hint="start one with `overlay rebase --onto SHA`")
-        with open(os.path.join(self.dir, "state.json"), encoding="utf-8") as fh:
-            self.state = json.load(fh)
+        if info.problem or info.state is None:
+            raise OverlayError(f"the {info.kind} state is wedged: {info.problem}; it cannot be continued",
+                               hint=wedged_hint(info.kind))
+        self.state = info.state
 
     def save(self) -> None:
-        """Write the state atomically."""
-        os.makedirs(self.dir, exist_ok=True)
+        """Write the state atomically.
+
+        Raises:
+            OverlayError: the state directory is gone (exit 2). It is never made
+            again here: a state without its backup is what a second command
+            removing the directory under a first one used to leave.
+        """
+        if not os.path.isdir(self.dir):
+            raise OverlayError(f"{STATE_DIR} vanished while the {self.state.get('kind', 'rebase')} ran; "
+                               "the state is not written again without its backup",
+                               hint="check `git status`; restore the records with git if they changed")
         # Rename-atomic, not fsynced: a killed process leaves the old or the new state,
         # never a torn one; a power loss may cost the last step, which is redone.
         atomic_write(os.path.join(self.dir, "state.json"),
                      json.dumps(self.state, indent=1, sort_keys=True).encode(), durable=False)
+
+    def _discard_dir(self) -> None:
+        """Remove the state directory as one step: renamed away first, so a kill
+        during the removal leaves no half state (the sweep removes the rest)."""
+        old = os.path.join(self.root, OLD_STATE_DIR)
+        if os.path.lexists(old):
+            shutil.rmtree(old, ignore_errors=True)
+        os.rename(self.dir, old)
+        shutil.rmtree(old, ignore_errors=True)
 
     # -- start ----------------------------------------------------------------------
     def start(self, kind: str, new: Bases, old: Bases) -> None:
@@ -144,12 +169,16 @@ class Rebase:
         Raises:
             OverlayError: a run is already in progress (exit 2).
         """
-        if self.active:
-            raise OverlayError(f"a {self._kind_on_disk()} is already in progress",
+        info = self.inspect()
+        if info.present:
+            raise OverlayError(f"a {info.kind} is already in progress",
                                hint="finish it with --continue / --skip, or --abort it")
-        backup = os.path.join(self.dir, "backup")
-        if os.path.isdir(self.dir):
-            shutil.rmtree(self.dir)
+        # Built beside its place and renamed into it: the state directory appears
+        # whole (backup and state.json) or not at all, whenever the process dies.
+        new_dir = os.path.join(self.root, NEW_STATE_DIR)
+        if os.path.lexists(new_dir):
+            shutil.rmtree(new_dir)
+        backup = os.path.join(new_dir, "backup")
         os.makedirs(backup)
         files = _tracked_files(self.root)
         for rel in files:
@@ -161,14 +190,12 @@ class Rebase:
             "backup": files, "resolutions": {}, "forked": None, "patches": [], "stop": None,
             "committing": False,
         }
-        self.save()
-
-    def _kind_on_disk(self) -> str:
-        try:
-            with open(os.path.join(self.dir, "state.json"), encoding="utf-8") as fh:
-                return json.load(fh).get("kind", "rebase")
-        except (OSError, ValueError):
-            return "rebase"
+        atomic_write(os.path.join(new_dir, "state.json"),
+                     json.dumps(self.state, indent=1, sort_keys=True).encode(), durable=False)
+        _checkpoint("start")
+        if os.path.isdir(self.dir):
+            shutil.rmtree(self.dir)  # an empty leftover (inspect found nothing in it)
+        os.rename(new_dir, self.dir)
 
     # -- helpers ----------------------------------------------------------------------
     def _blob(self, oid: str) -> bytes:
@@ -186,7 +213,7 @@ class Rebase:
                     diff3: bool = False) -> tuple[bytes, bool]:
         """``git merge-file -p`` on three texts (``--diff3`` adds the base section);
         returns ``(result, clean)``."""
-        with tempfile.TemporaryDirectory(prefix="overlay-merge-") as tmp:
+        with scratch_dir("merge") as tmp:
             paths = []
             for name, data in (("ours", ours), ("base", base), ("theirs", theirs)):
                 path = os.path.join(tmp, name)
@@ -697,8 +724,73 @@ class Rebase:
         _prune_empty(os.path.join(self.root, RESOLVED))
         for key in self.state.get("rr_recorded", []):
             _rr_remove(self.root, key)
-        shutil.rmtree(self.dir)
+        self._discard_dir()
         return sorted(touched)
+
+    def recover_wedged(self) -> "Recovery":
+        """``--abort`` on a wedged state: restore the records from what is left, remove the state.
+
+        What is restored depends on what is there (:func:`overlay.runstate.inspect_state`):
+
+        * a valid ``state.json`` whose backup is gone or short: every file with a
+          copy in the backup is restored; a file the run created (a tracked file
+          not in the state's backup list) is removed; a file without a copy is
+          kept as it is and named;
+        * a backup without a valid ``state.json``: the copies that differ are
+          restored, unless a run completed after the backup was made (its report
+          is newer), which makes the backup a leftover of that run: then nothing
+          is restored. Nothing is removed (without the state nobody knows which
+          files the run created).
+
+        Returns:
+            :class:`Recovery`.
+        Raises:
+            OverlayError: the state is not wedged (use :meth:`abort`), or there is none.
+        """
+        info = self.inspect()
+        if not info.present or not info.problem:
+            raise OverlayError("the rebase state is not wedged")
+        backup = os.path.join(self.dir, "backup")
+        copies = _files_under(backup)
+        restored: list[str] = []
+        kept: list[str] = []
+        note = ""
+        if info.state is not None:
+            saved = set(info.state["backup"])
+            if info.state.get("commit_started"):
+                for rel in _tracked_files(self.root):
+                    if rel not in saved:
+                        os.unlink(os.path.join(self.root, rel))
+                        restored.append(rel)
+            else:
+                note = "the run had not begun writing the records, so they are as they were before it"
+            for rel in sorted(saved):
+                if rel in copies:
+                    if _restore(backup, self.root, rel):
+                        restored.append(rel)
+                elif info.state.get("commit_started"):
+                    kept.append(rel)
+            for key in info.state.get("rr_recorded", []) if isinstance(info.state.get("rr_recorded"), list) else []:
+                if isinstance(key, str) and re.fullmatch(r"[0-9a-f]{64}", key):
+                    _rr_remove(self.root, key)
+        elif copies:
+            try:
+                completed_after = (os.path.getmtime(os.path.join(self.root, REPORT_JSON))
+                                   > os.path.getmtime(backup))
+            except OSError:
+                completed_after = False
+            if completed_after:
+                note = ("a run completed after this backup was made (.overlay/last-rebase.json is newer): "
+                        "the backup is its leftover, and nothing was restored from it")
+            else:
+                for rel in sorted(copies):
+                    if _restore(backup, self.root, rel):
+                        restored.append(rel)
+                note = ("without state.json the files the run may have created are not known: "
+                        "check `git status` for new files under patches-rocm/")
+        _prune_empty(os.path.join(self.root, RESOLVED))
+        self._discard_dir()
+        return Recovery(info.kind, info.problem, sorted(restored), kept, note)
 
     # -- completion ---------------------------------------------------------------------
     def _commit(self, manifest: Manifest, old: Bases, new: Bases) -> dict:
@@ -776,7 +868,7 @@ class Rebase:
         from overlay.rebase_report import render_markdown
         atomic_write(os.path.join(root, REPORT_MD), render_markdown(report).encode())
         atomic_write(os.path.join(root, REPORT_JSON), json.dumps(report, indent=2).encode())
-        shutil.rmtree(self.dir)
+        self._discard_dir()
         return report
 
     def report(self, old: Bases, new: Bases) -> dict:
@@ -853,6 +945,54 @@ class Rebase:
         new_labels = [labels[e["name"]] for e in entries
                       if e.get("tree") and e["status"] in ("clean", "merged", "resolved")]
         return label_range_diff(proc.stdout.decode("utf-8", "replace"), old_labels, new_labels)
+
+
+@dataclasses.dataclass
+class Recovery:
+    """What :meth:`Rebase.recover_wedged` did.
+
+    Attributes:
+        kind: ``"rebase"`` or ``"sync"``.
+        problem: why the state was wedged.
+        restored: files restored from the backup, or removed as created by the run.
+        kept: files the run had begun writing that had no backup copy: left as they are.
+        note: one more sentence for the user (``""`` when none).
+    """
+
+    kind: str
+    problem: str
+    restored: list[str]
+    kept: list[str]
+    note: str
+
+
+def _files_under(top: str) -> set[str]:
+    """Slash-separated paths of the regular files under ``top`` (symlinks not followed)."""
+    out = set()
+    for dirpath, _dirs, files in os.walk(top):
+        for name in files:
+            full = os.path.join(dirpath, name)
+            if os.path.isfile(full) and not os.path.islink(full):
+                out.add(os.path.relpath(full, top).replace(os.sep, "/"))
+    return out
+
+
+def _restore(backup: str, root: str, rel: str) -> bool:
+    """Copy ``backup/rel`` to ``root/rel`` unless it already holds those bytes; True when written."""
+    check_path(rel, what="backed-up file")
+    src = os.path.join(backup, *rel.split("/"))
+    dst = os.path.join(root, *rel.split("/"))
+    with open(src, "rb") as fh:
+        data = fh.read()
+    try:
+        with open(dst, "rb") as fh:
+            if fh.read() == data:
+                return False
+    except (FileNotFoundError, IsADirectoryError):
+        pass
+    os.makedirs(os.path.dirname(dst), exist_ok=True)
+    atomic_write(dst, data, mode=os.stat(src).st_mode & 0o7777)
+    return True
 
 
 def _rr_remove(root: str, key: str) -> None:

@@ -8,6 +8,13 @@ line (dropped). Every other byte (headers, the message, notes between ``---``
 and the diff, any encoding) is kept exactly (issue 12, item 9; shared case 16).
 A patch that applies on its recorded pre-image refreshes to the same bytes.
 Only patches whose bytes change are rewritten.
+
+A refresh never turns a text diff into a binary one (issue 13): git takes a file
+holding a NUL byte for binary, so one NUL in an added line would have the
+patch, and the next one touching that file, rewritten as ``GIT binary patch``
+deltas nobody can review. :func:`binary_turns` names each such file (the patch,
+the path, the line); ``overlay refresh`` then writes nothing and ``overlay
+verify`` reports SER015.
 """
 
 from __future__ import annotations
@@ -15,16 +22,16 @@ from __future__ import annotations
 import dataclasses
 from typing import Iterable
 
-from overlay.fsutil import atomic_write
-from overlay.gitstore import Store
-from overlay.layers import Layers
 import re
 from typing import Sequence
 
 from overlay.engine import carry_patch
-from overlay.errors import LayerError
+from overlay.errors import LayerError, OverlayError
+from overlay.fsutil import atomic_write, kill_point
+from overlay.gitstore import Store
+from overlay.layers import Layers
 from overlay.patchfmt import ZERO_FROM, tree_diff
-from overlay.series import Patch, is_patch_break, split_patch
+from overlay.series import Patch, is_patch_break, parse_patch, split_patch
 
 _MBOX_FROM = re.compile(rb"^From [0-9a-f]{40} ")
 _DIFFSTAT = re.compile(rb"^ (?:.+ \| +(?:\d+ ?[-+]*|Bin .*)|\d+ files? changed.*|(?:create|delete) mode \d+ .*"
@@ -71,6 +78,71 @@ def refreshed_bytes(data: bytes, diff: bytes) -> bytes:
     return b"\n".join(out) + b"\n" + diff
 
 
+@dataclasses.dataclass(frozen=True)
+class BinaryTurn:
+    """A file whose text diff a refresh would write as a binary patch.
+
+    Attributes:
+        patch: the patch file's name (as listed in ``series``).
+        path: the repository path of the file.
+        line: the patch file's line at fault: the first hunk line holding a NUL
+            byte when this patch has one for the file, else the file's ``diff --git`` line.
+        nul_here: the NUL byte is in this patch's own lines; ``False`` when the
+            file holds one that an earlier patch (or the layer below) put there.
+    """
+
+    patch: str
+    path: str
+    line: int | None
+    nul_here: bool
+
+    def message(self) -> str:
+        """What is wrong, in one line."""
+        if self.nul_here:
+            return (f"{self.path}: a line of its text diff holds a NUL byte; git takes the file for binary, so a "
+                    "refresh would rewrite the diff as `GIT binary patch`")
+        return (f"{self.path}: refreshing would turn its text diff into `GIT binary patch` (the file holds a NUL "
+                "byte before this patch)")
+
+
+def nul_turns(patch: Patch) -> list[BinaryTurn]:
+    """The files of ``patch`` whose text hunks hold a NUL byte (no refresh needed to know).
+
+    Args:
+        patch: a parsed patch (not ``header_only``).
+    Returns:
+        One :class:`BinaryTurn` per such file, in the patch's order.
+    """
+    return [BinaryTurn(patch.name, c.path, c.nul_line, True) for c in patch.changes
+            if c.nul_line is not None and not c.binary]
+
+
+def binary_turns(patch: Patch, new_data: bytes) -> list[BinaryTurn]:
+    """The files that ``patch`` holds as a text diff and ``new_data`` (its refresh)
+    holds as a binary one, and the files whose text hunks hold a NUL byte.
+
+    Args:
+        patch: the patch as read.
+        new_data: its refreshed bytes.
+    Returns:
+        One :class:`BinaryTurn` per file, in the patch's order.
+    """
+    turns = {t.path: t for t in nul_turns(patch)}
+    if new_data != patch.data:
+        try:
+            new = parse_patch(new_data, patch.name)
+        except (OverlayError, ValueError, RecursionError):
+            new = None
+        text = {c.path: c for c in patch.changes if not c.binary}
+        for change in new.changes if new is not None else ():
+            old = text.get(change.path)
+            if change.binary and old is not None and change.path not in turns:
+                turns[change.path] = BinaryTurn(patch.name, change.path, old.nul_line or old.line,
+                                                old.nul_line is not None)
+    order = {c.path: i for i, c in enumerate(patch.changes)}
+    return sorted(turns.values(), key=lambda t: order.get(t.path, len(order)))
+
+
 @dataclasses.dataclass
 class Refreshed:
     """One patch's refresh.
@@ -87,6 +159,11 @@ class Refreshed:
     def changed(self) -> bool:
         """True when refreshing would change at least one byte."""
         return self.data != self.patch.data
+
+    @property
+    def turns(self) -> list[BinaryTurn]:
+        """Files this refresh would turn from a text diff into a binary one (see :func:`binary_turns`)."""
+        return binary_turns(self.patch, self.data)
 
 
 def refresh_series(store: Store, layers: Layers) -> list[Refreshed]:
@@ -159,13 +236,22 @@ def write_refreshed(refreshed: Iterable[Refreshed], names: Iterable[str] = ()) -
         names: limit to these patch names (all when empty).
     Returns:
         Names of the files rewritten.
+    Raises:
+        OverlayError: a refresh would turn a text diff into a binary one
+            (:func:`binary_turns`); nothing is written (exit 1).
     """
+    items = list(refreshed)
+    turns = [t for item in items for t in item.turns]
+    if turns:
+        # The whole series or nothing: the next patch touching the file would turn too.
+        raise OverlayError(f"refresh refused: {len(turns)} text diff(s) would become `GIT binary patch`; "
+                           "nothing was written", exit_code=1)
     wanted = set(names)
     written = []
-    for item in refreshed:
+    for item in items:
         if wanted and item.patch.name not in wanted:
             continue
         if item.changed:
-            atomic_write(item.patch.path, item.data)
+            atomic_write(item.patch.path, item.data, before_replace=lambda: kill_point("refresh"))
             written.append(item.patch.name)
     return written

@@ -1,24 +1,151 @@
-"""What a rebase or sync run left on disk, said in words for the user.
+"""What a rebase or sync run left on disk, the lock that guards it, and the sweep
+of what a killed command left behind.
 
-Read-only helpers around the files :mod:`overlay.rebase` writes: the state
-directory ``.overlay/rebase/state.json`` (a run in progress) and the report
-``.overlay/last-rebase.json`` (the last completed run). Nothing here writes.
+The files :mod:`overlay.rebase` writes: the state directory ``.overlay/rebase/``
+(``state.json`` and ``backup/``: a run in progress) and the report
+``.overlay/last-rebase.json`` (the last completed run). A run's state
+directory appears and disappears whole (it is built beside its place and
+renamed), so a state that is there only in part (``state.json`` without its
+backup, a backup without ``state.json``, a ``state.json`` that is not valid)
+was not left by a kill: :func:`inspect_state` calls it *wedged*, and ``--abort``
+recovers it (:meth:`overlay.rebase.Rebase.recover_wedged`).
+
+Every command that reads or writes the rebase state or the records takes
+:func:`state_lock` (``flock`` on ``.overlay/rebase.lock``): the rebase and
+sync commands, ``refresh`` and ``fix new`` exclusively, ``verify``, ``status``
+and ``--status`` shared. A command that finds the lock taken is refused at once
+with one ``overlay:`` line naming the holder (exit 2): nobody waits, nobody
+sees a half-changed state. Only a holder of the exclusive lock may call
+:func:`sweep_killed_runs`.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
 import os
+import shutil
+from typing import Any, Iterator
 
-from overlay.errors import OverlayError
+from overlay import fixes
+from overlay.errors import OverlayError, UnsafePath
+from overlay.fsutil import (LockBusy, RecordError, flocked, pid_alive, read_record, remove_stale_temps,
+                            sweep_scratch_dirs)
 from overlay.manifest import MANIFEST_PATH
+from overlay.paths import check_path
 
-STATE_FILE = os.path.join(".overlay", "rebase", "state.json")
+STATE_DIR = os.path.join(".overlay", "rebase")
+STATE_FILE = os.path.join(STATE_DIR, "state.json")
+#: A start builds the state directory here, then renames it to :data:`STATE_DIR`.
+NEW_STATE_DIR = os.path.join(".overlay", "rebase.tmp-new")
+#: A run that ends (completed or aborted) renames its state directory here, then removes it.
+OLD_STATE_DIR = os.path.join(".overlay", "rebase.tmp-old")
+#: The lock of the rebase state and the records (outside :data:`STATE_DIR`, which comes and goes).
+LOCK_FILE = os.path.join(".overlay", "rebase.lock")
 REPORT_JSON = os.path.join(".overlay", "last-rebase.json")
+REPORT_MD = os.path.join(".overlay", "last-rebase.md")
+RR_CACHE = os.path.join(".overlay", "rr-cache")
 #: What a completed run may change; the git commands below name these paths.
 RUN_PATHS = "patches-rocm LOCAL_FIXES.md"
 _DIFF = f"git diff --stat -- {RUN_PATHS}"
 _UNDO = f"git checkout -- {RUN_PATHS}"
+
+
+@dataclasses.dataclass
+class StateOnDisk:
+    """What ``.overlay/rebase/`` holds.
+
+    Attributes:
+        present: a run is in progress, or its state is wedged (the directory is
+            not empty); ``False`` when there is no directory or an empty one.
+        kind: ``"rebase"`` or ``"sync"`` (``"rebase"`` when ``state.json`` cannot say).
+        state: the parsed ``state.json`` when it is there and well formed, else ``None``.
+        problem: why the state is wedged, in words; ``None`` when it is whole.
+        missing: files of ``state["backup"]`` that have no copy under ``backup/``.
+    """
+
+    present: bool
+    kind: str = "rebase"
+    state: dict[str, Any] | None = None
+    problem: str | None = None
+    missing: list[str] = dataclasses.field(default_factory=list)
+
+
+def _state_shape_error(state: Any) -> str | None:
+    """Why ``state`` is not a usable run state (``None`` when it is)."""
+    if not isinstance(state, dict):
+        return "state.json does not hold an object"
+    if state.get("kind") not in ("rebase", "sync"):
+        return "state.json names no run kind"
+    for key in ("old", "new"):
+        bases = state.get(key)
+        if not isinstance(bases, dict) or not all(isinstance(bases.get(k), str)
+                                                  for k in ("pin", "fork", "merge_base")):
+            return f"state.json lacks the {key} pins"
+    backup = state.get("backup")
+    if not isinstance(backup, list) or not all(isinstance(rel, str) for rel in backup):
+        return "state.json lacks the list of backed-up files"
+    for rel in backup:
+        try:
+            check_path(rel, what="backed-up file")
+        except UnsafePath:
+            # A hostile name here would make --abort write outside the repository.
+            return f"state.json names an unsafe backed-up file {rel!r}"
+    if not isinstance(state.get("patches"), list) or not isinstance(state.get("resolutions"), dict):
+        return "state.json lacks the patches or the resolutions"
+    recorded = state.get("rr_recorded", [])
+    if not isinstance(recorded, list) or not all(isinstance(k, str) and len(k) == 64 and
+                                                 all(c in "0123456789abcdef" for c in k) for k in recorded):
+        # --abort removes these names from the rr-cache: nothing else may be named.
+        return "state.json names rr-cache entries that are not sha256 keys"
+    return None
+
+
+def inspect_state(root: str) -> StateOnDisk:
+    """Read ``.overlay/rebase/`` and say whether a run is in progress, and whether its state is whole.
+
+    A whole state is a valid ``state.json`` (read as a record: a regular file
+    inside the repository, size-capped) with a ``backup/`` holding a copy of
+    every file it lists. Anything else in a non-empty directory is wedged.
+
+    Args:
+        root: overlay repository.
+    Returns:
+        :class:`StateOnDisk`. Never raises for what the directory holds.
+    """
+    sdir = os.path.join(root, STATE_DIR)
+    try:
+        names = os.listdir(sdir)
+    except OSError:
+        return StateOnDisk(False)
+    if not names:
+        return StateOnDisk(False)
+    backup = os.path.join(sdir, "backup")
+    has_backup = os.path.isdir(backup) and not os.path.islink(backup)
+    if not os.path.lexists(os.path.join(sdir, "state.json")):
+        left = "its backup" if has_backup else "leftover files (" + ", ".join(sorted(names)[:3]) + ")"
+        return StateOnDisk(True, problem=f"{STATE_DIR} holds {left} but no state.json")
+    try:
+        data = read_record(root, STATE_FILE.replace(os.sep, "/"), what="rebase state", allow_symlink=False)
+        state = json.loads(data.decode("utf-8"))
+    except RecordError as exc:
+        return StateOnDisk(True, problem=exc.message)
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return StateOnDisk(True, problem=f"{STATE_FILE} is not valid JSON (half-written or damaged)")
+    shape = _state_shape_error(state)
+    if shape is not None:
+        return StateOnDisk(True, problem=shape)
+    kind = state["kind"]
+    if not has_backup:
+        return StateOnDisk(True, kind, state, f"{STATE_FILE} is there but its backup ({STATE_DIR}/backup) is not",
+                           list(state["backup"]))
+    missing = [rel for rel in state["backup"] if not os.path.isfile(os.path.join(backup, *rel.split("/")))]
+    if missing:
+        return StateOnDisk(True, kind, state, f"the backup lacks {len(missing)} of the {len(state['backup'])} "
+                                              f"file(s) it should hold ({', '.join(missing[:3])}"
+                                              f"{' ...' if len(missing) > 3 else ''})", missing)
+    return StateOnDisk(True, kind, state)
 
 
 def run_in_progress(root: str) -> str | None:
@@ -27,18 +154,17 @@ def run_in_progress(root: str) -> str | None:
     Args:
         root: overlay repository.
     Returns:
-        The kind from ``.overlay/rebase/state.json`` (``"rebase"`` when unreadable),
-        or ``None`` when no state file exists.
+        The kind from ``.overlay/rebase/state.json`` (``"rebase"`` when it cannot
+        say, e.g. a wedged state), or ``None`` when no run is in progress.
     """
-    path = os.path.join(root, STATE_FILE)
-    if not os.path.isfile(path):
-        return None
-    try:
-        with open(path, encoding="utf-8") as fh:
-            kind = json.load(fh).get("kind")
-    except (OSError, ValueError, AttributeError):
-        kind = None
-    return kind if kind in ("rebase", "sync") else "rebase"
+    info = inspect_state(root)
+    return info.kind if info.present else None
+
+
+def wedged_hint(kind: str) -> str:
+    """What to do about a wedged state (the ``hint:`` line)."""
+    return (f"`overlay {kind} --abort` recovers it: it restores the records from the backup that is left, "
+            "keeps what it cannot restore, and removes the state")
 
 
 def refuse_if_in_progress(root: str) -> None:
@@ -47,14 +173,151 @@ def refuse_if_in_progress(root: str) -> None:
     Args:
         root: overlay repository.
     Raises:
-        OverlayError: a run is in progress; the message names it and the commands
-        that finish or undo it (exit 2).
+        OverlayError: a run is in progress, or its state is wedged; the message
+        names it and the commands that finish, undo or recover it (exit 2).
     """
-    kind = run_in_progress(root)
-    if kind is not None:
-        raise OverlayError(f"a {kind} is in progress ({STATE_FILE}); it is not started again",
-                           hint=f"see it with `overlay {kind} --status`; finish it with `overlay {kind} "
-                                f"--continue` (or --skip a patch), or undo it with `overlay {kind} --abort`")
+    info = inspect_state(root)
+    if not info.present:
+        return
+    kind = info.kind
+    if info.problem:
+        raise OverlayError(f"the {kind} state is wedged: {info.problem}; no run is started over it",
+                           hint=wedged_hint(kind))
+    raise OverlayError(f"a {kind} is in progress ({STATE_FILE}); it is not started again",
+                       hint=f"see it with `overlay {kind} --status`; finish it with `overlay {kind} "
+                            f"--continue` (or --skip a patch), or undo it with `overlay {kind} --abort`")
+
+
+def in_progress_note(root: str) -> str | None:
+    """One line for a command that reads the records while a run is in progress
+    (``verify``, ``status``), or ``None`` when none is.
+
+    The records change only when a run completes (or ``--abort`` restores them),
+    so while a run is stopped they are as they were before it.
+
+    Args:
+        root: overlay repository.
+    Returns:
+        The note, without a prefix.
+    """
+    info = inspect_state(root)
+    if not info.present:
+        return None
+    kind = info.kind
+    if info.problem:
+        return f"the {kind} state in {STATE_DIR} is wedged ({info.problem}); {wedged_hint(kind)}"
+    return (f"a {kind} is in progress (`overlay {kind} --status`): these are the records as they were before "
+            f"it; `overlay {kind} --continue` finishes it, `overlay {kind} --abort` undoes it")
+
+
+class StateBusy(OverlayError):
+    """Another overlay command holds the rebase lock (exit 2).
+
+    Attributes:
+        holder: ``(pid, command)`` of an exclusive holder that is still alive, else ``None``.
+    """
+
+    def __init__(self, message: str, *, holder: tuple[str, str] | None = None, hint: str | None = None):
+        super().__init__(message, hint=hint)
+        self.holder = holder
+
+
+def _holder(text: str) -> tuple[str, str] | None:
+    """``(pid, command)`` from a lock file's line, when that process is still alive."""
+    pid, _, command = text.partition(" ")
+    if pid.isdigit() and len(pid) <= 9 and command and pid_alive(int(pid)):
+        return pid, command
+    return None
+
+
+@contextlib.contextmanager
+def state_lock(root: str, command: str, *, shared: bool = False) -> Iterator[None]:
+    """Hold the lock of the rebase state and the records for a ``with`` block.
+
+    Exclusive for commands that write the state or the records (``rebase``,
+    ``sync`` and their ``--continue``/``--skip``/``--abort``/``--forget``,
+    ``refresh``, ``fix new``), shared for those that only read them (``verify``,
+    ``status``, ``--status``). Never waits: a command that would wait is refused.
+
+    Args:
+        root: overlay repository.
+        command: how the holder is named to a refused command (``"rebase --continue"``).
+        shared: take the shared (reader) lock. A reader where ``.overlay/`` does
+            not exist, or cannot be opened, runs without the lock: no overlay
+            command has written there.
+    Raises:
+        StateBusy: another command holds a conflicting lock; the message names it
+            when it is a writer (exit 2).
+        OverlayError: an exclusive lock cannot be created (exit 2).
+    """
+    meta = os.path.join(root, ".overlay")
+    path = os.path.join(root, LOCK_FILE)
+    with contextlib.ExitStack() as stack:
+        try:
+            if not shared:
+                os.makedirs(meta, exist_ok=True)
+            if not shared or os.path.isdir(meta):
+                stack.enter_context(flocked(path, shared=shared, wait=False, holder=f"{os.getpid()} {command}"))
+        except LockBusy as busy:
+            holder = _holder(busy.holder)
+            who = (f"`overlay {holder[1]}` (pid {holder[0]}) is running on this overlay" if holder else
+                   "another overlay command (a verify or status reading the records) is running on this overlay")
+            raise StateBusy(f"{who} and holds {LOCK_FILE}: `overlay {command}` is refused, so that the rebase state "
+                            "and the records are never read or written half-changed",
+                            holder=holder,
+                            hint=f"run `overlay {command}` again when it has finished") from None
+        except OSError as exc:
+            if not shared:
+                raise OverlayError(f"cannot lock {LOCK_FILE}: {exc.strerror or exc}") from None
+            # A reader that cannot open the lock file (a read-only checkout) reads unlocked.
+        yield
+
+
+class _RecordTemps:
+    """The names whose temp files may be swept in ``patches-rocm/``: the manifest, the series, the patches."""
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and (name in ("overlay.toml", "series") or name.endswith(".patch"))
+
+
+def sweep_killed_runs(root: str) -> list[str]:
+    """Remove what killed overlay commands left behind: the temp files ``atomic_write``
+    leaves next to a record, the state directory a run was building or removing,
+    and the scratch directories of dead processes.
+
+    Call it holding the exclusive :func:`state_lock`: then no live command is
+    writing a record, so every temp name there belongs to a dead one.
+
+    Args:
+        root: overlay repository.
+    Returns:
+        Repository-relative paths (and scratch directory names) removed, sorted.
+    """
+    removed: list[str] = []
+
+    def sweep(rel_dir: str, owners=None) -> None:
+        for name in remove_stale_temps(os.path.join(root, rel_dir), owners):
+            removed.append(os.path.join(rel_dir, name) if rel_dir else name)
+
+    sweep("", {fixes.FILE_NAME})
+    sweep("patches-rocm", _RecordTemps())
+    resolved = os.path.join(root, "patches-rocm", "resolved")
+    # A temp file under resolved/ would be read as a resolution: every temp name there goes.
+    for dirpath, _dirs, _files in os.walk(resolved):
+        sweep(os.path.relpath(dirpath, root))
+    sweep(".overlay", {"last-rebase.md", "last-rebase.json"})
+    sweep(RR_CACHE)
+    sweep(STATE_DIR, {"state.json"})
+    for rel in (NEW_STATE_DIR, OLD_STATE_DIR):
+        full = os.path.join(root, rel)
+        if os.path.islink(full) or os.path.isfile(full):
+            os.unlink(full)
+            removed.append(rel)
+        elif os.path.isdir(full):
+            shutil.rmtree(full, ignore_errors=True)
+            removed.append(rel)
+    removed += sweep_scratch_dirs()
+    return sorted(removed)
 
 
 def interrupt_note(root: str | None, kind: str, since: float) -> str:

@@ -58,6 +58,10 @@ class FileChange:
             line (full 40-hex when written by ``overlay refresh``; abbreviated or
             ``None`` when the patch was made elsewhere or changes only a mode or a name).
         old_mode, new_mode: file modes from the header (``None`` when not stated).
+        line: the 1-based line of the section's ``diff --git`` header in the patch file.
+        nul_line: the first line of a text hunk that holds a NUL byte, else ``None``:
+            git takes such a file for binary, and a refresh would write its diff as a
+            ``GIT binary patch`` (SER015).
     """
 
     source: str | None
@@ -72,6 +76,8 @@ class FileChange:
     new_oid: str | None = None
     old_mode: str | None = None
     new_mode: str | None = None
+    line: int | None = None
+    nul_line: int | None = None
 
     @property
     def path(self) -> str:
@@ -369,6 +375,7 @@ def _parse_section(section: bytes, first_line: int, name: str, hunks_by_file: li
     binary = binary_data = False
     hunks: list[Hunk] = []
     n_add = n_del = 0
+    nul_line = None
     i = 1
     while i < len(lines) and not lines[i].startswith((b"@@", b"GIT binary patch", b"Binary files ")):
         ln = lines[i].rstrip(b"\r")
@@ -431,6 +438,8 @@ def _parse_section(section: bytes, first_line: int, name: str, hunks_by_file: li
         i += 1
         while i < len(lines) and (old_left or new_left):
             c = lines[i][:1]
+            if nul_line is None and b"\0" in lines[i]:
+                nul_line = first_line + i
             if c == b" " or lines[i] in (b"", b"\r"):
                 old_left, new_left = old_left - 1, new_left - 1
             elif c == b"-":
@@ -452,7 +461,7 @@ def _parse_section(section: bytes, first_line: int, name: str, hunks_by_file: li
     return FileChange(source=src, target=dst, binary=binary, binary_data=binary_data,
                       rename=bool(rename and src and dst and src != dst), added=n_add, removed=n_del,
                       hunks=tuple(hunks), old_oid=old_oid if src else None, new_oid=new_oid if dst else None,
-                      old_mode=old_mode, new_mode=new_mode)
+                      old_mode=old_mode, new_mode=new_mode, line=first_line, nul_line=nul_line)
 
 
 def parse_patch(data: bytes, name: str, path: str = "", *, header_only: bool = False) -> Patch:

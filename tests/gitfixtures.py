@@ -220,6 +220,25 @@ __all__ = ["CLOSING", "Overlay", "World", "WorkRepo", "build_world", "git", "lin
            "read_blob", "tree_paths", "env_path_without_git", "os"]
 
 
+def overlay_process(o: "Overlay", *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """``overlay -C <o.root> ARGS`` in a process of its own (text output); for kills and races."""
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    full = dict(os.environ, PYTHONPATH=str(root), **(env or {}))
+    return subprocess.run([sys.executable, "-m", "overlay.cli", "-C", str(o.root), *args], env=full,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def refusal_line(stderr: str) -> str:
+    """The ``overlay:`` line of a refused command; asserts the rest is at most ``hint:`` lines."""
+    assert "Traceback" not in stderr, stderr
+    out = [ln for ln in stderr.splitlines() if ln.strip()]
+    assert out and out[0].startswith("overlay: "), stderr
+    assert all(ln.startswith("hint: ") for ln in out[1:]), stderr
+    return out[0]
+
+
 def cli(o: "Overlay", *args: str, **kw):
     """``overlay -C <o.root> ARGS`` through click's test runner; returns the result."""
     from click.testing import CliRunner
