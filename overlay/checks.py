@@ -280,14 +280,18 @@ def verify(root: str, store: Store, *, only: Iterable[str] = (), skip: Iterable[
     repo_paths = _repo_paths(root)
     findings += fixes.check_document(doc, fork_repo=fixes.fork_repo_from_url(manifest.fork_url),
                                      fork_commit=manifest.fork_commit, pin=manifest.pin,
-                                     closing_sentence=manifest.closing_sentence, repo_paths=repo_paths)
+                                     closing_sentence=manifest.closing_sentence, repo_paths=repo_paths,
+                                     older_closing=manifest.older_closing_sentences,
+                                     closing_required_from=manifest.closing_sentence_required_from)
     findings += fixes.check_resolutions(doc, [f"patches-rocm/resolved/{p}" for p in resolutions])
     if layers is not None:
-        records = [fixes.PatchRecord(f"{PATCH_DIR}/{p.name}", (p.trailers.get("Local-Fix") or [None])[0],
+        # Every Local-Fix trailer counts: a patch may serve several entries (issue 18).
+        records = [fixes.PatchRecord(f"{PATCH_DIR}/{p.name}", tuple(p.trailers.get("Local-Fix") or ()),
                                      p.forwarded, p.touched, p.deleted, p.data.decode("utf-8", "replace"))
                    for p in patches]
         patched_paths = {e[3] for e in store.ls_tree(layers.patched)}
-        findings += fixes.check_patch_entries(doc, records, patched_paths, repo_paths=repo_paths)
+        findings += fixes.check_patch_entries(doc, records, patched_paths, repo_paths=repo_paths,
+                                              outside_tree=manifest.outside_tree)
         findings += fixes.check_dropped(doc, layers.dropped_changes)
     skip_set = {c.upper() for c in skip}
     findings = [f for f in findings if f.family in families and f.code not in skip_set]
