@@ -26,7 +26,7 @@ from typing import Iterable
 
 from overlay import fixes
 from overlay.errors import GitError, LayerError, OfflineMiss, PatchFormatError, UnsafePath
-from overlay.fsutil import RecordError, scan_record_dir
+from overlay.fsutil import RecordError, git_ignored, scan_record_dir
 from overlay.findings import Finding
 from overlay.gitstore import Store, run_git
 from overlay.layers import PatchApplyError, compute_layers
@@ -162,8 +162,11 @@ def check_series_text(root: str, manifest: Manifest) -> tuple[list[Finding], lis
     listed_names = set(seen)
     patch_dir = os.path.join(root, PATCH_DIR)
     if os.path.isdir(patch_dir):
-        for fn in sorted(os.listdir(patch_dir)):
-            if fn.endswith(".patch") and fn not in listed_names:
+        unlisted = [fn for fn in sorted(os.listdir(patch_dir)) if fn.endswith(".patch") and fn not in listed_names]
+        # A file git ignores is no record (issue 18): not an unlisted patch either.
+        ignored = git_ignored(root, [f"{PATCH_DIR}/{fn}" for fn in unlisted])
+        for fn in unlisted:
+            if f"{PATCH_DIR}/{fn}" not in ignored:
                 findings.append(_f("SER002", f"{PATCH_DIR}/{fn}", None, f"{fn} is not listed in series",
                                    "add it to series in its place, or delete it"))
     return findings, patches

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from gitfixtures import CLOSING
+from gitfixtures import CLOSING, git
 from overlay import fixes
 from overlay.checks import verify
 from overlay.errors import ManifestError
@@ -218,3 +218,60 @@ def test_several_local_fix_trailers_each_count():
     found = fixes.check_patch_entries(d, [wrong], TREE)
     assert sorted(f.code for f in found) == ["FIX020", "FIX024"]  # 3 does not name device.cpp; 2 has none
     assert [f.code for f in fixes.check_patch_entries(d, [both._replace(local_fix=())], TREE)][0] == "FIX017"
+
+
+# ----------------------------------------------------------------------------- git-ignored files
+
+
+def _git_repo(root) -> None:
+    git(root, "init", "-q")
+
+
+def test_ignored_file_beside_the_resolutions_is_no_record(clean):
+    resolved = clean.root / "patches-rocm" / "resolved"
+    resolved.mkdir()
+    (resolved / ".DS_Store").write_bytes(b"\x00\x00\x00\x01Bud1")
+    (clean.root / "patches-rocm" / "old.patch").write_text("leftover\n")
+    found = [f.code for f in verify(str(clean.root), Store()).findings]
+    assert {"LAY002", "FIX023", "SER002"} <= set(found)  # not a git repository: no ignore rules
+    _git_repo(clean.root)
+    (clean.root / ".gitignore").write_text(".DS_Store\n*.orig\nold.patch\n")
+    assert verify(str(clean.root), Store()).findings == []
+
+
+def test_ignored_through_the_users_excludes_file(clean, isolated_git):
+    resolved = clean.root / "patches-rocm" / "resolved" / "mlx"
+    resolved.mkdir(parents=True)
+    (resolved / ".DS_Store").write_bytes(b"\x00")
+    _git_repo(clean.root)
+    excludes = isolated_git / "excludes"
+    excludes.write_text(".DS_Store\n")
+    with open(isolated_git / ".gitconfig", "a") as fh:
+        fh.write(f"[core]\n\texcludesFile = {excludes}\n")
+    assert verify(str(clean.root), Store()).findings == []
+
+
+def test_a_tracked_file_counts_even_where_ignored(clean):
+    resolved = clean.root / "patches-rocm" / "resolved"
+    resolved.mkdir()
+    (resolved / ".DS_Store").write_bytes(b"\x00")
+    _git_repo(clean.root)
+    (clean.root / ".gitignore").write_text(".DS_Store\n")
+    git(clean.root, "add", "-f", "patches-rocm/resolved/.DS_Store")
+    assert "LAY002" in [f.code for f in verify(str(clean.root), Store()).findings]
+
+
+def test_scan_record_dir_lists_what_it_left_out(clean):
+    from overlay.fsutil import scan_record_dir
+
+    resolved = clean.root / "patches-rocm" / "resolved" / "mlx"
+    resolved.mkdir(parents=True)
+    (resolved / "core.cpp").write_text("x\n")
+    (resolved / "notes.swp").write_text("x\n")
+    _git_repo(clean.root)
+    (clean.root / ".gitignore").write_text("*.swp\n")
+    left: list[str] = []
+    out, errors = scan_record_dir(clean.root, "patches-rocm/resolved", ignored=left)
+    assert (list(out), errors, left) == (["mlx/core.cpp"], [], ["mlx/notes.swp"])
+    out, _ = scan_record_dir(clean.root, "patches-rocm/resolved", skip_ignored=False)
+    assert list(out) == ["mlx/core.cpp", "mlx/notes.swp"]
