@@ -308,7 +308,8 @@ def scan_record_dir(root: str | os.PathLike, rel_dir: str, *, max_bytes: int = R
     special file; symlinked directories are not entered. Each file is read with
     :func:`read_record` (``allow_symlink=False``), so the same cap applies.
     Entries git ignores (:func:`git_ignored`: a ``.DS_Store`` beside the
-    resolutions) are no records: they are neither read nor refused.
+    resolutions) are no records: they are neither read nor refused; where the
+    directory itself is ignored, its entries are all read.
 
     Args:
         root: the overlay repository.
@@ -362,7 +363,13 @@ def scan_record_dir(root: str | os.PathLike, rel_dir: str, *, max_bytes: int = R
             pending = []
             break
         pending.extend(reversed(dirs))
-    skip = git_ignored(root_real, [rel for _n, rel, _p, _m in found]) if skip_ignored else set()
+    skip: set[str] = set()
+    if skip_ignored and found:
+        skip = git_ignored(root_real, [rel_dir, *(rel for _n, rel, _p, _m in found)])
+        if rel_dir in skip:
+            # The directory itself is ignored (a copy staged under .overlay/, an overlay
+            # kept under build/): the rules then say nothing about single records in it.
+            skip = set()
     for name, rel, path, mode in sorted(found):
         if rel in skip:
             if ignored is not None:
@@ -449,3 +456,35 @@ def atomic_write(path: str | os.PathLike, data: bytes, *, mode: int | None = Non
         if before_replace is not None:
             before_replace()
         os.replace(tmp, path)
+
+
+#: The writer lock of an overlay repository's records, relative to its root.
+RECORD_LOCK = os.path.join(".overlay", "records.lock")
+
+
+@contextlib.contextmanager
+def record_lock(root: str | os.PathLike) -> Iterator[None]:
+    """Hold the records' writer lock of the repository at ``root`` for a ``with`` block.
+
+    An exclusive ``flock`` on ``<root>/.overlay/records.lock`` (the directory is
+    made when absent), so two commands that write ``patches-rocm/`` or
+    ``LOCAL_FIXES.md`` never interleave; a second one waits for the first. The
+    lock is released when the block ends, however it ends, and by the kernel when
+    the process dies.
+
+    Raises:
+        OverlayError: the lock file cannot be created (exit 2).
+    """
+    import fcntl
+
+    path = os.path.join(os.fspath(root), RECORD_LOCK)
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+    except OSError as exc:
+        raise OverlayError(f"cannot create the records lock {RECORD_LOCK}: {exc.strerror or exc}") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)

@@ -275,3 +275,33 @@ def test_scan_record_dir_lists_what_it_left_out(clean):
     assert (list(out), errors, left) == (["mlx/core.cpp"], [], ["mlx/notes.swp"])
     out, _ = scan_record_dir(clean.root, "patches-rocm/resolved", skip_ignored=False)
     assert list(out) == ["mlx/core.cpp", "mlx/notes.swp"]
+
+
+def test_a_directory_git_ignores_as_a_whole_keeps_its_records(tmp_path):
+    from overlay.fsutil import scan_record_dir
+
+    # An overlay kept under an ignored directory (a copy staged under .overlay/, a
+    # checkout under build/): the rules say nothing about single records there.
+    git(tmp_path, "init", "-q")
+    (tmp_path / ".gitignore").write_text("/build/\n")
+    resolved = tmp_path / "build" / "ov" / "patches-rocm" / "resolved" / "mlx"
+    resolved.mkdir(parents=True)
+    (resolved / "core.cpp").write_text("x\n")
+    out, errors = scan_record_dir(tmp_path / "build" / "ov", "patches-rocm/resolved")
+    assert (list(out), errors) == (["mlx/core.cpp"], [])
+
+
+def test_record_lock_is_held_and_released(tmp_path):
+    import fcntl
+    import os
+
+    from overlay.fsutil import RECORD_LOCK, record_lock
+
+    with record_lock(tmp_path):
+        fd = os.open(tmp_path / RECORD_LOCK, os.O_RDWR)
+        with pytest.raises(BlockingIOError):
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.close(fd)
+    fd = os.open(tmp_path / RECORD_LOCK, os.O_RDWR)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    os.close(fd)
