@@ -610,6 +610,10 @@ from overlay.suites.cli import suite as _suite_group  # noqa: E402  (subcommand 
 
 main.add_command(_suite_group)
 
+from overlay.importer_cli import import_group as _import_group  # noqa: E402  (subcommand group)
+
+main.add_command(_import_group)
+
 
 if __name__ == "__main__":  # python -m overlay.cli
     main()
