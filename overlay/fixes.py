@@ -805,10 +805,18 @@ def ends_with_closing(text: str, sentence: str) -> bool:
     """
     text = " ".join(text.split())
     sentence = " ".join(sentence.split())
-    if text.endswith(sentence):
-        return True
+    return text.endswith(sentence) or without_reference(text).endswith(sentence)
+
+
+def without_reference(text: str) -> str:
+    """``text`` (whitespace collapsed) without a trailing issue reference in parentheses.
+
+    ``... there. (acme/mlx#12)`` and ``... there (#12).`` both become ``... there.``;
+    text without such a reference is returned collapsed and otherwise as it is.
+    """
+    text = " ".join(text.split())
     m = _TRAILING_REF_RE.search(text)
-    return bool(m) and (text[:m.start()] + m.group("dot")).endswith(sentence)
+    return text[:m.start()] + m.group("dot") if m else text
 
 
 def check_closing_sentence(doc: Document, sentence: str, *, older: Sequence[str] = (),

@@ -320,8 +320,7 @@ def infer_closing_sentence(doc: fixes.Document) -> tuple[str, int] | None:
     if not entries:
         return None
     newest = max(entries, key=lambda e: e.number)
-    text = re.sub(r"\s+\((?:[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+)?#\d+(?:\s*[,;]\s*(?:[A-Za-z0-9_.-]+/"
-                  r"[A-Za-z0-9_.-]+)?#\d+)*\)(\.?)$", r"\1", newest.text.strip())
+    text = fixes.without_reference(newest.text)
     starts = [m.end() for m in re.finditer(r"[.!?]\s+(?=[A-Z])", text[:-1])]
     sentence = text[starts[-1]:] if starts else text
     return (sentence, newest.number) if sentence.strip() else None
