@@ -26,7 +26,7 @@ from typing import Any, Iterable
 
 from overlay import fixes
 from overlay.errors import GitError, LayerError, OfflineMiss, PatchFormatError, UnsafePath
-from overlay.fsutil import RecordError, read_record, scan_record_dir
+from overlay.fsutil import RecordError, git_ignored, read_record, scan_record_dir
 from overlay.findings import Finding
 from overlay.gitstore import Store, first_error_line, run_git
 from overlay.layers import PatchApplyError, compute_layers
@@ -273,8 +273,11 @@ def _check_series_text(root: str, manifest: Manifest) -> tuple[list[Finding], li
     listed_names = set(seen)
     patch_dir = os.path.join(root, PATCH_DIR)
     if os.path.isdir(patch_dir):
-        for fn in sorted(os.listdir(patch_dir)):
-            if fn.endswith(".patch") and fn not in listed_names:
+        unlisted = [fn for fn in sorted(os.listdir(patch_dir)) if fn.endswith(".patch") and fn not in listed_names]
+        # A file git ignores is no record (issue 18): not an unlisted patch either.
+        ignored = git_ignored(root, [f"{PATCH_DIR}/{fn}" for fn in unlisted])
+        for fn in unlisted:
+            if f"{PATCH_DIR}/{fn}" not in ignored:
                 findings.append(_f("SER002", f"{PATCH_DIR}/{fn}", None, f"{fn} is not listed in series",
                                    "add it to series in its place, or delete it"))
     return findings, patches, unparsed
@@ -438,15 +441,18 @@ def _verify(root: str, store: Store, *, only: Iterable[str], skip: Iterable[str]
     repo_paths = _repo_paths(root)
     findings += fixes.check_document(doc, fork_repo=fixes.fork_repo_from_url(manifest.fork_url),
                                      fork_commit=manifest.fork_commit, pin=manifest.pin,
-                                     closing_sentence=manifest.closing_sentence, repo_paths=repo_paths)
+                                     closing_sentence=manifest.closing_sentence, repo_paths=repo_paths,
+                                     older_closing=manifest.older_closing_sentences,
+                                     closing_required_from=manifest.closing_sentence_required_from)
     findings += fixes.check_resolutions(doc, [f"patches-rocm/resolved/{p}" for p in resolutions])
     if layers is not None:
-        records = [fixes.PatchRecord(f"{PATCH_DIR}/{p.name}", (p.trailers.get("Local-Fix") or [None])[0],
+        # Every Local-Fix trailer counts: a patch may serve several entries (issue 18).
+        records = [fixes.PatchRecord(f"{PATCH_DIR}/{p.name}", tuple(p.trailers.get("Local-Fix") or ()),
                                      p.forwarded, p.touched, p.deleted, p.data.decode("utf-8", "replace"))
                    for p in patches]
         patched_paths = {e[3] for e in store.ls_tree(layers.patched)}
         findings += fixes.check_patch_entries(doc, records, patched_paths, repo_paths=repo_paths,
-                                              unparsed=unparsed)
+                                              unparsed=unparsed, outside_tree=manifest.outside_tree)
         findings += fixes.check_dropped(doc, layers.dropped_changes)
     skip_set = {c.upper() for c in skip}
     findings = [f for f in findings if f.family in families and f.code not in skip_set]

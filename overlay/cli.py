@@ -483,7 +483,8 @@ def fix_list_cmd(ctx: Context) -> None:
     from overlay.series import PATCH_DIR, load_series
 
     doc = fixes.load(os.path.join(ctx.root, fixes.FILE_NAME))
-    records = [fixes.PatchRecord(f"{PATCH_DIR}/{p.name}", p.local_fix, p.forwarded, p.touched, p.deleted)
+    records = [fixes.PatchRecord(f"{PATCH_DIR}/{p.name}", tuple(p.trailers.get("Local-Fix") or ()), p.forwarded,
+                                 p.touched, p.deleted)
                for p in load_series(ctx.root)]
     for row in fixes.list_entries(doc, records):
         click.echo(f"{row['number']:>3}. [{row['section']}] {row['title']}")
@@ -876,6 +877,7 @@ def ci_cmd(ctx: Context, only: tuple[str, ...], require: tuple[str, ...], backen
 
 
 main.lazy_commands = {"suite": "overlay.suites.cli:suite"}
+main.lazy_commands["import"] = "overlay.importer_cli:import_group"
 
 
 @main.command("build")

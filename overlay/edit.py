@@ -23,14 +23,13 @@ Every check runs before the first write; the files are then written temp +
 rename, in the order that leaves the least to repair after a crash (patch files,
 ``LOCAL_FIXES.md``, ``series`` last), and an error while writing puts back what
 was already written. One edit at a time per repository; ``.overlay/edit.json``
-says which, and a lock (``.overlay/edit.lock``) keeps two commands from racing.
+says which, and the records' lock (``.overlay/rebase.lock``) keeps two commands from racing.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import fcntl
 import hashlib
 import json
 import os
@@ -54,7 +53,6 @@ from overlay.series import PATCH_DIR, SERIES_PATH, Patch, parse_patch, read_seri
 
 EDIT_DIR = os.path.join(".overlay", "edit")
 STATE_FILE = os.path.join(".overlay", "edit.json")
-LOCK_FILE = os.path.join(".overlay", "edit.lock")
 _BRANCH = "refs/heads/overlay-edit"
 #: A new patch's name: one file name, letters, digits, ``.``, ``_``, ``-`` (quilt's habit).
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
@@ -148,16 +146,15 @@ class Recorded:
 
 
 @contextlib.contextmanager
-def _locked(root: str) -> Iterator[None]:
-    """Hold ``.overlay/edit.lock`` (``flock``) for the block: two ``edit``/``record``
-    commands on one repository must not interleave their reads and writes."""
-    os.makedirs(os.path.join(root, ".overlay"), exist_ok=True)
-    fd = os.open(os.path.join(root, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+def _locked(root: str, command: str) -> Iterator[None]:
+    """Hold the records' lock (:func:`overlay.runstate.state_lock`, the one a rebase,
+    ``refresh`` and ``fix new`` take) for the block: ``edit``/``record`` read and write
+    the same records, so they must not interleave with those or with each other; a
+    second command is refused at once, naming the holder."""
+    from overlay.runstate import state_lock
+
+    with state_lock(root, command):
         yield
-    finally:
-        os.close(fd)  # closing the descriptor releases the lock
 
 
 def load_session(root: str) -> Session | None:
@@ -342,7 +339,7 @@ def start_edit(root: str, store: Store, manifest: Manifest, *, patch: str | None
         raise OverlayError("give a PATCH of the series to edit, or --new NAME for a new one")
     if after is not None and new is None:
         raise OverlayError("--after goes with --new (an existing patch stays where it is)")
-    with _locked(root):
+    with _locked(root, "edit"):
         _refuse_during_run(root)
         if new is not None:
             name = patch_file_name(new)
@@ -397,7 +394,7 @@ def abort_edit(root: str) -> Session | None:
         The session that was thrown away, or ``None`` when there was none (or its
         state could not be read).
     """
-    with _locked(root):
+    with _locked(root, "edit --abort"):
         try:
             session = load_session(root)
         except OverlayError:
@@ -564,7 +561,7 @@ def record(root: str, store: Store, manifest: Manifest, *, subject: str | None =
         NothingToRecord: the work tree holds no change (exit 1).
         LayerError: a later patch conflicts with the change (exit 1); nothing is written.
     """
-    with _locked(root):
+    with _locked(root, "record"):
         session = load_session(root)
         if session is None:
             raise OverlayError("no edit in progress",

@@ -44,6 +44,9 @@ from overlay.fsutil import RecordMissing, atomic_write, read_record_text
 
 FILE_NAME = "LOCAL_FIXES.md"
 BACKEND_PREFIX = "mlx/backend/rocm/"
+#: Names with a directory part may also be written relative to ``mlx/``
+#: (``backend/metal/indexing.cpp``).
+MLX_PREFIX = "mlx/"
 
 #: Section keys, in the order the sections must appear.
 SECTION_ORDER = ("retarget", "kernels", "build", "api", "dropped")
@@ -95,8 +98,31 @@ UPSTREAM_PATTERNS = (
     r"sent\s+upstream",
     r"submit(?:s|ted|ting)?\s+(?:(?:it|this|them)\s+)?upstream",
     r"will\s+be\s+upstreamed",
+    # "should also be proposed there", "could be sent upstream": a wish, in any modal
+    # (a negation such as "should not be proposed there" is the policy, not a mark).
+    r"(?:should|could|would|can|may|might|must|will)\s+(?:also\s+)?be\s+"
+    r"(?:proposed|upstreamed|submitted|sent)\s+(?:there|upstream)",
+    r"also\s+be\s+(?:proposed|upstreamed|submitted)\b",
 )
 _UPSTREAM_RE = re.compile("|".join(f"(?:{p})" for p in UPSTREAM_PATTERNS), re.IGNORECASE)
+
+#: An issue reference that may follow the closing sentence: ``owner/repo#N`` or ``#N``
+#: (several separated by commas or semicolons), in parentheses, after the sentence's
+#: final period or just before it.
+_ISSUE_REF = r"(?:[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+)?#\d+"
+_TRAILING_REF_RE = re.compile(rf"\s+\((?:{_ISSUE_REF})(?:\s*[,;]\s*{_ISSUE_REF})*\)(?P<dot>\.?)$")
+
+#: Extensions of the files a source tree holds (sources, headers, build and config files,
+#: docs). For FIX021 a backticked name is a repository path only with one of these:
+#: ``state.mutex``, ``blockIdx.y``, ``event.o`` and a model id are not.
+SOURCE_EXTENSIONS = frozenset({
+    "c", "cc", "cpp", "cxx", "c++", "h", "hh", "hpp", "hxx", "h++", "inc", "inl", "ipp", "tpp",
+    "cu", "cuh", "hip", "metal", "m", "mm", "s", "asm", "cmake", "txt", "in", "py", "pyi", "pyx",
+    "sh", "bash", "ps1", "bat", "toml", "json", "yml", "yaml", "cfg", "ini", "md", "rst", "rs",
+    "go", "java", "swift", "patch", "diff", "j2", "mk",
+})
+#: Directories only a build holds: a name under one is an artefact, not a repository path.
+ARTEFACT_DIRS = frozenset({"_deps", "CMakeFiles", "build"})
 
 _CONFLICT_RE = re.compile(r"^(?:<<<<<<<(?:[ \t].*)?|\|\|\|\|\|\|\|(?:[ \t].*)?|=======|>>>>>>>(?:[ \t].*)?)$")
 
@@ -770,38 +796,62 @@ def check_items(doc: Document) -> list[Finding]:
 
 
 def ends_with_closing(text: str, sentence: str) -> bool:
-    """True when ``text`` ends with ``sentence``, or with it with `` (reference)`` before its final period.
+    """True when ``text`` ends with ``sentence``, optionally followed by an issue reference.
 
+    The reference is ``(owner/repo#N)`` or ``(#N)`` (several separated by commas or
+    semicolons), after the sentence's final period (``... not proposed there.
+    (acme/mlx#12)``) or just before it (``... not proposed there (#12).``).
     Whitespace is compared collapsed (wrapped lines join with one space).
     """
     text = " ".join(text.split())
     sentence = " ".join(sentence.split())
-    if text.endswith(sentence):
-        return True
-    if sentence.endswith("."):
-        return text.endswith(sentence[:-1] + " (reference).")
-    return False
+    return text.endswith(sentence) or without_reference(text).endswith(sentence)
 
 
-def check_closing_sentence(doc: Document, sentence: str) -> list[Finding]:
+def without_reference(text: str) -> str:
+    """``text`` (whitespace collapsed) without a trailing issue reference in parentheses.
+
+    ``... there. (acme/mlx#12)`` and ``... there (#12).`` both become ``... there.``;
+    text without such a reference is returned collapsed and otherwise as it is.
+    """
+    text = " ".join(text.split())
+    m = _TRAILING_REF_RE.search(text)
+    return text[:m.start()] + m.group("dot") if m else text
+
+
+def check_closing_sentence(doc: Document, sentence: str, *, older: Sequence[str] = (),
+                           required_from: int | None = None) -> list[Finding]:
     """Entries of the kernels/build/API sections end with the manifest's closing sentence.
 
     Args:
         doc: parsed document.
         sentence: ``[policy] closing-sentence`` from the manifest.
+        older: ``[policy] older-closing-sentences``: forms an entry numbered below
+            ``required_from`` may end with instead.
+        required_from: ``[policy] closing-sentence-required-from``; ``None`` accepts no
+            older form.
 
     Returns:
-        FIX013 per entry that does not end with it exactly (line: the entry's last line).
+        FIX013 per entry that ends with neither the sentence nor (below
+        ``required_from``) an older form; an issue reference may follow any of them
+        (:func:`ends_with_closing`). Line: the entry's last line.
     """
     out = []
     for sec in doc.sections:
         if sec.key not in POLICY_SECTIONS:
             continue
         for e in sec.entries:
-            if not ends_with_closing(e.text, sentence):
-                out.append(_f(doc, "FIX013", e.end_line,
-                              f"entry {e.number} does not end with the policy closing sentence",
-                              f"end it with: {sentence}"))
+            if ends_with_closing(e.text, sentence):
+                continue
+            old = next((o for o in older if ends_with_closing(e.text, o)), None)
+            if old is not None and required_from is not None and e.number < required_from:
+                continue
+            if old is not None and required_from is not None:
+                message = (f"entry {e.number} ends with the older form {old!r}; entries from "
+                           f"{required_from} on end with the policy closing sentence")
+            else:
+                message = f"entry {e.number} does not end with the policy closing sentence"
+            out.append(_f(doc, "FIX013", e.end_line, message, f"end it with: {sentence}"))
     return out
 
 
@@ -872,7 +922,9 @@ def check_conflict_markers(doc: Document) -> list[Finding]:
 
 
 def check_document(doc: Document, *, fork_repo: str, fork_commit: str, pin: str,
-                   closing_sentence: str, repo_paths: Iterable[str] | None = None) -> list[Finding]:
+                   closing_sentence: str, repo_paths: Iterable[str] | None = None,
+                   older_closing: Sequence[str] = (), closing_required_from: int | None = None,
+                   ) -> list[Finding]:
     """All textual checks (no git needed): title, pin, sections, numbering, items,
     closing sentence, upstream marking, conflict markers, and upstream packages
     when ``repo_paths`` is given.
@@ -884,6 +936,9 @@ def check_document(doc: Document, *, fork_repo: str, fork_commit: str, pin: str,
         pin: manifest upstream pin (40 hex).
         closing_sentence: manifest ``[policy] closing-sentence``.
         repo_paths: overlay repo paths for :func:`check_upstream_packages`, or ``None`` to skip.
+        older_closing, closing_required_from: the older accepted closing sentences and
+            the entry number from which the current one is required (see
+            :func:`check_closing_sentence`).
 
     Returns:
         Findings of codes FIX001..FIX016, ordered by line.
@@ -894,7 +949,8 @@ def check_document(doc: Document, *, fork_repo: str, fork_commit: str, pin: str,
     out += check_sections(doc)
     out += check_numbering(doc)
     out += check_items(doc)
-    out += check_closing_sentence(doc, closing_sentence)
+    out += check_closing_sentence(doc, closing_sentence, older=older_closing,
+                                  required_from=closing_required_from)
     out += check_upstream_marking(doc)
     out += check_conflict_markers(doc)
     out = _sorted(out)
@@ -917,8 +973,9 @@ def resolve_name(name: str, paths: set | frozenset, basenames: dict | None = Non
     """The tree paths a name from an entry can mean.
 
     Rules (DESIGN 7 / issue 3): a full path names itself; a path with a ``/`` is
-    also tried relative to ``mlx/backend/rocm/``; a bare file name names every
-    path with that base name (it counts as naming a file only when exactly one).
+    also tried relative to ``mlx/backend/rocm/``, then relative to ``mlx/``; a bare
+    file name names every path with that base name (it counts as naming a file
+    only when exactly one).
 
     Args:
         name: the backticked token.
@@ -933,8 +990,10 @@ def resolve_name(name: str, paths: set | frozenset, basenames: dict | None = Non
     if name in paths:
         return [name]
     if "/" in name:
-        cand = BACKEND_PREFIX + name
-        return [cand] if cand in paths else []
+        for cand in (BACKEND_PREFIX + name, MLX_PREFIX + name):
+            if cand in paths:
+                return [cand]
+        return []
     if basenames is None:
         basenames = _basenames(paths)
     return list(basenames.get(name, []))
@@ -942,8 +1001,40 @@ def resolve_name(name: str, paths: set | frozenset, basenames: dict | None = Non
 
 def _dir_exists(name: str, paths: Iterable[str]) -> bool:
     prefix = name if name.endswith("/") else name + "/"
-    alt = BACKEND_PREFIX + prefix
-    return any(p.startswith(prefix) or p.startswith(alt) for p in paths)
+    alts = (prefix, BACKEND_PREFIX + prefix, MLX_PREFIX + prefix)
+    return any(p.startswith(alts) for p in paths)
+
+
+def names_repository_path(name: str, outside_tree: Sequence[str] = ()) -> bool:
+    """Whether a backticked name counts as a repository path that must exist (FIX021).
+
+    It counts when it has a directory part and a known source extension
+    (:data:`SOURCE_EXTENSIONS`), or ends in ``/`` (a directory). It does not count
+    when it is a bare file name (one that resolves is found anyway, and one that does
+    not is prose: ``rocvirtual.cpp``, ``.hip``), an expression (``state.mutex``), a
+    build artefact (``event.o``, anything under ``_deps/``, ``CMakeFiles/``,
+    ``build/``), or when it matches a ``[policy] outside-tree`` glob (the team's own
+    repository paths, third-party sources).
+
+    Args:
+        name: the backticked token.
+        outside_tree: the manifest's ``[policy] outside-tree`` globs.
+    Returns:
+        True when FIX021 should look the name up.
+    """
+    from overlay.paths import glob_match
+
+    name = name.removeprefix("./")
+    if any(glob_match(name, g) or glob_match(name.rstrip("/"), g) for g in outside_tree):
+        return False
+    parts = name.rstrip("/").split("/")
+    if any(part in ARTEFACT_DIRS for part in parts):
+        return False
+    if name.endswith("/"):
+        return True
+    base = parts[-1]
+    ext = base.rsplit(".", 1)[1].lower() if "." in base.lstrip(".") else ""
+    return len(parts) > 1 and ext in SOURCE_EXTENSIONS
 
 
 def patch_trailers(text: str) -> dict[str, tuple[str, int]]:
@@ -964,26 +1055,33 @@ def patch_trailers(text: str) -> dict[str, tuple[str, int]]:
 
 
 def check_patch_entries(doc: Document, patches: Iterable[PatchRecord | tuple], patched_paths: Iterable[str],
-                        *, repo_paths: Iterable[str] = (), unparsed: Iterable[int] = ()) -> list[Finding]:
+                        *, repo_paths: Iterable[str] = (), unparsed: Iterable[int] = (),
+                        outside_tree: Sequence[str] = ()) -> list[Finding]:
     """Patches and entries agree (DESIGN 8, issue 3).
 
     For each patch: it has ``Local-Fix:`` and ``Forwarded:`` trailers; ``N`` is an
     entry; that entry names every file the patch touches (full path, path relative
-    to ``mlx/backend/rocm/`` with a directory, or a bare file name unambiguous among
-    all paths of the patched tree plus deleted paths). For each entry: every file it
-    names exists in the patched tree, is deleted by one of its patches, or is a repo
-    path (``repo_paths``, e.g. ``patches-rocm/resolved/...``); a directory name ending
-    in ``/`` exists when some path is under it. Entries of the kernels/build/API
-    sections that no patch points at get a warning.
+    to ``mlx/backend/rocm/`` or to ``mlx/`` with a directory, or a bare file name
+    unambiguous among all paths of the patched tree plus deleted paths). A patch
+    may carry several ``Local-Fix:`` trailers (a file several entries change, as
+    ``overlay import whole-file`` writes it): each is checked, and each entry counts
+    as having a patch. For each entry: every name that counts as a repository path
+    (:func:`names_repository_path`) exists in the patched tree, is deleted by one of
+    its patches, or is a repo path (``repo_paths``, e.g.
+    ``patches-rocm/resolved/...``); a directory name ending in ``/`` exists when some
+    path is under it. Entries of the kernels/build/API sections that no patch points
+    at get a warning.
 
     Args:
         doc: parsed document.
         patches: :class:`PatchRecord` or 5-tuples ``(path, local_fix, forwarded,
-            touched, deleted)`` for every patch in the series.
+            touched, deleted)`` for every patch in the series; ``local_fix`` may be a
+            list or tuple of the values of several ``Local-Fix:`` trailers.
         patched_paths: every path of the ``patched`` tree.
         repo_paths: overlay repository paths that entries may also name.
         unparsed: ``Local-Fix`` numbers of series patches whose diff does not parse
             (SER004 reports them): their entries do have a patch, so no FIX024.
+        outside_tree: ``[policy] outside-tree`` globs: names FIX021 never reports.
 
     Returns:
         FIX017 (no ``Local-Fix`` or not a number), FIX018 (no ``Forwarded``),
@@ -1012,44 +1110,27 @@ def check_patch_entries(doc: Document, patches: Iterable[PatchRecord | tuple], p
         if p.forwarded is None or not str(p.forwarded).strip():
             out.append(_f(p.path, "FIX018", fw_line, "patch has no 'Forwarded:' trailer",
                           "add 'Forwarded: not-needed' above the '---' line"))
-        if p.local_fix is None or not str(p.local_fix).strip():
+        values = list(p.local_fix) if isinstance(p.local_fix, (list, tuple)) else [p.local_fix]
+        values = [v for v in values if v is not None and str(v).strip()]
+        if not values:
             out.append(_f(p.path, "FIX017", lf_line, "patch has no 'Local-Fix:' trailer",
                           "add 'Local-Fix: N' naming its LOCAL_FIXES.md entry"))
             continue
-        try:
-            n = int(str(p.local_fix).strip())
-        except ValueError:
-            out.append(_f(p.path, "FIX017", lf_line,
-                          f"'Local-Fix: {str(p.local_fix)[:40]}' is not an entry number",
-                          "use 'Local-Fix: N' with N a LOCAL_FIXES.md entry number"))
-            continue
-        e = entries.get(n)
-        if e is None:
-            out.append(_f(p.path, "FIX019", lf_line, f"'Local-Fix: {n}' names no LOCAL_FIXES.md entry",
-                          "add the entry (overlay fix new) or fix the number"))
-            continue
-        by_entry.setdefault(n, []).append(p)
-        named: set[str] = set()
-        ambiguous: dict[str, list[str]] = {}
-        for name in e.files:
-            cands = resolve_name(name, universe, base_u)
-            if len(cands) == 1:
-                named.add(cands[0])
-            elif len(cands) > 1:
-                for c in cands:
-                    ambiguous.setdefault(c, []).append(name)
-        for t in sorted(p.touched):
-            if t in named:
+        for value in values:
+            try:
+                n = int(str(value).strip())
+            except ValueError:
+                out.append(_f(p.path, "FIX017", lf_line,
+                              f"'Local-Fix: {str(value)[:40]}' is not an entry number",
+                              "use 'Local-Fix: N' with N a LOCAL_FIXES.md entry number"))
                 continue
-            if t in ambiguous:
-                msg = (f"entry {n} names {ambiguous[t][0]!r}, ambiguous in the tree, "
-                       f"not {t} which {p.path} touches")
-            else:
-                msg = f"entry {n} does not name {t}, which {p.path} touches"
-            rel = t[len(BACKEND_PREFIX):] if t.startswith(BACKEND_PREFIX) else ""
-            out.append(_f(doc, "FIX020", e.line, msg,
-                          f"name it in backticks: `{t}` (or `{rel}`)" if "/" in rel
-                          else f"name it in backticks: `{t}`"))
+            e = entries.get(n)
+            if e is None:
+                out.append(_f(p.path, "FIX019", lf_line, f"'Local-Fix: {n}' names no LOCAL_FIXES.md entry",
+                              "add the entry (overlay fix new) or fix the number"))
+                continue
+            by_entry.setdefault(n, []).append(p)
+            out += _unnamed_touched(doc, e, p, universe, base_u)
 
     for e in doc.entries():
         own_deleted = set().union(*[set(p.deleted) for p in by_entry.get(e.number, [])]) \
@@ -1057,16 +1138,47 @@ def check_patch_entries(doc: Document, patches: Iterable[PatchRecord | tuple], p
         exists_in = patched | own_deleted
         base_e = _basenames(exists_in)
         for name in e.files:
+            if not names_repository_path(name, outside_tree):
+                continue
             if resolve_name(name, exists_in, base_e) or name in repo:
                 continue
             if _dir_exists(name, exists_in) or _dir_exists(name, repo):
                 continue
             out.append(_f(doc, "FIX021", e.file_lines.get(name, e.line),
                           f"entry {e.number} names `{name}`, which is not in the patched tree",
-                          "fix the path, or drop it if the file is gone"))
+                          "fix the path, or drop it if the file is gone; a name outside the MLX tree "
+                          "by design goes in [policy] outside-tree"))
         if e.section in POLICY_SECTIONS and e.number not in by_entry and e.number not in skip_fix024:
             out.append(_f(doc, "FIX024", e.line, f"entry {e.number} has no patch in the series",
                           "add 'Local-Fix: N' to its patch, or remove the entry", severity="warning"))
+    return out
+
+
+def _unnamed_touched(doc: Document, e: Entry, p: PatchRecord, universe: set[str],
+                     base_u: dict[str, list[str]]) -> list[Finding]:
+    """FIX020 for each path ``p`` touches that entry ``e`` does not name."""
+    out = []
+    named: set[str] = set()
+    ambiguous: dict[str, list[str]] = {}
+    for name in e.files:
+        cands = resolve_name(name, universe, base_u)
+        if len(cands) == 1:
+            named.add(cands[0])
+        elif len(cands) > 1:
+            for c in cands:
+                ambiguous.setdefault(c, []).append(name)
+    for t in sorted(p.touched):
+        if t in named:
+            continue
+        if t in ambiguous:
+            msg = (f"entry {e.number} names {ambiguous[t][0]!r}, ambiguous in the tree, "
+                   f"not {t} which {p.path} touches")
+        else:
+            msg = f"entry {e.number} does not name {t}, which {p.path} touches"
+        rel = t[len(BACKEND_PREFIX):] if t.startswith(BACKEND_PREFIX) else ""
+        out.append(_f(doc, "FIX020", e.line, msg,
+                      f"name it in backticks: `{t}` (or `{rel}`)" if "/" in rel
+                      else f"name it in backticks: `{t}`"))
     return out
 
 
@@ -1172,10 +1284,11 @@ def list_entries(doc: Document, patches: Iterable[PatchRecord | tuple] = ()) -> 
     by_n: dict[int, list[str]] = {}
     for p in patches:
         p = p if isinstance(p, PatchRecord) else PatchRecord(*p)
-        try:
-            by_n.setdefault(int(str(p.local_fix)), []).append(p.path)
-        except ValueError:
-            continue
+        for value in (p.local_fix if isinstance(p.local_fix, (list, tuple)) else [p.local_fix]):
+            try:
+                by_n.setdefault(int(str(value)), []).append(p.path)
+            except ValueError:
+                continue
     return [{"number": e.number, "title": e.title, "section": e.section, "line": e.line,
              "files": list(e.files), "patches": by_n.get(e.number, [])}
             for e in doc.entries()]

@@ -23,9 +23,10 @@ import re
 import shutil
 import signal
 import stat
+import subprocess
 import tempfile
 import time
-from typing import Callable, Container, Iterator
+from typing import Callable, Container, Iterator, Sequence
 
 from overlay.errors import OverlayError
 
@@ -440,14 +441,52 @@ def read_record_text(root: str | os.PathLike, rel: str, *, max_bytes: int = RECO
                          rel, what=what)
 
 
+def git_ignored(root: str | os.PathLike, rels: Sequence[str]) -> set[str]:
+    """The paths among ``rels`` that git's ignore rules exclude in the work tree at ``root``.
+
+    One ``git -C ROOT check-ignore --stdin -z`` for all of them, so ``.gitignore``
+    files, ``.git/info/exclude`` and the user's ``core.excludesFile`` all count (a
+    ``.DS_Store`` is usually ignored by the last). A tracked file is never ignored
+    (git applies ignore rules to untracked files only).
+
+    Args:
+        root: a directory inside a git work tree; the paths are relative to it.
+        rels: slash-separated paths.
+    Returns:
+        The ignored subset; empty when ``root`` is in no work tree, git is missing
+        or fails (then nothing is ignored, as without git).
+    """
+    if not rels:
+        return set()
+    from overlay.errors import GitError
+    from overlay.gitstore import git_env, git_executable, zsplit
+
+    try:
+        exe = git_executable()
+    except GitError:
+        return set()
+    # The user's configuration stays visible (user_config): core.excludesFile lives there.
+    proc = subprocess.run([exe, "-C", os.fspath(root), "check-ignore", "--stdin", "-z"],
+                          input=("\0".join(rels) + "\0").encode("utf-8", "surrogateescape"),
+                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                          env=git_env(user_config=True), check=False)
+    if proc.returncode not in (0, 1):
+        return set()
+    return set(zsplit(proc.stdout)) & set(rels)
+
+
 def scan_record_dir(root: str | os.PathLike, rel_dir: str, *, max_bytes: int = RECORD_MAX_BYTES,
                     max_files: int = RECORD_DIR_MAX_FILES, what: str = "record",
+                    skip_ignored: bool = True, ignored: list[str] | None = None,
                     ) -> tuple[dict[str, bytes], list[RecordError]]:
     """Every regular file under ``root/rel_dir``, and one error per entry that is refused.
 
     Nothing under the directory may be a symlink (file or directory) or a
     special file; symlinked directories are not entered. Each file is read with
     :func:`read_record` (``allow_symlink=False``), so the same cap applies.
+    Entries git ignores (:func:`git_ignored`: a ``.DS_Store`` beside the
+    resolutions) are no records: they are neither read nor refused; where the
+    directory itself is ignored, its entries are all read.
 
     Args:
         root: the overlay repository.
@@ -455,6 +494,8 @@ def scan_record_dir(root: str | os.PathLike, rel_dir: str, *, max_bytes: int = R
         max_bytes: per-file cap.
         max_files: at most this many files are read; one error says the rest were not.
         what: how to name an entry in messages.
+        skip_ignored: leave out what git ignores (default).
+        ignored: when given, the left-out paths (below ``rel_dir``) are appended to it.
     Returns:
         ``({path below rel_dir: bytes}, [RecordError, ...])``, paths sorted; an
         absent directory gives ``({}, [])``.
@@ -471,6 +512,8 @@ def scan_record_dir(root: str | os.PathLike, rel_dir: str, *, max_bytes: int = R
         return out, [_os_error(rel_dir, "directory", exc)]
     if not stat.S_ISDIR(st.st_mode):
         return out, [RecordError(rel_dir, f"is {_kind(st.st_mode)}, not a directory")]
+    # First the walk (names and kinds only), then one question to git about all of them.
+    found: list[tuple[str, str, str, int]] = []
     pending = [""]
     while pending:
         sub = pending.pop()
@@ -491,22 +534,40 @@ def scan_record_dir(root: str | os.PathLike, rel_dir: str, *, max_bytes: int = R
                 continue
             if stat.S_ISDIR(mode):
                 dirs.append(name)
-            elif stat.S_ISLNK(mode):
-                errors.append(RecordError(rel, f"{what} is a symlink (-> {_readlink(entry.path)}); "
-                                          "it must be a regular file",
-                                          hint="replace the link by the file it points at"))
-            elif not stat.S_ISREG(mode):
-                errors.append(RecordError(rel, f"{what} is {_kind(mode)}, not a regular file"))
-            elif len(out) >= max_files:
-                errors.append(RecordError(rel_dir, f"more than {max_files} files; the rest were not read"))
-                return dict(sorted(out.items())), errors
             else:
-                try:
-                    out[name] = read_record(root_real, rel, max_bytes=max_bytes, what=what,
-                                            allow_symlink=False)
-                except RecordError as exc:
-                    errors.append(exc)
+                found.append((name, rel, entry.path, mode))
+        if len(found) > 2 * max_files:  # bound the walk too, ignored entries included
+            pending = []
+            break
         pending.extend(reversed(dirs))
+    skip: set[str] = set()
+    if skip_ignored and found:
+        skip = git_ignored(root_real, [rel_dir, *(rel for _n, rel, _p, _m in found)])
+        if rel_dir in skip:
+            # The directory itself is ignored (a copy staged under .overlay/, an overlay
+            # kept under build/): the rules then say nothing about single records in it.
+            skip = set()
+    for name, rel, path, mode in sorted(found):
+        if rel in skip:
+            if ignored is not None:
+                ignored.append(name)
+        elif stat.S_ISLNK(mode):
+            errors.append(RecordError(rel, f"{what} is a symlink (-> {_readlink(path)}); "
+                                      "it must be a regular file",
+                                      hint="replace the link by the file it points at"))
+        elif not stat.S_ISREG(mode):
+            errors.append(RecordError(rel, f"{what} is {_kind(mode)}, not a regular file"))
+        elif len(out) >= max_files:
+            errors.append(RecordError(rel_dir, f"more than {max_files} files; the rest were not read"))
+            return dict(sorted(out.items())), errors
+        else:
+            try:
+                out[name] = read_record(root_real, rel, max_bytes=max_bytes, what=what,
+                                        allow_symlink=False)
+            except RecordError as exc:
+                errors.append(exc)
+    if len(found) > 2 * max_files and len(out) < max_files:
+        errors.append(RecordError(rel_dir, f"more than {2 * max_files} entries; the rest were not read"))
     return dict(sorted(out.items())), errors
 
 
@@ -577,13 +638,12 @@ def atomic_write(path: str | os.PathLike, data: bytes, *, mode: int | None = Non
 @contextlib.contextmanager
 def dir_lock(directory: str | os.PathLike, name: str = ".overlay.lock", *,
              on_wait: Callable[[str], None] | None = None) -> Iterator[None]:
-    """Hold an exclusive ``flock`` on ``directory/name`` for the block (DESIGN 11).
+    """Hold an exclusive lock on ``directory/name`` for the block, waiting for it (DESIGN 11).
 
     Every process that wants the directory for itself (a build directory: one
     ninja at a time) takes this lock; a second one waits until the first is
-    done. ``flock`` is released by the kernel when the holder dies, so a killed
-    build never leaves a stale lock behind. The holder writes its pid into the
-    file, only to name it in the waiting message.
+    done. It is :func:`flocked` with the holder's pid written into the file, only
+    to name it in the waiting message.
 
     Args:
         directory: the directory to lock (created when absent).
@@ -595,17 +655,12 @@ def dir_lock(directory: str | os.PathLike, name: str = ".overlay.lock", *,
     """
     directory = os.fspath(directory)
     os.makedirs(directory, exist_ok=True)
-    fd = os.open(os.path.join(directory, name), os.O_RDWR | os.O_CREAT, DEFAULT_MODE)
-    try:
+    path = os.path.join(directory, name)
+    with contextlib.ExitStack() as stack:
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+            stack.enter_context(flocked(path, wait=False, holder=str(os.getpid())))
+        except LockBusy as busy:
             if on_wait is not None:
-                holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "?"
-                on_wait(holder)
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+                on_wait(busy.holder or "?")
+            stack.enter_context(flocked(path, holder=str(os.getpid())))
         yield
-    finally:
-        os.close(fd)  # closing the last descriptor releases the flock

@@ -30,6 +30,14 @@ SCHEMA: dict[str, dict[str, type]] = {
     "policy": {"closing-sentence": str},
 }
 
+#: table -> {key: type} of the keys that may be left out (``docs/manifest.md``).
+#: ``older-closing-sentences`` and ``closing-sentence-required-from`` come together:
+#: a team that adopts the policy sentence late keeps its older entries as written.
+OPTIONAL: dict[str, dict[str, type]] = {
+    "policy": {"older-closing-sentences": list, "closing-sentence-required-from": int,
+               "outside-tree": list},
+}
+
 _URL_RE = re.compile(r"^(https?|ssh|git|file)://\S+$|^[\w.-]+@[\w.-]+:\S+$")
 
 
@@ -46,6 +54,13 @@ class Manifest:
         cmake_option: the backend's CMake switch (``MLX_BUILD_ROCM``).
         architectures: default GPU architectures (``gfx1100`` ...).
         closing_sentence: the exact sentence fix entries end with.
+        older_closing_sentences: older forms accepted instead of ``closing_sentence``
+            on entries numbered below ``closing_sentence_required_from``.
+        closing_sentence_required_from: the first entry number that must end with
+            ``closing_sentence`` (``None`` when no older form is accepted).
+        outside_tree: globs of names ``LOCAL_FIXES.md`` may mention that are not in
+            the MLX tree by design (the team's own repository, third-party sources);
+            FIX021 does not report them.
     """
 
     path: str
@@ -60,6 +75,9 @@ class Manifest:
     cmake_option: str
     architectures: tuple[str, ...]
     closing_sentence: str
+    older_closing_sentences: tuple[str, ...] = ()
+    closing_sentence_required_from: int | None = None
+    outside_tree: tuple[str, ...] = ()
 
     @property
     def carry(self) -> Carry:
@@ -130,15 +148,17 @@ def parse_manifest(text: str, path: str = MANIFEST_PATH) -> Manifest:
         if not isinstance(section, dict):
             problems.append(f"missing table [{table}]")
             continue
+        optional = OPTIONAL.get(table, {})
         missing = [k for k in keys if k not in section]
-        unknown = sorted(set(section) - set(keys))
+        unknown = sorted(set(section) - set(keys) - set(optional))
         if missing:
             problems.append(f"[{table}] missing key(s) " + ", ".join(missing))
         if unknown:
             problems.append(f"[{table}] unknown key(s) " + ", ".join(unknown))
-        for key, kind in keys.items():
-            if key in section and not isinstance(section[key], kind):
-                problems.append(f"[{table}] {key} must be a {kind.__name__}")
+        for key, kind in {**keys, **optional}.items():
+            # tomllib reads `true` as a bool, which isinstance(..., int) would let through.
+            if key in section and (not isinstance(section[key], kind) or isinstance(section[key], bool)):
+                problems.append(f"[{table}] {key} must be {'an integer' if kind is int else 'a ' + kind.__name__}")
             elif kind is list and key in section and not all(isinstance(x, str) for x in section[key]):
                 problems.append(f"[{table}] {key} must be a list of strings")
     if problems:
@@ -153,8 +173,19 @@ def parse_manifest(text: str, path: str = MANIFEST_PATH) -> Manifest:
             problems.append(f"{label} is not a URL or absolute path: {value!r}")
     if not data["carry"]["include"]:
         problems.append("carry.include must name at least one glob")
-    if not data["policy"]["closing-sentence"].strip():
+    policy = data["policy"]
+    if not policy["closing-sentence"].strip():
         problems.append("policy.closing-sentence must not be empty")
+    older, since = policy.get("older-closing-sentences"), policy.get("closing-sentence-required-from")
+    if (older is None) != (since is None):
+        problems.append("policy.older-closing-sentences and policy.closing-sentence-required-from "
+                        "come together: the older forms are accepted below that entry number")
+    if older is not None and (not older or not all(x.strip() for x in older)):
+        problems.append("policy.older-closing-sentences must name at least one non-empty sentence")
+    if since is not None and since < 1:
+        problems.append(f"policy.closing-sentence-required-from must be an entry number (1 or more), got {since}")
+    if not all(g.strip() for g in policy.get("outside-tree", [])):
+        problems.append("policy.outside-tree must not hold an empty glob")
     if problems:
         raise ManifestError(f"{path}: " + "; ".join(problems))
     return Manifest(
@@ -163,7 +194,10 @@ def parse_manifest(text: str, path: str = MANIFEST_PATH) -> Manifest:
         include=tuple(data["carry"]["include"]), exclude=tuple(data["carry"]["exclude"]),
         cmake_option=data["backend"]["cmake-option"],
         architectures=tuple(data["backend"]["architectures"]),
-        closing_sentence=data["policy"]["closing-sentence"])
+        closing_sentence=policy["closing-sentence"],
+        older_closing_sentences=tuple(policy.get("older-closing-sentences", ())),
+        closing_sentence_required_from=policy.get("closing-sentence-required-from"),
+        outside_tree=tuple(policy.get("outside-tree", ())))
 
 
 def load_manifest(root: str) -> Manifest:

@@ -17,7 +17,7 @@ FORK = "NripeshN/mlx"
 FORK_COMMIT = "75915908dfe5028335d318b10340313744fd3a8d"
 PIN = "39886de461d4f014cd60a3a68ad42fd8d776754a"
 S = "Applies to the fork; kept in mlxcelverse under the 2026-10-06 fork policy, not proposed there."
-S_REF = S[:-1] + " (reference)."
+S_REF = S[:-1] + " (#12)."  # an issue reference before the final period is allowed
 
 # Line numbers matter: each fixture line is commented with its number.
 GOOD = [
@@ -235,7 +235,7 @@ def test_fix013_closing_sentence():
     # the wrapped entry 2 is checked at its last line
     d = doc(l12="   mlxcelverse under the 2026-10-06 fork policy.")
     assert codes(fixes.check_closing_sentence(d, S)) == [("FIX013", 12)]
-    # ' (reference)' only before the final period
+    # a parenthesis that is no issue reference is not a reference
     bad_ref = doc(l20=f"4. **Pinned host arena.** Adds it. {S} (reference)")
     assert codes(fixes.check_closing_sentence(bad_ref, S)) == [("FIX013", 20)]
 

@@ -130,3 +130,58 @@ def test_real_overlay_mutations_are_caught(real_mirrors, tmp_path, mutation, cod
         text = patch.read_text()
         patch.write_text(re.sub(r"^(index [0-9a-f]{7})[0-9a-f]{33}", r"\1", text, count=1, flags=re.M))
     assert code in _codes(root)
+
+
+# Issue 18 acceptance: a whole-file overlay made from this project's own exported tree
+# (the files that differ from the pin, an UPSTREAM of fork 75915908, merge base
+# 39886de4, pin 3a621991, and this LOCAL_FIXES.md) imports, exports byte-identical
+# to the pin with the overlay copied over it, and verifies with no findings.
+def test_real_whole_file_import_round_trip(real_mirrors, tmp_path):
+    import subprocess
+
+    from overlay.gitstore import Store as _Store
+
+    runner = CliRunner()
+    manifest = load_manifest(str(ROOT))
+    store = _Store()
+    layers = compute_layers(store, manifest, str(ROOT))
+    exported = tmp_path / "exported"
+    assert runner.invoke(main, ["-C", str(ROOT), "export", str(exported)]).exit_code == 0
+    differ = [p for *_r, p in store.diff_tree(layers.pin, layers.patched)]
+    assert len(differ) == 123
+    whole = tmp_path / "whole"
+    for path in differ:
+        (whole / path).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(exported / path, whole / path)
+    full = {short: store.out("rev-parse", short) for short in ("75915908", "39886de4", "3a621991")}
+    (whole / "UPSTREAM").write_text(f"source: https://github.com/NripeshN/mlx\nbranch: rocm-support\n"
+                                    f"commit: {full['75915908']}\nfork_upstream_merge_base: {full['39886de4']}\n"
+                                    f"retargeted_to_mlx_pin: {full['3a621991']}\n")
+    shutil.copy(ROOT / "LOCAL_FIXES.md", whole / "LOCAL_FIXES.md")
+    target = tmp_path / "target"
+    target.mkdir()
+    subprocess.run(["git", "init", "-q", str(target)], check=True)
+    result = runner.invoke(main, ["-C", str(target), "import", "whole-file", str(whole), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    import json
+
+    report = json.loads(result.output)
+    assert report["findings"] == [] and report["round_trip"]["equal"]
+    assert report["round_trip"]["patched"] == layers.patched  # the very tree this overlay makes
+    assert len([f for f in report["files"] if f["kind"] not in ("skipped", "ignored")]) == 123
+
+    again = tmp_path / "again"
+    assert runner.invoke(main, ["-C", str(target), "export", str(again)]).exit_code == 0
+    by_hand = tmp_path / "by-hand"
+    by_hand.mkdir()
+    archive = store.git("archive", manifest.pin).stdout
+    subprocess.run(["tar", "-x", "-C", str(by_hand)], input=archive, check=True)
+    for path in differ:
+        (by_hand / path).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(whole / path, by_hand / path)
+    mine = {str(p.relative_to(again)): p.read_bytes() for p in again.rglob("*")
+            if p.is_file() and not p.name.startswith(".overlay-export")}
+    theirs = {str(p.relative_to(by_hand)): p.read_bytes() for p in by_hand.rglob("*") if p.is_file()}
+    assert mine == theirs
+    verified = runner.invoke(main, ["-C", str(target), "verify"])
+    assert verified.exit_code == 0 and "no findings" in verified.output.lower(), verified.output
