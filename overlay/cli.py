@@ -366,9 +366,22 @@ def edit_cmd(ctx: Context, patch: str | None, new_name: str | None, after: str |
     if abort:
         if patch or new_name or after:
             raise OverlayError("--abort takes no PATCH, --new or --after")
+        from overlay.edit import changed_files
+
+        lost: list[str] = []
+        try:  # what the abort throws away, said before it goes (an unreadable state: nothing to say)
+            current = load_session(ctx.root)
+            lost = changed_files(_store(ctx), ctx.root, current) if current is not None else []
+        except OverlayError:
+            pass
         dropped = abort_edit(ctx.root)
+        if dropped is None:
+            click.echo("no edit in progress: nothing to throw away")
+            return
         click.echo(f"threw away the edit of {dropped.name} and its work tree {dropped.directory}"
-                   if dropped else "no edit in progress: nothing to throw away")
+                   + (f", with its unrecorded change(s) to {', '.join(lost)}" if lost else " (no unrecorded change)"))
+        if not dropped.new:
+            click.echo(f"patches-rocm/{dropped.name} keeps what `overlay record` last wrote")
         return
     if patch is None and new_name is None:
         current = load_session(ctx.root)
@@ -427,10 +440,7 @@ def record_cmd(ctx: Context, subject: str | None, description: str | None, fix: 
     done = record(ctx.root, _store(ctx), load_manifest(ctx.root), subject=subject, description=description,
                   fix=fix, forwarded=forwarded, section=section, title=title, author=author, keep=keep)
     files = ", ".join(f"{p} +{a} -{r}" for p, a, r in done.files)
-    if done.unchanged:
-        click.echo(f"patches-rocm/{done.name} already records this: unchanged ({files})")
-    else:
-        click.echo(f"recorded patches-rocm/{done.name}: {files}")
+    click.echo(f"recorded patches-rocm/{done.name}: {files}")
     if done.entry_created:
         click.echo(f"added entry {done.fix} to LOCAL_FIXES.md ({section}); the patch says Local-Fix: {done.fix}, "
                    f"Forwarded: {done.forwarded}")
@@ -440,9 +450,6 @@ def record_cmd(ctx: Context, subject: str | None, description: str | None, fix: 
         click.echo(f"patches-rocm/series: {done.name} " + (f"after {done.after}" if done.after else "first"))
     for name in done.carried:
         click.echo(f"carried {name} onto the change (rewritten byte-stable)")
-    for path in done.unnamed:
-        click.echo(f"warning: LOCAL_FIXES.md entry {done.fix} does not name {path}: name it in backticks "
-                   "(verify: FIX020)", err=True)
     # Named from the repository root: the current directory may have been inside it.
     where = os.path.relpath(done.workdir, ctx.root)
     click.echo(f"kept the work tree {where}" if done.kept else f"removed the work tree {where}")

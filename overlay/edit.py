@@ -122,10 +122,8 @@ class Recorded:
         entry_created: true when the LOCAL_FIXES.md entry was added by this record.
         forwarded: the ``Forwarded`` value.
         carried: later patches rewritten because they were carried onto the change.
-        unnamed: files the patch touches that its entry does not name (FIX020 in verify).
         kept: the work tree stays (``--keep``), now at the recorded patch.
         workdir: the work tree (absolute).
-        unchanged: the patch file already held these bytes (nothing was written).
     """
 
     name: str
@@ -136,10 +134,8 @@ class Recorded:
     entry_created: bool
     forwarded: str | None
     carried: list[str]
-    unnamed: list[str]
     kept: bool
     workdir: str
-    unchanged: bool = False
 
 
 # -- state and lock -----------------------------------------------------------------------
@@ -658,7 +654,8 @@ def record(root: str, store: Store, manifest: Manifest, *, subject: str | None =
                     raise LayerError(f"{exc.message}; your change to {session.name} would break it, so "
                                      "nothing was recorded",
                                      hint=f"change the edit in {session.directory} so the later patch still "
-                                          "applies, or record it and carry the series with `overlay rebase`") from None
+                                          "applies; if that patch must change too, record the rest first, then "
+                                          "`overlay edit` that patch") from None
                 carried = [(r.patch, r.data) for r in refreshed if r.changed]
 
         # Entry coverage: a named or kept entry that does not name a touched file.
@@ -671,9 +668,18 @@ def record(root: str, store: Store, manifest: Manifest, *, subject: str | None =
                 named = {c for name in entry.files for c in fixes.resolve_name(name, universe)}
                 unnamed = sorted(p for p in new_patch.touched if p not in named)
 
+        if unnamed:
+            raise OverlayError(f"LOCAL_FIXES.md entry {number} does not name {', '.join(unnamed)}, which "
+                               f"{session.name} touches (verify: FIX020); nothing was recorded",
+                               hint=f"name the file in entry {number} (in backticks), or leave --fix out so "
+                                    "that record adds an entry naming it")
+        if old is not None and old.data == data and not carried:
+            raise NothingToRecord(f"{session.name} already records the work tree {session.directory}: "
+                                  "nothing to record",
+                                  hint="edit files there first, or end the edit with `overlay edit --abort`")
+
         # Everything is checked: write.
         patch_path = os.path.join(root, PATCH_DIR, session.name)
-        unchanged = old is not None and old.data == data and not carried
         writes = _Writes()
         writes.add(patch_path, data)
         for patch, new_data in carried:
@@ -683,6 +689,9 @@ def record(root: str, store: Store, manifest: Manifest, *, subject: str | None =
         if session.new:
             writes.add(os.path.join(root, SERIES_PATH), _series_with(root, session.name, session.after))
         writes.commit()
+        after = session.after if session.new else None
+        if session.new and after is None and first_later > 0:
+            after = layers.patches[first_later - 1].patch.name
 
         if keep:
             start_commit = store.commit_tree(tree, [store.commit_tree(base, (), "overlay: the layer below the patch")],
@@ -696,13 +705,9 @@ def record(root: str, store: Store, manifest: Manifest, *, subject: str | None =
             shutil.rmtree(workdir, ignore_errors=True)
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(os.path.join(root, STATE_FILE))
-        after = session.after if session.new else None
-        if session.new and after is None and first_later > 0:
-            after = layers.patches[first_later - 1].patch.name
         return Recorded(name=session.name, new=old is None, after=after, files=_counts(new_patch), fix=number,
                         entry_created=planned is not None, forwarded=forwarded,
-                        carried=[p.name for p, _ in carried], unnamed=unnamed, kept=keep, workdir=workdir,
-                        unchanged=unchanged)
+                        carried=[p.name for p, _ in carried], kept=keep, workdir=workdir)
 
 
 def _series_author(layers: Layers) -> str:

@@ -212,13 +212,14 @@ def test_new_patch_goes_after_the_named_one(clean):
     work = clean.root / workdir_of(started.output)
     assert (work / DEVICE).read_text() == lines("device", change={3: "device 3 locked"})  # 0002 not applied
     (work / HEADER).write_text("#pragma once\n// header\n")
-    done = cli(clean, "record", "-m", "rocm: header", "--description", "Why.", "--fix", "1")
+    done = cli(clean, "record", "-m", "rocm: header", "--description", "Why.")
     assert done.exit_code == 0, done.output
     assert "after 0001-rocm-lock-the-device.patch" in done.output
-    assert "entry 1 does not name mlx/backend/rocm/device.h" in done.output  # FIX020 announced
     assert (clean.root / PDIR / "series").read_text().split() == [PATCH, "0001a-header.patch", "0002-twenty.patch"]
-    assert "Local-Fix: 1\n" in (clean.root / PDIR / "0001a-header.patch").read_text()
-    assert fixes.load(clean.root / "LOCAL_FIXES.md").entry(3) is None  # no entry added
+    entry = fixes.load(clean.root / "LOCAL_FIXES.md").entry(3)
+    assert entry is not None and HEADER in entry.files
+    assert "Local-Fix: 3\n" in (clean.root / PDIR / "0001a-header.patch").read_text()
+    verify_clean(clean)
 
 
 def test_keep_leaves_the_work_tree_for_another_round(clean):
@@ -227,6 +228,7 @@ def test_keep_leaves_the_work_tree_for_another_round(clean):
     (work / HEADER).write_text("#pragma once\n// one\n")
     first = cli(clean, "record", "-m", "rocm: x", "--description", "Why.", "--keep")
     assert first.exit_code == 0 and "kept the work tree" in first.output, first.output
+    assert f"patches-rocm/series: 0002-x.patch after {PATCH}" in first.output  # where the line really went
     assert subprocess.run(["git", "diff", "--quiet"], cwd=work).returncode == 0  # at the recorded patch
     (work / HEADER).write_text("#pragma once\n// two\n")
     second = cli(clean, "record")
@@ -288,6 +290,8 @@ def test_record_refusals_write_nothing(clean):
     for args, code, words in [
         (["record"], 2, "needs a subject and a description"),  # no terminal for $EDITOR
         (["record", "-m", "rocm: x", "--description", "Why.", "--fix", "99"], 2, "has no entry 99"),
+        # an entry that does not name the touched file would fail verify (FIX020): refused before writing
+        (["record", "-m", "rocm: x", "--description", "Why.", "--fix", "1"], 2, f"does not name {HEADER}"),
         (["record", "-m", "rocm: x", "--description", "  "], 2, "the description is empty"),
     ]:
         result = cli(clean, *args)
@@ -299,6 +303,26 @@ def test_record_refusals_write_nothing(clean):
     uncarried = cli(clean, "record", "-m", "rocm: x", "--description", "Why.")
     assert uncarried.exit_code == 2 and "docs/notes.md, which the manifest does not carry" in uncarried.output
     assert records_hash(clean) == before
+
+
+def test_record_of_an_unchanged_patch_is_nothing_to_record_and_keeps_the_work_tree(clean):
+    started = cli(clean, "edit", PATCH)
+    work = clean.root / workdir_of(started.output)
+    before = records_hash(clean)
+    same = cli(clean, "record")
+    assert same.exit_code == 1 and "nothing to record" in same.output, same.output
+    assert work.is_dir() and records_hash(clean) == before
+
+
+def test_abort_says_which_unrecorded_changes_it_throws_away(clean):
+    started = cli(clean, "edit", PATCH)
+    work = clean.root / workdir_of(started.output)
+    (work / HEADER).write_text("#pragma once\n// lost\n")
+    dropped = cli(clean, "edit", "--abort")
+    assert dropped.exit_code == 0, dropped.output
+    assert f"unrecorded change(s) to {HEADER}" in dropped.output
+    assert f"patches-rocm/{PATCH} keeps what `overlay record` last wrote" in dropped.output
+    assert not work.exists()
 
 
 def test_a_second_edit_names_the_first_and_the_same_one_is_resumed(clean):
