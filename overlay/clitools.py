@@ -209,6 +209,11 @@ class OverlayGroup(click.Group):
         code = self._main(args, prog_name, complete_var, **extra)
         if not standalone_mode:
             return code
+        # The command has ended and said so: a Ctrl-C from here on (interpreter
+        # shutdown) would only turn its exit status into a silent 130.
+        import signal
+
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         sys.exit(code)
 
     def _main(self, args, prog_name, complete_var, **extra) -> int:

@@ -468,7 +468,7 @@ def git_ignored(root: str | os.PathLike, rels: Sequence[str]) -> set[str]:
     # The user's configuration stays visible (user_config): core.excludesFile lives there.
     proc = subprocess.run([exe, "-C", os.fspath(root), "check-ignore", "--stdin", "-z"],
                           input=("\0".join(rels) + "\0").encode("utf-8", "surrogateescape"),
-                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=tempfile.gettempdir(),
                           env=git_env(user_config=True), check=False)
     if proc.returncode not in (0, 1):
         return set()

@@ -417,6 +417,13 @@ def plan_import(store: Store, whole: WholeFile, *, upstream_url: str = DEFAULT_U
     pin = store.resolve(up.pin, ["upstream", "fork"])
     fork = store.resolve(up.commit, ["fork"])
     base = store.resolve(up.merge_base, ["fork", "upstream"])
+    if base == fork or store.git("merge-base", "--is-ancestor", base, fork, check=False).returncode != 0:
+        # A typo here would turn the whole fork into "changes" of the overlay (a
+        # patch for every file) instead of a clear refusal.
+        raise OverlayError(f"UPSTREAM: fork_upstream_merge_base {base[:12]} is not an ancestor of the fork "
+                           f"commit {fork[:12]}",
+                           hint="it is `git merge-base <fork commit> <MLX commit the fork last merged>`; "
+                                "check the UPSTREAM record")
     upstream = dataclasses.replace(up, commit=fork, merge_base=base, pin=pin)
     doc = fixes.parse(whole.fixes_data.decode("utf-8").removeprefix("\ufeff"))
     if closing_sentence:
@@ -737,7 +744,7 @@ def write_import(store: Store, target: str, plan: ImportPlan, *, force: bool = F
         target: the repository to write into.
         plan: from :func:`plan_import`.
         force: move a non-empty ``patches-rocm/`` and a different ``LOCAL_FIXES.md``
-            aside to ``.overlay/import-backup-<time>/`` instead of refusing.
+            aside to ``.overlay/import-backup-<time>-<random>/`` instead of refusing.
     Returns:
         :class:`Written`.
     Raises:
@@ -764,10 +771,10 @@ def write_import(store: Store, target: str, plan: ImportPlan, *, force: bool = F
         if not force and taken:
             raise OverlayError("patches-rocm/ is not empty: the import writes a new one",
                                hint="import into a repository without records, or pass --force to move the "
-                                    "present patches-rocm/ aside to .overlay/import-backup-<time>/")
+                                    "present patches-rocm/ aside to .overlay/import-backup-<time>-<random>/")
         if not force and other_fixes:
             raise OverlayError(f"{fixes.FILE_NAME} exists with other content: the import carries the overlay's over",
-                               hint="pass --force to move it aside to .overlay/import-backup-<time>/")
+                               hint="pass --force to move it aside to .overlay/import-backup-<time>-<random>/")
         for name in os.listdir(state):
             if name.startswith(_TEMP_PREFIX) and name.endswith(_TEMP_SUFFIX):
                 shutil.rmtree(os.path.join(state, name), ignore_errors=True)  # a killed import's

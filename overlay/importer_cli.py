@@ -47,7 +47,7 @@ def _interrupted() -> str:
 @click.argument("directory", type=click.Path(file_okay=False))
 @click.option("--force", is_flag=True,
               help="Move a non-empty patches-rocm/ and another LOCAL_FIXES.md aside to "
-                   ".overlay/import-backup-<time>/ instead of refusing.")
+                   ".overlay/import-backup-<time>-<random>/ instead of refusing.")
 @click.option("--upstream-url", default=None, metavar="URL",
               help="Upstream MLX's URL for the manifest (default: github.com/ml-explore/mlx).")
 @click.option("--fork-url", default=None, metavar="URL", help="The fork's URL (default: UPSTREAM's source).")
@@ -73,5 +73,11 @@ def whole_file_cmd(ctx: click.Context, directory: str, force: bool, upstream_url
     click.echo(render(report, fmt), nl=False)
     if fmt == "text":
         click.echo(f"report written to {REPORT_MD}")
+        from overlay.fsutil import git_ignored
+
+        if not git_ignored(target, [".overlay/last-import.md"]):
+            # .overlay/ is this clone's state (locks, reports, rr-cache), not a record to commit.
+            click.echo("next: add `/.overlay/` to .gitignore (overlay's per-clone state); commit "
+                       "patches-rocm/ and LOCAL_FIXES.md")
     errors = [f for f in report["findings"] or [] if f["severity"] == "error"]
     sys.exit(1 if errors else 0)

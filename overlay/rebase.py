@@ -56,7 +56,7 @@ from overlay.paths import check_path
 from overlay.patchfmt import tree_diff
 from overlay.refresh import refreshed_bytes
 from overlay.runstate import (NEW_STATE_DIR, OLD_STATE_DIR, REPORT_JSON, REPORT_MD, RR_CACHE, STATE_DIR,
-                              StateOnDisk, inspect_state, wedged_hint)
+                              StateOnDisk, inspect_state, interrupts_deferred, wedged_hint)
 from overlay.series import PATCH_DIR, SERIES_PATH, Patch, parse_patch, read_series, split_patch
 
 RESOLVED = "patches-rocm/resolved"
@@ -294,9 +294,11 @@ class Rebase:
                 if self.state["forked"] is None:
                     self._settle_fork_delta(manifest, old, new)
                 self._apply_patches()
-                self.state["committing"] = True
-                self.save()
-            return self._commit(manifest, old, new)
+            with interrupts_deferred():  # the records are written whole, or (killed) --continue ends it
+                if not self.state["committing"]:
+                    self.state["committing"] = True
+                    self.save()
+                return self._commit(manifest, old, new)
         finally:
             self.close()
 
@@ -700,6 +702,10 @@ class Rebase:
         Returns:
             Relative paths restored or removed.
         """
+        with interrupts_deferred():  # restored whole: "as it was before the run" must be true
+            return self._abort()
+
+    def _abort(self) -> list[str]:
         backup = os.path.join(self.dir, "backup")
         touched = []
         saved = set(self.state.get("backup", []))

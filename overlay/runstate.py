@@ -26,6 +26,8 @@ import dataclasses
 import json
 import os
 import shutil
+import signal
+import threading
 from typing import Any, Iterator
 
 from overlay import fixes
@@ -206,8 +208,43 @@ def in_progress_note(root: str) -> str | None:
     kind = info.kind
     if info.problem:
         return f"the {kind} state in {STATE_DIR} is wedged ({info.problem}); {wedged_hint(kind)}"
+    if isinstance(info.state, dict) and info.state.get("commit_started"):
+        # Only a kill can leave this (Ctrl-C is held back while the records are written).
+        return (f"a {kind} was ended while it wrote the records: some are new, some as before; "
+                f"`overlay {kind} --continue` finishes writing them, `overlay {kind} --abort` restores them")
     return (f"a {kind} is in progress (`overlay {kind} --status`): these are the records as they were before "
             f"it; `overlay {kind} --continue` finishes it, `overlay {kind} --abort` undoes it")
+
+
+@contextlib.contextmanager
+def interrupts_deferred() -> Iterator[None]:
+    """Hold Ctrl-C back for a block that must finish once begun (a run writing the
+    records, ``--abort`` restoring them): an interrupt that arrives meanwhile is
+    raised when the block ends, so the records are never left half-written by it
+    and the line the user then reads ("had completed", "is as before") is true.
+
+    SIGINT is blocked with ``pthread_sigmask`` (git children started meanwhile
+    inherit the mask and finish too); a kill still can stop the block, which is
+    what the state's ``commit_started`` flag and ``--continue`` are for. Outside the
+    main thread (no signal handling there) the block runs as is.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    failed = True
+    try:
+        yield
+        failed = False
+    finally:
+        # Take a held-back interrupt off the kernel's pending set and raise it here:
+        # once unblocked, Python would run its handler only at some later bytecode.
+        pending = signal.SIGINT not in old and signal.SIGINT in signal.sigpending()
+        if pending:
+            signal.sigwait({signal.SIGINT})
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        if pending and not failed:
+            raise KeyboardInterrupt
 
 
 class StateBusy(OverlayError):

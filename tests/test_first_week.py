@@ -213,6 +213,52 @@ def test_real_sigint_mid_sync_in_a_fresh_process(ov, w):
     assert cli(ov, "sync", "--abort").exit_code == 0
 
 
+def test_sigint_while_the_records_are_written_lets_them_finish(ov, w):
+    """Ctrl-C during the write phase is held back until the records are whole: the
+    line then says the run completed, and it is true (a new user once got "stopped
+    and resumable" with three records already rewritten)."""
+    new_fork = w.fork.commit({"mlx/backend/rocm/device.h": "#pragma once\n// newer\n"}, "fork moves on")
+    script = textwrap.dedent("""\
+        import os, signal, sys
+        import overlay.rebase as r
+        real = r.Rebase._commit
+        def commit(self, *args):
+            os.kill(os.getpid(), signal.SIGINT)  # lands while the records are being written
+            return real(self, *args)
+        r.Rebase._commit = commit
+        from overlay.cli import main
+        main(sys.argv[1:], prog_name="overlay")
+        """)
+    proc = subprocess.run([sys.executable, "-c", script, "-C", str(ov.root), "sync", "--fork", new_fork],
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)), stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True)
+    assert proc.returncode == 130, proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith("overlay: interrupted after the sync had completed"), line
+    assert f'commit = "{new_fork}"' in (ov.root / "patches-rocm" / "overlay.toml").read_text()
+    assert not (ov.root / ".overlay" / "rebase").exists()
+    assert cli(ov, "verify", "--only", "SER", "--only", "LAY").exit_code == 0
+
+
+def test_interrupts_deferred_raises_after_the_block(tmp_path):
+    script = textwrap.dedent("""\
+        import os, signal, sys
+        from overlay.runstate import interrupts_deferred
+        done = []
+        try:
+            with interrupts_deferred():
+                os.kill(os.getpid(), signal.SIGINT)
+                done.append("block finished")
+            done.append("not reached")
+        except KeyboardInterrupt:
+            done.append("interrupted after")
+        print(" / ".join(done))
+        """)
+    proc = subprocess.run([sys.executable, "-c", script], env=dict(os.environ, PYTHONPATH=str(ROOT)),
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout.strip() == "block finished / interrupted after", proc.stderr
+
+
 # -- 9. a run in progress is named ------------------------------------------------------
 
 

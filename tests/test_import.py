@@ -298,6 +298,26 @@ def test_an_import_while_another_command_holds_the_records_is_refused(team):
     assert team.run().exit_code == 0
 
 
+def test_the_report_says_to_ignore_the_state_directory_until_it_is(team):
+    first = team.run()
+    assert first.exit_code == 0 and "add `/.overlay/` to .gitignore" in first.output
+    (team.root / ".gitignore").write_text(".DS_Store\n/.overlay/\n")
+    again = team.run("--force")
+    assert again.exit_code == 0 and ".gitignore" not in again.output
+
+
+def test_a_merge_base_that_is_not_an_ancestor_of_the_fork_is_refused(team):
+    """A typo'd merge base (here the fork commit itself) would make the whole fork
+    "changes" of the overlay, a patch per file: refused with one line instead."""
+    text = (team.dir / "UPSTREAM").read_text()
+    team.write("UPSTREAM", text.replace(f"fork_upstream_merge_base: {team.w.base}",
+                                        f"fork_upstream_merge_base: {team.fork2}"))
+    result = team.run()
+    assert result.exit_code == 2, result.output
+    assert "is not an ancestor of the fork commit" in result.output.splitlines()[0]
+    assert not (team.root / "patches-rocm").exists() and not (team.root / "LOCAL_FIXES.md").exists()
+
+
 def test_a_failed_check_or_a_killed_import_leaves_nothing(team, monkeypatch):
     def broken(*_a, **_k):
         raise OverlayError("internal: the imported records do not reproduce the overlay: (test)")
