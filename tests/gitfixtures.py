@@ -239,6 +239,17 @@ def refusal_line(stderr: str) -> str:
     return out[0]
 
 
+def records_hash(o: "Overlay") -> str:
+    """A digest of the overlay's records: every file of ``o.root`` outside ``.overlay/``
+    (what a refused command, a failed record or an ``--abort`` must leave byte for byte)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for path in sorted(p for p in o.root.rglob("*") if p.is_file() and ".overlay" not in p.parts):
+        h.update(str(path.relative_to(o.root)).encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()
+
+
 def cli(o: "Overlay", *args: str, **kw):
     """``overlay -C <o.root> ARGS`` through click's test runner; returns the result."""
     from click.testing import CliRunner

@@ -8,14 +8,13 @@ export into an existing export without `--force`.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import subprocess
 
 from click.testing import CliRunner
 
-from gitfixtures import CLOSING, cli, lines, make_patch
+from gitfixtures import CLOSING, cli, lines, make_patch, records_hash
 from overlay import edit as edit_mod
 from overlay import fixes
 from overlay.cli import main
@@ -29,14 +28,6 @@ from test_verify import PATCH, clean, local_fixes  # noqa: F401  (the verify-cle
 PDIR = "patches-rocm"
 DEVICE = "mlx/backend/rocm/device.cpp"
 HEADER = "mlx/backend/rocm/device.h"
-
-
-def records_hash(o) -> str:
-    """Every record of the overlay (what a failed record must leave byte for byte)."""
-    h = hashlib.sha256()
-    for path in sorted(p for p in o.root.rglob("*") if p.is_file() and ".overlay" not in p.parts):
-        h.update(str(path.relative_to(o.root)).encode() + b"\0" + path.read_bytes())
-    return h.hexdigest()
 
 
 def workdir_of(output: str):

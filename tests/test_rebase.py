@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import subprocess
@@ -11,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gitfixtures import cli, lines, make_patch
+from gitfixtures import cli, lines, make_patch, records_hash
 from overlay.gitstore import Store
 from overlay.layers import compute_layers
 from overlay.manifest import load_manifest
@@ -25,13 +24,6 @@ def add_patch(o, name, edits, fix=1, subject="rocm: fix"):
     data, _ = make_patch(store, layers.patched, edits, fix=fix, subject=subject)
     o.add_patch(name, data)
     return data
-
-
-def overlay_hash(o) -> str:
-    h = hashlib.sha256()
-    for path in sorted(p for p in o.root.rglob("*") if p.is_file() and ".overlay" not in p.parts):
-        h.update(str(path.relative_to(o.root)).encode() + b"\0" + path.read_bytes())
-    return h.hexdigest()
 
 
 def manifest_text(o) -> str:
@@ -167,11 +159,11 @@ def test_patch_conflict_continue_refreshes_the_patch(ov, w):
 def test_abort_restores_byte_for_byte(ov, w):
     add_patch(ov, "0001-ops.patch", {"mlx/ops.cpp": lines("ops", change={2: "ops 2 ours"})})
     ov.add_resolution("mlx/backend/rocm/device.h", "stale\n")
-    before = overlay_hash(ov)
+    before = records_hash(ov)
     assert cli(ov, "rebase", "--onto", w.pin_clean).exit_code == 1
     aborted = cli(ov, "rebase", "--abort")
     assert aborted.exit_code == 0 and "as it was before the run" in aborted.output
-    assert overlay_hash(ov) == before
+    assert records_hash(ov) == before
     idle = cli(ov, "rebase", "--status")
     assert idle.exit_code == 0 and "no rebase or sync in progress" in idle.output
     again = cli(ov, "rebase", "--abort")
@@ -187,14 +179,14 @@ def _run_killed(o, *args, kill_at):
 @pytest.mark.parametrize("finish", ["--continue", "--abort"])
 def test_sigkill_mid_commit_then_continue_or_abort(ov, w, finish):
     add_patch(ov, "0001-device.patch", {"mlx/backend/rocm/device.cpp": lines("device", change={9: "d9"})})
-    before = overlay_hash(ov)
+    before = records_hash(ov)
     proc = _run_killed(ov, "rebase", "--onto", w.pin_clean, kill_at="commit")
     assert proc.returncode == -9
     assert f'pin = "{w.pin_clean}"' in manifest_text(ov)  # killed after the manifest was written
     result = cli(ov, "rebase", finish)
     assert result.exit_code == 0, result.output
     if finish == "--abort":
-        assert overlay_hash(ov) == before
+        assert records_hash(ov) == before
     else:
         assert f'pin = "{w.pin_clean}"' in manifest_text(ov)
         assert cli(ov, "tree").exit_code == 0

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from gitfixtures import cli, lines, make_patch, overlay_process as run, refusal_line as one_line_refusal
+from gitfixtures import cli, lines, make_patch, overlay_process as run, refusal_line as one_line_refusal, records_hash
 from overlay.fsutil import TEMP_RE, sweep_scratch_dirs
 from overlay.gitstore import Store
 from overlay.layers import compute_layers
@@ -47,14 +47,6 @@ def snapshot(o) -> str:
         if rel == LOCK_FILE:
             continue
         h.update(rel.encode() + b"\0" + (os.readlink(path).encode() if path.is_symlink() else path.read_bytes()))
-    return h.hexdigest()
-
-
-def records(o) -> str:
-    """The records only (what `--abort` restores): everything outside .overlay/."""
-    h = hashlib.sha256()
-    for path in sorted(p for p in o.root.rglob("*") if p.is_file() and ".overlay" not in p.parts):
-        h.update(str(path.relative_to(o.root)).encode() + b"\0" + path.read_bytes())
     return h.hexdigest()
 
 
@@ -87,7 +79,7 @@ def stopped_run(ov, w) -> None:
 # -- 1. the lock ------------------------------------------------------------------------------
 
 def test_every_command_on_the_state_is_refused_while_another_holds_the_lock(ov, w):
-    before_run = records(ov)
+    before_run = records_hash(ov)
     stopped_run(ov, w)
     before = snapshot(ov)
     commands = [("rebase", "--abort"), ("rebase", "--continue"), ("rebase", "--skip"), ("rebase", "--drop"),
@@ -111,7 +103,7 @@ def test_every_command_on_the_state_is_refused_while_another_holds_the_lock(ov, 
     assert inspect_state(str(ov.root)).problem is None
     done = run(ov, "rebase", "--abort")
     assert done.returncode == 0, done.stderr
-    assert records(ov) == before_run and not (ov.root / ".overlay" / "rebase").exists()
+    assert records_hash(ov) == before_run and not (ov.root / ".overlay" / "rebase").exists()
 
 
 def test_readers_share_the_lock_and_writers_wait_for_no_reader(ov, w):
@@ -142,7 +134,7 @@ def test_verify_during_a_stopped_run_says_which_command_continues_or_aborts_it(o
 @pytest.mark.parametrize("first, second", [("--continue", "--abort"), ("--continue", "--continue"),
                                            ("--abort", "--abort"), ("--onto", "--onto")])
 def test_two_commands_at_once_never_tear_the_state(ov, w, first, second):
-    before = records(ov)
+    before = records_hash(ov)
     for _round in range(2):
         if first != "--onto":
             stopped_run(ov, w)
@@ -162,7 +154,7 @@ def test_two_commands_at_once_never_tear_the_state(ov, w, first, second):
         elif f'pin = "{w.pin_conflict}"' in manifest_text(ov):  # completed
             assert (ov.root / "patches-rocm" / "resolved" / "mlx" / "core.cpp").read_text() == RESOLVED
         else:  # aborted: exactly as before
-            assert records(ov) == before
+            assert records_hash(ov) == before
         # Back to the start for the next round (the rr-cache would resolve the conflict by itself).
         shutil.rmtree(ov.root / "patches-rocm" / "resolved", ignore_errors=True)
         shutil.rmtree(ov.root / ".overlay" / "rr-cache", ignore_errors=True)
@@ -170,17 +162,17 @@ def test_two_commands_at_once_never_tear_the_state(ov, w, first, second):
         (ov.root / "LOCAL_FIXES.md").write_text(
             f"# Local changes relative to x/fork@{w.fork_commit[:8]}\n\n"
             f"## Retarget onto the MLX pin ({w.base[:8]})\n\n## Fixes to the fork's kernels\n\n")
-        assert records(ov) == before
+        assert records_hash(ov) == before
 
 
 def test_a_start_killed_before_its_state_is_in_place_leaves_no_run(ov, w):
-    before = records(ov)
+    before = records_hash(ov)
     proc = run(ov, "rebase", "--onto", w.pin_conflict, env={"OVERLAY_TEST_KILL_AT": "start"})
     assert proc.returncode == -9
     assert not (ov.root / ".overlay" / "rebase").exists()  # appears whole or not at all
     assert (ov.root / ".overlay" / "rebase.tmp-new" / "state.json").exists()
     assert "no rebase or sync in progress" in run(ov, "rebase", "--status").stdout
-    assert records(ov) == before
+    assert records_hash(ov) == before
     again = run(ov, "rebase", "--onto", w.pin_conflict)
     assert again.returncode == 1 and "fork delta conflicts" in again.stdout + again.stderr
     assert not (ov.root / ".overlay" / "rebase.tmp-new").exists()  # swept
@@ -220,7 +212,7 @@ def _hostile_state(state_dir: Path) -> None:
 ])
 def test_a_wedged_state_is_recognized_and_abort_recovers_it(ov, w, wedge, says):
     ov.add_resolution("mlx/backend/rocm/device.h", "kept\n")
-    before = records(ov)
+    before = records_hash(ov)
     stopped_run(ov, w)
     wedge(ov.root / ".overlay" / "rebase")
 
@@ -239,7 +231,7 @@ def test_a_wedged_state_is_recognized_and_abort_recovers_it(ov, w, wedge, says):
     assert aborted.returncode == 0, aborted.stderr
     assert "Traceback" not in aborted.stderr and "aborted the wedged rebase state" in aborted.stdout
     assert not (ov.root / ".overlay" / "rebase").exists()
-    assert records(ov) == before
+    assert records_hash(ov) == before
     assert not (ov.root.parent / "outside.txt").exists()
     assert "no rebase or sync in progress" in run(ov, "rebase", "--status").stdout
     assert run(ov, "rebase", "--onto", w.pin_conflict).returncode == 1  # a new run starts
