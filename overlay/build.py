@@ -1310,10 +1310,7 @@ def _syntax_only_shell(command: str) -> str:
             segments[-1].append(word)
     compile_at = next((i for i, seg in enumerate(segments) if "-c" in seg), len(segments) - 1)
     kept = [seg for seg in segments[:compile_at] if seg and seg[0] == "cd"]
-    compile_words = segments[compile_at]
-    if len(compile_words) > 1 and compile_words[0].endswith(f"/{LAUNCH_DIR}/custom"):
-        compile_words = compile_words[1:]  # overlay's cache launcher: nothing to cache in a check
-    kept.append(syntax_only_argv(compile_words))
+    kept.append(syntax_only_argv(segments[compile_at]))
     return " && ".join(shlex.join(seg) for seg in kept)
 
 
@@ -1350,6 +1347,10 @@ def _check(result: BuildResult, toolchain: Toolchain, binds: list[str], jobs: in
         except ValueError:
             result.skipped_units.append((label, "its compile_commands.json command cannot be split (quotes)"))
             continue
+        if result.cache != "none":
+            # as the HIP commands, through the cache launcher: ccache keeps a clean
+            # -fsyntax-only result, so an unchanged unit is not checked twice
+            words = [launcher_path(os.path.dirname(obj)), *words]
         argv = ["sh", "-c", f"cd {shlex.quote(e['directory'])} && {shlex.join(syntax_only_argv(words))}"]
         units.append(_Unit(label, "hip" if full.endswith((".hip", ".cu")) else "cpp", "-fsyntax-only",
                            toolchain.wrap(argv, binds, e["directory"])))
@@ -1579,7 +1580,7 @@ def _build_locked(store: Store, layers: Layers, backend_dir: str, backend: str, 
                                     extra, progress)
         else:
             output = _ninja(result, toolchain, binds, jobs, target, log, progress)
-        if cache == "sccache" and not check:
+        if cache == "sccache" and not result.no_work:
             _stop_sccache(toolchain, backend_dir, binds, log)
         diags, other = parse_diagnostics(output, src, obj)
         result.failed_targets = [line[len("FAILED: "):].strip() for line in output.splitlines()

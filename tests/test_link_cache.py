@@ -264,3 +264,24 @@ def test_ci_check_names_the_upstream_commit_behind_the_drift(tmp_path):
     stage = next(s for s in json.loads(report.read_text())["stages"] if s["name"] == "check")
     assert stage["data"]["drift_from"] == base
     assert stage["data"]["drift"][0].endswith(f"-> upstream {bump[:12]} Give up_helper a second operand (#4300)")
+
+
+@needs_cmake
+@needs_ccache
+def test_a_second_check_of_unchanged_units_comes_from_the_cache(tmp_path, monkeypatch):
+    up = WorkRepo.init(tmp_path / "upstream")
+    base = up.commit(_files(DATA / "upstream"), "mini mlx")
+    fork = WorkRepo.clone(up, tmp_path / "fork", "rocm-support")
+    fork_commit = fork.commit({**_files(DATA / "fork"),
+                               "mlx/backend/rocm/kernels.hip": "int kernel_value() { return 7; }\n"}, "rocm")
+    ov = Overlay(tmp_path / "overlay", World(up, fork, base, fork_commit, base, base))
+    monkeypatch.setenv("CCACHE_DIR", str(tmp_path / "ccache"))
+    env = dict(os.environ)
+    res = cli(ov, "build", "--backend", "cpu", "--check", "--jobs", "2")  # the default: ccache, present
+    assert res.exit_code == 0 and "4 translation unit(s) (3 C++, 1 HIP)" in res.output, res.output
+    subprocess.run(["ccache", "-z"], env=env, check=True, capture_output=True)
+    res = cli(ov, "build", "--backend", "cpu", "--check", "--jobs", "2")
+    assert res.exit_code == 0, res.output
+    stats = _ccache_stats(env)
+    assert stats.get("direct_cache_hit", 0) + stats.get("preprocessed_cache_hit", 0) == 4, stats
+    assert not list((ov.root / "build" / "cpu" / "obj").rglob("*.o"))  # still nothing written
