@@ -18,8 +18,9 @@
 #       mount namespace (unshare -m) and vanish when CMD exits, even on failure.
 #       The working directory is --cwd, else $PWD when it lies inside a bound
 #       directory, else /. The environment is clean (HOME=/root, a standard
-#       PATH, LANG=C.UTF-8) plus CCACHE_* and SCCACHE_* from the caller and each
-#       --env.
+#       PATH, LANG=C.UTF-8) plus CCACHE_*, SCCACHE_* and the AWS_ACCESS_KEY_ID,
+#       AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN credentials (sccache's S3 storage)
+#       from the caller, and each --env.
 #       The exit status is CMD's.
 #   tools/rocm-toolchain.sh env [--root DIR]
 #       Print the path of <root>/toolchain.env (exit 9 when not provisioned).
@@ -222,7 +223,7 @@ cmd_exec() {
     done
   fi
   local v
-  while IFS= read -r v; do envs+=("$v"); done < <(env | grep -E '^S?CCACHE_[A-Z0-9_]+=' || true)
+  while IFS= read -r v; do envs+=("$v"); done < <(env | grep -E '^(S?CCACHE_[A-Z0-9_]+|AWS_ACCESS_KEY_ID|AWS_SECRET_ACCESS_KEY|AWS_SESSION_TOKEN)=' || true)
   exec unshare --mount --propagation private -- "$SELF" __inner "$ch" "$cwd" \
     $((${#pairs[@]} / 2)) "${pairs[@]}" "${#envs[@]}" "${envs[@]}" -- "$@"
 }
