@@ -895,14 +895,20 @@ def link_check(obj: str, toolchain: Toolchain, binds: list[str], log: "_Log") ->
         return LinkCheck(rel, skipped=f"nm failed (exit {proc.returncode}): {err[-1] if err else ''}")
     defined: set[str] = set()
     refs: dict[str, list[str]] = {}
-    members: set[str] = set()
+    members = 0
+    previous = None
     for line in proc.stdout.decode("utf-8", "replace").splitlines():
         m = _NM_LINE_RE.match(line)
         if not m:
             continue
         where = f"{os.path.relpath(m.group('file'), obj)}({m.group('member')})" if m.group("member") \
             else os.path.relpath(m.group("file"), obj)
-        members.add(where)
+        if where != previous:
+            # nm lists each object's symbols together; an archive may hold two objects of
+            # one name (mlx/backend/common/compiled.cpp.o and mlx/backend/rocm/...), so count
+            # the runs, not the names
+            members += 1
+            previous = where
         name, kind = m.group("name"), m.group("type")
         if kind == _NM_UNDEFINED:
             refs.setdefault(name, []).append(where)
@@ -918,7 +924,7 @@ def link_check(obj: str, toolchain: Toolchain, binds: list[str], log: "_Log") ->
     undefined.sort(key=lambda u: u.symbol)
     for u in undefined:
         log.write(f"link check: undefined symbol: {u.symbol}\n  referenced from {', '.join(u.referenced_from)}\n")
-    result = LinkCheck(rel, len(members), undefined, time.perf_counter() - t0)
+    result = LinkCheck(rel, members, undefined, time.perf_counter() - t0)
     log.write(result.report()[-1] + "\n")
     return result
 
