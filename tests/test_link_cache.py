@@ -285,3 +285,18 @@ def test_a_second_check_of_unchanged_units_comes_from_the_cache(tmp_path, monkey
     stats = _ccache_stats(env)
     assert stats.get("direct_cache_hit", 0) + stats.get("preprocessed_cache_hit", 0) == 4, stats
     assert not list((ov.root / "build" / "cpu" / "obj").rglob("*.o"))  # still nothing written
+
+
+@needs_cmake
+def test_ci_build_stage_fails_on_an_undefined_symbol_and_says_so(tmp_path, hook_world):
+    world, hook = hook_world
+    ov = _overlay(tmp_path / "overlay", world, pin=hook)
+    md = tmp_path / "ci.md"
+    res = cli(ov, "ci", "--only", "build", "--require", "build", "--backend", "cpu", "--drift-from", world.base,
+              "--markdown", str(md))
+    assert res.exit_code == 1, res.output
+    build = next(x for x in res.output.splitlines() if x.startswith("build "))
+    assert "0 error(s), 1 undefined symbol(s); first: link: undefined symbol: mlx::core::gpu_hook(int)" in build
+    assert f"[upstream {hook[:12]} {HOOK_SUBJECT}]" in build
+    text = md.read_text()
+    assert "\nlink check: 1 undefined mlx::core symbol(s) over 3 object(s) of libmlx.a" in text
