@@ -579,7 +579,10 @@ def attribute_log(store: Store, old_pin: str, new_pin: str, text: str,
                 return found
         return None
 
-    items = attribute(store, old_pin, new_pin, diags, read_source=read_source)
+    # the backend's primitives file, where a missing eval_gpu belongs (:func:`_owner`)
+    fork_paths = [rel for rel in ("mlx/backend/rocm/primitives.cpp", "mlx/backend/rocm/primitives.hip")
+                  if any(os.path.isfile(os.path.join(p, rel)) for p in prefixes)]
+    items = attribute(store, old_pin, new_pin, diags, fork_paths=fork_paths, read_source=read_source)
     for prefix in prefixes:
         owners_from_tree(prefix, items)
     return items
