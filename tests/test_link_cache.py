@@ -300,3 +300,18 @@ def test_ci_build_stage_fails_on_an_undefined_symbol_and_says_so(tmp_path, hook_
     assert f"[upstream {hook[:12]} {HOOK_SUBJECT}]" in build
     text = md.read_text()
     assert "\nlink check: 1 undefined mlx::core symbol(s) over 3 object(s) of libmlx.a" in text
+
+
+def test_the_github_actions_example_checks_every_pr_and_links_on_bumps():
+    yaml = pytest.importorskip("yaml", reason="needs PyYAML to read the workflow example")
+    path = Path(__file__).parent.parent / "docs" / "examples" / "github-actions.yml"
+    jobs = yaml.safe_load(path.read_text())["jobs"]
+    check = "\n".join(s.get("run", "") for s in jobs["check"]["steps"])
+    assert "tools/rocm-toolchain.sh provision" in check
+    assert "overlay ci --only verify,check --require verify,check --arch gfx1030" in check
+    assert jobs["check"]["container"]["options"] == "--privileged"
+    cached = [s["with"]["path"] for s in jobs["check"]["steps"] if s.get("uses", "").startswith("actions/cache")]
+    assert "${{ env.OVERLAY_TOOLCHAIN_DIR }}" in cached and ".ccache" in cached
+    assert "needs.check.outputs.bumped == 'true'" in jobs["link"]["if"]
+    link = "\n".join(s.get("run", "") for s in jobs["link"]["steps"])
+    assert "--require verify,build" in link and "--drift-from" in link
