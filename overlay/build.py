@@ -152,9 +152,15 @@ class Toolchain:
 
     def has_ccache(self) -> bool:
         """Whether ``ccache`` runs where the compilers run."""
+        return self.has_tool("ccache")
+
+    def has_tool(self, name: str) -> bool:
+        """Whether the program ``name`` is on the ``PATH`` where the compilers run (in the
+        chroot: ``/usr/bin`` or ``/usr/local/bin`` of its root; else the host's ``PATH``)."""
         if self.kind == "chroot":
-            return os.path.exists(os.path.join(self.root or "", "chroot", "usr", "bin", "ccache"))
-        return shutil.which("ccache") is not None
+            return any(os.path.exists(os.path.join(self.root or "", "chroot", d, name))
+                       for d in ("usr/bin", "usr/local/bin"))
+        return shutil.which(name) is not None
 
 
 def _system_hipcc() -> str | None:
@@ -288,6 +294,124 @@ def resolve_arch(arch: str | None, manifest_archs: Sequence[str], toolchain: Too
                if archs else "the manifest names no architecture")
         return toolchain.default_arch, f"building for {toolchain.default_arch}: {why}"
     raise ToolchainError("no GPU architecture: pass --arch (e.g. gfx1100) or set backend.architectures")
+
+
+# -------------------------------------------------------------- compiler cache
+
+#: ``--cache`` values: the compiler cache put in front of every compile.
+CACHES = ("ccache", "sccache", "none")
+#: Under ``build/<backend>/``: the launcher of the compile custom commands and the CMake
+#: file that installs it (:func:`write_launcher`).
+LAUNCH_DIR = "launch"
+#: The environment variable naming each cache's directory; a chroot build binds it.
+CACHE_DIR_ENV = {"ccache": "CCACHE_DIR", "sccache": "SCCACHE_DIR"}
+
+
+def resolve_cache(toolchain: Toolchain, cache: str | None) -> str:
+    """The compiler cache a build uses.
+
+    Args:
+        toolchain: where the compilers run; cache: ``ccache``, ``sccache``, ``none``
+            or ``None`` (ccache when it is installed there, else none).
+    Returns:
+        One of :data:`CACHES`.
+    Raises:
+        ToolchainError: an unknown name, or a cache that is not installed where the
+            compilers run (exit 2).
+    """
+    if cache is None:
+        return "ccache" if toolchain.has_tool("ccache") else "none"
+    if cache not in CACHES:
+        raise ToolchainError(f"unknown compiler cache {cache!r} (ccache, sccache or none)")
+    if cache != "none" and not toolchain.has_tool(cache):
+        where = "the chroot" if toolchain.kind == "chroot" else "PATH"
+        hint = ("provision the toolchain again (tools/rocm-toolchain.sh installs ccache and sccache)"
+                if toolchain.kind == "chroot" else f"apt-get install {cache}, or --cache none")
+        raise ToolchainError(f"--cache {cache}: {cache} is not on the {where} where the compilers run "
+                             f"({toolchain.description})", hint=hint)
+    return cache
+
+
+def launcher_path(backend_dir: str) -> str:
+    """The launcher script of :func:`write_launcher` for ``build/<backend>``."""
+    return os.path.join(backend_dir, LAUNCH_DIR, "custom")
+
+
+def sccache_socket(backend_dir: str) -> str:
+    """The sccache server's socket for one build directory (``SCCACHE_SERVER_UDS``).
+
+    One server per build directory, started by the build's first compile and stopped
+    when the build ends: a server left running inside the chroot's private mount
+    namespace would serve a later build the directories bound for an earlier one.
+    Under ``launch/`` unless that path is too long for a socket, then under ``/tmp``.
+    """
+    path = os.path.join(backend_dir, LAUNCH_DIR, "sccache.sock")
+    if len(path.encode()) < 100:
+        return path
+    import hashlib
+    return os.path.join("/tmp", f"overlay-sccache-{hashlib.sha1(backend_dir.encode()).hexdigest()[:12]}.sock")
+
+
+def _launcher_script(cache: str, socket: str) -> str:
+    """The launcher: ``cache`` in front of a compiler, anything else as is."""
+    run = '"$@"' if cache == "none" else f'{cache} "$@"'
+    server = ""
+    if cache == "sccache":
+        server = (f'# one sccache server per build directory (overlay stops it when the build ends),\n'
+                  f'# unless the caller chose a server\n'
+                  f'if [ -z "${{SCCACHE_SERVER_UDS:-}}" ] && [ -z "${{SCCACHE_SERVER_PORT:-}}" ]; then\n'
+                  f'  SCCACHE_SERVER_UDS={shlex.quote(socket)}\n  export SCCACHE_SERVER_UDS\nfi\n')
+    return f"""#!/bin/sh
+# Written by overlay build (--cache {cache}). CMake runs it in front of every C/C++
+# compile (CMAKE_<LANG>_COMPILER_LAUNCHER) and every custom command (RULE_LAUNCH_CUSTOM):
+# the compiler launchers do not reach custom commands, and the ROCm fork compiles its
+# .hip files through them. It puts the cache in front of a compiler; other custom
+# commands (ar, cmake -E) run unchanged.
+# The chroot toolchain's hipcc wrapper puts ccache in front by itself; the choice is
+# made here instead.
+OVERLAY_NO_CCACHE=1
+export OVERLAY_NO_CCACHE
+{server}case "${{1##*/}}" in
+  hipcc|nvcc|clang|clang++|clang-[0-9]*|clang++-[0-9]*|c++|cc|gcc|g++|gcc-[0-9]*|g++-[0-9]*|*-gcc|*-g++|*-c++)
+    exec {run} ;;
+esac
+exec "$@"
+"""
+
+
+def write_launcher(backend_dir: str, cache: str) -> str:
+    """Write ``build/<backend>/launch/{custom,rules.cmake}`` for ``cache``; return the
+    CMake file to pass as ``-DCMAKE_PROJECT_INCLUDE`` (it sets the global
+    ``RULE_LAUNCH_CUSTOM`` property to the launcher). Unchanged files are not rewritten,
+    so ninja sees nothing new."""
+    base = os.path.join(backend_dir, LAUNCH_DIR)
+    os.makedirs(base, exist_ok=True)
+    script = launcher_path(backend_dir)
+    rules = os.path.join(base, "rules.cmake")
+    texts = {script: _launcher_script(cache, sccache_socket(backend_dir)),
+             rules: ("# Written by overlay build: the compiler cache launcher of the compile custom commands.\n"
+                     f'set_property(GLOBAL PROPERTY RULE_LAUNCH_CUSTOM "{script}")\n')}
+    for path, text in texts.items():
+        try:
+            with open(path, encoding="utf-8") as fh:
+                same = fh.read() == text
+        except OSError:
+            same = False
+        if not same:
+            atomic_write(path, text.encode(), durable=False)
+    os.chmod(script, 0o755)
+    return rules
+
+
+def _stop_sccache(toolchain: Toolchain, backend_dir: str, binds: list[str], log: "_Log") -> None:
+    """Log the build's sccache statistics and stop its server (:func:`sccache_socket`)."""
+    if os.environ.get("SCCACHE_SERVER_UDS") or os.environ.get("SCCACHE_SERVER_PORT"):
+        return  # the caller's own server: leave it running
+    sock = shlex.quote(sccache_socket(backend_dir))
+    argv = toolchain.wrap(["sh", "-c", f"SCCACHE_SERVER_UDS={sock} sccache --show-stats && "
+                                       f"SCCACHE_SERVER_UDS={sock} sccache --stop-server >/dev/null"],
+                          binds, backend_dir)
+    _run_logged(argv, log)
 
 
 # ---------------------------------------------------------------- diagnostics
@@ -521,6 +645,11 @@ class BuildResult:
             header), with why.
         suites: ``"built"``, ``"failed"``, or why the suite children were skipped.
         notes: lines to show before the report (architecture choice, ...).
+        cache: the compiler cache in front of the compiles (``ccache``, ``sccache``, ``none``).
+        link: the link check after a full build (:class:`LinkCheck`), or ``None``.
+        drift: the upstream commit behind each error and undefined symbol (one line
+            each, :func:`overlay.drift.short`) when a pin range was given and the run failed.
+        drift_from: the old pin of that range.
     """
 
     backend: str
@@ -543,12 +672,18 @@ class BuildResult:
     skipped_units: list[tuple[str, str]] = dataclasses.field(default_factory=list)
     suites: str | None = None
     notes: list[str] = dataclasses.field(default_factory=list)
+    cache: str = "none"
+    link: "LinkCheck | None" = None
+    drift: list[str] = dataclasses.field(default_factory=list)
+    drift_from: str | None = None
 
     @property
     def ok(self) -> bool:
-        """No error of any kind and a zero exit status."""
+        """No error of any kind (an undefined symbol of the link check included) and a zero
+        exit status."""
         return (self.returncode == 0 and not self.diagnostics and not self.other_errors
-                and not self.failed_targets and all(u.ok for u in self.units))
+                and not self.failed_targets and all(u.ok for u in self.units)
+                and (self.link is None or not self.link.undefined))
 
     def first_error(self) -> str:
         """The first error as one line (a located diagnostic with its attribution, else a
@@ -557,6 +692,8 @@ class BuildResult:
             return self.diagnostics[0].format()
         if self.other_errors:
             return self.other_errors[0]
+        if self.link is not None and self.link.undefined:
+            return self.link.undefined[0].format()
         failed = [u.path for u in self.units if not u.ok]
         if failed:
             return f"{failed[0]} failed to compile (see {self.log})"
@@ -591,6 +728,12 @@ class BuildResult:
             out.append(diag.format())
         for line in self.other_errors:
             out.append(f"{line} [no location]")
+        if self.link is not None:
+            out.extend(self.link.report())
+        if self.drift:
+            out.append(f"drift since the pin {self.drift_from[:12] if self.drift_from else '?'} "
+                       "(the upstream commit behind each error; `overlay drift --log` gives the detail):")
+            out.extend(f"  {line}" for line in self.drift)
         counts = {"patch": 0, "fork": 0, "upstream": 0}
         elsewhere = 0
         for diag in self.diagnostics:
@@ -611,6 +754,8 @@ class BuildResult:
                 summary += f", {len(self.other_errors)} without location"
             if self.failed_targets:
                 summary += f"; {len(self.failed_targets)} target(s) failed"
+            if self.link is not None and self.link.undefined:
+                summary += f"; {len(self.link.undefined)} undefined mlx::core symbol(s)"
             out.append(summary + f"; log: {self.log}")
         else:
             done = "nothing to do" if self.no_work else f"{self.build_seconds:.1f} s"
@@ -620,6 +765,181 @@ class BuildResult:
         if self.suites:
             out.append(f"suite children: {self.suites}")
         return out
+
+
+# ------------------------------------------------------------------ link check
+
+@dataclasses.dataclass
+class UndefinedSymbol:
+    """An ``mlx::core`` symbol that objects of the library reference and none defines.
+
+    Attributes:
+        symbol: the demangled name (``mlx::core::Event::error() const``).
+        referenced_from: ``archive(member)`` of each object that references it.
+        cause: ``upstream <sha12> <subject>`` when a pin range was given and
+            :func:`overlay.drift.attribute` found the commit, else ``None``.
+        fork_file: the backend file that should define it (drift's owner), or ``None``.
+    """
+
+    symbol: str
+    referenced_from: list[str]
+    cause: str | None = None
+    fork_file: str | None = None
+
+    def format(self) -> str:
+        """``link: undefined symbol: S (referenced from ...) [cause; fork file]``."""
+        refs = ", ".join(self.referenced_from[:4])
+        if len(self.referenced_from) > 4:
+            refs += f" and {len(self.referenced_from) - 4} more"
+        tags = [self.cause or "no upstream commit attributed"]
+        if self.fork_file:
+            tags.append(f"fork file to follow: {self.fork_file}")
+        return f"link: undefined symbol: {self.symbol} (referenced from {refs}) [{'; '.join(tags)}]"
+
+
+@dataclasses.dataclass
+class LinkCheck:
+    """The link check after a full build: every object of the library's archives, as a
+    whole-archive link sees them.
+
+    Attributes:
+        archives: the static libraries read (paths relative to the build directory).
+        members: how many objects they hold.
+        undefined: :class:`UndefinedSymbol` s, sorted by name.
+        seconds: wall time of ``nm`` and ``c++filt``.
+        skipped: why the check did not run (no archive, no ``nm``), else ``None``.
+    """
+
+    archives: list[str] = dataclasses.field(default_factory=list)
+    members: int = 0
+    undefined: list[UndefinedSymbol] = dataclasses.field(default_factory=list)
+    seconds: float = 0.0
+    skipped: str | None = None
+
+    def report(self) -> list[str]:
+        """One line per undefined symbol, then the summary line."""
+        if self.skipped:
+            return [f"link check: not run: {self.skipped}"]
+        out = [u.format() for u in self.undefined]
+        what = ", ".join(self.archives)
+        out.append(f"link check: {len(self.undefined)} undefined mlx::core symbol(s) over {self.members} "
+                   f"object(s) of {what} (every object, as a whole-archive link sees them), {self.seconds:.1f} s")
+        return out
+
+
+_NM_LINE_RE = re.compile(r"^(?P<file>.+?)(?:\[(?P<member>[^\]]+)\])?: (?P<name>\S+) (?P<type>\S)(?:\s|$)")
+#: nm types of a symbol defined for other objects: global (upper case) except U, plus
+#: GNU unique (u) and indirect functions (i). Lower-case w and v are weak *undefined*.
+_NM_UNDEFINED = "U"
+
+
+def _nm_defines(kind: str) -> bool:
+    return kind not in ("U", "w", "v", "?") and (kind.isupper() or kind in ("u", "i"))
+
+
+def _archives(obj: str) -> list[str]:
+    """The static libraries the build made under ``obj`` (not under ``CMakeFiles`` or
+    FetchContent's ``_deps``), sorted."""
+    found = []
+    for dirpath, dirs, names in os.walk(obj):
+        dirs[:] = sorted(d for d in dirs if d not in ("CMakeFiles", "_deps"))
+        found += [os.path.join(dirpath, n) for n in sorted(names) if n.endswith(".a")]
+    return found
+
+
+def is_mlx_core_symbol(demangled: str) -> bool:
+    """Whether a demangled symbol belongs to ``mlx::core`` (its own name, not a template
+    argument): ``mlx::core::Event::error() const``, ``vtable for mlx::core::Foo``, and a
+    template function's ``void mlx::core::f<float>(...)`` are; ``std::vector<mlx::core::array>
+    ::~vector()`` is not."""
+    head = _strip_angle(demangled).split("(", 1)[0].split()
+    return bool(head) and head[-1].startswith("mlx::core::")
+
+
+def _strip_angle(text: str) -> str:
+    while True:
+        stripped = re.sub(r"<[^<>]*>", "", text)
+        if stripped == text:
+            return text
+        text = stripped
+
+
+def link_check(obj: str, toolchain: Toolchain, binds: list[str], log: "_Log") -> LinkCheck:
+    """Undefined ``mlx::core`` symbols over every object of the build's static libraries.
+
+    ``nm -A -P -g`` lists each object's global symbols; a name some object references
+    (``U``) and no object of the archives defines is undefined: a link that pulls that
+    object fails on it (a new primitive without ``eval_gpu``, a new ``Event::error()``),
+    whether or not a given program happens to pull it. The names are demangled with
+    ``c++filt``; each undefined one is written to the log as ``link check: undefined
+    symbol: NAME`` (the form ``overlay drift --log`` reads).
+
+    Args:
+        obj: the build directory; toolchain, binds: where ``nm`` runs; log: the build log.
+    Returns:
+        :class:`LinkCheck` (``skipped`` set when there is no archive or no ``nm``).
+    """
+    t0 = time.perf_counter()
+    archives = _archives(obj)
+    rel = [os.path.relpath(a, obj) for a in archives]
+    if not archives:
+        return LinkCheck(skipped=f"no static library under {obj}")
+    argv = toolchain.wrap(["nm", "-A", "-P", "-g", *archives], binds, obj)
+    log.write("$ " + " ".join(shlex.quote(a) for a in argv) + "\n")
+    try:
+        proc = subprocess.run(argv, capture_output=True, stdin=subprocess.DEVNULL)
+    except OSError as exc:
+        return LinkCheck(rel, skipped=f"cannot run nm: {exc.strerror}")
+    if proc.returncode != 0 and not proc.stdout:
+        err = proc.stderr.decode("utf-8", "replace").strip().splitlines()
+        return LinkCheck(rel, skipped=f"nm failed (exit {proc.returncode}): {err[-1] if err else ''}")
+    defined: set[str] = set()
+    refs: dict[str, list[str]] = {}
+    members = 0
+    previous = None
+    for line in proc.stdout.decode("utf-8", "replace").splitlines():
+        m = _NM_LINE_RE.match(line)
+        if not m:
+            continue
+        where = f"{os.path.relpath(m.group('file'), obj)}({m.group('member')})" if m.group("member") \
+            else os.path.relpath(m.group("file"), obj)
+        if where != previous:
+            # nm lists each object's symbols together; an archive may hold two objects of
+            # one name (mlx/backend/common/compiled.cpp.o and mlx/backend/rocm/...), so count
+            # the runs, not the names
+            members += 1
+            previous = where
+        name, kind = m.group("name"), m.group("type")
+        if kind == _NM_UNDEFINED:
+            refs.setdefault(name, []).append(where)
+        elif _nm_defines(kind):
+            defined.add(name)
+    missing = sorted(n for n in refs if n not in defined)
+    demangled = _demangle(missing, toolchain, binds, obj)
+    undefined = []
+    for name in missing:
+        pretty = demangled.get(name, name)
+        if is_mlx_core_symbol(pretty):
+            undefined.append(UndefinedSymbol(pretty, sorted(set(refs[name]))))
+    undefined.sort(key=lambda u: u.symbol)
+    for u in undefined:
+        log.write(f"link check: undefined symbol: {u.symbol}\n  referenced from {', '.join(u.referenced_from)}\n")
+    result = LinkCheck(rel, members, undefined, time.perf_counter() - t0)
+    log.write(result.report()[-1] + "\n")
+    return result
+
+
+def _demangle(names: Sequence[str], toolchain: Toolchain, binds: list[str], cwd: str) -> dict[str, str]:
+    """``{mangled: demangled}`` through one ``c++filt`` run (names it cannot read stay)."""
+    if not names:
+        return {}
+    try:
+        proc = subprocess.run(toolchain.wrap(["c++filt"], binds, cwd), input="\n".join(names).encode() + b"\n",
+                              capture_output=True)
+    except OSError:
+        return {}
+    out = proc.stdout.decode("utf-8", "replace").splitlines()
+    return dict(zip(names, out)) if proc.returncode == 0 and len(out) == len(names) else {}
 
 
 # ------------------------------------------------------------------- the build
@@ -678,14 +998,16 @@ def _json_dir(toolchain: Toolchain, backend_dir: str) -> str:
 
 
 def cmake_options(backend: str, toolchain: Toolchain, *, arch: str | None, cmake_option: str,
-                  json_dir: str) -> list[str]:
+                  json_dir: str, cache: str | None = None, launch_rules: str | None = None) -> list[str]:
     """The CMake ``-D`` options (after ``-S``/``-B``/``-G Ninja``) for ``backend``.
 
     Args:
         backend: rocm, cpu or cuda; toolchain: from :func:`find_toolchain`;
         arch: ``;``-separated HIP/CUDA architectures or ``None``;
         cmake_option: the manifest's backend switch (``MLX_BUILD_ROCM``);
-        json_dir: offline nlohmann-json FetchContent dir ("" to leave it to CMake).
+        json_dir: offline nlohmann-json FetchContent dir ("" to leave it to CMake);
+        cache: the compiler cache (:func:`resolve_cache`; ``None``: ccache when present);
+        launch_rules: the file of :func:`write_launcher` (the cache for custom commands).
     Returns:
         The option list (deterministic; recorded to decide on reconfiguring).
     """
@@ -705,8 +1027,16 @@ def cmake_options(backend: str, toolchain: Toolchain, *, arch: str | None, cmake
     opts += toolchain.cmake_args
     if json_dir and not any(o.startswith("-DFETCHCONTENT_SOURCE_DIR_JSON=") for o in opts):
         opts.append(f"-DFETCHCONTENT_SOURCE_DIR_JSON={json_dir}")
-    if toolchain.has_ccache():
-        opts += ["-DCMAKE_C_COMPILER_LAUNCHER=ccache", "-DCMAKE_CXX_COMPILER_LAUNCHER=ccache"]
+    cache = resolve_cache(toolchain, cache)
+    # MLX_USE_CCACHE would set the launchers to ccache itself, over any other choice
+    opts.append("-DMLX_USE_CCACHE=OFF")
+    if cache != "none":
+        # the launcher script where there is one (it also sets the sccache server up)
+        launcher = os.path.join(os.path.dirname(launch_rules), "custom") if launch_rules else cache
+        langs = ("C", "CXX", "CUDA") if backend == "cuda" else ("C", "CXX")
+        opts += [f"-DCMAKE_{lang}_COMPILER_LAUNCHER={launcher}" for lang in langs]
+    if launch_rules:
+        opts.append(f"-DCMAKE_PROJECT_INCLUDE={launch_rules}")
     return opts
 
 
@@ -775,6 +1105,7 @@ def _compile_units(result: BuildResult, changed: list[str], toolchain: Toolchain
     corrupt its ``.ninja_log``/``.ninja_deps``).
     """
     src, obj = result.src, result.obj
+    launcher = launcher_path(os.path.dirname(obj))
     entries = _load_compile_commands(obj)
     by_file = {_entry_file(e): e for e in entries}
     by_output = {os.path.normpath(os.path.join(e["directory"], _entry_output(e))): e for e in entries
@@ -786,7 +1117,8 @@ def _compile_units(result: BuildResult, changed: list[str], toolchain: Toolchain
     for path in changed:
         full = os.path.normpath(os.path.join(src, path))
         if full in by_file:
-            units.append(_Unit(path, "cpp", "compile_commands.json", _tu_argv(by_file[full], toolchain, binds)))
+            units.append(_Unit(path, "cpp", "compile_commands.json",
+                               _tu_argv(by_file[full], toolchain, binds, result.cache, launcher)))
         elif full in hip:
             hip_units.append((path, hip[full]))
         elif path.endswith(HEADER_SUFFIXES):
@@ -809,10 +1141,11 @@ def _compile_units(result: BuildResult, changed: list[str], toolchain: Toolchain
                 label = os.path.relpath(os.path.normpath(e["file"]), src).replace(os.sep, "/")
                 if label not in seen:
                     seen.add(label)
-                    units.append(_Unit(label, "cpp", "compile_commands.json", _tu_argv(e, toolchain, binds)))
+                    units.append(_Unit(label, "cpp", "compile_commands.json",
+                                       _tu_argv(e, toolchain, binds, result.cache, launcher)))
     for extra in extra_dirs:  # the suite children, when configured
         for e in _load_compile_commands(extra):
-            units.append(_Unit(e["file"], "cpp", "compile_commands.json", _tu_argv(e, toolchain, binds)))
+            units.append(_Unit(e["file"], "cpp", "compile_commands.json", _tu_argv(e, toolchain, binds, result.cache, launcher)))
     return _run_units(result, units, toolchain, binds, jobs, log, progress, ninja_targets=hip_units)
 
 
@@ -1020,6 +1353,10 @@ def _check(result: BuildResult, toolchain: Toolchain, binds: list[str], jobs: in
         except ValueError:
             result.skipped_units.append((label, "its compile_commands.json command cannot be split (quotes)"))
             continue
+        if result.cache != "none":
+            # as the HIP commands, through the cache launcher: ccache keeps a clean
+            # -fsyntax-only result, so an unchanged unit is not checked twice
+            words = [launcher_path(os.path.dirname(obj)), *words]
         argv = ["sh", "-c", f"cd {shlex.quote(e['directory'])} && {shlex.join(syntax_only_argv(words))}"]
         units.append(_Unit(label, "hip" if full.endswith((".hip", ".cu")) else "cpp", "-fsyntax-only",
                            toolchain.wrap(argv, binds, e["directory"])))
@@ -1094,12 +1431,14 @@ def _entry_output(entry: dict) -> str:
     return ""
 
 
-def _tu_argv(entry: dict, toolchain: Toolchain, binds: list[str]) -> list[str]:
+def _tu_argv(entry: dict, toolchain: Toolchain, binds: list[str], cache: str = "none",
+             launcher: str | None = None) -> list[str]:
     directory = entry["directory"]
     command = entry.get("command") or " ".join(shlex.quote(a) for a in entry.get("arguments", []))
     output = _entry_output(entry)
-    if toolchain.has_ccache() and not command.lstrip().startswith("ccache "):
-        command = "ccache " + command  # CMake leaves its compiler launcher out of compile_commands.json
+    if cache != "none":
+        # CMake leaves its compiler launcher out of compile_commands.json
+        command = f"{shlex.quote(launcher) if launcher else cache} " + command
     mkdir = f"mkdir -p {shlex.quote(os.path.dirname(os.path.join(directory, output)))} && " if output else ""
     return toolchain.wrap(["sh", "-c", f"cd {shlex.quote(directory)} && {mkdir}{command}"], binds, directory)
 
@@ -1125,7 +1464,8 @@ def build(store: Store, layers: Layers, root: str, backend: str, *, arch: str | 
           check: bool = False, target: str | None = None, build_root: str | None = None,
           cmake_option: str = "MLX_BUILD_ROCM", suites_dir: str | None = None, notes: Iterable[str] = (),
           progress: Callable[[int, int, str], None] | None = None,
-          on_wait: Callable[[str], None] | None = None) -> BuildResult:
+          on_wait: Callable[[str], None] | None = None, cache: str | None = None, link: bool = True,
+          drift_range: tuple[str, str] | None = None) -> BuildResult:
     """Export ``layers.patched``, configure (when needed) and build; attribute errors.
 
     The whole run holds the build directory's lock (:data:`BUILD_LOCK`): a second
@@ -1157,13 +1497,23 @@ def build(store: Store, layers: Layers, root: str, backend: str, *, arch: str | 
         progress: ``(done, total, text)`` callback (e.g. :class:`LiveProgress`).
         on_wait: called with the holder's pid when another build holds the build
             directory and this one waits for it.
+        cache: the compiler cache (``ccache``, ``sccache``, ``none``; ``None``: ccache
+            when present where the compilers run), for the C/C++ objects
+            (``CMAKE_<LANG>_COMPILER_LAUNCHER``) and the compile custom commands such as
+            the fork's HIP objects (``RULE_LAUNCH_CUSTOM``, :func:`write_launcher`).
+            In the chroot, the directory named by ``CCACHE_DIR``/``SCCACHE_DIR`` is bound.
+        link: after a successful full build (no ``target``), the link check
+            (:func:`link_check`): undefined ``mlx::core`` symbols fail the build.
+        drift_range: ``(old pin, new pin)`` commit SHAs: when the run fails, each error
+            and undefined symbol is attributed to the upstream commit of that range
+            behind it (:func:`overlay.drift.attribute_log`).
     Returns:
         :class:`BuildResult` (``ok`` false when anything failed to compile).
     Raises:
         BuildError: CMake configure failed (exit 1; the first CMake error's message,
             location and any ``Could NOT find`` line are named, see
             :func:`cmake_error_summary`).
-        ToolchainError: a tool could not be started (exit 2).
+        ToolchainError: a tool could not be started, or the cache is not installed (exit 2).
         OverlayError: two of ``only_changed``/``check``/``target`` combined, the
             export was refused (hand-edited files), or no compile_commands.json
             for a check (exit 2).
@@ -1173,31 +1523,47 @@ def build(store: Store, layers: Layers, root: str, backend: str, *, arch: str | 
     # realpath: a build root that is a symlink (a scratch overlay sharing a build) keeps the
     # paths CMake was configured with, so nothing is reconfigured or rebuilt for the path alone
     backend_dir = os.path.realpath(os.path.join(build_root or os.path.join(root, "build"), backend))
+    cache = resolve_cache(toolchain, cache)
     with dir_lock(backend_dir, BUILD_LOCK, on_wait=on_wait):
         return _build_locked(store, layers, backend_dir, backend, arch=arch, toolchain=toolchain, jobs=jobs,
                              only_changed=only_changed, check=check, target=target, cmake_option=cmake_option,
-                             suites_dir=suites_dir, notes=notes, progress=progress)
+                             suites_dir=suites_dir, notes=notes, progress=progress, cache=cache, link=link,
+                             drift_range=drift_range)
+
+
+def _cache_binds(toolchain: Toolchain, cache: str) -> list[str]:
+    """The cache directory to bind into the chroot (``$CCACHE_DIR`` / ``$SCCACHE_DIR`` of the
+    caller, which ``tools/rocm-toolchain.sh exec`` passes on), created when missing; none
+    on the host, where the compilers see it anyway."""
+    var = CACHE_DIR_ENV.get(cache)
+    path = os.environ.get(var or "", "")
+    if toolchain.kind != "chroot" or not path or not os.path.isabs(path):
+        return []
+    os.makedirs(path, exist_ok=True)
+    return [path]
 
 
 def _build_locked(store: Store, layers: Layers, backend_dir: str, backend: str, *, arch: str | None,
                   toolchain: Toolchain, jobs: int | None, only_changed: bool, check: bool, target: str | None,
                   cmake_option: str, suites_dir: str | None, notes: Iterable[str],
-                  progress: Callable[[int, int, str], None] | None) -> BuildResult:
+                  progress: Callable[[int, int, str], None] | None, cache: str, link: bool,
+                  drift_range: tuple[str, str] | None) -> BuildResult:
     src, obj = os.path.join(backend_dir, "src"), os.path.join(backend_dir, "obj")
     os.makedirs(obj, exist_ok=True)
     log_path = os.path.join(backend_dir, "build.log")
     exported = export_tree(store, layers.patched, src)
     mode = "check" if check else "only-changed" if only_changed else "build"
     result = BuildResult(backend, toolchain.description, arch, src, obj, log_path, exported, mode=mode,
-                         notes=list(notes))
-    binds = [backend_dir]
+                         notes=list(notes), cache=cache)
+    binds = [backend_dir, *_cache_binds(toolchain, cache)]
     log = _Log(log_path)
     try:
         log.write(f"# overlay build --backend {backend}{' --check' if check else ''}: tree {layers.patched}, "
-                  f"toolchain {toolchain.description}, arch {arch or '-'}\n# export: {len(exported.written)} "
-                  f"written, {len(exported.removed)} removed, {exported.unchanged} unchanged\n")
+                  f"toolchain {toolchain.description}, arch {arch or '-'}, cache {cache}\n# export: "
+                  f"{len(exported.written)} written, {len(exported.removed)} removed, {exported.unchanged} unchanged\n")
         opts = cmake_options(backend, toolchain, arch=arch, cmake_option=cmake_option,
-                             json_dir=_json_dir(toolchain, backend_dir))
+                             json_dir=_json_dir(toolchain, backend_dir), cache=cache,
+                             launch_rules=write_launcher(backend_dir, cache))
         configured = _configure(result, toolchain, opts, binds, log)
         built_path = os.path.join(obj, BUILT_RECORD)
         built = {"tree": layers.patched, "configure": configured}
@@ -1220,11 +1586,15 @@ def _build_locked(store: Store, layers: Layers, backend_dir: str, backend: str, 
                                     extra, progress)
         else:
             output = _ninja(result, toolchain, binds, jobs, target, log, progress)
+        if cache == "sccache" and not result.no_work:
+            _stop_sccache(toolchain, backend_dir, binds, log)
         diags, other = parse_diagnostics(output, src, obj)
         result.failed_targets = [line[len("FAILED: "):].strip() for line in output.splitlines()
                                  if line.startswith("FAILED: ")]
         result.other_errors = other
         result.diagnostics = diags
+        if link and result.ok and mode == "build" and not target:
+            result.link = link_check(obj, toolchain, binds, log)
         if result.ok and mode == "build" and not target:
             atomic_write(built_path, json.dumps(built, indent=1).encode(), durable=False)
         if (result.ok and mode == "build" and not target and backend in ("rocm", "cuda")
@@ -1239,7 +1609,32 @@ def _build_locked(store: Store, layers: Layers, backend_dir: str, backend: str, 
                     d.origin = origins.get((d.path, d.line))
     finally:
         log.close()
+    if drift_range and not result.ok:
+        _attribute_drift(result, store, drift_range)
     return result
+
+
+def _attribute_drift(result: BuildResult, store: Store, drift_range: tuple[str, str]) -> None:
+    """Fill ``result.drift`` and each undefined symbol's cause from the build log."""
+    from overlay.drift import attribute_log, short
+
+    try:
+        with open(result.log, encoding="utf-8", errors="replace") as fh:
+            text = fh.read()
+    except OSError:
+        return
+    items = attribute_log(store, drift_range[0], drift_range[1], text, [result.src])
+    result.drift_from = drift_range[0]
+    checked = {u.symbol for u in result.link.undefined} if result.link else set()
+    # an undefined symbol of the link check shows its cause on its own line
+    result.drift = [short(item) for item in items
+                    if item.diagnostic.kind != "undefined" or item.diagnostic.message not in checked]
+    causes = {i.diagnostic.message: i for i in items if i.diagnostic.kind == "undefined"}
+    for u in result.link.undefined if result.link else []:
+        item = causes.get(u.symbol)
+        if item is not None:
+            u.cause = f"upstream {item.commit[:12]} {item.subject}" if item.commit else None
+            u.fork_file = item.fork_file
 
 
 def _configure(result: BuildResult, toolchain: Toolchain, opts: list[str], binds: list[str], log: _Log) -> dict:
@@ -1349,5 +1744,7 @@ def _build_suites(result: BuildResult, toolchain: Toolchain, binds: list[str], j
 
 __all__ = ["BACKENDS", "BUILD_LOCK", "BUILT_RECORD", "BuildError", "BuildResult", "Diagnostic", "LiveProgress", "Toolchain",
            "ToolchainError", "UnitResult", "build", "changed_paths", "cmake_error_summary", "cmake_options",
+           "CACHES", "LinkCheck", "UndefinedSymbol", "is_mlx_core_symbol", "launcher_path", "link_check",
+           "resolve_cache", "sccache_socket", "write_launcher",
            "default_toolchain_root", "find_toolchain", "parse_diagnostics", "resolve_arch", "syntax_only_argv",
            "toolchain_script"]

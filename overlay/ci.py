@@ -142,7 +142,7 @@ def stage_verify(root: str, store: Store) -> Stage:
 
 
 def stage_build(root: str, store: Store, layers: Any, backend: str, arch: str | None, *,
-                check: bool = False) -> Stage:
+                check: bool = False, drift_range: tuple[str, str] | None = None) -> Stage:
     """Build the patched tree (``check``: every unit through the front end only, see
     ``overlay build --check``); skipped with the reason when no toolchain exists.
 
@@ -152,6 +152,9 @@ def stage_build(root: str, store: Store, layers: Any, backend: str, arch: str | 
         backend: ``rocm``, ``cpu`` or ``cuda``; arch: HIP architectures or ``None``
             (rocm: the manifest's, or the toolchain's default, as ``overlay build``).
         check: run the ``check`` stage instead of the ``build`` stage.
+        drift_range: ``(old pin, new pin)``: a failure's errors and undefined symbols are
+            attributed to the upstream commits of that range (``data["drift"]``; the
+            reason names the commit behind the first one).
     Returns:
         The :class:`Stage`; a configure or environment failure is a failed stage whose
         reason is the error's one line (for CMake: the first ``CMake Error`` body and
@@ -172,7 +175,8 @@ def stage_build(root: str, store: Store, layers: Any, backend: str, arch: str | 
         return Stage(name, "skipped", exc.message)
     log = os.path.relpath(os.path.join(os.path.realpath(os.path.join(root, "build", backend)), "build.log"), root)
     data = {"backend": backend, "toolchain": toolchain.description, "arch": arch, "errors": 0, "log": log,
-            "first_error": "", "units": 0, "not_checked": []}
+            "first_error": "", "units": 0, "not_checked": [], "undefined": 0, "drift": [], "drift_from": None,
+            "link": ""}
     case = f"{name} {backend}"
     try:
         manifest = load_manifest(root)
@@ -181,7 +185,7 @@ def stage_build(root: str, store: Store, layers: Any, backend: str, arch: str | 
             data["arch"] = arch
         res = _build.build(store, layers, root, backend, arch=arch, toolchain=toolchain, check=check,
                            cmake_option=manifest.cmake_option,
-                           suites_dir=os.path.join(root, "patches-rocm", "suites"))
+                           suites_dir=os.path.join(root, "patches-rocm", "suites"), drift_range=drift_range)
     except OverlayError as exc:
         data["first_error"] = exc.message
         return Stage(name, "failed", exc.message, time.perf_counter() - start,
@@ -189,9 +193,15 @@ def stage_build(root: str, store: Store, layers: Any, backend: str, arch: str | 
                        "text": exc.message + (f"\nhint: {exc.hint}" if exc.hint else "")}], data)
     errors = len(res.diagnostics) + len(res.other_errors)
     status = "passed" if res.ok else "failed"
+    undefined = len(res.link.undefined) if res.link else 0
     data.update(errors=errors, first_error=res.first_error(), units=len(res.units),
-                not_checked=[f"{path}: {why}" for path, why in res.skipped_units] if check else [])
-    reason = "" if res.ok else f"{errors} error(s); first: {res.first_error()}"
+                not_checked=[f"{path}: {why}" for path, why in res.skipped_units] if check else [],
+                undefined=undefined, drift=res.drift, drift_from=res.drift_from,
+                link=res.link.report()[-1] if res.link else "")
+    reason = "" if res.ok else f"{errors} error(s)" + (f", {undefined} undefined symbol(s)" if undefined else "") \
+        + f"; first: {res.first_error()}"
+    if res.drift and " -> " in res.drift[0]:
+        reason += f"; drift: {res.drift[0].rsplit(' -> ', 1)[1]}"
     if res.ok and check and res.skipped_units:
         reason = f"{len(res.skipped_units)} unit(s) not checked (see the report)"
     return Stage(name, status, reason, time.perf_counter() - start,
@@ -249,7 +259,7 @@ def stage_suites(root: str, results_dir: str, child_dir: str | None, backend: st
 
 def run_ci(root: str, store: Store, *, stages: Sequence[str] = STAGES, require: Sequence[str] = (),
            backend: str = "rocm", arch: str | None = None, results_dir: str | None = None,
-           child_dir: str | None = None) -> CiResult:
+           child_dir: str | None = None, drift_from: str | None = None) -> CiResult:
     """Run the requested stages; the others are reported skipped ("not requested").
 
     Args:
@@ -263,6 +273,10 @@ def run_ci(root: str, store: Store, *, stages: Sequence[str] = STAGES, require: 
         arch: HIP architectures for the build (default: the manifest's).
         results_dir: where suite runs are kept (default ``build/suite-results``).
         child_dir: where the suite children are (default ``build/<backend>/suites``).
+        drift_from: the pin before the bump (a ref): a failing check or build stage names
+            the upstream commit of ``drift_from..pin`` behind its errors. Default: the pin
+            the last rebase started from, when it moved to the manifest's pin (a fresh
+            clone has none: pass the base branch's pin).
     Returns:
         :class:`CiResult`. A stage that raises becomes a failed stage with the
         error's line; nothing a stage does escapes this function.
@@ -273,13 +287,14 @@ def run_ci(root: str, store: Store, *, stages: Sequence[str] = STAGES, require: 
     if unknown:
         raise OverlayError(f"unknown stage {unknown[0]!r} (stages: {', '.join(STAGES)})")
     state, layers = _overlay_state(root, store)
+    drift_range = _drift_range(root, store, state["pin"], drift_from)
     run = set(stages) | set(require)
     out: list[Stage] = []
     for name in STAGES:
         if name not in run:
             stage = Stage(name, "skipped", "not requested")
         else:
-            stage = _run_stage(name, root, store, layers, backend, arch, results_dir, child_dir, out)
+            stage = _run_stage(name, root, store, layers, backend, arch, results_dir, child_dir, out, drift_range)
         if name in require:
             stage.required = True
             if stage.status == "skipped":
@@ -291,21 +306,30 @@ def run_ci(root: str, store: Store, *, stages: Sequence[str] = STAGES, require: 
     return CiResult(state, out)
 
 
+def _drift_range(root: str, store: Store, pin: str, drift_from: str | None) -> tuple[str, str] | None:
+    """``(old pin, pin)`` from ``drift_from`` (resolved in the store), else from the last rebase."""
+    from overlay.drift import last_rebase_pin
+
+    old = store.resolve(drift_from, ["upstream"]) if drift_from else last_rebase_pin(root, pin)
+    return (old, pin) if old else None
+
+
 def _run_stage(name: str, root: str, store: Store, layers: Any, backend: str, arch: str | None,
-               results_dir: str | None, child_dir: str | None, before: Sequence[Stage]) -> Stage:
+               results_dir: str | None, child_dir: str | None, before: Sequence[Stage],
+               drift_range: tuple[str, str] | None = None) -> Stage:
     """One stage; any exception becomes its failure (one line)."""
     start = time.perf_counter()
     try:
         if name == "verify":
             return stage_verify(root, store)
         if name == "check":
-            return stage_build(root, store, layers, backend, arch, check=True)
+            return stage_build(root, store, layers, backend, arch, check=True, drift_range=drift_range)
         if name == "build":
             check = next((s for s in before if s.name == "check"), None)
             if check is not None and check.status == "failed" and not check.reason.startswith(REQUIRED_SKIPPED):
                 # the build would stop on the same compile errors, after far longer
                 return Stage("build", "skipped", "the check stage failed: fix those errors first")
-            return stage_build(root, store, layers, backend, arch)
+            return stage_build(root, store, layers, backend, arch, drift_range=drift_range)
         return stage_suites(root, results_dir or os.path.join(root, "build", "suite-results"),
                             child_dir or os.path.join(root, "build", backend, "suites"), backend)
     except OverlayError as exc:

@@ -772,7 +772,7 @@ def drift_cmd(ctx: Context, log_path: str, old_ref: str | None, strip: tuple[str
     import glob
     import json
 
-    from overlay.drift import attribute, owners_from_tree, parse_log, render_markdown, render_text, source_reader
+    from overlay.drift import attribute_log, render_markdown, render_text
     from overlay.manifest import load_manifest
 
     manifest = load_manifest(ctx.root)
@@ -789,19 +789,7 @@ def drift_cmd(ctx: Context, log_path: str, old_ref: str | None, strip: tuple[str
     store.ensure_commit(manifest.pin, ["upstream", "fork"])
     prefixes = list(strip) or [os.path.abspath(p) for p in glob.glob(os.path.join(ctx.root, "build", "*", "src"))]
     with open(log_path, encoding="utf-8", errors="replace") as fh:
-        diags = parse_log(fh.read(), strip_prefixes=prefixes)
-    readers = [source_reader(p) for p in prefixes]
-
-    def read_source(path: str, line: int) -> str | None:
-        for reader in readers:
-            text = reader(path, line)
-            if text is not None:
-                return text
-        return None
-
-    items = attribute(store, old, manifest.pin, diags, read_source=read_source)
-    for prefix in prefixes:
-        owners_from_tree(prefix, items)
+        items = attribute_log(store, old, manifest.pin, fh.read(), prefixes)
     if fmt == "json":
         click.echo(json.dumps([i.as_dict() for i in items], indent=2))
     elif fmt == "markdown":
@@ -857,10 +845,14 @@ def _stage_names(ctx: click.Context, param: click.Parameter, values: tuple[str, 
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None, help="Write the JSON summary here.")
 @click.option("--markdown", type=click.Path(dir_okay=False), default=None, help="Write the PR-body Markdown here.")
 @click.option("--child-dir", default=None, help="Where the suite children are (default build/<backend>/suites).")
+@click.option("--drift-from", "drift_from", metavar="REF", default=None,
+              help="The pin before the bump: a failing check or build names the upstream commit behind its "
+                   "errors (default: the pin the last rebase started from; in CI, the base branch's pin).")
 @click.pass_obj
 @handle_errors
 def ci_cmd(ctx: Context, only: tuple[str, ...], require: tuple[str, ...], backend: str, arch: str | None,
-           junit: str | None, json_path: str | None, markdown: str | None, child_dir: str | None) -> None:
+           junit: str | None, json_path: str | None, markdown: str | None, child_dir: str | None,
+           drift_from: str | None) -> None:
     """The CI gate: verify, check, build, suites as far as this machine allows."""
     import json
 
@@ -874,7 +866,7 @@ def ci_cmd(ctx: Context, only: tuple[str, ...], require: tuple[str, ...], backen
 
     try:
         result = run_ci(ctx.root, _store(ctx), stages=only or STAGES, require=require, backend=backend, arch=arch,
-                        child_dir=child_dir)
+                        child_dir=child_dir, drift_from=drift_from)
     except OverlayError as exc:
         write(render_error(exc.message))  # the reports exist whenever they were asked for
         raise
@@ -887,6 +879,18 @@ main.lazy_commands = {"suite": "overlay.suites.cli:suite"}
 main.lazy_commands["import"] = "overlay.importer_cli:import_group"
 
 
+def _drift_range(root: str, store, pin: str, drift_from: str | None) -> tuple[str, str] | None:
+    """``(old pin, manifest pin)`` for drift attribution: ``--drift-from`` resolved, else the
+    pin the last rebase started from when it moved to the manifest's pin, else ``None``."""
+    from overlay.drift import last_rebase_pin
+
+    if drift_from is None:
+        drift_from = last_rebase_pin(root, pin)
+        if drift_from is None:
+            return None
+    return store.resolve(drift_from, ["upstream"]), pin
+
+
 @main.command("build")
 @click.option("--backend", type=click.Choice(["rocm", "cpu", "cuda"]), required=True, help="Which backend to build.")
 @click.option("--arch", default=None, metavar="ARCHS", help="GPU architectures, comma-separated (default: the manifest's).")
@@ -897,19 +901,30 @@ main.lazy_commands["import"] = "overlay.importer_cli:import_group"
 @click.option("--check", is_flag=True,
               help="Every translation unit through the compiler front end only (-fsyntax-only); no objects.")
 @click.option("--target", default=None, metavar="T", help="A ninja target instead of the default.")
+@click.option("--cache", type=click.Choice(["ccache", "sccache", "none"]), default=None,
+              help="Compiler cache for the C++ objects and the HIP custom commands "
+                   "(default: ccache where the compilers run, else none).")
+@click.option("--link-check/--no-link-check", "link", default=True, show_default=True,
+              help="After a full build, report undefined mlx::core symbols over every object of the library.")
+@click.option("--drift-from", "drift_from", metavar="REF", default=None,
+              help="Attribute errors and undefined symbols to the upstream commits since this pin "
+                   "(default: the pin the last rebase started from, when it moved to the manifest's pin).")
 @click.pass_obj
 @handle_errors
 def build_cmd(ctx: Context, backend: str, arch: str | None, toolchain_spec: str | None, jobs: int | None,
-              only_changed: bool, check: bool, target: str | None) -> None:
+              only_changed: bool, check: bool, target: str | None, cache: str | None, link: bool,
+              drift_from: str | None) -> None:
     """Export the patched tree, configure CMake offline, build with ninja, attribute errors."""
     from overlay import build as _build
 
     if sum(bool(x) for x in (only_changed, check, target)) > 1:
         raise OverlayError("--only-changed, --check and --target cannot be combined")
     toolchain = _build.find_toolchain(backend, toolchain_spec, repo_root=ctx.root)
+    cache = _build.resolve_cache(toolchain, cache)
     manifest, store, layers = _layers(ctx, stepwise=True)
     archs, note = (_build.resolve_arch(arch, manifest.architectures, toolchain) if backend == "rocm"
                    else (arch, None))
+    drift_range = _drift_range(ctx.root, store, manifest.pin, drift_from)
 
     def waiting(pid: str) -> None:
         click.echo(f"build {backend}: waiting for another overlay build of build/{backend} (pid {pid})", err=True)
@@ -919,7 +934,8 @@ def build_cmd(ctx: Context, backend: str, arch: str | None, toolchain_spec: str 
                               only_changed=only_changed, check=check, target=target,
                               cmake_option=manifest.cmake_option,
                               suites_dir=os.path.join(ctx.root, "patches-rocm", "suites"),
-                              notes=[note] if note else [], progress=progress, on_wait=waiting)
+                              notes=[note] if note else [], progress=progress, on_wait=waiting, cache=cache,
+                              link=link, drift_range=drift_range)
     for line in result.report():
         click.echo(line)
     if not result.ok:

@@ -296,6 +296,101 @@ def declaring_headers(store: Store, commit: str, member: str, cls: str | None) -
     return sorted(found) if len(found) <= MAX_DECL_HEADERS else []
 
 
+def _block_end(text: str, start: int) -> int:
+    """The offset just past the brace block whose ``{`` is the first at or after ``start``
+    (the end of ``text`` when it does not close)."""
+    open_at = text.find("{", start)
+    if open_at < 0:
+        return len(text)
+    depth = 0
+    for i in range(open_at, len(text)):
+        if text[i] == "{":
+            depth += 1
+        elif text[i] == "}":
+            depth -= 1
+            if depth == 0:
+                return i + 1
+    return len(text)
+
+
+def declaration_spans(text: str, member: str, cls: str | None) -> list[tuple[int, int]]:
+    """The line spans of ``member``'s function declarations in a header's ``text``.
+
+    A declaration is found where ``member`` is followed by ``(`` (across line breaks),
+    inside the body of ``class``/``struct``/``union``/``namespace cls`` when ``cls`` is
+    given. It starts after the previous ``;``, ``{``, ``}`` or access specifier (so a
+    return type on the line above is part of it) and ends at the first ``;`` or ``{``
+    after its parameter list: a parameter added on a line of its own (as clang-format
+    writes long signatures) lies inside the span although it does not name the member.
+
+    Args:
+        text: the header; member: the name; cls: its class or namespace, or ``None``.
+    Returns:
+        1-based ``(first, last)`` line numbers, in order.
+    """
+    regions: list[tuple[int, int]] = []
+    if cls:
+        for m in re.finditer(rf"\b(?:class|struct|union|namespace)\s+(?:\w+::)*{re.escape(cls)}\b[^;{{]*\{{", text):
+            regions.append((m.end() - 1, _block_end(text, m.end() - 1)))
+    else:
+        regions.append((0, len(text)))
+    spans: list[tuple[int, int]] = []
+    for lo, hi in regions:
+        for m in re.finditer(rf"(?<![\w~]){re.escape(member)}\s*\(", text[lo:hi]):
+            at = lo + m.start()
+            depth, end = 0, None
+            for i in range(lo + m.end() - 1, hi):
+                ch = text[i]
+                if ch == "(":
+                    depth += 1
+                elif ch == ")":
+                    depth -= 1
+                elif depth == 0 and ch in ";{":
+                    end = i
+                    break
+            if end is None:
+                continue
+            begin = max(text.rfind(c, lo, at) for c in ";{}") + 1
+            spec = re.search(r"(?:public|private|protected)\s*:", text[begin:at])
+            if spec:
+                begin += spec.end()
+            while begin < at and text[begin].isspace():
+                begin += 1
+            span = (text.count("\n", 0, begin) + 1, text.count("\n", 0, end) + 1)
+            if span not in spans:
+                spans.append(span)
+    return spans
+
+
+def _span_commits(store: Store, old: str, new: str, path: str, span: tuple[int, int]) -> list[tuple[str, str]]:
+    """Commits of ``old..new`` that changed lines ``span`` of ``path`` (as in ``new``),
+    newest first (``git log -L``, which follows the lines back through the history)."""
+    out = store.git("log", "--format=%x01%H%x00%s", f"-L{span[0]},{span[1]}:{path}", f"{old}..{new}",
+                    check=False).stdout.decode("utf-8", "replace")
+    return [tuple(line[1:].split("\0", 1)) for line in out.splitlines()  # type: ignore[misc]
+            if line.startswith("\x01") and "\0" in line]
+
+
+def _declaration_commits(store: Store, old: str, new: str, member: str, cls: str | None,
+                         declared: Sequence[str]) -> list[tuple[str, str]]:
+    """Commits of the range that changed ``member``'s declaration in the ``declared``
+    headers, newest first: those that changed a line of the declaration as the new pin
+    has it (:func:`declaration_spans`, ``git log -L``), and those whose changed lines
+    name the member (``git log -G``: a declaration the new pin removed or renamed)."""
+    found: dict[str, str] = {}
+    for path in declared:
+        blob = store.git("cat-file", "-p", f"{new}:{path}", check=False)
+        if blob.returncode != 0:
+            continue
+        for span in declaration_spans(blob.stdout.decode("utf-8", "replace"), member, cls):
+            found.update(_span_commits(store, old, new, path, span))
+    found.update(_commits_for(store, old, new, member, True, declared))
+    if len(found) < 2:
+        return list(found.items())
+    order = store.git("rev-list", "--no-walk=sorted", *found, check=False).stdout.decode().split()
+    return [(sha, found[sha]) for sha in order if sha in found]
+
+
 #: An identifier that changed in more commits than this says nothing about one API change.
 MAX_HITS = 40
 
@@ -305,9 +400,10 @@ def attribute(store: Store, old_pin: str, new_pin: str, diagnostics: Iterable[Di
     """Attribute each diagnostic to the upstream commit of ``old_pin..new_pin`` it trips on.
 
     An error about a member's declaration (:func:`member_reference`) goes to the
-    commits of the range that changed the member's lines (``git log -G``) in the
-    headers that declare it in the new pin or the old one
-    (:func:`declaring_headers`); the oldest is the commit, the others ``also``.
+    commits of the range that changed the member's declaration (every line of it,
+    ``git log -L``, and the lines naming it, ``git log -G``) in the headers that
+    declare it in the new pin or the old one (:func:`declaring_headers`); the oldest
+    is the commit, the others ``also``.
 
     Otherwise, and when that finds nothing, for every candidate name (see
     :func:`ranked_identifiers`) the pin range is searched with ``git log -G
@@ -348,7 +444,7 @@ def attribute(store: Store, old_pin: str, new_pin: str, diagnostics: Iterable[Di
         if ref is not None:
             member, cls = ref
             declared = sorted(set(headers(new_pin, member, cls)) | set(headers(old_pin, member, cls)))
-            found = _commits_for(store, old_pin, new_pin, member, True, declared) if declared else []
+            found = _declaration_commits(store, old_pin, new_pin, member, cls, declared) if declared else []
             if found:
                 commit, subject = found[-1]  # git log lists newest first: the oldest changed it first
                 items.append(DriftItem(diag, member, commit, subject, [c for c, _s in found if c != commit],
@@ -435,6 +531,70 @@ def owners_from_tree(root: str, items: Sequence[DriftItem], backend: str = "mlx/
             evals = {p: t.count("::eval_gpu(") for p, t in files.items()}
             best = max(evals, key=evals.get, default=None)
             item.fork_file = best if best and evals[best] else None
+
+
+def last_rebase_pin(root: str, pin: str) -> str | None:
+    """The pin the last completed rebase started from, when it moved to ``pin``.
+
+    Args:
+        root: the overlay repository (``.overlay/last-rebase.json`` under it).
+        pin: the manifest's pin (40 hex).
+    Returns:
+        The ``before`` pin of ``.overlay/last-rebase.json`` when that run ended on
+        ``pin`` and moved the pin (a sync keeps it), else ``None`` (no run recorded,
+        or the manifest moved on since: the range would be wrong).
+    """
+    import json
+
+    try:
+        with open(os.path.join(root, ".overlay", "last-rebase.json"), encoding="utf-8") as fh:
+            pins = json.load(fh)["pins"]
+        before, after = pins["before"]["pin"], pins["after"]["pin"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return before if after == pin and before != pin else None
+
+
+def attribute_log(store: Store, old_pin: str, new_pin: str, text: str,
+                  prefixes: Sequence[str]) -> list[DriftItem]:
+    """:func:`parse_log` then :func:`attribute` on a build log, with the source lines and
+    the fork files read from the exported trees under ``prefixes``.
+
+    Args:
+        store: git store holding both pins; old_pin, new_pin: the bump (commit SHAs).
+        text: compiler and linker output (``build/<backend>/build.log``).
+        prefixes: exported trees whose paths become repository paths (``build/*/src``).
+    Returns:
+        One :class:`DriftItem` per error and undefined symbol, in log order.
+    """
+    diags = parse_log(text, strip_prefixes=prefixes)
+    if not diags:
+        return []
+    readers = [source_reader(p) for p in prefixes]
+
+    def read_source(path: str, line: int) -> str | None:
+        for reader in readers:
+            found = reader(path, line)
+            if found is not None:
+                return found
+        return None
+
+    # the backend's primitives file, where a missing eval_gpu belongs (:func:`_owner`)
+    fork_paths = [rel for rel in ("mlx/backend/rocm/primitives.cpp", "mlx/backend/rocm/primitives.hip")
+                  if any(os.path.isfile(os.path.join(p, rel)) for p in prefixes)]
+    items = attribute(store, old_pin, new_pin, diags, fork_paths=fork_paths, read_source=read_source)
+    for prefix in prefixes:
+        owners_from_tree(prefix, items)
+    return items
+
+
+def short(item: DriftItem) -> str:
+    """One line: ``path:line: error: message -> upstream <sha12> <subject>``."""
+    d = item.diagnostic
+    where = f"{d.path}:{d.line}" if d.path else "link"
+    what = "undefined symbol" if d.kind == "undefined" else d.kind
+    cause = f"upstream {item.commit[:12]} {item.subject}" if item.commit else "no upstream commit found"
+    return f"{where}: {what}: {d.message} -> {cause}"
 
 
 def render_text(items: Sequence[DriftItem]) -> str:

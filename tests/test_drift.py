@@ -242,3 +242,54 @@ def test_member_reference_reads_the_member_and_its_class():
         "set_current_prim", "Device")
     assert ref("'set_current_prim' is not a member of 'mlx::core::rocm'") == ("set_current_prim", "rocm")
     assert ref("use of undeclared identifier 'x'") is None
+
+
+# A declaration as clang-format writes a long one: one parameter a line. The bump adds a
+# parameter on a line of its own, which does not name the member (the real 772bc8a00).
+SDPA_ML_V1 = """#pragma once
+#include "mlx/stream.h"
+namespace mlx::core::fast {
+class ScaledDotProductAttentionVJP {
+ public:
+  static bool use_fallback(const array& q, Stream s);
+};
+class ScaledDotProductAttention {
+ public:
+  static bool use_fallback(
+      const array& q,
+      bool output_logsumexp,
+      Stream s);
+  static bool supports_bool_mask();
+};
+}
+"""
+SDPA_ML_V2 = SDPA_ML_V1.replace("      bool output_logsumexp,\n", "      bool output_logsumexp,\n      bool force_fused,\n")
+
+
+def test_declaration_spans_cover_every_line_of_the_declaration_in_its_class():
+    from overlay.drift import declaration_spans
+
+    assert declaration_spans(SDPA_ML_V2, "use_fallback", "ScaledDotProductAttention") == [(10, 14)]
+    assert declaration_spans(SDPA_ML_V2, "use_fallback", "ScaledDotProductAttentionVJP") == [(6, 6)]
+    assert declaration_spans(SDPA_ML_V2, "use_fallback", None) == [(6, 6), (10, 14)]
+    assert declaration_spans(SDPA_ML_V2, "nothing_like_it", None) == []
+
+
+def test_a_parameter_added_on_its_own_line_goes_to_the_commit_that_added_it(tmp_path):
+    up = WorkRepo.init(tmp_path / "up")
+    old = up.commit({"mlx/stream.h": STREAM_V1, "mlx/fast_primitives.h": SDPA_ML_V1}, "v1")
+    a = up.commit({"mlx/stream.h": STREAM_V2}, "Raise cpu stream errors from synchronize (#4338)")
+    b = up.commit({"mlx/fast_primitives.h": SDPA_ML_V2}, "Add force_fused option to scaled_dot_product_attention (#4185)")
+    up.commit({"mlx/fast_primitives.h": SDPA_ML_V2.replace("supports_bool_mask();", "supports_bool_mask();\n"
+                                                            "  static bool other();")}, "Add another member")
+    new = up.commit({"README.md": "docs\n"}, "Docs")
+    store = Store(str(tmp_path / "store.git"))
+    store.git("fetch", "-q", str(up.path), "main:refs/heads/up")
+    log = ("mlx/backend/rocm/scaled_dot_product_attention.cpp:144:6: error: no declaration matches "
+           "\u2018bool mlx::core::fast::ScaledDotProductAttention::use_fallback(const mlx::core::array&, bool, "
+           "mlx::core::Stream)\u2019\n")
+    (item,) = attribute(store, old, new, parse_log(log))
+    assert item.commit == b, item  # not a, via the quoted 'Stream'; not the commit after it in the header
+    assert item.identifier == "use_fallback" and item.declared_in == ["mlx/fast_primitives.h"]
+    assert item.also == []
+    assert a != b

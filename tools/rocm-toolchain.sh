@@ -18,7 +18,9 @@
 #       mount namespace (unshare -m) and vanish when CMD exits, even on failure.
 #       The working directory is --cwd, else $PWD when it lies inside a bound
 #       directory, else /. The environment is clean (HOME=/root, a standard
-#       PATH, LANG=C.UTF-8) plus CCACHE_* from the caller and each --env.
+#       PATH, LANG=C.UTF-8) plus CCACHE_*, SCCACHE_* and the AWS_ACCESS_KEY_ID,
+#       AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN credentials (sccache's S3 storage)
+#       from the caller, and each --env.
 #       The exit status is CMD's.
 #   tools/rocm-toolchain.sh env [--root DIR]
 #       Print the path of <root>/toolchain.env (exit 9 when not provisioned).
@@ -61,7 +63,9 @@ DEFAULT_ROOT="${OVERLAY_TOOLCHAIN_DIR:-${HOME:-/root}/.cache/overlay/rocm-toolch
 
 BASE_SUITE=sid
 ROCM_SUITE=experimental
-BASE_PKGS=(cmake ninja-build g++ git ccache liblapacke-dev libopenblas-dev
+# sccache: the compiler cache whose shared storage (S3, Redis, GCS, ...) lets CI machines
+# share objects (overlay build --cache sccache); ccache is the default.
+BASE_PKGS=(cmake ninja-build g++ git ccache sccache liblapacke-dev libopenblas-dev
            nlohmann-json3-dev libfmt-dev)
 ROCM_PKGS=(hipcc libamdhip64-dev librocblas-dev libhipblas-dev libhipblaslt-dev
            rocm-cmake librocthrust-dev librocprim-dev libhiprand-dev librocrand-dev)
@@ -219,7 +223,7 @@ cmd_exec() {
     done
   fi
   local v
-  while IFS= read -r v; do envs+=("$v"); done < <(env | grep -E '^CCACHE_[A-Z_]+=' || true)
+  while IFS= read -r v; do envs+=("$v"); done < <(env | grep -E '^(S?CCACHE_[A-Z0-9_]+|AWS_ACCESS_KEY_ID|AWS_SECRET_ACCESS_KEY|AWS_SESSION_TOKEN)=' || true)
   exec unshare --mount --propagation private -- "$SELF" __inner "$ch" "$cwd" \
     $((${#pairs[@]} / 2)) "${pairs[@]}" "${#envs[@]}" "${envs[@]}" -- "$@"
 }
