@@ -209,11 +209,13 @@ class OverlayGroup(click.Group):
         code = self._main(args, prog_name, complete_var, **extra)
         if not standalone_mode:
             return code
-        # The command has ended and said so: a Ctrl-C from here on (interpreter
-        # shutdown) would only turn its exit status into a silent 130.
-        import signal
+        if args is None:
+            # The program (the console script, not a caller in this process such as a
+            # test runner) has ended and said so: a Ctrl-C from here on, during the
+            # interpreter's shutdown, would only turn its exit status into a silent 130.
+            import signal
 
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
         sys.exit(code)
 
     def _main(self, args, prog_name, complete_var, **extra) -> int:
