@@ -455,6 +455,18 @@ def _parse_section(section: bytes, first_line: int, name: str, hunks_by_file: li
                       old_mode=old_mode, new_mode=new_mode)
 
 
+def diff_pieces(diff: bytes) -> list[bytes]:
+    """The sections of a patch's diff (from :func:`split_patch`), one per ``diff --``
+    line, each without the line end before the next one and without format-patch's
+    signature footer: exactly the pieces :func:`parse_patch` parses, in order (the
+    engine re-emits their hunks, :mod:`overlay.engine`)."""
+    pieces = re.split(rb"\n(?=diff --)", diff)
+    for i, piece in enumerate(pieces):
+        if piece.endswith(b"\n-- ") or b"\n-- \n" in piece:
+            pieces[i] = piece[:piece.rindex(b"\n-- ")]  # format-patch's signature footer
+    return pieces
+
+
 def parse_patch(data: bytes, name: str, path: str = "", *, header_only: bool = False) -> Patch:
     """Parse one format-patch file, as bytes end to end.
 
@@ -487,16 +499,13 @@ def parse_patch(data: bytes, name: str, path: str = "", *, header_only: bool = F
                      trailers=trailers, trailer_lines=trailer_lines, changes=(), author=author)
     first_line = head.count(b"\n") + 1
     changes = []
-    pieces = re.split(rb"\n(?=diff --)", diff)
     line = first_line
-    for piece in pieces:
+    for piece in diff_pieces(diff):
         if piece.startswith(b"diff --cc ") or piece.startswith(b"diff --combined "):
             raise PatchFormatError(f"{name}:{line}: a combined diff ('diff --cc', a merge commit's diff) "
                                    "cannot be applied as a patch", line=line)
         if not piece.startswith(b"diff --git "):
             raise PatchFormatError(f"{name}:{line}: expected 'diff --git'", line=line)
-        if piece.endswith(b"\n-- ") or b"\n-- \n" in piece:
-            piece = piece[:piece.rindex(b"\n-- ")]  # format-patch's signature footer
         changes.append(_parse_section(piece, line, name, None))
         line += piece.count(b"\n") + 1
     if not changes:
