@@ -290,6 +290,26 @@ def _repo_paths(root: str) -> list[str]:
     return out
 
 
+def _fix_findings(root: str, store: Store, manifest: Manifest, doc, resolutions: dict[str, bytes],
+                  patches: list[Patch], unparsed: set[int], layers) -> list[Finding]:
+    """The FIX family: ``LOCAL_FIXES.md`` as a document, against the repository's paths, the
+    resolutions and, when the layers could be computed, the series and the patched tree."""
+    repo_paths = _repo_paths(root)
+    findings = fixes.check_document(doc, fork_repo=fixes.fork_repo_from_url(manifest.fork_url),
+                                    fork_commit=manifest.fork_commit, pin=manifest.pin,
+                                    closing_sentence=manifest.closing_sentence, repo_paths=repo_paths)
+    findings += fixes.check_resolutions(doc, [f"patches-rocm/resolved/{p}" for p in resolutions])
+    if layers is not None:
+        records = [fixes.PatchRecord(f"{PATCH_DIR}/{p.name}", (p.trailers.get("Local-Fix") or [None])[0],
+                                     p.forwarded, p.touched, p.deleted, p.data.decode("utf-8", "replace"))
+                   for p in patches]
+        patched_paths = {e[3] for e in store.ls_tree(layers.patched)}
+        findings += fixes.check_patch_entries(doc, records, patched_paths, repo_paths=repo_paths,
+                                              unparsed=unparsed)
+        findings += fixes.check_dropped(doc, layers.dropped_changes)
+    return findings
+
+
 def verify(root: str, store: Store, *, only: Iterable[str] = (), skip: Iterable[str] = ()) -> VerifyResult:
     """Run every check of the overlay at ``root``.
 
@@ -297,6 +317,10 @@ def verify(root: str, store: Store, *, only: Iterable[str] = (), skip: Iterable[
         root: overlay repository.
         store: git store (``store.offline`` decides whether objects may be fetched).
         only: run only these families (``MAN``, ``SER``, ``LAY``, ``FIX``); all when empty.
+            Only their checks run: the layers are computed whenever a family is asked
+            for (their outcome gates the cross-checks of every family), each patch's
+            tree and the refresh only for ``SER``, the ancestry checks only for ``MAN``,
+            the repository's paths and the patched tree's listing only for ``FIX``.
         skip: drop findings with these codes.
     Returns:
         :class:`VerifyResult`.
@@ -315,7 +339,10 @@ def verify(root: str, store: Store, *, only: Iterable[str] = (), skip: Iterable[
             raise _SkipLayers
         for name, url in manifest.remote_urls().items():
             store.set_remote(name, url)
-        layers = compute_layers(store, manifest, root, patches=patches, stepwise=True)
+        # Each patch's tree only for the refresh check (SER011): the other families need
+        # the layers' outcome and final trees, which the one-apply path gives as well
+        # (issue 14: --only computes what its families need).
+        layers = compute_layers(store, manifest, root, patches=patches, stepwise="SER" in families)
     except OfflineMiss as exc:
         findings.append(_f("MAN002", "patches-rocm/overlay.toml", None, exc.message,
                            "run `overlay verify` once online to fill the git store"))
@@ -329,13 +356,14 @@ def verify(root: str, store: Store, *, only: Iterable[str] = (), skip: Iterable[
         findings.append(_f("MAN001", "patches-rocm/overlay.toml", None, exc.message))
     except _SkipLayers:
         pass  # LAY006 already says why
-    if layers is not None:
+    if layers is not None and "MAN" in families:
         if run_git(["merge-base", "--is-ancestor", manifest.merge_base, manifest.fork_commit],
                    git_dir=store.git_dir, check=False).returncode != 0:
             findings.append(_f("MAN003", "patches-rocm/overlay.toml", None,
                                f"merge-base {manifest.merge_base[:12]} is not an ancestor of fork commit "
                                f"{manifest.fork_commit[:12]}", "run `overlay sync` to recompute it"))
         findings += _fork_ahead_findings(store, manifest)
+    if layers is not None:
         for stale in layers.stale_resolutions:
             findings.append(_f("LAY002", f"patches-rocm/resolved/{stale}", None,
                                f"{stale} no longer conflicts; the resolution is not used",
@@ -347,26 +375,16 @@ def verify(root: str, store: Store, *, only: Iterable[str] = (), skip: Iterable[
                                    f"resolution {what}",
                                    "keep git's merge outside the conflict regions (see `overlay rebase` "
                                    "work files); change upstream code with a patch, not a resolution"))
-        for item in refresh_series(store, layers):
+        for item in refresh_series(store, layers) if "SER" in families else ():
             if item.changed and item.patch.name:
                 findings.append(_f("SER011", f"{PATCH_DIR}/{item.patch.name}", None,
                                    "refreshing would change the patch's bytes",
                                    "run `overlay refresh` and commit the result"))
-    # FIX family: the records.
+    # FIX family: the records. The file is read whatever --only says: one that cannot be
+    # read stops verify (exit 2), as it always has.
     doc = fixes.load(os.path.join(root, fixes.FILE_NAME))
-    repo_paths = _repo_paths(root)
-    findings += fixes.check_document(doc, fork_repo=fixes.fork_repo_from_url(manifest.fork_url),
-                                     fork_commit=manifest.fork_commit, pin=manifest.pin,
-                                     closing_sentence=manifest.closing_sentence, repo_paths=repo_paths)
-    findings += fixes.check_resolutions(doc, [f"patches-rocm/resolved/{p}" for p in resolutions])
-    if layers is not None:
-        records = [fixes.PatchRecord(f"{PATCH_DIR}/{p.name}", (p.trailers.get("Local-Fix") or [None])[0],
-                                     p.forwarded, p.touched, p.deleted, p.data.decode("utf-8", "replace"))
-                   for p in patches]
-        patched_paths = {e[3] for e in store.ls_tree(layers.patched)}
-        findings += fixes.check_patch_entries(doc, records, patched_paths, repo_paths=repo_paths,
-                                              unparsed=unparsed)
-        findings += fixes.check_dropped(doc, layers.dropped_changes)
+    if "FIX" in families:
+        findings += _fix_findings(root, store, manifest, doc, resolutions, patches, unparsed, layers)
     skip_set = {c.upper() for c in skip}
     findings = [f for f in findings if f.family in families and f.code not in skip_set]
     order = {fam: i for i, fam in enumerate(FAMILIES)}
