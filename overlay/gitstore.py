@@ -28,6 +28,7 @@ import tempfile
 from typing import Iterator, Sequence
 
 from overlay.errors import GitError, OfflineMiss
+from overlay.locate import default_store_dir  # noqa: F401 - re-exported: the store's default place
 
 #: ``-c`` options passed to every git call (DESIGN 10: determinism flags).
 GIT_FLAGS: tuple[str, ...] = (
@@ -267,15 +268,6 @@ class MergeResult:
     def conflict_types(self, path: str) -> list[str]:
         """git's conflict types that name ``path`` (``["CONFLICT (modify/delete)"]``)."""
         return [kind for paths, kind, _ in self.messages if path in paths and kind.startswith("CONFLICT")]
-
-
-def default_store_dir() -> str:
-    """The default git store: ``$OVERLAY_GIT_DIR``, else ``$XDG_CACHE_HOME/overlay/store.git``
-    (``~/.cache`` when ``XDG_CACHE_HOME`` is unset)."""
-    if os.environ.get("OVERLAY_GIT_DIR"):
-        return os.environ["OVERLAY_GIT_DIR"]
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "overlay", "store.git")
 
 
 class Store:

@@ -17,9 +17,8 @@ import tomllib
 from overlay.errors import ManifestError
 from overlay.fsutil import RecordError, RecordMissing, read_record_text
 from overlay.gitstore import is_sha
+from overlay.locate import MANIFEST_PATH, find_root  # noqa: F401 - find_root re-exported (it lived here)
 from overlay.paths import Carry
-
-MANIFEST_PATH = os.path.join("patches-rocm", "overlay.toml")
 
 #: table -> {key: type}; every key is required.
 SCHEMA: dict[str, dict[str, type]] = {
@@ -185,33 +184,3 @@ def load_manifest(root: str) -> Manifest:
     except RecordError as exc:
         raise ManifestError(exc.message, hint=exc.hint) from None
     return parse_manifest(text, MANIFEST_PATH)
-
-
-def find_root(start: str) -> str:
-    """The overlay repository holding ``start``, found upwards as git finds its root.
-
-    The root is the nearest directory, ``start`` itself first, then each parent up to
-    ``/``, that holds ``patches-rocm/overlay.toml``.
-
-    Args:
-        start: where to begin (the current directory, or ``-C DIR``); made absolute.
-    Returns:
-        The absolute path of the root.
-    Raises:
-        ManifestError: ``start`` is not a directory, or neither it nor any parent
-        holds the manifest; the message names where the search began and ended (exit 2).
-    """
-    here = os.path.abspath(start)
-    if not os.path.isdir(here):
-        raise ManifestError(f"cannot look for {MANIFEST_PATH} from {here}: no such directory",
-                            hint="pass -C DIR with an existing directory")
-    probe = here
-    while True:
-        if os.path.isfile(os.path.join(probe, MANIFEST_PATH)):
-            return probe
-        parent = os.path.dirname(probe)
-        if parent == probe:
-            break
-        probe = parent
-    raise ManifestError(f"{MANIFEST_PATH} not found in {here} or any parent directory up to {probe}",
-                        hint="run overlay inside the overlay repository, or pass -C DIR")
