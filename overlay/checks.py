@@ -21,7 +21,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-import subprocess
 from typing import Iterable
 
 from overlay import fixes
@@ -83,11 +82,15 @@ class VerifyResult:
         findings: every finding, in family order.
         checks: ``{family: [codes that ran]}`` (for JUnit's passing testcases).
         patched: the patched tree SHA, or ``None`` when it could not be computed.
+        cacheable: false when the verdict depends on what the git store lacks (a commit
+            missing or not fetchable: MAN001, MAN002), which the verdict cache
+            (:mod:`overlay.verdict`) does not key on.
     """
 
     findings: list[Finding]
     checks: dict[str, list[str]]
     patched: str | None
+    cacheable: bool = True
 
 
 class _SkipLayers(Exception):
@@ -277,17 +280,11 @@ def _fork_ahead_findings(store: Store, manifest: Manifest) -> list[Finding]:
 
 
 def _repo_paths(root: str) -> list[str]:
-    proc = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=root, stdout=subprocess.PIPE,
-                          stderr=subprocess.DEVNULL, check=False)
-    if proc.returncode == 0 and proc.stdout:
-        # --cached still lists a tracked file deleted from the work tree: keep what exists.
-        return [p for p in proc.stdout.decode("utf-8", "replace").split("\0")
-                if p and os.path.lexists(os.path.join(root, p))]
-    out = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = [d for d in dirnames if d not in (".git", ".venv", "build", ".overlay")]
-        out += [os.path.relpath(os.path.join(dirpath, f), root).replace(os.sep, "/") for f in filenames]
-    return out
+    """The repository's paths for FIX015 and FIX021: :func:`overlay.verdict.repo_paths`,
+    the very list the verdict cache's key holds."""
+    from overlay.verdict import repo_paths
+
+    return repo_paths(root)
 
 
 def _fix_findings(root: str, store: Store, manifest: Manifest, doc, resolutions: dict[str, bytes],
@@ -334,6 +331,7 @@ def verify(root: str, store: Store, *, only: Iterable[str] = (), skip: Iterable[
     res_findings, resolutions, resolutions_safe = _resolution_findings(root, manifest)
     findings += series_findings + res_findings
     layers = None
+    cacheable = True
     try:
         if not resolutions_safe:
             raise _SkipLayers
@@ -344,6 +342,7 @@ def verify(root: str, store: Store, *, only: Iterable[str] = (), skip: Iterable[
         # (issue 14: --only computes what its families need).
         layers = compute_layers(store, manifest, root, patches=patches, stepwise="SER" in families)
     except OfflineMiss as exc:
+        cacheable = False
         findings.append(_f("MAN002", "patches-rocm/overlay.toml", None, exc.message,
                            "run `overlay verify` once online to fill the git store"))
     except PatchApplyError as exc:
@@ -353,6 +352,7 @@ def verify(root: str, store: Store, *, only: Iterable[str] = (), skip: Iterable[
     except LayerError as exc:
         findings.append(_f("LAY001", "patches-rocm/overlay.toml", None, exc.message, exc.hint))
     except GitError as exc:
+        cacheable = False
         findings.append(_f("MAN001", "patches-rocm/overlay.toml", None, exc.message))
     except _SkipLayers:
         pass  # LAY006 already says why
@@ -391,4 +391,4 @@ def verify(root: str, store: Store, *, only: Iterable[str] = (), skip: Iterable[
     findings.sort(key=lambda f: (order.get(f.family, 99), f.path or "", f.line or 0, f.code))
     checks = {fam: sorted(c for c in (fixes.CODES if fam == "FIX" else CODES) if c.startswith(fam)
                           and c not in skip_set) for fam in FAMILIES if fam in families}
-    return VerifyResult(findings, checks, layers.patched if layers else None)
+    return VerifyResult(findings, checks, layers.patched if layers else None, cacheable)

@@ -93,3 +93,184 @@ def test_only_fix_does_no_refresh_and_no_stepwise_layers(clean, monkeypatch):
     monkeypatch.setattr(checks, "_repo_paths", lambda *a: pytest.fail("--only LAY listed the repository"))
     assert verify(str(clean.root), Store(), only=["LAY"]).findings == []
     assert asked == [False, False]
+
+
+# -- the verdict cache -------------------------------------------------------------------
+import os  # noqa: E402
+import subprocess  # noqa: E402
+
+from click.testing import CliRunner  # noqa: E402
+
+from overlay import verdict  # noqa: E402
+from overlay.cli import main  # noqa: E402
+
+
+class Runs:
+    """``overlay -C ROOT [--offline] verify ...`` in-process, counting the full verifies."""
+
+    def __init__(self, o, monkeypatch):
+        self.o = o
+        self.computed = 0
+        real = checks.verify
+
+        def counting(*args, **kw):
+            self.computed += 1
+            return real(*args, **kw)
+
+        monkeypatch.setattr(checks, "verify", counting)
+        # An online verify fetches the upstream refs once (MAN004): the refs it changes are in
+        # the key, so that first verdict is not stored. Warm the store first.
+        CliRunner().invoke(main, ["-C", str(o.root), "verify"])
+
+    def __call__(self, *args: str, offline: bool = False):
+        before = self.computed
+        result = CliRunner().invoke(main, ["-C", str(self.o.root), *(["--offline"] if offline else []),
+                                           "verify", *args])
+        assert result.exit_code in (0, 1), result.output
+        return result.exit_code, result.output, self.computed == before  # (code, report, cache hit)
+
+
+def _same_size_same_mtime(path, data: bytes) -> None:
+    st = os.stat(path)
+    assert len(data) == st.st_size
+    path.write_bytes(data)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def test_nothing_changed_is_a_hit_with_the_same_report(clean, monkeypatch):
+    run = Runs(clean, monkeypatch)
+    first = run()
+    assert first[2] is False and first[0] == 0
+    again = run()
+    assert again == (first[0], first[1], True)
+    assert run("--format", "json")[2] is False and run("--format", "json")[2] is True
+    assert run()[2] is True  # the report of each set of options is kept
+
+
+EDITS = {
+    "manifest": lambda o, w: o.write_manifest(w.base, base=w.pin_clean),
+    "series": lambda o, w: o.write_series([]),
+    "patch bytes": lambda o, w: _abbreviate(o),
+    "a patch file not listed": lambda o, w: _unlisted(o),
+    "LOCAL_FIXES.md": lambda o, w: (o.root / "LOCAL_FIXES.md").write_text(local_fixes(w, closing="Nope.")),
+    "a resolution": lambda o, w: o.add_resolution("mlx/core.cpp", "whatever\n"),
+    "a repository path (FIX015)": lambda o, w: (o.root / "docs" / "x" / "upstream").mkdir(parents=True) or
+    (o.root / "docs" / "x" / "upstream" / "0001.patch").write_text("x\n"),
+}
+
+
+@pytest.mark.parametrize("name", list(EDITS))
+def test_a_changed_input_changes_the_verdict(clean, world, monkeypatch, name):
+    run = Runs(clean, monkeypatch)
+    before = run()
+    assert run()[2] is True
+    EDITS[name](clean, world)
+    after = run()
+    assert after[2] is False, name
+    assert after[:2] != before[:2], name
+    assert after[:2] == (lambda r: (r.exit_code, r.output))(
+        CliRunner().invoke(main, ["-C", str(clean.root), "verify"])) and run()[2] is True
+
+
+def test_a_resolution_changed_with_the_same_size_and_mtime(clean, world, monkeypatch):
+    run = Runs(clean, monkeypatch)
+    clean.add_resolution("mlx/core.cpp", "whatever\n")
+    res = clean.root / "patches-rocm" / "resolved" / "mlx" / "core.cpp"
+    first = run()
+    assert run()[2] is True and "LAY003" not in first[1]
+    _same_size_same_mtime(res, b"<<<<<<< \n")
+    after = run()
+    assert after[2] is False and "LAY003" in after[1]
+
+
+def test_a_patch_changed_with_the_same_size_and_mtime(clean, monkeypatch):
+    run = Runs(clean, monkeypatch)
+    assert run()[:1] == (0,) and run()[2] is True
+    path = clean.root / "patches-rocm" / PATCH
+    _same_size_same_mtime(path, path.read_bytes().replace(b"device 3 locked", b"device 3 LOCKED"))
+    after = run()
+    assert after[2] is False and after[0] == 1 and "SER010" in after[1]
+
+
+def test_suites_toml_the_tool_and_the_store_are_in_the_key(clean, monkeypatch, tmp_path):
+    root = str(clean.root)
+    key = verdict.inputs(root, None, False)
+    assert key == verdict.inputs(root, None, False)
+    suites = clean.root / "patches-rocm" / "suites"
+    suites.mkdir()
+    (suites / "suites.toml").write_text("# none\n")
+    assert verdict.inputs(root, None, False) != key
+    key = verdict.inputs(root, None, False)
+    assert verdict.inputs(root, None, True) != key  # --offline
+    assert verdict.inputs(root, str(tmp_path / "other.git"), False) != key  # another store
+    monkeypatch.setattr(verdict, "__version__", "0.0.0-other")
+    assert verdict.inputs(root, None, False) != key
+    monkeypatch.undo()
+    store = Store()
+    store.git("update-ref", "refs/remotes/upstream/main", clean.world.pin_clean)  # MAN004 reads these
+    assert verdict.inputs(root, None, False) != key
+    key = verdict.inputs(root, None, False)
+    package_file = os.path.join(os.path.dirname(verdict.__file__), "findings.py")
+    st = os.stat(package_file)
+    try:
+        os.utime(package_file, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+        assert verdict.inputs(root, None, False) != key  # overlay itself changed
+    finally:
+        os.utime(package_file, ns=(st.st_atime_ns, st.st_mtime_ns))
+    monkeypatch.setenv("OVERLAY_FORK_URL", str(clean.world.fork.path))
+    assert verdict.inputs(root, None, False) != key
+    monkeypatch.delenv("OVERLAY_FORK_URL")
+    state = clean.root / ".overlay" / "rebase"
+    state.mkdir(parents=True)
+    (state / "state.json").write_text("{}")
+    assert verdict.inputs(root, None, False) != key
+
+
+def test_repository_paths_are_git_s_list(clean, monkeypatch):
+    """In a git work tree the paths are `git ls-files` (ignored files are not paths)."""
+    run = Runs(clean, monkeypatch)
+    subprocess.run(["git", "init", "-q", str(clean.root)], check=True)
+    upstream = clean.root / "docs" / "x" / "upstream"
+    upstream.mkdir(parents=True)
+    (upstream / "0001.patch").write_text("x\n")
+    assert "FIX015" in run()[1] and run()[2] is True
+    (clean.root / ".gitignore").write_text("docs/x/\n")
+    after = run()
+    assert after[2] is False and "FIX015" not in after[1]
+
+
+def test_what_a_missing_object_decides_is_not_cached(clean, monkeypatch, tmp_path):
+    run = Runs(clean, monkeypatch)
+    monkeypatch.setenv("OVERLAY_GIT_DIR", str(tmp_path / "empty.git"))
+    first = run(offline=True)
+    assert "MAN002" in first[1]
+    assert run(offline=True)[2] is False
+
+
+def test_strict_output_and_a_broken_cache_file(clean, monkeypatch, tmp_path):
+    run = Runs(clean, monkeypatch)
+    clean.add_resolution("mlx/core.cpp", "whatever\n")
+    (clean.root / "LOCAL_FIXES.md").write_text(local_fixes(clean.world))
+    code, text, _hit = run()
+    assert run()[2] is True
+    out = tmp_path / "report.txt"
+    hit = CliRunner().invoke(main, ["-C", str(clean.root), "verify", "-o", str(out)])
+    assert hit.output == text and out.read_text() == text and hit.exit_code == code
+    (clean.root / verdict.CACHE).write_bytes(b"overlay verify cache 1\n999\nshort")
+    assert run()[2] is False and run()[2] is True
+
+
+def test_an_input_changed_during_the_run_is_not_stored(clean, monkeypatch):
+    run = Runs(clean, monkeypatch)
+    real = checks.verify
+
+    def editing(*args, **kw):
+        result = real(*args, **kw)
+        (clean.root / "LOCAL_FIXES.md").write_text(local_fixes(clean.world, closing="Changed meanwhile."))
+        return result
+
+    monkeypatch.setattr(checks, "verify", editing)
+    first = CliRunner().invoke(main, ["-C", str(clean.root), "verify"])
+    assert first.exit_code == 0
+    second = run()
+    assert second[2] is False and second[0] == 1 and "FIX013" in second[1]
