@@ -17,7 +17,6 @@ fixed identity and date. git does all merging and applying.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import hashlib
 import json
 import os
@@ -117,6 +116,8 @@ def changes_outside_conflicts(auto: bytes, resolved: bytes) -> list[tuple[int, s
     regions = [(start - 1, end) for start, end in conflict_regions(auto)]  # 0-based, end exclusive
     if not regions:
         return []  # no text conflict (modify/delete, a binary file): nothing to compare
+    import difflib  # only where a resolution is checked: not on every command's start-up
+
     old, new = auto.split(b"\n"), resolved.split(b"\n")
     out = []
     matcher = difflib.SequenceMatcher(None, old, new, autojunk=False)
