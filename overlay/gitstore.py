@@ -21,10 +21,8 @@ import dataclasses
 import fcntl
 import os
 import re
-import shutil
 import subprocess
 import sys
-import tempfile
 from typing import Iterator, Sequence
 
 from overlay.errors import GitError, OfflineMiss
@@ -114,6 +112,8 @@ def git_executable() -> str:
     """
     key = os.environ.get("PATH", "")
     if key not in _WHICH:
+        import shutil  # here, not at the top: start-up is the floor of every command (issue 14)
+
         _WHICH[key] = shutil.which("git")
     path = _WHICH[key]
     if path is None:
@@ -146,7 +146,12 @@ def run_git(args: Sequence[str], *, git_dir: str | None = None, cwd: str | None 
         extra["GIT_DIR"] = git_dir
     cmd = [git_executable(), *GIT_FLAGS, *args]
     if cwd is None:
-        cwd = git_dir if git_dir is not None and os.path.isdir(git_dir) else tempfile.gettempdir()
+        if git_dir is not None and os.path.isdir(git_dir):
+            cwd = git_dir
+        else:
+            import tempfile
+
+            cwd = tempfile.gettempdir()
     proc = subprocess.run(cmd, input=input, cwd=cwd,
                           env=git_env(extra, user_config=bool(args) and args[0] in _TRANSPORT_COMMANDS),
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -283,6 +288,7 @@ class Store:
         self.git_dir = os.path.abspath(git_dir or default_store_dir())
         self.offline = offline
         self._remote_urls: dict[str, str] = {}
+        self._config_urls: dict[str, str] | None = None  # remote -> URL in the config, read once
         self._lock_depth = 0
         self._lock_fd: int | None = None
         if not os.path.isfile(os.path.join(self.git_dir, "HEAD")):
@@ -302,6 +308,44 @@ class Store:
     def cat_file(self) -> CatFile:
         """A persistent blob reader on the store (close it, or use ``with``)."""
         return CatFile(self.git_dir)
+
+    def read_objects(self, oids: Sequence[str]) -> Iterator[tuple[str, bytes]]:
+        """Read many objects known in advance, streamed, with one ``git cat-file --batch --buffer``.
+
+        The names are handed to git in a file, so git writes its answers with normal
+        buffering instead of one flush per object, and there is no round trip per
+        object (an export reads a thousand blobs this way); only one object is held at a
+        time, so reading the whole tree never holds the tree (issue 14: peak memory).
+
+        Args:
+            oids: object names (40 or 64 hex).
+        Yields:
+            ``(type, content)`` per name, in order.
+        Raises:
+            GitError: an object is missing.
+        """
+        import tempfile
+
+        if not oids:
+            return
+        with tempfile.TemporaryFile() as names:
+            names.write("".join(f"{oid}\n" for oid in oids).encode())
+            names.seek(0)
+            proc = subprocess.Popen([git_executable(), *GIT_FLAGS, "cat-file", "--batch", "--buffer"],
+                                    stdin=names, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                    cwd=self.git_dir, env=git_env({"GIT_DIR": self.git_dir}), bufsize=1 << 20)
+        assert proc.stdout is not None
+        try:
+            for oid in oids:
+                fields = proc.stdout.readline().split()
+                if len(fields) != 3:
+                    raise GitError(f"object {oid} is missing from the git store")
+                data = proc.stdout.read(int(fields[2]))
+                proc.stdout.read(1)  # trailing LF
+                yield fields[1].decode(), data
+        finally:
+            proc.stdout.close()  # git stops (EPIPE) if the reader gave up early
+            proc.wait()
 
     @contextlib.contextmanager
     def lock(self) -> Iterator[None]:
@@ -331,13 +375,27 @@ class Store:
             The previous URL when it was changed, else ``None``.
         """
         self._remote_urls[name] = url
-        key = f"remote.{name}.url"
-        old = self.git("config", "--get", key, check=False).stdout.decode().strip()
+        if self._config_urls is None:
+            self._config_urls = self._read_remote_urls()
+        old = self._config_urls.get(name, "")
         if old == url:
             return None
         with self.lock():
-            self.git("config", key, url)
+            self.git("config", f"remote.{name}.url", url)
+        self._config_urls[name] = url
         return old or None
+
+    def _read_remote_urls(self) -> dict[str, str]:
+        """Every ``remote.<name>.url`` of the store's configuration, from one ``git config``
+        (read once per :class:`Store`: a command sets both remotes, often twice, and each
+        ``git config --get`` was a process; issue 14). The last value of a key wins, as
+        with ``--get``."""
+        proc = self.git("config", "-z", "--get-regexp", r"^remote\..*\.url$", check=False)
+        urls = {}
+        for rec in zsplit(proc.stdout):
+            key, _, value = rec.partition("\n")
+            urls[key[len("remote."):-len(".url")]] = value.strip()
+        return urls
 
     def has_object(self, oid: str, kind: str = "commit") -> bool:
         """True when ``oid`` names an object of type ``kind`` in the store."""
@@ -468,6 +526,8 @@ class Store:
             The environment to pass to :meth:`git` (``{"GIT_INDEX_FILE": path}``).
             The file and its directory are removed when the block ends, however it ends.
         """
+        import tempfile
+
         with tempfile.TemporaryDirectory(prefix="overlay-idx-") as tmp:
             env = {"GIT_INDEX_FILE": os.path.join(tmp, "index")}
             if tree is not None:
