@@ -184,3 +184,51 @@ def load_manifest(root: str) -> Manifest:
     except RecordError as exc:
         raise ManifestError(exc.message, hint=exc.hint) from None
     return parse_manifest(text, MANIFEST_PATH)
+
+
+_TABLE_LINE = re.compile(r"^\s*\[\s*([A-Za-z0-9_-]+)\s*\]\s*(?:#.*)?$")
+_PIN_LINE = re.compile(r'^(\s*(pin|commit|merge-base)\s*=\s*")([0-9a-f]{40})("\s*(?:#.*)?)$')
+_PIN_KEYS = {("upstream", "pin"), ("fork", "commit"), ("fork", "merge-base")}
+
+
+def set_pins(text: str, pin: str, fork_commit: str, merge_base: str) -> str | None:
+    """The manifest ``text`` with the three commits replaced and every other byte kept.
+
+    What ``overlay rebase`` and ``sync`` write when they complete: the same bytes as
+    tomlkit's ``doc[t][k] = sha; tomlkit.dumps(doc)`` (which keeps the key, its spacing
+    and its comment) for a manifest whose three values are plain ``key = "<sha>"``
+    lines under their ``[upstream]`` and ``[fork]`` headers, without importing and
+    running tomlkit (15 ms of a pin bump, issue 14). Anything else (dotted keys, an
+    inline table, a literal string, a key twice) is ``None``: the caller uses tomlkit.
+
+    Args:
+        text: the manifest as it is.
+        pin, fork_commit, merge_base: the new commits (40 hex).
+    Returns:
+        The new text, checked by parsing it: only the three values differ.
+    """
+    new = {("upstream", "pin"): pin, ("fork", "commit"): fork_commit, ("fork", "merge-base"): merge_base}
+    lines = text.split("\n")
+    table, done = None, set()
+    for i, line in enumerate(lines):
+        m = _TABLE_LINE.match(line)
+        if m:
+            table = m.group(1)
+            continue
+        m = _PIN_LINE.match(line)
+        if m and (table, m.group(2)) in _PIN_KEYS:
+            if (table, m.group(2)) in done:
+                return None
+            done.add((table, m.group(2)))
+            lines[i] = m.group(1) + new[(table, m.group(2))] + m.group(4)
+    if done != _PIN_KEYS:
+        return None
+    out = "\n".join(lines)
+    try:
+        before, after = tomllib.loads(text), tomllib.loads(out)
+    except tomllib.TOMLDecodeError:
+        return None
+    for (t, k), value in new.items():
+        before[t][k] = value
+    return out if before == after else None
+
