@@ -360,7 +360,7 @@ def _new_parent(dest: str, path: str, made: set[str]) -> bool:
     Returns:
         True when the parents exist (``made`` names them), False when one was there already.
     """
-    parent = os.path.dirname(path)
+    parent = path.rpartition("/")[0]  # tree paths: "/"-separated, checked by check_path
     if not parent or parent in made:
         return True
     parts = parent.split("/")
@@ -526,7 +526,7 @@ def _export_locked(store: Store, tree: str, dest: str, force: bool, started: flo
             final[path] = [*disk[2], disk[1]]  # touched, same content: remember the new mtime
 
     dest_real = os.path.realpath(dest)
-    owners = {os.path.basename(p) for p in candidates}
+    owners = set() if direct else {os.path.basename(p) for p in candidates}
     for directory in [] if direct else sorted({os.path.dirname(p) for p in [*actions, *pend]}
                                               | ({os.path.dirname(p) for p in candidates} if force else set())):
         if _inside(dest_real, os.path.join(dest, directory)):
