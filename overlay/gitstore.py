@@ -344,8 +344,12 @@ class Store:
                 proc.stdout.read(1)  # trailing LF
                 yield fields[1].decode(), data
         finally:
-            proc.stdout.close()  # git stops (EPIPE) if the reader gave up early
-            proc.wait()
+            proc.stdout.close()  # git stops (EPIPE) if the reader gave up early (a Ctrl-C)
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
     @contextlib.contextmanager
     def lock(self) -> Iterator[None]:
