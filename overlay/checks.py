@@ -357,8 +357,7 @@ def verify(root: str, store: Store, *, only: Iterable[str] = (), skip: Iterable[
     except _SkipLayers:
         pass  # LAY006 already says why
     if layers is not None and "MAN" in families:
-        if run_git(["merge-base", "--is-ancestor", manifest.merge_base, manifest.fork_commit],
-                   git_dir=store.git_dir, check=False).returncode != 0:
+        if not store.is_ancestor(manifest.merge_base, manifest.fork_commit):
             findings.append(_f("MAN003", "patches-rocm/overlay.toml", None,
                                f"merge-base {manifest.merge_base[:12]} is not an ancestor of fork commit "
                                f"{manifest.fork_commit[:12]}", "run `overlay sync` to recompute it"))

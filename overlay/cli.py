@@ -566,7 +566,7 @@ def _start_run(ctx: Context, kind: str, fmt: str, *, pin: str | None = None, for
     new_fork = store.resolve(fork, ["fork"]) if fork else old.fork
 
     def ancestor(a: str, b: str) -> bool:
-        return store.git("merge-base", "--is-ancestor", a, b, check=False).returncode == 0
+        return store.is_ancestor(a, b)
 
     if kind == "sync":
         if merge_base:

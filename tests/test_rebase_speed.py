@@ -80,3 +80,21 @@ def test_a_second_merge_of_the_same_commits_is_read_from_the_store(overlay, monk
                 json.dump({"tree": 5}, fh)
     assert layers.merge_fork_delta(store, m.merge_base, w.pin_conflict, m.fork_commit, m.carry) == first
     assert layers.merge_fork_delta(store, m.merge_base, w.pin_conflict, m.fork_commit, lambda p: m.carry(p)) == first
+
+
+def test_ancestry_answers_are_remembered(overlay, monkeypatch, tmp_path):
+    store = Store()
+    m = load_manifest(str(overlay.root))
+    layers.ensure_commits(store, m)
+    w = overlay.world
+    store.ensure_commit(w.pin_clean, ["upstream"])
+    assert store.is_ancestor(m.merge_base, m.fork_commit) and not store.is_ancestor(m.fork_commit, m.merge_base)
+    assert store.merge_base(m.fork_commit, w.pin_clean) == m.merge_base
+    again = Store()  # another process: read from the store's file
+    monkeypatch.setattr(Store, "git", lambda self, *a, **k: pytest.fail(f"git {a} ran again"))
+    assert again.is_ancestor(m.merge_base, m.fork_commit) and not again.is_ancestor(m.fork_commit, m.merge_base)
+    assert again.merge_base(m.fork_commit, w.pin_clean) == m.merge_base
+    monkeypatch.undo()
+    missing = "e" * 40  # git cannot answer: nothing is remembered
+    assert not again.is_ancestor(missing, m.fork_commit)
+    assert f"is-ancestor {missing} {m.fork_commit}" not in again._ancestry()
