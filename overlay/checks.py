@@ -21,7 +21,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-import subprocess
 from typing import Any, Iterable
 
 from overlay import fixes
@@ -86,12 +85,16 @@ class VerifyResult:
         checks: ``{family: [codes that ran]}`` (for JUnit's passing testcases).
         patched: the patched tree SHA, or ``None`` when it could not be computed.
         notes: lines for the user beside the findings (a rebase in progress, a wedged state).
+        cacheable: false when the verdict depends on what the git store lacks (a commit
+            missing or not fetchable: MAN001, MAN002), which the verdict cache
+            (:mod:`overlay.verdict`) does not key on.
     """
 
     findings: list[Finding]
     checks: dict[str, list[str]]
     patched: str | None
     notes: list[str] = dataclasses.field(default_factory=list)
+    cacheable: bool = True
 
 
 class _SkipLayers(Exception):
@@ -339,17 +342,34 @@ def _fork_ahead_findings(store: Store, manifest: Manifest) -> list[Finding]:
 
 
 def _repo_paths(root: str) -> list[str]:
-    proc = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=root, stdout=subprocess.PIPE,
-                          stderr=subprocess.DEVNULL, check=False)
-    if proc.returncode == 0 and proc.stdout:
-        # --cached still lists a tracked file deleted from the work tree: keep what exists.
-        return [p for p in proc.stdout.decode("utf-8", "replace").split("\0")
-                if p and os.path.lexists(os.path.join(root, p))]
-    out = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = [d for d in dirnames if d not in (".git", ".venv", "build", ".overlay")]
-        out += [os.path.relpath(os.path.join(dirpath, f), root).replace(os.sep, "/") for f in filenames]
-    return out
+    """The repository's paths for FIX015 and FIX021: :func:`overlay.verdict.repo_paths`,
+    the very list the verdict cache's key holds."""
+    from overlay.verdict import repo_paths
+
+    return repo_paths(root)
+
+
+def _fix_findings(root: str, store: Store, manifest: Manifest, doc, resolutions: dict[str, bytes],
+                  patches: list[Patch], unparsed: set[int], layers) -> list[Finding]:
+    """The FIX family: ``LOCAL_FIXES.md`` as a document, against the repository's paths, the
+    resolutions and, when the layers could be computed, the series and the patched tree."""
+    repo_paths = _repo_paths(root)
+    findings = fixes.check_document(doc, fork_repo=fixes.fork_repo_from_url(manifest.fork_url),
+                                    fork_commit=manifest.fork_commit, pin=manifest.pin,
+                                    closing_sentence=manifest.closing_sentence, repo_paths=repo_paths,
+                                    older_closing=manifest.older_closing_sentences,
+                                    closing_required_from=manifest.closing_sentence_required_from)
+    findings += fixes.check_resolutions(doc, [f"patches-rocm/resolved/{p}" for p in resolutions])
+    if layers is not None:
+        # Every Local-Fix trailer counts: a patch may serve several entries (issue 18).
+        records = [fixes.PatchRecord(f"{PATCH_DIR}/{p.name}", tuple(p.trailers.get("Local-Fix") or ()),
+                                     p.forwarded, p.touched, p.deleted, p.data.decode("utf-8", "replace"))
+                   for p in patches]
+        patched_paths = {e[3] for e in store.ls_tree(layers.patched)}
+        findings += fixes.check_patch_entries(doc, records, patched_paths, repo_paths=repo_paths,
+                                              unparsed=unparsed, outside_tree=manifest.outside_tree)
+        findings += fixes.check_dropped(doc, layers.dropped_changes)
+    return findings
 
 
 def verify(root: str, store: Store, *, only: Iterable[str] = (), skip: Iterable[str] = ()) -> VerifyResult:
@@ -359,6 +379,10 @@ def verify(root: str, store: Store, *, only: Iterable[str] = (), skip: Iterable[
         root: overlay repository.
         store: git store (``store.offline`` decides whether objects may be fetched).
         only: run only these families (``MAN``, ``SER``, ``LAY``, ``FIX``); all when empty.
+            Only their checks run: the layers are computed whenever a family is asked
+            for (their outcome gates the cross-checks of every family), each patch's
+            tree and the refresh only for ``SER``, the ancestry checks only for ``MAN``,
+            the repository's paths and the patched tree's listing only for ``FIX``.
         skip: drop findings with these codes.
     Returns:
         :class:`VerifyResult`; its notes say when a rebase or sync is in progress
@@ -389,13 +413,18 @@ def _verify(root: str, store: Store, *, only: Iterable[str], skip: Iterable[str]
     res_findings, resolutions, resolutions_safe = _resolution_findings(root, manifest)
     findings += series_findings + res_findings
     layers = None
+    cacheable = True
     try:
         if not resolutions_safe:
             raise _SkipLayers
         for name, url in manifest.remote_urls().items():
             store.set_remote(name, url)
-        layers = compute_layers(store, manifest, root, patches=patches, stepwise=True)
+        # Each patch's tree only for the refresh check (SER011): the other families need
+        # the layers' outcome and final trees, which the one-apply path gives as well
+        # (issue 14: --only computes what its families need).
+        layers = compute_layers(store, manifest, root, patches=patches, stepwise="SER" in families)
     except OfflineMiss as exc:
+        cacheable = False
         findings.append(_f("MAN002", "patches-rocm/overlay.toml", None, exc.message,
                            "run `overlay verify` once online to fill the git store"))
     except PatchApplyError as exc:
@@ -405,16 +434,17 @@ def _verify(root: str, store: Store, *, only: Iterable[str], skip: Iterable[str]
     except LayerError as exc:
         findings.append(_f("LAY001", "patches-rocm/overlay.toml", None, exc.message, exc.hint))
     except GitError as exc:
+        cacheable = False
         findings.append(_f("MAN001", "patches-rocm/overlay.toml", None, exc.message))
     except _SkipLayers:
         pass  # LAY006 already says why
-    if layers is not None:
-        if run_git(["merge-base", "--is-ancestor", manifest.merge_base, manifest.fork_commit],
-                   git_dir=store.git_dir, check=False).returncode != 0:
+    if layers is not None and "MAN" in families:
+        if not store.is_ancestor(manifest.merge_base, manifest.fork_commit):
             findings.append(_f("MAN003", "patches-rocm/overlay.toml", None,
                                f"merge-base {manifest.merge_base[:12]} is not an ancestor of fork commit "
                                f"{manifest.fork_commit[:12]}", "run `overlay sync` to recompute it"))
         findings += _fork_ahead_findings(store, manifest)
+    if layers is not None:
         for stale in layers.stale_resolutions:
             findings.append(_f("LAY002", f"patches-rocm/resolved/{stale}", None,
                                f"{stale} no longer conflicts; the resolution is not used",
@@ -426,8 +456,9 @@ def _verify(root: str, store: Store, *, only: Iterable[str], skip: Iterable[str]
                                    f"resolution {what}",
                                    "keep git's merge outside the conflict regions (see `overlay rebase` "
                                    "work files); change upstream code with a patch, not a resolution"))
-        findings += link_findings(store, layers.forked, layers.patches)
-        for item in refresh_series(store, layers):
+        if "SER" in families:
+            findings += link_findings(store, layers.forked, layers.patches)
+        for item in refresh_series(store, layers) if "SER" in families else ():
             turns = item.turns
             if turns:
                 # The NUL in the patch's own lines is already reported from its text.
@@ -436,28 +467,15 @@ def _verify(root: str, store: Store, *, only: Iterable[str], skip: Iterable[str]
                 findings.append(_f("SER011", f"{PATCH_DIR}/{item.patch.name}", None,
                                    "refreshing would change the patch's bytes",
                                    "run `overlay refresh` and commit the result"))
-    # FIX family: the records.
+    # FIX family: the records. The file is read whatever --only says: one that cannot be
+    # read stops verify (exit 2), as it always has.
     doc = fixes.load(os.path.join(root, fixes.FILE_NAME))
-    repo_paths = _repo_paths(root)
-    findings += fixes.check_document(doc, fork_repo=fixes.fork_repo_from_url(manifest.fork_url),
-                                     fork_commit=manifest.fork_commit, pin=manifest.pin,
-                                     closing_sentence=manifest.closing_sentence, repo_paths=repo_paths,
-                                     older_closing=manifest.older_closing_sentences,
-                                     closing_required_from=manifest.closing_sentence_required_from)
-    findings += fixes.check_resolutions(doc, [f"patches-rocm/resolved/{p}" for p in resolutions])
-    if layers is not None:
-        # Every Local-Fix trailer counts: a patch may serve several entries (issue 18).
-        records = [fixes.PatchRecord(f"{PATCH_DIR}/{p.name}", tuple(p.trailers.get("Local-Fix") or ()),
-                                     p.forwarded, p.touched, p.deleted, p.data.decode("utf-8", "replace"))
-                   for p in patches]
-        patched_paths = {e[3] for e in store.ls_tree(layers.patched)}
-        findings += fixes.check_patch_entries(doc, records, patched_paths, repo_paths=repo_paths,
-                                              unparsed=unparsed, outside_tree=manifest.outside_tree)
-        findings += fixes.check_dropped(doc, layers.dropped_changes)
+    if "FIX" in families:
+        findings += _fix_findings(root, store, manifest, doc, resolutions, patches, unparsed, layers)
     skip_set = {c.upper() for c in skip}
     findings = [f for f in findings if f.family in families and f.code not in skip_set]
     order = {fam: i for i, fam in enumerate(FAMILIES)}
     findings.sort(key=lambda f: (order.get(f.family, 99), f.path or "", f.line or 0, f.code))
     checks = {fam: sorted(c for c in (fixes.CODES if fam == "FIX" else CODES) if c.startswith(fam)
                           and c not in skip_set) for fam in FAMILIES if fam in families}
-    return VerifyResult(findings, checks, layers.patched if layers else None)
+    return VerifyResult(findings, checks, layers.patched if layers else None, cacheable=cacheable)

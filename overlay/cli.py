@@ -41,7 +41,7 @@ class Context:
             ManifestError: there is none; the message names where it looked (exit 2).
         """
         if self._root is None:
-            from overlay.manifest import find_root
+            from overlay.locate import find_root
             self._root = find_root(self.start)
         return self._root
 
@@ -234,21 +234,43 @@ def diff_cmd(ctx: Context, from_layer: str, to_layer: str, stat: bool, name_only
 def verify_cmd(ctx: Context, fmt: str, only: tuple[str, ...], skip: tuple[str, ...], output: str | None,
                strict: bool) -> None:
     """Check every record: manifest, series, layers, LOCAL_FIXES.md."""
-    from overlay.checks import verify
-    from overlay.findings import has_errors
-    from overlay.fsutil import atomic_write
-    from overlay.render import render, render_junit
+    from overlay import verdict
 
-    result = verify(ctx.root, _store(ctx), only=only, skip=skip)
-    for note in result.notes:  # stderr: the report itself stays parseable in every format
-        click.echo(f"note: {note}", err=True)
-    text = (render_junit(result.findings, result.checks) if fmt == "junit"
-            else render(result.findings, fmt))
+    # The verdict cache (issue 14): with every input as it was at an earlier verify, its
+    # report is printed again without importing, reading or computing anything else.
+    options = verdict.options_key(fmt, only, skip)
+    key = verdict.inputs(ctx.root, ctx.git_dir, ctx.offline)
+    hit = verdict.lookup(ctx.root, key, options) if key is not None else None
+    if hit is not None:
+        text, errors, warnings = hit
+        if os.path.isdir(os.path.join(ctx.root, ".overlay", "rebase")):
+            # The records are keyed, the run state is not: a stopped run is still said.
+            from overlay.runstate import in_progress_note
+
+            note = in_progress_note(ctx.root)
+            if note:
+                click.echo(f"note: {note}", err=True)
+    else:
+        from overlay.checks import verify
+        from overlay.findings import has_errors
+        from overlay.render import render, render_junit
+
+        result = verify(ctx.root, _store(ctx), only=only, skip=skip)
+        for note in result.notes:  # stderr: the report itself stays parseable in every format
+            click.echo(f"note: {note}", err=True)
+        text = (render_junit(result.findings, result.checks) if fmt == "junit"
+                else render(result.findings, fmt))
+        errors = has_errors(result.findings)
+        warnings = any(f.severity == "warning" for f in result.findings)
+        if (key is not None and result.cacheable and not result.notes
+                and verdict.inputs(ctx.root, ctx.git_dir, ctx.offline) == key):
+            verdict.remember(ctx.root, key, options, text, errors, warnings)
     click.echo(text, nl=False)
     if output:
+        from overlay.fsutil import atomic_write
+
         atomic_write(os.path.abspath(output), text.encode())
-    failing = has_errors(result.findings) or (strict and any(f.severity == "warning" for f in result.findings))
-    sys.exit(1 if failing else 0)
+    sys.exit(1 if errors or (strict and warnings) else 0)
 
 
 @main.command("refresh")
@@ -656,7 +678,7 @@ def _start_run_locked(ctx: Context, kind: str, fmt: str, *, pin: str | None = No
     new_fork = store.resolve(fork, ["fork"]) if fork else old.fork
 
     def ancestor(a: str, b: str) -> bool:
-        return store.git("merge-base", "--is-ancestor", a, b, check=False).returncode == 0
+        return store.is_ancestor(a, b)
 
     if kind == "sync":
         if merge_base:

@@ -25,10 +25,11 @@ Every git child runs with a private index and a working directory of ours
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 from typing import Callable, Iterable, Iterator, Sequence
 
-from overlay.errors import LayerError
+from overlay.errors import LayerError, PatchFormatError
 from overlay.gitstore import MergeResult, Store, TreeEntry, first_error_line, is_sha, zsplit
 from overlay.series import FileChange, Patch
 
@@ -341,6 +342,10 @@ def apply_series(store: Store, base_tree: str, patches: Sequence[Patch], *,
                                   f"the patch lists {len(patch.touched)} path(s) but changes only "
                                   f"{len(patch.touched) - len(same)}", hint="remove the sections that change nothing")
         expected_after.append(dict(state))
+    if stepwise:
+        trees = _apply_chained(store, base_tree, patches, initial, expected_after)
+        if trees is not None:
+            return trees[-1], [PatchResult(p, "exact", t) for p, t in zip(patches, trees)]
     with store.scratch_index(base_tree) as env:
         if not stepwise:
             proc = _git_apply(store, env, patches)
@@ -372,6 +377,181 @@ def apply_series(store: Store, base_tree: str, patches: Sequence[Patch], *,
             actual = {p: current.get(p) for p in result.patch.touched}
             _check_result(result.patch, err, expected, actual)
         return results[-1].tree, results
+
+
+#: The blob of an empty file: what a deletion, re-emitted as a copy, must leave.
+_EMPTY_BLOB = "e69de29bb2d1d6434b8b29ae775ad8c2e48c5391"
+_NEEDS_QUOTE = re.compile(rb'[\x00-\x20"\\\x7f-\xff]')
+
+
+def _quote(name: str) -> str:
+    """``name`` as git's C-style quoted path when it holds a space, a quote, a backslash,
+    a control or a non-ASCII byte (git apply unquotes it), else as it is."""
+    raw = name.encode("utf-8", "surrogateescape")
+    if not _NEEDS_QUOTE.search(raw):
+        return name
+    out = []
+    for b in raw:
+        if b in (0x22, 0x5C):
+            out.append("\\" + chr(b))
+        elif 0x20 <= b < 0x7F:
+            out.append(chr(b))
+        else:
+            out.append(f"\\{b:03o}")
+    return '"' + "".join(out) + '"'
+
+
+def _chain_sections(patches: Sequence[Patch], initial: dict[str, TreeEntry | None]
+                    ) -> tuple[list[str], list[bytes], list[list[tuple[FileChange, str]]]] | None:
+    """The series re-emitted as one patch of copies, for :func:`_apply_chained`.
+
+    Every path the series touches starts as ``0/<path>`` (the layer below); each
+    file change of patch ``k`` becomes a copy from where that path's content is now
+    (``j/<path>``, j the last patch that wrote it) to ``k/<path>`` carrying the same
+    hunks, so git writes every patch's result as an entry of its own. A deletion is a
+    copy that must come out empty; a creation is created at ``k/<path>``.
+
+    Returns:
+        ``(index lines for update-index, each patch's re-emitted text, per patch
+        [(change, the path its result is at)])``, or ``None`` when the series needs the one-patch-at-a-time
+        path: a binary change, a gitlink, or a patch that names one path in two file
+        changes. (A result the patch does not record in full is refused later, when
+        the results are compared with the records.)
+    """
+    from overlay.series import diff_pieces, split_patch
+
+    at: dict[str, int] = {}
+    lines = []
+    for path, entry in initial.items():
+        if entry is not None and entry.kind == "blob" and entry.mode != "160000":
+            at[path] = 0
+            lines.append(f"{entry.mode} {entry.oid}\t0/{path}")
+    sections: list[bytes] = []
+    plan: list[list[tuple[FileChange, str]]] = []
+    for k, patch in enumerate(patches, 1):
+        seen: set[str] = set()
+        for change in patch.changes:
+            own = {p for p in (change.source, change.target) if p}
+            if own & seen or change.binary or "160000" in (change.old_mode, change.new_mode):
+                return None
+            seen |= own
+        try:
+            pieces = diff_pieces(split_patch(patch.data)[1])
+        except PatchFormatError:
+            return None
+        if len(pieces) != len(patch.changes):
+            return None
+        steps, text = [], []
+        for change, piece in zip(patch.changes, pieces):
+            cut = piece.find(b"\n@@")
+            body = b"" if cut < 0 else piece[cut + 1:] + (b"" if piece.endswith(b"\n") else b"\n")
+            dst = f"{k}/{change.target or change.source}"
+            if change.source is None:
+                head = [f"diff --git {_quote('a/' + dst)} {_quote('b/' + dst)}",
+                        f"new file mode {change.new_mode or '100644'}"]
+                if body:
+                    head += ["--- /dev/null", f"+++ {_quote('b/' + dst)}"]
+            else:
+                if change.source not in at:
+                    return None
+                src = f"{at[change.source]}/{change.source}"
+                head = [f"diff --git {_quote('a/' + src)} {_quote('b/' + dst)}"]
+                if change.target and change.old_mode and change.new_mode and change.old_mode != change.new_mode:
+                    head += [f"old mode {change.old_mode}", f"new mode {change.new_mode}"]
+                head += [f"copy from {_quote(src)}", f"copy to {_quote(dst)}"]
+                if body:
+                    head += [f"--- {_quote('a/' + src)}", f"+++ {_quote('b/' + dst)}"]
+                if change.target is None or change.rename:
+                    del at[change.source]
+            if change.target:
+                at[change.target] = k
+            text.append(("\n".join(head) + "\n").encode("utf-8", "surrogateescape") + body)
+            steps.append((change, dst))
+        sections.append(b"".join(text))
+        plan.append(steps)
+    return lines, sections, plan
+
+
+def _apply_chained(store: Store, base_tree: str, patches: Sequence[Patch], initial: dict[str, TreeEntry | None],
+                   expected_after: Sequence[dict[str, TreeEntry | None]]) -> list[str] | None:
+    """The stepwise apply with a number of git processes that does not grow with the series.
+
+    The series is applied by one ``git apply --cached`` as a chain of copies
+    (:func:`_chain_sections`): each patch meets exactly the content the patches
+    before it left at its paths, as in a one-at-a-time apply, and every patch's
+    result stays in the index. One ``ls-files`` reads them all; each must be the
+    post-image the patch records. The tree after each patch is then computed from
+    the layer below (:mod:`overlay.treemodel`, one ``ls-tree``) and written with one
+    ``unpack-objects``: six git processes for any length of series, where the
+    one-at-a-time path starts two per patch.
+
+    Args:
+        store: git store; base_tree: the layer below.
+        patches: the series (its records already checked by :func:`_walk_records`).
+        initial: the layer below's entry at every touched path.
+        expected_after: the recorded state after each patch.
+    Returns:
+        The tree after each patch, or ``None`` when anything is not exactly as recorded
+        (git fails, skips, places a hunk at an offset, or produces another blob) or
+        the series cannot be chained: the caller then applies one patch at a time,
+        which names the patch, the file and the reason.
+    """
+    from overlay.fsutil import scratch_dir
+    from overlay.treemodel import TreeConflict, TreeModel, listing, write_objects
+
+    if len(base_tree) != 40:
+        return None  # the tree model hashes SHA-1 objects only
+    chain = _chain_sections(patches, initial)
+    if chain is None:
+        return None
+    lines, sections, plan = chain
+    with scratch_dir("idx") as tmp:  # a scratch index, swept after a kill as every other
+        env = {"GIT_INDEX_FILE": os.path.join(tmp, "index")}
+        if lines:
+            store.git("update-index", "-z", "--index-info", env=env,
+                      input=("\0".join(lines) + "\0").encode("utf-8", "surrogateescape"))
+        # One input file per patch: git chains the patches of separate inputs (each
+        # meets the index the ones before it left), never the sections of one.
+        names = []
+        for k, text in enumerate(sections, 1):
+            names.append(os.path.join(tmp, f"{k}.patch"))
+            with open(names[-1], "wb") as fh:
+                fh.write(text)
+        proc = store.git("apply", "--cached", "-v", "--whitespace=nowarn", *names, env=env, check=False)
+        err = proc.stderr.decode("utf-8", "replace")
+        if proc.returncode != 0 or "Skipped patch" in err or _OFFSET_RE.search(err):
+            return None
+        index: dict[str, tuple[str, str]] = {}
+        for rec in zsplit(store.git("ls-files", "-s", "-z", env=env).stdout):
+            meta, path = rec.split("\t", 1)
+            mode, oid, _stage = meta.split()
+            index[path] = (mode, oid)
+    for steps, expected in zip(plan, expected_after):
+        for change, at in steps:
+            got = index.get(at)
+            if got is None:
+                return None
+            if change.target is None:
+                if got[1] != _EMPTY_BLOB:
+                    return None  # the deletion's hunks do not remove the whole file
+                continue
+            want = expected.get(change.target)
+            if want is None or want.oid != got[1] or want.mode != got[0]:
+                return None
+    model = TreeModel(listing(store, base_tree), base_tree)
+    trees = []
+    try:
+        for steps in plan:
+            for change, at in steps:
+                if change.source is not None and (change.target is None or change.rename):
+                    model.remove(change.source)
+                if change.target is not None:
+                    model.set(change.target, *index[at])
+            trees.append(model.write())
+    except TreeConflict:
+        return None  # a file where a directory is (or the reverse): git says it best, one patch at a time
+    write_objects(store, model.objects)
+    return trees
 
 
 def _changed_entries(store: Store, olds: Sequence[str], news: Sequence[str]) -> list[dict[str, TreeEntry | None]]:

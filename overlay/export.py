@@ -33,7 +33,7 @@ import signal
 import stat
 import time
 
-from overlay.errors import EXIT_INTERRUPTED, OverlayError, UnsafePath
+from overlay.errors import EXIT_INTERRUPTED, GitError, OverlayError, UnsafePath
 from overlay.fsutil import atomic_symlink, atomic_write, flocked, remove_stale_temps, sweep_scratch_dirs, temp_owner
 from overlay.gitstore import Store, zsplit
 from overlay.paths import check_path, unsafe_links
@@ -152,11 +152,21 @@ def edited_files(dest: str, stamp: dict | None = None, *, store: Store | None = 
     return edited
 
 
+#: ``OVERLAY_TEST_KILL_AT`` as read when the export began (three checkpoints a file: the
+#: variable is not looked up each time).
+_kill_spec: list[str] = []
+
+
+def _arm_checkpoints() -> None:
+    """Read the test hook's variable for the export that begins (see :func:`_checkpoint`)."""
+    _kill_spec[:] = os.environ.get("OVERLAY_TEST_KILL_AT", "").split(":")
+
+
 def _checkpoint() -> None:
     """Test hook: ``OVERLAY_TEST_KILL_AT=export:N`` SIGKILLs the process at its Nth
     checkpoint (``export:N:INT`` sends SIGINT instead)."""
-    spec = os.environ.get("OVERLAY_TEST_KILL_AT", "").split(":")
-    if spec[0] != "export" or len(spec) < 2 or not spec[1].isdigit():
+    spec = _kill_spec
+    if not spec or spec[0] != "export" or len(spec) < 2 or not spec[1].isdigit():
         return
     _checkpoint.count = getattr(_checkpoint, "count", 0) + 1  # type: ignore[attr-defined]
     if _checkpoint.count == int(spec[1]):  # type: ignore[attr-defined]
@@ -336,6 +346,7 @@ def export_tree(store: Store, tree: str, dest: str, *, force: bool = False) -> E
         UnsafePath: a tree entry is hostile (nothing is written; exit 2).
     """
     started = time.perf_counter()
+    _arm_checkpoints()
     dest = os.path.abspath(dest)
     os.makedirs(dest, exist_ok=True)
     # Scratch directories of overlay processes that were killed (they hold the
@@ -346,6 +357,103 @@ def export_tree(store: Store, tree: str, dest: str, *, force: bool = False) -> E
             return _export_locked(store, tree, dest, force, started)
     except KeyboardInterrupt:
         raise _interrupted(dest, tree) from None
+
+
+def _check_objects(store: Store, oids: list[str]) -> None:
+    """Every object is in the store (one ``git cat-file --batch-check``), one checkpoint each.
+
+    Raises:
+        GitError: one is missing (before anything is written; exit 2).
+    """
+    if not oids:
+        return
+    lines = store.git("cat-file", "--batch-check", input="".join(f"{oid}\n" for oid in oids).encode()).stdout
+    for oid, line in zip(oids, lines.split(b"\n")):
+        if line.endswith(b" missing"):
+            raise GitError(f"object {oid} is missing from the git store")
+        _checkpoint()
+
+
+def _umask() -> int:
+    """The process's umask (read by setting it and putting it back)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _new_parent(dest: str, path: str, made: set[str]) -> bool:
+    """Make the directories above ``path`` in a direct export, where each is new.
+
+    Every directory under DEST is made by this run (DEST held nothing) and git trees hold
+    no link where they hold a directory, so none on the way can be a link and the
+    checks of :func:`_safe_parent` (a walk and a ``realpath`` per directory) are not
+    needed. A directory that already exists (a link a case-insensitive file system
+    took for it) is left to :func:`_safe_parent`.
+
+    Returns:
+        True when the parents exist (``made`` names them), False when one was there already.
+    """
+    parent = path.rpartition("/")[0]  # tree paths: "/"-separated, checked by check_path
+    if not parent or parent in made:
+        return True
+    parts = parent.split("/")
+    for i in range(1, len(parts) + 1):
+        sub = "/".join(parts[:i])
+        if sub in made:
+            continue
+        try:
+            os.mkdir(os.path.join(dest, sub))
+        except FileExistsError:
+            return False
+        made.add(sub)
+    return True
+
+
+def _write_new(full: str, data: bytes, mode: str, mask: int) -> tuple[int, int] | None:
+    """Create ``full`` holding ``data`` in place (a direct export, see :func:`_export_locked`):
+    no temp file, no rename. The permissions are exactly 0644 or 0755, as
+    :func:`~overlay.fsutil.atomic_write` sets them, whatever the umask.
+
+    Returns:
+        ``(size, mtime_ns)``, or ``None`` when something is already at ``full`` (the caller
+        then writes it the usual way).
+    """
+    if mode == "120000":
+        try:
+            os.symlink(data.decode("utf-8", "surrogateescape"), full)
+        except FileExistsError:
+            return None
+        _checkpoint()
+        st = os.lstat(full)
+        return st.st_size, st.st_mtime_ns
+    perm = 0o755 if mode == "100755" else 0o644
+    try:
+        fd = os.open(full, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), perm)
+    except FileExistsError:
+        return None
+    try:
+        if perm & mask:
+            os.fchmod(fd, perm)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        _checkpoint()
+        st = os.fstat(fd)  # closing does not change the mtime: this is what lstat will say
+    finally:
+        os.close(fd)
+    return st.st_size, st.st_mtime_ns
+
+
+def _partly_written(store: Store, dest: str, path: str, oid: str) -> bool:
+    """True when the file at ``path`` holds the start of blob ``oid``: what a direct export
+    killed while writing it leaves (a hand edit does not, and stays refused)."""
+    try:
+        with open(os.path.join(dest, path), "rb") as fh:
+            have = fh.read()
+    except OSError:
+        return False
+    want = store.git("cat-file", "blob", oid, check=False).stdout
+    return len(have) < len(want) and want.startswith(have)
 
 
 def _export_locked(store: Store, tree: str, dest: str, force: bool, started: float) -> ExportResult:
@@ -364,6 +472,11 @@ def _export_locked(store: Store, tree: str, dest: str, force: bool, started: flo
     pending = (stamp or {}).get("pending") or {}
     pend: dict[str, str | None] = {p: None for p in pending.get("remove", [])}
     pend.update(pending.get("write", {}))
+    # A first export into an empty directory writes each file in place, without a temp
+    # file and a rename per file (issue 14): nothing there can be the user's, and the
+    # pending record says so ("direct"), so that a run killed mid-file is completed: a
+    # file of a direct run holding the start of the blob it was writing is the run's.
+    direct = stamp is None and not (set(os.listdir(dest)) - {LOCK})
     if previous == tree and not pend and not force:
         edited = edited_files(dest, stamp)
         return ExportResult(tree, previous, [], [], len(recorded) - len(edited), edited,
@@ -393,7 +506,7 @@ def _export_locked(store: Store, tree: str, dest: str, force: bool, started: flo
     blocked, edited, final = [], [], dict(recorded)
     for path in sorted(candidates):
         rec, target = recorded.get(path), want.get(path)
-        disk = _disk(dest, path, rec, hexlen)
+        disk = None if direct else _disk(dest, path, rec, hexlen)  # an empty directory holds nothing
         if disk is None and target is None or disk is not None and target == (disk[0], disk[1]):
             if target is None:
                 final.pop(path, None)
@@ -402,6 +515,9 @@ def _export_locked(store: Store, tree: str, dest: str, force: bool, started: flo
             continue
         ours = _is_recorded(disk, rec) or (path in pend and (
             disk is None and pend[path] is None or disk is not None and disk[1] is not None and disk[1] == pend[path]))
+        if not ours and pending.get("direct") and pend.get(path) and disk is not None and disk[0] != "120000" \
+                and disk[1] is not None:
+            ours = _partly_written(store, dest, path, pend[path])  # type: ignore[arg-type]
         if not ours and not force:
             if path not in pend and rec is not None and target is not None and rec[2:3] == [target[1]]:
                 edited.append(path)  # the tree leaves it as exported: the edit stays and is reported
@@ -419,17 +535,17 @@ def _export_locked(store: Store, tree: str, dest: str, force: bool, started: flo
             f"replaced: {', '.join(blocked[:5])}{' ...' if len(blocked) > 5 else ''}",
             hint="move your edits into a patch, or pass --force to discard them")
 
-    blobs: dict[str, tuple[str, str, bytes]] = {}
-    with store.cat_file() as cat:
-        for path, target in sorted(actions.items()):
-            if target is not None:
-                blobs[path] = (target[0], target[1], cat.read(target[1])[1])
-                _checkpoint()
-        if any(mode == "120000" for mode, _oid, _data in blobs.values()):
-            entries = entries if entries is not None else _entries(store, tree)
+    # Every object is looked up before anything is written (a missing one stops the export
+    # here, as a hostile entry does); the contents are streamed while writing, one file at
+    # a time, so the export never holds the tree (issue 14: peak memory).
+    blobs: dict[str, tuple[str, str]] = {p: t for p, t in sorted(actions.items()) if t is not None}
+    _check_objects(store, [oid for _mode, oid in blobs.values()])
+    if any(mode == "120000" for mode, _oid in blobs.values()):
+        entries = entries if entries is not None else _entries(store, tree)
+        with store.cat_file() as cat:
             bad = unsafe_links(tree_links(store, tree, entries=entries, cat=cat))
-            if bad:
-                raise next(iter(bad.values()))
+        if bad:
+            raise next(iter(bad.values()))
 
     # Edited files the run leaves alone are reported (and not touched).
     for path, rec in recorded.items():
@@ -442,9 +558,9 @@ def _export_locked(store: Store, tree: str, dest: str, force: bool, started: flo
             final[path] = [*disk[2], disk[1]]  # touched, same content: remember the new mtime
 
     dest_real = os.path.realpath(dest)
-    owners = {os.path.basename(p) for p in candidates}
-    for directory in sorted({os.path.dirname(p) for p in [*actions, *pend]}
-                            | ({os.path.dirname(p) for p in candidates} if force else set())):
+    owners = set() if direct else {os.path.basename(p) for p in candidates}
+    for directory in [] if direct else sorted({os.path.dirname(p) for p in [*actions, *pend]}
+                                              | ({os.path.dirname(p) for p in candidates} if force else set())):
         if _inside(dest_real, os.path.join(dest, directory)):
             remove_stale_temps(os.path.join(dest, directory), owners)
             while directory:  # a killed run may have left directories it made and never filled
@@ -461,28 +577,35 @@ def _export_locked(store: Store, tree: str, dest: str, force: bool, started: flo
         _checkpoint()
         _write_stamp(dest, previous, final, {
             "tree": tree, "write": {p: t[1] for p, t in actions.items() if t is not None},
-            "remove": sorted(p for p, t in actions.items() if t is None)})
+            "remove": sorted(p for p, t in actions.items() if t is None), **({"direct": True} if direct else {})})
     removals = [p for p, t in actions.items() if t is None]
     for path in sorted(removals, key=lambda p: p.count("/"), reverse=True):
         _remove(dest, dest_real, path)
         final.pop(path, None)
         _checkpoint()
     checked: set[str] = set()
-    for path in sorted(blobs):
-        mode, oid, data = blobs[path]
-        _safe_parent(dest_real, dest, path, checked)
-        full = os.path.join(dest, path)
-        if os.path.isdir(full) and not os.path.islink(full):
-            raise OverlayError(f"cannot write {path!r}: a directory is in the way")
-        if mode == "120000":
+    mask = _umask() if direct else 0
+    paths = list(blobs)  # sorted
+    if paths:
+        for path, (_kind, data) in zip(paths, store.read_objects([blobs[p][1] for p in paths])):
+            mode, oid = blobs[path]
+            if not (direct and _new_parent(dest, path, checked)):
+                _safe_parent(dest_real, dest, path, checked)
+            full = os.path.join(dest, path)
+            written = _write_new(full, data, mode, mask) if direct else None
+            if written is None:
+                if os.path.isdir(full) and not os.path.islink(full):
+                    raise OverlayError(f"cannot write {path!r}: a directory is in the way")
+                if mode == "120000":
+                    _checkpoint()
+                    atomic_symlink(data.decode("utf-8", "surrogateescape"), full)
+                else:
+                    atomic_write(full, data, mode=0o755 if mode == "100755" else 0o644, durable=False,
+                                 before_replace=_checkpoint)
+                st = os.lstat(full)
+                written = (st.st_size, st.st_mtime_ns)
+            final[path] = [*written, oid]
             _checkpoint()
-            atomic_symlink(data.decode("utf-8", "surrogateescape"), full)
-        else:
-            atomic_write(full, data, mode=0o755 if mode == "100755" else 0o644, durable=False,
-                         before_replace=_checkpoint)
-        st = os.lstat(full)
-        final[path] = [st.st_size, st.st_mtime_ns, oid]
-        _checkpoint()
     _write_stamp(dest, tree, final, None)
     return ExportResult(tree, previous, sorted(blobs), sorted(removals), len(final) - len(blobs) - len(edited),
                         sorted(edited), time.perf_counter() - started, resumed)

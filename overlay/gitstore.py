@@ -20,14 +20,13 @@ import contextlib
 import dataclasses
 import os
 import re
-import shutil
 import subprocess
 import sys
-import tempfile
 from typing import Iterator, Sequence
 
 from overlay.errors import GitError, OfflineMiss
 from overlay.fsutil import flocked, scratch_dir
+from overlay.locate import default_store_dir  # noqa: F401 - re-exported: the store's default place
 
 #: ``-c`` options passed to every git call (DESIGN 10: determinism flags).
 GIT_FLAGS: tuple[str, ...] = (
@@ -113,6 +112,8 @@ def git_executable() -> str:
     """
     key = os.environ.get("PATH", "")
     if key not in _WHICH:
+        import shutil  # here, not at the top: start-up is the floor of every command (issue 14)
+
         _WHICH[key] = shutil.which("git")
     path = _WHICH[key]
     if path is None:
@@ -145,7 +146,12 @@ def run_git(args: Sequence[str], *, git_dir: str | None = None, cwd: str | None 
         extra["GIT_DIR"] = git_dir
     cmd = [git_executable(), *GIT_FLAGS, *args]
     if cwd is None:
-        cwd = git_dir if git_dir is not None and os.path.isdir(git_dir) else tempfile.gettempdir()
+        if git_dir is not None and os.path.isdir(git_dir):
+            cwd = git_dir
+        else:
+            import tempfile
+
+            cwd = tempfile.gettempdir()
     proc = subprocess.run(cmd, input=input, cwd=cwd,
                           env=git_env(extra, user_config=bool(args) and args[0] in _TRANSPORT_COMMANDS),
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -269,15 +275,6 @@ class MergeResult:
         return [kind for paths, kind, _ in self.messages if path in paths and kind.startswith("CONFLICT")]
 
 
-def default_store_dir() -> str:
-    """The default git store: ``$OVERLAY_GIT_DIR``, else ``$XDG_CACHE_HOME/overlay/store.git``
-    (``~/.cache`` when ``XDG_CACHE_HOME`` is unset)."""
-    if os.environ.get("OVERLAY_GIT_DIR"):
-        return os.environ["OVERLAY_GIT_DIR"]
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "overlay", "store.git")
-
-
 class Store:
     """The bare git store holding every object the layers are made of.
 
@@ -291,6 +288,8 @@ class Store:
         self.git_dir = os.path.abspath(git_dir or default_store_dir())
         self.offline = offline
         self._remote_urls: dict[str, str] = {}
+        self._config_urls: dict[str, str] | None = None  # remote -> URL in the config, read once
+        self._known: dict | None = None  # remembered ancestry answers (overlay-ancestry.json)
         self._lock_depth = 0
         if not os.path.isfile(os.path.join(self.git_dir, "HEAD")):
             os.makedirs(self.git_dir, exist_ok=True)
@@ -309,6 +308,48 @@ class Store:
     def cat_file(self) -> CatFile:
         """A persistent blob reader on the store (close it, or use ``with``)."""
         return CatFile(self.git_dir)
+
+    def read_objects(self, oids: Sequence[str]) -> Iterator[tuple[str, bytes]]:
+        """Read many objects known in advance, streamed, with one ``git cat-file --batch --buffer``.
+
+        The names are handed to git in a file, so git writes its answers with normal
+        buffering instead of one flush per object, and there is no round trip per
+        object (an export reads a thousand blobs this way); only one object is held at a
+        time, so reading the whole tree never holds the tree (issue 14: peak memory).
+
+        Args:
+            oids: object names (40 or 64 hex).
+        Yields:
+            ``(type, content)`` per name, in order.
+        Raises:
+            GitError: an object is missing.
+        """
+        import tempfile
+
+        if not oids:
+            return
+        with tempfile.TemporaryFile() as names:
+            names.write("".join(f"{oid}\n" for oid in oids).encode())
+            names.seek(0)
+            proc = subprocess.Popen([git_executable(), *GIT_FLAGS, "cat-file", "--batch", "--buffer"],
+                                    stdin=names, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                    cwd=self.git_dir, env=git_env({"GIT_DIR": self.git_dir}), bufsize=1 << 20)
+        assert proc.stdout is not None
+        try:
+            for oid in oids:
+                fields = proc.stdout.readline().split()
+                if len(fields) != 3:
+                    raise GitError(f"object {oid} is missing from the git store")
+                data = proc.stdout.read(int(fields[2]))
+                proc.stdout.read(1)  # trailing LF
+                yield fields[1].decode(), data
+        finally:
+            proc.stdout.close()  # git stops (EPIPE) if the reader gave up early (a Ctrl-C)
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
     @contextlib.contextmanager
     def lock(self) -> Iterator[None]:
@@ -338,13 +379,92 @@ class Store:
             The previous URL when it was changed, else ``None``.
         """
         self._remote_urls[name] = url
-        key = f"remote.{name}.url"
-        old = self.git("config", "--get", key, check=False).stdout.decode().strip()
+        if self._config_urls is None:
+            self._config_urls = self._read_remote_urls()
+        old = self._config_urls.get(name, "")
         if old == url:
             return None
         with self.lock():
-            self.git("config", key, url)
+            self.git("config", f"remote.{name}.url", url)
+        self._config_urls[name] = url
         return old or None
+
+    def _read_remote_urls(self) -> dict[str, str]:
+        """Every ``remote.<name>.url`` of the store's configuration, from one ``git config``
+        (read once per :class:`Store`: a command sets both remotes, often twice, and each
+        ``git config --get`` was a process; issue 14). The last value of a key wins, as
+        with ``--get``."""
+        proc = self.git("config", "-z", "--get-regexp", r"^remote\..*\.url$", check=False)
+        urls = {}
+        for rec in zsplit(proc.stdout):
+            key, _, value = rec.partition("\n")
+            urls[key[len("remote."):-len(".url")]] = value.strip()
+        return urls
+
+    # -- ancestry, remembered -------------------------------------------------
+    def is_ancestor(self, a: str, b: str) -> bool:
+        """``git merge-base --is-ancestor a b``, remembered in the store for full commit names.
+
+        The answer for two commits never changes, and it is a walk of history each time
+        (12 ms of every uncached verify of the real overlay for MAN003 alone; issue 14).
+        An answer git could not give (a missing object) is not remembered.
+
+        Returns:
+            True when ``a`` is an ancestor of (or equal to) ``b``.
+        """
+        key = f"is-ancestor {a} {b}"
+        known = self._ancestry().get(key)
+        if known is not None:
+            return bool(known)
+        code = self.git("merge-base", "--is-ancestor", a, b, check=False).returncode
+        if code in (0, 1) and is_sha(a) and is_sha(b):
+            self._remember(key, code == 0)
+        return code == 0
+
+    def merge_base(self, a: str, b: str) -> str | None:
+        """``git merge-base a b`` (the best common ancestor), remembered like :meth:`is_ancestor`.
+
+        Returns:
+            Its name, or ``None`` when the two have no common ancestor.
+        """
+        key = f"merge-base {a} {b}"
+        known = self._ancestry().get(key)
+        if known is not None:
+            return known or None
+        proc = self.git("merge-base", a, b, check=False)
+        base = proc.stdout.decode().strip()
+        if proc.returncode in (0, 1) and is_sha(a) and is_sha(b):
+            self._remember(key, base)
+        return base or None
+
+    _ANCESTRY = "overlay-ancestry.json"
+    _ANCESTRY_MAX = 2000
+
+    def _ancestry(self) -> dict:
+        if self._known is None:
+            import json
+
+            try:
+                with open(os.path.join(self.git_dir, self._ANCESTRY), encoding="utf-8") as fh:
+                    data = json.load(fh)
+                self._known = data if isinstance(data, dict) else {}
+            except (OSError, ValueError):
+                self._known = {}
+        return self._known
+
+    def _remember(self, key: str, value) -> None:
+        import json
+
+        from overlay.fsutil import atomic_write
+
+        known = self._ancestry()
+        if len(known) >= self._ANCESTRY_MAX:
+            known.clear()  # upstream tips move with every fetch: keep the file small, not complete
+        known[key] = value
+        try:
+            atomic_write(os.path.join(self.git_dir, self._ANCESTRY), json.dumps(known).encode(), durable=False)
+        except OSError:
+            pass  # only costs the walk next time
 
     def has_object(self, oid: str, kind: str = "commit") -> bool:
         """True when ``oid`` names an object of type ``kind`` in the store."""

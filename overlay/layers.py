@@ -17,7 +17,6 @@ fixed identity and date. git does all merging and applying.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import hashlib
 import json
 import os
@@ -117,6 +116,8 @@ def changes_outside_conflicts(auto: bytes, resolved: bytes) -> list[tuple[int, s
     regions = [(start - 1, end) for start, end in conflict_regions(auto)]  # 0-based, end exclusive
     if not regions:
         return []  # no text conflict (modify/delete, a binary file): nothing to compare
+    import difflib  # only where a resolution is checked: not on every command's start-up
+
     old, new = auto.split(b"\n"), resolved.split(b"\n")
     out = []
     matcher = difflib.SequenceMatcher(None, old, new, autojunk=False)
@@ -174,17 +175,70 @@ class ForkMerge:
 def merge_fork_delta(store: Store, base: str, pin: str, fork: str, carry: Callable[[str], bool]) -> ForkMerge:
     """Merge ``base..fork`` (carried paths only) onto ``pin`` with ``git merge-tree``.
 
+    The result is kept in the store (``overlay-merges/``, keyed on the three commits and
+    the carry globs of a :class:`~overlay.paths.Carry`, as the layer cache is): a rebase
+    merges the fork delta onto the new pin and needs the old layers' merge again for
+    every recorded resolution, which is then read instead of merged a second time
+    (issue 14). The carried delta itself (the tree of ``base`` with the fork's carried
+    changes) depends only on ``base`` and ``fork`` and is kept the same way, so a pin
+    bump does not rebuild it.
+
     Args:
         store: the git store holding all three commits.
         base, pin, fork: commit SHAs (fork merge base, MLX pin, fork commit).
-        carry: predicate on paths (see :class:`overlay.paths.Carry`).
+        carry: predicate on paths (see :class:`overlay.paths.Carry`; another callable
+            is not cached).
     Returns:
         :class:`ForkMerge`.
     Raises:
         UnsafePath: a fork path is hostile.
         LayerError: git merge-tree failed for another reason than conflicts.
     """
-    base_tree, pin_tree = store.tree_of(base), store.tree_of(pin)
+    globs = [list(carry.include), list(carry.exclude)] if isinstance(carry, Carry) else None
+    key = _json_key("merge", base, pin, fork, globs) if globs is not None else None
+    cached = _json_cache_read(store, "overlay-merges", key) if key else None
+    try:
+        if cached is not None and store.has_object(cached["tree"], "tree"):
+            return ForkMerge(cached["tree"], list(cached["carried"]), list(cached["dropped"]),
+                             {p: {int(n): (e[0], e[1]) for n, e in st.items()} for p, st in cached["stages"].items()})
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError):
+        pass  # a damaged record: merge again
+    base_tree, carried, dropped, theirs = _carried_delta(store, base, fork, carry, globs)
+    pin_tree = store.tree_of(pin)
+    if theirs is None:
+        merged = ForkMerge(pin_tree, carried, dropped, {})
+    elif pin_tree == base_tree:
+        merged = ForkMerge(theirs, carried, dropped, {})
+    else:
+        try:
+            merge = store.merge_trees(base_tree, pin_tree, theirs,
+                                      labels=("overlay: fork merge base", "overlay: pin",
+                                              "overlay: carried fork delta"))
+        except GitError as exc:
+            raise LayerError(f"git merge-tree failed on the fork delta: {exc.message}") from None
+        for path in merge.stages:
+            check_path(path, what="conflicted path")
+        merged = ForkMerge(merge.tree, carried, dropped, merge.stages)
+    if key:
+        _json_cache_write(store, "overlay-merges", key, {
+            "tree": merged.tree, "carried": merged.carried, "dropped": merged.dropped,
+            "stages": {p: {str(n): list(e) for n, e in st.items()} for p, st in merged.stages.items()}})
+    return merged
+
+
+def _carried_delta(store: Store, base: str, fork: str, carry: Callable[[str], bool],
+                   globs: list | None) -> tuple[str, list[str], list[str], str | None]:
+    """``(base tree, carried paths, dropped paths, the tree of base with the carried changes
+    or None when nothing is carried)``, kept in the store like the merge (see
+    :func:`merge_fork_delta`)."""
+    key = _json_key("delta", base, fork, globs) if globs is not None else None
+    cached = _json_cache_read(store, "overlay-merges", key) if key else None
+    try:
+        if cached is not None and (cached["theirs"] is None or store.has_object(cached["theirs"], "tree")):
+            return cached["base_tree"], list(cached["carried"]), list(cached["dropped"]), cached["theirs"]
+    except (KeyError, TypeError):
+        pass  # a damaged record: compute again
+    base_tree = store.tree_of(base)
     delta = store.diff_tree(base_tree, store.tree_of(fork))
     carried, dropped, changes = [], [], {}
     for _om, new_mode, _oo, new_oid, status, path in delta:
@@ -194,19 +248,36 @@ def merge_fork_delta(store: Store, base: str, pin: str, fork: str, carry: Callab
             continue
         carried.append(path)
         changes[path] = None if status == "D" else (new_mode, new_oid)
-    if not changes:
-        return ForkMerge(pin_tree, carried, dropped, {})
-    theirs = store.edit_tree(base_tree, changes)
-    if pin_tree == base_tree:
-        return ForkMerge(theirs, carried, dropped, {})
+    theirs = store.edit_tree(base_tree, changes) if changes else None
+    if key:
+        _json_cache_write(store, "overlay-merges", key,
+                          {"base_tree": base_tree, "carried": carried, "dropped": dropped, "theirs": theirs})
+    return base_tree, carried, dropped, theirs
+
+
+#: Bump when a cached fork-delta merge would differ for the same commits and globs.
+MERGE_CACHE_VERSION = 1
+
+
+def _json_key(*parts) -> str:
+    return hashlib.sha256(json.dumps([MERGE_CACHE_VERSION, *parts]).encode()).hexdigest()
+
+
+def _json_cache_read(store: Store, kind: str, key: str) -> dict | None:
     try:
-        merge = store.merge_trees(base_tree, pin_tree, theirs,
-                                  labels=("overlay: fork merge base", "overlay: pin", "overlay: carried fork delta"))
-    except GitError as exc:
-        raise LayerError(f"git merge-tree failed on the fork delta: {exc.message}") from None
-    for path in merge.stages:
-        check_path(path, what="conflicted path")
-    return ForkMerge(merge.tree, carried, dropped, merge.stages)
+        with open(os.path.join(store.git_dir, kind, key[:2], key[2:] + ".json"), encoding="utf-8") as fh:
+            return json.load(fh)
+    except (OSError, ValueError):
+        return None
+
+
+def _json_cache_write(store: Store, kind: str, key: str, record: dict) -> None:
+    path = os.path.join(store.git_dir, kind, key[:2], key[2:] + ".json")
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        atomic_write(path, json.dumps(record).encode(), durable=False)
+    except OSError:
+        pass  # a cache that cannot be written only costs time
 
 
 def compute_forked(store: Store, base: str, pin: str, fork: str, carry: Callable[[str], bool],

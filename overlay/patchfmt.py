@@ -11,10 +11,17 @@ from __future__ import annotations
 
 from typing import Iterable, Sequence
 
+from overlay.errors import GitError
 from overlay.gitstore import Store
 
 ZERO_FROM = "From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001\n"
 DEFAULT_AUTHOR = "overlay <overlay@localhost>"
+
+
+#: The options every patch diff is made with (full blob names, renames, binary data,
+#: fixed prefixes and algorithm), so that the same trees always give the same bytes.
+_DIFF_ARGS = ("-c", "diff.algorithm=myers", "diff-tree", "-r", "-p", "-M", "--full-index", "--binary",
+              "--no-color", "--src-prefix=a/", "--dst-prefix=b/")
 
 
 def tree_diff(store: Store, old_tree: str, new_tree: str, paths: Iterable[str] = ()) -> bytes:
@@ -27,12 +34,43 @@ def tree_diff(store: Store, old_tree: str, new_tree: str, paths: Iterable[str] =
     Returns:
         ``diff --git`` text as bytes (empty when the trees are equal).
     """
-    args = ["-c", "diff.algorithm=myers", "diff-tree", "-r", "-p", "-M", "--full-index", "--binary",
-            "--no-color", "--src-prefix=a/", "--dst-prefix=b/", old_tree, new_tree]
+    args = [*_DIFF_ARGS, old_tree, new_tree]
     paths = list(paths)
     if paths:
         args += ["--", *paths]
     return store.git(*args).stdout
+
+
+def tree_diffs(store: Store, pairs: Sequence[tuple[str, str]]) -> list[bytes]:
+    """:func:`tree_diff` of every ``(old_tree, new_tree)`` pair, from one git process.
+
+    ``git diff-tree --stdin`` reads the pairs and writes, for each, the pair's own
+    line (``<old> <new>``) and then its diff, with the same options and so the same
+    bytes as one ``diff-tree`` per pair (a series of 1,000 patches: one process, not
+    1,000; issue 14). The output is cut at those echoed lines, looked for in order;
+    no line of a diff can be one (diff lines start with a marker or a keyword; binary
+    data lines hold no space).
+
+    Args:
+        store: git store holding every tree.
+        pairs: tree SHA pairs (full 40 or 64 hex).
+    Returns:
+        One diff per pair, in order (empty where the trees are equal).
+    """
+    if not pairs:
+        return []
+    echoes = [f"{a} {b}\n".encode() for a, b in pairs]
+    out = store.git(*_DIFF_ARGS, "--stdin", input=b"".join(echoes)).stdout
+    if not out.startswith(echoes[0]):
+        raise GitError("git diff-tree --stdin did not echo the first tree pair")
+    starts = [0]
+    for echo in echoes[1:]:
+        at = out.find(b"\n" + echo, starts[-1] + len(echoes[len(starts) - 1]) - 1)
+        if at < 0:
+            raise GitError("git diff-tree --stdin did not echo every tree pair")
+        starts.append(at + 1)
+    ends = starts[1:] + [len(out)]
+    return [out[start + len(echo):end] for start, end, echo in zip(starts, ends, echoes)]
 
 
 def format_patch(subject: str, description: str, trailers: Sequence[tuple[str, str]], diff: bytes,

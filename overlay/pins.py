@@ -46,7 +46,7 @@ class Citation:
 
 
 def _ancestor(store: Store, a: str, b: str) -> bool:
-    return store.git("merge-base", "--is-ancestor", a, b, check=False).returncode == 0
+    return store.is_ancestor(a, b)
 
 
 def fetch_upstream_refs(store: Store) -> None:
@@ -192,8 +192,8 @@ def fork_ahead(store: Store, fork: str, pin: str) -> list[str]:
     refs = [tips[b] for b in ("main", "master") if b in tips][:1] or list(tips.values())[:20]
     ahead: list[str] = []
     for tip in refs:
-        base = store.git("merge-base", fork, tip, check=False).stdout.decode().strip()
-        if not base or store.git("merge-base", "--is-ancestor", base, pin, check=False).returncode == 0:
+        base = store.merge_base(fork, tip)
+        if not base or store.is_ancestor(base, pin):
             continue
         for line in store.out("log", "--format=%h %s", "--abbrev=12", f"{base}", f"^{pin}").splitlines():
             if line not in ahead:

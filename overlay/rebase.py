@@ -18,7 +18,7 @@ A stop writes the conflicted files with labelled markers into
 ``--drop`` drops the current patch (``--skip`` too, where the patch changes nothing
 on the new base; elsewhere it asks for ``--drop``), ``--abort`` restores every file exactly as
 it was. Nothing in ``patches-rocm/`` or ``LOCAL_FIXES.md`` changes until the
-whole run completes; then the manifest (with tomlkit, comments kept), the
+whole run completes; then the manifest (every byte but the three commits kept), the
 resolutions, the refreshed patches (only those whose bytes changed), the
 series and the two pins named in ``LOCAL_FIXES.md`` are written, and a report
 goes to ``.overlay/last-rebase.md``. Every state change is saved before the
@@ -41,8 +41,6 @@ import re
 import shutil
 from typing import Any
 
-import tomlkit
-
 from overlay import fixes
 from overlay.errors import EXIT_FINDINGS, GitError, OverlayError
 from overlay.fsutil import atomic_write, kill_point, scratch_dir
@@ -50,7 +48,7 @@ from overlay.engine import (CarryError, PatchApplyError, apply_series, carry_pat
                             upstream_commit)
 from overlay.gitstore import Store
 from overlay.layers import changes_outside_conflicts, merge_fork_delta, read_resolutions
-from overlay.manifest import MANIFEST_PATH, Manifest, load_manifest
+from overlay.manifest import MANIFEST_PATH, Manifest, load_manifest, set_pins
 from overlay.markers import marker_lines
 from overlay.paths import check_path
 from overlay.patchfmt import tree_diff
@@ -820,11 +818,17 @@ class Rebase:
         # 1. manifest, comments preserved
         mpath = os.path.join(root, MANIFEST_PATH)
         with open(mpath, encoding="utf-8") as fh:
-            doc = tomlkit.parse(fh.read())
-        doc["upstream"]["pin"] = new.pin
-        doc["fork"]["commit"] = new.fork
-        doc["fork"]["merge-base"] = new.merge_base
-        _write_if_changed(mpath, tomlkit.dumps(doc).encode())
+            text = fh.read()
+        updated = set_pins(text, new.pin, new.fork, new.merge_base)
+        if updated is None:  # not the plain form: tomlkit keeps the rest of it
+            import tomlkit
+
+            doc = tomlkit.parse(text)
+            doc["upstream"]["pin"] = new.pin
+            doc["fork"]["commit"] = new.fork
+            doc["fork"]["merge-base"] = new.merge_base
+            updated = tomlkit.dumps(doc)
+        _write_if_changed(mpath, updated.encode())
         _checkpoint("commit")
         # 2. resolutions: exactly the decided set
         wanted = {p: e["blob"] for p, e in self.state["resolutions"].items()}

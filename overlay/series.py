@@ -15,8 +15,6 @@ silently shortened. Applying is git's job (:mod:`overlay.engine`).
 from __future__ import annotations
 
 import dataclasses
-import email.parser
-import email.policy
 import os
 import re
 
@@ -316,7 +314,12 @@ def _parse_head(head: bytes) -> tuple[str, str, dict[str, list[str]], dict[str, 
     # Mail headers end at the first blank line; a leading "From <sha> <date>" line is mbox.
     start = 1 if lines and lines[0].startswith("From ") and not lines[0].startswith("From:") else 0
     end = next((i for i in range(start, len(lines)) if not lines[i].strip()), len(lines))
-    headers = email.parser.Parser(policy=email.policy.compat32).parsestr("\n".join(lines[start:end]) + "\n")
+    headers = _simple_headers(lines[start:end])
+    if headers is None:
+        import email.parser
+        import email.policy
+
+        headers = email.parser.Parser(policy=email.policy.compat32).parsestr("\n".join(lines[start:end]) + "\n")
     subject = " ".join(_decode_header(headers.get("Subject") or "").split())
     subject = _SUBJECT_TAG.sub("", subject, count=1)
     author = " ".join(_decode_header(headers.get("From") or "").split()) or None
@@ -344,6 +347,32 @@ def _parse_head(head: bytes) -> tuple[str, str, dict[str, list[str]], dict[str, 
             trailer_lines = {k: [first_line + brk + 1 + i for i in v] for k, v in where.items()}
     description = "\n".join(message).strip()
     return subject, description, trailers, trailer_lines, author
+
+
+_SIMPLE_HEADER = re.compile(r"^([A-Za-z][A-Za-z0-9-]*):([\t\x20-\x7e]*)$")
+
+
+class _Headers(dict):
+    """Mail headers by lower-cased name, first occurrence kept: what ``email``'s
+    compat32 ``Message.get`` answers for them."""
+
+    def get(self, name: str, default=None):  # type: ignore[override]
+        return super().get(name.lower(), default)
+
+
+def _simple_headers(lines: list[str]) -> _Headers | None:
+    """The headers of a block of plain ``Name: value`` lines (printable ASCII, no folded
+    line, no carriage return), as :mod:`email`'s compat32 parser reads them: the value
+    after the colon with leading blanks dropped. ``None`` for anything else, which the
+    :mod:`email` parser then reads (it is imported only for such a patch: 6 ms of every
+    command's start-up, issue 14)."""
+    out = _Headers()
+    for line in lines:
+        m = _SIMPLE_HEADER.match(line)
+        if m is None:
+            return None
+        out.setdefault(m.group(1).lower(), m.group(2).lstrip(" \t"))
+    return out
 
 
 def _decode_header(value: str) -> str:
@@ -464,6 +493,18 @@ def _parse_section(section: bytes, first_line: int, name: str, hunks_by_file: li
                       old_mode=old_mode, new_mode=new_mode, line=first_line, nul_line=nul_line)
 
 
+def diff_pieces(diff: bytes) -> list[bytes]:
+    """The sections of a patch's diff (from :func:`split_patch`), one per ``diff --``
+    line, each without the line end before the next one and without format-patch's
+    signature footer: exactly the pieces :func:`parse_patch` parses, in order (the
+    engine re-emits their hunks, :mod:`overlay.engine`)."""
+    pieces = re.split(rb"\n(?=diff --)", diff)
+    for i, piece in enumerate(pieces):
+        if piece.endswith(b"\n-- ") or b"\n-- \n" in piece:
+            pieces[i] = piece[:piece.rindex(b"\n-- ")]  # format-patch's signature footer
+    return pieces
+
+
 def parse_patch(data: bytes, name: str, path: str = "", *, header_only: bool = False) -> Patch:
     """Parse one format-patch file, as bytes end to end.
 
@@ -496,16 +537,13 @@ def parse_patch(data: bytes, name: str, path: str = "", *, header_only: bool = F
                      trailers=trailers, trailer_lines=trailer_lines, changes=(), author=author)
     first_line = head.count(b"\n") + 1
     changes = []
-    pieces = re.split(rb"\n(?=diff --)", diff)
     line = first_line
-    for piece in pieces:
+    for piece in diff_pieces(diff):
         if piece.startswith(b"diff --cc ") or piece.startswith(b"diff --combined "):
             raise PatchFormatError(f"{name}:{line}: a combined diff ('diff --cc', a merge commit's diff) "
                                    "cannot be applied as a patch", line=line)
         if not piece.startswith(b"diff --git "):
             raise PatchFormatError(f"{name}:{line}: expected 'diff --git'", line=line)
-        if piece.endswith(b"\n-- ") or b"\n-- \n" in piece:
-            piece = piece[:piece.rindex(b"\n-- ")]  # format-patch's signature footer
         changes.append(_parse_section(piece, line, name, None))
         line += piece.count(b"\n") + 1
     if not changes:

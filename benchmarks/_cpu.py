@@ -1,0 +1,115 @@
+"""Shared measuring of the benchmark scripts: CPU time, git processes, peak memory.
+
+The benchmark machine has two cores shared with other work, so wall time says
+little: every figure here is CPU time (user + system) of a process and all the
+children it waited for, read from ``getrusage(RUSAGE_CHILDREN)`` around one run.
+Runs of the compared commands are interleaved and the median is taken, and every
+ratio is against a floor measured in the same run.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def cpu_run(cmd: list[str] | str, *, env: dict[str, str] | None = None, cwd: str | None = None,
+            shell: bool = False, check: bool = True) -> float:
+    """Run ``cmd`` to completion; return the CPU seconds (user + sys) it and its children used.
+
+    Args:
+        cmd: the command (a string with ``shell``).
+        env, cwd: as for :func:`subprocess.run`.
+        shell: run through ``/bin/sh`` (the shell's own few hundred microseconds count).
+        check: raise ``SystemExit`` with its output when it fails.
+    Returns:
+        Seconds of CPU, from ``RUSAGE_CHILDREN`` before and after (every descendant the
+        command waited for is included: git children of overlay, tar of a pipe).
+    """
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    proc = subprocess.run(cmd, env=env, cwd=cwd, shell=shell, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if check and proc.returncode != 0:
+        raise SystemExit(f"{cmd!r} failed ({proc.returncode}):\n{proc.stdout.decode()}{proc.stderr.decode()}")
+    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def median(values: list[float]) -> float:
+    """The median (``statistics.median``)."""
+    return statistics.median(values)
+
+
+class GitCounter:
+    """A directory holding a ``git`` wrapper that appends one line per invocation to a
+    log, then execs the real git: put it first on PATH to count git processes.
+
+    Used only in runs that are not timed (the wrapper's shell costs CPU of its own).
+    """
+
+    def __init__(self) -> None:
+        self.dir = tempfile.mkdtemp(prefix="overlay-gitcount-")
+        self.log = os.path.join(self.dir, "log")
+        real = shutil.which("git")
+        if real is None:
+            raise SystemExit("git not found on PATH")
+        script = os.path.join(self.dir, "git")
+        with open(script, "w") as fh:
+            fh.write(f"#!/bin/sh\necho x >> '{self.log}'\nexec '{real}' \"$@\"\n")
+        os.chmod(script, 0o755)
+
+    def env(self, base: dict[str, str]) -> dict[str, str]:
+        """``base`` with the wrapper first on PATH."""
+        return {**base, "PATH": self.dir + os.pathsep + base.get("PATH", "")}
+
+    def count(self, cmd: list[str], *, env: dict[str, str], cwd: str | None = None) -> int:
+        """Run ``cmd`` with the wrapper on PATH; the number of git processes it started."""
+        try:
+            os.unlink(self.log)
+        except FileNotFoundError:
+            pass
+        proc = subprocess.run(cmd, env=self.env(env), cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        if proc.returncode != 0:
+            raise SystemExit(f"{cmd!r} failed:\n{proc.stdout.decode()}{proc.stderr.decode()}")
+        try:
+            with open(self.log) as fh:
+                return sum(1 for _ in fh)
+        except FileNotFoundError:
+            return 0
+
+    def close(self) -> None:
+        """Remove the wrapper directory."""
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def fresh_store(base_git_dir: str, where: str) -> str:
+    """A new, empty bare store at ``where`` that borrows ``base_git_dir``'s objects
+    (``objects/info/alternates``): every pinned commit is there, but no layer cache and
+    nothing a run writes lands in the base store.
+
+    Returns:
+        The new store's path.
+    """
+    subprocess.run(["git", "init", "-q", "--bare", where], check=True, stdout=subprocess.DEVNULL)
+    with open(os.path.join(where, "objects", "info", "alternates"), "w") as fh:
+        fh.write(os.path.join(os.path.abspath(base_git_dir), "objects") + "\n")
+    return where
+
+
+def overlay_cmd(*args: str) -> list[str]:
+    """``python -m overlay.cli ARGS`` with this interpreter (the checkout's overlay)."""
+    return [sys.executable, "-m", "overlay.cli", *args]
+
+
+def bench_env(**extra: str) -> dict[str, str]:
+    """The environment for timed overlay runs: ours, the checkout first on PYTHONPATH."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env.update(extra)
+    return env

@@ -1,0 +1,55 @@
+"""Where things are: the overlay repository and the git store (standard library only).
+
+Kept apart from :mod:`overlay.manifest` and :mod:`overlay.gitstore`, which import
+TOML, subprocess and the file helpers: the verdict cache of ``overlay verify``
+(:mod:`overlay.verdict`) finds both before anything heavier is imported, so that a
+verify with nothing changed costs little more than the interpreter's start
+(issue 14). Both modules re-export these names.
+"""
+
+from __future__ import annotations
+
+import os
+
+from overlay.errors import ManifestError
+
+MANIFEST_PATH = os.path.join("patches-rocm", "overlay.toml")
+
+
+def find_root(start: str) -> str:
+    """The overlay repository holding ``start``, found upwards as git finds its root.
+
+    The root is the nearest directory, ``start`` itself first, then each parent up to
+    ``/``, that holds ``patches-rocm/overlay.toml``.
+
+    Args:
+        start: where to begin (the current directory, or ``-C DIR``); made absolute.
+    Returns:
+        The absolute path of the root.
+    Raises:
+        ManifestError: ``start`` is not a directory, or neither it nor any parent
+        holds the manifest; the message names where the search began and ended (exit 2).
+    """
+    here = os.path.abspath(start)
+    if not os.path.isdir(here):
+        raise ManifestError(f"cannot look for {MANIFEST_PATH} from {here}: no such directory",
+                            hint="pass -C DIR with an existing directory")
+    probe = here
+    while True:
+        if os.path.isfile(os.path.join(probe, MANIFEST_PATH)):
+            return probe
+        parent = os.path.dirname(probe)
+        if parent == probe:
+            break
+        probe = parent
+    raise ManifestError(f"{MANIFEST_PATH} not found in {here} or any parent directory up to {probe}",
+                        hint="run overlay inside the overlay repository, or pass -C DIR")
+
+
+def default_store_dir() -> str:
+    """The default git store: ``$OVERLAY_GIT_DIR``, else ``$XDG_CACHE_HOME/overlay/store.git``
+    (``~/.cache`` when ``XDG_CACHE_HOME`` is unset)."""
+    if os.environ.get("OVERLAY_GIT_DIR"):
+        return os.environ["OVERLAY_GIT_DIR"]
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "overlay", "store.git")

@@ -1,0 +1,202 @@
+"""Git trees computed in Python, for a run of small edits of one tree (issue 14).
+
+The stepwise apply needs the tree after every patch of the series. Asking git for
+each one (``git write-tree`` on an index) costs a process per patch; here the
+trees are computed from one ``git ls-tree -r -t`` listing of the tree below the
+series and the entries git's apply produced, and every new tree object is
+written to the store in one go (:func:`write_objects`, one ``git
+unpack-objects`` or ``git index-pack``). The objects are git's own format, so their names are the
+ones ``git write-tree`` gives for the same index (``tests/test_treemodel.py``
+compares them).
+
+Only SHA-1 stores are handled (the object names are computed here); a caller
+falls back to git for anything else.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+import zlib
+from typing import Iterable
+
+from overlay.gitstore import EMPTY_TREE, Store, zsplit
+
+_TREE_MODE = "40000"
+_TYPE_CODES = {"commit": 1, "tree": 2, "blob": 3, "tag": 4}
+
+
+class TreeConflict(Exception):
+    """An edit would put a file where a directory is, or under a file (git refuses it too)."""
+
+
+class TreeModel:
+    """A tree and the edits made to it, with the new tree objects computed on demand.
+
+    Args:
+        listing: ``(mode, kind, oid, path)`` for every entry of the tree, directories
+            included (``git ls-tree -r -t -z --full-tree``; see :func:`listing`).
+        root: the tree's own name.
+    """
+
+    def __init__(self, listing: Iterable[tuple[str, str, str, str]], root: str):
+        self._raw: dict[str, list[tuple[str, str, str, str]]] = {}
+        for mode, kind, oid, path in listing:
+            parent, _, name = path.rpartition("/")
+            self._raw.setdefault(parent, []).append((mode, kind, oid, name))
+        # dir -> name -> (mode, oid, sort key, encoded entry); a directory's mode is 40000
+        self._dirs: dict[str, dict[str, tuple[str, str, bytes, bytes]]] = {}
+        self._oid: dict[str, str | None] = {"": root}
+        self._dirty: set[str] = set()
+        self.objects: dict[str, bytes] = {}  # new tree objects: name -> content
+
+    def _dir(self, path: str) -> dict[str, tuple[str, str, bytes, bytes]]:
+        entries = self._dirs.get(path)
+        if entries is None:
+            entries = {}
+            for mode, kind, oid, name in self._raw.pop(path, ()):
+                entries[name] = _entry(name, _TREE_MODE if kind == "tree" else mode, oid)
+                if kind == "tree":
+                    self._oid[f"{path}/{name}" if path else name] = oid
+            self._dirs[path] = entries
+        return entries
+
+    def _touch(self, directory: str) -> None:
+        while True:
+            self._dirty.add(directory)
+            if not directory:
+                return
+            directory = directory.rpartition("/")[0]
+
+    def set(self, path: str, mode: str, oid: str) -> None:
+        """Put a blob (or gitlink) ``oid`` with ``mode`` at ``path``, making directories on the way.
+
+        Raises:
+            TreeConflict: a file is on the way, or a directory is at ``path``.
+        """
+        parts = path.split("/")
+        directory = ""
+        for part in parts[:-1]:
+            entries = self._dir(directory)
+            child = f"{directory}/{part}" if directory else part
+            have = entries.get(part)
+            if have is None:
+                entries[part] = (_TREE_MODE, "", b"", b"")
+                self._dirs[child] = {}
+                self._oid[child] = None
+            elif have[0] != _TREE_MODE:
+                raise TreeConflict(f"{child} is a file, {path} cannot be made under it")
+            directory = child
+        entries = self._dir(directory)
+        have = entries.get(parts[-1])
+        if have is not None and have[0] == _TREE_MODE:
+            raise TreeConflict(f"{path} is a directory")
+        entries[parts[-1]] = _entry(parts[-1], mode, oid)
+        self._touch(directory)
+
+    def remove(self, path: str) -> None:
+        """Remove the file at ``path`` (nothing when it is absent).
+
+        Raises:
+            TreeConflict: ``path`` is a directory.
+        """
+        parts = path.split("/")
+        directory = ""
+        for part in parts[:-1]:
+            have = self._dir(directory).get(part)
+            if have is None or have[0] != _TREE_MODE:
+                return  # nothing of that name on the way: the path is absent
+            directory = f"{directory}/{part}" if directory else part
+        name = parts[-1]
+        entries = self._dir(directory)
+        have = entries.get(name)
+        if have is None:
+            return
+        if have[0] == _TREE_MODE:
+            raise TreeConflict(f"{path} is a directory")
+        del entries[name]
+        self._touch(directory)
+
+    def write(self) -> str:
+        """The name of the tree as it is now; every new tree object is added to :attr:`objects`.
+
+        Directories left empty disappear, as ``git write-tree`` leaves them out.
+        """
+        for directory in sorted(self._dirty, key=lambda d: (d.count("/") + (1 if d else 0)), reverse=True):
+            entries = self._dirs[directory]
+            parent, _, name = directory.rpartition("/")
+            if not entries and directory:
+                del self._dirs[directory]
+                self._oid.pop(directory, None)
+                self._dir(parent).pop(name, None)
+                continue
+            oid = _tree_object(entries.values(), self.objects)
+            self._oid[directory] = oid
+            if directory:
+                self._dir(parent)[name] = _entry(name, _TREE_MODE, oid)
+        self._dirty.clear()
+        return self._oid[""] or EMPTY_TREE
+
+
+def _entry(name: str, mode: str, oid: str) -> tuple[str, str, bytes, bytes]:
+    """``(mode, oid, sort key, encoded)`` of one tree entry: git sorts a directory as if
+    its name ended in ``/``; the encoding is ``<mode> <name>NUL<20-byte name>``."""
+    raw = name.encode("utf-8", "surrogateescape")
+    key = raw + b"/" if mode == _TREE_MODE else raw
+    return (mode, oid, key, b"%s %s\0" % (mode.encode(), raw) + bytes.fromhex(oid) if oid else b"")
+
+
+def _tree_object(entries: Iterable[tuple[str, str, bytes, bytes]], objects: dict[str, bytes]) -> str:
+    """Hash one tree object from its entries (see :func:`_entry`) in git's order; add it
+    to ``objects``; return its name."""
+    body = b"".join(e[3] for e in sorted(entries, key=lambda e: e[2]))
+    oid = hashlib.sha1(b"tree %d\0" % len(body) + body).hexdigest()
+    objects[oid] = body
+    return oid
+
+
+def listing(store: Store, tree: str) -> list[tuple[str, str, str, str]]:
+    """Every entry of ``tree``, directories included: ``[(mode, kind, oid, path), ...]``
+    (one ``git ls-tree -r -t -z``)."""
+    out = []
+    for rec in zsplit(store.git("ls-tree", "-r", "-t", "-z", "--full-tree", tree).stdout):
+        meta, path = rec.split("\t", 1)
+        mode, kind, oid = meta.split()
+        out.append((mode, kind, oid, path))
+    return out
+
+
+#: Fewer objects than this are written loose, more as one pack: git's own default for
+#: a fetch (``fetch.unpackLimit``, 100). A thousand loose trees cost a file each (about
+#: 1 s of CPU for the 4,400 trees of a 1,000-patch series, against 0.09 s as a pack).
+UNPACK_LIMIT = 100
+
+
+def write_objects(store: Store, objects: dict[str, bytes], kind: str = "tree") -> None:
+    """Write ``objects`` (name -> content, all of type ``kind``) into the store with one
+    git process: a pack of whole (undeltified) objects is made here and given to
+    ``git unpack-objects`` (loose objects, as ``git write-tree`` leaves them) or, from
+    :data:`UNPACK_LIMIT` objects on, to ``git index-pack --stdin`` (kept as a pack)."""
+    if not objects:
+        return
+    parts = [b"PACK", struct.pack(">II", 2, len(objects))]
+    code = _TYPE_CODES[kind]
+    for body in objects.values():
+        size = len(body)
+        head = bytearray([(code << 4) | (size & 0x0F)])
+        size >>= 4
+        while size:
+            head[-1] |= 0x80
+            head.append(size & 0x7F)
+            size >>= 7
+        parts.append(bytes(head))
+        # Stored, not deflated: the trees of a long series are megabytes (a new copy of a
+        # large directory per patch), and deflating them cost more than the rest of the
+        # apply (0.25 s of 1.3 s for 1,000 patches); git's next repack compresses them.
+        parts.append(zlib.compress(body, 0))
+    pack = b"".join(parts)
+    pack += hashlib.sha1(pack).digest()
+    if len(objects) < UNPACK_LIMIT:
+        store.git("unpack-objects", "-q", input=pack)
+    else:
+        store.git("index-pack", "--stdin", input=pack)

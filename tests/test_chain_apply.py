@@ -1,0 +1,185 @@
+"""Issue 14: the stepwise apply in a number of git processes that does not grow with the
+series (the chain of copies, :func:`overlay.engine._apply_chained`), the trees computed in
+Python (:mod:`overlay.treemodel`) and every refresh diff from one ``diff-tree --stdin``.
+
+Each is compared with the way it replaced: one ``git apply`` + ``write-tree`` per patch,
+``write-tree`` on an index, one ``diff-tree`` per pair. Same trees, same bytes.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from gitfixtures import make_patch
+from overlay import engine
+from overlay.engine import PatchApplyError, apply_series
+from overlay.gitstore import EMPTY_TREE, Store
+from overlay.patchfmt import tree_diff, tree_diffs
+from overlay.series import parse_patch
+from overlay.treemodel import TreeConflict, TreeModel, listing, write_objects
+
+BASE = {
+    "a.txt": b"one\ntwo\nthree\n",
+    "dir/b.c": b"int b;\n" * 20,
+    "dir/sub/c.h": b"#pragma once\n",
+    "dir/run.sh": b"#!/bin/sh\necho hi\n",
+    "name with space.txt": b"spaced\n",
+    "na\xc3\xafve.hip": b"unicode name\n",
+    "link": b"a.txt",
+    "gone.txt": b"to be deleted\n" * 3,
+    "moved.txt": b"renamed content\n" * 10,
+}
+
+
+@pytest.fixture
+def store(tmp_path):
+    return Store(str(tmp_path / "store.git"))
+
+
+def base_tree(store: Store) -> str:
+    changes = {}
+    for path, data in BASE.items():
+        name = path.encode("latin-1").decode("utf-8") if "\xc3" in path else path
+        mode = "120000" if path == "link" else "100755" if path.endswith(".sh") else "100644"
+        changes[name] = (mode, store.hash_blob(data))
+    return store.edit_tree(EMPTY_TREE, changes)
+
+
+def series(store: Store, tmp_path, tree: str, steps: list[dict]) -> tuple[list, list[str]]:
+    """Patches made one on top of the other from ``steps`` (edits, modes); their files and trees."""
+    patches, trees = [], []
+    for i, step in enumerate(steps, 1):
+        data, tree = make_patch(store, tree, step["edits"], modes=step.get("modes"), fix=i)
+        path = tmp_path / f"{i:04d}.patch"
+        path.write_bytes(data)
+        patches.append(parse_patch(data, path.name, str(path)))
+        trees.append(tree)
+    return patches, trees
+
+
+def sequential(store: Store, tree: str, patches) -> tuple[str, list]:
+    """The one-patch-at-a-time path, the chain switched off."""
+    saved = engine._apply_chained
+    engine._apply_chained = lambda *args: None
+    try:
+        return apply_series(store, tree, patches, stepwise=True)
+    finally:
+        engine._apply_chained = saved
+
+
+STEPS = [
+    {"edits": {"a.txt": "one\nTWO\nthree\n"}},
+    {"edits": {"a.txt": "ONE\nTWO\nthree\n", "dir/b.c": "int b;\n" * 19 + "int c;\n"}},
+    {"edits": {"new/deep/file.cpp": "created\n", "gone.txt": None}},
+    {"edits": {"dir/run.sh": "#!/bin/sh\necho hi\n"}, "modes": {"dir/run.sh": "100644"}},
+    {"edits": {"name with space.txt": "spaced out\n", "na\u00efve.hip": "unicode changed\n"}},
+    {"edits": {"moved.txt": None, "moved/elsewhere.txt": "renamed content\n" * 10}},
+    {"edits": {"link": "dir/b.c"}, "modes": {"link": "120000"}},
+    {"edits": {"new/deep/file.cpp": None, "a.txt": "ONE\nTWO\nTHREE\n"}},
+    {"edits": {"dir/sub/c.h": None}},
+]
+
+
+def test_chain_gives_the_trees_of_one_patch_at_a_time(store, tmp_path, monkeypatch):
+    tree = base_tree(store)
+    patches, trees = series(store, tmp_path, tree, STEPS)
+    assert any(c.rename for p in patches for c in p.changes)  # the rename is seen as one
+    calls = []
+    real = engine._apply_chained
+    monkeypatch.setattr(engine, "_apply_chained", lambda *a: calls.append(1) or real(*a))
+    chained, results = apply_series(store, tree, patches, stepwise=True)
+    assert calls and real(store, tree, patches, *_records(store, tree, patches)) is not None
+    assert chained == trees[-1] and [r.tree for r in results] == trees
+    monkeypatch.setattr(engine, "_apply_chained", real)
+    one_by_one, seq_results = sequential(store, tree, patches)
+    assert one_by_one == chained and [r.tree for r in seq_results] == [r.tree for r in results]
+
+
+def _records(store, tree, patches):
+    state = dict.fromkeys(engine._touched_paths(patches))
+    state.update(store.entries(tree, list(state)))
+    initial, expected = dict(state), []
+    for _k, _patch, bad, same in engine._walk_records(patches, state, lambda oid: True):
+        assert not bad and not same
+        expected.append(dict(state))
+    return initial, expected
+
+
+def test_chain_runs_a_fixed_number_of_git_processes(store, tmp_path, monkeypatch):
+    tree = base_tree(store)
+    steps = [{"edits": {"a.txt": f"one\ntwo {i}\nthree\n"}} for i in range(30)]
+    patches, trees = series(store, tmp_path, tree, steps)
+    seen = []
+    real_git = Store.git
+    monkeypatch.setattr(Store, "git", lambda self, *a, **k: seen.append(a[0]) or real_git(self, *a, **k))
+    _tree, results = apply_series(store, tree, patches, stepwise=True)
+    assert [r.tree for r in results] == trees
+    assert len(seen) <= 8, seen  # ls-tree, update-index, apply, ls-files, ls-tree, unpack/index-pack
+
+
+def test_a_patch_whose_result_differs_from_its_record_is_named_as_before(store, tmp_path):
+    tree = base_tree(store)
+    patches, _trees = series(store, tmp_path, tree, STEPS[:2])
+    # Hand-edit patch 2's added line: its index line still records the old post-image.
+    data = patches[1].data.replace(b"+int c;\n", b"+int d;\n")
+    path = tmp_path / "0002.patch"
+    path.write_bytes(data)
+    edited = [patches[0], parse_patch(data, "0002.patch", str(path))]
+    with pytest.raises(PatchApplyError) as chained:
+        apply_series(store, tree, edited, stepwise=True)
+    with pytest.raises(PatchApplyError) as one_by_one:
+        sequential(store, tree, edited)
+    assert chained.value.message == one_by_one.value.message
+    assert "0002.patch" in chained.value.message and "dir/b.c" in chained.value.message
+
+
+def test_tree_model_matches_write_tree(store):
+    tree = base_tree(store)
+    model = TreeModel(listing(store, tree), tree)
+    blob = store.hash_blob(b"x\n")
+    edits = [("set", "dir/sub/new.txt", "100644"), ("set", "z/y/x.txt", "100755"), ("remove", "dir/sub/c.h", ""),
+             ("remove", "absent/file", ""), ("set", "dir.txt", "100644"), ("remove", "link", "")]
+    index_changes = {}
+    for op, path, mode in edits:
+        if op == "set":
+            model.set(path, mode, blob)
+            index_changes[path] = (mode, blob)
+        else:
+            model.remove(path)
+            if path != "absent/file":
+                index_changes[path] = None
+    got = model.write()
+    write_objects(store, model.objects)
+    assert got == store.edit_tree(tree, index_changes)
+    assert store.has_object(got, "tree")
+    with pytest.raises(TreeConflict):
+        model.set("a.txt/under", "100644", blob)
+    with pytest.raises(TreeConflict):
+        model.set("dir", "100644", blob)
+    # Everything removed: the empty tree.
+    empty = TreeModel(listing(store, tree), tree)
+    for _mode, kind, _oid, path in listing(store, tree):
+        if kind != "tree":
+            empty.remove(path)
+    assert empty.write() == EMPTY_TREE
+
+
+def test_many_objects_go_in_one_pack(store, monkeypatch):
+    from overlay import treemodel
+
+    monkeypatch.setattr(treemodel, "UNPACK_LIMIT", 2)
+    tree = base_tree(store)
+    model = TreeModel(listing(store, tree), tree)
+    for i in range(5):
+        model.set(f"p{i}/f.txt", "100644", store.hash_blob(b"%d\n" % i))
+    got = model.write()
+    write_objects(store, model.objects)
+    assert store.has_object(got, "tree") and len(model.objects) > 2
+
+
+def test_tree_diffs_are_the_bytes_of_one_diff_per_pair(store, tmp_path):
+    tree = base_tree(store)
+    _patches, trees = series(store, tmp_path, tree, STEPS)
+    pairs = list(zip([tree, *trees[:-1]], trees)) + [(trees[0], trees[0]), (tree, trees[-1])]
+    assert tree_diffs(store, pairs) == [tree_diff(store, a, b) for a, b in pairs]
+    assert tree_diffs(store, []) == []

@@ -1,0 +1,108 @@
+"""Issue 14: a first export into an empty directory writes each file in place (no temp file
+and rename), streams the blobs, and stays a resumable transaction."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from overlay import export as export_mod
+from overlay.errors import OverlayError
+from overlay.export import STAMP, export_tree
+from overlay.gitstore import Store
+from test_export_txn import T1, T2, assert_equals_tree, killed_export, mktree
+
+
+@pytest.fixture
+def store(tmp_path):
+    return Store(str(tmp_path / "store.git"))
+
+
+def _killed_direct(store, tree, dest, after_files: int) -> dict:
+    """A direct export of ``tree`` killed once ``after_files`` files are written; its stamp."""
+    n = len(T1)
+    # n object checks, three stamp points, then two points per file
+    assert killed_export(store, tree, dest, str(n + 3 + 2 * after_files)) == -9
+    return json.loads((dest / STAMP).read_text())
+
+
+def test_a_cold_export_into_an_empty_directory_is_direct_and_uses_no_temp_file(store, tmp_path, monkeypatch):
+    t1 = mktree(store, T1, tmp_path)
+    dest = tmp_path / "dest"
+    stamp = _killed_direct(store, t1, dest, 0)
+    assert stamp["pending"]["direct"] is True and stamp["tree"] is None
+    renamed = []
+    real = os.replace
+    monkeypatch.setattr(os, "replace", lambda a, b: renamed.append(b) or real(a, b))
+    fresh = tmp_path / "fresh"
+    export_tree(store, t1, str(fresh))
+    assert [os.path.basename(p) for p in renamed] == [STAMP, STAMP]  # only the stamp, twice
+    assert_equals_tree(store, t1, fresh)
+
+
+def test_a_file_cut_short_by_a_kill_is_completed(store, tmp_path):
+    t1 = mktree(store, T1, tmp_path)
+    dest = tmp_path / "dest"
+    _killed_direct(store, t1, dest, 2)
+    written = sorted(p for p in T1 if T1[p][0] != "120000" and (dest / p).is_file())
+    assert written
+    cut = dest / written[-1]
+    cut.write_bytes(T1[written[-1]][1][:1])  # as if the kill came in the middle of its write
+    export_tree(store, t1, str(dest))
+    assert_equals_tree(store, t1, dest)
+
+
+def test_a_hand_edit_in_an_interrupted_direct_export_is_refused(store, tmp_path):
+    t1 = mktree(store, T1, tmp_path)
+    dest = tmp_path / "dest"
+    _killed_direct(store, t1, dest, 2)
+    (dest / "a.txt").write_bytes(b"not the start of a1\n")
+    with pytest.raises(OverlayError, match="edited since the last export.*a.txt"):
+        export_tree(store, t1, str(dest))
+    assert (dest / "a.txt").read_bytes() == b"not the start of a1\n"
+    export_tree(store, t1, str(dest), force=True)
+    assert_equals_tree(store, t1, dest)
+
+
+def test_direct_files_have_exact_modes_whatever_the_umask(store, tmp_path):
+    t1 = mktree(store, T1, tmp_path)
+    old = os.umask(0o077)
+    try:
+        export_tree(store, t1, str(tmp_path / "dest"))
+    finally:
+        os.umask(old)
+    assert (tmp_path / "dest" / "a.txt").stat().st_mode & 0o777 == 0o644
+    assert (tmp_path / "dest" / "run.sh").stat().st_mode & 0o777 == 0o755
+    assert_equals_tree(store, t1, tmp_path / "dest")
+
+
+def test_a_directory_with_anything_in_it_is_not_direct(store, tmp_path):
+    t1, t2 = (mktree(store, t, tmp_path) for t in (T1, T2))
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    (dest / "mine.txt").write_text("mine\n")
+    seen = []
+    real = export_mod._write_new
+    export_mod._write_new = lambda *a: seen.append(a) or real(*a)
+    try:
+        export_tree(store, t1, str(dest), force=True)
+        export_tree(store, t2, str(dest))
+    finally:
+        export_mod._write_new = real
+    assert seen == []
+    os.unlink(dest / "mine.txt")
+    assert_equals_tree(store, t2, dest)
+
+
+def test_a_missing_object_stops_the_export_before_anything_is_written(store, tmp_path):
+    t1 = mktree(store, T1, tmp_path)
+    blob = store.out("rev-parse", f"{t1}:a.txt")
+    path = os.path.join(store.git_dir, "objects", blob[:2], blob[2:])
+    os.chmod(path, 0o644)
+    os.unlink(path)
+    dest = tmp_path / "dest"
+    with pytest.raises(OverlayError, match="missing"):
+        export_tree(store, t1, str(dest))
+    assert sorted(os.listdir(dest)) == [export_mod.LOCK]

@@ -1,0 +1,276 @@
+"""Issue 14 for `overlay verify`: --only computes only what its families need, and gives
+exactly the findings of a full run of those families."""
+
+from __future__ import annotations
+
+import pytest
+
+from gitfixtures import CLOSING, lines, make_patch
+from overlay import checks, fixes
+from overlay.checks import FAMILIES, verify
+from overlay.gitstore import Store
+from overlay.layers import compute_layers
+from overlay.manifest import load_manifest
+
+PATCH = "0001-rocm-lock-the-device.patch"
+
+
+def local_fixes(world, *, base=None, closing=CLOSING) -> str:
+    repo = fixes.fork_repo_from_url(str(world.fork.path))
+    return (f"# Local changes relative to {repo}@{world.fork_commit[:8]}\n\n"
+            f"## Retarget onto the MLX pin ({(base or world.base)[:8]})\n\n"
+            "## Fixes to the fork's kernels\n\n"
+            "1. **Lock the device.** The handle was shared; `mlx/backend/rocm/device.cpp` now owns it under "
+            f"a lock. {closing}\n\n"
+            "## Dropped from the vendored set\n\n"
+            "- `docs/rocm.md`: fork documentation.\n"
+            "- `mlx/backend/metal/kernels.cpp`: Metal is not carried.\n")
+
+
+@pytest.fixture
+def clean(overlay, world):
+    store = Store()
+    layers = compute_layers(store, load_manifest(str(overlay.root)), str(overlay.root))
+    patch, _ = make_patch(store, layers.forked, {"mlx/backend/rocm/device.cpp":
+                                                 lines("device", change={3: "device 3 locked"})},
+                          subject="rocm: lock the device")
+    overlay.add_patch(PATCH, patch)
+    (overlay.root / "LOCAL_FIXES.md").write_text(local_fixes(world))
+    return overlay
+
+
+def _abbreviate(o):
+    path = o.root / "patches-rocm" / PATCH
+    data = path.read_bytes()
+    start = data.index(b"\nindex ") + len(b"\nindex ")
+    old, rest = data[start:].split(b"..", 1)
+    path.write_bytes(data[:start] + old[:12] + b".." + rest)
+
+
+def _unlisted(o):
+    (o.root / "patches-rocm" / "0002-stray.patch").write_bytes(
+        (o.root / "patches-rocm" / PATCH).read_bytes())
+
+
+BREAKS = {
+    "clean": lambda o, w: None,
+    "abbreviated index line (SER008, SER011)": lambda o, w: _abbreviate(o),
+    "unlisted patch (SER002)": lambda o, w: _unlisted(o),
+    "stale and uncarried resolutions (LAY002, LAY004)": lambda o, w: (
+        o.add_resolution("mlx/core.cpp", "whatever\n"), o.add_resolution("docs/index.md", "docs\n")),
+    "merge base not an ancestor (MAN003)": lambda o, w: o.write_manifest(w.base, base=w.pin_clean),
+    "closing sentence (FIX013)": lambda o, w: (o.root / "LOCAL_FIXES.md").write_text(
+        local_fixes(w, closing=CLOSING[:-10] + ".")),
+    "patch that does not apply (SER010)": lambda o, w: o.write_manifest(w.pin_conflict),
+}
+
+
+@pytest.mark.parametrize("name", list(BREAKS))
+def test_only_gives_the_full_runs_findings_of_its_families(clean, world, name):
+    BREAKS[name](clean, world)
+    full = verify(str(clean.root), Store()).findings
+    for family in FAMILIES:
+        alone = verify(str(clean.root), Store(), only=[family]).findings
+        assert alone == [f for f in full if f.family == family], (name, family)
+    pair = verify(str(clean.root), Store(), only=["SER", "FIX"]).findings
+    assert pair == [f for f in full if f.family in ("SER", "FIX")]
+
+
+def test_only_fix_does_no_refresh_and_no_stepwise_layers(clean, monkeypatch):
+    verify(str(clean.root), Store())  # the layer cache is warm
+    asked = []
+    real = checks.compute_layers
+
+    def spy(*args, **kw):
+        asked.append(kw.get("stepwise"))
+        return real(*args, **kw)
+
+    monkeypatch.setattr(checks, "compute_layers", spy)
+    monkeypatch.setattr(checks, "refresh_series", lambda *a: pytest.fail("--only FIX refreshed the series"))
+    monkeypatch.setattr(checks, "_fork_ahead_findings", lambda *a: pytest.fail("--only FIX checked MAN004"))
+    assert verify(str(clean.root), Store(), only=["FIX"]).findings == []
+    assert asked == [False]
+    monkeypatch.setattr(checks, "_repo_paths", lambda *a: pytest.fail("--only LAY listed the repository"))
+    assert verify(str(clean.root), Store(), only=["LAY"]).findings == []
+    assert asked == [False, False]
+
+
+# -- the verdict cache -------------------------------------------------------------------
+import os  # noqa: E402
+import subprocess  # noqa: E402
+
+from click.testing import CliRunner  # noqa: E402
+
+from overlay import verdict  # noqa: E402
+from overlay.cli import main  # noqa: E402
+
+
+class Runs:
+    """``overlay -C ROOT [--offline] verify ...`` in-process, counting the full verifies."""
+
+    def __init__(self, o, monkeypatch):
+        self.o = o
+        self.computed = 0
+        real = checks.verify
+
+        def counting(*args, **kw):
+            self.computed += 1
+            return real(*args, **kw)
+
+        monkeypatch.setattr(checks, "verify", counting)
+        # An online verify fetches the upstream refs once (MAN004): the refs it changes are in
+        # the key, so that first verdict is not stored. Warm the store first.
+        CliRunner().invoke(main, ["-C", str(o.root), "verify"])
+
+    def __call__(self, *args: str, offline: bool = False):
+        before = self.computed
+        result = CliRunner().invoke(main, ["-C", str(self.o.root), *(["--offline"] if offline else []),
+                                           "verify", *args])
+        assert result.exit_code in (0, 1), result.output
+        return result.exit_code, result.output, self.computed == before  # (code, report, cache hit)
+
+
+def _same_size_same_mtime(path, data: bytes) -> None:
+    st = os.stat(path)
+    assert len(data) == st.st_size
+    path.write_bytes(data)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def test_nothing_changed_is_a_hit_with_the_same_report(clean, monkeypatch):
+    run = Runs(clean, monkeypatch)
+    first = run()
+    assert first[2] is False and first[0] == 0
+    again = run()
+    assert again == (first[0], first[1], True)
+    assert run("--format", "json")[2] is False and run("--format", "json")[2] is True
+    assert run()[2] is True  # the report of each set of options is kept
+
+
+EDITS = {
+    "manifest": lambda o, w: o.write_manifest(w.base, base=w.pin_clean),
+    "series": lambda o, w: o.write_series([]),
+    "patch bytes": lambda o, w: _abbreviate(o),
+    "a patch file not listed": lambda o, w: _unlisted(o),
+    "LOCAL_FIXES.md": lambda o, w: (o.root / "LOCAL_FIXES.md").write_text(local_fixes(w, closing="Nope.")),
+    "a resolution": lambda o, w: o.add_resolution("mlx/core.cpp", "whatever\n"),
+    "a repository path (FIX015)": lambda o, w: (o.root / "docs" / "x" / "upstream").mkdir(parents=True) or
+    (o.root / "docs" / "x" / "upstream" / "0001.patch").write_text("x\n"),
+}
+
+
+@pytest.mark.parametrize("name", list(EDITS))
+def test_a_changed_input_changes_the_verdict(clean, world, monkeypatch, name):
+    run = Runs(clean, monkeypatch)
+    before = run()
+    assert run()[2] is True
+    EDITS[name](clean, world)
+    after = run()
+    assert after[2] is False, name
+    assert after[:2] != before[:2], name
+    assert after[:2] == (lambda r: (r.exit_code, r.output))(
+        CliRunner().invoke(main, ["-C", str(clean.root), "verify"])) and run()[2] is True
+
+
+def test_a_resolution_changed_with_the_same_size_and_mtime(clean, world, monkeypatch):
+    run = Runs(clean, monkeypatch)
+    clean.add_resolution("mlx/core.cpp", "whatever\n")
+    res = clean.root / "patches-rocm" / "resolved" / "mlx" / "core.cpp"
+    first = run()
+    assert run()[2] is True and "LAY003" not in first[1]
+    _same_size_same_mtime(res, b"<<<<<<< \n")
+    after = run()
+    assert after[2] is False and "LAY003" in after[1]
+
+
+def test_a_patch_changed_with_the_same_size_and_mtime(clean, monkeypatch):
+    run = Runs(clean, monkeypatch)
+    assert run()[:1] == (0,) and run()[2] is True
+    path = clean.root / "patches-rocm" / PATCH
+    _same_size_same_mtime(path, path.read_bytes().replace(b"device 3 locked", b"device 3 LOCKED"))
+    after = run()
+    assert after[2] is False and after[0] == 1 and "SER010" in after[1]
+
+
+def test_suites_toml_the_tool_and_the_store_are_in_the_key(clean, monkeypatch, tmp_path):
+    root = str(clean.root)
+    key = verdict.inputs(root, None, False)
+    assert key == verdict.inputs(root, None, False)
+    suites = clean.root / "patches-rocm" / "suites"
+    suites.mkdir()
+    (suites / "suites.toml").write_text("# none\n")
+    assert verdict.inputs(root, None, False) != key
+    key = verdict.inputs(root, None, False)
+    assert verdict.inputs(root, None, True) != key  # --offline
+    assert verdict.inputs(root, str(tmp_path / "other.git"), False) != key  # another store
+    monkeypatch.setattr(verdict, "__version__", "0.0.0-other")
+    assert verdict.inputs(root, None, False) != key
+    monkeypatch.undo()
+    store = Store()
+    store.git("update-ref", "refs/remotes/upstream/main", clean.world.pin_clean)  # MAN004 reads these
+    assert verdict.inputs(root, None, False) != key
+    key = verdict.inputs(root, None, False)
+    package_file = os.path.join(os.path.dirname(verdict.__file__), "findings.py")
+    st = os.stat(package_file)
+    try:
+        os.utime(package_file, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+        assert verdict.inputs(root, None, False) != key  # overlay itself changed
+    finally:
+        os.utime(package_file, ns=(st.st_atime_ns, st.st_mtime_ns))
+    monkeypatch.setenv("OVERLAY_FORK_URL", str(clean.world.fork.path))
+    assert verdict.inputs(root, None, False) != key
+    monkeypatch.delenv("OVERLAY_FORK_URL")
+    state = clean.root / ".overlay" / "rebase"
+    state.mkdir(parents=True)
+    (state / "state.json").write_text("{}")
+    assert verdict.inputs(root, None, False) != key
+
+
+def test_repository_paths_are_git_s_list(clean, monkeypatch):
+    """In a git work tree the paths are `git ls-files` (ignored files are not paths)."""
+    run = Runs(clean, monkeypatch)
+    subprocess.run(["git", "init", "-q", str(clean.root)], check=True)
+    upstream = clean.root / "docs" / "x" / "upstream"
+    upstream.mkdir(parents=True)
+    (upstream / "0001.patch").write_text("x\n")
+    assert "FIX015" in run()[1] and run()[2] is True
+    (clean.root / ".gitignore").write_text("docs/x/\n")
+    after = run()
+    assert after[2] is False and "FIX015" not in after[1]
+
+
+def test_what_a_missing_object_decides_is_not_cached(clean, monkeypatch, tmp_path):
+    run = Runs(clean, monkeypatch)
+    monkeypatch.setenv("OVERLAY_GIT_DIR", str(tmp_path / "empty.git"))
+    first = run(offline=True)
+    assert "MAN002" in first[1]
+    assert run(offline=True)[2] is False
+
+
+def test_strict_output_and_a_broken_cache_file(clean, monkeypatch, tmp_path):
+    run = Runs(clean, monkeypatch)
+    clean.add_resolution("mlx/core.cpp", "whatever\n")
+    (clean.root / "LOCAL_FIXES.md").write_text(local_fixes(clean.world))
+    code, text, _hit = run()
+    assert run()[2] is True
+    out = tmp_path / "report.txt"
+    hit = CliRunner().invoke(main, ["-C", str(clean.root), "verify", "-o", str(out)])
+    assert hit.output == text and out.read_text() == text and hit.exit_code == code
+    (clean.root / verdict.CACHE).write_bytes(b"overlay verify cache 1\n999\nshort")
+    assert run()[2] is False and run()[2] is True
+
+
+def test_an_input_changed_during_the_run_is_not_stored(clean, monkeypatch):
+    run = Runs(clean, monkeypatch)
+    real = checks.verify
+
+    def editing(*args, **kw):
+        result = real(*args, **kw)
+        (clean.root / "LOCAL_FIXES.md").write_text(local_fixes(clean.world, closing="Changed meanwhile."))
+        return result
+
+    monkeypatch.setattr(checks, "verify", editing)
+    first = CliRunner().invoke(main, ["-C", str(clean.root), "verify"])
+    assert first.exit_code == 0
+    second = run()
+    assert second[2] is False and second[0] == 1 and "FIX013" in second[1]
