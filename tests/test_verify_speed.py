@@ -274,3 +274,20 @@ def test_an_input_changed_during_the_run_is_not_stored(clean, monkeypatch):
     assert first.exit_code == 0
     second = run()
     assert second[2] is False and second[0] == 1 and "FIX013" in second[1]
+
+
+def test_a_cached_verdict_still_says_a_run_is_stopped(clean, world, monkeypatch):
+    """The key holds the records, not the run state: a verify answered from the cache
+    during a stopped rebase still prints the note (and a verify with a note is not
+    what the cache keeps)."""
+    run = Runs(clean, monkeypatch)
+    assert run()[0] == 0 and run()[2] is True
+    stopped = CliRunner().invoke(main, ["-C", str(clean.root), "rebase", "--onto", world.pin_conflict])
+    assert stopped.exit_code == 1, stopped.output  # the core.cpp conflict: the records are unchanged
+    for _ in range(2):  # whether answered from the cache or computed, every verify says it
+        code, report, _hit = run()
+        assert "a rebase is in progress" in report
+    assert CliRunner().invoke(main, ["-C", str(clean.root), "rebase", "--abort"]).exit_code == 0
+    code, report, _hit = run()
+    assert code == 0 and "in progress" not in report
+    assert run()[2] is True  # cached again once no run is in progress
