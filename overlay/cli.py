@@ -781,7 +781,7 @@ def sync_cmd(ctx: Context, fork_ref: str | None, merge_base: str | None, action:
 @main.command("drift")
 @click.option("--log", "log_path", type=click.Path(dir_okay=False, exists=True), required=True,
               help="Compiler and linker output to read (e.g. build/rocm/build.log).")
-@click.option("--from", "old_ref", metavar="REF", default=None,
+@click.option("--from", "--drift-from", "old_ref", metavar="REF", default=None,
               help="The pin before the bump (default: the 'before' pin of .overlay/last-rebase.json).")
 @click.option("--strip", "strip", multiple=True, metavar="DIR",
               help="Directory prefix to remove from paths (default: build/*/src under the root).")
