@@ -169,6 +169,49 @@ def run_cmd(state: _State, names, runs, deadline, results_dir, child_dir, backen
     ctx.exit(EXIT_FINDINGS if any(r.failed or r.status == "interrupted" for r in results) else EXIT_OK)
 
 
+def _store():
+    """The git store of the parent ``overlay`` command (``--git-dir``, ``--offline``)."""
+    from overlay.gitstore import Store
+
+    root_obj = click.get_current_context().find_root().obj
+    return Store(getattr(root_obj, "git_dir", None), offline=getattr(root_obj, "offline", False))
+
+
+def _lab_progress(line: str) -> None:
+    click.echo(f"race lab: {line}", err=True)
+
+
+@suite.command("build")
+@click.option("--layer", type=click.Choice(["patched", "forked"]), default="patched", show_default=True,
+              help="The layer whose files the children compile.")
+@click.option("--without", "without_patch", default=None, metavar="PATCH",
+              help="Instead of a layer: the overlay with PATCH left out of the series.")
+@click.option("--out", "out_dir", default=None, metavar="DIR",
+              help="Build directory (default <root>/build/race-lab/<layer> or without-<patch stem>).")
+@click.option("--jobs", "-j", type=click.IntRange(min=1), default=None, help="Parallel compiles (default: CPUs).")
+@click.pass_obj
+@handle_errors
+def build_cmd(state: _State, layer: str, without_patch: str | None, out_dir: str | None, jobs: int | None) -> None:
+    """Build the race lab's host-model children from an exported layer (docs/race-lab.md).
+
+    The first line of stdout is the directory to pass as --child-dir.
+    """
+    from overlay.suites import racelab
+
+    if without_patch is not None and layer != "patched":
+        raise OverlayError("give --layer or --without, not both")
+    store = _store()
+    if without_patch is not None:
+        built = racelab.build_without_patch(state.root, store, without_patch, out_dir=out_dir, jobs=jobs,
+                                            progress=_lab_progress)
+    else:
+        built = racelab.build_layer(state.root, store, layer, out_dir=out_dir, jobs=jobs, progress=_lab_progress)
+    click.echo(built.out_dir)
+    click.echo(f"race lab {built.label} (tree {built.tree[:12]}): {len(built.programs)} children "
+               f"({', '.join(os.path.basename(p) for p in built.programs)}); {built.compiled} object(s) "
+               f"compiled in {built.seconds:.1f} s. A host model, not a GPU build.")
+
+
 @suite.command("plan")
 @click.option("--baseline", type=float, required=True,
               help="Failure rate per run without the fix, in (0, 1].")

@@ -1,0 +1,171 @@
+"""The race lab (overlay/suites/racelab.py, patches-rocm/suites/racelab/).
+
+The tests that compile need the ROCm toolchain (a provisioned
+``tools/rocm-toolchain.sh`` root and root privileges, or a system ROCm) and are
+skipped without it; the ones that build the MLX file under test also need the
+real mirrors (``OVERLAY_UPSTREAM_URL``, ``OVERLAY_FORK_URL``).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from overlay.suites import racelab
+
+ROOT = Path(__file__).resolve().parent.parent
+#: Read before conftest's isolation replaces HOME and clears OVERLAY_*.
+REAL_TOOLCHAIN = os.environ.get("OVERLAY_TOOLCHAIN_DIR") or os.path.join(
+    os.path.expanduser("~"), ".cache", "overlay", "rocm-toolchain")
+
+
+@pytest.fixture
+def lab_compiler(monkeypatch):
+    """The real lab compiler, or skip (no toolchain here)."""
+    monkeypatch.setenv("OVERLAY_TOOLCHAIN_DIR", REAL_TOOLCHAIN)
+    try:
+        return racelab.find_lab_compiler(str(ROOT))
+    except racelab.LabError as exc:
+        pytest.skip(f"needs the ROCm toolchain for the race lab: {exc.message}")
+
+
+def run(program, *args, env=None, timeout=300):
+    full = dict(os.environ)
+    full.update(env or {})
+    return subprocess.run([program, *args], capture_output=True, text=True, timeout=timeout, env=full,
+                          stdin=subprocess.DEVNULL)
+
+
+def report_kinds(stderr: str) -> set[str]:
+    kinds = set()
+    for line in stderr.splitlines():
+        if line.startswith("overlay-suite: report "):
+            kinds.add(line.split(" ")[2].rstrip(":"))
+        elif "Sanitizer: " in line and ("WARNING:" in line or "ERROR:" in line):
+            kinds.add(line.split("Sanitizer: ", 1)[1].split(" (")[0].split(" on ")[0].strip())
+    return kinds
+
+
+# --------------------------------------------------------------------------- no toolchain needed
+
+def test_no_toolchain_is_a_lab_error_with_exit_2(monkeypatch, tmp_path):
+    monkeypatch.setenv("OVERLAY_TOOLCHAIN_DIR", str(tmp_path / "none"))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.delenv("ROCM_PATH", raising=False)
+    monkeypatch.setattr("overlay.build._system_hipcc", lambda: None)
+    with pytest.raises(racelab.LabError) as err:
+        racelab.find_lab_compiler(str(ROOT))
+    assert err.value.exit_code == 2 and "no ROCm toolchain" in err.value.message
+
+
+def test_models_override_replaces_the_probe():
+    assert racelab.unavailable_reason(environ={racelab.MODELS_ENV: "race-lab"}) is None
+    reason = racelab.unavailable_reason(environ={racelab.MODELS_ENV: "none"})
+    assert reason == "OVERLAY_SUITE_MODELS='none'"
+
+
+def test_chroot_launcher_forwards_only_the_listed_variables(tmp_path):
+    script = tmp_path / "fake-toolchain.sh"
+    script.write_text('#!/usr/bin/env bash\nprintf "%s\\n" "$@"\n')
+    script.chmod(0o755)
+    tc = SimpleNamespace(kind="chroot", root="/tc root", script=str(script))
+    compiler = racelab.LabCompiler(tc, "/usr/bin/clang++-22", [], ["format"], "test")
+    launcher = tmp_path / "child_tsan"
+    launcher.write_text(compiler.launcher("/out dir/bin/child_tsan", ["/out dir"]))
+    launcher.chmod(0o755)
+    got = run(str(launcher), "a b", env={"OVERLAY_STUB_WORKSPACE": "65536", "TSAN_OPTIONS": "x=1 y=2",
+                                         "SECRET_TOKEN": "no"}).stdout.splitlines()
+    assert got[:5] == ["exec", "--root", "/tc root", "--bind", "/out dir"]
+    assert "--env" in got and "OVERLAY_STUB_WORKSPACE=65536" in got and "TSAN_OPTIONS=x=1 y=2" in got
+    assert not any(a.startswith("SECRET_TOKEN") for a in got)
+    assert got[-3:] == ["--", "/out dir/bin/child_tsan", "a b"]
+
+
+def test_system_launcher_execs_the_binary(tmp_path):
+    compiler = racelab.LabCompiler(SimpleNamespace(kind="system"), "clang++", [], [], "test")
+    assert compiler.launcher("/x/bin/c_asan", []).endswith('exec /x/bin/c_asan "$@"\n')
+
+
+def test_a_missing_tree_source_is_named(tmp_path):
+    compiler = racelab.LabCompiler(SimpleNamespace(kind="system", wrap=None), "clang++", [], [], "test")
+    child = racelab.LabChild("x", ("racelab_selftest.cpp",), ("mlx/backend/rocm/gemms/hipblaslt_gemm.cpp",))
+    with pytest.raises(racelab.LabError, match="hipblaslt_gemm.cpp is not in the exported layer") as err:
+        racelab.build_tree(str(ROOT), str(tmp_path / "src"), str(tmp_path / "out"), tree="0" * 40,
+                           label="t", compiler=compiler, children=[child])
+    assert err.value.exit_code == 1
+
+
+# --------------------------------------------------------------------------- the model, compiled
+
+@pytest.fixture(scope="module")
+def selftest(tmp_path_factory):
+    """racelab_selftest built with both sanitizers (no MLX tree needed)."""
+    saved = os.environ.get("OVERLAY_TOOLCHAIN_DIR")
+    os.environ["OVERLAY_TOOLCHAIN_DIR"] = REAL_TOOLCHAIN
+    try:
+        compiler = racelab.find_lab_compiler(str(ROOT))
+    except racelab.LabError as exc:
+        pytest.skip(f"needs the ROCm toolchain for the race lab: {exc.message}")
+    finally:
+        if saved is None:
+            os.environ.pop("OVERLAY_TOOLCHAIN_DIR", None)
+        else:
+            os.environ["OVERLAY_TOOLCHAIN_DIR"] = saved
+    out = tmp_path_factory.mktemp("lab")
+    (out / "src").mkdir()
+    built = racelab.build_tree(str(ROOT), str(out / "src"), str(out), tree="0" * 40, label="selftest",
+                               compiler=compiler, children=[racelab.CHILDREN[0]])
+    built.compiler = compiler
+    return built
+
+
+@pytest.mark.parametrize("san", ["tsan", "asan"])
+def test_model_promises_hold(selftest, san):
+    done = run(os.path.join(selftest.out_dir, f"racelab_selftest_{san}"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.splitlines()[-1] == "overlay-suite: done"
+
+
+@pytest.mark.parametrize("san", ["tsan", "asan"])
+@pytest.mark.parametrize("mode,expected", [
+    ("shared-workspace", {"exact-output-mismatch", "data race"}),
+    ("destroy-in-use", {"descriptor-destroyed-in-use"}),
+    ("use-after-free", {"device-use-after-free"}),
+])
+def test_model_detects(selftest, san, mode, expected):
+    done = run(os.path.join(selftest.out_dir, f"racelab_selftest_{san}"), mode)
+    assert done.returncode not in (0, 3), done.stdout + done.stderr     # 3: the model missed it
+    assert report_kinds(done.stderr) & expected, done.stderr
+
+
+def test_second_build_compiles_nothing(selftest):
+    again = racelab.build_tree(str(ROOT), os.path.join(selftest.out_dir, "src"), selftest.out_dir,
+                               tree="0" * 40, label="selftest", children=[racelab.CHILDREN[0]],
+                               compiler=selftest.compiler)
+    assert again.compiled == 0 and sorted(again.programs) == sorted(selftest.programs)
+
+
+# --------------------------------------------------------------------------- the file under test
+
+def test_hipblaslt_file_forked_fails_patched_passes(real_mirrors, lab_compiler, tmp_path):
+    """Seed 000's child on the model, once per layer: the fork's file races, the fix's does not."""
+    from overlay.gitstore import Store
+
+    env = {"OVERLAY_STUB_WORKSPACE": "65536", "OVERLAY_STUB_FAIL_ONCE_AT": "10"}
+    outcome = {}
+    for layer in ("patched", "forked"):
+        built = racelab.build_layer(str(ROOT), Store(), layer, out_dir=str(tmp_path / layer),
+                                    compiler=lab_compiler, sanitizers=("tsan",))
+        done = run(os.path.join(built.out_dir, "hipblaslt_race_tsan"), env=env)
+        outcome[layer] = (done.returncode, report_kinds(done.stderr), done.stdout, done.stderr)
+    rc, kinds, stdout, stderr = outcome["patched"]
+    assert rc == 0 and not kinds, stdout + stderr
+    assert stdout.splitlines()[-1] == "overlay-suite: done"
+    assert stderr.count("[hipBLASLt caps] device 0 (host-model)") == 1
+    rc, kinds, stdout, stderr = outcome["forked"]
+    assert rc != 0 and "data race" in kinds, stderr[-4000:]
+    assert "overlay-suite: done" not in stdout
