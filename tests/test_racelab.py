@@ -169,3 +169,42 @@ def test_hipblaslt_file_forked_fails_patched_passes(real_mirrors, lab_compiler, 
     rc, kinds, stdout, stderr = outcome["forked"]
     assert rc != 0 and "data race" in kinds, stderr[-4000:]
     assert "overlay-suite: done" not in stdout
+
+
+# --------------------------------------------------------------------------- make verify-rocm
+
+@pytest.mark.parametrize("run_out,rc,state", [
+    ("hipblaslt_race_ws_tsan  PASSED   0 of 20 failed\n5 suite(s): 5 passed, 0 failed, 0 skipped; 0 of 83 runs failed",
+     0, "passed (race lab: a host model of HIP and hipBLASLt, not a GPU result)"),
+    ("racelab_model  SKIPPED  needs the race-lab host model's toolchain: no ROCm toolchain\n"
+     "1 suite(s): 0 passed, 0 failed, 1 skipped; 0 of 0 runs failed",
+     0, "skipped (needs the race-lab host model's toolchain: no ROCm toolchain)"),
+    ("hipblaslt_race_ws_tsan  FAILED   3 of 20 failed\n5 suite(s): 4 passed, 1 failed, 0 skipped; 3 of 83 runs failed",
+     1, "failed (overlay suite run --host-models exited 1; race lab: a host model of HIP and hipBLASLt, "
+        "not a GPU result)"),
+])
+def test_verify_rocm_runs_the_host_models_without_a_gpu(tmp_path, run_out, rc, state):
+    """tools/verify-rocm.sh's host-model stage, with a stand-in overlay (no GPU on this machine)."""
+    if os.path.exists("/dev/kfd"):
+        pytest.skip("an AMD GPU is present: the stage is skipped there unless OVERLAY_HOST_MODELS=1")
+    script = ROOT / "tools" / "verify-rocm.sh"
+    stub = tmp_path / "overlay"
+    stub.write_text(
+        '#!/bin/sh\ncase "$1" in\n  build) echo "overlay: no ROCm toolchain: none here" >&2; exit 2;;\n'
+        '  suite) case "$2" in\n    --help) echo "  build  Build the race lab";;\n'
+        f'    run) printf "%s\\n" "{run_out}"; exit {rc};;\n  esac; exit 0;;\nesac\n')
+    make = tmp_path / "make"
+    make.write_text("#!/bin/sh\nexit 0\n")
+    for exe in (stub, make):
+        exe.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k not in ("OVERLAY_REQUIRE", "OVERLAY_HOST_MODELS")}
+    env.update(OVERLAY=str(stub), MAKE=str(make))
+    done = subprocess.run(["bash", str(script)], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert f"verify-rocm: host-model: {state}" in done.stdout, done.stdout + done.stderr
+    assert "verify-rocm: suites: skipped (the build stage did not pass)" in done.stdout
+    assert done.returncode == (1 if rc else 0)
+    if state.startswith("skipped"):
+        env["OVERLAY_REQUIRE"] = "host-model"
+        required = subprocess.run(["bash", str(script)], env=env, cwd=tmp_path, capture_output=True, text=True,
+                                  timeout=60)
+        assert required.returncode == 1 and "host-model: failed (required, but skipped" in required.stdout

@@ -114,8 +114,9 @@ def list_cmd(state: _State, backend: str | None, fmt: str) -> None:
     width = max([len(s.name) for s, _ in rows] + [5])
     for s, reason in rows:
         proves = f"proves #{s.proves}" if s.proves else "proves -"
+        model = f"  {s.model}: {_report.HOST_MODEL_NOTE}" if s.model else ""
         click.echo(f"{s.name:<{width}}  {s.backend}/{s.hardware}  {s.runs} runs x {s.deadline:g} s  "
-                   f"{proves}  child: {' '.join(s.child)}")
+                   f"{proves}  child: {' '.join(s.child)}{model}")
         click.echo(f"{'':<{width}}  " + ("runs here" if reason is None else f"would be SKIPPED: {reason}"))
 
 
@@ -137,31 +138,59 @@ def _run_options(fn):
 
 
 
+def _lab_dirs(state: _State, suites, platform, child_dir: str | None) -> dict:
+    """``{suite name: child dir}``: ``child_dir``, or for a runnable host-model suite
+    without one, the race lab built from the patched layer (up to date, so usually
+    no compile)."""
+    dirs = {s.name: child_dir for s in suites}
+    wanted = [s for s in suites if s.model and child_dir is None and _runner.skip_reason(s, platform) is None]
+    if wanted:
+        from overlay.suites import racelab
+
+        built = racelab.build_layer(state.root, _store(), "patched", progress=_lab_progress)
+        for s in wanted:
+            dirs[s.name] = built.out_dir
+    return dirs
+
+
 @suite.command("run")
 @click.argument("names", nargs=-1)
 @click.option("--runs", type=click.IntRange(min=1), default=None, help="Runs per suite (default: the suite's).")
+@click.option("--host-models", is_flag=True,
+              help="Only the suites that run on a host model (race lab), not on a GPU.")
 @_run_options
 @click.option("--format", "fmt", type=click.Choice(list(_report.FORMATS)), default="text", show_default=True)
 @click.option("--output", "-o", default=None, metavar="FILE", help="Also write the report to FILE.")
 @click.pass_obj
 @handle_errors
-def run_cmd(state: _State, names, runs, deadline, results_dir, child_dir, backend, fmt, output) -> None:
-    """Run suites (all when no NAME is given); exit 1 if any run failed."""
+def run_cmd(state: _State, names, runs, host_models, deadline, results_dir, child_dir, backend, fmt,
+            output) -> None:
+    """Run suites (all when no NAME is given); exit 1 if any run failed.
+
+    A host-model suite without --child-dir runs the race lab built from the
+    patched layer (built first when it is missing or stale; docs/race-lab.md).
+    """
     suites = _config.select_suites(state.load(), names)
+    if host_models:
+        suites = [s for s in suites if s.model]
+        if not suites:
+            raise OverlayError("no host-model suite selected (a suite with a `model` key)")
     platform = _runner.detect_platform(backend)
     results_dir = os.path.abspath(results_dir or os.path.join(state.root, RESULTS_DIR))
     base_dir = os.path.dirname(state.suites_path)
+    dirs = _lab_dirs(state, suites, platform, child_dir)
     # Resolve every child that will run before running any, so a missing one costs no time.
     for s in suites:
         if _runner.skip_reason(s, platform) is None:
-            _runner.resolve_child(s.child, child_dir, base_dir)
+            _runner.resolve_child(s.child, dirs[s.name], base_dir)
     progress = _Progress()
     results = []
     for s in suites:
         progress.start(s.name)
         try:
-            results.append(_runner.run_suite(s, results_dir, child_dir=child_dir, base_dir=base_dir, runs=runs,
-                                             deadline_s=deadline, platform=platform, progress=progress))
+            results.append(_runner.run_suite(s, results_dir, child_dir=dirs[s.name], base_dir=base_dir,
+                                             runs=runs, deadline_s=deadline, platform=platform,
+                                             progress=progress))
         finally:
             progress.end()
     _emit(_report.render_results(results, fmt), output)
@@ -240,31 +269,46 @@ def plan_cmd(baseline: float, confidence: float, quiet: bool) -> None:
 @click.option("--without-child", "without_child", default=None, metavar="COMMAND",
               help="The fix-removed child: a program path, or a command line (shell-quoted words); "
                    "it replaces the suite's whole child argv and is resolved like it.")
+@click.option("--without-layer", "without_layer", type=click.Choice(["forked"]), default=None,
+              help="Build the fork's layer (no local fix at all) and run its child as the fix-removed column.")
 @click.option("--runs", type=click.IntRange(min=1), default=None, help="Runs per column (default: the suite's).")
 @_run_options
 @click.option("--format", "fmt", type=click.Choice(list(_report.AB_FORMATS)), default="text", show_default=True)
 @click.option("--output", "-o", default=None, metavar="FILE", help="Also write the report to FILE.")
 @click.pass_obj
 @handle_errors
-def ab_cmd(state: _State, name, without_patch, without_child, runs, deadline, results_dir, child_dir, backend, fmt,
-           output):
+def ab_cmd(state: _State, name, without_patch, without_child, without_layer, runs, deadline, results_dir,
+           child_dir, backend, fmt, output):
     """Run NAME's child and a fix-removed child; compare with Fisher's exact test.
 
     Exit 1 when the with-fix column failed; a suite that is only a guard
     (the fix-removed child never failed) still exits 0, and the report says so.
+    For a host-model suite, --without and --without-layer build the race lab
+    from that tree (a few translation units), and the with-fix column uses the
+    lab built from the patched layer unless --child-dir says otherwise.
     """
     (s,) = _config.select_suites(state.load(), [name])
-    if (without_patch is None) == (without_child is None):
-        raise OverlayError("give exactly one of --without PATCH and --without-child COMMAND")
-    if without_patch is not None:
-        from overlay.gitstore import Store
-        from overlay.suites.without import build_without, real_builder
+    if sum(x is not None for x in (without_patch, without_child, without_layer)) != 1:
+        raise OverlayError("give exactly one of --without PATCH, --without-layer forked and "
+                           "--without-child COMMAND")
+    platform = _runner.detect_platform(backend)
+    runnable = _runner.skip_reason(s, platform) is None
+    if s.model and runnable and (without_patch or without_layer):
+        from overlay.suites import racelab
 
-        root_obj = click.get_current_context().find_root().obj
-        store = Store(getattr(root_obj, "git_dir", None), offline=getattr(root_obj, "offline", False))
-        build_backend = backend or "rocm"
-        without_dir = build_without(state.root, store, without_patch,
-                                    real_builder(state.root, build_backend))
+        store = _store()
+        if without_patch is not None:
+            built = racelab.build_without_patch(state.root, store, without_patch, progress=_lab_progress)
+        else:
+            built = racelab.build_layer(state.root, store, without_layer, progress=_lab_progress)
+        without_argv = [os.path.join(built.out_dir, s.child[0]), *s.child[1:]]
+    elif without_patch is not None or without_layer is not None:
+        from overlay.suites.without import build_forked, build_without, real_builder
+
+        store = _store()
+        builder = real_builder(state.root, backend or "rocm")
+        without_dir = (build_without(state.root, store, without_patch, builder) if without_patch is not None
+                       else build_forked(state.root, store, builder))
         without_argv = [os.path.join(without_dir, s.child[0]), *s.child[1:]]
     else:
         try:
@@ -273,7 +317,7 @@ def ab_cmd(state: _State, name, without_patch, without_child, runs, deadline, re
             raise OverlayError(f"--without-child: {exc}") from None
         if not without_argv:
             raise OverlayError("--without-child is empty")
-    platform = _runner.detect_platform(backend)
+    child_dir = _lab_dirs(state, [s], platform, child_dir)[s.name]
     results_dir = os.path.abspath(results_dir or os.path.join(state.root, RESULTS_DIR))
     progress = _Progress()
     progress.start(f"{s.name} (with fix)")

@@ -37,6 +37,7 @@ import subprocess
 from typing import Callable, Mapping, Sequence
 
 from overlay.errors import EXIT_FINDINGS, OverlayError
+from overlay.suites.config import MODELS  # every value a suite's ``model`` may take
 
 __all__ = [
     "MODEL",
@@ -59,8 +60,6 @@ __all__ = [
 
 #: The host model this module builds (the value of a suite's ``model`` key).
 MODEL = "race-lab"
-#: Every value ``model`` may take.
-MODELS = (MODEL,)
 #: Environment override of model detection: a comma list of available models,
 #: or ``none`` (tests, CI runners with a known shape).
 MODELS_ENV = "OVERLAY_SUITE_MODELS"
