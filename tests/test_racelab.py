@@ -149,26 +149,59 @@ def test_second_build_compiles_nothing(selftest):
     assert again.compiled == 0 and sorted(again.programs) == sorted(selftest.programs)
 
 
-# --------------------------------------------------------------------------- the file under test
+# --------------------------------------------------------------------------- the files under test
 
-def test_hipblaslt_file_forked_fails_patched_passes(real_mirrors, lab_compiler, tmp_path):
-    """Seed 000's child on the model, once per layer: the fork's file races, the fix's does not."""
+@pytest.fixture(scope="module")
+def layer_builds(tmp_path_factory):
+    """The lab's children (ThreadSanitizer) from the patched and the forked layer of the real mirrors."""
+    from conftest import REAL_MIRRORS
     from overlay.gitstore import Store
 
+    if len(REAL_MIRRORS) != 2:
+        pytest.skip("set OVERLAY_UPSTREAM_URL and OVERLAY_FORK_URL to the real mirrors to run this")
+    saved = {k: os.environ.get(k) for k in (*REAL_MIRRORS, "OVERLAY_TOOLCHAIN_DIR")}
+    os.environ.update(REAL_MIRRORS, OVERLAY_TOOLCHAIN_DIR=REAL_TOOLCHAIN)
+    try:
+        compiler = racelab.find_lab_compiler(str(ROOT))
+        base = tmp_path_factory.mktemp("layers")
+        store = Store(str(base / "store.git"))
+        return {layer: racelab.build_layer(str(ROOT), store, layer, out_dir=str(base / layer), compiler=compiler,
+                                           sanitizers=("tsan",)).out_dir for layer in ("patched", "forked")}
+    except racelab.LabError as exc:
+        pytest.skip(f"needs the ROCm toolchain for the race lab: {exc.message}")
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def outcome(out_dir, program, env):
+    done = run(os.path.join(out_dir, program), env=env)
+    return done.returncode, report_kinds(done.stderr), done.stdout, done.stderr
+
+
+def test_hipblaslt_file_forked_fails_patched_passes(layer_builds):
+    """Seed 000's child on the model, once per layer: the fork's file races, the fix's does not."""
     env = {"OVERLAY_STUB_WORKSPACE": "65536", "OVERLAY_STUB_FAIL_ONCE_AT": "10"}
-    outcome = {}
-    for layer in ("patched", "forked"):
-        built = racelab.build_layer(str(ROOT), Store(), layer, out_dir=str(tmp_path / layer),
-                                    compiler=lab_compiler, sanitizers=("tsan",))
-        done = run(os.path.join(built.out_dir, "hipblaslt_race_tsan"), env=env)
-        outcome[layer] = (done.returncode, report_kinds(done.stderr), done.stdout, done.stderr)
-    rc, kinds, stdout, stderr = outcome["patched"]
+    rc, kinds, stdout, stderr = outcome(layer_builds["patched"], "hipblaslt_race_tsan", env)
     assert rc == 0 and not kinds, stdout + stderr
     assert stdout.splitlines()[-1] == "overlay-suite: done"
     assert stderr.count("[hipBLASLt caps] device 0 (host-model)") == 1
-    rc, kinds, stdout, stderr = outcome["forked"]
+    rc, kinds, stdout, stderr = outcome(layer_builds["forked"], "hipblaslt_race_tsan", env)
     assert rc != 0 and "data race" in kinds, stderr[-4000:]
     assert "overlay-suite: done" not in stdout
+
+
+def test_rocblas_device_forked_fails_patched_passes(layer_builds):
+    """Fix 1 on the model: the fork's device.cpp shares and rebinds one handle, the fix's does not."""
+    env = {"OVERLAY_STUB_ARCH": "gfx1030:host-model", "OVERLAY_STUB_ROCBLAS_WORKSPACE": "1048576"}
+    rc, kinds, stdout, stderr = outcome(layer_builds["patched"], "rocblas_race_tsan", env)
+    assert rc == 0 and not kinds, stdout + stderr
+    assert stderr.count("race-lab: rocblas_create_handle on the host model") == 1
+    rc, kinds, stdout, stderr = outcome(layer_builds["forked"], "rocblas_race_tsan", env)
+    assert rc != 0 and "data race" in kinds and "exact-output-mismatch" in kinds, stderr[-4000:]
 
 
 # --------------------------------------------------------------------------- make verify-rocm

@@ -63,7 +63,8 @@ def test_list_repository_suites_without_gpu():
                          "pinned_alias": False, "pinned_alias_cuda": False,
                          "hipblaslt_race_ws_tsan": False, "hipblaslt_race_ws0_tsan": False,
                          "hipblaslt_race_ws_asan": False, "hipblaslt_race_ws0_asan": False,
-                         "racelab_model": False}
+                         "racelab_model": False, "rocblas_race_ws_tsan": False, "rocblas_race_ws0_tsan": False,
+                         "rocblas_race_ws_asan": False, "rocblas_race_ws0_asan": False}
     skips = {d["name"]: d["skip_reason"] for d in data}
     assert skips["racelab_model"] == "needs the race-lab host model's toolchain: OVERLAY_SUITE_MODELS='none'"
     text = invoke("--suites", REPO / "patches-rocm" / "suites" / "suites.toml", "list").output
@@ -184,3 +185,20 @@ def test_host_model_suites_build_the_lab_when_no_child_dir_is_given(lab_suites, 
     assert "GUARD: " in ab.output and "HOST-MODEL: " in ab.output
     both = invoke("--suites", lab_suites, "ab", "lab", "--without-layer", "forked", "--without-child", "x", env=LAB)
     assert both.exit_code == 2 and "give exactly one of" in both.output
+
+
+def test_env_option_sets_a_variable_on_top_of_the_suite_and_is_recorded(tmp_path):
+    path = tmp_path / "suites.toml"
+    script = tmp_path / "show.py"
+    script.write_text("import os\nprint(os.environ.get('X'), os.environ.get('Y'))\nprint('overlay-suite: done')\n")
+    path.write_text(f"[suites.e]\nchild = {json.dumps([sys.executable, str(script)])}\nruns = 1\n"
+                    'env-set = { X = "suite" }\nenv-remove = ["Y"]\n')
+    r = invoke("--suites", path, "run", "e", "--env", "X=cli", "--env", "Y=back", "--format", "json",
+               "--results", tmp_path / "res")
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.output)["suites"][0]
+    assert data["settings"]["env_set"] == {"X": "cli", "Y": "back"} and data["settings"]["env_remove"] == []
+    out = Path(data["directory"]) / "run-001.out"
+    assert out.read_text().splitlines()[0] == "cli back"
+    bad = invoke("--suites", path, "run", "e", "--env", "no-equals", "--results", tmp_path / "res")
+    assert bad.exit_code == 2 and "expected NAME=VALUE" in bad.output

@@ -21,17 +21,26 @@ REPO = Path(__file__).resolve().parents[1]
 def test_repository_suites_file():
     suites = load_suites(str(REPO / "patches-rocm" / "suites" / "suites.toml"))
     lab = {"hipblaslt_race_ws_tsan", "hipblaslt_race_ws0_tsan", "hipblaslt_race_ws_asan",
-           "hipblaslt_race_ws0_asan", "racelab_model"}
+           "hipblaslt_race_ws0_asan", "racelab_model", "rocblas_race_ws_tsan", "rocblas_race_ws0_tsan",
+           "rocblas_race_ws_asan", "rocblas_race_ws0_asan"}
     assert set(suites) == {"hipblaslt_concurrency", "rocblas_handle_concurrency", "pinned_alias",
                            "pinned_alias_cuda"} | lab
     # The race lab's suites: host models of fix 2, runnable without a GPU, never GPU evidence.
     for name in lab:
         s = suites[name]
         assert (s.model, s.backend, s.hardware) == ("race-lab", "cpu", "none")
-        assert s.child == (("racelab_selftest_tsan",) if name == "racelab_model"
-                           else ("hipblaslt_race_" + name.rsplit("_", 1)[1],))
         expects = {(m.stream, m.text): m.expect for m in s.markers}
         assert expects[("stdout", "overlay-suite: done")] == "exactly 1"
+        if name.startswith("rocblas_race_"):
+            assert s.child == ("rocblas_race_" + name.rsplit("_", 1)[1],)
+            assert s.proves == 1 and s.runs == 20
+            assert s.env_set["OVERLAY_STUB_ARCH"] == "gfx1030:host-model"
+            assert s.env_set["OVERLAY_STUB_ROCBLAS_WORKSPACE"] == ("0" if "_ws0_" in name else "1048576")
+            assert expects[("stderr", "race-lab: rocblas_create_handle on the host model")] == "exactly 1"
+            assert expects[("stderr", "Warning: rocBLAS")] == "never"
+            continue
+        assert s.child == (("racelab_selftest_tsan",) if name == "racelab_model"
+                           else ("hipblaslt_race_" + name.rsplit("_", 1)[1],))
         if name != "racelab_model":
             assert s.proves == 2 and s.runs == 20
             assert expects[("stderr", "[hipBLASLt caps] device 0 (host-model)")] == "exactly 1"

@@ -120,9 +120,34 @@ def list_cmd(state: _State, backend: str | None, fmt: str) -> None:
         click.echo(f"{'':<{width}}  " + ("runs here" if reason is None else f"would be SKIPPED: {reason}"))
 
 
+def _with_env(suites, pairs) -> list:
+    """The suites with ``NAME=VALUE`` pairs set on top of their ``env-set`` (``--env``).
+
+    The changed settings are what ``result.json`` records, so a run made with a
+    different model setting says so.
+    """
+    import dataclasses
+    from types import MappingProxyType
+
+    extra = {}
+    for pair in pairs or ():
+        name, sep, value = pair.partition("=")
+        if not sep or not _config._ENV_RE.match(name):
+            raise OverlayError(f"--env {pair!r}: expected NAME=VALUE")
+        extra[name] = value
+    if not extra:
+        return list(suites)
+    return [dataclasses.replace(s, env_set=MappingProxyType({**s.env_set, **extra}),
+                                env_remove=tuple(n for n in s.env_remove if n not in extra))
+            for s in suites]
+
+
 def _run_options(fn):
     """The options ``run`` and ``ab`` share (defined once, pip-tools style)."""
     for opt in reversed([
+        click.option("--env", "env_pairs", multiple=True, metavar="NAME=VALUE",
+                     help="Set a variable for the children on top of the suite's env-set (repeatable); "
+                          "recorded with the results."),
         click.option("--deadline", type=click.FloatRange(min=0, min_open=True), default=None,
                      help="Per-run deadline in seconds (default: the suite's)."),
         click.option("--results", "results_dir", default=None, metavar="DIR",
@@ -163,14 +188,14 @@ def _lab_dirs(state: _State, suites, platform, child_dir: str | None) -> dict:
 @click.option("--output", "-o", default=None, metavar="FILE", help="Also write the report to FILE.")
 @click.pass_obj
 @handle_errors
-def run_cmd(state: _State, names, runs, host_models, deadline, results_dir, child_dir, backend, fmt,
+def run_cmd(state: _State, names, runs, host_models, env_pairs, deadline, results_dir, child_dir, backend, fmt,
             output) -> None:
     """Run suites (all when no NAME is given); exit 1 if any run failed.
 
     A host-model suite without --child-dir runs the race lab built from the
     patched layer (built first when it is missing or stale; docs/race-lab.md).
     """
-    suites = _config.select_suites(state.load(), names)
+    suites = _with_env(_config.select_suites(state.load(), names), env_pairs)
     if host_models:
         suites = [s for s in suites if s.model]
         if not suites:
@@ -277,8 +302,8 @@ def plan_cmd(baseline: float, confidence: float, quiet: bool) -> None:
 @click.option("--output", "-o", default=None, metavar="FILE", help="Also write the report to FILE.")
 @click.pass_obj
 @handle_errors
-def ab_cmd(state: _State, name, without_patch, without_child, without_layer, runs, deadline, results_dir,
-           child_dir, backend, fmt, output):
+def ab_cmd(state: _State, name, without_patch, without_child, without_layer, runs, env_pairs, deadline,
+           results_dir, child_dir, backend, fmt, output):
     """Run NAME's child and a fix-removed child; compare with Fisher's exact test.
 
     Exit 1 when the with-fix column failed; a suite that is only a guard
@@ -287,7 +312,7 @@ def ab_cmd(state: _State, name, without_patch, without_child, without_layer, run
     from that tree (a few translation units), and the with-fix column uses the
     lab built from the patched layer unless --child-dir says otherwise.
     """
-    (s,) = _config.select_suites(state.load(), [name])
+    (s,) = _with_env(_config.select_suites(state.load(), [name]), env_pairs)
     if sum(x is not None for x in (without_patch, without_child, without_layer)) != 1:
         raise OverlayError("give exactly one of --without PATCH, --without-layer forked and "
                            "--without-child COMMAND")

@@ -96,9 +96,14 @@ class LabChild:
 #: The lab's children. ``racelab_selftest`` checks the model alone; the others
 #: run a file of the exported layer on it.
 CHILDREN = (
-    LabChild("racelab_selftest", ("hip_stub.cpp", "hipblaslt_stub.cpp", "racelab_selftest.cpp")),
-    LabChild("hipblaslt_race", ("hip_stub.cpp", "hipblaslt_stub.cpp", "mlx_shim.cpp", "hipblaslt_race.cpp"),
+    LabChild("racelab_selftest", ("hip_stub.cpp", "gemm_model.cpp", "hipblaslt_stub.cpp",
+                                  "racelab_selftest.cpp")),
+    LabChild("hipblaslt_race", ("hip_stub.cpp", "gemm_model.cpp", "hipblaslt_stub.cpp", "mlx_shim.cpp",
+                                "hipblaslt_race.cpp"),
              ("mlx/backend/rocm/gemms/hipblaslt_gemm.cpp",)),
+    LabChild("rocblas_race", ("hip_stub.cpp", "gemm_model.cpp", "rocblas_stub.cpp", "device_shim.cpp",
+                              "rocblas_race.cpp"),
+             ("mlx/backend/rocm/device.cpp", "mlx/backend/rocm/worker.cpp")),
 )
 
 
@@ -356,11 +361,15 @@ def build_tree(root: str, tree_dir: str, out_dir: str, *, tree: str, label: str,
         return src, subprocess.run(argv, capture_output=True, text=True, errors="replace")
 
     errors: list[str] = []
+    first_error = ""
     workers = max(1, jobs or os.cpu_count() or 2)
     with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
         for unit, (src, proc) in zip(todo, pool.map(compile_one, todo)):
             if proc.returncode != 0:
-                errors.append(f"{src}: exit {proc.returncode}\n{(proc.stdout + proc.stderr).strip()}")
+                text = (proc.stdout + proc.stderr).strip()
+                errors.append(f"== {unit[1]}: exit {proc.returncode}\n{text}")
+                first_error = first_error or next(
+                    (line for line in text.splitlines() if ": error: " in line), f"{src}: exit {proc.returncode}")
                 keys.pop(os.path.relpath(unit[1], out_dir), None)
             else:
                 keys[os.path.relpath(unit[1], out_dir)] = unit[2]
@@ -369,8 +378,12 @@ def build_tree(root: str, tree_dir: str, out_dir: str, *, tree: str, label: str,
     record = {"format": 1, "label": label, "tree": tree, "compiler": compiler.description,
               "objects": keys, "children": [c.name for c in children], "sanitizers": list(sanitizers)}
     _write_json(os.path.join(out_dir, STAMP), record)
+    log = os.path.join(out_dir, "build.log")
+    with open(log, "w", encoding="utf-8") as fh:
+        fh.write("\n".join(errors) + ("\n" if errors else ""))
     if errors:
-        raise LabError("race lab build failed:\n" + "\n".join(errors)[:20000], exit_code=EXIT_FINDINGS)
+        raise LabError(f"race lab build failed: {len(errors)} object(s); first: {first_error}",
+                       hint=f"compiler output in {log}", exit_code=EXIT_FINDINGS)
 
     programs = []
     rebuilt = {obj for (_s, obj, _k, _f) in todo}
@@ -381,8 +394,14 @@ def build_tree(root: str, tree_dir: str, out_dir: str, *, tree: str, label: str,
                                   "-lpthread"], binds, cwd=out_dir)
             proc = subprocess.run(argv, capture_output=True, text=True, errors="replace")
             if proc.returncode != 0:
-                raise LabError(f"race lab link of {binary} failed:\n{(proc.stdout + proc.stderr).strip()}"[:20000],
-                               exit_code=EXIT_FINDINGS)
+                text = (proc.stdout + proc.stderr).strip()
+                with open(log, "a", encoding="utf-8") as fh:
+                    fh.write(f"== link {binary}: exit {proc.returncode}\n{text}\n")
+                lines = text.splitlines()
+                first = next((x for x in lines if "undefined reference" in x),
+                             next((x for x in lines if "error" in x), text[:200]))
+                raise LabError(f"race lab link of {os.path.basename(binary)} failed: {first}",
+                               hint=f"linker output in {log}", exit_code=EXIT_FINDINGS)
         launcher = os.path.join(out_dir, os.path.basename(binary))
         text = compiler.launcher(binary, [out_dir])
         if not os.path.isfile(launcher) or _read(launcher) != text.encode():

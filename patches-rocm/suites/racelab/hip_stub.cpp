@@ -21,6 +21,7 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <unordered_set>
 #include <vector>
@@ -450,7 +451,12 @@ hipError_t hipGetDevicePropertiesR0600(hipDeviceProp_tR0600* prop, int device) {
   std::memset(prop, 0, sizeof(*prop));
   std::snprintf(prop->name, sizeof(prop->name), "race-lab host model");
   // Says plainly in every caps line that this is the host model, not a GPU.
-  std::snprintf(prop->gcnArchName, sizeof(prop->gcnArchName), "host-model");
+  // OVERLAY_STUB_ARCH replaces it where code gates on an architecture list
+  // (the rocBLAS allowlist): "gfx1030:host-model" passes as gfx1030, whose
+  // ":..." suffix MLX strips as it strips ":sramecc+:xnack-".
+  const char* arch = std::getenv("OVERLAY_STUB_ARCH");
+  std::snprintf(prop->gcnArchName, sizeof(prop->gcnArchName), "%s",
+                arch && *arch ? arch : "host-model");
   prop->warpSize = 64;
   prop->multiProcessorCount = 8;
   prop->maxThreadsPerBlock = 1024;
@@ -833,4 +839,113 @@ hipError_t hipStreamWaitEvent(hipStream_t stream, hipEvent_t event, unsigned int
     event->cv.wait(lk, [&] { return event->reached >= target; });
   });
   return ok ? hipSuccess : ret(hipErrorInvalidHandle);
+}
+
+// ------------------------------------------------------------------ not modelled
+//
+// Referenced by the exported device.cpp but not reached by the drivers: kernels
+// are not modelled (only library GEMMs and copies run), graphs are off.
+
+hipError_t hipLaunchKernel(const void*, dim3, dim3, void**, size_t, hipStream_t) {
+  racelab::report("not-modelled", "hipLaunchKernel: device kernels are not modelled");
+  return ret(hipErrorNotSupported);
+}
+
+hipError_t hipModuleLaunchKernel(hipFunction_t, unsigned int, unsigned int, unsigned int,
+                                 unsigned int, unsigned int, unsigned int, unsigned int,
+                                 hipStream_t, void**, void**) {
+  racelab::report("not-modelled", "hipModuleLaunchKernel: device kernels are not modelled");
+  return ret(hipErrorNotSupported);
+}
+
+hipError_t hipGraphCreate(hipGraph_t* graph, unsigned int) {
+  if (graph) {
+    *graph = nullptr;
+  }
+  return ret(hipErrorNotSupported);
+}
+
+hipError_t hipGraphNodeGetType(hipGraphNode_t, hipGraphNodeType*) {
+  return ret(hipErrorNotSupported);
+}
+
+hipError_t hipGraphLaunch(hipGraphExec_t, hipStream_t) {
+  return ret(hipErrorNotSupported);
+}
+
+hipError_t hipGraphGetEdges(hipGraph_t, hipGraphNode_t*, hipGraphNode_t*, size_t* numEdges) {
+  if (numEdges) {
+    *numEdges = 0;
+  }
+  return ret(hipErrorNotSupported);
+}
+
+hipError_t hipGraphKernelNodeGetParams(hipGraphNode_t, hipKernelNodeParams*) {
+  return ret(hipErrorNotSupported);
+}
+
+hipError_t hipGraphInstantiate(hipGraphExec_t* exec, hipGraph_t, hipGraphNode_t*, char*, size_t) {
+  if (exec) {
+    *exec = nullptr;
+  }
+  return ret(hipErrorNotSupported);
+}
+
+hipError_t hipGraphAddKernelNode(hipGraphNode_t*, hipGraph_t, const hipGraphNode_t*, size_t,
+                                 const hipKernelNodeParams*) {
+  return ret(hipErrorNotSupported);
+}
+
+hipError_t hipGraphAddChildGraphNode(hipGraphNode_t*, hipGraph_t, const hipGraphNode_t*, size_t,
+                                     hipGraph_t) {
+  return ret(hipErrorNotSupported);
+}
+
+hipError_t hipGraphExecUpdate(hipGraphExec_t, hipGraph_t, hipGraphNode_t*, hipGraphExecUpdateResult*) {
+  return ret(hipErrorNotSupported);
+}
+
+hipError_t hipGraphExecKernelNodeSetParams(hipGraphExec_t, hipGraphNode_t,
+                                           const hipKernelNodeParams*) {
+  return ret(hipErrorNotSupported);
+}
+
+hipError_t hipGraphKernelNodeSetParams(hipGraphNode_t, const hipKernelNodeParams*) {
+  return ret(hipErrorNotSupported);
+}
+
+// ------------------------------------------------------------------ device state
+
+hipError_t hipSetDeviceFlags(unsigned) {
+  return hipSuccess;
+}
+
+hipError_t hipDeviceGetAttribute(int* value, hipDeviceAttribute_t, int device) {
+  if (value == nullptr || device < 0 || device >= racelab::device_count()) {
+    return ret(hipErrorInvalidValue);
+  }
+  *value = 0;
+  return hipSuccess;
+}
+
+// A real reset destroys every stream and allocation of the device, under any
+// other thread that holds them. The model keeps them (so the run goes on) and
+// reports the reset when another stream than the caller's default one is live.
+hipError_t hipDeviceReset() {
+  racelab::synchronize_all();
+  size_t live = racelab::live_streams().size();
+  if (live > 1) {
+    racelab::report("device-reset-under-other-threads",
+                    "hipDeviceReset with " + std::to_string(live) + " live streams");
+  }
+  return hipSuccess;
+}
+
+hipError_t hipMemset(void* dst, int value, size_t sizeBytes) {
+  hipError_t e = hipMemsetAsync(dst, value, sizeBytes, nullptr);
+  if (e != hipSuccess) {
+    return e;
+  }
+  racelab::sync_stream(racelab::resolve(nullptr, "hipMemset"));
+  return hipSuccess;
 }

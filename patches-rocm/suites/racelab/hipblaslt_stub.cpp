@@ -19,7 +19,7 @@
 //     kernel selection), counting itself as a user of each, then enqueues the
 //     GEMM on the stream and returns. alpha and beta are read at the call
 //     (host pointer mode).
-//   * the enqueued GEMM computes exactly in float on the stream's worker
+//   * the enqueued GEMM (gemm_model.cpp) computes exactly in float on the stream's worker
 //     thread. With a workspace it is split-K: up to 4 slices of K write their
 //     partial sums into the workspace, then the partials are read back and
 //     summed into D; two GEMMs running on two streams over one workspace
@@ -193,60 +193,7 @@ hipblasStatus_t destroy(T* o, Kind k, const char* call) {
   return HIPBLAS_STATUS_SUCCESS;
 }
 
-size_t type_size(hipDataType t) {
-  switch (t) {
-    case HIP_R_32F:
-      return 4;
-    case HIP_R_16F:
-    case HIP_R_16BF:
-      return 2;
-    default:
-      return 0;
-  }
-}
-
-__attribute__((no_sanitize("thread"))) float load(const void* base, size_t index, hipDataType t) {
-  switch (t) {
-    case HIP_R_32F:
-      return static_cast<const float*>(base)[index];
-    case HIP_R_16BF:
-      return racelab::bf16_to_float(static_cast<const uint16_t*>(base)[index]);
-    case HIP_R_16F:
-      return racelab::f16_to_float(static_cast<const uint16_t*>(base)[index]);
-    default:
-      return 0.0f;
-  }
-}
-
-__attribute__((no_sanitize("thread"))) void store(void* base, size_t index, hipDataType t, float v) {
-  switch (t) {
-    case HIP_R_32F:
-      static_cast<float*>(base)[index] = v;
-      break;
-    case HIP_R_16BF:
-      static_cast<uint16_t*>(base)[index] = racelab::float_to_bf16(v);
-      break;
-    case HIP_R_16F:
-      static_cast<uint16_t*>(base)[index] = racelab::float_to_f16(v);
-      break;
-    default:
-      break;
-  }
-}
-
-// Everything the enqueued GEMM needs, copied out of the descriptors at the call.
-struct Plan {
-  int64_t m{0}, n{0}, k{0};
-  int32_t batch{1};
-  bool ta{false}, tb{false};
-  hipDataType ta_type{HIP_R_32F}, tb_type{HIP_R_32F}, tc_type{HIP_R_32F}, td_type{HIP_R_32F};
-  int64_t lda{0}, ldb{0}, ldc{0}, ldd{0};
-  int64_t sa{0}, sb{0}, sc{0}, sd{0};
-  // Rows and columns as stored, for the range checks.
-  uint64_t a_cols{0}, b_cols{0}, c_cols{0}, d_cols{0};
-};
-
-uint32_t geometry_hash(const Plan& p) {
+uint32_t geometry_hash(const racelab::GemmPlan& p) {
   uint64_t h = 1469598103934665603ull;
   for (int64_t v : {p.m, p.n, p.k, static_cast<int64_t>(p.batch), static_cast<int64_t>(p.ta),
                     static_cast<int64_t>(p.tb), static_cast<int64_t>(p.ta_type),
@@ -258,7 +205,7 @@ uint32_t geometry_hash(const Plan& p) {
 
 // Reads the plan from live descriptors (plain reads, on the calling thread).
 bool make_plan(const Desc* d, const Layout* a, const Layout* b, const Layout* c, const Layout* dd,
-               Plan* p) {
+               racelab::GemmPlan* p) {
   p->ta = d->transa != HIPBLAS_OP_N;
   p->tb = d->transb != HIPBLAS_OP_N;
   p->m = static_cast<int64_t>(dd->rows);
@@ -278,8 +225,8 @@ bool make_plan(const Desc* d, const Layout* a, const Layout* b, const Layout* c,
   p->tb_type = b->type;
   p->tc_type = c->type;
   p->td_type = dd->type;
-  if (!type_size(a->type) || !type_size(b->type) || !type_size(c->type) ||
-      !type_size(dd->type)) {
+  if (!racelab::type_size(a->type) || !racelab::type_size(b->type) || !racelab::type_size(c->type) ||
+      !racelab::type_size(dd->type)) {
     return false;
   }
   p->lda = a->ld;
@@ -301,161 +248,6 @@ bool make_plan(const Desc* d, const Layout* a, const Layout* b, const Layout* c,
   return p->m > 0 && p->n > 0 && p->k > 0 && p->batch > 0;
 }
 
-// Bytes from the first to one past the last element of a (batched) matrix.
-size_t extent(int64_t ld, uint64_t cols, uint64_t rows, int32_t batch, int64_t stride,
-              hipDataType t) {
-  size_t one = static_cast<size_t>(ld) * (cols - 1) + rows;
-  size_t last = static_cast<size_t>(batch - 1) * static_cast<size_t>(stride) + one;
-  return last * type_size(t);
-}
-
-// ThreadSanitizer sees the GEMM's memory traffic through these range
-// annotations rather than per element: the arithmetic below is compiled
-// without instrumentation (no_sanitize) so a run takes seconds, not minutes,
-// and each range is announced when the kernel touches it.
-#if defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-extern "C" void __tsan_read_range(void* addr, unsigned long size);
-extern "C" void __tsan_write_range(void* addr, unsigned long size);
-#define RACELAB_TSAN_RANGES 1
-#endif
-#endif
-
-void announce_read(const void* p, size_t n) {
-#ifdef RACELAB_TSAN_RANGES
-  __tsan_read_range(const_cast<void*>(p), n);
-#else
-  (void)p;
-  (void)n;
-#endif
-}
-
-void announce_write(void* p, size_t n) {
-#ifdef RACELAB_TSAN_RANGES
-  __tsan_write_range(p, n);
-#else
-  (void)p;
-  (void)n;
-#endif
-}
-
-// op(A) of batch b as a row-major M x K float matrix (and op(B) as K x N).
-__attribute__((no_sanitize("thread"))) void unpack(const Plan& p, const void* A, const void* B,
-                                                   int32_t b, float* af, float* bf) {
-  for (int64_t i = 0; i < p.m; ++i) {
-    for (int64_t kk = 0; kk < p.k; ++kk) {
-      size_t ai = p.ta ? static_cast<size_t>(kk + i * p.lda) : static_cast<size_t>(i + kk * p.lda);
-      af[i * p.k + kk] = load(A, static_cast<size_t>(b * p.sa) + ai, p.ta_type);
-    }
-  }
-  for (int64_t kk = 0; kk < p.k; ++kk) {
-    for (int64_t j = 0; j < p.n; ++j) {
-      size_t bi = p.tb ? static_cast<size_t>(j + kk * p.ldb) : static_cast<size_t>(kk + j * p.ldb);
-      bf[kk * p.n + j] = load(B, static_cast<size_t>(b * p.sb) + bi, p.tb_type);
-    }
-  }
-}
-
-// out[e - e0] = sum over k in [k0, k1) of op(A)[i][k] op(B)[k][j], e = i + j M.
-__attribute__((no_sanitize("thread"))) void partial_sums(const Plan& p, const float* af,
-                                                         const float* bf, int64_t e0, int64_t e1,
-                                                         int64_t k0, int64_t k1, float* out) {
-  for (int64_t e = e0; e < e1; ++e) {
-    int64_t i = e % p.m, j = e / p.m;
-    float acc = 0.0f;
-    for (int64_t kk = k0; kk < k1; ++kk) {
-      acc += af[i * p.k + kk] * bf[kk * p.n + j];
-    }
-    out[e - e0] = acc;
-  }
-}
-
-// D = alpha * (sum of the slices' partials) + beta * C for elements [e0, e1).
-__attribute__((no_sanitize("thread"))) void reduce(const Plan& p, int32_t b, const float* partial,
-                                                   int64_t stride, int64_t slices, int64_t e0,
-                                                   int64_t e1, float alpha, float beta,
-                                                   const void* C, void* D) {
-  for (int64_t e = e0; e < e1; ++e) {
-    int64_t i = e % p.m, j = e / p.m;
-    float acc = 0.0f;
-    for (int64_t s = 0; s < slices; ++s) {
-      acc += partial[s * stride + (e - e0)];
-    }
-    float c = beta != 0.0f ? load(C, static_cast<size_t>(b * p.sc + i + j * p.ldc), p.tc_type)
-                           : 0.0f;
-    store(D, static_cast<size_t>(b * p.sd + i + j * p.ldd), p.td_type, alpha * acc + beta * c);
-  }
-}
-
-// The GEMM, run on the stream's worker thread.
-void run_gemm(const Plan& p, float alpha, float beta, const void* A, const void* B, const void* C,
-              void* D, void* ws, size_t ws_bytes) {
-  uint64_t a_rows = p.ta ? p.k : p.m;
-  uint64_t b_rows = p.tb ? p.n : p.k;
-  size_t a_bytes = extent(p.lda, p.a_cols, a_rows, p.batch, p.sa, p.ta_type);
-  size_t b_bytes = extent(p.ldb, p.b_cols, b_rows, p.batch, p.sb, p.tb_type);
-  size_t c_bytes = extent(p.ldc, p.c_cols, p.m, p.batch, p.sc, p.tc_type);
-  size_t d_bytes = extent(p.ldd, p.d_cols, p.m, p.batch, p.sd, p.td_type);
-  // Every range is checked (and reported) before any is touched.
-  int bad = 0;
-  bad += !racelab::check_device_range(A, a_bytes, "hipblasLtMatmul A");
-  bad += !racelab::check_device_range(B, b_bytes, "hipblasLtMatmul B");
-  bad += !racelab::check_device_range(D, d_bytes, "hipblasLtMatmul D");
-  if (beta != 0.0f) {
-    bad += !racelab::check_device_range(C, c_bytes, "hipblasLtMatmul C");
-  }
-  if (ws_bytes > 0) {
-    bad += !racelab::check_device_range(ws, ws_bytes, "hipblasLtMatmul workspace");
-  }
-  bool ok = bad == 0;
-  if (!ok) {
-    return;
-  }
-  announce_read(A, a_bytes);
-  announce_read(B, b_bytes);
-  if (beta != 0.0f) {
-    announce_read(C, c_bytes);
-  }
-  // Split-K over the workspace: S slices of K; for each chunk of E output
-  // elements, every slice writes its partial sums into ws[s * E ...] (slice
-  // after slice, so the partials sit in the workspace while the rest is
-  // computed), then the chunk is reduced from the workspace into D. Without
-  // a workspace the partials stay in this task's own memory.
-  int64_t slices = std::min<int64_t>(4, p.k);
-  const int64_t total = p.m * p.n;
-  int64_t chunk = total;
-  std::vector<float> own;
-  float* partial = nullptr;
-  if (ws_bytes > 0) {
-    chunk = static_cast<int64_t>(ws_bytes / (sizeof(float) * slices));
-    if (chunk == 0) {
-      slices = 1;
-      chunk = static_cast<int64_t>(ws_bytes / sizeof(float));
-    }
-    chunk = std::min(chunk, total);
-    partial = static_cast<float*>(ws);
-  } else {
-    own.resize(static_cast<size_t>(slices * chunk));
-    partial = own.data();
-  }
-  std::vector<float> af(static_cast<size_t>(p.m * p.k)), bf(static_cast<size_t>(p.k * p.n));
-  for (int32_t b = 0; b < p.batch; ++b) {
-    unpack(p, A, B, b, af.data(), bf.data());
-    for (int64_t e0 = 0; e0 < total; e0 += chunk) {
-      int64_t e1 = std::min(total, e0 + chunk);
-      for (int64_t s = 0; s < slices; ++s) {
-        int64_t k0 = p.k * s / slices, k1 = p.k * (s + 1) / slices;
-        partial_sums(p, af.data(), bf.data(), e0, e1, k0, k1, partial + s * chunk);
-        announce_write(partial + s * chunk, static_cast<size_t>(e1 - e0) * sizeof(float));
-      }
-      for (int64_t s = 0; s < slices; ++s) {
-        announce_read(partial + s * chunk, static_cast<size_t>(e1 - e0) * sizeof(float));
-      }
-      reduce(p, b, partial, chunk, slices, e0, e1, alpha, beta, C, D);
-    }
-  }
-  announce_write(D, d_bytes);
-}
 
 thread_local long long t_matmul_calls = 0;
 
@@ -683,7 +475,7 @@ hipblasStatus_t hipblasLtMatmulAlgoGetHeuristic(hipblasLtHandle_t handle,
   for (Object* o : std::initializer_list<Object*>{d, a, b, c, dd, p}) {
     users.add(o);
   }
-  Plan plan;
+  racelab::GemmPlan plan;
   if (d->epilogue != HIPBLASLT_EPILOGUE_DEFAULT || d->compute != HIPBLAS_COMPUTE_32F ||
       !make_plan(d, a, b, c, dd, &plan)) {
     // Not a GEMM this model computes (fp8, int8, epilogues): no algorithm.
@@ -737,7 +529,7 @@ hipblasStatus_t hipblasLtMatmul(hipblasLtHandle_t handle, hipblasLtMatmulDesc_t 
       alpha == nullptr || beta == nullptr) {
     return HIPBLAS_STATUS_INVALID_VALUE;
   }
-  Plan plan;
+  racelab::GemmPlan plan;
   {
     Users users;
     for (Object* o : std::initializer_list<Object*>{d, a, b, c, dd}) {
@@ -777,7 +569,7 @@ hipblasStatus_t hipblasLtMatmul(hipblasLtHandle_t handle, hipblasLtMatmulDesc_t 
   float al = *static_cast<const float*>(alpha);
   float be = *static_cast<const float*>(beta);
   bool ok = racelab::enqueue(stream, call, [=] {
-    run_gemm(plan, al, be, A, B, C, D, workspace, need);
+    racelab::run_gemm(plan, al, be, A, B, C, D, workspace, need);
   });
   return ok ? HIPBLAS_STATUS_SUCCESS : HIPBLAS_STATUS_INVALID_VALUE;
 }

@@ -35,6 +35,7 @@
 #pragma once
 
 #include <hip/hip_runtime.h>
+#include <hip/library_types.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -80,6 +81,27 @@ class Hidden {
   Hidden(const Hidden&) = delete;
   Hidden& operator=(const Hidden&) = delete;
 };
+
+// A column-major GEMM, D = alpha op(A) op(B) + beta C, as both library models
+// describe it when they enqueue one (gemm_model.cpp).
+struct GemmPlan {
+  int64_t m{0}, n{0}, k{0};
+  int32_t batch{1};
+  bool ta{false}, tb{false};
+  hipDataType ta_type{HIP_R_32F}, tb_type{HIP_R_32F}, tc_type{HIP_R_32F}, td_type{HIP_R_32F};
+  int64_t lda{0}, ldb{0}, ldc{0}, ldd{0};
+  int64_t sa{0}, sb{0}, sc{0}, sd{0}; // batch strides, in elements
+  // Columns as stored (rows follow from m, n, k and the transposes).
+  uint64_t a_cols{0}, b_cols{0}, c_cols{0}, d_cols{0};
+};
+
+// Bytes per element of a type the GEMM model computes (f32, f16, bf16), else 0.
+size_t type_size(hipDataType t);
+
+// The enqueued GEMM, run on a stream's worker thread: range checks (reported),
+// then an exact float GEMM; with ws_bytes > 0 it is split-K through `ws`.
+void run_gemm(const GemmPlan& p, float alpha, float beta, const void* A, const void* B,
+              const void* C, void* D, void* ws, size_t ws_bytes);
 
 // bf16 <-> float, exact for the small integers the suites use.
 float bf16_to_float(uint16_t v);
