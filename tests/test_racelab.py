@@ -208,12 +208,12 @@ def test_rocblas_device_forked_fails_patched_passes(layer_builds):
 
 @pytest.mark.parametrize("run_out,rc,state", [
     ("hipblaslt_race_ws_tsan  PASSED   0 of 20 failed\n5 suite(s): 5 passed, 0 failed, 0 skipped; 0 of 83 runs failed",
-     0, "passed (race lab: a host model of HIP and hipBLASLt, not a GPU result)"),
+     0, "passed (race lab: a host model of HIP, hipBLASLt and rocBLAS, not a GPU result)"),
     ("racelab_model  SKIPPED  needs the race-lab host model's toolchain: no ROCm toolchain\n"
      "1 suite(s): 0 passed, 0 failed, 1 skipped; 0 of 0 runs failed",
      0, "skipped (needs the race-lab host model's toolchain: no ROCm toolchain)"),
     ("hipblaslt_race_ws_tsan  FAILED   3 of 20 failed\n5 suite(s): 4 passed, 1 failed, 0 skipped; 3 of 83 runs failed",
-     1, "failed (overlay suite run --host-models exited 1; race lab: a host model of HIP and hipBLASLt, "
+     1, "failed (overlay suite run --host-models exited 1; race lab: a host model of HIP, hipBLASLt and rocBLAS, "
         "not a GPU result)"),
 ])
 def test_verify_rocm_runs_the_host_models_without_a_gpu(tmp_path, run_out, rc, state):
@@ -241,3 +241,32 @@ def test_verify_rocm_runs_the_host_models_without_a_gpu(tmp_path, run_out, rc, s
         required = subprocess.run(["bash", str(script)], env=env, cwd=tmp_path, capture_output=True, text=True,
                                   timeout=60)
         assert required.returncode == 1 and "host-model: failed (required, but skipped" in required.stdout
+
+
+# --------------------------------------------------------------------------- tools/race-lab-tally.py
+
+def test_tally_counts_runs_per_reported_location(tmp_path):
+    ab = tmp_path / "x-ab"
+    for column, runs in (("with", ["clean"]), ("without", ["init", "init+erase"])):
+        (ab / column).mkdir(parents=True)
+        for i, what in enumerate(runs, 1):
+            lines = []
+            if "init" in what:
+                lines += ["SUMMARY: ThreadSanitizer: data race /t/src/mlx/backend/rocm/gemms/hipblaslt_gemm.cpp:96:16 "
+                          "in mlx::core::rocm::(anonymous namespace)::get_handle(int)"] * 2
+            if "erase" in what:
+                lines.append("SUMMARY: ThreadSanitizer: data race /lab/hipblaslt_stub.cpp:188:12 in hipblasStatus_t "
+                             "(anonymous namespace)::destroy<(anonymous namespace)::Layout>((anonymous namespace)::"
+                             "Layout*, (anonymous namespace)::Kind, char const*)")
+            (ab / column / f"run-{i:03d}.err").write_text("\n".join(lines) + "\n")
+    (ab / "ab.json").write_text('{"suite": "x"}')
+    done = subprocess.run([os.sys.executable, str(ROOT / "tools" / "race-lab-tally.py"), str(ab)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "with fix: 1 runs, 0 location(s)" in done.stdout
+    assert "  2 of 2 runs  ThreadSanitizer: data race at hipblaslt_gemm.cpp: mlx::core::rocm::get_handle" \
+        in done.stdout
+    assert "  1 of 2 runs  ThreadSanitizer: data race at hipblaslt_stub.cpp: destroy<Layout>" in done.stdout
+    bad = subprocess.run([os.sys.executable, str(ROOT / "tools" / "race-lab-tally.py"), str(tmp_path)],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "no ab.json" in bad.stderr

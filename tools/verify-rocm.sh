@@ -11,7 +11,7 @@
 #               skipped when the build did not pass, when there is no AMD GPU
 #               (/dev/kfd absent), or when this overlay has no `suite` command
 #   4. host-model  `overlay suite run --host-models`: the race lab (docs/race-lab.md),
-#               MLX's ROCm host code on a model of HIP and hipBLASLt under
+#               MLX's ROCm host code on a model of HIP, hipBLASLt and rocBLAS under
 #               sanitizers. Runs when there is no AMD GPU (or with
 #               OVERLAY_HOST_MODELS=1); skipped when its toolchain is absent. It
 #               is a host model: its result never stands for the GPU suites.
@@ -98,7 +98,7 @@ else
 fi
 
 # 4. the host-model suites (race lab): not a GPU result, whatever they show
-model_note="race lab: a host model of HIP and hipBLASLt, not a GPU result"
+model_note="race lab: a host model of HIP, hipBLASLt and rocBLAS, not a GPU result"
 if ! $OVERLAY suite --help 2>/dev/null | grep -q "  build "; then
   report host-model skipped "this overlay has no race lab ('suite build')"
 elif [[ -e /dev/kfd && -z ${OVERLAY_HOST_MODELS:-} ]]; then

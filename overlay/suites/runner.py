@@ -919,7 +919,7 @@ class ABResult:
         out = self._verdicts()
         if self.model:
             out.append(("host-model", f"Host model ({self.model}, docs/race-lab.md): the file's host code ran "
-                        "on a model of HIP and hipBLASLt under a sanitizer, not on an AMD GPU. It shows what "
+                        "on a model of HIP, hipBLASLt and rocBLAS under a sanitizer, not on an AMD GPU. It shows what "
                         "the code does under the model's runtime; what the real runtime, library and GPU do "
                         "is evidence only a GPU run gives."))
         return out

@@ -1,10 +1,11 @@
 // racelab.h: the host model's internal interface (docs/race-lab.md).
 //
 // The race lab runs MLX's ROCm host code (the exported
-// mlx/backend/rocm/gemms/hipblaslt_gemm.cpp) on any Linux box, against our own
-// small model of the HIP runtime and of hipBLASLt (hip_stub.cpp,
-// hipblaslt_stub.cpp), under ThreadSanitizer or AddressSanitizer. The types and
-// signatures come from the real ROCm headers; the behaviour is ours:
+// mlx/backend/rocm/gemms/hipblaslt_gemm.cpp, device.cpp and worker.cpp) on any
+// Linux box, against our own small model of the HIP runtime, hipBLASLt and
+// rocBLAS (hip_stub.cpp, hipblaslt_stub.cpp, rocblas_stub.cpp, gemm_model.cpp),
+// under ThreadSanitizer or AddressSanitizer. The types and signatures come
+// from the real ROCm headers; the behaviour is ours:
 //
 //   * a stream is a worker thread with a FIFO queue; hipMemcpyAsync,
 //     hipMemsetAsync and hipblasLtMatmul enqueue and return at once;
