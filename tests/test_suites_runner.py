@@ -339,3 +339,11 @@ def test_ab_on_a_host_model_counts_reports_and_plans_the_acquittal(tmp_path):
     plain = run_ab(make_suite("plain", child("reports.py", 0), runs=2, markers=[DONE]), child("reports.py", 1),
                    str(tmp_path), platform=NO_GPU)
     assert "host-model" not in [c for c, _t in plain.verdicts()]
+
+
+def test_a_missing_host_model_child_points_at_the_race_lab(tmp_path):
+    present = detect_platform(environ={"OVERLAY_SUITE_HARDWARE": "none", "OVERLAY_SUITE_MODELS": "race-lab"})
+    s = make_suite("lab", ["hipblaslt_race_tsan"], model="race-lab")
+    with pytest.raises(SuiteRunError) as info:
+        run_suite(s, str(tmp_path), child_dir=str(tmp_path), platform=present)
+    assert "hipblaslt_race_tsan" in info.value.message and "overlay suite build" in info.value.hint

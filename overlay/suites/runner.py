@@ -797,7 +797,14 @@ def run_suite(suite: Suite, results_dir: str, *, child_dir: str | None = None, b
     reason = skip_reason(suite, platform)
     if reason is None:
         # Resolve before creating anything, so a missing child leaves no empty directory.
-        result.argv = resolve_child(argv if argv is not None else suite.child, child_dir, base_dir)
+        try:
+            result.argv = resolve_child(argv if argv is not None else suite.child, child_dir, base_dir)
+        except SuiteRunError as exc:
+            if suite.model:
+                # A host-model child comes from the race lab, not from overlay build.
+                raise SuiteRunError(exc.message, hint="build the race lab: overlay suite build (docs/race-lab.md), "
+                                    "or run the suite without --child-dir") from None
+            raise
     if directory is None:
         directory = make_run_dir(results_dir, suite.name)
     else:
