@@ -153,6 +153,7 @@ size_t type_size(hipDataType t) {
 // The GEMM, run on the stream's worker thread.
 void run_gemm(const GemmPlan& p, float alpha, float beta, const void* A, const void* B, const void* C,
               void* D, void* ws, size_t ws_bytes) {
+  static const long long kernel_us = env_int("OVERLAY_STUB_KERNEL_US", 0);
   uint64_t a_rows = p.ta ? p.k : p.m;
   uint64_t b_rows = p.tb ? p.n : p.k;
   size_t a_bytes = extent(p.lda, p.a_cols, a_rows, p.batch, p.sa, p.ta_type);
@@ -211,6 +212,9 @@ void run_gemm(const GemmPlan& p, float alpha, float beta, const void* A, const v
         partial_sums(p, af.data(), bf.data(), e0, e1, k0, k1, partial + s * chunk);
         announce_write(partial + s * chunk, static_cast<size_t>(e1 - e0) * sizeof(float));
       }
+      // OVERLAY_STUB_KERNEL_US (default 0): time the partials sit in the
+      // workspace before the reduction, as a longer kernel keeps them there.
+      racelab::busy_wait_us(kernel_us);
       for (int64_t s = 0; s < slices; ++s) {
         announce_read(partial + s * chunk, static_cast<size_t>(e1 - e0) * sizeof(float));
       }
