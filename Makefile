@@ -11,7 +11,8 @@ help:
 	@echo "run                  install, then assemble the overlay and export it to build/rocm/src"
 	@echo "test                 run the test suite (pytest)"
 	@echo "verify-rocm-overlay  check every record of the overlay (offline-capable, no GPU)"
-	@echo "verify-rocm          verify-rocm-overlay, then build and run the suites"
+	@echo "verify-rocm          verify-rocm-overlay, then build and run the suites (GPU), and without"
+	@echo "                     a GPU the race lab's host-model suites (never a GPU result)"
 	@echo "ci                   the CI gate (overlay ci), reports in build/"
 	@echo "  OVERLAY_REQUIRE=\"verify check\"  (ci, verify-rocm) these stages must run and pass"
 	@echo "then: . .venv/bin/activate   puts overlay on PATH for the commands of the README"
@@ -40,8 +41,10 @@ verify-rocm-overlay: .venv/bin/overlay
 # `make ci` (overlay ci --require) and `make verify-rocm` (tools/verify-rocm.sh).
 OVERLAY_REQUIRE ?=
 
-# verify-rocm: verify-rocm-overlay, then `overlay build --backend rocm`, then the suites;
-# each stage prints passed, failed or skipped with the reason (tools/verify-rocm.sh).
+# verify-rocm: verify-rocm-overlay, then `overlay build --backend rocm`, then the suites,
+# then (without an AMD GPU) the race lab's host-model suites; each stage prints passed,
+# failed or skipped with the reason (tools/verify-rocm.sh). A host-model result is never
+# a GPU result (docs/race-lab.md).
 # OVERLAY_BUILD_ARGS="--arch gfx1030" passes options to `overlay build`.
 verify-rocm: .venv/bin/overlay
 	@OVERLAY="$(OVERLAY)" MAKE="$(MAKE)" OVERLAY_REQUIRE="$(OVERLAY_REQUIRE)" tools/verify-rocm.sh

@@ -23,6 +23,21 @@ REAL_MIRRORS = {k: os.environ[k] for k in ("OVERLAY_UPSTREAM_URL", "OVERLAY_FORK
 
 
 @pytest.fixture(autouse=True)
+def sigint_restored():
+    """Give each test the SIGINT handler the session started with.
+
+    ``overlay``'s ``main`` ignores SIGINT once a command has ended (clitools), and
+    CliRunner runs it inside this process: without this, every later test's
+    subprocesses would inherit SIGINT ignored (an ignored signal stays ignored
+    across exec) and the real-Ctrl-C tests would depend on test order.
+    """
+    before = signal.getsignal(signal.SIGINT)
+    yield
+    if signal.getsignal(signal.SIGINT) is not before:
+        signal.signal(signal.SIGINT, before)
+
+
+@pytest.fixture(autouse=True)
 def isolated_git(tmp_path_factory, monkeypatch):
     """Give every test its own HOME, global git config and overlay store."""
     home = tmp_path_factory.mktemp("home")

@@ -12,7 +12,7 @@ from overlay.suites.cli import suite
 
 REPO = Path(__file__).resolve().parents[1]
 CHILDREN = Path(__file__).resolve().parent / "children"
-NO_GPU = {"OVERLAY_SUITE_HARDWARE": "none"}
+NO_GPU = {"OVERLAY_SUITE_HARDWARE": "none", "OVERLAY_SUITE_MODELS": "none"}
 
 
 def child(script, *args):
@@ -60,7 +60,15 @@ def test_list_repository_suites_without_gpu():
                              "list", "--format", "json").output)
     runs_here = {d["name"]: d["runs_here"] for d in data}
     assert runs_here == {"rocblas_handle_concurrency": False, "hipblaslt_concurrency": False,
-                         "pinned_alias": False, "pinned_alias_cuda": False}
+                         "pinned_alias": False, "pinned_alias_cuda": False,
+                         "hipblaslt_race_ws_tsan": False, "hipblaslt_race_ws0_tsan": False,
+                         "hipblaslt_race_ws_asan": False, "hipblaslt_race_ws0_asan": False,
+                         "racelab_model": False, "rocblas_race_ws_tsan": False, "rocblas_race_ws0_tsan": False,
+                         "rocblas_race_ws_asan": False, "rocblas_race_ws0_asan": False}
+    skips = {d["name"]: d["skip_reason"] for d in data}
+    assert skips["racelab_model"] == "needs the race-lab host model's toolchain: OVERLAY_SUITE_MODELS='none'"
+    text = invoke("--suites", REPO / "patches-rocm" / "suites" / "suites.toml", "list").output
+    assert "child: hipblaslt_race_tsan  race-lab: host model, not a GPU result" in text
 
 
 def test_run_exit_codes(suites_file, tmp_path):
@@ -120,3 +128,77 @@ def test_repository_suites_with_a_built_child_dir(tmp_path):
     for name in ("hipblaslt_concurrency", "rocblas_handle_concurrency", "pinned_alias"):
         assert by_name[name]["status"] == "skipped"
         assert by_name[name]["skip_reason"].startswith("needs amd-gpu")
+
+
+# --------------------------------------------------------------------------- host-model (race lab) suites
+
+LAB = {"OVERLAY_SUITE_HARDWARE": "none", "OVERLAY_SUITE_MODELS": "race-lab"}
+
+
+@pytest.fixture
+def lab_suites(tmp_path):
+    path = tmp_path / "suites.toml"
+    path.write_text(
+        f"[suites.lab]\nchild = {json.dumps(child('reports.py', 0))}\nruns = 2\nmodel = \"race-lab\"\n"
+        'backend = "cpu"\nproves = 2\n'
+        '[[suites.lab.markers]]\nstream = "stdout"\ntext = "overlay-suite: done"\nexpect = "exactly 1"\n'
+        f"[suites.clean]\nchild = {json.dumps(child('flaky.py', 0.0))}\nruns = 1\n")
+    return path
+
+
+def test_run_host_models_only_and_their_skip(lab_suites, tmp_path):
+    res = tmp_path / "res"
+    r = invoke("--suites", lab_suites, "run", "--host-models", "--results", res, "--child-dir", tmp_path, env=LAB)
+    assert r.exit_code == 0, r.output
+    assert "lab    PASSED   0 of 2 failed" in r.output and "clean" not in r.output
+    assert "race-lab: host model, not a GPU result" in r.output
+    skipped = invoke("--suites", lab_suites, "run", "--host-models", "--results", res)
+    assert skipped.exit_code == 0
+    assert "lab    SKIPPED  needs the race-lab host model's toolchain" in skipped.output
+    only_gpu = tmp_path / "gpu.toml"
+    only_gpu.write_text('[suites.g]\nchild = "x"\n')
+    none = invoke("--suites", only_gpu, "run", "--host-models", "--results", res)
+    assert none.exit_code == 2 and "no host-model suite selected" in none.output
+
+
+def test_host_model_suites_build_the_lab_when_no_child_dir_is_given(lab_suites, tmp_path, monkeypatch):
+    """Without --child-dir, run and ab build the race lab (here a stand-in) and run from there."""
+    from overlay.suites import racelab
+
+    built = []
+
+    def fake_build(root, store, layer="patched", **kw):
+        built.append(layer)
+        return racelab.LabBuild(out_dir=str(tmp_path / layer), tree="0" * 40, label=layer, programs=[],
+                                compiled=0, seconds=0.0)
+
+    monkeypatch.setattr(racelab, "build_layer", fake_build)
+    monkeypatch.setattr("overlay.suites.cli._store", lambda: None)
+    r = invoke("--suites", lab_suites, "run", "lab", "clean", "--results", tmp_path / "res", env=LAB)
+    assert r.exit_code == 0, r.output
+    assert built == ["patched"]          # once, for the host-model suite only
+    ab = invoke("--suites", lab_suites, "ab", "lab", "--without-layer", "forked", "--runs", "2",
+                "--results", tmp_path / "res", env=LAB)
+    # The child is an absolute argv (python), so both columns run it: a guard, on a host model.
+    assert ab.exit_code == 0, ab.output
+    assert built == ["patched", "forked", "patched"]   # fix removed, then with fix
+    assert "GUARD: " in ab.output and "HOST-MODEL: " in ab.output
+    both = invoke("--suites", lab_suites, "ab", "lab", "--without-layer", "forked", "--without-child", "x", env=LAB)
+    assert both.exit_code == 2 and "give exactly one of" in both.output
+
+
+def test_env_option_sets_a_variable_on_top_of_the_suite_and_is_recorded(tmp_path):
+    path = tmp_path / "suites.toml"
+    script = tmp_path / "show.py"
+    script.write_text("import os\nprint(os.environ.get('X'), os.environ.get('Y'))\nprint('overlay-suite: done')\n")
+    path.write_text(f"[suites.e]\nchild = {json.dumps([sys.executable, str(script)])}\nruns = 1\n"
+                    'env-set = { X = "suite" }\nenv-remove = ["Y"]\n')
+    r = invoke("--suites", path, "run", "e", "--env", "X=cli", "--env", "Y=back", "--format", "json",
+               "--results", tmp_path / "res")
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.output)["suites"][0]
+    assert data["settings"]["env_set"] == {"X": "cli", "Y": "back"} and data["settings"]["env_remove"] == []
+    out = Path(data["directory"]) / "run-001.out"
+    assert out.read_text().splitlines()[0] == "cli back"
+    bad = invoke("--suites", path, "run", "e", "--env", "no-equals", "--results", tmp_path / "res")
+    assert bad.exit_code == 2 and "expected NAME=VALUE" in bad.output

@@ -20,8 +20,33 @@ REPO = Path(__file__).resolve().parents[1]
 
 def test_repository_suites_file():
     suites = load_suites(str(REPO / "patches-rocm" / "suites" / "suites.toml"))
+    lab = {"hipblaslt_race_ws_tsan", "hipblaslt_race_ws0_tsan", "hipblaslt_race_ws_asan",
+           "hipblaslt_race_ws0_asan", "racelab_model", "rocblas_race_ws_tsan", "rocblas_race_ws0_tsan",
+           "rocblas_race_ws_asan", "rocblas_race_ws0_asan"}
     assert set(suites) == {"hipblaslt_concurrency", "rocblas_handle_concurrency", "pinned_alias",
-                           "pinned_alias_cuda"}
+                           "pinned_alias_cuda"} | lab
+    # The race lab's suites: host models of fix 2, runnable without a GPU, never GPU evidence.
+    for name in lab:
+        s = suites[name]
+        assert (s.model, s.backend, s.hardware) == ("race-lab", "cpu", "none")
+        expects = {(m.stream, m.text): m.expect for m in s.markers}
+        assert expects[("stdout", "overlay-suite: done")] == "exactly 1"
+        if name.startswith("rocblas_race_"):
+            assert s.child == ("rocblas_race_" + name.rsplit("_", 1)[1],)
+            assert s.proves == 1 and s.runs == 20
+            assert s.env_set["OVERLAY_STUB_ARCH"] == "gfx1030:host-model"
+            assert s.env_set["OVERLAY_STUB_ROCBLAS_WORKSPACE"] == ("0" if "_ws0_" in name else "1048576")
+            assert expects[("stderr", "race-lab: rocblas_create_handle on the host model")] == "exactly 1"
+            assert expects[("stderr", "Warning: rocBLAS")] == "never"
+            continue
+        assert s.child == (("racelab_selftest_tsan",) if name == "racelab_model"
+                           else ("hipblaslt_race_" + name.rsplit("_", 1)[1],))
+        if name != "racelab_model":
+            assert s.proves == 2 and s.runs == 20
+            assert expects[("stderr", "[hipBLASLt caps] device 0 (host-model)")] == "exactly 1"
+            assert s.env_set["OVERLAY_STUB_WORKSPACE"] == ("0" if "_ws0_" in name else "1048576")
+            assert s.env_set["OVERLAY_STUB_FAIL_ONCE_AT"] == "10"
+    assert all(suites[n].model is None for n in set(suites) - lab)
     assert (suites["pinned_alias"].backend, suites["pinned_alias"].hardware) == ("rocm", "amd-gpu")
     assert (suites["pinned_alias_cuda"].backend, suites["pinned_alias_cuda"].hardware) == ("cuda", "nvidia-gpu")
     assert suites["pinned_alias_cuda"].child == ("pinned_alias",)
@@ -50,6 +75,7 @@ def test_defaults_and_shapes():
     assert list(suites) == ["a", "b"]
     assert a.child == ("prog", "--flag") and b.child == ("other",)
     assert (a.runs, a.deadline, a.backend, a.hardware, a.proves) == (DEFAULT_RUNS, DEFAULT_DEADLINE_S, "any", "none", None)
+    assert a.model is None and a.to_dict()["model"] is None
     assert (DEFAULT_RUNS, DEFAULT_DEADLINE_S) == (10, 120.0)
     assert b.deadline == 2.5
     env = b.build_env({"Y": "gone", "Z": "kept", "X": "old"})
@@ -88,6 +114,7 @@ def test_marker_semantics():
     ('[suites.s]\nchild = "c"\nhardware = "tpu"\n', 'suite "s": key "hardware"'),
     ('[suites.s]\nchild = "c"\nproves = "2"\n', 'suite "s": key "proves"'),
     ('[suites.s]\nchild = "c"\nproves = 0\n', 'suite "s": key "proves"'),
+    ('[suites.s]\nchild = "c"\nmodel = "qemu"\n', 'suite "s": key "model": must be one of race-lab'),
     ('[suites.s]\nchild = "c"\nenv-remove = "X"\n', 'suite "s": key "env-remove"'),
     ('[suites.s]\nchild = "c"\nenv-set = { X = 1 }\n', 'suite "s": key "env-set"'),
     ('[suites.s]\nchild = "c"\nenv-set = { "A=B" = "1" }\n', 'suite "s": key "env-set"'),

@@ -270,3 +270,80 @@ def test_junit_is_well_formed_and_counts_agree(tmp_path):
     data = json.loads(render_results(results, "json"))
     assert data["summary"] == {"suites": 3, "passed": 0, "failed": 2, "skipped": 1, "interrupted": 0,
                                "runs": 11, "failed_runs": 4}
+
+
+# --------------------------------------------------------------------------- reports and host models
+
+def test_reports_are_counted_per_kind_whatever_the_run_kind(tmp_path):
+    s = make_suite("rep", child("reports.py", 66, "TSAN", "overlay-suite: report exact-output-mismatch: t0",
+                                "overlay-suite: report exact-output-mismatch: t1", "TSAN", "ASAN",
+                                "ThreadSanitizer: reported 2 warnings"), runs=2, markers=[DONE])
+    r = run_suite(s, str(tmp_path), platform=NO_GPU)
+    assert r.kinds() == {"fail": 2}
+    run = r.runs[0]
+    assert run.reports == {"ThreadSanitizer: data race": 2, "exact-output-mismatch": 2,
+                           "AddressSanitizer: heap-use-after-free": 1}
+    assert r.report_kinds() == {"ThreadSanitizer: data race": [2, 4], "exact-output-mismatch": [2, 4],
+                                "AddressSanitizer: heap-use-after-free": [2, 2]}
+    stored = json.loads((Path(r.directory) / "result.json").read_text())
+    assert stored["runs"][0]["reports"]["exact-output-mismatch"] == 2
+    assert stored["summary"]["reports"]["ThreadSanitizer: data race"] == [2, 4]
+    assert load_result(r.directory).runs[1].reports == run.reports
+    text = render_results([r])
+    assert "reports: ThreadSanitizer: data race in 2 runs (4 in all); exact-output-mismatch in 2 runs" in text
+    clean = run_suite(make_suite("clean", child("reports.py", 0), runs=1, markers=[DONE]), str(tmp_path),
+                      platform=NO_GPU)
+    assert clean.runs[0].reports == {} and "reports:" not in render_results([clean])
+
+
+def test_host_model_suite_skips_without_its_toolchain_and_says_what_it_is(tmp_path):
+    s = make_suite("lab", child("reports.py", 0), runs=1, model="race-lab", backend="cpu", markers=[DONE])
+    absent = detect_platform(environ={"OVERLAY_SUITE_HARDWARE": "none", "OVERLAY_SUITE_MODELS": "none"})
+    assert absent.models == frozenset()
+    reason = skip_reason(s, absent)
+    assert reason == "needs the race-lab host model's toolchain: OVERLAY_SUITE_MODELS='none'"
+    skipped = run_suite(s, str(tmp_path), platform=absent)
+    assert skipped.status == "skipped" and "PASSED" not in render_results([skipped])
+    present = detect_platform(environ={"OVERLAY_SUITE_HARDWARE": "none", "OVERLAY_SUITE_MODELS": "race-lab"})
+    assert skip_reason(s, present) is None and present.to_dict()["models"] == ["race-lab"]
+    ran = run_suite(s, str(tmp_path), platform=present)
+    assert ran.status == "ran" and not ran.failed
+    text = render_results([ran])
+    assert "race-lab: host model, not a GPU result (docs/race-lab.md)" in text
+    assert "(host model, not a GPU result)" in render_results([ran], "markdown")
+    assert 'name="model" value="race-lab"' in render_results([ran], "junit")
+
+
+def test_ab_on_a_host_model_counts_reports_and_plans_the_acquittal(tmp_path):
+    present = detect_platform(environ={"OVERLAY_SUITE_HARDWARE": "none", "OVERLAY_SUITE_MODELS": "race-lab"})
+    s = make_suite("lab", child("reports.py", 0), runs=10, model="race-lab", markers=[DONE])
+    ab = run_ab(s, child("reports.py", 66, "TSAN", "overlay-suite: report exact-output-mismatch: x"),
+                str(tmp_path), platform=present)
+    assert ab.table == [[0, 10], [10, 0]] and ab.model == "race-lab"
+    codes = [c for c, _t in ab.verdicts()]
+    assert codes == ["reproduction", "acquitted", "host-model"]
+    plan = ab.acquit_plan()
+    # 10 of 10: the observed rate acquits after 1 clean run; its lower 95% bound 0.6915 needs 4.
+    assert (plan["runs"], round(plan["baseline_lower95"], 4), plan["runs_at_lower95"]) == (1, 0.6915, 4)
+    text = render_ab(ab)
+    assert "[race-lab: host model, not a GPU result]" in text
+    assert "ThreadSanitizer: data race  0 of 10 runs (0)  10 of 10 runs (10)" in text
+    assert "Runs to acquit at 99% (seed 003, overlay suite plan): 1 at the fix-removed rate 10/10; 4 at " \
+           "its 95% lower bound 0.6915." in text
+    assert "HOST-MODEL: " in text and "not on an AMD GPU" in text
+    md = render_ab(ab, "markdown")
+    assert "| report: exact-output-mismatch | 0 of 10 runs (0) | 10 of 10 runs (10) |" in md
+    stored = json.loads((Path(ab.directory) / "ab.json").read_text())
+    assert stored["model"] == "race-lab" and stored["acquit"]["runs_at_lower95"] == 4
+    # A suite without a model gets no host-model verdict.
+    plain = run_ab(make_suite("plain", child("reports.py", 0), runs=2, markers=[DONE]), child("reports.py", 1),
+                   str(tmp_path), platform=NO_GPU)
+    assert "host-model" not in [c for c, _t in plain.verdicts()]
+
+
+def test_a_missing_host_model_child_points_at_the_race_lab(tmp_path):
+    present = detect_platform(environ={"OVERLAY_SUITE_HARDWARE": "none", "OVERLAY_SUITE_MODELS": "race-lab"})
+    s = make_suite("lab", ["hipblaslt_race_tsan"], model="race-lab")
+    with pytest.raises(SuiteRunError) as info:
+        run_suite(s, str(tmp_path), child_dir=str(tmp_path), platform=present)
+    assert "hipblaslt_race_tsan" in info.value.message and "overlay suite build" in info.value.hint

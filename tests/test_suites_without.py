@@ -77,7 +77,7 @@ def test_unknown_patch_and_exclusive_options(two_patches):
     runner = CliRunner()
     both = runner.invoke(main, ["-C", str(two_patches.root), "suite", "ab", "probe", "--without", "x",
                                 "--without-child", "y"])
-    assert both.exit_code == 2 and "exactly one of --without PATCH and --without-child" in both.output
+    assert both.exit_code == 2 and "exactly one of --without PATCH, --without-layer forked and --without-child" in both.output
     unknown = runner.invoke(main, ["-C", str(two_patches.root), "suite", "ab", "probe", "--without", "0009-nope.patch"])
     assert unknown.exit_code == 2 and "is not in patches-rocm/series" in unknown.output
 

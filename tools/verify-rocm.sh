@@ -10,6 +10,11 @@
 #   3. suites   `overlay suite run --backend rocm --child-dir build/rocm/suites`
 #               skipped when the build did not pass, when there is no AMD GPU
 #               (/dev/kfd absent), or when this overlay has no `suite` command
+#   4. host-model  `overlay suite run --host-models`: the race lab (docs/race-lab.md),
+#               MLX's ROCm host code on a model of HIP, hipBLASLt and rocBLAS under
+#               sanitizers. Runs when there is no AMD GPU (or with
+#               OVERLAY_HOST_MODELS=1); skipped when its toolchain is absent. It
+#               is a host model: its result never stands for the GPU suites.
 #
 # Environment: OVERLAY (the overlay executable, default .venv/bin/overlay), MAKE,
 # OVERLAY_BUILD_ARGS (extra `overlay build` options, e.g. "--arch gfx1030"),
@@ -17,7 +22,8 @@
 # OVERLAY_REQUIRE (stages that must run and pass, space- or comma-separated; a
 # required stage that is skipped fails instead). The names of `overlay ci` are
 # accepted: verify (= overlay), check and build (= build: the full build compiles
-# every unit the check would), suites. An unknown name is exit 2.
+# every unit the check would), suites, and host-model. An unknown name is exit 2.
+# OVERLAY_HOST_MODEL_ARGS passes options to `overlay suite run --host-models`.
 set -uo pipefail
 
 OVERLAY=${OVERLAY:-.venv/bin/overlay}
@@ -33,7 +39,8 @@ for name in "${names[@]}"; do
     verify|overlay) required[overlay]=1 ;;
     check|build) required[build]=1 ;;
     suites) required[suites]=1 ;;
-    *) printf 'verify-rocm: unknown stage %q in OVERLAY_REQUIRE (verify, check, build, suites)\n' "$name" >&2
+    host-model) required[host-model]=1 ;;
+    *) printf 'verify-rocm: unknown stage %q in OVERLAY_REQUIRE (verify, check, build, suites, host-model)\n' "$name" >&2
        exit 2 ;;
   esac
 done
@@ -87,6 +94,32 @@ else
     report suites passed
   else
     report suites failed "overlay suite run exited $?"
+  fi
+fi
+
+# 4. the host-model suites (race lab): not a GPU result, whatever they show
+model_note="race lab: a host model of HIP, hipBLASLt and rocBLAS, not a GPU result"
+if ! $OVERLAY suite --help 2>/dev/null | grep -q "  build "; then
+  report host-model skipped "this overlay has no race lab ('suite build')"
+elif [[ -e /dev/kfd && -z ${OVERLAY_HOST_MODELS:-} ]]; then
+  report host-model skipped "an AMD GPU is present: the GPU suites are the evidence (OVERLAY_HOST_MODELS=1 runs these too)"
+else
+  outfile=$(mktemp)
+  # shellcheck disable=SC2086
+  $OVERLAY suite run --host-models ${OVERLAY_HOST_MODEL_ARGS:-} 2>&1 | tee "$outfile"
+  rc=${PIPESTATUS[0]}
+  tally=$(grep -E '^[0-9]+ suite\(s\): ' "$outfile" | tail -1)
+  skip=$(grep -m1 -E '^[^ ]+ +SKIPPED +' "$outfile" | sed -E 's/^[^ ]+ +SKIPPED +//')
+  err=$(grep -m1 '^overlay: ' "$outfile" | sed 's/^overlay: //')
+  rm -f "$outfile"
+  if ((rc == 1)); then
+    report host-model failed "overlay suite run --host-models exited 1; $model_note"
+  elif ((rc != 0)); then
+    report host-model failed "overlay suite run --host-models exited $rc${err:+: $err}"
+  elif [[ $tally =~ ^[0-9]+\ suite\(s\):\ ([0-9]+)\ passed ]] && ((BASH_REMATCH[1] > 0)); then
+    report host-model passed "$model_note"
+  else
+    report host-model skipped "${skip:-no host-model suite ran}"
   fi
 fi
 

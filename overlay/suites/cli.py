@@ -114,14 +114,40 @@ def list_cmd(state: _State, backend: str | None, fmt: str) -> None:
     width = max([len(s.name) for s, _ in rows] + [5])
     for s, reason in rows:
         proves = f"proves #{s.proves}" if s.proves else "proves -"
+        model = f"  {s.model}: {_report.HOST_MODEL_NOTE}" if s.model else ""
         click.echo(f"{s.name:<{width}}  {s.backend}/{s.hardware}  {s.runs} runs x {s.deadline:g} s  "
-                   f"{proves}  child: {' '.join(s.child)}")
+                   f"{proves}  child: {' '.join(s.child)}{model}")
         click.echo(f"{'':<{width}}  " + ("runs here" if reason is None else f"would be SKIPPED: {reason}"))
+
+
+def _with_env(suites, pairs) -> list:
+    """The suites with ``NAME=VALUE`` pairs set on top of their ``env-set`` (``--env``).
+
+    The changed settings are what ``result.json`` records, so a run made with a
+    different model setting says so.
+    """
+    import dataclasses
+    from types import MappingProxyType
+
+    extra = {}
+    for pair in pairs or ():
+        name, sep, value = pair.partition("=")
+        if not sep or not _config._ENV_RE.match(name):
+            raise OverlayError(f"--env {pair!r}: expected NAME=VALUE")
+        extra[name] = value
+    if not extra:
+        return list(suites)
+    return [dataclasses.replace(s, env_set=MappingProxyType({**s.env_set, **extra}),
+                                env_remove=tuple(n for n in s.env_remove if n not in extra))
+            for s in suites]
 
 
 def _run_options(fn):
     """The options ``run`` and ``ab`` share (defined once, pip-tools style)."""
     for opt in reversed([
+        click.option("--env", "env_pairs", multiple=True, metavar="NAME=VALUE",
+                     help="Set a variable for the children on top of the suite's env-set (repeatable); "
+                          "recorded with the results."),
         click.option("--deadline", type=click.FloatRange(min=0, min_open=True), default=None,
                      help="Per-run deadline in seconds (default: the suite's)."),
         click.option("--results", "results_dir", default=None, metavar="DIR",
@@ -137,36 +163,107 @@ def _run_options(fn):
 
 
 
+def _lab_dirs(state: _State, suites, platform, child_dir: str | None) -> dict:
+    """``{suite name: child dir}``: ``child_dir``, or for a runnable host-model suite
+    without one, the race lab built from the patched layer (up to date, so usually
+    no compile)."""
+    dirs = {s.name: child_dir for s in suites}
+    wanted = [s for s in suites if s.model and child_dir is None and _runner.skip_reason(s, platform) is None]
+    if wanted:
+        from overlay.suites import racelab
+
+        built = racelab.build_layer(state.root, _store(), "patched", progress=_lab_progress)
+        for s in wanted:
+            dirs[s.name] = built.out_dir
+    return dirs
+
+
 @suite.command("run")
 @click.argument("names", nargs=-1)
 @click.option("--runs", type=click.IntRange(min=1), default=None, help="Runs per suite (default: the suite's).")
+@click.option("--host-models", is_flag=True,
+              help="Only the suites that run on a host model (race lab), not on a GPU.")
 @_run_options
 @click.option("--format", "fmt", type=click.Choice(list(_report.FORMATS)), default="text", show_default=True)
 @click.option("--output", "-o", default=None, metavar="FILE", help="Also write the report to FILE.")
 @click.pass_obj
 @handle_errors
-def run_cmd(state: _State, names, runs, deadline, results_dir, child_dir, backend, fmt, output) -> None:
-    """Run suites (all when no NAME is given); exit 1 if any run failed."""
-    suites = _config.select_suites(state.load(), names)
+def run_cmd(state: _State, names, runs, host_models, env_pairs, deadline, results_dir, child_dir, backend, fmt,
+            output) -> None:
+    """Run suites (all when no NAME is given); exit 1 if any run failed.
+
+    A host-model suite without --child-dir runs the race lab built from the
+    patched layer (built first when it is missing or stale; docs/race-lab.md).
+    """
+    suites = _with_env(_config.select_suites(state.load(), names), env_pairs)
+    if host_models:
+        suites = [s for s in suites if s.model]
+        if not suites:
+            raise OverlayError("no host-model suite selected (a suite with a `model` key)")
     platform = _runner.detect_platform(backend)
     results_dir = os.path.abspath(results_dir or os.path.join(state.root, RESULTS_DIR))
     base_dir = os.path.dirname(state.suites_path)
+    dirs = _lab_dirs(state, suites, platform, child_dir)
     # Resolve every child that will run before running any, so a missing one costs no time.
     for s in suites:
         if _runner.skip_reason(s, platform) is None:
-            _runner.resolve_child(s.child, child_dir, base_dir)
+            _runner.resolve_child(s.child, dirs[s.name], base_dir)
     progress = _Progress()
     results = []
     for s in suites:
         progress.start(s.name)
         try:
-            results.append(_runner.run_suite(s, results_dir, child_dir=child_dir, base_dir=base_dir, runs=runs,
-                                             deadline_s=deadline, platform=platform, progress=progress))
+            results.append(_runner.run_suite(s, results_dir, child_dir=dirs[s.name], base_dir=base_dir,
+                                             runs=runs, deadline_s=deadline, platform=platform,
+                                             progress=progress))
         finally:
             progress.end()
     _emit(_report.render_results(results, fmt), output)
     ctx = click.get_current_context()
     ctx.exit(EXIT_FINDINGS if any(r.failed or r.status == "interrupted" for r in results) else EXIT_OK)
+
+
+def _store():
+    """The git store of the parent ``overlay`` command (``--git-dir``, ``--offline``)."""
+    from overlay.gitstore import Store
+
+    root_obj = click.get_current_context().find_root().obj
+    return Store(getattr(root_obj, "git_dir", None), offline=getattr(root_obj, "offline", False))
+
+
+def _lab_progress(line: str) -> None:
+    click.echo(f"race lab: {line}", err=True)
+
+
+@suite.command("build")
+@click.option("--layer", type=click.Choice(["patched", "forked"]), default="patched", show_default=True,
+              help="The layer whose files the children compile.")
+@click.option("--without", "without_patch", default=None, metavar="PATCH",
+              help="Instead of a layer: the overlay with PATCH left out of the series.")
+@click.option("--out", "out_dir", default=None, metavar="DIR",
+              help="Build directory (default <root>/build/race-lab/<layer> or without-<patch stem>).")
+@click.option("--jobs", "-j", type=click.IntRange(min=1), default=None, help="Parallel compiles (default: CPUs).")
+@click.pass_obj
+@handle_errors
+def build_cmd(state: _State, layer: str, without_patch: str | None, out_dir: str | None, jobs: int | None) -> None:
+    """Build the race lab's host-model children from an exported layer (docs/race-lab.md).
+
+    The first line of stdout is the directory to pass as --child-dir.
+    """
+    from overlay.suites import racelab
+
+    if without_patch is not None and layer != "patched":
+        raise OverlayError("give --layer or --without, not both")
+    store = _store()
+    if without_patch is not None:
+        built = racelab.build_without_patch(state.root, store, without_patch, out_dir=out_dir, jobs=jobs,
+                                            progress=_lab_progress)
+    else:
+        built = racelab.build_layer(state.root, store, layer, out_dir=out_dir, jobs=jobs, progress=_lab_progress)
+    click.echo(built.out_dir)
+    click.echo(f"race lab {built.label} (tree {built.tree[:12]}): {len(built.programs)} children "
+               f"({', '.join(os.path.basename(p) for p in built.programs)}); {built.compiled} object(s) "
+               f"compiled in {built.seconds:.1f} s. A host model, not a GPU build.")
 
 
 @suite.command("plan")
@@ -197,31 +294,46 @@ def plan_cmd(baseline: float, confidence: float, quiet: bool) -> None:
 @click.option("--without-child", "without_child", default=None, metavar="COMMAND",
               help="The fix-removed child: a program path, or a command line (shell-quoted words); "
                    "it replaces the suite's whole child argv and is resolved like it.")
+@click.option("--without-layer", "without_layer", type=click.Choice(["forked"]), default=None,
+              help="Build the fork's layer (no local fix at all) and run its child as the fix-removed column.")
 @click.option("--runs", type=click.IntRange(min=1), default=None, help="Runs per column (default: the suite's).")
 @_run_options
 @click.option("--format", "fmt", type=click.Choice(list(_report.AB_FORMATS)), default="text", show_default=True)
 @click.option("--output", "-o", default=None, metavar="FILE", help="Also write the report to FILE.")
 @click.pass_obj
 @handle_errors
-def ab_cmd(state: _State, name, without_patch, without_child, runs, deadline, results_dir, child_dir, backend, fmt,
-           output):
+def ab_cmd(state: _State, name, without_patch, without_child, without_layer, runs, env_pairs, deadline,
+           results_dir, child_dir, backend, fmt, output):
     """Run NAME's child and a fix-removed child; compare with Fisher's exact test.
 
     Exit 1 when the with-fix column failed; a suite that is only a guard
     (the fix-removed child never failed) still exits 0, and the report says so.
+    For a host-model suite, --without and --without-layer build the race lab
+    from that tree (a few translation units), and the with-fix column uses the
+    lab built from the patched layer unless --child-dir says otherwise.
     """
-    (s,) = _config.select_suites(state.load(), [name])
-    if (without_patch is None) == (without_child is None):
-        raise OverlayError("give exactly one of --without PATCH and --without-child COMMAND")
-    if without_patch is not None:
-        from overlay.gitstore import Store
-        from overlay.suites.without import build_without, real_builder
+    (s,) = _with_env(_config.select_suites(state.load(), [name]), env_pairs)
+    if sum(x is not None for x in (without_patch, without_child, without_layer)) != 1:
+        raise OverlayError("give exactly one of --without PATCH, --without-layer forked and "
+                           "--without-child COMMAND")
+    platform = _runner.detect_platform(backend)
+    runnable = _runner.skip_reason(s, platform) is None
+    if s.model and runnable and (without_patch or without_layer):
+        from overlay.suites import racelab
 
-        root_obj = click.get_current_context().find_root().obj
-        store = Store(getattr(root_obj, "git_dir", None), offline=getattr(root_obj, "offline", False))
-        build_backend = backend or "rocm"
-        without_dir = build_without(state.root, store, without_patch,
-                                    real_builder(state.root, build_backend))
+        store = _store()
+        if without_patch is not None:
+            built = racelab.build_without_patch(state.root, store, without_patch, progress=_lab_progress)
+        else:
+            built = racelab.build_layer(state.root, store, without_layer, progress=_lab_progress)
+        without_argv = [os.path.join(built.out_dir, s.child[0]), *s.child[1:]]
+    elif without_patch is not None or without_layer is not None:
+        from overlay.suites.without import build_forked, build_without, real_builder
+
+        store = _store()
+        builder = real_builder(state.root, backend or "rocm")
+        without_dir = (build_without(state.root, store, without_patch, builder) if without_patch is not None
+                       else build_forked(state.root, store, builder))
         without_argv = [os.path.join(without_dir, s.child[0]), *s.child[1:]]
     else:
         try:
@@ -230,7 +342,7 @@ def ab_cmd(state: _State, name, without_patch, without_child, runs, deadline, re
             raise OverlayError(f"--without-child: {exc}") from None
         if not without_argv:
             raise OverlayError("--without-child is empty")
-    platform = _runner.detect_platform(backend)
+    child_dir = _lab_dirs(state, [s], platform, child_dir)[s.name]
     results_dir = os.path.abspath(results_dir or os.path.join(state.root, RESULTS_DIR))
     progress = _Progress()
     progress.start(f"{s.name} (with fix)")

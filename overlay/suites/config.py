@@ -12,6 +12,7 @@ The file holds one table per suite under ``[suites.<name>]``::
     backend = "rocm"                         # rocm | cuda | cpu | any (default any)
     hardware = "amd-gpu"                     # amd-gpu | nvidia-gpu | none (default none)
     proves = 2                               # LOCAL_FIXES.md entry number
+    model = "race-lab"                       # a host model, not a GPU run (docs/race-lab.md)
 
     [[suites.hipblaslt_concurrency.markers]]
     stream = "stderr"                        # stdout | stderr
@@ -38,6 +39,7 @@ from overlay.manifest import load_toml
 __all__ = [
     "BACKENDS",
     "HARDWARE",
+    "MODELS",
     "DEFAULT_RUNS",
     "DEFAULT_DEADLINE_S",
     "Marker",
@@ -53,6 +55,8 @@ __all__ = [
 BACKENDS = ("rocm", "cuda", "cpu", "any")
 #: Hardware a suite may require; ``none`` runs everywhere.
 HARDWARE = ("amd-gpu", "nvidia-gpu", "none")
+#: Host models a suite may run on instead of a GPU (``model``; docs/race-lab.md).
+MODELS = ("race-lab",)
 #: Fresh processes per suite when ``runs`` is absent (DESIGN.md section 9).
 DEFAULT_RUNS = 10
 #: Per-run deadline in seconds when ``deadline`` is absent (the 120 s of the
@@ -61,7 +65,7 @@ DEFAULT_DEADLINE_S = 120.0
 
 _SUITE_KEYS = frozenset({
     "description", "child", "runs", "deadline", "env-remove", "env-set",
-    "markers", "backend", "hardware", "proves",
+    "markers", "backend", "hardware", "proves", "model",
 })
 _MARKER_KEYS = frozenset({"stream", "text", "expect"})
 _NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
@@ -127,6 +131,9 @@ class Suite:
         backend: ``rocm`` | ``cuda`` | ``cpu`` | ``any``.
         hardware: ``amd-gpu`` | ``nvidia-gpu`` | ``none``.
         proves: the ``LOCAL_FIXES.md`` entry this suite is evidence for, or None.
+        model: the host model the child runs on (``race-lab``), or None for a
+            child that runs on the real runtime. A host-model result is never a
+            GPU result (docs/race-lab.md).
         description: free text for listings.
         source: the file the suite came from (for messages), or ``""``.
     """
@@ -141,6 +148,7 @@ class Suite:
     backend: str = "any"
     hardware: str = "none"
     proves: int | None = None
+    model: str | None = None
     description: str = ""
     source: str = ""
 
@@ -170,6 +178,7 @@ class Suite:
             "backend": self.backend,
             "hardware": self.hardware,
             "proves": self.proves,
+            "model": self.model,
             "description": self.description,
         }
 
@@ -281,6 +290,10 @@ def _parse_suite(name: str, table, where: str) -> Suite:
     if proves is not None and (not _is_int(proves) or proves < 1):
         raise err("proves", f"must be a LOCAL_FIXES.md entry number (integer >= 1), got {proves!r}")
 
+    model = table.get("model")
+    if model is not None and model not in MODELS:
+        raise err("model", f"must be one of {', '.join(MODELS)}, got {model!r}")
+
     description = table.get("description", "")
     if not isinstance(description, str):
         raise err("description", f"must be a string, got {description!r}")
@@ -296,6 +309,7 @@ def _parse_suite(name: str, table, where: str) -> Suite:
         backend=backend,
         hardware=hardware,
         proves=proves,
+        model=model,
         description=description,
         source=where,
     )

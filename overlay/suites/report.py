@@ -4,7 +4,9 @@ Every format shows, per suite, ``k of n failed`` with the exact 95 %
 (Clopper–Pearson) interval and the failure kinds; a skipped suite shows
 ``SKIPPED`` and its reason, never "passed". The A/B report puts both columns
 side by side with Fisher's exact p and says plainly when the suite is a guard,
-not a reproduction.
+not a reproduction. Reports found in the runs' stderr (sanitizer findings, the
+children's ``overlay-suite: report`` lines) are counted per kind, and a suite
+that runs on a host model says so wherever it appears: it is never a GPU result.
 
 Functions return strings; the CLI writes them.
 """
@@ -18,7 +20,10 @@ from overlay import junit
 from overlay.suites.runner import ABResult, SuiteResult
 
 __all__ = ["FORMATS", "AB_FORMATS", "render_results", "render_ab", "format_interval",
-           "format_kinds", "status_word", "summary_counts"]
+           "format_kinds", "format_reports", "status_word", "summary_counts", "HOST_MODEL_NOTE"]
+
+#: Said beside every host-model suite (docs/race-lab.md).
+HOST_MODEL_NOTE = "host model, not a GPU result"
 
 #: Formats of :func:`render_results`.
 FORMATS = ("text", "json", "junit", "markdown")
@@ -37,6 +42,16 @@ def format_kinds(result: SuiteResult) -> str:
     """``"fail 2, crash 1"``, or ``"-"`` when no run failed."""
     kinds = result.kinds()
     return ", ".join(f"{k} {v}" for k, v in kinds.items()) or "-"
+
+
+def format_reports(result: SuiteResult) -> str:
+    """``"ThreadSanitizer: data race in 20 runs (31 in all); ..."``, or ``""`` without reports."""
+    return "; ".join(f"{kind} in {runs} run{'s' if runs != 1 else ''} ({total} in all)"
+                     for kind, (runs, total) in result.report_kinds().items())
+
+
+def _model(r: SuiteResult) -> str | None:
+    return r.settings.get("model")
 
 
 def status_word(result: SuiteResult) -> str:
@@ -87,6 +102,10 @@ def _text(results) -> str:
         if r.status == "interrupted":
             line += f" (stopped after {r.n} of {r.planned_runs} runs)"
         lines.append(line)
+        if _model(r):
+            lines.append(f"    {_model(r)}: {HOST_MODEL_NOTE} (docs/race-lab.md)")
+        if format_reports(r):
+            lines.append(f"    reports: {format_reports(r)}")
         for run in r.runs:
             if run.failed:
                 lines.append(f"    run {run.index:03d}  {run.kind:<6}  {run.detail(r.deadline_s)}  "
@@ -125,7 +144,8 @@ def _junit(results) -> str:
         lo, hi = r.interval()
         suite = junit.Suite(r.suite, timestamp=r.started or None, properties=[
             ("failed", f"{r.failed} of {r.n}"), ("interval95", format_interval((lo, hi))),
-            ("kinds", format_kinds(r)), ("proves", str(r.settings.get("proves") or "-"))])
+            ("kinds", format_kinds(r)), ("proves", str(r.settings.get("proves") or "-")),
+            ("model", _model(r) or "-"), ("reports", format_reports(r) or "-")])
         if r.skipped:
             suite.cases.append(junit.Case(r.suite, f"suite.{r.suite}", "skipped", message=r.skip_reason, time=0.0))
         for run in r.runs:
@@ -157,8 +177,11 @@ def _markdown(results) -> str:
             out.append(f"| `{r.suite}` | {proves} | **SKIPPED** | - | - | {_md_cell(r.skip_reason)} |")
         else:
             shown = f"**{word}**" if word != "PASSED" else "passed"
+            if _model(r):
+                shown += f" ({HOST_MODEL_NOTE})"
+            detail = format_kinds(r) + (f"; reports: {format_reports(r)}" if format_reports(r) else "")
             out.append(f"| `{r.suite}` | {proves} | {shown} | {r.failed} of {r.n} | "
-                       f"{format_interval(r.interval())} | {_md_cell(format_kinds(r))} |")
+                       f"{format_interval(r.interval())} | {_md_cell(detail)} |")
     s = summary_counts(results)
     out += ["", f"{s['failed_runs']} of {s['runs']} runs failed; {s['passed']} suite(s) passed, "
             f"{s['failed']} failed, {s['skipped']} skipped (skipped is not passed). Intervals are exact "
@@ -225,6 +248,29 @@ def _ab_rows(ab: ABResult) -> list[tuple[str, str, str]]:
             (("failed", "failed"), ("95% interval", "interval"), ("kinds", "kinds"), ("child", "child"))]
 
 
+def _ab_report_rows(ab: ABResult) -> list[tuple[str, str, str]]:
+    """One row per report kind: runs with it (occurrences) in each column."""
+    a, b = ab.with_fix.report_kinds(), ab.without_fix.report_kinds()
+    kinds = list(b) + [k for k in a if k not in b]
+
+    def cell(r: SuiteResult, d: dict, kind: str) -> str:
+        if r.skipped:
+            return "-"
+        runs, total = d.get(kind, (0, 0))
+        return f"{runs} of {r.n} runs ({total})"
+
+    return [(k, cell(ab.with_fix, a, k), cell(ab.without_fix, b, k)) for k in kinds]
+
+
+def _acquit_line(ab: ABResult) -> str:
+    plan = ab.acquit_plan()
+    if not plan:
+        return ""
+    b = ab.without_fix
+    return (f"Runs to acquit at 99% (seed 003, overlay suite plan): {plan['runs']} at the fix-removed rate "
+            f"{b.failed}/{b.n}; {plan['runs_at_lower95']} at its 95% lower bound {plan['baseline_lower95']:.4f}.")
+
+
 def render_ab(ab: ABResult, fmt: str = "text") -> str:
     """Render an A/B comparison with both columns side by side.
 
@@ -244,7 +290,11 @@ def render_ab(ab: ABResult, fmt: str = "text") -> str:
     proves = a.settings.get("proves")
     head = f"A/B: {ab.suite}" + (f" (proves LOCAL_FIXES.md entry {proves})" if proves else "")
     head += f", {a.planned_runs} runs each"
+    if ab.model:
+        head += f" [{ab.model}: {HOST_MODEL_NOTE}]"
     verdicts = ab.verdicts()
+    reports = _ab_report_rows(ab)
+    acquit = _acquit_line(ab)
     if fmt == "json":
         return json.dumps(dict(ab.to_dict(), directory=ab.directory), indent=2) + "\n"
     if fmt == "text":
@@ -253,7 +303,14 @@ def render_ab(ab: ABResult, fmt: str = "text") -> str:
         w1 = max([len(r[1]) for r in rows if r[0] != "child"] + [len("with fix")])
         lines = [head, f"{'':<{w0}}  {'with fix':<{w1}}  fix removed"]
         lines += [f"{r[0]:<{w0}}  {r[1]:<{w1}}  {r[2]}" for r in rows]
+        if reports:
+            wk = max(len(k) for k, _x, _y in reports)
+            wx = max([len(x) for _k, x, _y in reports] + [len("with fix")])
+            lines.append("reports: runs with each kind (occurrences in all)")
+            lines += [f"  {k:<{wk}}  {x:<{wx}}  {y}" for k, x, y in reports]
         lines.append(f"Fisher's exact test, two-sided: p = {_p(ab.fisher_p)}")
+        if acquit:
+            lines.append(acquit)
         lines.append("")
         lines += [f"{code.upper()}: {text}" for code, text in verdicts]
         if ab.directory:
@@ -265,7 +322,11 @@ def render_ab(ab: ABResult, fmt: str = "text") -> str:
             if label == "child":
                 x, y = f"`{x}`" if x != "-" else x, f"`{y}`" if y != "-" else y
             out.append(f"| {label} | {_md_cell(x)} | {_md_cell(y)} |")
+        for kind, x, y in reports:
+            out.append(f"| report: {_md_cell(kind)} | {x} | {y} |")
         out += ["", f"Fisher's exact test, two-sided: p = {_p(ab.fisher_p)}", ""]
+        if acquit:
+            out += [acquit, ""]
         out += [f"**{code}**: {text}" for code, text in verdicts]
         return "\n".join(out) + "\n"
     raise ValueError(f"unknown format {fmt!r} (use {', '.join(AB_FORMATS)})")

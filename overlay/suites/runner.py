@@ -24,6 +24,12 @@ killed too (``strays_killed`` in the record), so no run leaks into the next.
 
 Every child also gets ``OVERLAY_SUITE=<name>`` and ``OVERLAY_RUN_INDEX=<i>``
 (1-based) in its environment, so a child may seed itself per run.
+
+Whatever the kind, each run's stderr is scanned for *reports*: sanitizer
+headers (``WARNING: ThreadSanitizer: data race``, ``ERROR: AddressSanitizer:
+heap-use-after-free on address ...``) and the children's own
+``overlay-suite: report <kind>: ...`` lines, counted per kind
+(:func:`scan_reports`), so a report can say which fault a failed run showed.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
+import re
 import select
 import shutil
 import signal
@@ -64,6 +71,7 @@ __all__ = [
     "run_ab",
     "load_ab",
     "write_json",
+    "scan_reports",
 ]
 
 #: Every run kind, in the order reports list them.
@@ -81,7 +89,47 @@ KILL_GRACE_S = 10.0
 #: Seconds allowed for an external probe (``rocminfo``, ``nvidia-smi``).
 _PROBE_TIMEOUT_S = 15.0
 
+#: Bytes of a run's stderr scanned for reports (a runaway child's log is cut there).
+REPORT_SCAN_BYTES = 64 << 20
+
 ProgressFn = Callable[[int, int, int], None]
+
+_SANITIZER_RE = re.compile(
+    rb"^(?:==\d+==)?(?:WARNING|ERROR): ((?:Thread|Address|Leak|Memory|UndefinedBehavior)Sanitizer): (.*)$", re.M)
+_CHILD_REPORT_RE = re.compile(rb"^overlay-suite: report ([A-Za-z0-9][A-Za-z0-9_.-]*):", re.M)
+
+
+def scan_reports(path: str, limit: int = REPORT_SCAN_BYTES) -> dict[str, int]:
+    """Count the reports in a run's stderr, per kind.
+
+    Kinds: ``<Sanitizer>: <what>`` for a sanitizer's header line (``what`` cut
+    before `` (pid=``, `` on address`` and the like: ``ThreadSanitizer: data race``,
+    ``AddressSanitizer: heap-use-after-free``), and ``<kind>`` for a child's
+    ``overlay-suite: report <kind>: ...`` line.
+
+    Args:
+        path: the stderr file.
+        limit: bytes read from its start.
+    Returns:
+        ``{kind: occurrences}``, kinds in order of first appearance; empty
+        when the file is missing.
+    """
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(limit)
+    except OSError:
+        return {}
+    found: list[tuple[int, str]] = []
+    for m in _SANITIZER_RE.finditer(data):
+        what = m.group(2).decode("utf-8", "replace")
+        what = re.split(r" \(| on (?:address|unknown address)\b| at pc ", what, maxsplit=1)[0].strip()
+        found.append((m.start(), f"{m.group(1).decode()}: {what}"))
+    for m in _CHILD_REPORT_RE.finditer(data):
+        found.append((m.start(), m.group(1).decode()))
+    counts: dict[str, int] = {}
+    for _pos, kind in sorted(found):
+        counts[kind] = counts.get(kind, 0) + 1
+    return counts
 
 
 class SuiteRunError(OverlayError):
@@ -100,17 +148,23 @@ class Platform:
         backends: backends the children were built for; ``any`` suites ignore it.
         reasons: for each absent hardware, why it counts as absent (one line).
         backend_source: how ``backends`` was decided (for skip messages).
+        models: host models whose children can be built and run here
+            (``race-lab``: the ROCm toolchain is there).
+        model_reasons: for each absent model, why (one line).
     """
 
     hardware: frozenset
     backends: frozenset
     reasons: Mapping[str, str] = field(default_factory=dict)
     backend_source: str = ""
+    models: frozenset = frozenset()
+    model_reasons: Mapping[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
-        """JSON shape: ``{"hardware": [...], "backends": [...], "reasons": {...}}``."""
+        """JSON shape: ``{"hardware": [...], "backends": [...], "reasons": {...}, "models": [...]}``."""
         return {"hardware": sorted(self.hardware), "backends": sorted(self.backends),
-                "reasons": dict(self.reasons), "backend_source": self.backend_source}
+                "reasons": dict(self.reasons), "backend_source": self.backend_source,
+                "models": sorted(self.models), "model_reasons": dict(self.model_reasons)}
 
 
 def _run_probe(argv: list[str]) -> str | None:
@@ -187,6 +241,10 @@ def detect_platform(backend: str | None = None, *, environ: Mapping[str, str] | 
     otherwise ``cpu`` plus ``rocm`` with an AMD GPU and ``cuda`` with an
     NVIDIA GPU.
 
+    Models: ``race-lab`` when the ROCm toolchain the race lab compiles with is
+    there (:func:`overlay.suites.racelab.unavailable_reason`;
+    ``OVERLAY_SUITE_MODELS`` replaces the probe).
+
     Args:
         backend: ``rocm`` | ``cuda`` | ``cpu`` or None.
         environ: environment to read the override from (default ``os.environ``).
@@ -232,7 +290,13 @@ def detect_platform(backend: str | None = None, *, environ: Mapping[str, str] | 
             backends.add("cuda")
         backends = frozenset(backends)
         source = "no --backend given; inferred from the GPUs present"
-    return Platform(hardware=hardware, backends=backends, reasons=reasons, backend_source=source)
+    from overlay.suites import racelab
+
+    lab_reason = racelab.unavailable_reason(environ=environ)
+    models = frozenset() if lab_reason else frozenset({racelab.MODEL})
+    model_reasons = {racelab.MODEL: lab_reason} if lab_reason else {}
+    return Platform(hardware=hardware, backends=backends, reasons=reasons, backend_source=source,
+                    models=models, model_reasons=model_reasons)
 
 
 def skip_reason(suite: Suite, platform: Platform) -> str | None:
@@ -247,6 +311,9 @@ def skip_reason(suite: Suite, platform: Platform) -> str | None:
     if suite.backend != "any" and suite.backend not in platform.backends:
         have = ", ".join(sorted(platform.backends)) or "none"
         return f"needs the {suite.backend} backend; available: {have} ({platform.backend_source})"
+    if suite.model is not None and suite.model not in platform.models:
+        why = platform.model_reasons.get(suite.model, "not detected")
+        return f"needs the {suite.model} host model's toolchain: {why}"
     return None
 
 
@@ -371,6 +438,8 @@ class RunResult:
         stdout: file name of the captured stdout, relative to the run directory.
         stderr: file name of the captured stderr, relative to the run directory.
         note: anything unusual, e.g. a hung child that did not die after SIGKILL.
+        reports: ``{kind: occurrences}`` found in the run's stderr
+            (:func:`scan_reports`), whatever the run's kind.
     """
 
     index: int
@@ -383,6 +452,7 @@ class RunResult:
     stdout: str = ""
     stderr: str = ""
     note: str = ""
+    reports: dict = field(default_factory=dict)
 
     @property
     def failed(self) -> bool:
@@ -410,7 +480,7 @@ class RunResult:
             "signal": self.signal, "signal_name": _signal_name(self.signal) if self.signal else None,
             "duration_s": round(self.duration_s, 6), "marker_failures": list(self.marker_failures),
             "strays_killed": self.strays_killed, "stdout": self.stdout, "stderr": self.stderr,
-            "note": self.note,
+            "note": self.note, "reports": dict(self.reports),
         }
 
     @classmethod
@@ -420,7 +490,8 @@ class RunResult:
                    signal=d.get("signal"), duration_s=float(d.get("duration_s", 0.0)),
                    marker_failures=list(d.get("marker_failures", [])),
                    strays_killed=bool(d.get("strays_killed", False)),
-                   stdout=d.get("stdout", ""), stderr=d.get("stderr", ""), note=d.get("note", ""))
+                   stdout=d.get("stdout", ""), stderr=d.get("stderr", ""), note=d.get("note", ""),
+                   reports=dict(d.get("reports", {})))
 
 
 def _signal_name(signum: int | None) -> str:
@@ -555,7 +626,7 @@ def run_once(argv: list[str], env: Mapping[str, str], deadline_s: float, run_dir
         kind, returncode, signum = "pass", 0, None
     return RunResult(index=index, kind=kind, returncode=returncode, signal=signum, duration_s=duration,
                      marker_failures=failures, strays_killed=strays, stdout=out_name, stderr=err_name,
-                     note=note)
+                     note=note, reports=scan_reports(err_path))
 
 
 # --------------------------------------------------------------------------- a suite
@@ -618,6 +689,16 @@ class SuiteResult:
         """Clopper–Pearson interval of the failure rate (see :mod:`overlay.suites.stats`)."""
         return clopper_pearson(self.failed, self.n, confidence)
 
+    def report_kinds(self) -> dict:
+        """``{kind: [runs with it, occurrences]}`` over the runs, kinds in order of first appearance."""
+        out: dict[str, list[int]] = {}
+        for r in self.runs:
+            for kind, count in r.reports.items():
+                row = out.setdefault(kind, [0, 0])
+                row[0] += 1
+                row[1] += count
+        return out
+
     def to_dict(self) -> dict:
         """JSON shape written to ``result.json`` (``format`` 1)."""
         lo, hi = self.interval()
@@ -635,7 +716,7 @@ class SuiteResult:
             "duration_s": round(self.duration_s, 6),
             "platform": self.platform,
             "summary": {"runs": self.n, "failed": self.failed, "kinds": self.kinds(),
-                        "interval95": [lo, hi]},
+                        "interval95": [lo, hi], "reports": self.report_kinds()},
             "runs": [r.to_dict() for r in self.runs],
         }
 
@@ -716,7 +797,14 @@ def run_suite(suite: Suite, results_dir: str, *, child_dir: str | None = None, b
     reason = skip_reason(suite, platform)
     if reason is None:
         # Resolve before creating anything, so a missing child leaves no empty directory.
-        result.argv = resolve_child(argv if argv is not None else suite.child, child_dir, base_dir)
+        try:
+            result.argv = resolve_child(argv if argv is not None else suite.child, child_dir, base_dir)
+        except SuiteRunError as exc:
+            if suite.model:
+                # A host-model child comes from the race lab, not from overlay build.
+                raise SuiteRunError(exc.message, hint="build the race lab: overlay suite build (docs/race-lab.md), "
+                                    "or run the suite without --child-dir") from None
+            raise
     if directory is None:
         directory = make_run_dir(results_dir, suite.name)
     else:
@@ -798,15 +886,52 @@ class ABResult:
         """True when the fix-removed column ran and never failed (seed 000)."""
         return not self.without_fix.skipped and self.without_fix.n > 0 and self.without_fix.failed == 0
 
+    @property
+    def model(self) -> str | None:
+        """The host model the suite runs on (``race-lab``), or None for a real runtime."""
+        return self.with_fix.settings.get("model")
+
+    def acquit_plan(self, confidence: float = 0.99) -> dict | None:
+        """Clean runs that acquit the fix against the fix-removed failure rate (seed 003's method).
+
+        Returns:
+            None when the fix-removed column did not run or never failed; else
+            ``{"confidence", "baseline", "runs", "baseline_lower95", "runs_at_lower95",
+            "clean_runs_with_fix"}``: ``runs`` is :func:`~overlay.suites.stats.runs_to_acquit`
+            at the observed rate ``k/n``, ``runs_at_lower95`` the same at the lower end of
+            its 95% interval (the cautious plan: the rate may be that low).
+        """
+        a, b = self.with_fix, self.without_fix
+        if a.skipped or b.skipped or b.n == 0 or b.failed == 0:
+            return None
+        rate = b.failed / b.n
+        lo = b.interval()[0]
+        return {"confidence": confidence, "baseline": rate, "runs": runs_to_acquit(rate, confidence),
+                "baseline_lower95": lo, "runs_at_lower95": runs_to_acquit(lo, confidence),
+                "clean_runs_with_fix": a.n if not a.failed else 0}
+
     def verdicts(self) -> list[tuple[str, str]]:
         """``(code, sentence)`` pairs, most important first.
 
         Codes: ``skipped``, ``fix-fails``, ``guard``, ``reproduction``,
-        ``inconclusive``. ``guard`` appears whenever the fix-removed column
-        never failed: the suite is then a guard, not a reproduction. A
-        ``reproduction`` needs failures without the fix, none with it, and
-        Fisher p < 0.05 (:data:`AB_ALPHA`).
+        ``inconclusive``, ``acquitted``, ``host-model``. ``guard`` appears
+        whenever the fix-removed column never failed: the suite is then a
+        guard, not a reproduction. A ``reproduction`` needs failures without
+        the fix, none with it, and Fisher p < 0.05 (:data:`AB_ALPHA`);
+        ``acquitted`` says the fix's clean runs reach the runs that acquit it at
+        99% against the lower 95% bound of the fix-removed rate (seed 003).
+        ``host-model`` closes every verdict of a suite with a ``model``: what it
+        shows is the model's, not an AMD GPU's.
         """
+        out = self._verdicts()
+        if self.model:
+            out.append(("host-model", f"Host model ({self.model}, docs/race-lab.md): the file's host code ran "
+                        "on a model of HIP, hipBLASLt and rocBLAS under a sanitizer, not on an AMD GPU. It shows what "
+                        "the code does under the model's runtime; what the real runtime, library and GPU do "
+                        "is evidence only a GPU run gives."))
+        return out
+
+    def _verdicts(self) -> list[tuple[str, str]]:
         a, b = self.with_fix, self.without_fix
         out: list[tuple[str, str]] = []
         if a.skipped or b.skipped:
@@ -826,6 +951,12 @@ class ABResult:
             if p is not None and p < AB_ALPHA:
                 out.append(("reproduction", f"The suite reproduces the fault: {b.failed} of {b.n} failed "
                             f"without the fix, 0 of {a.n} with it (Fisher p = {p:.4g} < {AB_ALPHA})."))
+                plan = self.acquit_plan()
+                if plan and a.n >= plan["runs_at_lower95"]:
+                    out.append(("acquitted", f"{a.n} clean runs with the fix reach the {plan['runs_at_lower95']} "
+                                "that acquit it at 99% even if the fix-removed failure rate were only "
+                                f"{plan['baseline_lower95']:.4f}, the lower end of its 95% interval "
+                                f"({plan['runs']} at the observed {b.failed}/{b.n})."))
             else:
                 need = runs_to_acquit(b.failed / b.n, 0.99)
                 out.append(("inconclusive", f"Failures without the fix ({b.failed} of {b.n}) and none with it, "
@@ -842,6 +973,8 @@ class ABResult:
             "fisher_p": self.fisher_p,
             "guard_not_reproduction": self.guard_only,
             "verdicts": [{"code": c, "text": t} for c, t in self.verdicts()],
+            "acquit": self.acquit_plan(),
+            "model": self.model,
             "with": self.with_fix.to_dict(),
             "without": self.without_fix.to_dict(),
         }

@@ -43,6 +43,11 @@ def layers_without(root: str, store: Store, patch: str) -> Layers:
     return compute_layers(store, load_manifest(root), root, patches=kept, stepwise=True)
 
 
+def layers_forked(root: str, store: Store) -> Layers:
+    """The layers of the overlay at ``root`` with no patch at all: ``patched`` is the fork's layer."""
+    return compute_layers(store, load_manifest(root), root, patches=[], stepwise=True)
+
+
 def real_builder(root: str, backend: str, arch: str | None = None) -> Builder:
     """A :data:`Builder` that runs :func:`overlay.build.build` and returns its suite children dir.
 
@@ -78,3 +83,12 @@ def build_without(root: str, store: Store, patch: str, builder: Builder) -> str:
     """
     layers = layers_without(root, store, patch)
     return builder(layers, without_dir(root, patch))
+
+
+def build_forked(root: str, store: Store, builder: Builder) -> str:
+    """Build the fork's layer (the series left out); return the directory holding its suite children.
+
+    The tree is built under ``<root>/build/without-forked`` (``overlay suite ab
+    --without-layer forked``).
+    """
+    return builder(layers_forked(root, store), os.path.join(root, "build", "without-forked"))
