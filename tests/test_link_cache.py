@@ -42,15 +42,7 @@ int gpu_hook(int x);
 HOOK_SUBJECT = "Add gpu_hook, which every backend defines (#4242)"
 
 
-def _files(base: Path) -> dict[str, str]:
-    return {str(p.relative_to(base)): p.read_text() for p in sorted(base.rglob("*")) if p.is_file()}
-
-
-def _text(base: Path, rel: str, change: dict[int, str]) -> str:
-    lines = (base / rel).read_text().splitlines()
-    for number, text in change.items():
-        lines[number - 1] = text
-    return "".join(f"{line}\n" for line in lines)
+from test_build import _files, _text  # noqa: E402  (the stand-in project's files, one copy)
 
 
 @pytest.fixture

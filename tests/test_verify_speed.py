@@ -5,38 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from gitfixtures import CLOSING, lines, make_patch
-from overlay import checks, fixes
+from gitfixtures import CLOSING
+from overlay import checks
 from overlay.checks import FAMILIES, verify
 from overlay.gitstore import Store
-from overlay.layers import compute_layers
-from overlay.manifest import load_manifest
 
-PATCH = "0001-rocm-lock-the-device.patch"
-
-
-def local_fixes(world, *, base=None, closing=CLOSING) -> str:
-    repo = fixes.fork_repo_from_url(str(world.fork.path))
-    return (f"# Local changes relative to {repo}@{world.fork_commit[:8]}\n\n"
-            f"## Retarget onto the MLX pin ({(base or world.base)[:8]})\n\n"
-            "## Fixes to the fork's kernels\n\n"
-            "1. **Lock the device.** The handle was shared; `mlx/backend/rocm/device.cpp` now owns it under "
-            f"a lock. {closing}\n\n"
-            "## Dropped from the vendored set\n\n"
-            "- `docs/rocm.md`: fork documentation.\n"
-            "- `mlx/backend/metal/kernels.cpp`: Metal is not carried.\n")
-
-
-@pytest.fixture
-def clean(overlay, world):
-    store = Store()
-    layers = compute_layers(store, load_manifest(str(overlay.root)), str(overlay.root))
-    patch, _ = make_patch(store, layers.forked, {"mlx/backend/rocm/device.cpp":
-                                                 lines("device", change={3: "device 3 locked"})},
-                          subject="rocm: lock the device")
-    overlay.add_patch(PATCH, patch)
-    (overlay.root / "LOCAL_FIXES.md").write_text(local_fixes(world))
-    return overlay
+from test_verify import PATCH, clean, local_fixes  # noqa: F401, E402  (the verify-clean overlay fixture)
 
 
 def _abbreviate(o):
