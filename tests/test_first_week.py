@@ -20,21 +20,13 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from gitfixtures import cli, git, lines, make_patch
+from gitfixtures import cli, git, lines
 from overlay.cli import main
 from overlay.gitstore import Store
-from overlay.layers import compute_layers
-from overlay.manifest import load_manifest
+
+from test_rebase import add_patch  # noqa: E402  (one way to add a fixture patch)
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def add_patch(o, name, edits, fix=1, subject="rocm: fix"):
-    store = Store()
-    layers = compute_layers(store, load_manifest(str(o.root)), str(o.root))
-    data, _ = make_patch(store, layers.patched, edits, fix=fix, subject=subject)
-    o.add_patch(name, data)
-    return data
 
 
 def overlay_lines(output: str) -> list[str]:
