@@ -20,8 +20,14 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def cpu_run(cmd: list[str] | str, *, env: dict[str, str] | None = None, cwd: str | None = None,
-            shell: bool = False, check: bool = True) -> float:
+def cpu_run(
+    cmd: list[str] | str,
+    *,
+    env: dict[str, str] | None = None,
+    cwd: str | None = None,
+    shell: bool = False,
+    check: bool = True,
+) -> float:
     """Run ``cmd`` to completion; return the CPU seconds (user + sys) it and its children used.
 
     Args:
@@ -34,10 +40,18 @@ def cpu_run(cmd: list[str] | str, *, env: dict[str, str] | None = None, cwd: str
         command waited for is included: git children of overlay, tar of a pipe).
     """
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    proc = subprocess.run(cmd, env=env, cwd=cwd, shell=shell, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.run(
+        cmd,
+        env=env,
+        cwd=cwd,
+        shell=shell,
+        capture_output=True,
+    )
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if check and proc.returncode != 0:
-        raise SystemExit(f"{cmd!r} failed ({proc.returncode}):\n{proc.stdout.decode()}{proc.stderr.decode()}")
+        raise SystemExit(
+            f"{cmd!r} failed ({proc.returncode}):\n{proc.stdout.decode()}{proc.stderr.decode()}"
+        )
     return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
@@ -68,15 +82,24 @@ class GitCounter:
         """``base`` with the wrapper first on PATH."""
         return {**base, "PATH": self.dir + os.pathsep + base.get("PATH", "")}
 
-    def count(self, cmd: list[str], *, env: dict[str, str], cwd: str | None = None) -> int:
+    def count(
+        self, cmd: list[str], *, env: dict[str, str], cwd: str | None = None
+    ) -> int:
         """Run ``cmd`` with the wrapper on PATH; the number of git processes it started."""
         try:
             os.unlink(self.log)
         except FileNotFoundError:
             pass
-        proc = subprocess.run(cmd, env=self.env(env), cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        proc = subprocess.run(
+            cmd,
+            env=self.env(env),
+            cwd=cwd,
+            capture_output=True,
+        )
         if proc.returncode != 0:
-            raise SystemExit(f"{cmd!r} failed:\n{proc.stdout.decode()}{proc.stderr.decode()}")
+            raise SystemExit(
+                f"{cmd!r} failed:\n{proc.stdout.decode()}{proc.stderr.decode()}"
+            )
         try:
             with open(self.log) as fh:
                 return sum(1 for _ in fh)
@@ -96,7 +119,9 @@ def fresh_store(base_git_dir: str, where: str) -> str:
     Returns:
         The new store's path.
     """
-    subprocess.run(["git", "init", "-q", "--bare", where], check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(
+        ["git", "init", "-q", "--bare", where], check=True, stdout=subprocess.DEVNULL
+    )
     with open(os.path.join(where, "objects", "info", "alternates"), "w") as fh:
         fh.write(os.path.join(os.path.abspath(base_git_dir), "objects") + "\n")
     return where
@@ -110,6 +135,8 @@ def overlay_cmd(*args: str) -> list[str]:
 def bench_env(**extra: str) -> dict[str, str]:
     """The environment for timed overlay runs: ours, the checkout first on PYTHONPATH."""
     env = dict(os.environ)
-    env["PYTHONPATH"] = ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env["PYTHONPATH"] = ROOT + (
+        os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else ""
+    )
     env.update(extra)
     return env

@@ -28,13 +28,27 @@ CLOSING = "Applies to the fork; kept in mlxcelverse under the 2026-10-06 fork po
 
 def _diffs(store: Store, pairs: list[tuple[str, str]]) -> list[bytes]:
     """The byte-stable diff of each tree pair (one ``diff-tree --stdin`` for all)."""
-    args = ["-c", "diff.algorithm=myers", "diff-tree", "--stdin", "-r", "-p", "-M", "--full-index", "--binary",
-            "--no-color", "--src-prefix=a/", "--dst-prefix=b/"]
-    out = store.git(*args, input="".join(f"{a} {b}\n" for a, b in pairs).encode()).stdout
+    args = [
+        "-c",
+        "diff.algorithm=myers",
+        "diff-tree",
+        "--stdin",
+        "-r",
+        "-p",
+        "-M",
+        "--full-index",
+        "--binary",
+        "--no-color",
+        "--src-prefix=a/",
+        "--dst-prefix=b/",
+    ]
+    out = store.git(
+        *args, input="".join(f"{a} {b}\n" for a, b in pairs).encode()
+    ).stdout
     result, pos = [], 0
     for i, (a, b) in enumerate(pairs):
         echo = f"{a} {b}\n".encode()
-        assert out.startswith(echo, pos), (i, out[pos:pos + 100])
+        assert out.startswith(echo, pos), (i, out[pos : pos + 100])
         start = pos + len(echo)
         if i + 1 < len(pairs):
             nxt = f"{pairs[i + 1][0]} {pairs[i + 1][1]}\n".encode()
@@ -58,15 +72,23 @@ def make_overlay(store: Store, src_root: str, dest: str, n: int) -> dict:
         ``{"patched": tree of the real series, "expected": tree after the synthetic
         ones, "files": how many files they touch}``.
     """
-    shutil.copytree(os.path.join(src_root, "patches-rocm"), os.path.join(dest, "patches-rocm"))
-    shutil.copy2(os.path.join(src_root, "LOCAL_FIXES.md"), os.path.join(dest, "LOCAL_FIXES.md"))
+    shutil.copytree(
+        os.path.join(src_root, "patches-rocm"), os.path.join(dest, "patches-rocm")
+    )
+    shutil.copy2(
+        os.path.join(src_root, "LOCAL_FIXES.md"), os.path.join(dest, "LOCAL_FIXES.md")
+    )
     subprocess.run(["git", "init", "-q", dest], check=True)
     layers = compute_layers(store, load_manifest(dest), dest)
     if n == 0:
         return {"patched": layers.patched, "expected": layers.patched, "files": 0}
-    files = sorted(e for e in store.ls_tree(layers.patched)
-                   if e[0] == "100644" and e[3].startswith("mlx/backend/rocm/")
-                   and e[3].endswith((".cpp", ".h", ".hip")))
+    files = sorted(
+        e
+        for e in store.ls_tree(layers.patched)
+        if e[0] == "100644"
+        and e[3].startswith("mlx/backend/rocm/")
+        and e[3].endswith((".cpp", ".h", ".hip"))
+    )
     with store.cat_file() as cat:
         content = {path: cat.read(oid)[1] for _m, _k, oid, path in files}
     order = [files[i % len(files)][3] for i in range(n)]
@@ -80,8 +102,13 @@ def make_overlay(store: Store, src_root: str, dest: str, n: int) -> dict:
             with open(name, "wb") as fh:
                 fh.write(content[path])
             names.append(name)
-        blobs = store.out("hash-object", "-w", "--no-filters", "--stdin-paths",
-                          input=("\n".join(names) + "\n").encode()).split()
+        blobs = store.out(
+            "hash-object",
+            "-w",
+            "--no-filters",
+            "--stdin-paths",
+            input=("\n".join(names) + "\n").encode(),
+        ).split()
     trees = [layers.patched]
     with store.scratch_index(layers.patched) as env:
         for path, blob in zip(order, blobs):
@@ -91,19 +118,32 @@ def make_overlay(store: Store, src_root: str, dest: str, n: int) -> dict:
     series_path = os.path.join(dest, "patches-rocm", "series")
     with open(series_path, "a", encoding="utf-8") as series:
         for i, (path, diff) in enumerate(zip(order, diffs), 1):
-            name = f"{1000 + i:05d}-bench-{os.path.basename(path).replace('.', '-')}.patch"
-            body = format_patch(f"bench: touch {path}", f"Benchmark patch {i} of the long series.",
-                                [("Local-Fix", "12"), ("Forwarded", "not-needed")], diff,
-                                author="overlay local fixes <overlay@localhost>")
+            name = (
+                f"{1000 + i:05d}-bench-{os.path.basename(path).replace('.', '-')}.patch"
+            )
+            body = format_patch(
+                f"bench: touch {path}",
+                f"Benchmark patch {i} of the long series.",
+                [("Local-Fix", "12"), ("Forwarded", "not-needed")],
+                diff,
+                author="overlay local fixes <overlay@localhost>",
+            )
             with open(os.path.join(dest, "patches-rocm", name), "wb") as fh:
                 fh.write(body)
             series.write(name + "\n")
     fixes_path = os.path.join(dest, "LOCAL_FIXES.md")
     with open(fixes_path, encoding="utf-8") as fh:
         text = fh.read()
-    entry = ("12. **Benchmark series.** Synthetic patches of the long-series benchmark append one comment "
-             "line each to " + ", ".join(f"`{p}`" for p in touched) + f". {CLOSING}\n\n")
-    text, count = re.subn(r"(?m)^## Fixes to the fork's build$", lambda m: entry + m.group(0), text, count=1)
+    entry = (
+        "12. **Benchmark series.** Synthetic patches of the long-series benchmark append one comment "
+        "line each to " + ", ".join(f"`{p}`" for p in touched) + f". {CLOSING}\n\n"
+    )
+    text, count = re.subn(
+        r"(?m)^## Fixes to the fork's build$",
+        lambda m: entry + m.group(0),
+        text,
+        count=1,
+    )
     assert count == 1
     with open(fixes_path, "w", encoding="utf-8") as fh:
         fh.write(text)

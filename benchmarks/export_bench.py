@@ -54,7 +54,10 @@ TARGET_PEAK_MB = 64
 
 
 def _cpu_self_and_children() -> float:
-    s, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    s, c = (
+        resource.getrusage(resource.RUSAGE_SELF),
+        resource.getrusage(resource.RUSAGE_CHILDREN),
+    )
     return s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime
 
 
@@ -66,7 +69,9 @@ def in_process(store: Store, tree: str, dest: str) -> float:
 
 def archive(store: Store, tree: str, dest: str) -> float:
     os.makedirs(dest)
-    return cpu_run(f"git --git-dir={store.git_dir} archive {tree} | tar -x -C {dest}", shell=True)
+    return cpu_run(
+        f"git --git-dir={store.git_dir} archive {tree} | tar -x -C {dest}", shell=True
+    )
 
 
 def settle() -> None:
@@ -74,7 +79,9 @@ def settle() -> None:
     time.sleep(0.3)
 
 
-def compare(store: Store, tree: str, where: str, repeat: int, cli: bool = False) -> dict:
+def compare(
+    store: Store, tree: str, where: str, repeat: int, cli: bool = False
+) -> dict:
     """Medians of the export (in-process, or the CLI) and of the floor, interleaved."""
     ours, floor = [], []
     env = bench_env(OVERLAY_GIT_DIR=store.git_dir)
@@ -82,57 +89,84 @@ def compare(store: Store, tree: str, where: str, repeat: int, cli: bool = False)
         a, b = os.path.join(where, f"a{i}"), os.path.join(where, f"b{i}")
 
         def run_ours() -> None:
-            ours.append(cpu_run(overlay_cmd("-C", ROOT, "--offline", "export", a), env=env) if cli
-                        else in_process(store, tree, a))
+            ours.append(
+                cpu_run(overlay_cmd("-C", ROOT, "--offline", "export", a), env=env)
+                if cli
+                else in_process(store, tree, a)
+            )
 
         def run_floor() -> None:
             floor.append(archive(store, tree, b))
 
-        for step in ((run_ours, run_floor) if i % 2 else (run_floor, run_ours)):
+        for step in (run_ours, run_floor) if i % 2 else (run_floor, run_ours):
             step()
             settle()
         shutil.rmtree(a)
         shutil.rmtree(b)
         settle()
     pairs = sorted(a / b for a, b in zip(ours, floor))
-    return {"export_median_s": round(median(ours), 4), "floor_median_s": round(median(floor), 4),
-            "ratio": round(median(ours) / median(floor), 3),
-            # the spread of run-by-run ratios: creating files on a disk is noisy on a shared machine
-            "run_ratio_quartiles": [round(pairs[len(pairs) // 4], 3), round(pairs[len(pairs) // 2], 3),
-                                    round(pairs[(3 * len(pairs)) // 4], 3)]}
+    return {
+        "export_median_s": round(median(ours), 4),
+        "floor_median_s": round(median(floor), 4),
+        "ratio": round(median(ours) / median(floor), 3),
+        # the spread of run-by-run ratios: creating files on a disk is noisy on a shared machine
+        "run_ratio_quartiles": [
+            round(pairs[len(pairs) // 4], 3),
+            round(pairs[len(pairs) // 2], 3),
+            round(pairs[(3 * len(pairs)) // 4], 3),
+        ],
+    }
 
 
 def peak_rss_mb(git_dir: str, tree: str | None, dest: str) -> float:
     """Max RSS of a child that exports ``tree`` (or, with ``None``, only imports the export)."""
-    code = ("import resource, sys; from overlay.gitstore import Store; from overlay.export import export_tree\n"
-            "if sys.argv[2] != '-': export_tree(Store(sys.argv[1]), sys.argv[2], sys.argv[3])\n"
-            "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)")
-    out = subprocess.run([sys.executable, "-c", code, git_dir, tree or "-", dest], env=bench_env(),
-                         check=True, stdout=subprocess.PIPE).stdout
+    code = (
+        "import resource, sys; from overlay.gitstore import Store; from overlay.export import export_tree\n"
+        "if sys.argv[2] != '-': export_tree(Store(sys.argv[1]), sys.argv[2], sys.argv[3])\n"
+        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, git_dir, tree or "-", dest],
+        env=bench_env(),
+        check=True,
+        stdout=subprocess.PIPE,
+    ).stdout
     return round(int(out.split()[-1]) / 1024, 1)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=15)
-    ap.add_argument("--patches", type=int, default=1000, help="synthetic patches of the memory run")
-    ap.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results", "export.json"))
+    ap.add_argument(
+        "--patches", type=int, default=1000, help="synthetic patches of the memory run"
+    )
+    ap.add_argument(
+        "--out", default=os.path.join(ROOT, "benchmarks", "results", "export.json")
+    )
     args = ap.parse_args()
     if mirrors_missing():
         return 2
     store = Store()
     tree = compute_layers(store, load_manifest(ROOT), ROOT).patched
     files = len(store.ls_tree(tree))
-    out: dict = {"what": "cold export of the patched layer into an empty directory vs git archive TREE | tar -x of "
-                         "the same tree, CPU (user + sys, children included)",
-                 "tree": tree, "files": files, "repeat": args.repeat}
+    out: dict = {
+        "what": "cold export of the patched layer into an empty directory vs git archive TREE | tar -x of "
+        "the same tree, CPU (user + sys, children included)",
+        "tree": tree,
+        "files": files,
+        "repeat": args.repeat,
+    }
     with tempfile.TemporaryDirectory(prefix="overlay-export-bench-") as tmp:
         out["disk"] = compare(store, tree, tmp, args.repeat)
         out["disk_whole_command"] = compare(store, tree, tmp, args.repeat, cli=True)
         if os.path.isdir("/dev/shm"):
-            with tempfile.TemporaryDirectory(prefix="overlay-export-bench-", dir="/dev/shm") as shm:
+            with tempfile.TemporaryDirectory(
+                prefix="overlay-export-bench-", dir="/dev/shm"
+            ) as shm:
                 out["tmpfs"] = compare(store, tree, shm, args.repeat)
-                out["tmpfs_whole_command"] = compare(store, tree, shm, args.repeat, cli=True)
+                out["tmpfs_whole_command"] = compare(
+                    store, tree, shm, args.repeat, cli=True
+                )
         dest = os.path.join(tmp, "noop")
         export_tree(store, tree, dest)
         noop = []
@@ -145,13 +179,24 @@ def main() -> int:
         gen = Store(fresh_store(store.git_dir, os.path.join(tmp, "gen.git")))
         synth = make_overlay(gen, ROOT, os.path.join(tmp, "overlay"), args.patches)
         out["peak_rss_mb"] = {
-            "floor_import_only": peak_rss_mb(store.git_dir, None, os.path.join(tmp, "m0")),
+            "floor_import_only": peak_rss_mb(
+                store.git_dir, None, os.path.join(tmp, "m0")
+            ),
             "real_tree": peak_rss_mb(store.git_dir, tree, os.path.join(tmp, "m1")),
-            f"real_series_plus_{args.patches}": peak_rss_mb(gen.git_dir, synth["expected"], os.path.join(tmp, "m2")),
+            f"real_series_plus_{args.patches}": peak_rss_mb(
+                gen.git_dir, synth["expected"], os.path.join(tmp, "m2")
+            ),
         }
-    out["targets"] = {"ratio_max": TARGET_RATIO, "noop_s_max": 0.1, "peak_rss_mb_max": TARGET_PEAK_MB}
-    out["met"] = (out["disk"]["ratio"] <= TARGET_RATIO and out["noop_export_median_s"] < 0.1
-                  and max(out["peak_rss_mb"].values()) < TARGET_PEAK_MB)
+    out["targets"] = {
+        "ratio_max": TARGET_RATIO,
+        "noop_s_max": 0.1,
+        "peak_rss_mb_max": TARGET_PEAK_MB,
+    }
+    out["met"] = (
+        out["disk"]["ratio"] <= TARGET_RATIO
+        and out["noop_export_median_s"] < 0.1
+        and max(out["peak_rss_mb"].values()) < TARGET_PEAK_MB
+    )
     return record(out, args.out)
 
 

@@ -49,7 +49,9 @@ TARGET_RATIO = 3.0
 
 def copy_overlay(dest: str) -> str:
     os.makedirs(dest)
-    shutil.copytree(os.path.join(ROOT, "patches-rocm"), os.path.join(dest, "patches-rocm"))
+    shutil.copytree(
+        os.path.join(ROOT, "patches-rocm"), os.path.join(dest, "patches-rocm")
+    )
     shutil.copy2(os.path.join(ROOT, "LOCAL_FIXES.md"), dest)
     subprocess.run(["git", "init", "-q", dest], check=True)
     return dest
@@ -64,7 +66,10 @@ def prepared(base: Store, tmp: str, name: str) -> tuple[str, Store]:
 
 
 def cpu_now() -> float:
-    s, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    s, c = (
+        resource.getrusage(resource.RUSAGE_SELF),
+        resource.getrusage(resource.RUSAGE_CHILDREN),
+    )
     return s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime
 
 
@@ -72,7 +77,11 @@ def bump(root: str, store: Store) -> tuple[float, dict]:
     m = load_manifest(root)
     start = cpu_now()
     rb = Rebase(root, store)
-    rb.start("rebase", Bases(TARGET, m.fork_commit, m.merge_base), Bases(m.pin, m.fork_commit, m.merge_base))
+    rb.start(
+        "rebase",
+        Bases(TARGET, m.fork_commit, m.merge_base),
+        Bases(m.pin, m.fork_commit, m.merge_base),
+    )
     report = rb.run()
     return cpu_now() - start, report
 
@@ -80,17 +89,29 @@ def bump(root: str, store: Store) -> tuple[float, dict]:
 def floor_commits(store: Store, m) -> tuple[str, str]:
     """The two commits `git merge-tree` merges in the bump: the new pin and the carried
     fork delta, both on the fork's merge base."""
-    base_tree, _carried, _dropped, theirs = _carried_delta(store, m.merge_base, m.fork_commit, m.carry,
-                                                           [list(m.carry.include), list(m.carry.exclude)])
-    _c_base, ours, theirs_c = store.commit_chain([(base_tree, [], "base"), (store.tree_of(TARGET), [0], "pin"),
-                                                  (theirs, [0], "fork delta")])
+    base_tree, _carried, _dropped, theirs = _carried_delta(
+        store,
+        m.merge_base,
+        m.fork_commit,
+        m.carry,
+        [list(m.carry.include), list(m.carry.exclude)],
+    )
+    _c_base, ours, theirs_c = store.commit_chain(
+        [
+            (base_tree, [], "base"),
+            (store.tree_of(TARGET), [0], "pin"),
+            (theirs, [0], "fork delta"),
+        ]
+    )
     return ours, theirs_c
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=7)
-    ap.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results", "rebase.json"))
+    ap.add_argument(
+        "--out", default=os.path.join(ROOT, "benchmarks", "results", "rebase.json")
+    )
     args = ap.parse_args()
     if mirrors_missing():
         return 2
@@ -106,7 +127,14 @@ def main() -> int:
         for i in range(args.repeat):
             root, store = prepared(base, tmp, f"run{i}")
             commits = floor_commits(store, manifest)
-            floor = ["git", f"--git-dir={store.git_dir}", "merge-tree", "--write-tree", "-z", *commits]
+            floor = [
+                "git",
+                f"--git-dir={store.git_dir}",
+                "merge-tree",
+                "--write-tree",
+                "-z",
+                *commits,
+            ]
             if i % 2:
                 floor_t.append(cpu_run(floor, check=False))
                 cost, report = bump(root, store)
@@ -115,15 +143,21 @@ def main() -> int:
                 floor_t.append(cpu_run(floor, check=False))
             ours_t.append(cost)
             root, store = prepared(base, tmp, f"cli{i}")
-            cli_t.append(cpu_run(overlay_cmd("-C", root, "--offline", "rebase", "--onto", TARGET),
-                                 env=bench_env(OVERLAY_GIT_DIR=store.git_dir)))
+            cli_t.append(
+                cpu_run(
+                    overlay_cmd("-C", root, "--offline", "rebase", "--onto", TARGET),
+                    env=bench_env(OVERLAY_GIT_DIR=store.git_dir),
+                )
+            )
     assert report is not None
     out = {
         "what": "overlay rebase --onto 846d17622 from v0.32.1 (3 resolutions, 10 patches, no stop) in-process, "
-                "vs one git merge-tree --write-tree of the fork delta onto the new pin; CPU, children included",
+        "vs one git merge-tree --write-tree of the fork delta onto the new pin; CPU, children included",
         "repeat": args.repeat,
-        "outcome": {"resolutions": {r["path"]: r["status"] for r in report["resolutions"]},
-                    "patches": sorted({p["status"] for p in report["patches"]})},
+        "outcome": {
+            "resolutions": {r["path"]: r["status"] for r in report["resolutions"]},
+            "patches": sorted({p["status"] for p in report["patches"]}),
+        },
         "bump_median_s": round(median(ours_t), 4),
         "merge_tree_floor_median_s": round(median(floor_t), 4),
         "ratio": round(median(ours_t) / median(floor_t), 2),

@@ -58,20 +58,26 @@ TARGETS_MS = {"cold_verify": 2.0, "tree_fresh_store": 1.0, "refresh_warm": 0.5}
 def floor_cmd(root: str, forked: str) -> str:
     """The shell line of the floor: read-tree, one apply of the whole series, write-tree."""
     names = " ".join(f"patches-rocm/{name}" for name, _ in read_series(root))
-    return (f"cd {root} && export GIT_INDEX_FILE=$(mktemp -u) && git read-tree {forked} && "
-            f"git apply --cached {names} && git write-tree >/dev/null; rm -f $GIT_INDEX_FILE")
+    return (
+        f"cd {root} && export GIT_INDEX_FILE=$(mktemp -u) && git read-tree {forked} && "
+        f"git apply --cached {names} && git write-tree >/dev/null; rm -f $GIT_INDEX_FILE"
+    )
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--patches", type=int, default=1000)
     ap.add_argument("--repeat", type=int, default=5)
-    ap.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results", "series.json"))
+    ap.add_argument(
+        "--out", default=os.path.join(ROOT, "benchmarks", "results", "series.json")
+    )
     args = ap.parse_args()
     if mirrors_missing():
         return 2
     base = Store()
-    forked = compute_layers(base, load_manifest(ROOT), ROOT).forked  # warms the store (fetches once)
+    forked = compute_layers(
+        base, load_manifest(ROOT), ROOT
+    ).forked  # warms the store (fetches once)
     n = args.patches
     tmp = tempfile.mkdtemp(prefix="overlay-series-bench-")
     try:
@@ -82,12 +88,18 @@ def main() -> int:
             make_overlay(gen, ROOT, roots[count], count)
         warm = {}
         for count, root in roots.items():  # a store with the layer cache, for refresh
-            warm[count] = fresh_store(base.git_dir, os.path.join(tmp, f"warm{count}.git"))
+            warm[count] = fresh_store(
+                base.git_dir, os.path.join(tmp, f"warm{count}.git")
+            )
             # exits 1 on any error finding, which stops the benchmark (cpu_run checks)
-            cpu_run(overlay_cmd("-C", root, "--offline", "verify"), env=bench_env(OVERLAY_GIT_DIR=warm[count]))
-        times: dict[str, dict[int, list[float]]] = {k: {0: [], n: []}
-                                                    for k in ("cold_verify", "tree_fresh_store", "refresh_warm",
-                                                              "floor")}
+            cpu_run(
+                overlay_cmd("-C", root, "--offline", "verify"),
+                env=bench_env(OVERLAY_GIT_DIR=warm[count]),
+            )
+        times: dict[str, dict[int, list[float]]] = {
+            k: {0: [], n: []}
+            for k in ("cold_verify", "tree_fresh_store", "refresh_warm", "floor")
+        }
         run = 0
         for _ in range(args.repeat):
             for count in (n, 0) if run % 2 else (0, n):
@@ -96,28 +108,51 @@ def main() -> int:
                 def fresh() -> dict[str, str]:
                     nonlocal run
                     run += 1
-                    return bench_env(OVERLAY_GIT_DIR=fresh_store(base.git_dir, os.path.join(tmp, f"s{run}.git")))
+                    return bench_env(
+                        OVERLAY_GIT_DIR=fresh_store(
+                            base.git_dir, os.path.join(tmp, f"s{run}.git")
+                        )
+                    )
 
-                times["cold_verify"][count].append(cpu_run(overlay_cmd("-C", root, "--offline", "verify"), env=fresh()))
+                times["cold_verify"][count].append(
+                    cpu_run(overlay_cmd("-C", root, "--offline", "verify"), env=fresh())
+                )
                 times["tree_fresh_store"][count].append(
-                    cpu_run(overlay_cmd("-C", root, "--offline", "tree", "--layer", "patched"), env=fresh()))
+                    cpu_run(
+                        overlay_cmd(
+                            "-C", root, "--offline", "tree", "--layer", "patched"
+                        ),
+                        env=fresh(),
+                    )
+                )
                 times["refresh_warm"][count].append(
-                    cpu_run(overlay_cmd("-C", root, "--offline", "refresh", "--check"),
-                            env=bench_env(OVERLAY_GIT_DIR=warm[count])))
+                    cpu_run(
+                        overlay_cmd("-C", root, "--offline", "refresh", "--check"),
+                        env=bench_env(OVERLAY_GIT_DIR=warm[count]),
+                    )
+                )
                 env = fresh()
                 env["GIT_DIR"] = env.pop("OVERLAY_GIT_DIR")
-                times["floor"][count].append(cpu_run(floor_cmd(root, forked), env=env, shell=True))
+                times["floor"][count].append(
+                    cpu_run(floor_cmd(root, forked), env=env, shell=True)
+                )
         counter = GitCounter()
         processes = {}
         try:
             for count, root in roots.items():
                 for what, cmd, store in (
-                        ("cold_verify", ("verify",), None), ("tree_fresh_store", ("tree",), None),
-                        ("refresh_warm", ("refresh", "--check"), warm[count])):
+                    ("cold_verify", ("verify",), None),
+                    ("tree_fresh_store", ("tree",), None),
+                    ("refresh_warm", ("refresh", "--check"), warm[count]),
+                ):
                     run += 1
-                    git_dir = store or fresh_store(base.git_dir, os.path.join(tmp, f"c{run}.git"))
+                    git_dir = store or fresh_store(
+                        base.git_dir, os.path.join(tmp, f"c{run}.git")
+                    )
                     processes.setdefault(what, {})[count] = counter.count(
-                        overlay_cmd("-C", root, "--offline", *cmd), env=bench_env(OVERLAY_GIT_DIR=git_dir))
+                        overlay_cmd("-C", root, "--offline", *cmd),
+                        env=bench_env(OVERLAY_GIT_DIR=git_dir),
+                    )
         finally:
             counter.close()
     finally:
@@ -125,23 +160,33 @@ def main() -> int:
     real = len(read_series(ROOT))
     out = {
         "what": f"the real series ({real} patches) and it plus {n} synthetic ones: CPU of the overlay process "
-                "and its git children, per patch = (at N - at 0) / N",
+        "and its git children, per patch = (at N - at 0) / N",
         "patches": n,
         "real_patches": real,
         "repeat": args.repeat,
-        "median_cpu_s": {k: {str(c): round(median(v[c]), 3) for c in (0, n)} for k, v in times.items()},
+        "median_cpu_s": {
+            k: {str(c): round(median(v[c]), 3) for c in (0, n)}
+            for k, v in times.items()
+        },
         "per_patch_ms": {},
         "total_per_patch_ms": {},
-        "git_processes": {k: {str(c): v[c] for c in (0, n)} for k, v in processes.items()},
-        "git_processes_per_patch": {k: round((v[n] - v[0]) / n, 3) for k, v in processes.items()},
+        "git_processes": {
+            k: {str(c): v[c] for c in (0, n)} for k, v in processes.items()
+        },
+        "git_processes_per_patch": {
+            k: round((v[n] - v[0]) / n, 3) for k, v in processes.items()
+        },
         "targets_per_patch_ms": TARGETS_MS,
     }
     for k, v in times.items():
         out["per_patch_ms"][k] = round(1000 * (median(v[n]) - median(v[0])) / n, 3)
         out["total_per_patch_ms"][k] = round(1000 * median(v[n]) / (n + real), 3)
-    out["tree_ratio_to_floor"] = round(out["per_patch_ms"]["tree_fresh_store"] / out["per_patch_ms"]["floor"], 2)
-    out["met"] = (all(out["per_patch_ms"][k] <= t for k, t in TARGETS_MS.items())
-                  and all(g <= 1.0 for g in out["git_processes_per_patch"].values()))
+    out["tree_ratio_to_floor"] = round(
+        out["per_patch_ms"]["tree_fresh_store"] / out["per_patch_ms"]["floor"], 2
+    )
+    out["met"] = all(
+        out["per_patch_ms"][k] <= t for k, t in TARGETS_MS.items()
+    ) and all(g <= 1.0 for g in out["git_processes_per_patch"].values())
     return record(out, args.out)
 
 

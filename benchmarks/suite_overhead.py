@@ -49,8 +49,10 @@ def time_runner(n: int, true: str, results: str, markers: bool) -> float:
     """Seconds for ``run_suite`` to run ``true`` ``n`` times (all must pass)."""
     text = f'[suites.trivial]\nchild = ["{true}"]\nruns = {n}\ndeadline = 30\n'
     if markers:
-        text += ('[[suites.trivial.markers]]\nstream = "stdout"\ntext = "x"\nexpect = "never"\n'
-                 '[[suites.trivial.markers]]\nstream = "stderr"\ntext = "y"\nexpect = "never"\n')
+        text += (
+            '[[suites.trivial.markers]]\nstream = "stdout"\ntext = "x"\nexpect = "never"\n'
+            '[[suites.trivial.markers]]\nstream = "stderr"\ntext = "y"\nexpect = "never"\n'
+        )
     suite = parse_suites(text)["trivial"]
     plat = Platform(hardware=frozenset(), backends=frozenset({"cpu"}))
     t0 = time.perf_counter()
@@ -68,14 +70,20 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     true = shutil.which("true") if not os.path.exists("/bin/true") else "/bin/true"
     n = args.runs
-    best = {"shell": float("inf"), "runner": float("inf"), "runner+markers": float("inf")}
+    best = {
+        "shell": float("inf"),
+        "runner": float("inf"),
+        "runner+markers": float("inf"),
+    }
     with tempfile.TemporaryDirectory(prefix="suite-overhead-") as tmp:
-        time_shell(10, true)                          # warm caches
+        time_shell(10, true)  # warm caches
         time_runner(10, true, tmp, False)
         for _ in range(args.rounds):
             best["shell"] = min(best["shell"], time_shell(n, true))
             best["runner"] = min(best["runner"], time_runner(n, true, tmp, False))
-            best["runner+markers"] = min(best["runner+markers"], time_runner(n, true, tmp, True))
+            best["runner+markers"] = min(
+                best["runner+markers"], time_runner(n, true, tmp, True)
+            )
     per = {k: v / n * 1000 for k, v in best.items()}
     report = {
         "child": true,

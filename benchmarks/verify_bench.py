@@ -30,43 +30,78 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _cpu import bench_env, cpu_run, median, overlay_cmd  # noqa: E402
 from _record import mirrors_missing, record  # noqa: E402
 
-TARGETS = {"cached_verify_to_cli_import_max": 1.2, "cli_import_to_click_import_max": 1.5}
+TARGETS = {
+    "cached_verify_to_cli_import_max": 1.2,
+    "cli_import_to_click_import_max": 1.5,
+}
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=31)
-    ap.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results", "verify.json"))
+    ap.add_argument(
+        "--out", default=os.path.join(ROOT, "benchmarks", "results", "verify.json")
+    )
     args = ap.parse_args()
     if mirrors_missing():
         return 2
     env = bench_env()
     py = sys.executable
     cpu_run(overlay_cmd("verify"), env=env, cwd=ROOT)  # online: fills the store
-    cpu_run(overlay_cmd("--offline", "verify"), env=env, cwd=ROOT)  # the verdict for the runs below
-    times: dict[str, list[float]] = {"cached_verify": [], "cli_import": [], "click_import": [],
-                                     "uncached_verify": [], "uncached_verify_only_fix": []}
+    cpu_run(
+        overlay_cmd("--offline", "verify"), env=env, cwd=ROOT
+    )  # the verdict for the runs below
+    times: dict[str, list[float]] = {
+        "cached_verify": [],
+        "cli_import": [],
+        "click_import": [],
+        "uncached_verify": [],
+        "uncached_verify_only_fix": [],
+    }
     for i in range(args.repeat):
-        times["cached_verify"].append(cpu_run(overlay_cmd("--offline", "verify"), env=env, cwd=ROOT))
-        times["cli_import"].append(cpu_run([py, "-c", "import overlay.cli"], env=env, cwd=ROOT))
-        times["click_import"].append(cpu_run([py, "-c", "import click"], env=env, cwd=ROOT))
+        times["cached_verify"].append(
+            cpu_run(overlay_cmd("--offline", "verify"), env=env, cwd=ROOT)
+        )
+        times["cli_import"].append(
+            cpu_run([py, "-c", "import overlay.cli"], env=env, cwd=ROOT)
+        )
+        times["click_import"].append(
+            cpu_run([py, "-c", "import click"], env=env, cwd=ROOT)
+        )
         if i < max(3, args.repeat // 3):
             times["uncached_verify"].append(
-                cpu_run(overlay_cmd("--offline", "verify", "--skip", f"BENCH{i}"), env=env, cwd=ROOT))
+                cpu_run(
+                    overlay_cmd("--offline", "verify", "--skip", f"BENCH{i}"),
+                    env=env,
+                    cwd=ROOT,
+                )
+            )
             times["uncached_verify_only_fix"].append(
-                cpu_run(overlay_cmd("--offline", "verify", "--only", "FIX", "--skip", f"BENCH{i}"), env=env, cwd=ROOT))
+                cpu_run(
+                    overlay_cmd(
+                        "--offline", "verify", "--only", "FIX", "--skip", f"BENCH{i}"
+                    ),
+                    env=env,
+                    cwd=ROOT,
+                )
+            )
     med = {k: round(median(v), 4) for k, v in times.items()}
     out = {
         "what": "overlay --offline verify of the real overlay with nothing changed since the last verify, against "
-                "python -c 'import overlay.cli' and python -c 'import click'; CPU (user + sys, children included)",
+        "python -c 'import overlay.cli' and python -c 'import click'; CPU (user + sys, children included)",
         "repeat": args.repeat,
         "median_cpu_s": med,
-        "cached_verify_to_cli_import": round(med["cached_verify"] / med["cli_import"], 3),
+        "cached_verify_to_cli_import": round(
+            med["cached_verify"] / med["cli_import"], 3
+        ),
         "cli_import_to_click_import": round(med["cli_import"] / med["click_import"], 3),
         "targets": TARGETS,
     }
-    out["met"] = (out["cached_verify_to_cli_import"] <= TARGETS["cached_verify_to_cli_import_max"]
-                  and out["cli_import_to_click_import"] <= TARGETS["cli_import_to_click_import_max"])
+    out["met"] = (
+        out["cached_verify_to_cli_import"] <= TARGETS["cached_verify_to_cli_import_max"]
+        and out["cli_import_to_click_import"]
+        <= TARGETS["cli_import_to_click_import_max"]
+    )
     return record(out, args.out)
 
 

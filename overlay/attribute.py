@@ -19,11 +19,11 @@ merged one by the nearest hunk (marked ``approximate``).
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
+from overlay.engine import PatchResult
 from overlay.errors import OverlayError
 from overlay.gitstore import Store
-from overlay.engine import PatchResult
 from overlay.layers import Layers
 
 UPSTREAM = "upstream"
@@ -63,7 +63,9 @@ class Origin:
             return "from the fork"
         if self.hunk is None:
             return f"patch {self.patch}"
-        return f"patch {self.patch} hunk #{self.hunk}" + (" (nearest)" if self.approximate else "")
+        return f"patch {self.patch} hunk #{self.hunk}" + (
+            " (nearest)" if self.approximate else ""
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,18 +98,26 @@ def build_chain(store: Store, layers: Layers) -> list[ChainLink]:
     links = []
     c0 = store.commit_tree(layers.pin, (), "overlay attribution: pin (upstream)")
     links.append(ChainLink(c0, layers.pin, UPSTREAM))
-    c1 = store.commit_tree(layers.forked, [c0], "overlay attribution: forked (fork delta)")
+    c1 = store.commit_tree(
+        layers.forked, [c0], "overlay attribution: forked (fork delta)"
+    )
     links.append(ChainLink(c1, layers.forked, FORK))
     for result in layers.patches:
         if result.tree is None:
-            raise OverlayError("attribution needs the tree after each patch: compute the layers "
-                               "with stepwise=True")
+            raise OverlayError(
+                "attribution needs the tree after each patch: compute the layers "
+                "with stepwise=True"
+            )
         parent = links[-1].commit
-        commit = store.commit_tree(result.tree, [parent], f"overlay attribution: {result.patch.name}")
+        commit = store.commit_tree(
+            result.tree, [parent], f"overlay attribution: {result.patch.name}"
+        )
         links.append(ChainLink(commit, result.tree, PATCH, result))
     if links[-1].tree != layers.patched:
-        raise OverlayError(f"attribution chain ends at tree {links[-1].tree}, not the patched "
-                           f"tree {layers.patched}")
+        raise OverlayError(
+            f"attribution chain ends at tree {links[-1].tree}, not the patched "
+            f"tree {layers.patched}"
+        )
     return links
 
 
@@ -124,12 +134,16 @@ def _find_hunk(result: PatchResult, path: str, line: int) -> tuple[int | None, b
                 return number, False
         if not change.hunks:
             return None, False
+
         # a 3-way merged patch: its recorded ranges moved; pick the nearest hunk
         def distance(item):
             number, hunk = item
             start = hunk.target_start + shifts.get(number, 0)
             end = start + max(hunk.target_length, 1) - 1
-            return 0 if start <= line <= end else min(abs(line - start), abs(line - end))
+            return (
+                0 if start <= line <= end else min(abs(line - start), abs(line - end))
+            )
+
         number, _h = min(enumerate(change.hunks, 1), key=distance)
         return number, True
     return None, False
@@ -143,12 +157,17 @@ def _parse_porcelain(text: str) -> list[tuple[str, int, int, int, str]]:
         if raw.startswith("\t"):
             continue
         fields = raw.split(" ")
-        if len(fields) >= 3 and len(fields[0]) == 40 and fields[1].isdigit() and fields[2].isdigit():
+        if (
+            len(fields) >= 3
+            and len(fields[0]) == 40
+            and fields[1].isdigit()
+            and fields[2].isdigit()
+        ):
             count = int(fields[3]) if len(fields) > 3 and fields[3].isdigit() else 1
             current = [fields[0], int(fields[1]), int(fields[2]), count, None]
             groups.append(current)
         elif raw.startswith("filename ") and current is not None:
-            current[4] = raw[len("filename "):]
+            current[4] = raw[len("filename ") :]
     out = []
     last_name: dict[str, str] = {}
     for commit, orig, final, count, name in groups:
@@ -179,7 +198,9 @@ class Attributor:
         """The chain's last commit (its tree is the patched tree)."""
         return self.chain[-1].commit
 
-    def attribute(self, locations: Iterable[tuple[str, int]]) -> dict[tuple[str, int], Origin | None]:
+    def attribute(
+        self, locations: Iterable[tuple[str, int]]
+    ) -> dict[tuple[str, int], Origin | None]:
         """Who wrote each ``(path, line)`` of the patched tree.
 
         Args:
@@ -206,7 +227,9 @@ class Attributor:
         data = self.store.git("cat-file", "blob", f"{self.tip}:{path}").stdout
         return data.count(b"\n") + (0 if data.endswith(b"\n") or not data else 1)
 
-    def _blame_file(self, path: str, lines: Sequence[int]) -> dict[tuple[str, int], Origin | None]:
+    def _blame_file(
+        self, path: str, lines: Sequence[int]
+    ) -> dict[tuple[str, int], Origin | None]:
         out: dict[tuple[str, int], Origin | None] = {(path, n): None for n in lines}
         total = self._line_count(path)
         if total is None:
@@ -220,7 +243,9 @@ class Attributor:
         proc = self.store.git(*args, self.tip, "--", path, check=False)
         if proc.returncode != 0:
             return out
-        for commit, orig, final, count, name in _parse_porcelain(proc.stdout.decode("utf-8", "replace")):
+        for commit, orig, final, count, name in _parse_porcelain(
+            proc.stdout.decode("utf-8", "replace")
+        ):
             link = self._by_commit.get(commit)
             for i in range(count):
                 key = (path, final + i)
@@ -230,14 +255,17 @@ class Attributor:
                 if link.layer == PATCH:
                     assert link.result is not None
                     hunk, approx = _find_hunk(link.result, name, line)
-                    out[key] = Origin(PATCH, commit, name, line, link.result.patch.name, hunk, approx)
+                    out[key] = Origin(
+                        PATCH, commit, name, line, link.result.patch.name, hunk, approx
+                    )
                 else:
                     out[key] = Origin(link.layer, commit, name, line)
         return out
 
 
-def attribute_lines(store: Store, layers: Layers,
-                    locations: Iterable[tuple[str, int]]) -> dict[tuple[str, int], Origin | None]:
+def attribute_lines(
+    store: Store, layers: Layers, locations: Iterable[tuple[str, int]]
+) -> dict[tuple[str, int], Origin | None]:
     """One-shot :meth:`Attributor.attribute` (builds the chain, then blames).
 
     Args:
@@ -251,4 +279,13 @@ def attribute_lines(store: Store, layers: Layers,
     return Attributor(store, layers).attribute(list(locations))
 
 
-__all__ = ["Attributor", "ChainLink", "FORK", "Origin", "PATCH", "UPSTREAM", "attribute_lines", "build_chain"]
+__all__ = [
+    "Attributor",
+    "ChainLink",
+    "FORK",
+    "Origin",
+    "PATCH",
+    "UPSTREAM",
+    "attribute_lines",
+    "build_chain",
+]

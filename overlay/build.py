@@ -36,7 +36,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from overlay.errors import EXIT_FINDINGS, OverlayError
 from overlay.export import ExportResult, export_tree
@@ -56,8 +56,11 @@ HEADER_SUFFIXES = (".h", ".hpp", ".hh", ".cuh", ".inc")
 _ANSI_RE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _PROGRESS_RE = re.compile(r"^\[(\d+)/(\d+)\] (.*)$")
 _DIAG_RE = re.compile(
-    r"^(?P<path>[^\s:][^:]*?):(?P<line>\d+):(?:(?P<col>\d+):)? (?P<sev>fatal error|error): (?P<msg>.*)$")
-_TOOL_ERROR_RE = re.compile(r"^(?P<tool>[^\s:]+): (?:fatal )?error: (?P<msg>.*)$|.*undefined reference to .*")
+    r"^(?P<path>[^\s:][^:]*?):(?P<line>\d+):(?:(?P<col>\d+):)? (?P<sev>fatal error|error): (?P<msg>.*)$"
+)
+_TOOL_ERROR_RE = re.compile(
+    r"^(?P<tool>[^\s:]+): (?:fatal )?error: (?P<msg>.*)$|.*undefined reference to .*"
+)
 
 
 class ToolchainError(OverlayError):
@@ -72,10 +75,12 @@ class BuildError(OverlayError):
 
 # ----------------------------------------------------------------- toolchains
 
+
 def default_toolchain_root() -> str:
     """``$OVERLAY_TOOLCHAIN_DIR``, else ``~/.cache/overlay/rocm-toolchain`` (as the script)."""
     return os.environ.get(ENV_TOOLCHAIN_DIR) or os.path.join(
-        os.path.expanduser("~"), ".cache", "overlay", "rocm-toolchain")
+        os.path.expanduser("~"), ".cache", "overlay", "rocm-toolchain"
+    )
 
 
 def toolchain_script(root: str | None = None) -> str | None:
@@ -99,7 +104,11 @@ def _read_env_file(path: str) -> dict[str, str]:
                     continue
                 key, value = raw.split("=", 1)
                 words = shlex.split(value)
-                out[key] = words[0] if len(words) == 1 else " ".join(shlex.quote(w) for w in words)
+                out[key] = (
+                    words[0]
+                    if len(words) == 1
+                    else " ".join(shlex.quote(w) for w in words)
+                )
     except (OSError, ValueError):
         pass
     return out
@@ -132,7 +141,9 @@ class Toolchain:
     default_arch: str | None = None
     rocwmma: bool = True
 
-    def wrap(self, argv: Sequence[str], binds: Sequence[str], cwd: str | None = None) -> list[str]:
+    def wrap(
+        self, argv: Sequence[str], binds: Sequence[str], cwd: str | None = None
+    ) -> list[str]:
         """``argv`` as run by this toolchain (unchanged on the host).
 
         Args:
@@ -143,7 +154,12 @@ class Toolchain:
         """
         if self.kind != "chroot":
             return list(argv)
-        out = [self.script or "tools/rocm-toolchain.sh", "exec", "--root", self.root or ""]
+        out = [
+            self.script or "tools/rocm-toolchain.sh",
+            "exec",
+            "--root",
+            self.root or "",
+        ]
         for b in binds:
             out += ["--bind", b]
         if cwd:
@@ -158,8 +174,10 @@ class Toolchain:
         """Whether the program ``name`` is on the ``PATH`` where the compilers run (in the
         chroot: ``/usr/bin`` or ``/usr/local/bin`` of its root; else the host's ``PATH``)."""
         if self.kind == "chroot":
-            return any(os.path.exists(os.path.join(self.root or "", "chroot", d, name))
-                       for d in ("usr/bin", "usr/local/bin"))
+            return any(
+                os.path.exists(os.path.join(self.root or "", "chroot", d, name))
+                for d in ("usr/bin", "usr/local/bin")
+            )
         return shutil.which(name) is not None
 
 
@@ -175,28 +193,45 @@ def _system_hipcc() -> str | None:
 def _chroot_toolchain(root: str, repo_root: str | None) -> Toolchain:
     root = os.path.abspath(root)
     if not os.path.isfile(os.path.join(root, "READY")):
-        raise ToolchainError(f"no ROCm toolchain at {root} (no READY file)",
-                             hint=f"provision it: tools/rocm-toolchain.sh --root {root}")
+        raise ToolchainError(
+            f"no ROCm toolchain at {root} (no READY file)",
+            hint=f"provision it: tools/rocm-toolchain.sh --root {root}",
+        )
     env = _read_env_file(os.path.join(root, "toolchain.env"))
     script = toolchain_script(repo_root) or env.get("OVERLAY_TOOLCHAIN_SCRIPT")
     if not script or not os.path.isfile(script):
-        raise ToolchainError("tools/rocm-toolchain.sh not found (needed to run the chroot toolchain)")
+        raise ToolchainError(
+            "tools/rocm-toolchain.sh not found (needed to run the chroot toolchain)"
+        )
     if os.geteuid() != 0:
-        raise ToolchainError(f"the chroot toolchain at {root} needs root (chroot, mount, unshare)",
-                             hint="run as root, or use --toolchain system on a host with ROCm")
+        raise ToolchainError(
+            f"the chroot toolchain at {root} needs root (chroot, mount, unshare)",
+            hint="run as root, or use --toolchain system on a host with ROCm",
+        )
     try:
         with open(os.path.join(root, "cmake-args.txt"), encoding="utf-8") as fh:
             args = [line.rstrip("\n") for line in fh if line.strip()]
     except OSError:
         args = shlex.split(env.get("OVERLAY_CMAKE_ARGS", ""))
     json_dir = env.get("OVERLAY_JSON_SOURCE_DIR_IN_CHROOT")
-    return Toolchain("chroot", f"chroot {root}", root=root, script=os.path.abspath(script),
-                     cmake_args=args, json_dir=json_dir,
-                     default_arch=env.get("OVERLAY_ROCM_ARCH_DEFAULT") or "gfx1030", rocwmma=False)
+    return Toolchain(
+        "chroot",
+        f"chroot {root}",
+        root=root,
+        script=os.path.abspath(script),
+        cmake_args=args,
+        json_dir=json_dir,
+        default_arch=env.get("OVERLAY_ROCM_ARCH_DEFAULT") or "gfx1030",
+        rocwmma=False,
+    )
 
 
 def _offline_args() -> list[str]:
-    return ["-DUSE_SYSTEM_FMT=ON", "-DMLX_BUILD_GGUF=OFF", "-DFETCHCONTENT_FULLY_DISCONNECTED=ON"]
+    return [
+        "-DUSE_SYSTEM_FMT=ON",
+        "-DMLX_BUILD_GGUF=OFF",
+        "-DFETCHCONTENT_FULLY_DISCONNECTED=ON",
+    ]
 
 
 def _gcc_major() -> int:
@@ -204,13 +239,17 @@ def _gcc_major() -> int:
     if not cxx:
         return 0
     try:
-        out = subprocess.run([cxx, "-dumpversion"], capture_output=True, text=True, timeout=20).stdout
+        out = subprocess.run(
+            [cxx, "-dumpversion"], capture_output=True, text=True, timeout=20
+        ).stdout
         return int(out.strip().split(".")[0])
     except (OSError, ValueError, subprocess.SubprocessError):
         return 0
 
 
-def find_toolchain(backend: str, spec: str | None, *, repo_root: str | None = None) -> Toolchain:
+def find_toolchain(
+    backend: str, spec: str | None, *, repo_root: str | None = None
+) -> Toolchain:
     """Pick the toolchain for ``backend``.
 
     Args:
@@ -239,31 +278,49 @@ def find_toolchain(backend: str, spec: str | None, *, repo_root: str | None = No
             raise ToolchainError(
                 f"no ROCm toolchain: hipcc is not on PATH nor in $ROCM_PATH/bin (/opt/rocm), and "
                 f"{default} holds no provisioned toolchain",
-                hint="install ROCm, or provision a compile-only one: tools/rocm-toolchain.sh")
+                hint="install ROCm, or provision a compile-only one: tools/rocm-toolchain.sh",
+            )
         if hipcc is None:
-            raise ToolchainError("no ROCm toolchain: hipcc is not on PATH nor in $ROCM_PATH/bin (/opt/rocm)",
-                                 hint="install ROCm, or pass --toolchain DIR (tools/rocm-toolchain.sh)")
+            raise ToolchainError(
+                "no ROCm toolchain: hipcc is not on PATH nor in $ROCM_PATH/bin (/opt/rocm)",
+                hint="install ROCm, or pass --toolchain DIR (tools/rocm-toolchain.sh)",
+            )
         rocm = os.path.dirname(os.path.dirname(os.path.realpath(hipcc)))
-        args = [f"-DCMAKE_HIP_COMPILER={hipcc}", f"-DCMAKE_PREFIX_PATH={rocm}", *_offline_args()]
+        args = [
+            f"-DCMAKE_HIP_COMPILER={hipcc}",
+            f"-DCMAKE_PREFIX_PATH={rocm}",
+            *_offline_args(),
+        ]
         tc = Toolchain("system", f"system ROCm ({hipcc})", cmake_args=args)
     elif backend == "cuda":
-        nvcc = shutil.which("nvcc") or (os.path.join(os.environ.get("CUDA_PATH", "/usr/local/cuda"), "bin", "nvcc"))
+        nvcc = shutil.which("nvcc") or (
+            os.path.join(os.environ.get("CUDA_PATH", "/usr/local/cuda"), "bin", "nvcc")
+        )
         if not os.access(nvcc, os.X_OK):
-            raise ToolchainError("no CUDA toolchain: nvcc is not on PATH nor in $CUDA_PATH/bin (/usr/local/cuda)")
-        tc = Toolchain("system", f"system CUDA ({nvcc})",
-                       cmake_args=[f"-DCMAKE_CUDA_COMPILER={nvcc}", *_offline_args()])
+            raise ToolchainError(
+                "no CUDA toolchain: nvcc is not on PATH nor in $CUDA_PATH/bin (/usr/local/cuda)"
+            )
+        tc = Toolchain(
+            "system",
+            f"system CUDA ({nvcc})",
+            cmake_args=[f"-DCMAKE_CUDA_COMPILER={nvcc}", *_offline_args()],
+        )
     else:
         tc = Toolchain("host", "host compilers", cmake_args=_offline_args())
     for tool in ("cmake", "ninja"):
         if shutil.which(tool) is None:
-            raise ToolchainError(f"{tool} not found on PATH",
-                                 hint="apt-get install cmake ninja-build (docs/build.md)")
+            raise ToolchainError(
+                f"{tool} not found on PATH",
+                hint="apt-get install cmake ninja-build (docs/build.md)",
+            )
     if tc.kind != "chroot" and backend == "rocm" and _gcc_major() >= 16:
         tc.cmake_args.append("-DCMAKE_CXX_FLAGS=-include format")
     return tc
 
 
-def resolve_arch(arch: str | None, manifest_archs: Sequence[str], toolchain: Toolchain) -> tuple[str, str | None]:
+def resolve_arch(
+    arch: str | None, manifest_archs: Sequence[str], toolchain: Toolchain
+) -> tuple[str, str | None]:
     """The HIP architectures to build and a note on how they were chosen.
 
     Args:
@@ -284,16 +341,24 @@ def resolve_arch(arch: str | None, manifest_archs: Sequence[str], toolchain: Too
                 raise ToolchainError(
                     f"{', '.join(bad)} need rocWMMA, which the chroot toolchain lacks "
                     f"(fork CMake requires it for gfx11*/gfx12*/gfx908/gfx90a/gfx942)",
-                    hint=f"compile-check with --arch {toolchain.default_arch or 'gfx1030'}")
+                    hint=f"compile-check with --arch {toolchain.default_arch or 'gfx1030'}",
+                )
         return ";".join(archs), None
     archs = list(manifest_archs)
-    if archs and (toolchain.rocwmma or not any(ROCWMMA_ARCH_RE.match(a) for a in archs)):
+    if archs and (
+        toolchain.rocwmma or not any(ROCWMMA_ARCH_RE.match(a) for a in archs)
+    ):
         return ";".join(archs), None
     if toolchain.default_arch:
-        why = (f"the manifest's {', '.join(archs)} need rocWMMA, which this toolchain lacks"
-               if archs else "the manifest names no architecture")
+        why = (
+            f"the manifest's {', '.join(archs)} need rocWMMA, which this toolchain lacks"
+            if archs
+            else "the manifest names no architecture"
+        )
         return toolchain.default_arch, f"building for {toolchain.default_arch}: {why}"
-    raise ToolchainError("no GPU architecture: pass --arch (e.g. gfx1100) or set backend.architectures")
+    raise ToolchainError(
+        "no GPU architecture: pass --arch (e.g. gfx1100) or set backend.architectures"
+    )
 
 
 # -------------------------------------------------------------- compiler cache
@@ -322,13 +387,21 @@ def resolve_cache(toolchain: Toolchain, cache: str | None) -> str:
     if cache is None:
         return "ccache" if toolchain.has_tool("ccache") else "none"
     if cache not in CACHES:
-        raise ToolchainError(f"unknown compiler cache {cache!r} (ccache, sccache or none)")
+        raise ToolchainError(
+            f"unknown compiler cache {cache!r} (ccache, sccache or none)"
+        )
     if cache != "none" and not toolchain.has_tool(cache):
         where = "the chroot" if toolchain.kind == "chroot" else "PATH"
-        hint = ("provision the toolchain again (tools/rocm-toolchain.sh installs ccache and sccache)"
-                if toolchain.kind == "chroot" else f"apt-get install {cache}, or --cache none")
-        raise ToolchainError(f"--cache {cache}: {cache} is not on the {where} where the compilers run "
-                             f"({toolchain.description})", hint=hint)
+        hint = (
+            "provision the toolchain again (tools/rocm-toolchain.sh installs ccache and sccache)"
+            if toolchain.kind == "chroot"
+            else f"apt-get install {cache}, or --cache none"
+        )
+        raise ToolchainError(
+            f"--cache {cache}: {cache} is not on the {where} where the compilers run "
+            f"({toolchain.description})",
+            hint=hint,
+        )
     return cache
 
 
@@ -349,7 +422,11 @@ def sccache_socket(backend_dir: str) -> str:
     if len(path.encode()) < 100:
         return path
     import hashlib
-    return os.path.join("/tmp", f"overlay-sccache-{hashlib.sha1(backend_dir.encode()).hexdigest()[:12]}.sock")
+
+    return os.path.join(
+        "/tmp",
+        f"overlay-sccache-{hashlib.sha1(backend_dir.encode()).hexdigest()[:12]}.sock",
+    )
 
 
 def _launcher_script(cache: str, socket: str) -> str:
@@ -357,10 +434,12 @@ def _launcher_script(cache: str, socket: str) -> str:
     run = '"$@"' if cache == "none" else f'{cache} "$@"'
     server = ""
     if cache == "sccache":
-        server = (f'# one sccache server per build directory (overlay stops it when the build ends),\n'
-                  f'# unless the caller chose a server\n'
-                  f'if [ -z "${{SCCACHE_SERVER_UDS:-}}" ] && [ -z "${{SCCACHE_SERVER_PORT:-}}" ]; then\n'
-                  f'  SCCACHE_SERVER_UDS={shlex.quote(socket)}\n  export SCCACHE_SERVER_UDS\nfi\n')
+        server = (
+            f"# one sccache server per build directory (overlay stops it when the build ends),\n"
+            f"# unless the caller chose a server\n"
+            f'if [ -z "${{SCCACHE_SERVER_UDS:-}}" ] && [ -z "${{SCCACHE_SERVER_PORT:-}}" ]; then\n'
+            f"  SCCACHE_SERVER_UDS={shlex.quote(socket)}\n  export SCCACHE_SERVER_UDS\nfi\n"
+        )
     return f"""#!/bin/sh
 # Written by overlay build (--cache {cache}). CMake runs it in front of every C/C++
 # compile (CMAKE_<LANG>_COMPILER_LAUNCHER) and every custom command (RULE_LAUNCH_CUSTOM):
@@ -388,9 +467,13 @@ def write_launcher(backend_dir: str, cache: str) -> str:
     os.makedirs(base, exist_ok=True)
     script = launcher_path(backend_dir)
     rules = os.path.join(base, "rules.cmake")
-    texts = {script: _launcher_script(cache, sccache_socket(backend_dir)),
-             rules: ("# Written by overlay build: the compiler cache launcher of the compile custom commands.\n"
-                     f'set_property(GLOBAL PROPERTY RULE_LAUNCH_CUSTOM "{script}")\n')}
+    texts = {
+        script: _launcher_script(cache, sccache_socket(backend_dir)),
+        rules: (
+            "# Written by overlay build: the compiler cache launcher of the compile custom commands.\n"
+            f'set_property(GLOBAL PROPERTY RULE_LAUNCH_CUSTOM "{script}")\n'
+        ),
+    }
     for path, text in texts.items():
         try:
             with open(path, encoding="utf-8") as fh:
@@ -403,18 +486,28 @@ def write_launcher(backend_dir: str, cache: str) -> str:
     return rules
 
 
-def _stop_sccache(toolchain: Toolchain, backend_dir: str, binds: list[str], log: "_Log") -> None:
+def _stop_sccache(
+    toolchain: Toolchain, backend_dir: str, binds: list[str], log: _Log
+) -> None:
     """Log the build's sccache statistics and stop its server (:func:`sccache_socket`)."""
     if os.environ.get("SCCACHE_SERVER_UDS") or os.environ.get("SCCACHE_SERVER_PORT"):
         return  # the caller's own server: leave it running
     sock = shlex.quote(sccache_socket(backend_dir))
-    argv = toolchain.wrap(["sh", "-c", f"SCCACHE_SERVER_UDS={sock} sccache --show-stats && "
-                                       f"SCCACHE_SERVER_UDS={sock} sccache --stop-server >/dev/null"],
-                          binds, backend_dir)
+    argv = toolchain.wrap(
+        [
+            "sh",
+            "-c",
+            f"SCCACHE_SERVER_UDS={sock} sccache --show-stats && "
+            f"SCCACHE_SERVER_UDS={sock} sccache --stop-server >/dev/null",
+        ],
+        binds,
+        backend_dir,
+    )
     _run_logged(argv, log)
 
 
 # ---------------------------------------------------------------- diagnostics
+
 
 @dataclasses.dataclass
 class Diagnostic:
@@ -467,7 +560,9 @@ def _map_path(path: str, src: str, cwd: str) -> tuple[str, bool]:
     return path, False
 
 
-def parse_diagnostics(text: str, src: str, cwd: str) -> tuple[list[Diagnostic], list[str]]:
+def parse_diagnostics(
+    text: str, src: str, cwd: str
+) -> tuple[list[Diagnostic], list[str]]:
     """Compiler errors in ``text`` (gcc, clang, hipcc formats), deduplicated.
 
     Args:
@@ -489,7 +584,14 @@ def parse_diagnostics(text: str, src: str, cwd: str) -> tuple[list[Diagnostic], 
             if key in found:
                 found[key].count += 1
             else:
-                found[key] = Diagnostic(path, int(m.group("line")), col, m.group("sev"), m.group("msg"), in_tree)
+                found[key] = Diagnostic(
+                    path,
+                    int(m.group("line")),
+                    col,
+                    m.group("sev"),
+                    m.group("msg"),
+                    in_tree,
+                )
             continue
         if _TOOL_ERROR_RE.match(line) and line not in other:
             other.append(line)
@@ -497,7 +599,8 @@ def parse_diagnostics(text: str, src: str, cwd: str) -> tuple[list[Diagnostic], 
 
 
 _CMAKE_ERROR_RE = re.compile(
-    r"^CMake Error(?: (?:at|in) (?P<where>[^\s:][^:]*(?::\d+)?(?: \([^)]*\))?))?:\s*(?P<msg>.*)$")
+    r"^CMake Error(?: (?:at|in) (?P<where>[^\s:][^:]*(?::\d+)?(?: \([^)]*\))?))?:\s*(?P<msg>.*)$"
+)
 _CMAKE_FRAME_RE = re.compile(r"^\s+(?P<where>\S[^:]*:\d+ \([^)]*\))\s*$")
 _NOT_FOUND_RE = re.compile(r"^\s*(?:-- )?(?P<line>Could NOT find \S.*)$")
 
@@ -522,7 +625,9 @@ def cmake_error_summary(output: str) -> str:
         ``CMake Error`` at all; ``""`` for empty output.
     """
     lines = [_ANSI_RE.sub("", raw).rstrip() for raw in output.splitlines()]
-    not_found = next((m.group("line").strip() for m in map(_NOT_FOUND_RE.match, lines) if m), None)
+    not_found = next(
+        (m.group("line").strip() for m in map(_NOT_FOUND_RE.match, lines) if m), None
+    )
     for i, line in enumerate(lines):
         m = _CMAKE_ERROR_RE.match(line)
         if not m:
@@ -541,17 +646,23 @@ def cmake_error_summary(output: str) -> str:
             else:
                 break
             j += 1
-        while j < len(lines) and not lines[j].startswith("Call Stack") and not lines[j].strip():
+        while (
+            j < len(lines)
+            and not lines[j].startswith("Call Stack")
+            and not lines[j].strip()
+        ):
             j += 1
         if j < len(lines) and lines[j].startswith("Call Stack"):
-            for text in lines[j + 1:]:
+            for text in lines[j + 1 :]:
                 frame = _CMAKE_FRAME_RE.match(text)
                 if not frame:
                     break
                 frames.append(frame.group("where"))
         inside = [f for f in frames if not f.startswith("/")]
         if inside:
-            where = inside[-1]  # the outermost project frame: where the project asked for it
+            where = inside[
+                -1
+            ]  # the outermost project frame: where the project asked for it
         summary = " ".join(body) or line.strip()
         if where:
             summary += f" (at {where})"
@@ -566,6 +677,7 @@ def cmake_error_summary(output: str) -> str:
 
 # -------------------------------------------------------------------- progress
 
+
 class LiveProgress:
     """A one-line live ``[n/N] description`` status on stderr (rich); silent off a TTY.
 
@@ -577,21 +689,28 @@ class LiveProgress:
         self.enabled = sys.stderr.isatty() if enabled is None else enabled
         self._live = None
 
-    def __enter__(self) -> "LiveProgress":
+    def __enter__(self) -> LiveProgress:
         if self.enabled:
             from rich.console import Console
             from rich.live import Live
             from rich.text import Text
+
             self._text = Text
-            self._live = Live(Text(f"{self.label}: starting"), console=Console(stderr=True),
-                              transient=True, refresh_per_second=8)
+            self._live = Live(
+                Text(f"{self.label}: starting"),
+                console=Console(stderr=True),
+                transient=True,
+                refresh_per_second=8,
+            )
             self._live.__enter__()
         return self
 
     def __call__(self, done: int, total: int, text: str) -> None:
         if self._live is not None:
-            width = max(20, shutil.get_terminal_size((100, 20)).columns - len(self.label) - 16)
-            short = text if len(text) <= width else "..." + text[-(width - 3):]
+            width = max(
+                20, shutil.get_terminal_size((100, 20)).columns - len(self.label) - 16
+            )
+            short = text if len(text) <= width else "..." + text[-(width - 3) :]
             self._live.update(self._text(f"{self.label}: [{done}/{total}] {short}"))
 
     def __exit__(self, *exc) -> None:
@@ -601,6 +720,7 @@ class LiveProgress:
 
 
 # --------------------------------------------------------------------- results
+
 
 @dataclasses.dataclass
 class UnitResult:
@@ -673,7 +793,7 @@ class BuildResult:
     suites: str | None = None
     notes: list[str] = dataclasses.field(default_factory=list)
     cache: str = "none"
-    link: "LinkCheck | None" = None
+    link: LinkCheck | None = None
     drift: list[str] = dataclasses.field(default_factory=list)
     drift_from: str | None = None
 
@@ -681,9 +801,14 @@ class BuildResult:
     def ok(self) -> bool:
         """No error of any kind (an undefined symbol of the link check included) and a zero
         exit status."""
-        return (self.returncode == 0 and not self.diagnostics and not self.other_errors
-                and not self.failed_targets and all(u.ok for u in self.units)
-                and (self.link is None or not self.link.undefined))
+        return (
+            self.returncode == 0
+            and not self.diagnostics
+            and not self.other_errors
+            and not self.failed_targets
+            and all(u.ok for u in self.units)
+            and (self.link is None or not self.link.undefined)
+        )
 
     def first_error(self) -> str:
         """The first error as one line (a located diagnostic with its attribution, else a
@@ -710,18 +835,26 @@ class BuildResult:
         for unit in self.units:
             if check and unit.ok:
                 continue  # a check covers every unit of the tree: list only the failures
-            out.append(f"  {unit.seconds:7.2f} s  {unit.kind:4} {unit.path}{'' if unit.ok else '  FAILED'}")
+            out.append(
+                f"  {unit.seconds:7.2f} s  {unit.kind:4} {unit.path}{'' if unit.ok else '  FAILED'}"
+            )
         if self.units:
             total = sum(u.seconds for u in self.units)
-            kinds = ", ".join(f"{sum(1 for u in self.units if u.kind == k)} {label}"
-                              for k, label in (("cpp", "C++"), ("hip", "HIP")))
+            kinds = ", ".join(
+                f"{sum(1 for u in self.units if u.kind == k)} {label}"
+                for k, label in (("cpp", "C++"), ("hip", "HIP"))
+            )
             failed = sum(1 for u in self.units if not u.ok)
-            out.append(f"{'check (front end only)' if check else 'only-changed'}: {len(self.units)} "
-                       f"translation unit(s) ({kinds}), {total:.2f} s summed, {self.build_seconds:.2f} s wall"
-                       + (f", {failed} failed" if failed else ""))
+            out.append(
+                f"{'check (front end only)' if check else 'only-changed'}: {len(self.units)} "
+                f"translation unit(s) ({kinds}), {total:.2f} s summed, {self.build_seconds:.2f} s wall"
+                + (f", {failed} failed" if failed else "")
+            )
         elif check and self.no_work:
-            out.append(f"check: the last full build in {self.obj} compiled this very tree with the same "
-                       "configure; nothing to check again")
+            out.append(
+                f"check: the last full build in {self.obj} compiled this very tree with the same "
+                "configure; nothing to check again"
+            )
         for path, why in self.skipped_units:
             out.append(f"  {'not checked' if check else 'skipped'} {path}: {why}")
         for diag in self.diagnostics:
@@ -731,8 +864,10 @@ class BuildResult:
         if self.link is not None:
             out.extend(self.link.report())
         if self.drift:
-            out.append(f"drift since the pin {self.drift_from[:12] if self.drift_from else '?'} "
-                       "(the upstream commit behind each error; `overlay drift --log` gives the detail):")
+            out.append(
+                f"drift since the pin {self.drift_from[:12] if self.drift_from else '?'} "
+                "(the upstream commit behind each error; `overlay drift --log` gives the detail):"
+            )
             out.extend(f"  {line}" for line in self.drift)
         counts = {"patch": 0, "fork": 0, "upstream": 0}
         elsewhere = 0
@@ -745,8 +880,11 @@ class BuildResult:
         n = len(self.diagnostics)
         what = "check" if check else "build"
         if not self.ok:
-            parts = [f"{counts['patch']} from patches", f"{counts['fork']} from the fork",
-                     f"{counts['upstream']} from upstream"]
+            parts = [
+                f"{counts['patch']} from patches",
+                f"{counts['fork']} from the fork",
+                f"{counts['upstream']} from upstream",
+            ]
             if elsewhere:
                 parts.append(f"{elsewhere} outside the tree or unattributed")
             summary = f"{self.backend} {what} failed: {n} error(s) ({', '.join(parts)})"
@@ -759,15 +897,18 @@ class BuildResult:
             out.append(summary + f"; log: {self.log}")
         else:
             done = "nothing to do" if self.no_work else f"{self.build_seconds:.1f} s"
-            out.append(f"{self.backend} {what} ok ({done}; configure "
-                       f"{'%.1f s' % self.configure_seconds if self.configured else 'cached'}); "
-                       f"log: {self.log}")
+            out.append(
+                f"{self.backend} {what} ok ({done}; configure "
+                f"{'%.1f s' % self.configure_seconds if self.configured else 'cached'}); "
+                f"log: {self.log}"
+            )
         if self.suites:
             out.append(f"suite children: {self.suites}")
         return out
 
 
 # ------------------------------------------------------------------ link check
+
 
 @dataclasses.dataclass
 class UndefinedSymbol:
@@ -822,12 +963,16 @@ class LinkCheck:
             return [f"link check: not run: {self.skipped}"]
         out = [u.format() for u in self.undefined]
         what = ", ".join(self.archives)
-        out.append(f"link check: {len(self.undefined)} undefined mlx::core symbol(s) over {self.members} "
-                   f"object(s) of {what} (every object, as a whole-archive link sees them), {self.seconds:.1f} s")
+        out.append(
+            f"link check: {len(self.undefined)} undefined mlx::core symbol(s) over {self.members} "
+            f"object(s) of {what} (every object, as a whole-archive link sees them), {self.seconds:.1f} s"
+        )
         return out
 
 
-_NM_LINE_RE = re.compile(r"^(?P<file>.+?)(?:\[(?P<member>[^\]]+)\])?: (?P<name>\S+) (?P<type>\S)(?:\s|$)")
+_NM_LINE_RE = re.compile(
+    r"^(?P<file>.+?)(?:\[(?P<member>[^\]]+)\])?: (?P<name>\S+) (?P<type>\S)(?:\s|$)"
+)
 #: nm types of a symbol defined for other objects: global (upper case) except U, plus
 #: GNU unique (u) and indirect functions (i). Lower-case w and v are weak *undefined*.
 _NM_UNDEFINED = "U"
@@ -864,7 +1009,9 @@ def _strip_angle(text: str) -> str:
         text = stripped
 
 
-def link_check(obj: str, toolchain: Toolchain, binds: list[str], log: "_Log") -> LinkCheck:
+def link_check(
+    obj: str, toolchain: Toolchain, binds: list[str], log: _Log
+) -> LinkCheck:
     """Undefined ``mlx::core`` symbols over every object of the build's static libraries.
 
     ``nm -A -P -g`` lists each object's global symbols; a name some object references
@@ -892,7 +1039,9 @@ def link_check(obj: str, toolchain: Toolchain, binds: list[str], log: "_Log") ->
         return LinkCheck(rel, skipped=f"cannot run nm: {exc.strerror}")
     if proc.returncode != 0 and not proc.stdout:
         err = proc.stderr.decode("utf-8", "replace").strip().splitlines()
-        return LinkCheck(rel, skipped=f"nm failed (exit {proc.returncode}): {err[-1] if err else ''}")
+        return LinkCheck(
+            rel, skipped=f"nm failed (exit {proc.returncode}): {err[-1] if err else ''}"
+        )
     defined: set[str] = set()
     refs: dict[str, list[str]] = {}
     members = 0
@@ -901,8 +1050,11 @@ def link_check(obj: str, toolchain: Toolchain, binds: list[str], log: "_Log") ->
         m = _NM_LINE_RE.match(line)
         if not m:
             continue
-        where = f"{os.path.relpath(m.group('file'), obj)}({m.group('member')})" if m.group("member") \
+        where = (
+            f"{os.path.relpath(m.group('file'), obj)}({m.group('member')})"
+            if m.group("member")
             else os.path.relpath(m.group("file"), obj)
+        )
         if where != previous:
             # nm lists each object's symbols together; an archive may hold two objects of
             # one name (mlx/backend/common/compiled.cpp.o and mlx/backend/rocm/...), so count
@@ -923,26 +1075,36 @@ def link_check(obj: str, toolchain: Toolchain, binds: list[str], log: "_Log") ->
             undefined.append(UndefinedSymbol(pretty, sorted(set(refs[name]))))
     undefined.sort(key=lambda u: u.symbol)
     for u in undefined:
-        log.write(f"link check: undefined symbol: {u.symbol}\n  referenced from {', '.join(u.referenced_from)}\n")
+        log.write(
+            f"link check: undefined symbol: {u.symbol}\n  referenced from {', '.join(u.referenced_from)}\n"
+        )
     result = LinkCheck(rel, members, undefined, time.perf_counter() - t0)
     log.write(result.report()[-1] + "\n")
     return result
 
 
-def _demangle(names: Sequence[str], toolchain: Toolchain, binds: list[str], cwd: str) -> dict[str, str]:
+def _demangle(
+    names: Sequence[str], toolchain: Toolchain, binds: list[str], cwd: str
+) -> dict[str, str]:
     """``{mangled: demangled}`` through one ``c++filt`` run (names it cannot read stay)."""
     if not names:
         return {}
     try:
-        proc = subprocess.run(toolchain.wrap(["c++filt"], binds, cwd), input="\n".join(names).encode() + b"\n",
-                              capture_output=True)
+        proc = subprocess.run(
+            toolchain.wrap(["c++filt"], binds, cwd),
+            input="\n".join(names).encode() + b"\n",
+            capture_output=True,
+        )
     except OSError:
         return {}
     out = proc.stdout.decode("utf-8", "replace").splitlines()
-    return dict(zip(names, out)) if proc.returncode == 0 and len(out) == len(names) else {}
+    return (
+        dict(zip(names, out)) if proc.returncode == 0 and len(out) == len(names) else {}
+    )
 
 
 # ------------------------------------------------------------------- the build
+
 
 class _Log:
     def __init__(self, path: str):
@@ -958,13 +1120,25 @@ class _Log:
         self.fh.close()
 
 
-def _run_logged(argv: Sequence[str], log: _Log, *, cwd: str | None = None, env: dict | None = None,
-                on_line: Callable[[str], None] | None = None) -> tuple[int, str]:
+def _run_logged(
+    argv: Sequence[str],
+    log: _Log,
+    *,
+    cwd: str | None = None,
+    env: dict | None = None,
+    on_line: Callable[[str], None] | None = None,
+) -> tuple[int, str]:
     """Run ``argv``, stream stdout+stderr into ``log``; return ``(status, output)``."""
     log.write("$ " + " ".join(shlex.quote(a) for a in argv) + "\n")
     try:
-        proc = subprocess.Popen(list(argv), cwd=cwd, env=env, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            list(argv),
+            cwd=cwd,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
     except OSError as exc:
         raise ToolchainError(f"cannot run {argv[0]}: {exc.strerror}") from None
     chunks = []
@@ -997,8 +1171,16 @@ def _json_dir(toolchain: Toolchain, backend_dir: str) -> str:
     return base
 
 
-def cmake_options(backend: str, toolchain: Toolchain, *, arch: str | None, cmake_option: str,
-                  json_dir: str, cache: str | None = None, launch_rules: str | None = None) -> list[str]:
+def cmake_options(
+    backend: str,
+    toolchain: Toolchain,
+    *,
+    arch: str | None,
+    cmake_option: str,
+    json_dir: str,
+    cache: str | None = None,
+    launch_rules: str | None = None,
+) -> list[str]:
     """The CMake ``-D`` options (after ``-S``/``-B``/``-G Ninja``) for ``backend``.
 
     Args:
@@ -1011,9 +1193,15 @@ def cmake_options(backend: str, toolchain: Toolchain, *, arch: str | None, cmake
     Returns:
         The option list (deterministic; recorded to decide on reconfiguring).
     """
-    opts = ["-DCMAKE_BUILD_TYPE=Release", "-DMLX_BUILD_TESTS=OFF", "-DMLX_BUILD_EXAMPLES=OFF",
-            "-DMLX_BUILD_BENCHMARKS=OFF", "-DMLX_BUILD_PYTHON_BINDINGS=OFF",
-            "-DCMAKE_EXPORT_COMPILE_COMMANDS=ON", "-DMLX_BUILD_METAL=OFF"]
+    opts = [
+        "-DCMAKE_BUILD_TYPE=Release",
+        "-DMLX_BUILD_TESTS=OFF",
+        "-DMLX_BUILD_EXAMPLES=OFF",
+        "-DMLX_BUILD_BENCHMARKS=OFF",
+        "-DMLX_BUILD_PYTHON_BINDINGS=OFF",
+        "-DCMAKE_EXPORT_COMPILE_COMMANDS=ON",
+        "-DMLX_BUILD_METAL=OFF",
+    ]
     if backend == "rocm":
         opts += [f"-D{cmake_option}=ON", "-DMLX_BUILD_CUDA=OFF"]
         if arch:
@@ -1025,14 +1213,20 @@ def cmake_options(backend: str, toolchain: Toolchain, *, arch: str | None, cmake
     else:
         opts += [f"-D{cmake_option}=OFF", "-DMLX_BUILD_CUDA=OFF"]
     opts += toolchain.cmake_args
-    if json_dir and not any(o.startswith("-DFETCHCONTENT_SOURCE_DIR_JSON=") for o in opts):
+    if json_dir and not any(
+        o.startswith("-DFETCHCONTENT_SOURCE_DIR_JSON=") for o in opts
+    ):
         opts.append(f"-DFETCHCONTENT_SOURCE_DIR_JSON={json_dir}")
     cache = resolve_cache(toolchain, cache)
     # MLX_USE_CCACHE would set the launchers to ccache itself, over any other choice
     opts.append("-DMLX_USE_CCACHE=OFF")
     if cache != "none":
         # the launcher script where there is one (it also sets the sccache server up)
-        launcher = os.path.join(os.path.dirname(launch_rules), "custom") if launch_rules else cache
+        launcher = (
+            os.path.join(os.path.dirname(launch_rules), "custom")
+            if launch_rules
+            else cache
+        )
         langs = ("C", "CXX", "CUDA") if backend == "cuda" else ("C", "CXX")
         opts += [f"-DCMAKE_{lang}_COMPILER_LAUNCHER={launcher}" for lang in langs]
     if launch_rules:
@@ -1055,22 +1249,33 @@ def _hip_targets(obj: str) -> dict[str, str]:
     """``{absolute source path: ninja output}`` of the HIP/CUDA custom commands in build.ninja."""
     out: dict[str, str] = {}
     try:
-        with open(os.path.join(obj, "build.ninja"), encoding="utf-8", errors="replace") as fh:
+        with open(
+            os.path.join(obj, "build.ninja"), encoding="utf-8", errors="replace"
+        ) as fh:
             for line in fh:
                 m = _CUSTOM_RE.match(line)
                 if m and m.group(2).endswith((".hip", ".cu")):
-                    out.setdefault(os.path.normpath(m.group(2).replace("$:", ":")), m.group(1).replace("$:", ":"))
+                    out.setdefault(
+                        os.path.normpath(m.group(2).replace("$:", ":")),
+                        m.group(1).replace("$:", ":"),
+                    )
     except OSError:
         pass
     return out
 
 
-def _header_users(toolchain: Toolchain, obj: str, binds: list[str], headers: set[str]) -> dict[str, set[str]]:
+def _header_users(
+    toolchain: Toolchain, obj: str, binds: list[str], headers: set[str]
+) -> dict[str, set[str]]:
     """Objects whose recorded dependencies (``ninja -t deps``) include one of ``headers``."""
     if not headers:
         return {}
-    proc = subprocess.run(toolchain.wrap(["ninja", "-C", obj, "-t", "deps"], binds, obj),
-                          capture_output=True, text=True, errors="replace")
+    proc = subprocess.run(
+        toolchain.wrap(["ninja", "-C", obj, "-t", "deps"], binds, obj),
+        capture_output=True,
+        text=True,
+        errors="replace",
+    )
     users: dict[str, set[str]] = {}
     current = None
     for line in proc.stdout.splitlines():
@@ -1079,7 +1284,9 @@ def _header_users(toolchain: Toolchain, obj: str, binds: list[str], headers: set
         elif current:
             dep = os.path.normpath(os.path.join(obj, line.strip()))
             if dep in headers:
-                users.setdefault(dep, set()).add(os.path.normpath(os.path.join(obj, current)))
+                users.setdefault(dep, set()).add(
+                    os.path.normpath(os.path.join(obj, current))
+                )
     return users
 
 
@@ -1095,9 +1302,16 @@ class _Unit:
     hip_target: str | None = None
 
 
-def _compile_units(result: BuildResult, changed: list[str], toolchain: Toolchain, binds: list[str],
-                   jobs: int | None, log: _Log, extra_dirs: Sequence[str],
-                   progress: Callable[[int, int, str], None] | None) -> str:
+def _compile_units(
+    result: BuildResult,
+    changed: list[str],
+    toolchain: Toolchain,
+    binds: list[str],
+    jobs: int | None,
+    log: _Log,
+    extra_dirs: Sequence[str],
+    progress: Callable[[int, int, str], None] | None,
+) -> str:
     """Compile the translation units of ``changed`` (repository paths); return all output.
 
     C++ units run straight from ``compile_commands.json``, in parallel; every HIP
@@ -1108,8 +1322,11 @@ def _compile_units(result: BuildResult, changed: list[str], toolchain: Toolchain
     launcher = launcher_path(os.path.dirname(obj))
     entries = _load_compile_commands(obj)
     by_file = {_entry_file(e): e for e in entries}
-    by_output = {os.path.normpath(os.path.join(e["directory"], _entry_output(e))): e for e in entries
-                 if _entry_output(e)}
+    by_output = {
+        os.path.normpath(os.path.join(e["directory"], _entry_output(e))): e
+        for e in entries
+        if _entry_output(e)
+    }
     hip = _hip_targets(obj)
     units: list[_Unit] = []
     hip_units: list[tuple[str, str]] = []  # (label, ninja target)
@@ -1117,42 +1334,81 @@ def _compile_units(result: BuildResult, changed: list[str], toolchain: Toolchain
     for path in changed:
         full = os.path.normpath(os.path.join(src, path))
         if full in by_file:
-            units.append(_Unit(path, "cpp", "compile_commands.json",
-                               _tu_argv(by_file[full], toolchain, binds, result.cache, launcher)))
+            units.append(
+                _Unit(
+                    path,
+                    "cpp",
+                    "compile_commands.json",
+                    _tu_argv(by_file[full], toolchain, binds, result.cache, launcher),
+                )
+            )
         elif full in hip:
             hip_units.append((path, hip[full]))
         elif path.endswith(HEADER_SUFFIXES):
             headers[full] = path
         elif path.endswith(SOURCE_SUFFIXES):
-            result.skipped_units.append((path, "not part of this configuration (no compile command)"))
+            result.skipped_units.append(
+                (path, "not part of this configuration (no compile command)")
+            )
     if headers:
         users = _header_users(toolchain, obj, binds, set(headers))
         seen = {u.label for u in units}
         for full, path in headers.items():
             objs = users.get(full)
             if not objs:
-                result.skipped_units.append((path, "header with no recorded users (build once fully for "
-                                                   "dependency data)"))
+                result.skipped_units.append(
+                    (
+                        path,
+                        "header with no recorded users (build once fully for "
+                        "dependency data)",
+                    )
+                )
                 continue
             for o in sorted(objs):
                 e = by_output.get(o)
                 if e is None:
                     continue
-                label = os.path.relpath(os.path.normpath(e["file"]), src).replace(os.sep, "/")
+                label = os.path.relpath(os.path.normpath(e["file"]), src).replace(
+                    os.sep, "/"
+                )
                 if label not in seen:
                     seen.add(label)
-                    units.append(_Unit(label, "cpp", "compile_commands.json",
-                                       _tu_argv(e, toolchain, binds, result.cache, launcher)))
+                    units.append(
+                        _Unit(
+                            label,
+                            "cpp",
+                            "compile_commands.json",
+                            _tu_argv(e, toolchain, binds, result.cache, launcher),
+                        )
+                    )
     for extra in extra_dirs:  # the suite children, when configured
         for e in _load_compile_commands(extra):
-            units.append(_Unit(e["file"], "cpp", "compile_commands.json", _tu_argv(e, toolchain, binds, result.cache, launcher)))
-    return _run_units(result, units, toolchain, binds, jobs, log, progress, ninja_targets=hip_units)
+            units.append(
+                _Unit(
+                    e["file"],
+                    "cpp",
+                    "compile_commands.json",
+                    _tu_argv(e, toolchain, binds, result.cache, launcher),
+                )
+            )
+    return _run_units(
+        result, units, toolchain, binds, jobs, log, progress, ninja_targets=hip_units
+    )
 
 
-def _run_units(result: BuildResult, units: list[_Unit], toolchain: Toolchain, binds: list[str],
-               jobs: int | None, log: _Log, progress: Callable[[int, int, str], None] | None, *,
-               ninja_targets: Sequence[tuple[str, str]] = (), hip_commands: dict[str, str] | None = None,
-               generated: Callable[[str], str | None] | None = None) -> str:
+def _run_units(
+    result: BuildResult,
+    units: list[_Unit],
+    toolchain: Toolchain,
+    binds: list[str],
+    jobs: int | None,
+    log: _Log,
+    progress: Callable[[int, int, str], None] | None,
+    *,
+    ninja_targets: Sequence[tuple[str, str]] = (),
+    hip_commands: dict[str, str] | None = None,
+    generated: Callable[[str], str | None] | None = None,
+) -> str:
     """Run ``units`` in parallel (``jobs`` workers, default the CPU count) and the
     ``ninja_targets`` in one ninja process beside them; fill ``result.units``.
 
@@ -1171,7 +1427,9 @@ def _run_units(result: BuildResult, units: list[_Unit], toolchain: Toolchain, bi
         ToolchainError: a unit's command could not be started (exit 2).
     """
     obj = result.obj
-    slots: list[tuple[str, list[UnitResult]]] = [("", []) for _ in range(len(units) + 1)]
+    slots: list[tuple[str, list[UnitResult]]] = [
+        ("", []) for _ in range(len(units) + 1)
+    ]
     total = len(units) + len(ninja_targets)
     done = [0]
     lock = threading.Lock()
@@ -1188,27 +1446,49 @@ def _run_units(result: BuildResult, units: list[_Unit], toolchain: Toolchain, bi
         argv = unit.argv
         if argv is None:
             command = (hip_commands or {}).get(unit.hip_target or "")
-            argv = toolchain.wrap(["sh", "-c", command], binds, obj) if command else None
+            argv = (
+                toolchain.wrap(["sh", "-c", command], binds, obj) if command else None
+            )
         if argv is None:
             with lock:
-                result.skipped_units.append((unit.label, f"ninja gave no command for {unit.hip_target}"))
+                result.skipped_units.append(
+                    (unit.label, f"ninja gave no command for {unit.hip_target}")
+                )
             tick(1, unit.label)
             return
         t0 = time.perf_counter()
         try:
-            proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            proc = subprocess.run(
+                argv,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
         except OSError as exc:
             raise ToolchainError(f"cannot run {argv[0]}: {exc.strerror}") from None
         seconds = time.perf_counter() - t0
         text = proc.stdout.decode("utf-8", "replace")
-        log.write(f"$ {' '.join(shlex.quote(a) for a in argv)}\n{text}[exit {proc.returncode}, {seconds:.2f} s]\n")
-        needs = generated(text) if (proc.returncode != 0 and generated is not None) else None
+        log.write(
+            f"$ {' '.join(shlex.quote(a) for a in argv)}\n{text}[exit {proc.returncode}, {seconds:.2f} s]\n"
+        )
+        needs = (
+            generated(text)
+            if (proc.returncode != 0 and generated is not None)
+            else None
+        )
         if needs:
             with lock:
                 result.skipped_units.append((unit.label, needs))
             slots[i] = ("", [])
         else:
-            slots[i] = (text, [UnitResult(unit.label, unit.kind, seconds, proc.returncode == 0, unit.how)])
+            slots[i] = (
+                text,
+                [
+                    UnitResult(
+                        unit.label, unit.kind, seconds, proc.returncode == 0, unit.how
+                    )
+                ],
+            )
         tick(1, unit.label)
 
     def batch() -> None:
@@ -1220,8 +1500,12 @@ def _run_units(result: BuildResult, units: list[_Unit], toolchain: Toolchain, bi
             offset = 0
         argv = ["ninja", "-C", obj, "-k", "0", "-j", str(workers), *targets]
         status, output = _run_logged(toolchain.wrap(argv, binds, obj), log)
-        failed = {word for line in output.splitlines() if line.startswith("FAILED: ")
-                  for word in line[len("FAILED: "):].split()}
+        failed = {
+            word
+            for line in output.splitlines()
+            if line.startswith("FAILED: ")
+            for word in line[len("FAILED: ") :].split()
+        }
         took = _ninja_log_seconds(ninja_log, offset)
         out = []
         for label, target in ninja_targets:
@@ -1314,18 +1598,27 @@ def _syntax_only_shell(command: str) -> str:
             segments.append([])
         else:
             segments[-1].append(word)
-    compile_at = next((i for i, seg in enumerate(segments) if "-c" in seg), len(segments) - 1)
+    compile_at = next(
+        (i for i, seg in enumerate(segments) if "-c" in seg), len(segments) - 1
+    )
     kept = [seg for seg in segments[:compile_at] if seg and seg[0] == "cd"]
     kept.append(syntax_only_argv(segments[compile_at]))
     return " && ".join(shlex.join(seg) for seg in kept)
 
 
 _MISSING_INCLUDE_RE = re.compile(
-    r"fatal error: (?:'(?P<clang>[^']+)' file not found|(?P<gcc>[^\s:][^:]*): No such file or directory)")
+    r"fatal error: (?:'(?P<clang>[^']+)' file not found|(?P<gcc>[^\s:][^:]*): No such file or directory)"
+)
 
 
-def _check(result: BuildResult, toolchain: Toolchain, binds: list[str], jobs: int | None, log: _Log,
-           progress: Callable[[int, int, str], None] | None) -> str:
+def _check(
+    result: BuildResult,
+    toolchain: Toolchain,
+    binds: list[str],
+    jobs: int | None,
+    log: _Log,
+    progress: Callable[[int, int, str], None] | None,
+) -> str:
     """Every translation unit of the configured tree through the compiler front end.
 
     C++ (and any HIP unit CMake compiles as a language): the ``compile_commands.json``
@@ -1338,34 +1631,59 @@ def _check(result: BuildResult, toolchain: Toolchain, binds: list[str], jobs: in
     obj, src = result.obj, result.src
     entries = _load_compile_commands(obj)
     if not entries:
-        raise OverlayError(f"no compile_commands.json in {obj}: the check needs CMake's "
-                           "CMAKE_EXPORT_COMPILE_COMMANDS=ON (overlay sets it; was the project configured?)")
+        raise OverlayError(
+            f"no compile_commands.json in {obj}: the check needs CMake's "
+            "CMAKE_EXPORT_COMPILE_COMMANDS=ON (overlay sets it; was the project configured?)"
+        )
     units: list[_Unit] = []
     for e in entries:
         full = _entry_file(e)
         label = _map_path(full, src, e["directory"])[0]
         if not os.path.exists(full):
-            target = os.path.relpath(full, obj) if full.startswith(obj + os.sep) else full
-            result.skipped_units.append((label, f"generated by the build (`ninja {target}` makes it)"))
+            target = (
+                os.path.relpath(full, obj) if full.startswith(obj + os.sep) else full
+            )
+            result.skipped_units.append(
+                (label, f"generated by the build (`ninja {target}` makes it)")
+            )
             continue
         try:
             words = e.get("arguments") or shlex.split(e.get("command", ""))
         except ValueError:
-            result.skipped_units.append((label, "its compile_commands.json command cannot be split (quotes)"))
+            result.skipped_units.append(
+                (label, "its compile_commands.json command cannot be split (quotes)")
+            )
             continue
         if result.cache != "none":
             # as the HIP commands, through the cache launcher: ccache keeps a clean
             # -fsyntax-only result, so an unchanged unit is not checked twice
             words = [launcher_path(os.path.dirname(obj)), *words]
-        argv = ["sh", "-c", f"cd {shlex.quote(e['directory'])} && {shlex.join(syntax_only_argv(words))}"]
-        units.append(_Unit(label, "hip" if full.endswith((".hip", ".cu")) else "cpp", "-fsyntax-only",
-                           toolchain.wrap(argv, binds, e["directory"])))
+        argv = [
+            "sh",
+            "-c",
+            f"cd {shlex.quote(e['directory'])} && {shlex.join(syntax_only_argv(words))}",
+        ]
+        units.append(
+            _Unit(
+                label,
+                "hip" if full.endswith((".hip", ".cu")) else "cpp",
+                "-fsyntax-only",
+                toolchain.wrap(argv, binds, e["directory"]),
+            )
+        )
     hip = _hip_targets(obj)
     commands: dict[str, str] = {}
     if hip:
         targets = [hip[k] for k in sorted(hip)]
-        proc = subprocess.run(toolchain.wrap(["ninja", "-C", obj, "-t", "commands", "-s", *targets], binds, obj),
-                              capture_output=True, text=True, errors="replace", stdin=subprocess.DEVNULL)
+        proc = subprocess.run(
+            toolchain.wrap(
+                ["ninja", "-C", obj, "-t", "commands", "-s", *targets], binds, obj
+            ),
+            capture_output=True,
+            text=True,
+            errors="replace",
+            stdin=subprocess.DEVNULL,
+        )
         lines = [line for line in proc.stdout.splitlines() if line.strip()]
         if proc.returncode == 0 and len(lines) == len(targets):
             for target, line in zip(targets, lines):
@@ -1376,15 +1694,21 @@ def _check(result: BuildResult, toolchain: Toolchain, binds: list[str], jobs: in
         for full in sorted(hip):
             label = _map_path(full, src, obj)[0]
             if not os.path.exists(full):
-                result.skipped_units.append((label, f"generated by the build (`ninja {hip[full]}` makes it)"))
+                result.skipped_units.append(
+                    (label, f"generated by the build (`ninja {hip[full]}` makes it)")
+                )
                 continue
             units.append(_Unit(label, "hip", "-fsyntax-only", hip_target=hip[full]))
-    made: list[list[str]] = []  # ninja's outputs, listed once, on the first missing include
+    made: list[
+        list[str]
+    ] = []  # ninja's outputs, listed once, on the first missing include
     made_lock = threading.Lock()
 
     def generated(text: str) -> str | None:
-        names = [(m.group("clang") or m.group("gcc")).strip()
-                 for m in _MISSING_INCLUDE_RE.finditer(_ANSI_RE.sub("", text))]
+        names = [
+            (m.group("clang") or m.group("gcc")).strip()
+            for m in _MISSING_INCLUDE_RE.finditer(_ANSI_RE.sub("", text))
+        ]
         if not names:
             return None
         with made_lock:
@@ -1393,28 +1717,50 @@ def _check(result: BuildResult, toolchain: Toolchain, binds: list[str], jobs: in
         hits = []
         for name in names:
             tail = "/" + name.lstrip("./")
-            hit = next((out for out in made[0] if out == name or out.endswith(tail)), None)
+            hit = next(
+                (out for out in made[0] if out == name or out.endswith(tail)), None
+            )
             if hit is None:
                 return None  # a missing include the build does not make: a real error
             hits.append(hit)
-        return (f"needs {names[0]}, which the build generates (`ninja {hits[0]}` makes it); "
-                "build once, then check again")
+        return (
+            f"needs {names[0]}, which the build generates (`ninja {hits[0]}` makes it); "
+            "build once, then check again"
+        )
 
-    return _run_units(result, units, toolchain, binds, jobs, log, progress, hip_commands=commands,
-                      generated=generated)
+    return _run_units(
+        result,
+        units,
+        toolchain,
+        binds,
+        jobs,
+        log,
+        progress,
+        hip_commands=commands,
+        generated=generated,
+    )
 
 
 def _ninja_outputs(toolchain: Toolchain, obj: str, binds: list[str]) -> list[str]:
     """Every output ninja knows (``ninja -t targets all``), as build.ninja names them."""
-    proc = subprocess.run(toolchain.wrap(["ninja", "-C", obj, "-t", "targets", "all"], binds, obj),
-                          capture_output=True, text=True, errors="replace", stdin=subprocess.DEVNULL)
-    return [line.rsplit(": ", 1)[0] for line in proc.stdout.splitlines() if ": " in line]
+    proc = subprocess.run(
+        toolchain.wrap(["ninja", "-C", obj, "-t", "targets", "all"], binds, obj),
+        capture_output=True,
+        text=True,
+        errors="replace",
+        stdin=subprocess.DEVNULL,
+    )
+    return [
+        line.rsplit(": ", 1)[0] for line in proc.stdout.splitlines() if ": " in line
+    ]
 
 
 def _entry_file(entry: dict) -> str:
     """The absolute, normalized source path of a compile_commands.json entry."""
     f = entry["file"]
-    return os.path.normpath(f if os.path.isabs(f) else os.path.join(entry["directory"], f))
+    return os.path.normpath(
+        f if os.path.isabs(f) else os.path.join(entry["directory"], f)
+    )
 
 
 def _entry_output(entry: dict) -> str:
@@ -1431,21 +1777,40 @@ def _entry_output(entry: dict) -> str:
     return ""
 
 
-def _tu_argv(entry: dict, toolchain: Toolchain, binds: list[str], cache: str = "none",
-             launcher: str | None = None) -> list[str]:
+def _tu_argv(
+    entry: dict,
+    toolchain: Toolchain,
+    binds: list[str],
+    cache: str = "none",
+    launcher: str | None = None,
+) -> list[str]:
     directory = entry["directory"]
-    command = entry.get("command") or " ".join(shlex.quote(a) for a in entry.get("arguments", []))
+    command = entry.get("command") or " ".join(
+        shlex.quote(a) for a in entry.get("arguments", [])
+    )
     output = _entry_output(entry)
     if cache != "none":
         # CMake leaves its compiler launcher out of compile_commands.json
         command = f"{shlex.quote(launcher) if launcher else cache} " + command
-    mkdir = f"mkdir -p {shlex.quote(os.path.dirname(os.path.join(directory, output)))} && " if output else ""
-    return toolchain.wrap(["sh", "-c", f"cd {shlex.quote(directory)} && {mkdir}{command}"], binds, directory)
+    mkdir = (
+        f"mkdir -p {shlex.quote(os.path.dirname(os.path.join(directory, output)))} && "
+        if output
+        else ""
+    )
+    return toolchain.wrap(
+        ["sh", "-c", f"cd {shlex.quote(directory)} && {mkdir}{command}"],
+        binds,
+        directory,
+    )
 
 
 def changed_paths(store: Store, layers: Layers) -> list[str]:
     """Repository paths the series adds or modifies (``forked`` -> ``patched``), sorted."""
-    return sorted(row[5] for row in store.diff_tree(layers.forked, layers.patched) if row[4] != "D")
+    return sorted(
+        row[5]
+        for row in store.diff_tree(layers.forked, layers.patched)
+        if row[4] != "D"
+    )
 
 
 #: In the build directory after a successful full build: the patched tree and the
@@ -1459,13 +1824,28 @@ BUILT_RECORD = ".overlay-built.json"
 BUILD_LOCK = ".overlay-build.lock"
 
 
-def build(store: Store, layers: Layers, root: str, backend: str, *, arch: str | None = None,
-          toolchain: Toolchain, jobs: int | None = None, only_changed: bool = False,
-          check: bool = False, target: str | None = None, build_root: str | None = None,
-          cmake_option: str = "MLX_BUILD_ROCM", suites_dir: str | None = None, notes: Iterable[str] = (),
-          progress: Callable[[int, int, str], None] | None = None,
-          on_wait: Callable[[str], None] | None = None, cache: str | None = None, link: bool = True,
-          drift_range: tuple[str, str] | None = None) -> BuildResult:
+def build(
+    store: Store,
+    layers: Layers,
+    root: str,
+    backend: str,
+    *,
+    arch: str | None = None,
+    toolchain: Toolchain,
+    jobs: int | None = None,
+    only_changed: bool = False,
+    check: bool = False,
+    target: str | None = None,
+    build_root: str | None = None,
+    cmake_option: str = "MLX_BUILD_ROCM",
+    suites_dir: str | None = None,
+    notes: Iterable[str] = (),
+    progress: Callable[[int, int, str], None] | None = None,
+    on_wait: Callable[[str], None] | None = None,
+    cache: str | None = None,
+    link: bool = True,
+    drift_range: tuple[str, str] | None = None,
+) -> BuildResult:
     """Export ``layers.patched``, configure (when needed) and build; attribute errors.
 
     The whole run holds the build directory's lock (:data:`BUILD_LOCK`): a second
@@ -1522,13 +1902,30 @@ def build(store: Store, layers: Layers, root: str, backend: str, *, arch: str | 
         raise OverlayError("--only-changed, --check and --target cannot be combined")
     # realpath: a build root that is a symlink (a scratch overlay sharing a build) keeps the
     # paths CMake was configured with, so nothing is reconfigured or rebuilt for the path alone
-    backend_dir = os.path.realpath(os.path.join(build_root or os.path.join(root, "build"), backend))
+    backend_dir = os.path.realpath(
+        os.path.join(build_root or os.path.join(root, "build"), backend)
+    )
     cache = resolve_cache(toolchain, cache)
     with dir_lock(backend_dir, BUILD_LOCK, on_wait=on_wait):
-        return _build_locked(store, layers, backend_dir, backend, arch=arch, toolchain=toolchain, jobs=jobs,
-                             only_changed=only_changed, check=check, target=target, cmake_option=cmake_option,
-                             suites_dir=suites_dir, notes=notes, progress=progress, cache=cache, link=link,
-                             drift_range=drift_range)
+        return _build_locked(
+            store,
+            layers,
+            backend_dir,
+            backend,
+            arch=arch,
+            toolchain=toolchain,
+            jobs=jobs,
+            only_changed=only_changed,
+            check=check,
+            target=target,
+            cmake_option=cmake_option,
+            suites_dir=suites_dir,
+            notes=notes,
+            progress=progress,
+            cache=cache,
+            link=link,
+            drift_range=drift_range,
+        )
 
 
 def _cache_binds(toolchain: Toolchain, cache: str) -> list[str]:
@@ -1543,35 +1940,74 @@ def _cache_binds(toolchain: Toolchain, cache: str) -> list[str]:
     return [path]
 
 
-def _build_locked(store: Store, layers: Layers, backend_dir: str, backend: str, *, arch: str | None,
-                  toolchain: Toolchain, jobs: int | None, only_changed: bool, check: bool, target: str | None,
-                  cmake_option: str, suites_dir: str | None, notes: Iterable[str],
-                  progress: Callable[[int, int, str], None] | None, cache: str, link: bool,
-                  drift_range: tuple[str, str] | None) -> BuildResult:
+def _build_locked(
+    store: Store,
+    layers: Layers,
+    backend_dir: str,
+    backend: str,
+    *,
+    arch: str | None,
+    toolchain: Toolchain,
+    jobs: int | None,
+    only_changed: bool,
+    check: bool,
+    target: str | None,
+    cmake_option: str,
+    suites_dir: str | None,
+    notes: Iterable[str],
+    progress: Callable[[int, int, str], None] | None,
+    cache: str,
+    link: bool,
+    drift_range: tuple[str, str] | None,
+) -> BuildResult:
     src, obj = os.path.join(backend_dir, "src"), os.path.join(backend_dir, "obj")
     os.makedirs(obj, exist_ok=True)
     log_path = os.path.join(backend_dir, "build.log")
     exported = export_tree(store, layers.patched, src)
     mode = "check" if check else "only-changed" if only_changed else "build"
-    result = BuildResult(backend, toolchain.description, arch, src, obj, log_path, exported, mode=mode,
-                         notes=list(notes), cache=cache)
+    result = BuildResult(
+        backend,
+        toolchain.description,
+        arch,
+        src,
+        obj,
+        log_path,
+        exported,
+        mode=mode,
+        notes=list(notes),
+        cache=cache,
+    )
     binds = [backend_dir, *_cache_binds(toolchain, cache)]
     log = _Log(log_path)
     try:
-        log.write(f"# overlay build --backend {backend}{' --check' if check else ''}: tree {layers.patched}, "
-                  f"toolchain {toolchain.description}, arch {arch or '-'}, cache {cache}\n# export: "
-                  f"{len(exported.written)} written, {len(exported.removed)} removed, {exported.unchanged} unchanged\n")
-        opts = cmake_options(backend, toolchain, arch=arch, cmake_option=cmake_option,
-                             json_dir=_json_dir(toolchain, backend_dir), cache=cache,
-                             launch_rules=write_launcher(backend_dir, cache))
+        log.write(
+            f"# overlay build --backend {backend}{' --check' if check else ''}: tree {layers.patched}, "
+            f"toolchain {toolchain.description}, arch {arch or '-'}, cache {cache}\n# export: "
+            f"{len(exported.written)} written, {len(exported.removed)} removed, {exported.unchanged} unchanged\n"
+        )
+        opts = cmake_options(
+            backend,
+            toolchain,
+            arch=arch,
+            cmake_option=cmake_option,
+            json_dir=_json_dir(toolchain, backend_dir),
+            cache=cache,
+            launch_rules=write_launcher(backend_dir, cache),
+        )
         configured = _configure(result, toolchain, opts, binds, log)
         built_path = os.path.join(obj, BUILT_RECORD)
         built = {"tree": layers.patched, "configure": configured}
         if not check:
-            _remove(built_path)  # objects are about to change: no longer "all built from one tree"
+            _remove(
+                built_path
+            )  # objects are about to change: no longer "all built from one tree"
         if check and _read_json(built_path) == built:
-            result.no_work = True  # every unit compiled in this very tree, same configure
-            log.write(f"# check: {built_path} records a successful full build of this tree\n")
+            result.no_work = (
+                True  # every unit compiled in this very tree, same configure
+            )
+            log.write(
+                f"# check: {built_path} records a successful full build of this tree\n"
+            )
             output = ""
         elif check:
             output = _check(result, toolchain, binds, jobs, log, progress)
@@ -1582,26 +2018,48 @@ def _build_locked(store: Store, layers: Layers, backend_dir: str, backend: str, 
                 extra.append(suites_obj)
                 if suites_dir:
                     binds.append(os.path.abspath(suites_dir))
-            output = _compile_units(result, changed_paths(store, layers), toolchain, binds, jobs, log,
-                                    extra, progress)
+            output = _compile_units(
+                result,
+                changed_paths(store, layers),
+                toolchain,
+                binds,
+                jobs,
+                log,
+                extra,
+                progress,
+            )
         else:
             output = _ninja(result, toolchain, binds, jobs, target, log, progress)
         if cache == "sccache" and not result.no_work:
             _stop_sccache(toolchain, backend_dir, binds, log)
         diags, other = parse_diagnostics(output, src, obj)
-        result.failed_targets = [line[len("FAILED: "):].strip() for line in output.splitlines()
-                                 if line.startswith("FAILED: ")]
+        result.failed_targets = [
+            line[len("FAILED: ") :].strip()
+            for line in output.splitlines()
+            if line.startswith("FAILED: ")
+        ]
         result.other_errors = other
         result.diagnostics = diags
         if link and result.ok and mode == "build" and not target:
             result.link = link_check(obj, toolchain, binds, log)
         if result.ok and mode == "build" and not target:
-            atomic_write(built_path, json.dumps(built, indent=1).encode(), durable=False)
-        if (result.ok and mode == "build" and not target and backend in ("rocm", "cuda")
-                and suites_dir and os.path.isfile(os.path.join(suites_dir, "CMakeLists.txt"))):
-            result.suites = _build_suites(result, toolchain, binds, jobs, log, backend, arch, suites_dir)
+            atomic_write(
+                built_path, json.dumps(built, indent=1).encode(), durable=False
+            )
+        if (
+            result.ok
+            and mode == "build"
+            and not target
+            and backend in ("rocm", "cuda")
+            and suites_dir
+            and os.path.isfile(os.path.join(suites_dir, "CMakeLists.txt"))
+        ):
+            result.suites = _build_suites(
+                result, toolchain, binds, jobs, log, backend, arch, suites_dir
+            )
         if result.diagnostics:
             from overlay.attribute import Attributor
+
             located = [(d.path, d.line) for d in result.diagnostics if d.in_tree]
             origins = Attributor(store, layers).attribute(located) if located else {}
             for d in result.diagnostics:
@@ -1614,7 +2072,9 @@ def _build_locked(store: Store, layers: Layers, backend_dir: str, backend: str, 
     return result
 
 
-def _attribute_drift(result: BuildResult, store: Store, drift_range: tuple[str, str]) -> None:
+def _attribute_drift(
+    result: BuildResult, store: Store, drift_range: tuple[str, str]
+) -> None:
     """Fill ``result.drift`` and each undefined symbol's cause from the build log."""
     from overlay.drift import attribute_log, short
 
@@ -1627,17 +2087,30 @@ def _attribute_drift(result: BuildResult, store: Store, drift_range: tuple[str, 
     result.drift_from = drift_range[0]
     checked = {u.symbol for u in result.link.undefined} if result.link else set()
     # an undefined symbol of the link check shows its cause on its own line
-    result.drift = [short(item) for item in items
-                    if item.diagnostic.kind != "undefined" or item.diagnostic.message not in checked]
-    causes = {i.diagnostic.message: i for i in items if i.diagnostic.kind == "undefined"}
+    result.drift = [
+        short(item)
+        for item in items
+        if item.diagnostic.kind != "undefined" or item.diagnostic.message not in checked
+    ]
+    causes = {
+        i.diagnostic.message: i for i in items if i.diagnostic.kind == "undefined"
+    }
     for u in result.link.undefined if result.link else []:
         item = causes.get(u.symbol)
         if item is not None:
-            u.cause = f"upstream {item.commit[:12]} {item.subject}" if item.commit else None
+            u.cause = (
+                f"upstream {item.commit[:12]} {item.subject}" if item.commit else None
+            )
             u.fork_file = item.fork_file
 
 
-def _configure(result: BuildResult, toolchain: Toolchain, opts: list[str], binds: list[str], log: _Log) -> dict:
+def _configure(
+    result: BuildResult,
+    toolchain: Toolchain,
+    opts: list[str],
+    binds: list[str],
+    log: _Log,
+) -> dict:
     """Run CMake unless the build directory holds a configure with the same options;
     return that record (source, toolchain, options)."""
     obj, src = result.obj, result.src
@@ -1649,12 +2122,18 @@ def _configure(result: BuildResult, toolchain: Toolchain, opts: list[str], binds
             previous = json.load(fh)
     except (OSError, ValueError):
         previous = None
-    if os.path.isfile(cache) and previous == record and os.path.isfile(os.path.join(obj, "build.ninja")):
+    if (
+        os.path.isfile(cache)
+        and previous == record
+        and os.path.isfile(os.path.join(obj, "build.ninja"))
+    ):
         log.write("# configure: cached (same options)\n")
         return record
     if os.path.isfile(cache):
         os.unlink(cache)  # options changed: start the cache afresh (objects stay)
-    argv = toolchain.wrap(["cmake", "-S", src, "-B", obj, "-G", "Ninja", *opts], binds, obj)
+    argv = toolchain.wrap(
+        ["cmake", "-S", src, "-B", obj, "-G", "Ninja", *opts], binds, obj
+    )
     t0 = time.perf_counter()
     status, output = _run_logged(argv, log)
     result.configure_seconds = time.perf_counter() - t0
@@ -1662,8 +2141,10 @@ def _configure(result: BuildResult, toolchain: Toolchain, opts: list[str], binds
     if status != 0:
         if os.path.exists(record_path):
             os.unlink(record_path)
-        raise BuildError(f"CMake configure failed (exit {status}): {cmake_error_summary(output)}",
-                         hint=f"full output in {result.log}")
+        raise BuildError(
+            f"CMake configure failed (exit {status}): {cmake_error_summary(output)}",
+            hint=f"full output in {result.log}",
+        )
     with open(record_path, "w", encoding="utf-8") as fh:
         json.dump(record, fh, indent=1)
     return record
@@ -1684,8 +2165,15 @@ def _remove(path: str) -> None:
         pass
 
 
-def _ninja(result: BuildResult, toolchain: Toolchain, binds: list[str], jobs: int | None, target: str | None,
-           log: _Log, progress: Callable[[int, int, str], None] | None) -> str:
+def _ninja(
+    result: BuildResult,
+    toolchain: Toolchain,
+    binds: list[str],
+    jobs: int | None,
+    target: str | None,
+    log: _Log,
+    progress: Callable[[int, int, str], None] | None,
+) -> str:
     argv = ["ninja", "-C", result.obj, "-k", "0"]
     if jobs:
         argv += ["-j", str(jobs)]
@@ -1699,36 +2187,69 @@ def _ninja(result: BuildResult, toolchain: Toolchain, binds: list[str], jobs: in
             progress(int(m.group(1)), int(m.group(2)), m.group(3))
 
     t0 = time.perf_counter()
-    status, output = _run_logged(toolchain.wrap(argv, binds, result.obj), log, env=env, on_line=on_line)
+    status, output = _run_logged(
+        toolchain.wrap(argv, binds, result.obj), log, env=env, on_line=on_line
+    )
     result.build_seconds = time.perf_counter() - t0
     result.returncode = status
     result.no_work = "ninja: no work to do." in output
     return output
 
 
-def _build_suites(result: BuildResult, toolchain: Toolchain, binds: list[str], jobs: int | None, log: _Log,
-                  backend: str, arch: str | None, suites_dir: str) -> str:
+def _build_suites(
+    result: BuildResult,
+    toolchain: Toolchain,
+    binds: list[str],
+    jobs: int | None,
+    log: _Log,
+    backend: str,
+    arch: str | None,
+    suites_dir: str,
+) -> str:
     """Install MLX into ``install/`` and build the suite children into ``suites/``."""
     backend_dir = os.path.dirname(result.obj)
     prefix = os.path.join(backend_dir, "install")
     sobj = os.path.join(backend_dir, "suites")
     suites_dir = os.path.abspath(suites_dir)
     b = [*binds, suites_dir]
-    status, _ = _run_logged(toolchain.wrap(["cmake", "--install", result.obj, "--prefix", prefix], b, result.obj), log)
+    status, _ = _run_logged(
+        toolchain.wrap(
+            ["cmake", "--install", result.obj, "--prefix", prefix], b, result.obj
+        ),
+        log,
+    )
     if status != 0:
         return f"failed: cmake --install (exit {status}); see {result.log}"
     pinned = os.path.join(result.src, "mlx", "backend", "rocm")
-    opts = ["-G", "Ninja", f"-DCMAKE_PREFIX_PATH={prefix}", "-DCMAKE_EXPORT_COMPILE_COMMANDS=ON",
-            f"-DOVERLAY_PINNED_DIR={pinned}",
-            f"-DOVERLAY_PINNED_LANGUAGE={'HIP' if backend == 'rocm' else 'CUDA'}"]
+    opts = [
+        "-G",
+        "Ninja",
+        f"-DCMAKE_PREFIX_PATH={prefix}",
+        "-DCMAKE_EXPORT_COMPILE_COMMANDS=ON",
+        f"-DOVERLAY_PINNED_DIR={pinned}",
+        f"-DOVERLAY_PINNED_LANGUAGE={'HIP' if backend == 'rocm' else 'CUDA'}",
+    ]
     if not os.path.isfile(os.path.join(pinned, "pinned.cu")):
         opts.append("-DOVERLAY_PINNED_LANGUAGE=OFF")
     # Not CMAKE_HIP_COMPILER: MLX's backend drives hipcc through custom commands, but the
     # children's CMake HIP language refuses the hipcc wrapper and finds clang itself.
-    opts += [a for a in toolchain.cmake_args if a.startswith(("-DCMAKE_CUDA_COMPILER=", "-DCMAKE_CXX_FLAGS="))]
+    opts += [
+        a
+        for a in toolchain.cmake_args
+        if a.startswith(("-DCMAKE_CUDA_COMPILER=", "-DCMAKE_CXX_FLAGS="))
+    ]
     if arch:
-        opts.append(f"-DCMAKE_{'HIP' if backend == 'rocm' else 'CUDA'}_ARCHITECTURES={arch}")
-    status, _ = _run_logged(toolchain.wrap(["cmake", "-S", suites_dir, "-B", sobj, *opts], b, sobj if os.path.isdir(sobj) else backend_dir), log)
+        opts.append(
+            f"-DCMAKE_{'HIP' if backend == 'rocm' else 'CUDA'}_ARCHITECTURES={arch}"
+        )
+    status, _ = _run_logged(
+        toolchain.wrap(
+            ["cmake", "-S", suites_dir, "-B", sobj, *opts],
+            b,
+            sobj if os.path.isdir(sobj) else backend_dir,
+        ),
+        log,
+    )
     if status != 0:
         return f"failed: configure of {suites_dir} (exit {status}); see {result.log}"
     argv = ["ninja", "-C", sobj, "-k", "0"] + (["-j", str(jobs)] if jobs else [])
@@ -1742,9 +2263,34 @@ def _build_suites(result: BuildResult, toolchain: Toolchain, binds: list[str], j
     return f"built in {sobj}"
 
 
-__all__ = ["BACKENDS", "BUILD_LOCK", "BUILT_RECORD", "BuildError", "BuildResult", "Diagnostic", "LiveProgress", "Toolchain",
-           "ToolchainError", "UnitResult", "build", "changed_paths", "cmake_error_summary", "cmake_options",
-           "CACHES", "LinkCheck", "UndefinedSymbol", "is_mlx_core_symbol", "launcher_path", "link_check",
-           "resolve_cache", "sccache_socket", "write_launcher",
-           "default_toolchain_root", "find_toolchain", "parse_diagnostics", "resolve_arch", "syntax_only_argv",
-           "toolchain_script"]
+__all__ = [
+    "BACKENDS",
+    "BUILD_LOCK",
+    "BUILT_RECORD",
+    "BuildError",
+    "BuildResult",
+    "Diagnostic",
+    "LiveProgress",
+    "Toolchain",
+    "ToolchainError",
+    "UnitResult",
+    "build",
+    "changed_paths",
+    "cmake_error_summary",
+    "cmake_options",
+    "CACHES",
+    "LinkCheck",
+    "UndefinedSymbol",
+    "is_mlx_core_symbol",
+    "launcher_path",
+    "link_check",
+    "resolve_cache",
+    "sccache_socket",
+    "write_launcher",
+    "default_toolchain_root",
+    "find_toolchain",
+    "parse_diagnostics",
+    "resolve_arch",
+    "syntax_only_argv",
+    "toolchain_script",
+]

@@ -21,27 +21,50 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from overlay import fixes
-from overlay.errors import GitError, LayerError, OfflineMiss, PatchFormatError, UnsafePath
-from overlay.fsutil import RecordError, git_ignored, read_record, scan_record_dir
+from overlay.errors import (
+    GitError,
+    LayerError,
+    OfflineMiss,
+    PatchFormatError,
+    UnsafePath,
+)
 from overlay.findings import Finding
+from overlay.fsutil import RecordError, git_ignored, read_record, scan_record_dir
 from overlay.gitstore import Store, first_error_line, run_git
 from overlay.layers import PatchApplyError, compute_layers
 from overlay.manifest import Manifest, load_manifest
 from overlay.markers import marker_lines
-from overlay.refresh import BinaryTurn, nul_turns, refresh_series
 from overlay.paths import check_path
-from overlay.series import PATCH_DIR, SERIES_PATH, Patch, load_patch, parse_patch, read_series
+from overlay.refresh import BinaryTurn, nul_turns, refresh_series
+from overlay.series import (
+    PATCH_DIR,
+    SERIES_PATH,
+    Patch,
+    load_patch,
+    parse_patch,
+    read_series,
+)
 
 #: code -> (severity, meaning); the FIX family lives in :data:`overlay.fixes.CODES`.
 CODES: dict[str, tuple[str, str]] = {
-    "MAN001": ("error", "a manifest commit is not in the git store and cannot be fetched"),
-    "MAN002": ("warning", "offline and the pinned objects are not in the git store: layer checks skipped"),
+    "MAN001": (
+        "error",
+        "a manifest commit is not in the git store and cannot be fetched",
+    ),
+    "MAN002": (
+        "warning",
+        "offline and the pinned objects are not in the git store: layer checks skipped",
+    ),
     "MAN003": ("error", "the fork's merge base is not an ancestor of the fork commit"),
-    "MAN004": ("error", "the fork commit holds upstream commits that the pin lacks: they are carried as "
-                        "fork delta"),
+    "MAN004": (
+        "error",
+        "the fork commit holds upstream commits that the pin lacks: they are carried as "
+        "fork delta",
+    ),
     "SER001": ("error", "series lists a patch file that does not exist"),
     "SER002": ("error", "a patch file in patches-rocm/ is not listed in series"),
     "SER003": ("error", "series lists the same patch twice"),
@@ -49,22 +72,46 @@ CODES: dict[str, tuple[str, str]] = {
     "SER005": ("error", "a patch has no subject"),
     "SER006": ("error", "a patch has no description"),
     "SER007": ("error", "a patch touches a path the manifest does not carry"),
-    "SER008": ("error", "an index line is not full 40-hex (the 3-way fallback needs the pre-image blob name)"),
-    "SER010": ("error", "a patch does not apply on its recorded pre-image, or git's result is not its "
-                        "recorded post-image"),
+    "SER008": (
+        "error",
+        "an index line is not full 40-hex (the 3-way fallback needs the pre-image blob name)",
+    ),
+    "SER010": (
+        "error",
+        "a patch does not apply on its recorded pre-image, or git's result is not its "
+        "recorded post-image",
+    ),
     "SER011": ("error", "refreshing the patch would change its bytes"),
     "SER013": ("error", "a conflict marker in a patch's added lines"),
-    "SER014": ("error", "the series or a patch is refused as a record (symlink, not a regular file, "
-                        "over 16 MiB, unreadable, or a series that is not UTF-8)"),
-    "SER015": ("error", "a text diff holds a NUL byte, or refreshing would turn it into a `GIT binary patch`"),
-    "SER016": ("error", "a patch adds or changes a symlink that points outside the tree (export refuses it)"),
-    "LAY001": ("error", "the fork delta conflicts with the pin and no resolution exists"),
+    "SER014": (
+        "error",
+        "the series or a patch is refused as a record (symlink, not a regular file, "
+        "over 16 MiB, unreadable, or a series that is not UTF-8)",
+    ),
+    "SER015": (
+        "error",
+        "a text diff holds a NUL byte, or refreshing would turn it into a `GIT binary patch`",
+    ),
+    "SER016": (
+        "error",
+        "a patch adds or changes a symlink that points outside the tree (export refuses it)",
+    ),
+    "LAY001": (
+        "error",
+        "the fork delta conflicts with the pin and no resolution exists",
+    ),
     "LAY002": ("error", "a resolution whose path no longer conflicts (stale)"),
     "LAY003": ("error", "a conflict marker in a resolution file"),
     "LAY004": ("error", "a resolution for a path the manifest does not carry"),
-    "LAY005": ("error", "a resolution changes lines outside the conflict regions of git's automatic merge"),
-    "LAY006": ("error", "a resolution is refused as a record (symlink, not a regular file, over 16 MiB, "
-                        "unreadable): layer checks skipped"),
+    "LAY005": (
+        "error",
+        "a resolution changes lines outside the conflict regions of git's automatic merge",
+    ),
+    "LAY006": (
+        "error",
+        "a resolution is refused as a record (symlink, not a regular file, over 16 MiB, "
+        "unreadable): layer checks skipped",
+    ),
 }
 
 FAMILIES = ("MAN", "SER", "LAY", "FIX")
@@ -72,7 +119,9 @@ RESOLVED_DIR = "patches-rocm/resolved"
 _INDEX_RE = re.compile(r"^index ([0-9a-f]+)\.\.([0-9a-f]+)", re.M)
 
 
-def _f(code: str, path: str | None, line: int | None, message: str, hint: str | None = None) -> Finding:
+def _f(
+    code: str, path: str | None, line: int | None, message: str, hint: str | None = None
+) -> Finding:
     return Finding(code, CODES[code][0], path, line, message, hint)
 
 
@@ -129,11 +178,15 @@ def git_apply_reason(data: bytes) -> str | None:
 
 #: The hint of a SER004 for a diff that does not parse: ``overlay refresh`` cannot
 #: help (it reads the patch first), so it is not named as the fix (issue 17, stumble 10).
-SER004_HINT = ("fix the file at that line by hand (a hunk's header counts must match its lines), or restore "
-               "it from git (`git checkout -- {path}`); `overlay refresh` cannot, it needs a patch that parses")
+SER004_HINT = (
+    "fix the file at that line by hand (a hunk's header counts must match its lines), or restore "
+    "it from git (`git checkout -- {path}`); `overlay refresh` cannot, it needs a patch that parses"
+)
 
 
-def _unparsable(root: str, name: str, exc: PatchFormatError | UnsafePath) -> tuple[Finding, int | None]:
+def _unparsable(
+    root: str, name: str, exc: PatchFormatError | UnsafePath
+) -> tuple[Finding, int | None]:
     """The SER004 finding for a patch that does not parse, and its ``Local-Fix`` number
     (read from its header alone, so its entry is not reported as patchless, FIX024)."""
     rel = f"{PATCH_DIR}/{name}"
@@ -142,7 +195,13 @@ def _unparsable(root: str, name: str, exc: PatchFormatError | UnsafePath) -> tup
     except RecordError:
         data = None
     if isinstance(exc, UnsafePath):
-        return _f("SER004", rel, None, exc.message, "fix its header paths (relative, no '..' or '.git')"), None
+        return _f(
+            "SER004",
+            rel,
+            None,
+            exc.message,
+            "fix its header paths (relative, no '..' or '.git')",
+        ), None
     message = exc.message
     reason = git_apply_reason(data) if data is not None else None
     if reason:
@@ -153,7 +212,9 @@ def _unparsable(root: str, name: str, exc: PatchFormatError | UnsafePath) -> tup
             fix = parse_patch(data, name, header_only=True).local_fix
         except (PatchFormatError, UnsafePath, ValueError):
             fix = None
-    return _f("SER004", rel, getattr(exc, "line", None), message, SER004_HINT.format(path=rel)), fix
+    return _f(
+        "SER004", rel, getattr(exc, "line", None), message, SER004_HINT.format(path=rel)
+    ), fix
 
 
 def binary_turn_findings(turns: Iterable[BinaryTurn]) -> list[Finding]:
@@ -164,10 +225,18 @@ def binary_turn_findings(turns: Iterable[BinaryTurn]) -> list[Finding]:
     Returns:
         One finding per turn, located at the patch's line.
     """
-    return [_f("SER015", f"{PATCH_DIR}/{t.patch}", t.line, t.message(),
-               "remove the NUL byte from the patch's lines (a source file holds none), then `overlay refresh`"
-               if t.nul_here else "remove the NUL byte the earlier patch adds to this file, then `overlay refresh`")
-            for t in turns]
+    return [
+        _f(
+            "SER015",
+            f"{PATCH_DIR}/{t.patch}",
+            t.line,
+            t.message(),
+            "remove the NUL byte from the patch's lines (a source file holds none), then `overlay refresh`"
+            if t.nul_here
+            else "remove the NUL byte the earlier patch adds to this file, then `overlay refresh`",
+        )
+        for t in turns
+    ]
 
 
 def link_findings(store: Store, forked: str, results: Iterable[Any]) -> list[Finding]:
@@ -191,7 +260,11 @@ def link_findings(store: Store, forked: str, results: Iterable[Any]) -> list[Fin
     before: set[str] | None = None
     for result in results:
         patch = result.patch
-        links = {c.path: c for c in patch.changes if c.target and "120000" in (c.new_mode, c.old_mode)}
+        links = {
+            c.path: c
+            for c in patch.changes
+            if c.target and "120000" in (c.new_mode, c.old_mode)
+        }
         if not links or result.tree is None:
             continue
         if before is None:
@@ -201,16 +274,28 @@ def link_findings(store: Store, forked: str, results: Iterable[Any]) -> list[Fin
             if path in before:
                 continue
             change = links.get(path)
-            findings.append(_f("SER016", f"{PATCH_DIR}/{patch.name}", change.line if change else None,
-                               exc.message.replace("refusing symlink", "symlink", 1)
-                               + ("" if change else f" (after this patch changed {', '.join(sorted(links))})"),
-                               "make the link relative and inside the tree, or drop it; `overlay export` "
-                               "refuses a tree with it"))
+            findings.append(
+                _f(
+                    "SER016",
+                    f"{PATCH_DIR}/{patch.name}",
+                    change.line if change else None,
+                    exc.message.replace("refusing symlink", "symlink", 1)
+                    + (
+                        ""
+                        if change
+                        else f" (after this patch changed {', '.join(sorted(links))})"
+                    ),
+                    "make the link relative and inside the tree, or drop it; `overlay export` "
+                    "refuses a tree with it",
+                )
+            )
         before = set(bad)
     return findings
 
 
-def check_series_text(root: str, manifest: Manifest) -> tuple[list[Finding], list[Patch]]:
+def check_series_text(
+    root: str, manifest: Manifest
+) -> tuple[list[Finding], list[Patch]]:
     """SER001-008, SER013 and SER015 (a NUL byte in a hunk): the series file and each patch as text.
 
     Returns:
@@ -220,7 +305,9 @@ def check_series_text(root: str, manifest: Manifest) -> tuple[list[Finding], lis
     return findings, patches
 
 
-def _check_series_text(root: str, manifest: Manifest) -> tuple[list[Finding], list[Patch], set[int]]:
+def _check_series_text(
+    root: str, manifest: Manifest
+) -> tuple[list[Finding], list[Patch], set[int]]:
     """:func:`check_series_text`, plus the ``Local-Fix`` numbers of the patches that did not parse."""
     findings: list[Finding] = []
     unparsed: set[int] = set()
@@ -229,19 +316,37 @@ def _check_series_text(root: str, manifest: Manifest) -> tuple[list[Finding], li
     except RecordError as exc:
         return [_f("SER014", SERIES_PATH, None, exc.message, exc.hint)], [], unparsed
     except (PatchFormatError, UnsafePath) as exc:
-        return [_f("SER004", SERIES_PATH, getattr(exc, "line", None), exc.message)], [], unparsed
+        return (
+            [_f("SER004", SERIES_PATH, getattr(exc, "line", None), exc.message)],
+            [],
+            unparsed,
+        )
     seen: dict[str, int] = {}
     patches: list[Patch] = []
     for name, line in listed:
         if name in seen:
-            findings.append(_f("SER003", SERIES_PATH, line, f"{name} is listed twice (first at line {seen[name]})",
-                               "remove the repeated line"))
+            findings.append(
+                _f(
+                    "SER003",
+                    SERIES_PATH,
+                    line,
+                    f"{name} is listed twice (first at line {seen[name]})",
+                    "remove the repeated line",
+                )
+            )
             continue
         seen[name] = line
         rel = f"{PATCH_DIR}/{name}"
         if not os.path.lexists(os.path.join(root, PATCH_DIR, name)):
-            findings.append(_f("SER001", SERIES_PATH, line, f"{name} does not exist",
-                               "restore the file or remove it from series"))
+            findings.append(
+                _f(
+                    "SER001",
+                    SERIES_PATH,
+                    line,
+                    f"{name} does not exist",
+                    "restore the file or remove it from series",
+                )
+            )
             continue
         try:
             patch = load_patch(root, name)
@@ -256,37 +361,86 @@ def _check_series_text(root: str, manifest: Manifest) -> tuple[list[Finding], li
             continue
         patches.append(patch)
         if not patch.subject:
-            findings.append(_f("SER005", rel, 1, "no Subject: header", "add `Subject: [PATCH] <what it does>`"))
+            findings.append(
+                _f(
+                    "SER005",
+                    rel,
+                    1,
+                    "no Subject: header",
+                    "add `Subject: [PATCH] <what it does>`",
+                )
+            )
         if not patch.description:
-            findings.append(_f("SER006", rel, None, "no description between the headers and the trailers",
-                               "say why the change is needed, what was shared and how it is owned now"))
+            findings.append(
+                _f(
+                    "SER006",
+                    rel,
+                    None,
+                    "no description between the headers and the trailers",
+                    "say why the change is needed, what was shared and how it is owned now",
+                )
+            )
         carry = manifest.carry
         for path in sorted(patch.touched):
             if not carry(path):
-                findings.append(_f("SER007", rel, None, f"touches {path}, which the manifest does not carry",
-                                   "carry the path in [carry] or drop it from the patch"))
+                findings.append(
+                    _f(
+                        "SER007",
+                        rel,
+                        None,
+                        f"touches {path}, which the manifest does not carry",
+                        "carry the path in [carry] or drop it from the patch",
+                    )
+                )
         for m in _INDEX_RE.finditer(patch.data.decode("utf-8", "replace")):
             if len(m.group(1)) != 40 or len(m.group(2)) != 40:
-                findings.append(_f("SER008", rel, _line_of(patch.data, m.start()),
-                                   f"abbreviated index line {m.group(0)!r}", "run `overlay refresh`"))
+                findings.append(
+                    _f(
+                        "SER008",
+                        rel,
+                        _line_of(patch.data, m.start()),
+                        f"abbreviated index line {m.group(0)!r}",
+                        "run `overlay refresh`",
+                    )
+                )
         for number, text in _added_markers(patch.data):
-            findings.append(_f("SER013", rel, number, f"conflict marker in an added line: {text[:30]!r}",
-                               "finish the merge and refresh the patch"))
+            findings.append(
+                _f(
+                    "SER013",
+                    rel,
+                    number,
+                    f"conflict marker in an added line: {text[:30]!r}",
+                    "finish the merge and refresh the patch",
+                )
+            )
         findings += binary_turn_findings(nul_turns(patch))
     listed_names = set(seen)
     patch_dir = os.path.join(root, PATCH_DIR)
     if os.path.isdir(patch_dir):
-        unlisted = [fn for fn in sorted(os.listdir(patch_dir)) if fn.endswith(".patch") and fn not in listed_names]
+        unlisted = [
+            fn
+            for fn in sorted(os.listdir(patch_dir))
+            if fn.endswith(".patch") and fn not in listed_names
+        ]
         # A file git ignores is no record (issue 18): not an unlisted patch either.
         ignored = git_ignored(root, [f"{PATCH_DIR}/{fn}" for fn in unlisted])
         for fn in unlisted:
             if f"{PATCH_DIR}/{fn}" not in ignored:
-                findings.append(_f("SER002", f"{PATCH_DIR}/{fn}", None, f"{fn} is not listed in series",
-                                   "add it to series in its place, or delete it"))
+                findings.append(
+                    _f(
+                        "SER002",
+                        f"{PATCH_DIR}/{fn}",
+                        None,
+                        f"{fn} is not listed in series",
+                        "add it to series in its place, or delete it",
+                    )
+                )
     return findings, patches, unparsed
 
 
-def _resolution_findings(root: str, manifest: Manifest) -> tuple[list[Finding], dict[str, bytes], bool]:
+def _resolution_findings(
+    root: str, manifest: Manifest
+) -> tuple[list[Finding], dict[str, bytes], bool]:
     """LAY003, LAY004 and LAY006 from the resolution files, read as records (no symlink, regular files only).
 
     Returns:
@@ -298,8 +452,15 @@ def _resolution_findings(root: str, manifest: Manifest) -> tuple[list[Finding], 
     resolutions, errors = scan_record_dir(root, RESOLVED_DIR, what="resolution")
     safe = not errors
     for exc in errors:
-        findings.append(_f("LAY006", exc.rel, None, exc.message,
-                           "replace it by a regular file (layer checks are skipped until then)"))
+        findings.append(
+            _f(
+                "LAY006",
+                exc.rel,
+                None,
+                exc.message,
+                "replace it by a regular file (layer checks are skipped until then)",
+            )
+        )
     for path, data in resolutions.items():
         rel = f"{RESOLVED_DIR}/{path}"
         try:
@@ -309,11 +470,25 @@ def _resolution_findings(root: str, manifest: Manifest) -> tuple[list[Finding], 
             safe = False  # read_resolutions would raise on it
             continue
         for line, marker in marker_lines(data):
-            findings.append(_f("LAY003", rel, line, f"conflict marker {marker[:20]!r}",
-                               "finish the resolution and delete the markers"))
+            findings.append(
+                _f(
+                    "LAY003",
+                    rel,
+                    line,
+                    f"conflict marker {marker[:20]!r}",
+                    "finish the resolution and delete the markers",
+                )
+            )
         if not manifest.carry(path):
-            findings.append(_f("LAY004", rel, None, f"{path} is not carried by the manifest",
-                               "delete the resolution or carry the path"))
+            findings.append(
+                _f(
+                    "LAY004",
+                    rel,
+                    None,
+                    f"{path} is not carried by the manifest",
+                    "delete the resolution or carry the path",
+                )
+            )
     return findings, resolutions, safe
 
 
@@ -328,17 +503,27 @@ def _fork_ahead_findings(store: Store, manifest: Manifest) -> list[Finding]:
     """
     from overlay.pins import fetch_upstream_refs, fork_ahead
 
-    if not store.out("for-each-ref", "--count=1", "--format=%(refname)", "refs/remotes/upstream/"):
+    if not store.out(
+        "for-each-ref", "--count=1", "--format=%(refname)", "refs/remotes/upstream/"
+    ):
         fetch_upstream_refs(store)
     ahead = fork_ahead(store, manifest.fork_commit, manifest.pin)
     if not ahead:
         return []
-    shown = "; ".join(ahead[:3]) + (f"; and {len(ahead) - 3} more" if len(ahead) > 3 else "")
-    return [_f("MAN004", "patches-rocm/overlay.toml", None,
-               f"fork commit {manifest.fork_commit[:12]} has merged {len(ahead)} upstream commit(s) that pin "
-               f"{manifest.pin[:12]} lacks ({shown})",
-               "rebase onto a pin that holds them (`overlay rebase --onto`); if carrying them is deliberate, "
-               "`overlay verify --skip MAN004`")]
+    shown = "; ".join(ahead[:3]) + (
+        f"; and {len(ahead) - 3} more" if len(ahead) > 3 else ""
+    )
+    return [
+        _f(
+            "MAN004",
+            "patches-rocm/overlay.toml",
+            None,
+            f"fork commit {manifest.fork_commit[:12]} has merged {len(ahead)} upstream commit(s) that pin "
+            f"{manifest.pin[:12]} lacks ({shown})",
+            "rebase onto a pin that holds them (`overlay rebase --onto`); if carrying them is deliberate, "
+            "`overlay verify --skip MAN004`",
+        )
+    ]
 
 
 def _repo_paths(root: str) -> list[str]:
@@ -349,30 +534,61 @@ def _repo_paths(root: str) -> list[str]:
     return repo_paths(root)
 
 
-def _fix_findings(root: str, store: Store, manifest: Manifest, doc, resolutions: dict[str, bytes],
-                  patches: list[Patch], unparsed: set[int], layers) -> list[Finding]:
+def _fix_findings(
+    root: str,
+    store: Store,
+    manifest: Manifest,
+    doc,
+    resolutions: dict[str, bytes],
+    patches: list[Patch],
+    unparsed: set[int],
+    layers,
+) -> list[Finding]:
     """The FIX family: ``LOCAL_FIXES.md`` as a document, against the repository's paths, the
     resolutions and, when the layers could be computed, the series and the patched tree."""
     repo_paths = _repo_paths(root)
-    findings = fixes.check_document(doc, fork_repo=fixes.fork_repo_from_url(manifest.fork_url),
-                                    fork_commit=manifest.fork_commit, pin=manifest.pin,
-                                    closing_sentence=manifest.closing_sentence, repo_paths=repo_paths,
-                                    older_closing=manifest.older_closing_sentences,
-                                    closing_required_from=manifest.closing_sentence_required_from)
-    findings += fixes.check_resolutions(doc, [f"patches-rocm/resolved/{p}" for p in resolutions])
+    findings = fixes.check_document(
+        doc,
+        fork_repo=fixes.fork_repo_from_url(manifest.fork_url),
+        fork_commit=manifest.fork_commit,
+        pin=manifest.pin,
+        closing_sentence=manifest.closing_sentence,
+        repo_paths=repo_paths,
+        older_closing=manifest.older_closing_sentences,
+        closing_required_from=manifest.closing_sentence_required_from,
+    )
+    findings += fixes.check_resolutions(
+        doc, [f"patches-rocm/resolved/{p}" for p in resolutions]
+    )
     if layers is not None:
         # Every Local-Fix trailer counts: a patch may serve several entries (issue 18).
-        records = [fixes.PatchRecord(f"{PATCH_DIR}/{p.name}", tuple(p.trailers.get("Local-Fix") or ()),
-                                     p.forwarded, p.touched, p.deleted, p.data.decode("utf-8", "replace"))
-                   for p in patches]
+        records = [
+            fixes.PatchRecord(
+                f"{PATCH_DIR}/{p.name}",
+                tuple(p.trailers.get("Local-Fix") or ()),
+                p.forwarded,
+                p.touched,
+                p.deleted,
+                p.data.decode("utf-8", "replace"),
+            )
+            for p in patches
+        ]
         patched_paths = {e[3] for e in store.ls_tree(layers.patched)}
-        findings += fixes.check_patch_entries(doc, records, patched_paths, repo_paths=repo_paths,
-                                              unparsed=unparsed, outside_tree=manifest.outside_tree)
+        findings += fixes.check_patch_entries(
+            doc,
+            records,
+            patched_paths,
+            repo_paths=repo_paths,
+            unparsed=unparsed,
+            outside_tree=manifest.outside_tree,
+        )
         findings += fixes.check_dropped(doc, layers.dropped_changes)
     return findings
 
 
-def verify(root: str, store: Store, *, only: Iterable[str] = (), skip: Iterable[str] = ()) -> VerifyResult:
+def verify(
+    root: str, store: Store, *, only: Iterable[str] = (), skip: Iterable[str] = ()
+) -> VerifyResult:
     """Run every check of the overlay at ``root``.
 
     Args:
@@ -405,7 +621,9 @@ def verify(root: str, store: Store, *, only: Iterable[str] = (), skip: Iterable[
     return result
 
 
-def _verify(root: str, store: Store, *, only: Iterable[str], skip: Iterable[str]) -> VerifyResult:
+def _verify(
+    root: str, store: Store, *, only: Iterable[str], skip: Iterable[str]
+) -> VerifyResult:
     manifest = load_manifest(root)
     families = {f.upper() for f in only} or set(FAMILIES)
     findings: list[Finding] = []
@@ -422,17 +640,36 @@ def _verify(root: str, store: Store, *, only: Iterable[str], skip: Iterable[str]
         # Each patch's tree only for the refresh check (SER011): the other families need
         # the layers' outcome and final trees, which the one-apply path gives as well
         # (issue 14: --only computes what its families need).
-        layers = compute_layers(store, manifest, root, patches=patches, stepwise="SER" in families)
+        layers = compute_layers(
+            store, manifest, root, patches=patches, stepwise="SER" in families
+        )
     except OfflineMiss as exc:
         cacheable = False
-        findings.append(_f("MAN002", "patches-rocm/overlay.toml", None, exc.message,
-                           "run `overlay verify` once online to fill the git store"))
+        findings.append(
+            _f(
+                "MAN002",
+                "patches-rocm/overlay.toml",
+                None,
+                exc.message,
+                "run `overlay verify` once online to fill the git store",
+            )
+        )
     except PatchApplyError as exc:
-        findings.append(_f("SER010", f"{PATCH_DIR}/{exc.patch}", None,
-                           f"{exc.file or '(no file)'}" + (f" hunk #{exc.hunk}" if exc.hunk else "")
-                           + f": {exc.reason}", exc.hint))
+        findings.append(
+            _f(
+                "SER010",
+                f"{PATCH_DIR}/{exc.patch}",
+                None,
+                f"{exc.file or '(no file)'}"
+                + (f" hunk #{exc.hunk}" if exc.hunk else "")
+                + f": {exc.reason}",
+                exc.hint,
+            )
+        )
     except LayerError as exc:
-        findings.append(_f("LAY001", "patches-rocm/overlay.toml", None, exc.message, exc.hint))
+        findings.append(
+            _f("LAY001", "patches-rocm/overlay.toml", None, exc.message, exc.hint)
+        )
     except GitError as exc:
         cacheable = False
         findings.append(_f("MAN001", "patches-rocm/overlay.toml", None, exc.message))
@@ -440,22 +677,41 @@ def _verify(root: str, store: Store, *, only: Iterable[str], skip: Iterable[str]
         pass  # LAY006 already says why
     if layers is not None and "MAN" in families:
         if not store.is_ancestor(manifest.merge_base, manifest.fork_commit):
-            findings.append(_f("MAN003", "patches-rocm/overlay.toml", None,
-                               f"merge-base {manifest.merge_base[:12]} is not an ancestor of fork commit "
-                               f"{manifest.fork_commit[:12]}", "run `overlay sync` to recompute it"))
+            findings.append(
+                _f(
+                    "MAN003",
+                    "patches-rocm/overlay.toml",
+                    None,
+                    f"merge-base {manifest.merge_base[:12]} is not an ancestor of fork commit "
+                    f"{manifest.fork_commit[:12]}",
+                    "run `overlay sync` to recompute it",
+                )
+            )
         findings += _fork_ahead_findings(store, manifest)
     if layers is not None:
         for stale in layers.stale_resolutions:
-            findings.append(_f("LAY002", f"patches-rocm/resolved/{stale}", None,
-                               f"{stale} no longer conflicts; the resolution is not used",
-                               "delete it (and its retarget entry) or re-check the merge"))
+            findings.append(
+                _f(
+                    "LAY002",
+                    f"patches-rocm/resolved/{stale}",
+                    None,
+                    f"{stale} no longer conflicts; the resolution is not used",
+                    "delete it (and its retarget entry) or re-check the merge",
+                )
+            )
         for conflict in layers.conflicts:
             for line, what in conflict.outside:
-                findings.append(_f("LAY005", f"patches-rocm/resolved/{conflict.path}", line,
-                                   f"outside the conflict regions of git's merge of pin and fork, the "
-                                   f"resolution {what}",
-                                   "keep git's merge outside the conflict regions (see `overlay rebase` "
-                                   "work files); change upstream code with a patch, not a resolution"))
+                findings.append(
+                    _f(
+                        "LAY005",
+                        f"patches-rocm/resolved/{conflict.path}",
+                        line,
+                        f"outside the conflict regions of git's merge of pin and fork, the "
+                        f"resolution {what}",
+                        "keep git's merge outside the conflict regions (see `overlay rebase` "
+                        "work files); change upstream code with a patch, not a resolution",
+                    )
+                )
         if "SER" in families:
             findings += link_findings(store, layers.forked, layers.patches)
         for item in refresh_series(store, layers) if "SER" in families else ():
@@ -464,18 +720,37 @@ def _verify(root: str, store: Store, *, only: Iterable[str], skip: Iterable[str]
                 # The NUL in the patch's own lines is already reported from its text.
                 findings += binary_turn_findings(t for t in turns if not t.nul_here)
             elif item.changed and item.patch.name:
-                findings.append(_f("SER011", f"{PATCH_DIR}/{item.patch.name}", None,
-                                   "refreshing would change the patch's bytes",
-                                   "run `overlay refresh` and commit the result"))
+                findings.append(
+                    _f(
+                        "SER011",
+                        f"{PATCH_DIR}/{item.patch.name}",
+                        None,
+                        "refreshing would change the patch's bytes",
+                        "run `overlay refresh` and commit the result",
+                    )
+                )
     # FIX family: the records. The file is read whatever --only says: one that cannot be
     # read stops verify (exit 2), as it always has.
     doc = fixes.load(os.path.join(root, fixes.FILE_NAME))
     if "FIX" in families:
-        findings += _fix_findings(root, store, manifest, doc, resolutions, patches, unparsed, layers)
+        findings += _fix_findings(
+            root, store, manifest, doc, resolutions, patches, unparsed, layers
+        )
     skip_set = {c.upper() for c in skip}
     findings = [f for f in findings if f.family in families and f.code not in skip_set]
     order = {fam: i for i, fam in enumerate(FAMILIES)}
-    findings.sort(key=lambda f: (order.get(f.family, 99), f.path or "", f.line or 0, f.code))
-    checks = {fam: sorted(c for c in (fixes.CODES if fam == "FIX" else CODES) if c.startswith(fam)
-                          and c not in skip_set) for fam in FAMILIES if fam in families}
-    return VerifyResult(findings, checks, layers.patched if layers else None, cacheable=cacheable)
+    findings.sort(
+        key=lambda f: (order.get(f.family, 99), f.path or "", f.line or 0, f.code)
+    )
+    checks = {
+        fam: sorted(
+            c
+            for c in (fixes.CODES if fam == "FIX" else CODES)
+            if c.startswith(fam) and c not in skip_set
+        )
+        for fam in FAMILIES
+        if fam in families
+    }
+    return VerifyResult(
+        findings, checks, layers.patched if layers else None, cacheable=cacheable
+    )

@@ -18,7 +18,8 @@ import glob
 import json
 import os
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import jinja2
 
@@ -68,8 +69,11 @@ class CiResult:
 
     def as_dict(self) -> dict:
         """JSON summary."""
-        return {"overlay": self.overlay, "failed": self.failed,
-                "stages": [dataclasses.asdict(s) for s in self.stages]}
+        return {
+            "overlay": self.overlay,
+            "failed": self.failed,
+            "stages": [dataclasses.asdict(s) for s in self.stages],
+        }
 
 
 def _overlay_state(root: str, store: Store) -> tuple[dict, Any]:
@@ -77,12 +81,21 @@ def _overlay_state(root: str, store: Store) -> tuple[dict, Any]:
     from overlay.manifest import load_manifest
 
     manifest = load_manifest(root)
-    state: dict = {"pin": manifest.pin, "fork": manifest.fork_commit, "merge_base": manifest.merge_base,
-                   "pins_before": None}
+    state: dict = {
+        "pin": manifest.pin,
+        "fork": manifest.fork_commit,
+        "merge_base": manifest.merge_base,
+        "pins_before": None,
+    }
     try:
-        with open(os.path.join(root, ".overlay", "last-rebase.json"), encoding="utf-8") as fh:
+        with open(
+            os.path.join(root, ".overlay", "last-rebase.json"), encoding="utf-8"
+        ) as fh:
             last = json.load(fh)
-        if last["pins"]["after"]["pin"] == manifest.pin and last["pins"]["after"]["fork"] == manifest.fork_commit:
+        if (
+            last["pins"]["after"]["pin"] == manifest.pin
+            and last["pins"]["after"]["fork"] == manifest.fork_commit
+        ):
             state["pins_before"] = last["pins"]["before"]
     except (OSError, ValueError, KeyError):
         pass
@@ -91,15 +104,24 @@ def _overlay_state(root: str, store: Store) -> tuple[dict, Any]:
     except OverlayError as exc:
         state["layers_error"] = exc.message
         return state, None
-    state.update({
-        "patched": layers.patched,
-        "carried": len(layers.carried_changes),
-        "conflicts": len(layers.conflicts),
-        "resolutions": [c.path for c in layers.conflicts if c.resolved],
-        "stale": layers.stale_resolutions,
-        "series": [{"name": r.patch.name, "state": r.state, "local_fix": r.patch.local_fix,
-                    "subject": r.patch.subject} for r in layers.patches],
-    })
+    state.update(
+        {
+            "patched": layers.patched,
+            "carried": len(layers.carried_changes),
+            "conflicts": len(layers.conflicts),
+            "resolutions": [c.path for c in layers.conflicts if c.resolved],
+            "stale": layers.stale_resolutions,
+            "series": [
+                {
+                    "name": r.patch.name,
+                    "state": r.state,
+                    "local_fix": r.patch.local_fix,
+                    "subject": r.patch.subject,
+                }
+                for r in layers.patches
+            ],
+        }
+    )
     return state, layers
 
 
@@ -124,25 +146,48 @@ def stage_verify(root: str, store: Store) -> Stage:
 
     start = time.perf_counter()
     result = verify(root, store)
-    failing = [f for f in result.findings if f.severity == "error" or f.code in UNCHECKED_CODES]
+    failing = [
+        f for f in result.findings if f.severity == "error" or f.code in UNCHECKED_CODES
+    ]
     errors = [f for f in result.findings if f.severity == "error"]
     unchecked = [f for f in result.findings if f.code in UNCHECKED_CODES]
-    cases = [{"name": f"{f.code} {f.path or ''}:{f.line or ''}".rstrip(":"),
-              "status": "failed" if f in failing else "passed", "message": f.message}
-             for f in result.findings]
+    cases = [
+        {
+            "name": f"{f.code} {f.path or ''}:{f.line or ''}".rstrip(":"),
+            "status": "failed" if f in failing else "passed",
+            "message": f.message,
+        }
+        for f in result.findings
+    ]
     if not cases:
         cases = [{"name": "verify", "status": "passed", "message": ""}]
     reasons = []
     if errors:
         reasons.append(f"{len(errors)} error finding(s)")
     if unchecked:
-        reasons.append(f"the layers could not be checked ({unchecked[0].code}: {unchecked[0].message})")
-    return Stage("verify", "failed" if failing else "passed", "; ".join(reasons), time.perf_counter() - start,
-                 cases, {"findings": [f.as_dict() for f in result.findings]})
+        reasons.append(
+            f"the layers could not be checked ({unchecked[0].code}: {unchecked[0].message})"
+        )
+    return Stage(
+        "verify",
+        "failed" if failing else "passed",
+        "; ".join(reasons),
+        time.perf_counter() - start,
+        cases,
+        {"findings": [f.as_dict() for f in result.findings]},
+    )
 
 
-def stage_build(root: str, store: Store, layers: Any, backend: str, arch: str | None, *,
-                check: bool = False, drift_range: tuple[str, str] | None = None) -> Stage:
+def stage_build(
+    root: str,
+    store: Store,
+    layers: Any,
+    backend: str,
+    arch: str | None,
+    *,
+    check: bool = False,
+    drift_range: tuple[str, str] | None = None,
+) -> Stage:
     """Build the patched tree (``check``: every unit through the front end only, see
     ``overlay build --check``); skipped with the reason when no toolchain exists.
 
@@ -173,42 +218,107 @@ def stage_build(root: str, store: Store, layers: Any, backend: str, arch: str | 
         toolchain = _build.find_toolchain(backend, None, repo_root=root)
     except _build.ToolchainError as exc:
         return Stage(name, "skipped", exc.message)
-    log = os.path.relpath(os.path.join(os.path.realpath(os.path.join(root, "build", backend)), "build.log"), root)
-    data = {"backend": backend, "toolchain": toolchain.description, "arch": arch, "errors": 0, "log": log,
-            "first_error": "", "units": 0, "not_checked": [], "undefined": 0, "drift": [], "drift_from": None,
-            "link": ""}
+    log = os.path.relpath(
+        os.path.join(
+            os.path.realpath(os.path.join(root, "build", backend)), "build.log"
+        ),
+        root,
+    )
+    data = {
+        "backend": backend,
+        "toolchain": toolchain.description,
+        "arch": arch,
+        "errors": 0,
+        "log": log,
+        "first_error": "",
+        "units": 0,
+        "not_checked": [],
+        "undefined": 0,
+        "drift": [],
+        "drift_from": None,
+        "link": "",
+    }
     case = f"{name} {backend}"
     try:
         manifest = load_manifest(root)
         if backend == "rocm":
             arch, _note = _build.resolve_arch(arch, manifest.architectures, toolchain)
             data["arch"] = arch
-        res = _build.build(store, layers, root, backend, arch=arch, toolchain=toolchain, check=check,
-                           cmake_option=manifest.cmake_option,
-                           suites_dir=os.path.join(root, "patches-rocm", "suites"), drift_range=drift_range)
+        res = _build.build(
+            store,
+            layers,
+            root,
+            backend,
+            arch=arch,
+            toolchain=toolchain,
+            check=check,
+            cmake_option=manifest.cmake_option,
+            suites_dir=os.path.join(root, "patches-rocm", "suites"),
+            drift_range=drift_range,
+        )
     except OverlayError as exc:
         data["first_error"] = exc.message
-        return Stage(name, "failed", exc.message, time.perf_counter() - start,
-                     [{"name": case, "status": "failed", "message": exc.message,
-                       "text": exc.message + (f"\nhint: {exc.hint}" if exc.hint else "")}], data)
+        return Stage(
+            name,
+            "failed",
+            exc.message,
+            time.perf_counter() - start,
+            [
+                {
+                    "name": case,
+                    "status": "failed",
+                    "message": exc.message,
+                    "text": exc.message + (f"\nhint: {exc.hint}" if exc.hint else ""),
+                }
+            ],
+            data,
+        )
     errors = len(res.diagnostics) + len(res.other_errors)
     status = "passed" if res.ok else "failed"
     undefined = len(res.link.undefined) if res.link else 0
-    data.update(errors=errors, first_error=res.first_error(), units=len(res.units),
-                not_checked=[f"{path}: {why}" for path, why in res.skipped_units] if check else [],
-                undefined=undefined, drift=res.drift, drift_from=res.drift_from,
-                link=res.link.report()[-1] if res.link else "")
-    reason = "" if res.ok else f"{errors} error(s)" + (f", {undefined} undefined symbol(s)" if undefined else "") \
+    data.update(
+        errors=errors,
+        first_error=res.first_error(),
+        units=len(res.units),
+        not_checked=[f"{path}: {why}" for path, why in res.skipped_units]
+        if check
+        else [],
+        undefined=undefined,
+        drift=res.drift,
+        drift_from=res.drift_from,
+        link=res.link.report()[-1] if res.link else "",
+    )
+    reason = (
+        ""
+        if res.ok
+        else f"{errors} error(s)"
+        + (f", {undefined} undefined symbol(s)" if undefined else "")
         + f"; first: {res.first_error()}"
+    )
     if res.drift and " -> " in res.drift[0]:
         reason += f"; drift: {res.drift[0].rsplit(' -> ', 1)[1]}"
     if res.ok and check and res.skipped_units:
         reason = f"{len(res.skipped_units)} unit(s) not checked (see the report)"
-    return Stage(name, status, reason, time.perf_counter() - start,
-                 [{"name": case, "status": status, "message": reason, "text": "\n".join(res.report())}], data)
+    return Stage(
+        name,
+        status,
+        reason,
+        time.perf_counter() - start,
+        [
+            {
+                "name": case,
+                "status": status,
+                "message": reason,
+                "text": "\n".join(res.report()),
+            }
+        ],
+        data,
+    )
 
 
-def stage_suites(root: str, results_dir: str, child_dir: str | None, backend: str | None) -> Stage:
+def stage_suites(
+    root: str, results_dir: str, child_dir: str | None, backend: str | None
+) -> Stage:
     """Run every suite of ``patches-rocm/suites/suites.toml``; hardware-less ones skip."""
     from overlay.suites import config as _config
     from overlay.suites import runner as _runner
@@ -226,27 +336,60 @@ def stage_suites(root: str, results_dir: str, child_dir: str | None, backend: st
         reason = _runner.skip_reason(suite, platform)
         if reason is None:
             try:
-                result = _runner.run_suite(suite, results_dir, child_dir=child_dir,
-                                           base_dir=os.path.dirname(path), platform=platform)
+                result = _runner.run_suite(
+                    suite,
+                    results_dir,
+                    child_dir=child_dir,
+                    base_dir=os.path.dirname(path),
+                    platform=platform,
+                )
             except SuiteRunError as exc:
                 reason = exc.message
             else:
                 any_ran = any_ran or not result.skipped
                 lo, hi = result.interval()
-                rows.append({"suite": suite.name, "status": "failed" if result.failed else
-                             ("skipped" if result.skipped else "passed"), "failed": result.failed,
-                             "n": result.n, "interval": [round(lo, 4), round(hi, 4)],
-                             "reason": result.skip_reason, "proves": suite.proves})
-                cases.append({"name": suite.name, "status": rows[-1]["status"],
-                              "message": f"{result.failed} of {result.n} failed"})
+                rows.append(
+                    {
+                        "suite": suite.name,
+                        "status": "failed"
+                        if result.failed
+                        else ("skipped" if result.skipped else "passed"),
+                        "failed": result.failed,
+                        "n": result.n,
+                        "interval": [round(lo, 4), round(hi, 4)],
+                        "reason": result.skip_reason,
+                        "proves": suite.proves,
+                    }
+                )
+                cases.append(
+                    {
+                        "name": suite.name,
+                        "status": rows[-1]["status"],
+                        "message": f"{result.failed} of {result.n} failed",
+                    }
+                )
                 continue
-        rows.append({"suite": suite.name, "status": "skipped", "failed": 0, "n": 0, "interval": None,
-                     "reason": reason, "proves": suite.proves})
+        rows.append(
+            {
+                "suite": suite.name,
+                "status": "skipped",
+                "failed": 0,
+                "n": 0,
+                "interval": None,
+                "reason": reason,
+                "proves": suite.proves,
+            }
+        )
         cases.append({"name": suite.name, "status": "skipped", "message": reason})
     failed = [r for r in rows if r["status"] == "failed"]
     status = "failed" if failed else ("passed" if any_ran else "skipped")
-    reason = (f"{len(failed)} suite(s) failed" if failed else
-              "" if any_ran else "no suite can run here: " + "; ".join(sorted({r["reason"] for r in rows})))
+    reason = (
+        f"{len(failed)} suite(s) failed"
+        if failed
+        else ""
+        if any_ran
+        else "no suite can run here: " + "; ".join(sorted({r["reason"] for r in rows}))
+    )
     ab = []
     for ab_path in sorted(glob.glob(os.path.join(results_dir, "*", "*-ab", "ab.json"))):
         try:
@@ -254,12 +397,28 @@ def stage_suites(root: str, results_dir: str, child_dir: str | None, backend: st
                 ab.append(json.load(fh))
         except (OSError, ValueError):
             continue
-    return Stage("suites", status, reason, time.perf_counter() - start, cases, {"suites": rows, "ab": ab})
+    return Stage(
+        "suites",
+        status,
+        reason,
+        time.perf_counter() - start,
+        cases,
+        {"suites": rows, "ab": ab},
+    )
 
 
-def run_ci(root: str, store: Store, *, stages: Sequence[str] = STAGES, require: Sequence[str] = (),
-           backend: str = "rocm", arch: str | None = None, results_dir: str | None = None,
-           child_dir: str | None = None, drift_from: str | None = None) -> CiResult:
+def run_ci(
+    root: str,
+    store: Store,
+    *,
+    stages: Sequence[str] = STAGES,
+    require: Sequence[str] = (),
+    backend: str = "rocm",
+    arch: str | None = None,
+    results_dir: str | None = None,
+    child_dir: str | None = None,
+    drift_from: str | None = None,
+) -> CiResult:
     """Run the requested stages; the others are reported skipped ("not requested").
 
     Args:
@@ -285,7 +444,9 @@ def run_ci(root: str, store: Store, *, stages: Sequence[str] = STAGES, require: 
     """
     unknown = sorted(set(stages) - set(STAGES)) + sorted(set(require) - set(STAGES))
     if unknown:
-        raise OverlayError(f"unknown stage {unknown[0]!r} (stages: {', '.join(STAGES)})")
+        raise OverlayError(
+            f"unknown stage {unknown[0]!r} (stages: {', '.join(STAGES)})"
+        )
     state, layers = _overlay_state(root, store)
     drift_range = _drift_range(root, store, state["pin"], drift_from)
     run = set(stages) | set(require)
@@ -294,50 +455,101 @@ def run_ci(root: str, store: Store, *, stages: Sequence[str] = STAGES, require: 
         if name not in run:
             stage = Stage(name, "skipped", "not requested")
         else:
-            stage = _run_stage(name, root, store, layers, backend, arch, results_dir, child_dir, out, drift_range)
+            stage = _run_stage(
+                name,
+                root,
+                store,
+                layers,
+                backend,
+                arch,
+                results_dir,
+                child_dir,
+                out,
+                drift_range,
+            )
         if name in require:
             stage.required = True
             if stage.status == "skipped":
                 stage.status = "failed"
                 stage.reason = f"{REQUIRED_SKIPPED}{stage.reason}"
-                stage.cases = [{"name": c["name"], "status": "failed" if c["status"] == "skipped" else c["status"],
-                                "message": c["message"]} for c in stage.cases]
+                stage.cases = [
+                    {
+                        "name": c["name"],
+                        "status": "failed" if c["status"] == "skipped" else c["status"],
+                        "message": c["message"],
+                    }
+                    for c in stage.cases
+                ]
         out.append(stage)
     return CiResult(state, out)
 
 
-def _drift_range(root: str, store: Store, pin: str, drift_from: str | None) -> tuple[str, str] | None:
+def _drift_range(
+    root: str, store: Store, pin: str, drift_from: str | None
+) -> tuple[str, str] | None:
     """``(old pin, pin)`` from ``drift_from`` (resolved in the store), else from the last rebase."""
     from overlay.drift import last_rebase_pin
 
-    old = store.resolve(drift_from, ["upstream"]) if drift_from else last_rebase_pin(root, pin)
+    old = (
+        store.resolve(drift_from, ["upstream"])
+        if drift_from
+        else last_rebase_pin(root, pin)
+    )
     return (old, pin) if old else None
 
 
-def _run_stage(name: str, root: str, store: Store, layers: Any, backend: str, arch: str | None,
-               results_dir: str | None, child_dir: str | None, before: Sequence[Stage],
-               drift_range: tuple[str, str] | None = None) -> Stage:
+def _run_stage(
+    name: str,
+    root: str,
+    store: Store,
+    layers: Any,
+    backend: str,
+    arch: str | None,
+    results_dir: str | None,
+    child_dir: str | None,
+    before: Sequence[Stage],
+    drift_range: tuple[str, str] | None = None,
+) -> Stage:
     """One stage; any exception becomes its failure (one line)."""
     start = time.perf_counter()
     try:
         if name == "verify":
             return stage_verify(root, store)
         if name == "check":
-            return stage_build(root, store, layers, backend, arch, check=True, drift_range=drift_range)
+            return stage_build(
+                root, store, layers, backend, arch, check=True, drift_range=drift_range
+            )
         if name == "build":
             check = next((s for s in before if s.name == "check"), None)
-            if check is not None and check.status == "failed" and not check.reason.startswith(REQUIRED_SKIPPED):
+            if (
+                check is not None
+                and check.status == "failed"
+                and not check.reason.startswith(REQUIRED_SKIPPED)
+            ):
                 # the build would stop on the same compile errors, after far longer
-                return Stage("build", "skipped", "the check stage failed: fix those errors first")
-            return stage_build(root, store, layers, backend, arch, drift_range=drift_range)
-        return stage_suites(root, results_dir or os.path.join(root, "build", "suite-results"),
-                            child_dir or os.path.join(root, "build", backend, "suites"), backend)
+                return Stage(
+                    "build", "skipped", "the check stage failed: fix those errors first"
+                )
+            return stage_build(
+                root, store, layers, backend, arch, drift_range=drift_range
+            )
+        return stage_suites(
+            root,
+            results_dir or os.path.join(root, "build", "suite-results"),
+            child_dir or os.path.join(root, "build", backend, "suites"),
+            backend,
+        )
     except OverlayError as exc:
         message = exc.message
     except Exception as exc:  # noqa: BLE001 -- a gate reports every stage, whatever one of them hit
         message = f"internal error ({type(exc).__name__}: {exc})"
-    return Stage(name, "failed", message, time.perf_counter() - start,
-                 [{"name": name, "status": "failed", "message": message}])
+    return Stage(
+        name,
+        "failed",
+        message,
+        time.perf_counter() - start,
+        [{"name": name, "status": "failed", "message": message}],
+    )
 
 
 def render_junit(result: CiResult) -> str:
@@ -350,23 +562,46 @@ def render_junit(result: CiResult) -> str:
     """
     suites = []
     for stage in result.stages:
-        cases = stage.cases or [{"name": stage.name, "status": stage.status, "message": stage.reason}]
-        suites.append(junit.Suite(stage.name, [
-            junit.Case(case["name"], f"overlay.{stage.name}", case["status"], message=case["message"],
-                       text=case.get("text", case["message"]) if case["status"] == "failed" else None)
-            for case in cases], time=stage.seconds))
+        cases = stage.cases or [
+            {"name": stage.name, "status": stage.status, "message": stage.reason}
+        ]
+        suites.append(
+            junit.Suite(
+                stage.name,
+                [
+                    junit.Case(
+                        case["name"],
+                        f"overlay.{stage.name}",
+                        case["status"],
+                        message=case["message"],
+                        text=case.get("text", case["message"])
+                        if case["status"] == "failed"
+                        else None,
+                    )
+                    for case in cases
+                ],
+                time=stage.seconds,
+            )
+        )
     return junit.render(suites, name="overlay ci", message_limit=500)
 
 
-_ENV = jinja2.Environment(loader=jinja2.PackageLoader("overlay", "templates"), autoescape=False,
-                          keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
+_ENV = jinja2.Environment(
+    loader=jinja2.PackageLoader("overlay", "templates"),
+    autoescape=False,
+    keep_trailing_newline=True,
+    undefined=jinja2.StrictUndefined,
+)
 
 
 def render_markdown(result: CiResult) -> str:
     """The Markdown section for the PR body."""
-    return _ENV.get_template("ci_summary.md.j2").render(o=result.overlay, stages=result.stages,
-                                                        by={s.name: s for s in result.stages},
-                                                        failed=result.failed)
+    return _ENV.get_template("ci_summary.md.j2").render(
+        o=result.overlay,
+        stages=result.stages,
+        by={s.name: s for s in result.stages},
+        failed=result.failed,
+    )
 
 
 def render_text(result: CiResult) -> str:
@@ -379,7 +614,9 @@ def render_text(result: CiResult) -> str:
     if result.failed:
         lines.append("overlay ci: FAILED")
     elif required:
-        lines.append(f"overlay ci: passed (required: {', '.join(required)}; other skipped stages are not failures)")
+        lines.append(
+            f"overlay ci: passed (required: {', '.join(required)}; other skipped stages are not failures)"
+        )
     else:
         lines.append("overlay ci: passed (skipped stages are not failures)")
     return "\n".join(lines) + "\n"
@@ -388,9 +625,25 @@ def render_text(result: CiResult) -> str:
 def render_error(message: str) -> tuple[str, str, str]:
     """JUnit, JSON and Markdown for a gate that could not start (no manifest, ...):
     one failed ``overlay ci`` case, so a CI job that reads the files sees the cause."""
-    xml = junit.render([junit.Suite("overlay ci", [junit.Case("overlay ci", "overlay", "failed", message=message,
-                                                              text=message)])], name="overlay ci",
-                       message_limit=500)
-    data = json.dumps({"overlay": None, "failed": True, "error": message, "stages": []}, indent=2) + "\n"
+    xml = junit.render(
+        [
+            junit.Suite(
+                "overlay ci",
+                [
+                    junit.Case(
+                        "overlay ci", "overlay", "failed", message=message, text=message
+                    )
+                ],
+            )
+        ],
+        name="overlay ci",
+        message_limit=500,
+    )
+    data = (
+        json.dumps(
+            {"overlay": None, "failed": True, "error": message, "stages": []}, indent=2
+        )
+        + "\n"
+    )
     md = f"## overlay ci: FAILED\n\n{message}\n"
     return xml, data, md

@@ -23,7 +23,7 @@ import functools
 import re
 import sys
 import traceback
-from typing import Callable
+from collections.abc import Callable
 
 import click
 
@@ -121,9 +121,13 @@ def _usage_line(exc: click.UsageError) -> tuple[str, str]:
     command = " ".join(["overlay", *path[1:]])
     option = getattr(exc, "option_name", None)
     if option in _GLOBAL_OPTIONS and len(path) > 1:
-        message = message.split(". Did you mean", 1)[0]  # a near name of the command is not it
-        return message.rstrip("."), (f"{option} is a global option: it goes before the command, "
-                                     f"`overlay {option} ... {' '.join(path[1:])}`")
+        message = message.split(". Did you mean", 1)[
+            0
+        ]  # a near name of the command is not it
+        return message.rstrip("."), (
+            f"{option} is a global option: it goes before the command, "
+            f"`overlay {option} ... {' '.join(path[1:])}`"
+        )
     return message.rstrip("."), f"{command} --help"
 
 
@@ -153,10 +157,18 @@ def _broken_pipe() -> int:
 def _internal(exc: BaseException, debug: bool) -> int:
     if debug:
         traceback.print_exception(exc)
-    what = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}" if str(exc).strip() else type(exc).__name__
+    what = (
+        f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+        if str(exc).strip()
+        else type(exc).__name__
+    )
     click.echo(f"overlay: internal error ({one_line(what)})", err=True)
-    click.echo("hint: rerun with `overlay --debug ...` for the traceback, and report it"
-               if not debug else "hint: the traceback is above; please report it", err=True)
+    click.echo(
+        "hint: rerun with `overlay --debug ...` for the traceback, and report it"
+        if not debug
+        else "hint: the traceback is above; please report it",
+        err=True,
+    )
     return EXIT_USAGE
 
 
@@ -183,7 +195,9 @@ class OverlayGroup(click.Group):
             import importlib
 
             module, attribute = self.lazy_commands[cmd_name].split(":")
-            self.add_command(getattr(importlib.import_module(module), attribute), cmd_name)
+            self.add_command(
+                getattr(importlib.import_module(module), attribute), cmd_name
+            )
         return super().get_command(ctx, cmd_name)
 
     def invoke(self, ctx: click.Context):
@@ -202,7 +216,14 @@ class OverlayGroup(click.Group):
         except (Exception, MemoryError, RecursionError) as exc:  # noqa: BLE001 -- the last line of defence
             raise click.exceptions.Exit(_internal(exc, _debug(ctx))) from None
 
-    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+    def main(
+        self,
+        args=None,
+        prog_name=None,
+        complete_var=None,
+        standalone_mode=True,
+        **extra,
+    ):
         """Run the command line; exit with its code (``standalone_mode``) or return it."""
         if prog_name is None:
             prog_name = "overlay"
@@ -221,9 +242,16 @@ class OverlayGroup(click.Group):
     def _main(self, args, prog_name, complete_var, **extra) -> int:
         debug = "--debug" in (sys.argv[1:] if args is None else list(args))
         try:
-            rv = super().main(args=args, prog_name=prog_name, complete_var=complete_var,
-                              standalone_mode=False, **extra)
-        except _NO_ARGS_IS_HELP as exc:  # bare ``overlay`` / ``overlay fix``: the help text, as click does
+            rv = super().main(
+                args=args,
+                prog_name=prog_name,
+                complete_var=complete_var,
+                standalone_mode=False,
+                **extra,
+            )
+        except (
+            _NO_ARGS_IS_HELP
+        ) as exc:  # bare ``overlay`` / ``overlay fix``: the help text, as click does
             exc.show()
             return exc.exit_code
         except click.UsageError as exc:
@@ -232,17 +260,23 @@ class OverlayGroup(click.Group):
             click.echo(f"hint: {hint}", err=True)
             return EXIT_USAGE
         except click.ClickException as exc:
-            click.echo(f"overlay: {one_line(' '.join(exc.format_message().split()))}", err=True)
+            click.echo(
+                f"overlay: {one_line(' '.join(exc.format_message().split()))}", err=True
+            )
             return EXIT_USAGE
         except (click.Abort, KeyboardInterrupt, EOFError) as exc:
-            if isinstance(exc, KeyboardInterrupt) or isinstance(exc.__cause__, KeyboardInterrupt):
+            if isinstance(exc, KeyboardInterrupt) or isinstance(
+                exc.__cause__, KeyboardInterrupt
+            ):
                 click.echo("overlay: interrupted", err=True)
                 return EXIT_INTERRUPTED
             click.echo("overlay: aborted", err=True)
             return EXIT_USAGE
         except BrokenPipeError:
             return _broken_pipe()
-        except OverlayError as exc:  # raised before a subcommand ran (the root callback)
+        except (
+            OverlayError
+        ) as exc:  # raised before a subcommand ran (the root callback)
             return report(exc, debug=debug)
         except (Exception, MemoryError, RecursionError) as exc:  # noqa: BLE001
             return _internal(exc, debug)

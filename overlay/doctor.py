@@ -31,11 +31,18 @@ class Check:
 
 def _out(argv: list[str], timeout: float = 10.0) -> str | None:
     try:
-        proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout,
-                              env=git_env() if argv[0] == "git" else None)
+        proc = subprocess.run(
+            argv,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            timeout=timeout,
+            env=git_env() if argv[0] == "git" else None,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
-    return proc.stdout.decode("utf-8", "replace").strip() if proc.returncode == 0 else None
+    return (
+        proc.stdout.decode("utf-8", "replace").strip() if proc.returncode == 0 else None
+    )
 
 
 def run_checks(root: str, store: Store | None, *, network: bool = True) -> list[Check]:
@@ -54,43 +61,98 @@ def run_checks(root: str, store: Store | None, *, network: bool = True) -> list[
         checks.append(Check("git", "fail", "git not found on PATH"))
     else:
         nums = tuple(int(x) for x in re.findall(r"\d+", version)[:2])
-        checks.append(Check("git", "ok" if nums >= MIN_GIT else "fail",
-                            version + ("" if nums >= MIN_GIT else f" (need {MIN_GIT[0]}.{MIN_GIT[1]}+)")))
+        checks.append(
+            Check(
+                "git",
+                "ok" if nums >= MIN_GIT else "fail",
+                version
+                + ("" if nums >= MIN_GIT else f" (need {MIN_GIT[0]}.{MIN_GIT[1]}+)"),
+            )
+        )
     try:
         manifest = load_manifest(root)
     except Exception as exc:  # noqa: BLE001 - reported, not raised
         checks.append(Check("manifest", "fail", getattr(exc, "message", str(exc))))
         manifest = None
-    checks.append(Check("git store", "ok" if store else "fail", store.git_dir if store else "cannot be opened"))
+    checks.append(
+        Check(
+            "git store",
+            "ok" if store else "fail",
+            store.git_dir if store else "cannot be opened",
+        )
+    )
     if manifest is not None and store is not None:
-        missing = [label for label, sha in (("pin", manifest.pin), ("fork commit", manifest.fork_commit),
-                                            ("merge base", manifest.merge_base)) if not store.has_object(sha)]
-        checks.append(Check("pinned objects", "ok" if not missing else "warn",
-                            "all in the store" if not missing else
-                            f"missing {', '.join(missing)} (fetched on the next online command)"))
+        missing = [
+            label
+            for label, sha in (
+                ("pin", manifest.pin),
+                ("fork commit", manifest.fork_commit),
+                ("merge base", manifest.merge_base),
+            )
+            if not store.has_object(sha)
+        ]
+        checks.append(
+            Check(
+                "pinned objects",
+                "ok" if not missing else "warn",
+                "all in the store"
+                if not missing
+                else f"missing {', '.join(missing)} (fetched on the next online command)",
+            )
+        )
         for name, url in manifest.remote_urls().items():
             if not network:
                 checks.append(Check(f"remote {name}", "ok", f"{url} (not probed)"))
                 continue
-            reachable = _out(["git", "ls-remote", "--heads", url], timeout=10.0) is not None
+            reachable = (
+                _out(["git", "ls-remote", "--heads", url], timeout=10.0) is not None
+            )
             # Unreachable matters only while pinned objects are missing: then nothing can work.
             status = "ok" if reachable else ("fail" if missing else "warn")
-            checks.append(Check(f"remote {name}", status, f"{url} ({'reachable' if reachable else 'not reachable'})"
-                                + ("" if reachable or not missing else
-                                   "; set OVERLAY_UPSTREAM_URL / OVERLAY_FORK_URL to local mirrors")))
+            checks.append(
+                Check(
+                    f"remote {name}",
+                    status,
+                    f"{url} ({'reachable' if reachable else 'not reachable'})"
+                    + (
+                        ""
+                        if reachable or not missing
+                        else "; set OVERLAY_UPSTREAM_URL / OVERLAY_FORK_URL to local mirrors"
+                    ),
+                )
+            )
     for tool in ("cmake", "ninja"):
         out = _out([tool, "--version"])
-        checks.append(Check(tool, "ok" if out else "warn", out.splitlines()[0] if out else f"{tool} not found"))
+        checks.append(
+            Check(
+                tool,
+                "ok" if out else "warn",
+                out.splitlines()[0] if out else f"{tool} not found",
+            )
+        )
     from overlay.build import find_toolchain
     from overlay.errors import OverlayError
+
     try:  # the same choice `overlay build --backend rocm` makes
-        checks.append(Check("ROCm toolchain", "ok", find_toolchain("rocm", None, repo_root=root).description))
+        checks.append(
+            Check(
+                "ROCm toolchain",
+                "ok",
+                find_toolchain("rocm", None, repo_root=root).description,
+            )
+        )
     except OverlayError as exc:
         checks.append(Check("ROCm toolchain", "warn", exc.message))
     from overlay.suites.runner import detect_platform
+
     platform = detect_platform()
     for hw in ("amd-gpu", "nvidia-gpu"):
         present = hw in platform.hardware
-        checks.append(Check(hw, "ok" if present else "warn",
-                            platform.reasons.get(hw, "present" if present else "absent")))
+        checks.append(
+            Check(
+                hw,
+                "ok" if present else "warn",
+                platform.reasons.get(hw, "present" if present else "absent"),
+            )
+        )
     return checks

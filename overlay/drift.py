@@ -28,23 +28,31 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from overlay.gitstore import Store
 
-_DIAG = re.compile(r"^(?P<path>[^\s:][^:]*):(?P<line>\d+):(?:(?P<col>\d+):)?\s*(?P<kind>fatal error|error|note|warning):\s*(?P<msg>.*)$")
-_HERE = re.compile(r"^(?P<path>[^\s:][^:]*):(?P<line>\d+):(?:\d+:)?\s+required from here")
+_DIAG = re.compile(
+    r"^(?P<path>[^\s:][^:]*):(?P<line>\d+):(?:(?P<col>\d+):)?\s*(?P<kind>fatal error|error|note|warning):\s*(?P<msg>.*)$"
+)
+_HERE = re.compile(
+    r"^(?P<path>[^\s:][^:]*):(?P<line>\d+):(?:\d+:)?\s+required from here"
+)
 _BULLET = re.compile(r"^\s+[\u2022*-]\s+(?P<msg>.*)$")
-_UNDEF = re.compile(r"undefined (?:reference to [`'\u2018]|symbol: )(?P<sym>[^'\u2019\n]+)")
+_UNDEF = re.compile(
+    r"undefined (?:reference to [`'\u2018]|symbol: )(?P<sym>[^'\u2019\n]+)"
+)
 _QUOTED = re.compile(r"[`'\u2018\"]([^`'\u2019\"]+)[`'\u2019\"]")
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_COMMON = frozenset("""
+_COMMON = frozenset(
+    """
 int void char bool float double long short unsigned signed const constexpr static inline auto virtual
 override final class struct enum union namespace template typename using return operator new delete
 this true false nullptr std mlx core array vector string size_t int32_t int64_t uint32_t uint64_t
 shared_ptr unique_ptr tuple pair map set optional variant function type value values in of for to
 the a an is not no declared scope member named candidate expects argument arguments provided
-error note warning within following because pure abstract object""".split())
+error note warning within following because pure abstract object""".split()
+)
 
 
 @dataclasses.dataclass
@@ -112,7 +120,7 @@ def parse_log(text: str, strip_prefixes: Sequence[str] = ()) -> list[Diagnostic]
         for prefix in strip_prefixes:
             p = prefix.rstrip("/") + "/"
             if path.startswith(p):
-                return path[len(p):]
+                return path[len(p) :]
         return path
 
     def inside(path: str) -> bool:
@@ -129,7 +137,11 @@ def parse_log(text: str, strip_prefixes: Sequence[str] = ()) -> list[Diagnostic]
         if m:
             kind = m.group("kind")
             if kind in ("error", "fatal error"):
-                path, line, msg = rel(m.group("path")), int(m.group("line")), m.group("msg")
+                path, line, msg = (
+                    rel(m.group("path")),
+                    int(m.group("line")),
+                    m.group("msg"),
+                )
                 notes = []
                 if not inside(m.group("path")) and here is not None:
                     # An error inside a system header, instantiated from the tree: report it there.
@@ -140,7 +152,14 @@ def parse_log(text: str, strip_prefixes: Sequence[str] = ()) -> list[Diagnostic]
                     current = None
                     continue
                 seen.add(key)
-                same = next((d for d in out if d.kind == "error" and (d.path, d.line) == (path, line)), None)
+                same = next(
+                    (
+                        d
+                        for d in out
+                        if d.kind == "error" and (d.path, d.line) == (path, line)
+                    ),
+                    None,
+                )
                 if same is not None:
                     # A second error at the same place (one instantiation): one diagnostic.
                     same.notes += [msg, *notes]
@@ -155,7 +174,9 @@ def parse_log(text: str, strip_prefixes: Sequence[str] = ()) -> list[Diagnostic]
             continue
         b = _BULLET.match(raw)
         if b and current is not None:
-            current.notes.append(b.group("msg"))  # GCC 16's structured "• candidate 1: ..." lines
+            current.notes.append(
+                b.group("msg")
+            )  # GCC 16's structured "• candidate 1: ..." lines
             continue
         u = _UNDEF.search(raw)
         if u:
@@ -178,24 +199,48 @@ def ranked_identifiers(diag: Diagnostic, source: str = "") -> list[tuple[int, st
     """:func:`identifiers` with their rank: 0 for names the tools quoted (the message,
     its notes), 1 for names only on the source lines."""
     if diag.kind == "undefined":
-        groups = [(0, [diag.message.split("(", 1)[0]])]  # the symbol without its argument list
+        groups = [
+            (0, [diag.message.split("(", 1)[0]])
+        ]  # the symbol without its argument list
     else:
-        groups = [(0, [q for text in [diag.message, *diag.notes] for q in _QUOTED.findall(text)]),
-                  (1, [re.sub(r"//.*", "", source)])]
+        groups = [
+            (
+                0,
+                [
+                    q
+                    for text in [diag.message, *diag.notes]
+                    for q in _QUOTED.findall(text)
+                ],
+            ),
+            (1, [re.sub(r"//.*", "", source)]),
+        ]
     names: list[tuple[int, str]] = []
     seen: set[str] = set()
     for rank, texts in groups:
         for text in texts:
-            text = re.sub(r"\bstd::(?:\w+::)*\w+", " ", text)  # the standard library is not the API
+            text = re.sub(
+                r"\bstd::(?:\w+::)*\w+", " ", text
+            )  # the standard library is not the API
             for name in _IDENT.findall(text):
-                if name not in _COMMON and len(name) > 2 and not name.startswith("_") and name not in seen:
+                if (
+                    name not in _COMMON
+                    and len(name) > 2
+                    and not name.startswith("_")
+                    and name not in seen
+                ):
                     seen.add(name)
                     names.append((rank, name))
     return names
 
 
-def _commits_for(store: Store, old: str, new: str, ident: str, headers: bool,
-                 paths: Sequence[str] = ()) -> list[tuple[str, str]]:
+def _commits_for(
+    store: Store,
+    old: str,
+    new: str,
+    ident: str,
+    headers: bool,
+    paths: Sequence[str] = (),
+) -> list[tuple[str, str]]:
     args = ["log", "--format=%H%x00%s", "-G", rf"\b{ident}\b", f"{old}..{new}"]
     if paths:
         args += ["--", *paths]
@@ -206,21 +251,24 @@ def _commits_for(store: Store, old: str, new: str, ident: str, headers: bool,
 
 
 HEADER_GLOBS = ("*.h", "*.hpp", "*.hh", "*.cuh")
-_Q = "[`'\u2018]"   # an opening quote (GCC uses \u2018...\u2019 in UTF-8 locales)
+_Q = "[`'\u2018]"  # an opening quote (GCC uses \u2018...\u2019 in UTF-8 locales)
 _UNQ = "[`'\u2019]"  # a closing quote
 _NQ = "[^`'\u2018\u2019]"
 #: Messages about a member and its declaration: ``sig`` is a signature to split
 #: (``bool ns::Cls::member(args)``), else ``member`` and ``cls`` are named.
-_MEMBER_MESSAGES = [re.compile(p) for p in (
-    rf"no declaration matches {_Q}(?P<sig>.+){_UNQ}\s*$",
-    rf"out-of-line definition of {_Q}(?P<member>\w+){_UNQ} does not match any declaration in "
-    rf"{_Q}(?:class |struct |union )?(?P<cls>{_NQ}+){_UNQ}",
-    rf"no matching (?:member )?function for call to {_Q}(?P<sig>.+){_UNQ}\s*$",
-    rf"{_Q}(?:class |struct |union )?(?P<cls>{_NQ}+){_UNQ} has no member named {_Q}(?P<member>\w+){_UNQ}",
-    rf"no (?:template )?member named {_Q}(?P<member>\w+){_UNQ} in (?:namespace )?"
-    rf"{_Q}(?:class |struct |union )?(?P<cls>{_NQ}+){_UNQ}",
-    rf"{_Q}(?P<member>\w+){_UNQ} is not a member of {_Q}(?:class |struct |union )?(?P<cls>{_NQ}+){_UNQ}",
-)]
+_MEMBER_MESSAGES = [
+    re.compile(p)
+    for p in (
+        rf"no declaration matches {_Q}(?P<sig>.+){_UNQ}\s*$",
+        rf"out-of-line definition of {_Q}(?P<member>\w+){_UNQ} does not match any declaration in "
+        rf"{_Q}(?:class |struct |union )?(?P<cls>{_NQ}+){_UNQ}",
+        rf"no matching (?:member )?function for call to {_Q}(?P<sig>.+){_UNQ}\s*$",
+        rf"{_Q}(?:class |struct |union )?(?P<cls>{_NQ}+){_UNQ} has no member named {_Q}(?P<member>\w+){_UNQ}",
+        rf"no (?:template )?member named {_Q}(?P<member>\w+){_UNQ} in (?:namespace )?"
+        rf"{_Q}(?:class |struct |union )?(?P<cls>{_NQ}+){_UNQ}",
+        rf"{_Q}(?P<member>\w+){_UNQ} is not a member of {_Q}(?:class |struct |union )?(?P<cls>{_NQ}+){_UNQ}",
+    )
+]
 #: More headers than this declaring one member name (``eval_gpu``, ``size``) say nothing
 #: about which declaration the error is about: fall back to the identifier search.
 MAX_DECL_HEADERS = 12
@@ -258,21 +306,33 @@ def member_reference(diag: Diagnostic) -> tuple[str, str | None] | None:
             parts = [p for p in head.split()[-1].split("::") if p] if head else []
             if not parts or not _IDENT.fullmatch(parts[-1]):
                 return None  # an operator, a lambda: no name to look up
-            return parts[-1], (parts[-2] if len(parts) > 1 and _IDENT.fullmatch(parts[-2]) else None)
+            return parts[-1], (
+                parts[-2] if len(parts) > 1 and _IDENT.fullmatch(parts[-2]) else None
+            )
         cls = _strip_templates(groups["cls"]).split("::")[-1].strip()
         return groups["member"], (cls if _IDENT.fullmatch(cls) else None)
     return None
 
 
-def _grep_paths(store: Store, commit: str, args: Sequence[str], paths: Sequence[str]) -> list[str]:
+def _grep_paths(
+    store: Store, commit: str, args: Sequence[str], paths: Sequence[str]
+) -> list[str]:
     """Paths of ``commit`` (limited to ``paths`` or the header globs) where ``git grep ARGS`` matches."""
-    proc = store.git("grep", "-l", *args, commit, "--", *(paths or HEADER_GLOBS), check=False)
+    proc = store.git(
+        "grep", "-l", *args, commit, "--", *(paths or HEADER_GLOBS), check=False
+    )
     prefix = f"{commit}:"
-    out = proc.stdout.decode("utf-8", "replace").splitlines() if proc.returncode == 0 else []
-    return [line[len(prefix):] if line.startswith(prefix) else line for line in out]
+    out = (
+        proc.stdout.decode("utf-8", "replace").splitlines()
+        if proc.returncode == 0
+        else []
+    )
+    return [line[len(prefix) :] if line.startswith(prefix) else line for line in out]
 
 
-def declaring_headers(store: Store, commit: str, member: str, cls: str | None) -> list[str]:
+def declaring_headers(
+    store: Store, commit: str, member: str, cls: str | None
+) -> list[str]:
     """The headers of ``commit`` that declare ``member`` (of ``cls`` when given).
 
     A header counts when it names ``member`` as a word and, with ``cls``, also opens
@@ -289,10 +349,24 @@ def declaring_headers(store: Store, commit: str, member: str, cls: str | None) -
     if not named:
         return []
     if cls:
-        found = _grep_paths(store, commit, ["-E", "-e", rf"(class|struct|union|namespace)[[:space:]]+{cls}"
-                                                  r"([^[:alnum:]_]|$)"], named)
+        found = _grep_paths(
+            store,
+            commit,
+            [
+                "-E",
+                "-e",
+                rf"(class|struct|union|namespace)[[:space:]]+{cls}"
+                r"([^[:alnum:]_]|$)",
+            ],
+            named,
+        )
     else:
-        found = _grep_paths(store, commit, ["-E", "-e", rf"(^|[^[:alnum:]_]){member}[[:space:]]*\("], named)
+        found = _grep_paths(
+            store,
+            commit,
+            ["-E", "-e", rf"(^|[^[:alnum:]_]){member}[[:space:]]*\("],
+            named,
+        )
     return sorted(found) if len(found) <= MAX_DECL_HEADERS else []
 
 
@@ -330,7 +404,10 @@ def declaration_spans(text: str, member: str, cls: str | None) -> list[tuple[int
     """
     regions: list[tuple[int, int]] = []
     if cls:
-        for m in re.finditer(rf"\b(?:class|struct|union|namespace)\s+(?:\w+::)*{re.escape(cls)}\b[^;{{]*\{{", text):
+        for m in re.finditer(
+            rf"\b(?:class|struct|union|namespace)\s+(?:\w+::)*{re.escape(cls)}\b[^;{{]*\{{",
+            text,
+        ):
             regions.append((m.end() - 1, _block_end(text, m.end() - 1)))
     else:
         regions.append((0, len(text)))
@@ -362,17 +439,33 @@ def declaration_spans(text: str, member: str, cls: str | None) -> list[tuple[int
     return spans
 
 
-def _span_commits(store: Store, old: str, new: str, path: str, span: tuple[int, int]) -> list[tuple[str, str]]:
+def _span_commits(
+    store: Store, old: str, new: str, path: str, span: tuple[int, int]
+) -> list[tuple[str, str]]:
     """Commits of ``old..new`` that changed lines ``span`` of ``path`` (as in ``new``),
     newest first (``git log -L``, which follows the lines back through the history)."""
-    out = store.git("log", "--format=%x01%H%x00%s", f"-L{span[0]},{span[1]}:{path}", f"{old}..{new}",
-                    check=False).stdout.decode("utf-8", "replace")
-    return [tuple(line[1:].split("\0", 1)) for line in out.splitlines()  # type: ignore[misc]
-            if line.startswith("\x01") and "\0" in line]
+    out = store.git(
+        "log",
+        "--format=%x01%H%x00%s",
+        f"-L{span[0]},{span[1]}:{path}",
+        f"{old}..{new}",
+        check=False,
+    ).stdout.decode("utf-8", "replace")
+    return [
+        tuple(line[1:].split("\0", 1))
+        for line in out.splitlines()  # type: ignore[misc]
+        if line.startswith("\x01") and "\0" in line
+    ]
 
 
-def _declaration_commits(store: Store, old: str, new: str, member: str, cls: str | None,
-                         declared: Sequence[str]) -> list[tuple[str, str]]:
+def _declaration_commits(
+    store: Store,
+    old: str,
+    new: str,
+    member: str,
+    cls: str | None,
+    declared: Sequence[str],
+) -> list[tuple[str, str]]:
     """Commits of the range that changed ``member``'s declaration in the ``declared``
     headers, newest first: those that changed a line of the declaration as the new pin
     has it (:func:`declaration_spans`, ``git log -L``), and those whose changed lines
@@ -382,12 +475,18 @@ def _declaration_commits(store: Store, old: str, new: str, member: str, cls: str
         blob = store.git("cat-file", "-p", f"{new}:{path}", check=False)
         if blob.returncode != 0:
             continue
-        for span in declaration_spans(blob.stdout.decode("utf-8", "replace"), member, cls):
+        for span in declaration_spans(
+            blob.stdout.decode("utf-8", "replace"), member, cls
+        ):
             found.update(_span_commits(store, old, new, path, span))
     found.update(_commits_for(store, old, new, member, True, declared))
     if len(found) < 2:
         return list(found.items())
-    order = store.git("rev-list", "--no-walk=sorted", *found, check=False).stdout.decode().split()
+    order = (
+        store.git("rev-list", "--no-walk=sorted", *found, check=False)
+        .stdout.decode()
+        .split()
+    )
     return [(sha, found[sha]) for sha in order if sha in found]
 
 
@@ -395,8 +494,14 @@ def _declaration_commits(store: Store, old: str, new: str, member: str, cls: str
 MAX_HITS = 40
 
 
-def attribute(store: Store, old_pin: str, new_pin: str, diagnostics: Iterable[Diagnostic],
-              fork_paths: Iterable[str] = (), read_source=None) -> list[DriftItem]:
+def attribute(
+    store: Store,
+    old_pin: str,
+    new_pin: str,
+    diagnostics: Iterable[Diagnostic],
+    fork_paths: Iterable[str] = (),
+    read_source=None,
+) -> list[DriftItem]:
     """Attribute each diagnostic to the upstream commit of ``old_pin..new_pin`` it trips on.
 
     An error about a member's declaration (:func:`member_reference`) goes to the
@@ -427,7 +532,9 @@ def attribute(store: Store, old_pin: str, new_pin: str, diagnostics: Iterable[Di
 
     def commits(ident: str, headers: bool) -> list[tuple[str, str]]:
         if (ident, headers) not in cache:
-            cache[(ident, headers)] = _commits_for(store, old_pin, new_pin, ident, headers)
+            cache[(ident, headers)] = _commits_for(
+                store, old_pin, new_pin, ident, headers
+            )
         return cache[(ident, headers)]
 
     paths = list(fork_paths)
@@ -435,7 +542,9 @@ def attribute(store: Store, old_pin: str, new_pin: str, diagnostics: Iterable[Di
 
     def headers(commit: str, member: str, cls: str | None) -> list[str]:
         if (commit, member, cls) not in headers_cache:
-            headers_cache[(commit, member, cls)] = declaring_headers(store, commit, member, cls)
+            headers_cache[(commit, member, cls)] = declaring_headers(
+                store, commit, member, cls
+            )
         return headers_cache[(commit, member, cls)]
 
     items = []
@@ -443,12 +552,29 @@ def attribute(store: Store, old_pin: str, new_pin: str, diagnostics: Iterable[Di
         ref = member_reference(diag)
         if ref is not None:
             member, cls = ref
-            declared = sorted(set(headers(new_pin, member, cls)) | set(headers(old_pin, member, cls)))
-            found = _declaration_commits(store, old_pin, new_pin, member, cls, declared) if declared else []
+            declared = sorted(
+                set(headers(new_pin, member, cls)) | set(headers(old_pin, member, cls))
+            )
+            found = (
+                _declaration_commits(store, old_pin, new_pin, member, cls, declared)
+                if declared
+                else []
+            )
             if found:
-                commit, subject = found[-1]  # git log lists newest first: the oldest changed it first
-                items.append(DriftItem(diag, member, commit, subject, [c for c, _s in found if c != commit],
-                                       diag.path or _owner(diag, paths), declared))
+                commit, subject = found[
+                    -1
+                ]  # git log lists newest first: the oldest changed it first
+                items.append(
+                    DriftItem(
+                        diag,
+                        member,
+                        commit,
+                        subject,
+                        [c for c, _s in found if c != commit],
+                        diag.path or _owner(diag, paths),
+                        declared,
+                    )
+                )
                 continue
         source = ""
         if read_source is not None and diag.path and diag.line:
@@ -463,24 +589,36 @@ def attribute(store: Store, old_pin: str, new_pin: str, diagnostics: Iterable[Di
             if best is None or key < best[0]:
                 best = (key, ident, found, in_headers)
         if best is None:
-            items.append(DriftItem(diag, None, None, None, [], diag.path or _owner(diag, paths)))
+            items.append(
+                DriftItem(diag, None, None, None, [], diag.path or _owner(diag, paths))
+            )
             continue
         _key, ident, found, in_headers = best
-        commit, subject = (in_headers or found)[-1]  # git log lists newest first: take the oldest
+        commit, subject = (in_headers or found)[
+            -1
+        ]  # git log lists newest first: take the oldest
         also = [c for c, _s in found if c != commit]
-        items.append(DriftItem(diag, ident, commit, subject, also, diag.path or _owner(diag, paths)))
+        items.append(
+            DriftItem(
+                diag, ident, commit, subject, also, diag.path or _owner(diag, paths)
+            )
+        )
     return items
 
 
 def source_reader(root: str):
     """A ``read_source`` for :func:`attribute` over an exported tree at ``root``."""
+
     def read(path: str, line: int) -> str | None:
         try:
-            with open(os.path.join(root, path), encoding="utf-8", errors="replace") as fh:
+            with open(
+                os.path.join(root, path), encoding="utf-8", errors="replace"
+            ) as fh:
                 lines = fh.read().splitlines()
         except OSError:
             return None
-        return "\n".join(lines[line - 1:line + 2])
+        return "\n".join(lines[line - 1 : line + 2])
+
     return read
 
 
@@ -489,13 +627,18 @@ def _owner(diag: Diagnostic, paths: Sequence[str]) -> str | None:
     GPU evaluation for primitives (``primitives.cpp`` or the like), when present."""
     if diag.kind != "undefined" or "eval_gpu" not in diag.message:
         return None
-    for candidate in ("mlx/backend/rocm/primitives.cpp", "mlx/backend/rocm/primitives.hip"):
+    for candidate in (
+        "mlx/backend/rocm/primitives.cpp",
+        "mlx/backend/rocm/primitives.hip",
+    ):
         if candidate in paths:
             return candidate
     return None
 
 
-def owners_from_tree(root: str, items: Sequence[DriftItem], backend: str = "mlx/backend/rocm") -> None:
+def owners_from_tree(
+    root: str, items: Sequence[DriftItem], backend: str = "mlx/backend/rocm"
+) -> None:
     """Name the fork file for undefined symbols by reading the exported tree at ``root``.
 
     For ``mlx::core::Cls::member``: the backend file that defines most other members of
@@ -511,7 +654,9 @@ def owners_from_tree(root: str, items: Sequence[DriftItem], backend: str = "mlx/
                 full = os.path.join(dirpath, name)
                 try:
                     with open(full, encoding="utf-8", errors="replace") as fh:
-                        files[os.path.relpath(full, root).replace(os.sep, "/")] = fh.read()
+                        files[os.path.relpath(full, root).replace(os.sep, "/")] = (
+                            fh.read()
+                        )
                 except OSError:
                     continue
     for item in items:
@@ -547,7 +692,9 @@ def last_rebase_pin(root: str, pin: str) -> str | None:
     import json
 
     try:
-        with open(os.path.join(root, ".overlay", "last-rebase.json"), encoding="utf-8") as fh:
+        with open(
+            os.path.join(root, ".overlay", "last-rebase.json"), encoding="utf-8"
+        ) as fh:
             pins = json.load(fh)["pins"]
         before, after = pins["before"]["pin"], pins["after"]["pin"]
     except (OSError, ValueError, KeyError, TypeError):
@@ -555,8 +702,9 @@ def last_rebase_pin(root: str, pin: str) -> str | None:
     return before if after == pin and before != pin else None
 
 
-def attribute_log(store: Store, old_pin: str, new_pin: str, text: str,
-                  prefixes: Sequence[str]) -> list[DriftItem]:
+def attribute_log(
+    store: Store, old_pin: str, new_pin: str, text: str, prefixes: Sequence[str]
+) -> list[DriftItem]:
     """:func:`parse_log` then :func:`attribute` on a build log, with the source lines and
     the fork files read from the exported trees under ``prefixes``.
 
@@ -580,9 +728,17 @@ def attribute_log(store: Store, old_pin: str, new_pin: str, text: str,
         return None
 
     # the backend's primitives file, where a missing eval_gpu belongs (:func:`_owner`)
-    fork_paths = [rel for rel in ("mlx/backend/rocm/primitives.cpp", "mlx/backend/rocm/primitives.hip")
-                  if any(os.path.isfile(os.path.join(p, rel)) for p in prefixes)]
-    items = attribute(store, old_pin, new_pin, diags, fork_paths=fork_paths, read_source=read_source)
+    fork_paths = [
+        rel
+        for rel in (
+            "mlx/backend/rocm/primitives.cpp",
+            "mlx/backend/rocm/primitives.hip",
+        )
+        if any(os.path.isfile(os.path.join(p, rel)) for p in prefixes)
+    ]
+    items = attribute(
+        store, old_pin, new_pin, diags, fork_paths=fork_paths, read_source=read_source
+    )
     for prefix in prefixes:
         owners_from_tree(prefix, items)
     return items
@@ -593,7 +749,11 @@ def short(item: DriftItem) -> str:
     d = item.diagnostic
     where = f"{d.path}:{d.line}" if d.path else "link"
     what = "undefined symbol" if d.kind == "undefined" else d.kind
-    cause = f"upstream {item.commit[:12]} {item.subject}" if item.commit else "no upstream commit found"
+    cause = (
+        f"upstream {item.commit[:12]} {item.subject}"
+        if item.commit
+        else "no upstream commit found"
+    )
     return f"{where}: {what}: {d.message} -> {cause}"
 
 
@@ -606,16 +766,26 @@ def render_text(items: Sequence[DriftItem]) -> str:
         head = f"{where}: {d.kind}: {d.message}"
         lines.append(head)
         if item.commit:
-            where = f", declared in {', '.join(item.declared_in)}" if item.declared_in else ""
-            lines.append(f"    upstream {item.commit[:12]} {item.subject}  (via '{item.identifier}'{where})")
+            where = (
+                f", declared in {', '.join(item.declared_in)}"
+                if item.declared_in
+                else ""
+            )
+            lines.append(
+                f"    upstream {item.commit[:12]} {item.subject}  (via '{item.identifier}'{where})"
+            )
         else:
-            lines.append("    no upstream commit in the pin range changes a name it mentions")
+            lines.append(
+                "    no upstream commit in the pin range changes a name it mentions"
+            )
         if item.fork_file:
             lines.append(f"    fork file to follow: {item.fork_file}")
     errors = sum(1 for i in items if i.diagnostic.kind == "error")
     undefined = len(items) - errors
     attributed = sum(1 for i in items if i.commit)
-    lines.append(f"{errors} compile error(s), {undefined} undefined symbol(s); {attributed} attributed")
+    lines.append(
+        f"{errors} compile error(s), {undefined} undefined symbol(s); {attributed} attributed"
+    )
     return "\n".join(lines) + "\n"
 
 
@@ -626,6 +796,10 @@ def render_markdown(items: Sequence[DriftItem]) -> str:
         d = item.diagnostic
         where = f"`{d.path}:{d.line}`" if d.path else "link"
         msg = d.message.replace("|", "\\|")
-        commit = f"`{item.commit[:12]}` {item.subject}" if item.commit else "not attributed"
-        out.append(f"| {where} | {d.kind}: {msg} | {commit} | `{item.fork_file or ''}` |")
+        commit = (
+            f"`{item.commit[:12]}` {item.subject}" if item.commit else "not attributed"
+        )
+        out.append(
+            f"| {where} | {d.kind}: {msg} | {commit} | `{item.fork_file or ''}` |"
+        )
     return "\n".join(out) + "\n"

@@ -36,7 +36,7 @@ import os
 import re
 import shutil
 import textwrap
-from typing import Iterator
+from collections.abc import Iterator
 
 from overlay import fixes
 from overlay.engine import PatchApplyError, apply_series
@@ -172,20 +172,27 @@ def load_session(root: str) -> Session | None:
     except FileNotFoundError:
         return None
     except (OSError, ValueError, KeyError, TypeError):
-        raise OverlayError(f"{STATE_FILE} is unreadable or not an overlay edit state",
-                           hint="throw the edit away with `overlay edit --abort`") from None
+        raise OverlayError(
+            f"{STATE_FILE} is unreadable or not an overlay edit state",
+            hint="throw the edit away with `overlay edit --abort`",
+        ) from None
 
 
 def _save_session(root: str, session: Session) -> None:
-    atomic_write(os.path.join(root, STATE_FILE), (json.dumps(dataclasses.asdict(session), indent=2) + "\n").encode())
+    atomic_write(
+        os.path.join(root, STATE_FILE),
+        (json.dumps(dataclasses.asdict(session), indent=2) + "\n").encode(),
+    )
 
 
 def _refuse_during_run(root: str) -> None:
     kind = run_in_progress(root)
     if kind is not None:
-        raise OverlayError(f"a {kind} is in progress: patches are not edited or recorded during it",
-                           hint=f"finish it with `overlay {kind} --continue` (or undo it with "
-                                f"`overlay {kind} --abort`) first")
+        raise OverlayError(
+            f"a {kind} is in progress: patches are not edited or recorded during it",
+            hint=f"finish it with `overlay {kind} --continue` (or undo it with "
+            f"`overlay {kind} --abort`) first",
+        )
 
 
 # -- positions in the series ----------------------------------------------------------------
@@ -197,22 +204,26 @@ def patch_file_name(name: str) -> str:
     Raises:
         OverlayError: not one plain file name of letters, digits, ``.``, ``_``, ``-`` (exit 2).
     """
-    stem = name[:-len(".patch")] if name.endswith(".patch") else name
+    stem = name[: -len(".patch")] if name.endswith(".patch") else name
     if not _NAME_RE.match(stem) or stem in (".", ".."):
-        raise OverlayError(f"bad patch name {name!r}",
-                           hint="use letters, digits, '.', '_' and '-', e.g. 0012-bounds-check")
+        raise OverlayError(
+            f"bad patch name {name!r}",
+            hint="use letters, digits, '.', '_' and '-', e.g. 0012-bounds-check",
+        )
     return stem + ".patch"
 
 
 def _stem(name: str) -> str:
-    return name[:-len(".patch")] if name.endswith(".patch") else name
+    return name[: -len(".patch")] if name.endswith(".patch") else name
 
 
 def _index(layers: Layers, name: str) -> int:
     names = [r.patch.name for r in layers.patches]
     if name not in names:
-        raise OverlayError(f"{name} is not in {SERIES_PATH}",
-                           hint="name a patch of the series (`overlay status` lists them), or use --new NAME")
+        raise OverlayError(
+            f"{name} is not in {SERIES_PATH}",
+            hint="name a patch of the series (`overlay status` lists them), or use --new NAME",
+        )
     return names.index(name)
 
 
@@ -226,7 +237,9 @@ def _tree_after(layers: Layers, index: int) -> str:
     return tree
 
 
-def _where(layers: Layers, name: str, new: bool, after: str | None) -> tuple[str, str, int]:
+def _where(
+    layers: Layers, name: str, new: bool, after: str | None
+) -> tuple[str, str, int]:
     """``(base, start, index of the first later patch)`` for an edit of ``name``."""
     if new:
         at = len(layers.patches) - 1 if after is None else _index(layers, after)
@@ -239,17 +252,30 @@ def _where(layers: Layers, name: str, new: bool, after: str | None) -> tuple[str
 # -- the work tree ----------------------------------------------------------------------------
 
 
-def _wt_git(workdir: str, *args: str, input: bytes | None = None, index: str | None = None,
-            check: bool = True):
+def _wt_git(
+    workdir: str,
+    *args: str,
+    input: bytes | None = None,
+    index: str | None = None,
+    check: bool = True,
+):
     """git in the work tree's own repository (never the overlay repository's)."""
     env = {"GIT_WORK_TREE": workdir}
     if index is not None:
         env["GIT_INDEX_FILE"] = index
-    return run_git(list(args), git_dir=os.path.join(workdir, ".git"), cwd=workdir, env=env,
-                   input=input, check=check)
+    return run_git(
+        list(args),
+        git_dir=os.path.join(workdir, ".git"),
+        cwd=workdir,
+        env=env,
+        input=input,
+        check=check,
+    )
 
 
-def _make_worktree(store: Store, workdir: str, base: str, start: str, subject: str) -> None:
+def _make_worktree(
+    store: Store, workdir: str, base: str, start: str, subject: str
+) -> None:
     """A git checkout of ``start`` at ``workdir`` whose history is base -> start."""
     os.makedirs(os.path.dirname(workdir), exist_ok=True)
     # .overlay/ is ignored by this repository's .gitignore; a repository without that
@@ -265,7 +291,9 @@ def _make_worktree(store: Store, workdir: str, base: str, start: str, subject: s
         fh.write(os.path.join(store.git_dir, "objects") + "\n")
     commits = [store.commit_tree(base, (), "overlay: the layer below the patch")]
     if start != base:
-        commits.append(store.commit_tree(start, commits, subject or "overlay: the patch"))
+        commits.append(
+            store.commit_tree(start, commits, subject or "overlay: the patch")
+        )
     _wt_git(workdir, "symbolic-ref", "HEAD", _BRANCH)
     _wt_git(workdir, "update-ref", _BRANCH, commits[-1])
     _wt_git(workdir, "reset", "-q", "--hard", commits[-1])
@@ -277,8 +305,10 @@ def _snapshot(store: Store, workdir: str, base: str) -> str:
     The user's own index in the work tree is left alone: a copy takes the adds.
     """
     if not os.path.isdir(os.path.join(workdir, ".git")):
-        raise OverlayError(f"{os.path.basename(workdir)}: the work tree is gone or not a git checkout",
-                           hint="throw the edit away with `overlay edit --abort` and start again")
+        raise OverlayError(
+            f"{os.path.basename(workdir)}: the work tree is gone or not a git checkout",
+            hint="throw the edit away with `overlay edit --abort` and start again",
+        )
     index = os.path.join(workdir, ".git", "overlay-record.index")
     try:
         shutil.copyfile(os.path.join(workdir, ".git", "index"), index)
@@ -290,30 +320,45 @@ def _snapshot(store: Store, workdir: str, base: str) -> str:
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(index)
-    rows = _wt_git(workdir, "diff-tree", "-r", "-z", "--no-renames", base, tree).stdout.split(b"\0")
+    rows = _wt_git(
+        workdir, "diff-tree", "-r", "-z", "--no-renames", base, tree
+    ).stdout.split(b"\0")
     changes: dict[str, tuple[str, str] | None] = {}
     with CatFile(os.path.join(workdir, ".git")) as cat:
         for i in range(0, len(rows) - 1, 2):
             meta = rows[i].decode().lstrip(":").split()
-            path = check_path(rows[i + 1].decode("utf-8", "surrogateescape"), what="work tree path")
+            path = check_path(
+                rows[i + 1].decode("utf-8", "surrogateescape"), what="work tree path"
+            )
             if meta[4] == "D":
                 changes[path] = None
                 continue
             mode, oid = meta[1], meta[3]
             if mode != "160000" and not store.has_object(oid, "blob"):
-                store.hash_blob(cat.read(oid)[1])  # the same bytes give the same name in the store
+                store.hash_blob(
+                    cat.read(oid)[1]
+                )  # the same bytes give the same name in the store
             changes[path] = (mode, oid)
     result = store.edit_tree(base, changes)
     if result != tree:  # both repositories must agree on every byte
-        raise OverlayError(f"internal: the work tree's tree {tree[:12]} is {result[:12]} in the git store")
+        raise OverlayError(
+            f"internal: the work tree's tree {tree[:12]} is {result[:12]} in the git store"
+        )
     return result
 
 
 # -- overlay edit ------------------------------------------------------------------------------
 
 
-def start_edit(root: str, store: Store, manifest: Manifest, *, patch: str | None = None,
-               new: str | None = None, after: str | None = None) -> Started:
+def start_edit(
+    root: str,
+    store: Store,
+    manifest: Manifest,
+    *,
+    patch: str | None = None,
+    new: str | None = None,
+    after: str | None = None,
+) -> Started:
     """``overlay edit``: prepare the work tree for an existing patch or a new one.
 
     Args:
@@ -332,9 +377,13 @@ def start_edit(root: str, store: Store, manifest: Manifest, *, patch: str | None
         LayerError: the layers cannot be computed (exit 1).
     """
     if (patch is None) == (new is None):
-        raise OverlayError("give a PATCH of the series to edit, or --new NAME for a new one")
+        raise OverlayError(
+            "give a PATCH of the series to edit, or --new NAME for a new one"
+        )
     if after is not None and new is None:
-        raise OverlayError("--after goes with --new (an existing patch stays where it is)")
+        raise OverlayError(
+            "--after goes with --new (an existing patch stays where it is)"
+        )
     with _locked(root, "edit"):
         _refuse_during_run(root)
         if new is not None:
@@ -346,36 +395,57 @@ def start_edit(root: str, store: Store, manifest: Manifest, *, patch: str | None
             after = after + ".patch"
         current = load_session(root)
         if current is not None:
-            if current.name == name and current.new == (new is not None) and current.after == after \
-                    and os.path.isdir(current.workdir(root)):
+            if (
+                current.name == name
+                and current.new == (new is not None)
+                and current.after == after
+                and os.path.isdir(current.workdir(root))
+            ):
                 return Started(current, current.workdir(root), [], resumed=True)
-            raise OverlayError(f"an edit of {current.name} is in progress in {current.directory}",
-                               hint="record it with `overlay record`, or throw it away with `overlay edit --abort`")
+            raise OverlayError(
+                f"an edit of {current.name} is in progress in {current.directory}",
+                hint="record it with `overlay record`, or throw it away with `overlay edit --abort`",
+            )
         listed = [n for n, _ in read_series(root)]
         if new is not None:
             if name in listed or os.path.lexists(os.path.join(root, PATCH_DIR, name)):
-                raise OverlayError(f"{PATCH_DIR}/{name} already exists",
-                                   hint=f"edit it with `overlay edit {name}`, or choose another name")
+                raise OverlayError(
+                    f"{PATCH_DIR}/{name} already exists",
+                    hint=f"edit it with `overlay edit {name}`, or choose another name",
+                )
         layers = compute_layers(store, manifest, root, stepwise=True)
         base, start, first_later = _where(layers, name, new is not None, after)
         subject = ""
         digest = None
         if new is None:
             existing = layers.patches[first_later - 1].patch
-            subject, digest = existing.subject, hashlib.sha256(existing.data).hexdigest()
+            subject, digest = (
+                existing.subject,
+                hashlib.sha256(existing.data).hexdigest(),
+            )
         directory = os.path.join(EDIT_DIR, _stem(name))
         workdir = os.path.join(root, directory)
         if os.path.lexists(workdir):
             shutil.rmtree(workdir)  # a leftover of an edit whose state is gone
-        session = Session(name=name, new=new is not None, after=after, base=base, start=start,
-                          patch_sha256=digest, directory=directory)
+        session = Session(
+            name=name,
+            new=new is not None,
+            after=after,
+            base=base,
+            start=start,
+            patch_sha256=digest,
+            directory=directory,
+        )
         try:
             _make_worktree(store, workdir, base, start, subject)
             _save_session(root, session)
         except BaseException:
             shutil.rmtree(workdir, ignore_errors=True)
             raise
-        below = [r.patch.name for r in layers.patches[:first_later - (0 if new is not None else 1)]]
+        below = [
+            r.patch.name
+            for r in layers.patches[: first_later - (0 if new is not None else 1)]
+        ]
         return Started(session, workdir, below)
 
 
@@ -445,10 +515,17 @@ def wrap_message(text: str, width: int = 72) -> str:
     out = []
     for para in re.split(r"\n[ \t]*\n", text.strip()):
         lines = para.split("\n")
-        verbatim = any(ln[:1].isspace() or ln.lstrip().startswith(("- ", "* ", "```")) for ln in lines)
+        verbatim = any(
+            ln[:1].isspace() or ln.lstrip().startswith(("- ", "* ", "```"))
+            for ln in lines
+        )
         if not verbatim and any(len(ln) > width for ln in lines):
-            para = textwrap.fill(" ".join(para.split()), width=width, break_long_words=False,
-                                 break_on_hyphens=False)
+            para = textwrap.fill(
+                " ".join(para.split()),
+                width=width,
+                break_long_words=False,
+                break_on_hyphens=False,
+            )
         out.append(para)
     return "\n\n".join(p for p in out if p.strip())
 
@@ -512,15 +589,27 @@ def _series_with(root: str, name: str, after: str | None) -> bytes:
         while at and not lines[at - 1].strip():
             at -= 1  # before trailing blank lines, after the last entry or comment
     else:
-        at = next(i + 1 for i, ln in enumerate(lines) if ln.split("#", 1)[0].strip() == after)
+        at = next(
+            i + 1 for i, ln in enumerate(lines) if ln.split("#", 1)[0].strip() == after
+        )
     lines.insert(at, name)
     return (nl.join(lines) + nl).encode("utf-8")
 
 
-def record(root: str, store: Store, manifest: Manifest, *, subject: str | None = None,
-           description: str | None = None, fix: int | None = None, forwarded: str | None = None,
-           section: str = "kernels", title: str | None = None, author: str | None = None,
-           keep: bool = False) -> Recorded:
+def record(
+    root: str,
+    store: Store,
+    manifest: Manifest,
+    *,
+    subject: str | None = None,
+    description: str | None = None,
+    fix: int | None = None,
+    forwarded: str | None = None,
+    section: str = "kernels",
+    title: str | None = None,
+    author: str | None = None,
+    keep: bool = False,
+) -> Recorded:
     """``overlay record``: write the edit in progress into its patch file.
 
     For a new patch: ``subject`` and ``description`` (its long prose lines wrapped at
@@ -560,43 +649,61 @@ def record(root: str, store: Store, manifest: Manifest, *, subject: str | None =
     with _locked(root, "record"):
         session = load_session(root)
         if session is None:
-            raise OverlayError("no edit in progress",
-                               hint="start one with `overlay edit PATCH` or `overlay edit --new NAME`")
+            raise OverlayError(
+                "no edit in progress",
+                hint="start one with `overlay edit PATCH` or `overlay edit --new NAME`",
+            )
         _refuse_during_run(root)
         layers = compute_layers(store, manifest, root, stepwise=True)
         listed = [r.patch.name for r in layers.patches]
         if session.new and session.name in listed:
-            raise OverlayError(f"{session.name} is in the series already; the records changed since `overlay edit`",
-                               hint="throw the edit away with `overlay edit --abort` and start again")
+            raise OverlayError(
+                f"{session.name} is in the series already; the records changed since `overlay edit`",
+                hint="throw the edit away with `overlay edit --abort` and start again",
+            )
         try:
-            base, _start, first_later = _where(layers, session.name, session.new, session.after)
+            base, _start, first_later = _where(
+                layers, session.name, session.new, session.after
+            )
         except OverlayError:
-            raise OverlayError(f"{session.after or session.name} is no longer in the series; the records "
-                               "changed since `overlay edit`",
-                               hint="copy your change out of the work tree, then `overlay edit --abort` "
-                                    "and edit again") from None
-        old: Patch | None = None if session.new else layers.patches[first_later - 1].patch
-        if base != session.base or (old is not None and hashlib.sha256(old.data).hexdigest() != session.patch_sha256):
+            raise OverlayError(
+                f"{session.after or session.name} is no longer in the series; the records "
+                "changed since `overlay edit`",
+                hint="copy your change out of the work tree, then `overlay edit --abort` "
+                "and edit again",
+            ) from None
+        old: Patch | None = (
+            None if session.new else layers.patches[first_later - 1].patch
+        )
+        if base != session.base or (
+            old is not None
+            and hashlib.sha256(old.data).hexdigest() != session.patch_sha256
+        ):
             raise OverlayError(
                 f"the layer below {session.name} changed since `overlay edit` (a patch, the series, a "
                 "resolution or a pin changed); the edit is not recorded onto other content",
-                hint=f"copy your change out of {session.directory}, then `overlay edit --abort` and edit again")
+                hint=f"copy your change out of {session.directory}, then `overlay edit --abort` and edit again",
+            )
         workdir = session.workdir(root)
         tree = _snapshot(store, workdir, base)
         if tree == base:
             raise NothingToRecord(
                 f"the work tree {session.directory} changes nothing on the layer below {session.name}"
                 + ("" if session.new else ": the patch would be empty"),
-                hint="edit files there first" if session.new else
-                "a patch is never emptied by record; remove it from patches-rocm/series yourself if that is "
-                "what you want, and `overlay edit --abort`")
+                hint="edit files there first"
+                if session.new
+                else "a patch is never emptied by record; remove it from patches-rocm/series yourself if that is "
+                "what you want, and `overlay edit --abort`",
+            )
         changed = [row[5] for row in store.diff_tree(base, tree)]
         uncarried = [p for p in changed if not manifest.carry(p)]
         if uncarried:
-            raise OverlayError(f"the edit changes {', '.join(uncarried[:5])}"
-                               f"{' ...' if len(uncarried) > 5 else ''}, which the manifest does not carry",
-                               hint="undo that change in the work tree (a build or editor file?), or carry "
-                                    "the path in patches-rocm/overlay.toml")
+            raise OverlayError(
+                f"the edit changes {', '.join(uncarried[:5])}"
+                f"{' ...' if len(uncarried) > 5 else ''}, which the manifest does not carry",
+                hint="undo that change in the work tree (a build or editor file?), or carry "
+                "the path in patches-rocm/overlay.toml",
+            )
         diff = tree_diff(store, base, tree)
 
         # The message and trailers.
@@ -606,31 +713,66 @@ def record(root: str, store: Store, manifest: Manifest, *, subject: str | None =
             doc = fixes.load(lf_path)
             entry = doc.entry(fix)
             if entry is None:
-                raise OverlayError(f"--fix {fix}: {fixes.FILE_NAME} has no entry {fix}",
-                                   hint="`overlay fix list` lists them; leave --fix out to add a new entry")
-        number = fix if fix is not None else (old.local_fix if old is not None else None)
-        rewrite_head = old is None or number is None or any(v is not None for v in (subject, description, fix,
-                                                                                   forwarded))
+                raise OverlayError(
+                    f"--fix {fix}: {fixes.FILE_NAME} has no entry {fix}",
+                    hint="`overlay fix list` lists them; leave --fix out to add a new entry",
+                )
+        number = (
+            fix if fix is not None else (old.local_fix if old is not None else None)
+        )
+        rewrite_head = (
+            old is None
+            or number is None
+            or any(v is not None for v in (subject, description, fix, forwarded))
+        )
         if old is None and (subject is None or description is None):
-            raise OverlayError("a new patch needs a subject and a description",
-                               hint='give -m "subject" and --description "why" (or run in a terminal for $EDITOR)')
+            raise OverlayError(
+                "a new patch needs a subject and a description",
+                hint='give -m "subject" and --description "why" (or run in a terminal for $EDITOR)',
+            )
         if rewrite_head:
-            subject = _one_line(subject if subject is not None else old.subject, "the subject")  # type: ignore[union-attr]
-            description = (wrap_message(description) if description is not None
-                           else old.description.strip())  # type: ignore[union-attr]
+            subject = _one_line(
+                subject if subject is not None else old.subject, "the subject"
+            )  # type: ignore[union-attr]
+            description = (
+                wrap_message(description)
+                if description is not None
+                else old.description.strip()
+            )  # type: ignore[union-attr]
             if not description:
-                raise OverlayError("the description is empty", hint="say why the change is needed (verify: SER006)")
-            forwarded = _one_line(forwarded, "--forwarded") if forwarded is not None else (
-                old.forwarded if old is not None and old.forwarded else "not-needed")
+                raise OverlayError(
+                    "the description is empty",
+                    hint="say why the change is needed (verify: SER006)",
+                )
+            forwarded = (
+                _one_line(forwarded, "--forwarded")
+                if forwarded is not None
+                else (
+                    old.forwarded if old is not None and old.forwarded else "not-needed"
+                )
+            )
             if number is None:
-                planned = fixes.plan_entry(lf_path, section, title if title is not None else _title_from(subject),
-                                           sorted(changed), description, **fixes.entry_policy(manifest))
+                planned = fixes.plan_entry(
+                    lf_path,
+                    section,
+                    title if title is not None else _title_from(subject),
+                    sorted(changed),
+                    description,
+                    **fixes.entry_policy(manifest),
+                )
                 number = planned.number
-            trailers: list[tuple[str, str]] = [("Local-Fix", str(number)), ("Forwarded", forwarded)]
+            trailers: list[tuple[str, str]] = [
+                ("Local-Fix", str(number)),
+                ("Forwarded", forwarded),
+            ]
             for key, values in (old.trailers if old is not None else {}).items():
                 if key not in ("Local-Fix", "Forwarded"):
                     trailers += [(key, v) for v in values]
-            who = author or (old.author if old is not None and old.author else None) or _series_author(layers)
+            who = (
+                author
+                or (old.author if old is not None and old.author else None)
+                or _series_author(layers)
+            )
             data = format_patch(subject, description, trailers, diff, author=who)
         else:
             assert old is not None
@@ -638,8 +780,12 @@ def record(root: str, store: Store, manifest: Manifest, *, subject: str | None =
             data = refreshed_bytes(old.data, diff)
         # The one promise of the format: refresh would write the very same bytes.
         if refreshed_bytes(data, diff) != data:
-            raise OverlayError(f"internal: {session.name} would not be byte-stable under refresh")
-        new_patch = parse_patch(data, session.name, os.path.join(root, PATCH_DIR, session.name))
+            raise OverlayError(
+                f"internal: {session.name} would not be byte-stable under refresh"
+            )
+        new_patch = parse_patch(
+            data, session.name, os.path.join(root, PATCH_DIR, session.name)
+        )
 
         # Later patches on the new tree: exactly, else carried by the engine (or refused).
         later = [r.patch for r in layers.patches[first_later:]]
@@ -651,11 +797,13 @@ def record(root: str, store: Store, manifest: Manifest, *, subject: str | None =
                 try:
                     refreshed = carry_series(store, tree, later)
                 except LayerError as exc:
-                    raise LayerError(f"{exc.message}; your change to {session.name} would break it, so "
-                                     "nothing was recorded",
-                                     hint=f"change the edit in {session.directory} so the later patch still "
-                                          "applies; if that patch must change too, record the rest first, then "
-                                          "`overlay edit` that patch") from None
+                    raise LayerError(
+                        f"{exc.message}; your change to {session.name} would break it, so "
+                        "nothing was recorded",
+                        hint=f"change the edit in {session.directory} so the later patch still "
+                        "applies; if that patch must change too, record the rest first, then "
+                        "`overlay edit` that patch",
+                    ) from None
                 carried = [(r.patch, r.data) for r in refreshed if r.changed]
 
         # Entry coverage: a named or kept entry that does not name a touched file.
@@ -664,19 +812,29 @@ def record(root: str, store: Store, manifest: Manifest, *, subject: str | None =
             doc = fixes.load(lf_path)
             entry = doc.entry(number) if number is not None else None
             if entry is not None:
-                universe = {row[3] for row in store.ls_tree(tree)} | set(new_patch.deleted)
-                named = {c for name in entry.files for c in fixes.resolve_name(name, universe)}
+                universe = {row[3] for row in store.ls_tree(tree)} | set(
+                    new_patch.deleted
+                )
+                named = {
+                    c
+                    for name in entry.files
+                    for c in fixes.resolve_name(name, universe)
+                }
                 unnamed = sorted(p for p in new_patch.touched if p not in named)
 
         if unnamed:
-            raise OverlayError(f"LOCAL_FIXES.md entry {number} does not name {', '.join(unnamed)}, which "
-                               f"{session.name} touches (verify: FIX020); nothing was recorded",
-                               hint=f"name the file in entry {number} (in backticks), or leave --fix out so "
-                                    "that record adds an entry naming it")
+            raise OverlayError(
+                f"LOCAL_FIXES.md entry {number} does not name {', '.join(unnamed)}, which "
+                f"{session.name} touches (verify: FIX020); nothing was recorded",
+                hint=f"name the file in entry {number} (in backticks), or leave --fix out so "
+                "that record adds an entry naming it",
+            )
         if old is not None and old.data == data and not carried:
-            raise NothingToRecord(f"{session.name} already records the work tree {session.directory}: "
-                                  "nothing to record",
-                                  hint="edit files there first, or end the edit with `overlay edit --abort`")
+            raise NothingToRecord(
+                f"{session.name} already records the work tree {session.directory}: "
+                "nothing to record",
+                hint="edit files there first, or end the edit with `overlay edit --abort`",
+            )
 
         # Everything is checked: write.
         patch_path = os.path.join(root, PATCH_DIR, session.name)
@@ -687,27 +845,47 @@ def record(root: str, store: Store, manifest: Manifest, *, subject: str | None =
         if planned is not None:
             writes.add(planned.path, planned.text.encode("utf-8"))
         if session.new:
-            writes.add(os.path.join(root, SERIES_PATH), _series_with(root, session.name, session.after))
+            writes.add(
+                os.path.join(root, SERIES_PATH),
+                _series_with(root, session.name, session.after),
+            )
         writes.commit()
         after = session.after if session.new else None
         if session.new and after is None and first_later > 0:
             after = layers.patches[first_later - 1].patch.name
 
         if keep:
-            start_commit = store.commit_tree(tree, [store.commit_tree(base, (), "overlay: the layer below the patch")],
-                                             subject)
+            start_commit = store.commit_tree(
+                tree,
+                [store.commit_tree(base, (), "overlay: the layer below the patch")],
+                subject,
+            )
             _wt_git(workdir, "update-ref", _BRANCH, start_commit)
             _wt_git(workdir, "reset", "-q", "--mixed", start_commit)
-            session = dataclasses.replace(session, new=False, after=None, start=tree,
-                                          patch_sha256=hashlib.sha256(data).hexdigest())
+            session = dataclasses.replace(
+                session,
+                new=False,
+                after=None,
+                start=tree,
+                patch_sha256=hashlib.sha256(data).hexdigest(),
+            )
             _save_session(root, session)
         else:
             shutil.rmtree(workdir, ignore_errors=True)
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(os.path.join(root, STATE_FILE))
-        return Recorded(name=session.name, new=old is None, after=after, files=_counts(new_patch), fix=number,
-                        entry_created=planned is not None, forwarded=forwarded,
-                        carried=[p.name for p, _ in carried], kept=keep, workdir=workdir)
+        return Recorded(
+            name=session.name,
+            new=old is None,
+            after=after,
+            files=_counts(new_patch),
+            fix=number,
+            entry_created=planned is not None,
+            forwarded=forwarded,
+            carried=[p.name for p, _ in carried],
+            kept=keep,
+            workdir=workdir,
+        )
 
 
 def _series_author(layers: Layers) -> str:
@@ -718,5 +896,18 @@ def _series_author(layers: Layers) -> str:
     return DEFAULT_AUTHOR
 
 
-__all__ = ["EDIT_DIR", "STATE_FILE", "NothingToRecord", "Recorded", "Session", "Started", "abort_edit",
-           "changed_files", "load_session", "patch_file_name", "record", "start_edit", "wrap_message"]
+__all__ = [
+    "EDIT_DIR",
+    "STATE_FILE",
+    "NothingToRecord",
+    "Recorded",
+    "Session",
+    "Started",
+    "abort_edit",
+    "changed_files",
+    "load_session",
+    "patch_file_name",
+    "record",
+    "start_edit",
+    "wrap_message",
+]

@@ -27,13 +27,22 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-from typing import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from overlay.errors import LayerError, PatchFormatError
-from overlay.gitstore import MergeResult, Store, TreeEntry, first_error_line, is_sha, zsplit
+from overlay.gitstore import (
+    MergeResult,
+    Store,
+    TreeEntry,
+    first_error_line,
+    is_sha,
+    zsplit,
+)
 from overlay.series import FileChange, Patch
 
-_OFFSET_RE = re.compile(r"^Hunk #(\d+) succeeded at (\d+) \(offset (-?\d+) lines?\)\.", re.M)
+_OFFSET_RE = re.compile(
+    r"^Hunk #(\d+) succeeded at (\d+) \(offset (-?\d+) lines?\)\.", re.M
+)
 _FAILED_AT_RE = re.compile(r"^error: patch failed: (.+):(\d+)$", re.M)
 
 
@@ -45,12 +54,21 @@ class PatchApplyError(LayerError):
         reason: why, in words.
     """
 
-    def __init__(self, patch: str, file: str | None, hunk: int | None, reason: str,
-                 hint: str | None = None):
+    def __init__(
+        self,
+        patch: str,
+        file: str | None,
+        hunk: int | None,
+        reason: str,
+        hint: str | None = None,
+    ):
         where = f"{file}" + (f" hunk #{hunk}" if hunk else "") if file else "(no file)"
-        super().__init__(f"patch {patch} does not apply: {where}: {reason}",
-                         hint=hint or "carry it onto the layer below with `overlay refresh` (a 3-way "
-                                      "merge from its recorded pre-image), or with `overlay rebase`")
+        super().__init__(
+            f"patch {patch} does not apply: {where}: {reason}",
+            hint=hint
+            or "carry it onto the layer below with `overlay refresh` (a 3-way "
+            "merge from its recorded pre-image), or with `overlay rebase`",
+        )
         self.patch, self.file, self.hunk, self.reason = patch, file, hunk, reason
 
 
@@ -94,8 +112,11 @@ def _touched_paths(patches: Iterable[Patch]) -> list[str]:
     return sorted({p for patch in patches for p in patch.touched})
 
 
-def preimage_mismatches(patch: Patch, state: dict[str, TreeEntry | None],
-                        known: Callable[[str], bool] = lambda oid: True) -> list[tuple[str, str]]:
+def preimage_mismatches(
+    patch: Patch,
+    state: dict[str, TreeEntry | None],
+    known: Callable[[str], bool] = lambda oid: True,
+) -> list[tuple[str, str]]:
     """Why ``patch`` was not made on ``state``: ``(path, reason)`` per differing path.
 
     The file changes are checked in order, each on the state the one before it
@@ -117,37 +138,71 @@ def preimage_mismatches(patch: Patch, state: dict[str, TreeEntry | None],
     for change in patch.changes:
         if change.source is None:
             if state.get(change.path) is not None:
-                out.append((change.path, "the patch creates it, but the layer below has "
-                            f"{_describe(state[change.path])}"))
+                out.append(
+                    (
+                        change.path,
+                        "the patch creates it, but the layer below has "
+                        f"{_describe(state[change.path])}",
+                    )
+                )
             _advance(state, change)
             continue
         entry = state.get(change.source)
         foreign = False
         if entry is None or entry.kind != "blob":
-            out.append((change.source, f"the patch was made on a file, the layer below has {_describe(entry)}"))
+            out.append(
+                (
+                    change.source,
+                    f"the patch was made on a file, the layer below has {_describe(entry)}",
+                )
+            )
         elif change.old_oid is not None and not _oid_matches(change.old_oid, entry.oid):
             if is_sha(change.old_oid) and not known(change.old_oid):
                 foreign = True
             else:
-                out.append((change.source, f"made against other content (the layer below has blob "
-                                           f"{entry.oid[:12]}, the patch records {change.old_oid[:12]})"))
+                out.append(
+                    (
+                        change.source,
+                        f"made against other content (the layer below has blob "
+                        f"{entry.oid[:12]}, the patch records {change.old_oid[:12]})",
+                    )
+                )
         if change.rename and change.target and state.get(change.target) is not None:
-            out.append((change.target, "the patch renames onto it, but the layer below has "
-                        f"{_describe(state[change.target])}"))
+            out.append(
+                (
+                    change.target,
+                    "the patch renames onto it, but the layer below has "
+                    f"{_describe(state[change.target])}",
+                )
+            )
         _advance(state, change, unknown_result=foreign)
     return out
 
 
-def unchanged_paths(patch: Patch, before: dict[str, TreeEntry | None],
-                    after: dict[str, TreeEntry | None]) -> list[str]:
+def unchanged_paths(
+    patch: Patch,
+    before: dict[str, TreeEntry | None],
+    after: dict[str, TreeEntry | None],
+) -> list[str]:
     """Paths ``patch`` lists whose recorded result equals what was there before it
     (git exits 0 on such a patch; the engine calls it a failure)."""
-    return sorted(p for p in patch.touched
-                  if after.get(p) is not None and before.get(p) is not None and after[p].oid != "?"
-                  and after[p].oid == before[p].oid and after[p].mode == before[p].mode)
+    return sorted(
+        p
+        for p in patch.touched
+        if after.get(p) is not None
+        and before.get(p) is not None
+        and after[p].oid != "?"
+        and after[p].oid == before[p].oid
+        and after[p].mode == before[p].mode
+    )
 
 
-def _advance(state: dict[str, TreeEntry | None], change: FileChange, *, unknown_result: bool = False) -> None:
+def _advance(
+    state: dict[str, TreeEntry | None],
+    change: FileChange,
+    *,
+    unknown_result: bool = False,
+) -> None:
     """``state`` after ``change``, as far as the patch records it (post-image names;
     ``"?"`` where the patch changes content without recording the result, or where
     ``unknown_result`` says its record cannot be trusted here)."""
@@ -167,21 +222,36 @@ def _advance(state: dict[str, TreeEntry | None], change: FileChange, *, unknown_
         state[change.target] = TreeEntry(mode, "blob", oid, change.target)
 
 
-def postimage_mismatches(patch: Patch, expected: dict[str, TreeEntry | None],
-                         actual: dict[str, TreeEntry | None]) -> list[tuple[str, str]]:
+def postimage_mismatches(
+    patch: Patch,
+    expected: dict[str, TreeEntry | None],
+    actual: dict[str, TreeEntry | None],
+) -> list[tuple[str, str]]:
     """``(path, reason)`` where git's result differs from the post-image the patch records."""
     out = []
     for path in sorted({c.target for c in patch.changes if c.target} | patch.deleted):
         want, got = expected.get(path), actual.get(path)
         if want is None or got is None:
             if (want is None) != (got is None):
-                out.append((path, f"the patch leaves it {'absent' if want is None else 'present'}, "
-                                  f"git's result has it {'absent' if got is None else 'present'}"))
+                out.append(
+                    (
+                        path,
+                        f"the patch leaves it {'absent' if want is None else 'present'}, "
+                        f"git's result has it {'absent' if got is None else 'present'}",
+                    )
+                )
             continue
         if want.oid != "?" and not _oid_matches(want.oid, got.oid):
-            out.append((path, f"git produced blob {got.oid[:12]}, the patch records {want.oid[:12]}"))
+            out.append(
+                (
+                    path,
+                    f"git produced blob {got.oid[:12]}, the patch records {want.oid[:12]}",
+                )
+            )
         elif want.mode != got.mode:
-            out.append((path, f"git produced mode {got.mode}, the patch records {want.mode}"))
+            out.append(
+                (path, f"git produced mode {got.mode}, the patch records {want.mode}")
+            )
     return out
 
 
@@ -189,20 +259,35 @@ def _refuse_binary_without_data(patches: Iterable[Patch]) -> None:
     for patch in patches:
         for change in patch.changes:
             if change.binary and not change.binary_data:
-                raise PatchApplyError(patch.name, change.path, None,
-                                      "binary change without data ('Binary files differ'); "
-                                      "re-export it with --binary", hint="make the patch with `git diff --binary`")
+                raise PatchApplyError(
+                    patch.name,
+                    change.path,
+                    None,
+                    "binary change without data ('Binary files differ'); "
+                    "re-export it with --binary",
+                    hint="make the patch with `git diff --binary`",
+                )
 
 
 def _fully_recorded(patch: Patch) -> bool:
     """True when every file change names full 40-hex pre- and post-image blobs."""
-    return all((c.source is None or (c.old_oid and is_sha(c.old_oid))) and
-               (c.target is None or (c.new_oid and is_sha(c.new_oid))) for c in patch.changes)
+    return all(
+        (c.source is None or (c.old_oid and is_sha(c.old_oid)))
+        and (c.target is None or (c.new_oid and is_sha(c.new_oid)))
+        for c in patch.changes
+    )
 
 
 def _git_apply(store: Store, env: dict[str, str], patches: Sequence[Patch]):
-    return store.git("apply", "--cached", "-v", "--whitespace=nowarn", *[p.path for p in patches],
-                     env=env, check=False)
+    return store.git(
+        "apply",
+        "--cached",
+        "-v",
+        "--whitespace=nowarn",
+        *[p.path for p in patches],
+        env=env,
+        check=False,
+    )
 
 
 def _explain_git_failure(store: Store, patch: Patch, stderr: str) -> PatchApplyError:
@@ -210,21 +295,42 @@ def _explain_git_failure(store: Store, patch: Patch, stderr: str) -> PatchApplyE
     if m:
         reason = "its context does not match the layer below"
         for change in patch.changes:
-            if change.source == m.group(1) and change.old_oid and is_sha(change.old_oid) and \
-                    not store.has_object(change.old_oid, "blob"):
-                reason += (f", and a 3-way merge cannot run: its pre-image blob {change.old_oid[:12]} is not "
-                           "in the git store (the patch was made elsewhere)")
-        return PatchApplyError(patch.name, m.group(1), _hunk_number(patch, m.group(1), int(m.group(2))),
-                               reason)
-    fm = re.search(r"error: (.+?): (does not exist in index|already exists in index)", stderr)
+            if (
+                change.source == m.group(1)
+                and change.old_oid
+                and is_sha(change.old_oid)
+                and not store.has_object(change.old_oid, "blob")
+            ):
+                reason += (
+                    f", and a 3-way merge cannot run: its pre-image blob {change.old_oid[:12]} is not "
+                    "in the git store (the patch was made elsewhere)"
+                )
+        return PatchApplyError(
+            patch.name,
+            m.group(1),
+            _hunk_number(patch, m.group(1), int(m.group(2))),
+            reason,
+        )
+    fm = re.search(
+        r"error: (.+?): (does not exist in index|already exists in index)", stderr
+    )
     if fm:
         return PatchApplyError(patch.name, fm.group(1), None, fm.group(2))
-    return PatchApplyError(patch.name, patch.changes[0].path if patch.changes else None, None,
-                           "git cannot read it: " + first_error_line(stderr.encode()))
+    return PatchApplyError(
+        patch.name,
+        patch.changes[0].path if patch.changes else None,
+        None,
+        "git cannot read it: " + first_error_line(stderr.encode()),
+    )
 
 
-def _mismatch_error(store: Store, base_tree: str, before: Sequence[Patch], patch: Patch,
-                    first: tuple[str, str]) -> PatchApplyError:
+def _mismatch_error(
+    store: Store,
+    base_tree: str,
+    before: Sequence[Patch],
+    patch: Patch,
+    first: tuple[str, str],
+) -> PatchApplyError:
     """The error for a patch whose recorded pre-image is not in the layer below.
 
     git is asked, without effect, whether the context would still match (then
@@ -235,21 +341,39 @@ def _mismatch_error(store: Store, base_tree: str, before: Sequence[Patch], patch
     with store.scratch_index(base_tree) as env:
         if before:
             _git_apply(store, env, before)
-        proc = store.git("apply", "--cached", "--check", "-v", "--whitespace=nowarn", patch.path, env=env,
-                         check=False)
+        proc = store.git(
+            "apply",
+            "--cached",
+            "--check",
+            "-v",
+            "--whitespace=nowarn",
+            patch.path,
+            env=env,
+            check=False,
+        )
         err = proc.stderr.decode("utf-8", "replace")
         hunk = None
         if proc.returncode == 0:
-            why += ("; its context still matches there, so `overlay refresh` can carry it by a 3-way merge"
-                    if "other content" in why else "")
+            why += (
+                "; its context still matches there, so `overlay refresh` can carry it by a 3-way merge"
+                if "other content" in why
+                else ""
+            )
         else:
             m = _FAILED_AT_RE.search(err)
             if m:
-                path, hunk = m.group(1), _hunk_number(patch, m.group(1), int(m.group(2)))
+                path, hunk = (
+                    m.group(1),
+                    _hunk_number(patch, m.group(1), int(m.group(2))),
+                )
                 why += "; its context differs there too"
             if b"\r\n" not in patch.data:
-                target = store.git("cat-file", "blob", f"{store.out('write-tree', env=env)}:{path}",
-                                   check=False).stdout
+                target = store.git(
+                    "cat-file",
+                    "blob",
+                    f"{store.out('write-tree', env=env)}:{path}",
+                    check=False,
+                ).stdout
                 if b"\r\n" in target:
                     why += " (the target has CRLF line endings, the patch LF)"
     return PatchApplyError(patch.name, path, hunk, why)
@@ -259,7 +383,9 @@ def _hunk_number(patch: Patch, file: str, line: int) -> int | None:
     for change in patch.changes:
         if file in (change.source, change.target):
             for number, hunk in enumerate(change.hunks, 1):
-                if hunk.source_start == line or (hunk.source_length == 0 and hunk.source_start + 1 == line):
+                if hunk.source_start == line or (
+                    hunk.source_length == 0 and hunk.source_start + 1 == line
+                ):
                     return number
             return 1 if change.hunks else None
     return None
@@ -270,21 +396,33 @@ def _offset_error(patch: Patch, stderr: str) -> PatchApplyError | None:
     current = None
     for line in stderr.splitlines():
         if line.startswith("Checking patch "):
-            current = line[len("Checking patch "):].rstrip(".")
+            current = line[len("Checking patch ") :].rstrip(".")
         om = _OFFSET_RE.match(line)
         if om:
-            return PatchApplyError(patch.name, current, int(om.group(1)),
-                                   f"its context matches only {om.group(3)} line(s) away from the stated line; "
-                                   "the engine places no hunk anywhere but where the patch says")
+            return PatchApplyError(
+                patch.name,
+                current,
+                int(om.group(1)),
+                f"its context matches only {om.group(3)} line(s) away from the stated line; "
+                "the engine places no hunk anywhere but where the patch says",
+            )
     return None
 
 
-def _check_result(patch: Patch, stderr: str, expected: dict[str, TreeEntry | None],
-                  actual: dict[str, TreeEntry | None]) -> None:
+def _check_result(
+    patch: Patch,
+    stderr: str,
+    expected: dict[str, TreeEntry | None],
+    actual: dict[str, TreeEntry | None],
+) -> None:
     if "Skipped patch" in stderr:
         skipped = re.findall(r"Skipped patch '(.+)'", stderr)
-        raise PatchApplyError(patch.name, skipped[0] if skipped else None, None,
-                              "git skipped this file although it exited 0")
+        raise PatchApplyError(
+            patch.name,
+            skipped[0] if skipped else None,
+            None,
+            "git skipped this file although it exited 0",
+        )
     bad = postimage_mismatches(patch, expected, actual)
     if bad:
         raise PatchApplyError(patch.name, bad[0][0], None, bad[0][1])
@@ -293,8 +431,11 @@ def _check_result(patch: Patch, stderr: str, expected: dict[str, TreeEntry | Non
         raise offset
 
 
-def _walk_records(patches: Sequence[Patch], state: dict[str, TreeEntry | None],
-                  known: Callable[[str], bool]) -> Iterator[tuple[int, Patch, list[tuple[str, str]], list[str]]]:
+def _walk_records(
+    patches: Sequence[Patch],
+    state: dict[str, TreeEntry | None],
+    known: Callable[[str], bool],
+) -> Iterator[tuple[int, Patch, list[tuple[str, str]], list[str]]]:
     """Walk the series on its records alone: for each patch, ``(index, patch, pre-image
     mismatches, paths it lists but leaves unchanged)``, with ``state`` advanced past it.
     The one check :func:`apply_series` and :func:`exact_prefix` share."""
@@ -304,8 +445,9 @@ def _walk_records(patches: Sequence[Patch], state: dict[str, TreeEntry | None],
         yield k, patch, bad, [] if bad else unchanged_paths(patch, before, state)
 
 
-def apply_series(store: Store, base_tree: str, patches: Sequence[Patch], *,
-                 stepwise: bool = False) -> tuple[str, list[PatchResult]]:
+def apply_series(
+    store: Store, base_tree: str, patches: Sequence[Patch], *, stepwise: bool = False
+) -> tuple[str, list[PatchResult]]:
     """Apply ``patches`` in order onto ``base_tree``, each on its exact pre-image.
 
     Before git runs, the recorded pre-image of every path is compared with the
@@ -338,19 +480,30 @@ def apply_series(store: Store, base_tree: str, patches: Sequence[Patch], *,
         if bad:
             raise _mismatch_error(store, base_tree, patches[:k], patch, bad[0])
         if same:
-            raise PatchApplyError(patch.name, same[0], None,
-                                  f"the patch lists {len(patch.touched)} path(s) but changes only "
-                                  f"{len(patch.touched) - len(same)}", hint="remove the sections that change nothing")
+            raise PatchApplyError(
+                patch.name,
+                same[0],
+                None,
+                f"the patch lists {len(patch.touched)} path(s) but changes only "
+                f"{len(patch.touched) - len(same)}",
+                hint="remove the sections that change nothing",
+            )
         expected_after.append(dict(state))
     if stepwise:
         trees = _apply_chained(store, base_tree, patches, initial, expected_after)
         if trees is not None:
-            return trees[-1], [PatchResult(p, "exact", t) for p, t in zip(patches, trees)]
+            return trees[-1], [
+                PatchResult(p, "exact", t) for p, t in zip(patches, trees)
+            ]
     with store.scratch_index(base_tree) as env:
         if not stepwise:
             proc = _git_apply(store, env, patches)
             err = proc.stderr.decode("utf-8", "replace")
-            if proc.returncode == 0 and "Skipped patch" not in err and not _OFFSET_RE.search(err):
+            if (
+                proc.returncode == 0
+                and "Skipped patch" not in err
+                and not _OFFSET_RE.search(err)
+            ):
                 tree = store.out("write-tree", env=env)
                 actual = dict.fromkeys(state)
                 actual.update(store.entries(tree, list(state)))
@@ -365,12 +518,17 @@ def apply_series(store: Store, base_tree: str, patches: Sequence[Patch], *,
             err = proc.stderr.decode("utf-8", "replace")
             if proc.returncode != 0:
                 raise _explain_git_failure(store, patch, err)
-            results.append(PatchResult(patch, "exact", store.out("write-tree", env=env)))
+            results.append(
+                PatchResult(patch, "exact", store.out("write-tree", env=env))
+            )
             errs.append(err)
         # Every patch's result against its recorded post-image, read for the whole series
         # by one `git diff-tree --stdin` (tree pairs in, changed entries out).
-        changed = _changed_entries(store, [base_tree] + [r.tree for r in results[:-1]],
-                                   [r.tree for r in results])
+        changed = _changed_entries(
+            store,
+            [base_tree] + [r.tree for r in results[:-1]],
+            [r.tree for r in results],
+        )
         current = dict(initial)
         for result, err, expected, rows in zip(results, errs, expected_after, changed):
             current.update(rows)
@@ -401,8 +559,9 @@ def _quote(name: str) -> str:
     return '"' + "".join(out) + '"'
 
 
-def _chain_sections(patches: Sequence[Patch], initial: dict[str, TreeEntry | None]
-                    ) -> tuple[list[str], list[bytes], list[list[tuple[FileChange, str]]]] | None:
+def _chain_sections(
+    patches: Sequence[Patch], initial: dict[str, TreeEntry | None]
+) -> tuple[list[str], list[bytes], list[list[tuple[FileChange, str]]]] | None:
     """The series re-emitted as one patch of copies, for :func:`_apply_chained`.
 
     Every path the series touches starts as ``0/<path>`` (the layer below); each
@@ -432,7 +591,11 @@ def _chain_sections(patches: Sequence[Patch], initial: dict[str, TreeEntry | Non
         seen: set[str] = set()
         for change in patch.changes:
             own = {p for p in (change.source, change.target) if p}
-            if own & seen or change.binary or "160000" in (change.old_mode, change.new_mode):
+            if (
+                own & seen
+                or change.binary
+                or "160000" in (change.old_mode, change.new_mode)
+            ):
                 return None
             seen |= own
         try:
@@ -444,11 +607,17 @@ def _chain_sections(patches: Sequence[Patch], initial: dict[str, TreeEntry | Non
         steps, text = [], []
         for change, piece in zip(patch.changes, pieces):
             cut = piece.find(b"\n@@")
-            body = b"" if cut < 0 else piece[cut + 1:] + (b"" if piece.endswith(b"\n") else b"\n")
+            body = (
+                b""
+                if cut < 0
+                else piece[cut + 1 :] + (b"" if piece.endswith(b"\n") else b"\n")
+            )
             dst = f"{k}/{change.target or change.source}"
             if change.source is None:
-                head = [f"diff --git {_quote('a/' + dst)} {_quote('b/' + dst)}",
-                        f"new file mode {change.new_mode or '100644'}"]
+                head = [
+                    f"diff --git {_quote('a/' + dst)} {_quote('b/' + dst)}",
+                    f"new file mode {change.new_mode or '100644'}",
+                ]
                 if body:
                     head += ["--- /dev/null", f"+++ {_quote('b/' + dst)}"]
             else:
@@ -456,8 +625,16 @@ def _chain_sections(patches: Sequence[Patch], initial: dict[str, TreeEntry | Non
                     return None
                 src = f"{at[change.source]}/{change.source}"
                 head = [f"diff --git {_quote('a/' + src)} {_quote('b/' + dst)}"]
-                if change.target and change.old_mode and change.new_mode and change.old_mode != change.new_mode:
-                    head += [f"old mode {change.old_mode}", f"new mode {change.new_mode}"]
+                if (
+                    change.target
+                    and change.old_mode
+                    and change.new_mode
+                    and change.old_mode != change.new_mode
+                ):
+                    head += [
+                        f"old mode {change.old_mode}",
+                        f"new mode {change.new_mode}",
+                    ]
                 head += [f"copy from {_quote(src)}", f"copy to {_quote(dst)}"]
                 if body:
                     head += [f"--- {_quote('a/' + src)}", f"+++ {_quote('b/' + dst)}"]
@@ -465,15 +642,22 @@ def _chain_sections(patches: Sequence[Patch], initial: dict[str, TreeEntry | Non
                     del at[change.source]
             if change.target:
                 at[change.target] = k
-            text.append(("\n".join(head) + "\n").encode("utf-8", "surrogateescape") + body)
+            text.append(
+                ("\n".join(head) + "\n").encode("utf-8", "surrogateescape") + body
+            )
             steps.append((change, dst))
         sections.append(b"".join(text))
         plan.append(steps)
     return lines, sections, plan
 
 
-def _apply_chained(store: Store, base_tree: str, patches: Sequence[Patch], initial: dict[str, TreeEntry | None],
-                   expected_after: Sequence[dict[str, TreeEntry | None]]) -> list[str] | None:
+def _apply_chained(
+    store: Store,
+    base_tree: str,
+    patches: Sequence[Patch],
+    initial: dict[str, TreeEntry | None],
+    expected_after: Sequence[dict[str, TreeEntry | None]],
+) -> list[str] | None:
     """The stepwise apply with a number of git processes that does not grow with the series.
 
     The series is applied by one ``git apply --cached`` as a chain of copies
@@ -505,11 +689,18 @@ def _apply_chained(store: Store, base_tree: str, patches: Sequence[Patch], initi
     if chain is None:
         return None
     lines, sections, plan = chain
-    with scratch_dir("idx") as tmp:  # a scratch index, swept after a kill as every other
+    with scratch_dir(
+        "idx"
+    ) as tmp:  # a scratch index, swept after a kill as every other
         env = {"GIT_INDEX_FILE": os.path.join(tmp, "index")}
         if lines:
-            store.git("update-index", "-z", "--index-info", env=env,
-                      input=("\0".join(lines) + "\0").encode("utf-8", "surrogateescape"))
+            store.git(
+                "update-index",
+                "-z",
+                "--index-info",
+                env=env,
+                input=("\0".join(lines) + "\0").encode("utf-8", "surrogateescape"),
+            )
         # One input file per patch: git chains the patches of separate inputs (each
         # meets the index the ones before it left), never the sections of one.
         names = []
@@ -517,7 +708,15 @@ def _apply_chained(store: Store, base_tree: str, patches: Sequence[Patch], initi
             names.append(os.path.join(tmp, f"{k}.patch"))
             with open(names[-1], "wb") as fh:
                 fh.write(text)
-        proc = store.git("apply", "--cached", "-v", "--whitespace=nowarn", *names, env=env, check=False)
+        proc = store.git(
+            "apply",
+            "--cached",
+            "-v",
+            "--whitespace=nowarn",
+            *names,
+            env=env,
+            check=False,
+        )
         err = proc.stderr.decode("utf-8", "replace")
         if proc.returncode != 0 or "Skipped patch" in err or _OFFSET_RE.search(err):
             return None
@@ -543,7 +742,9 @@ def _apply_chained(store: Store, base_tree: str, patches: Sequence[Patch], initi
     try:
         for steps in plan:
             for change, at in steps:
-                if change.source is not None and (change.target is None or change.rename):
+                if change.source is not None and (
+                    change.target is None or change.rename
+                ):
                     model.remove(change.source)
                 if change.target is not None:
                     model.set(change.target, *index[at])
@@ -554,12 +755,22 @@ def _apply_chained(store: Store, base_tree: str, patches: Sequence[Patch], initi
     return trees
 
 
-def _changed_entries(store: Store, olds: Sequence[str], news: Sequence[str]) -> list[dict[str, TreeEntry | None]]:
+def _changed_entries(
+    store: Store, olds: Sequence[str], news: Sequence[str]
+) -> list[dict[str, TreeEntry | None]]:
     """For each tree pair, path -> new entry (``None`` when deleted) of what changed,
     from one ``git diff-tree --stdin`` process."""
     lines = "".join(f"{a} {b}\n" for a, b in zip(olds, news)).encode()
-    out = store.git("diff-tree", "--stdin", "-r", "-z", "--no-renames", "--full-index", "--no-commit-id",
-                    input=lines).stdout
+    out = store.git(
+        "diff-tree",
+        "--stdin",
+        "-r",
+        "-z",
+        "--no-renames",
+        "--full-index",
+        "--no-commit-id",
+        input=lines,
+    ).stdout
     result: list[dict[str, TreeEntry | None]] = []
     current: dict[str, TreeEntry | None] = {}
     fields = zsplit(out)
@@ -577,7 +788,9 @@ def _changed_entries(store: Store, olds: Sequence[str], news: Sequence[str]) -> 
             continue
         meta = field[1:].split()
         path = fields[i + 1]
-        current[path] = None if meta[4] == "D" else TreeEntry(meta[1], "blob", meta[3], path)
+        current[path] = (
+            None if meta[4] == "D" else TreeEntry(meta[1], "blob", meta[3], path)
+        )
         i += 2
     return result
 
@@ -600,7 +813,9 @@ def _blob_checker(store: Store) -> Callable[[str], bool]:
 def _same(want: TreeEntry | None, got: TreeEntry | None) -> bool:
     if want is None or got is None:
         return want is None and got is None
-    return (want.oid == "?" or _oid_matches(want.oid, got.oid)) and want.mode == got.mode
+    return (
+        want.oid == "?" or _oid_matches(want.oid, got.oid)
+    ) and want.mode == got.mode
 
 
 @dataclasses.dataclass
@@ -655,17 +870,30 @@ def made_on(store: Store, patch: Patch, new_tree: str) -> tuple[str, str]:
         oid = change.old_oid
         if not oid or not is_sha(oid):
             have = current.get(change.source)
-            if oid is None and have is not None and have.kind == "blob" and not change.hunks:
-                oid = have.oid  # a mode-only change or a pure rename: no content recorded
+            if (
+                oid is None
+                and have is not None
+                and have.kind == "blob"
+                and not change.hunks
+            ):
+                oid = (
+                    have.oid
+                )  # a mode-only change or a pure rename: no content recorded
             else:
-                raise CarryError(f"patch {patch.name}: {change.source}: the 3-way fallback cannot run: the "
-                                 "pre-image is not recorded as a full blob name (abbreviated `index` line)",
-                                 hint="refresh the patch where it applies, so the index lines are full")
+                raise CarryError(
+                    f"patch {patch.name}: {change.source}: the 3-way fallback cannot run: the "
+                    "pre-image is not recorded as a full blob name (abbreviated `index` line)",
+                    hint="refresh the patch where it applies, so the index lines are full",
+                )
         if not store.has_object(oid, "blob"):
-            raise CarryError(f"patch {patch.name}: {change.source}: the 3-way fallback cannot run: pre-image "
-                             f"blob {oid[:12]} is not in the git store (the patch was made elsewhere)",
-                             hint="apply it where it was made and refresh it there, or edit it by hand")
-        mode = change.old_mode or (current[change.source].mode if change.source in current else "100644")
+            raise CarryError(
+                f"patch {patch.name}: {change.source}: the 3-way fallback cannot run: pre-image "
+                f"blob {oid[:12]} is not in the git store (the patch was made elsewhere)",
+                hint="apply it where it was made and refresh it there, or edit it by hand",
+            )
+        mode = change.old_mode or (
+            current[change.source].mode if change.source in current else "100644"
+        )
         changes[change.source] = (mode, oid)
         if change.rename and change.target:
             changes[change.target] = None
@@ -673,14 +901,21 @@ def made_on(store: Store, patch: Patch, new_tree: str) -> tuple[str, str]:
         base = store.edit_tree_in(env, changes)
         proc = _git_apply(store, env, [patch])
         if proc.returncode != 0:
-            raise CarryError(f"patch {patch.name}: does not apply even to its own recorded pre-image: "
-                             + first_error_line(proc.stderr))
+            raise CarryError(
+                f"patch {patch.name}: does not apply even to its own recorded pre-image: "
+                + first_error_line(proc.stderr)
+            )
         theirs = store.out("write-tree", env=env)
     return base, theirs
 
 
-def carry_patch(store: Store, patch: Patch, new_tree: str, *,
-                made: tuple[str, str] | Callable[[], tuple[str, str] | None] | None = None) -> Carried:
+def carry_patch(
+    store: Store,
+    patch: Patch,
+    new_tree: str,
+    *,
+    made: tuple[str, str] | Callable[[], tuple[str, str] | None] | None = None,
+) -> Carried:
     """Carry ``patch`` onto ``new_tree``: exactly when its pre-images are there, else 3-way.
 
     Args:
@@ -706,11 +941,21 @@ def carry_patch(store: Store, patch: Patch, new_tree: str, *,
             pass  # git disagrees with the records: let merge-ort decide
     pair = made() if callable(made) else made
     base, theirs = pair if pair is not None else made_on(store, patch, new_tree)
-    merge = store.merge_trees(base, new_tree, theirs,
-                              labels=("patch pre-image", "new base", f"patch {patch.name}"))
+    merge = store.merge_trees(
+        base,
+        new_tree,
+        theirs,
+        labels=("patch pre-image", "new base", f"patch {patch.name}"),
+    )
     if not merge.clean:
         return Carried("conflict", merge.tree, merge, base, theirs)
-    return Carried("upstream" if merge.tree == new_tree else "merged", merge.tree, merge, base, theirs)
+    return Carried(
+        "upstream" if merge.tree == new_tree else "merged",
+        merge.tree,
+        merge,
+        base,
+        theirs,
+    )
 
 
 def exact_prefix(store: Store, tree: str, patches: Sequence[Patch]) -> int:
@@ -724,13 +969,22 @@ def exact_prefix(store: Store, tree: str, patches: Sequence[Patch]) -> int:
     state: dict[str, TreeEntry | None] = dict.fromkeys(_touched_paths(patches))
     state.update(store.entries(tree, list(state)))
     for k, patch, bad, same in _walk_records(patches, state, lambda oid: True):
-        if bad or same or not _fully_recorded(patch) or any(c.binary and not c.binary_data for c in patch.changes):
+        if (
+            bad
+            or same
+            or not _fully_recorded(patch)
+            or any(c.binary and not c.binary_data for c in patch.changes)
+        ):
             return k
     return len(patches)
 
 
-def upstream_commit(store: Store, patch_diff: bytes, ranges: Sequence[tuple[str, str]],
-                    paths: Sequence[str]) -> str | None:
+def upstream_commit(
+    store: Store,
+    patch_diff: bytes,
+    ranges: Sequence[tuple[str, str]],
+    paths: Sequence[str],
+) -> str | None:
     """The commit that made a patch "already upstream", when one can be found.
 
     First a commit of the ranges with the same ``git patch-id --stable`` as the patch;
@@ -744,24 +998,51 @@ def upstream_commit(store: Store, patch_diff: bytes, ranges: Sequence[tuple[str,
     Returns:
         ``"<sha> <subject>"`` or ``None``.
     """
-    want = store.git("patch-id", "--stable", input=patch_diff, check=False).stdout.split()[:1]
+    want = store.git(
+        "patch-id", "--stable", input=patch_diff, check=False
+    ).stdout.split()[:1]
     newest = None
     for old, new in ranges:
         if old == new:
             continue
-        log = store.git("log", "-p", "--format=commit %H", "--full-index", f"{old}..{new}", "--", *paths,
-                        check=False).stdout
+        log = store.git(
+            "log",
+            "-p",
+            "--format=commit %H",
+            "--full-index",
+            f"{old}..{new}",
+            "--",
+            *paths,
+            check=False,
+        ).stdout
         if not log:
             continue
-        ids = store.git("patch-id", "--stable", input=log, check=False).stdout.decode().split()
+        ids = (
+            store.git("patch-id", "--stable", input=log, check=False)
+            .stdout.decode()
+            .split()
+        )
         for pid, commit in zip(ids[::2], ids[1::2]):
             if want and pid == want[0].decode():
                 return store.out("log", "-1", "--format=%H %s", commit)
         if newest is None:
-            first = store.out("log", "-1", "--format=%H %s", f"{old}..{new}", "--", *paths)
+            first = store.out(
+                "log", "-1", "--format=%H %s", f"{old}..{new}", "--", *paths
+            )
             newest = first or None
     return newest
 
 
-__all__ = ["Carried", "CarryError", "exact_prefix", "PatchApplyError", "PatchResult", "apply_series", "carry_patch",
-           "made_on", "postimage_mismatches", "preimage_mismatches", "upstream_commit"]
+__all__ = [
+    "Carried",
+    "CarryError",
+    "exact_prefix",
+    "PatchApplyError",
+    "PatchResult",
+    "apply_series",
+    "carry_patch",
+    "made_on",
+    "postimage_mismatches",
+    "preimage_mismatches",
+    "upstream_commit",
+]

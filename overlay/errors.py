@@ -29,7 +29,9 @@ class OverlayError(Exception):
 
     exit_code = EXIT_USAGE
 
-    def __init__(self, message: str, *, exit_code: int | None = None, hint: str | None = None):
+    def __init__(
+        self, message: str, *, exit_code: int | None = None, hint: str | None = None
+    ):
         super().__init__(message)
         self.message = message
         self.hint = hint

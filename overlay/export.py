@@ -34,7 +34,14 @@ import stat
 import time
 
 from overlay.errors import EXIT_INTERRUPTED, GitError, OverlayError, UnsafePath
-from overlay.fsutil import atomic_symlink, atomic_write, flocked, remove_stale_temps, sweep_scratch_dirs, temp_owner
+from overlay.fsutil import (
+    atomic_symlink,
+    atomic_write,
+    flocked,
+    remove_stale_temps,
+    sweep_scratch_dirs,
+    temp_owner,
+)
 from overlay.gitstore import Store, zsplit
 from overlay.paths import check_path, unsafe_links
 
@@ -87,12 +94,24 @@ def read_stamp(dest: str) -> dict | None:
     except (FileNotFoundError, NotADirectoryError):
         return None
     except (OSError, ValueError):
-        raise OverlayError(f"{path} is unreadable; export with --force to rebuild it") from None
+        raise OverlayError(
+            f"{path} is unreadable; export with --force to rebuild it"
+        ) from None
     pending = data.get("pending") if isinstance(data, dict) else None
-    if (not isinstance(data, dict) or "tree" not in data or not isinstance(data.get("files"), dict)
-            or (pending is not None and not (isinstance(pending, dict) and isinstance(pending.get("tree"), str)
-                                             and isinstance(pending.get("write"), dict)
-                                             and isinstance(pending.get("remove"), list)))):
+    if (
+        not isinstance(data, dict)
+        or "tree" not in data
+        or not isinstance(data.get("files"), dict)
+        or (
+            pending is not None
+            and not (
+                isinstance(pending, dict)
+                and isinstance(pending.get("tree"), str)
+                and isinstance(pending.get("write"), dict)
+                and isinstance(pending.get("remove"), list)
+            )
+        )
+    ):
         raise OverlayError(f"{path} is not an overlay export stamp")
     return data
 
@@ -109,8 +128,13 @@ def edited_note(edited: list[str]) -> str:
     return f"{len(edited)} file(s) edited by hand since the export were left as they are: {', '.join(edited[:5])}{more}"
 
 
-def edited_files(dest: str, stamp: dict | None = None, *, store: Store | None = None,
-                 tree: str | None = None) -> list[str]:
+def edited_files(
+    dest: str,
+    stamp: dict | None = None,
+    *,
+    store: Store | None = None,
+    tree: str | None = None,
+) -> list[str]:
     """Files of the last finished export of DEST that were edited (or deleted) since.
 
     A file whose size and mtime changed but whose content is the exported blob is
@@ -134,8 +158,11 @@ def edited_files(dest: str, stamp: dict | None = None, *, store: Store | None = 
         return []
     pending = stamp.get("pending") or {}
     skip = set(pending.get("write", {})) | set(pending.get("remove", []))
-    edited = sorted(p for p, rec in stamp["files"].items()
-                    if p not in skip and not _is_recorded(_disk(dest, p, rec), rec))
+    edited = sorted(
+        p
+        for p, rec in stamp["files"].items()
+        if p not in skip and not _is_recorded(_disk(dest, p, rec), rec)
+    )
     if edited and store is not None and tree is not None and tree != stamp["tree"]:
         want = store.entries(tree, edited)
         hexlen = len(tree)
@@ -145,7 +172,11 @@ def edited_files(dest: str, stamp: dict | None = None, *, store: Store | None = 
             target = want.get(path)
             if disk is None and target is None:
                 continue
-            if disk is not None and target is not None and (target.mode, target.oid) == (disk[0], disk[1]):
+            if (
+                disk is not None
+                and target is not None
+                and (target.mode, target.oid) == (disk[0], disk[1])
+            ):
                 continue
             kept.append(path)
         edited = kept
@@ -181,7 +212,9 @@ def _blob_oid(data: bytes, hexlen: int) -> str:
     return h.hexdigest()
 
 
-def _disk(dest: str, path: str, rec: list | None, hexlen: int = 40) -> tuple[str, str | None, list[int]] | None:
+def _disk(
+    dest: str, path: str, rec: list | None, hexlen: int = 40
+) -> tuple[str, str | None, list[int]] | None:
     """What DEST holds at ``path``: ``(mode, blob, [size, mtime_ns])``, or ``None`` when
     absent (a directory counts as absent). The blob is taken from ``rec`` when size and
     mtime match it, else hashed; it is ``None`` for something that is no file or link."""
@@ -228,8 +261,13 @@ def _entries(store: Store, tree: str) -> dict[str, tuple[str, str]]:
     return out
 
 
-def tree_links(store: Store, tree: str, *, entries: dict[str, tuple[str, str]] | None = None,
-               cat=None) -> dict[str, str]:
+def tree_links(
+    store: Store,
+    tree: str,
+    *,
+    entries: dict[str, tuple[str, str]] | None = None,
+    cat=None,
+) -> dict[str, str]:
     """Every symlink of ``tree``: path -> target (undecodable bytes kept as surrogates).
 
     Args:
@@ -246,7 +284,10 @@ def tree_links(store: Store, tree: str, *, entries: dict[str, tuple[str, str]] |
         return {}
     with contextlib.ExitStack() as stack:
         reader = cat if cat is not None else stack.enter_context(store.cat_file())
-        return {p: reader.read(oid)[1].decode("utf-8", "surrogateescape") for p, oid in wanted.items()}
+        return {
+            p: reader.read(oid)[1].decode("utf-8", "surrogateescape")
+            for p, oid in wanted.items()
+        }
 
 
 def unsafe_tree_links(store: Store, tree: str) -> dict[str, UnsafePath]:
@@ -298,16 +339,23 @@ def _safe_parent(dest_real: str, dest: str, path: str, checked: set[str]) -> Non
         probe = os.path.dirname(probe)
     os.makedirs(full, exist_ok=True)
     if not _inside(dest_real, full):
-        raise OverlayError(f"refusing to write {path!r}: its directory resolves outside {dest}")
+        raise OverlayError(
+            f"refusing to write {path!r}: its directory resolves outside {dest}"
+        )
     checked.add(parent)
 
 
-def _write_stamp(dest: str, tree: str | None, files: dict, pending: dict | None) -> None:
+def _write_stamp(
+    dest: str, tree: str | None, files: dict, pending: dict | None
+) -> None:
     data = {"format": 2, "tree": tree, "files": files}
     if pending is not None:
         data["pending"] = pending
-    atomic_write(os.path.join(dest, STAMP), json.dumps(data, sort_keys=True, separators=(",", ":")).encode(),
-                 before_replace=_checkpoint)
+    atomic_write(
+        os.path.join(dest, STAMP),
+        json.dumps(data, sort_keys=True, separators=(",", ":")).encode(),
+        before_replace=_checkpoint,
+    )
     _checkpoint()
 
 
@@ -318,8 +366,10 @@ def _interrupted(dest: str, tree: str) -> OverlayError:
     except OverlayError:
         stamp = None
     if stamp and stamp.get("pending"):
-        msg = (f"interrupted: {dest} holds a partial export of {stamp['pending']['tree']} (recorded in {STAMP}); "
-               f"a plain `overlay export {dest}` completes it")
+        msg = (
+            f"interrupted: {dest} holds a partial export of {stamp['pending']['tree']} (recorded in {STAMP}); "
+            f"a plain `overlay export {dest}` completes it"
+        )
     elif stamp and stamp["tree"] == tree:
         msg = f"interrupted after the export had finished: {dest} holds {tree}"
     else:
@@ -327,7 +377,9 @@ def _interrupted(dest: str, tree: str) -> OverlayError:
     return OverlayError(msg, exit_code=EXIT_INTERRUPTED)
 
 
-def export_tree(store: Store, tree: str, dest: str, *, force: bool = False) -> ExportResult:
+def export_tree(
+    store: Store, tree: str, dest: str, *, force: bool = False
+) -> ExportResult:
     """Write ``tree`` into ``dest`` incrementally, as a resumable transaction.
 
     Args:
@@ -367,7 +419,9 @@ def _check_objects(store: Store, oids: list[str]) -> None:
     """
     if not oids:
         return
-    lines = store.git("cat-file", "--batch-check", input="".join(f"{oid}\n" for oid in oids).encode()).stdout
+    lines = store.git(
+        "cat-file", "--batch-check", input="".join(f"{oid}\n" for oid in oids).encode()
+    ).stdout
     for oid, line in zip(oids, lines.split(b"\n")):
         if line.endswith(b" missing"):
             raise GitError(f"object {oid} is missing from the git store")
@@ -428,7 +482,15 @@ def _write_new(full: str, data: bytes, mode: str, mask: int) -> tuple[int, int] 
         return st.st_size, st.st_mtime_ns
     perm = 0o755 if mode == "100755" else 0o644
     try:
-        fd = os.open(full, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), perm)
+        fd = os.open(
+            full,
+            os.O_WRONLY
+            | os.O_CREAT
+            | os.O_EXCL
+            | os.O_NOFOLLOW
+            | getattr(os, "O_CLOEXEC", 0),
+            perm,
+        )
     except FileExistsError:
         return None
     try:
@@ -436,9 +498,11 @@ def _write_new(full: str, data: bytes, mode: str, mask: int) -> tuple[int, int] 
             os.fchmod(fd, perm)
         view = memoryview(data)
         while view:
-            view = view[os.write(fd, view):]
+            view = view[os.write(fd, view) :]
         _checkpoint()
-        st = os.fstat(fd)  # closing does not change the mtime: this is what lstat will say
+        st = os.fstat(
+            fd
+        )  # closing does not change the mtime: this is what lstat will say
     finally:
         os.close(fd)
     return st.st_size, st.st_mtime_ns
@@ -456,18 +520,28 @@ def _partly_written(store: Store, dest: str, path: str, oid: str) -> bool:
     return len(have) < len(want) and want.startswith(have)
 
 
-def _export_locked(store: Store, tree: str, dest: str, force: bool, started: float) -> ExportResult:
+def _export_locked(
+    store: Store, tree: str, dest: str, force: bool, started: float
+) -> ExportResult:
     try:
         stamp = read_stamp(dest)
     except OverlayError:
         if not force:
             raise
         stamp = None
-    if stamp is None and not force and any(n not in _OURS and temp_owner(n) != STAMP for n in os.listdir(dest)):
-        raise OverlayError(f"{dest} is not empty and holds no overlay export stamp",
-                           hint="choose an empty directory, or pass --force to take it over")
+    if (
+        stamp is None
+        and not force
+        and any(n not in _OURS and temp_owner(n) != STAMP for n in os.listdir(dest))
+    ):
+        raise OverlayError(
+            f"{dest} is not empty and holds no overlay export stamp",
+            hint="choose an empty directory, or pass --force to take it over",
+        )
     remove_stale_temps(dest, {STAMP})
-    recorded: dict[str, list] = {p: list(v) for p, v in stamp["files"].items()} if stamp else {}
+    recorded: dict[str, list] = (
+        {p: list(v) for p, v in stamp["files"].items()} if stamp else {}
+    )
     previous = stamp["tree"] if stamp else None
     pending = (stamp or {}).get("pending") or {}
     pend: dict[str, str | None] = {p: None for p in pending.get("remove", [])}
@@ -479,11 +553,20 @@ def _export_locked(store: Store, tree: str, dest: str, force: bool, started: flo
     direct = stamp is None and not (set(os.listdir(dest)) - {LOCK})
     if previous == tree and not pend and not force:
         edited = edited_files(dest, stamp)
-        return ExportResult(tree, previous, [], [], len(recorded) - len(edited), edited,
-                            time.perf_counter() - started)
+        return ExportResult(
+            tree,
+            previous,
+            [],
+            [],
+            len(recorded) - len(edited),
+            edited,
+            time.perf_counter() - started,
+        )
 
     usable = previous is not None and store.has_object(previous, "tree")
-    if usable and any(len(rec) < 3 for rec in recorded.values()):  # format 1: no blob recorded
+    if usable and any(
+        len(rec) < 3 for rec in recorded.values()
+    ):  # format 1: no blob recorded
         old = _entries(store, previous)
         for p, rec in recorded.items():
             if len(rec) < 3 and p in old:
@@ -499,28 +582,63 @@ def _export_locked(store: Store, tree: str, dest: str, force: bool, started: flo
     for path in sorted(candidates):
         check_path(path, what="tree entry" if path in want else "exported path")
         if want.get(path, ("",))[0] == "160000":
-            raise OverlayError(f"refusing tree entry {path!r}: submodules are not exported")
+            raise OverlayError(
+                f"refusing tree entry {path!r}: submodules are not exported"
+            )
 
     hexlen = len(tree)
-    actions: dict[str, tuple[str, str] | None] = {}  # path -> (mode, blob) to write, None to remove
+    actions: dict[
+        str, tuple[str, str] | None
+    ] = {}  # path -> (mode, blob) to write, None to remove
     blocked, edited, final = [], [], dict(recorded)
     for path in sorted(candidates):
         rec, target = recorded.get(path), want.get(path)
-        disk = None if direct else _disk(dest, path, rec, hexlen)  # an empty directory holds nothing
-        if disk is None and target is None or disk is not None and target == (disk[0], disk[1]):
+        disk = (
+            None if direct else _disk(dest, path, rec, hexlen)
+        )  # an empty directory holds nothing
+        if (
+            disk is None
+            and target is None
+            or disk is not None
+            and target == (disk[0], disk[1])
+        ):
             if target is None:
                 final.pop(path, None)
             else:
-                final[path] = [*disk[2], disk[1]]  # already what the tree holds: adopt, keep its mtime
+                final[path] = [
+                    *disk[2],
+                    disk[1],
+                ]  # already what the tree holds: adopt, keep its mtime
             continue
-        ours = _is_recorded(disk, rec) or (path in pend and (
-            disk is None and pend[path] is None or disk is not None and disk[1] is not None and disk[1] == pend[path]))
-        if not ours and pending.get("direct") and pend.get(path) and disk is not None and disk[0] != "120000" \
-                and disk[1] is not None:
+        ours = _is_recorded(disk, rec) or (
+            path in pend
+            and (
+                disk is None
+                and pend[path] is None
+                or disk is not None
+                and disk[1] is not None
+                and disk[1] == pend[path]
+            )
+        )
+        if (
+            not ours
+            and pending.get("direct")
+            and pend.get(path)
+            and disk is not None
+            and disk[0] != "120000"
+            and disk[1] is not None
+        ):
             ours = _partly_written(store, dest, path, pend[path])  # type: ignore[arg-type]
         if not ours and not force:
-            if path not in pend and rec is not None and target is not None and rec[2:3] == [target[1]]:
-                edited.append(path)  # the tree leaves it as exported: the edit stays and is reported
+            if (
+                path not in pend
+                and rec is not None
+                and target is not None
+                and rec[2:3] == [target[1]]
+            ):
+                edited.append(
+                    path
+                )  # the tree leaves it as exported: the edit stays and is reported
             else:
                 blocked.append(path)
             continue
@@ -533,12 +651,15 @@ def _export_locked(store: Store, tree: str, dest: str, force: bool, started: flo
         raise OverlayError(
             f"{len(blocked)} file(s) in {dest} were edited since the last export and would be "
             f"replaced: {', '.join(blocked[:5])}{' ...' if len(blocked) > 5 else ''}",
-            hint="move your edits into a patch, or pass --force to discard them")
+            hint="move your edits into a patch, or pass --force to discard them",
+        )
 
     # Every object is looked up before anything is written (a missing one stops the export
     # here, as a hostile entry does); the contents are streamed while writing, one file at
     # a time, so the export never holds the tree (issue 14: peak memory).
-    blobs: dict[str, tuple[str, str]] = {p: t for p, t in sorted(actions.items()) if t is not None}
+    blobs: dict[str, tuple[str, str]] = {
+        p: t for p, t in sorted(actions.items()) if t is not None
+    }
     _check_objects(store, [oid for _mode, oid in blobs.values()])
     if any(mode == "120000" for mode, _oid in blobs.values()):
         entries = entries if entries is not None else _entries(store, tree)
@@ -555,15 +676,26 @@ def _export_locked(store: Store, tree: str, dest: str, force: bool, started: flo
         if not _is_recorded(disk, rec):
             edited.append(path)
         elif disk is not None and list(rec[:2]) != disk[2]:
-            final[path] = [*disk[2], disk[1]]  # touched, same content: remember the new mtime
+            final[path] = [
+                *disk[2],
+                disk[1],
+            ]  # touched, same content: remember the new mtime
 
     dest_real = os.path.realpath(dest)
     owners = set() if direct else {os.path.basename(p) for p in candidates}
-    for directory in [] if direct else sorted({os.path.dirname(p) for p in [*actions, *pend]}
-                                              | ({os.path.dirname(p) for p in candidates} if force else set())):
+    for directory in (
+        []
+        if direct
+        else sorted(
+            {os.path.dirname(p) for p in [*actions, *pend]}
+            | ({os.path.dirname(p) for p in candidates} if force else set())
+        )
+    ):
         if _inside(dest_real, os.path.join(dest, directory)):
             remove_stale_temps(os.path.join(dest, directory), owners)
-            while directory:  # a killed run may have left directories it made and never filled
+            while (
+                directory
+            ):  # a killed run may have left directories it made and never filled
                 try:
                     os.rmdir(os.path.join(dest, directory))
                 except OSError:
@@ -571,13 +703,28 @@ def _export_locked(store: Store, tree: str, dest: str, force: bool, started: flo
                 directory = os.path.dirname(directory)
     resumed = pending.get("tree")
     if not actions and final == recorded and previous == tree and not pend:
-        return ExportResult(tree, previous, [], [], len(final) - len(edited), sorted(edited),
-                            time.perf_counter() - started)
+        return ExportResult(
+            tree,
+            previous,
+            [],
+            [],
+            len(final) - len(edited),
+            sorted(edited),
+            time.perf_counter() - started,
+        )
     if actions:
         _checkpoint()
-        _write_stamp(dest, previous, final, {
-            "tree": tree, "write": {p: t[1] for p, t in actions.items() if t is not None},
-            "remove": sorted(p for p, t in actions.items() if t is None), **({"direct": True} if direct else {})})
+        _write_stamp(
+            dest,
+            previous,
+            final,
+            {
+                "tree": tree,
+                "write": {p: t[1] for p, t in actions.items() if t is not None},
+                "remove": sorted(p for p, t in actions.items() if t is None),
+                **({"direct": True} if direct else {}),
+            },
+        )
     removals = [p for p, t in actions.items() if t is None]
     for path in sorted(removals, key=lambda p: p.count("/"), reverse=True):
         _remove(dest, dest_real, path)
@@ -587,7 +734,9 @@ def _export_locked(store: Store, tree: str, dest: str, force: bool, started: flo
     mask = _umask() if direct else 0
     paths = list(blobs)  # sorted
     if paths:
-        for path, (_kind, data) in zip(paths, store.read_objects([blobs[p][1] for p in paths])):
+        for path, (_kind, data) in zip(
+            paths, store.read_objects([blobs[p][1] for p in paths])
+        ):
             mode, oid = blobs[path]
             if not (direct and _new_parent(dest, path, checked)):
                 _safe_parent(dest_real, dest, path, checked)
@@ -595,17 +744,32 @@ def _export_locked(store: Store, tree: str, dest: str, force: bool, started: flo
             written = _write_new(full, data, mode, mask) if direct else None
             if written is None:
                 if os.path.isdir(full) and not os.path.islink(full):
-                    raise OverlayError(f"cannot write {path!r}: a directory is in the way")
+                    raise OverlayError(
+                        f"cannot write {path!r}: a directory is in the way"
+                    )
                 if mode == "120000":
                     _checkpoint()
                     atomic_symlink(data.decode("utf-8", "surrogateescape"), full)
                 else:
-                    atomic_write(full, data, mode=0o755 if mode == "100755" else 0o644, durable=False,
-                                 before_replace=_checkpoint)
+                    atomic_write(
+                        full,
+                        data,
+                        mode=0o755 if mode == "100755" else 0o644,
+                        durable=False,
+                        before_replace=_checkpoint,
+                    )
                 st = os.lstat(full)
                 written = (st.st_size, st.st_mtime_ns)
             final[path] = [*written, oid]
             _checkpoint()
     _write_stamp(dest, tree, final, None)
-    return ExportResult(tree, previous, sorted(blobs), sorted(removals), len(final) - len(blobs) - len(edited),
-                        sorted(edited), time.perf_counter() - started, resumed)
+    return ExportResult(
+        tree,
+        previous,
+        sorted(blobs),
+        sorted(removals),
+        len(final) - len(blobs) - len(edited),
+        sorted(edited),
+        time.perf_counter() - started,
+        resumed,
+    )

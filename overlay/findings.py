@@ -8,7 +8,7 @@ meaning in ``docs/findings.md``; a code never changes meaning once released.
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterable
+from collections.abc import Iterable
 
 SEVERITIES = ("error", "warning", "info")
 

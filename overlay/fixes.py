@@ -35,8 +35,9 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Iterable, NamedTuple, Sequence
+from typing import NamedTuple
 
 from overlay.errors import OverlayError
 from overlay.findings import Finding
@@ -77,7 +78,9 @@ _HEADING_RE = re.compile(r"^(?P<hashes>#{1,6})(?:\s+(?P<text>.*?))?\s*$")
 _LOOSE_HEADING_RE = re.compile(r"^(?P<hashes>#+)\s*(?P<text>.*?)\s*$")
 _LOOSE_PIN_RE = re.compile(r"\((?P<pin>[^()\s]*)\)")
 _NUMBERED_RE = re.compile(r"^(?P<num>\d+)[.)]\s+(?P<rest>.*)$")
-_ENTRY_TITLE_RE = re.compile(r"^\*\*(?P<title>[^*]+?)(?P<dot1>\.?)\*\*(?P<dot2>\.?)(?:\s+(?P<text>.*))?$")
+_ENTRY_TITLE_RE = re.compile(
+    r"^\*\*(?P<title>[^*]+?)(?P<dot1>\.?)\*\*(?P<dot2>\.?)(?:\s+(?P<text>.*))?$"
+)
 _BULLET_RE = re.compile(r"^[-*+]\s+(?P<text>.*)$")
 _FENCE_RE = re.compile(r"^\s*(```|~~~)")
 _BACKTICK_RE = re.compile(r"`([^`\n]+)`")
@@ -104,37 +107,98 @@ UPSTREAM_PATTERNS = (
     r"(?:proposed|upstreamed|submitted|sent)\s+(?:there|upstream)",
     r"also\s+be\s+(?:proposed|upstreamed|submitted)\b",
 )
-_UPSTREAM_RE = re.compile("|".join(f"(?:{p})" for p in UPSTREAM_PATTERNS), re.IGNORECASE)
+_UPSTREAM_RE = re.compile(
+    "|".join(f"(?:{p})" for p in UPSTREAM_PATTERNS), re.IGNORECASE
+)
 
 #: An issue reference that may follow the closing sentence: ``owner/repo#N`` or ``#N``
 #: (several separated by commas or semicolons), in parentheses, after the sentence's
 #: final period or just before it.
 _ISSUE_REF = r"(?:[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+)?#\d+"
-_TRAILING_REF_RE = re.compile(rf"\s+\((?:{_ISSUE_REF})(?:\s*[,;]\s*{_ISSUE_REF})*\)(?P<dot>\.?)$")
+_TRAILING_REF_RE = re.compile(
+    rf"\s+\((?:{_ISSUE_REF})(?:\s*[,;]\s*{_ISSUE_REF})*\)(?P<dot>\.?)$"
+)
 
 #: Extensions of the files a source tree holds (sources, headers, build and config files,
 #: docs). For FIX021 a backticked name is a repository path only with one of these:
 #: ``state.mutex``, ``blockIdx.y``, ``event.o`` and a model id are not.
-SOURCE_EXTENSIONS = frozenset({
-    "c", "cc", "cpp", "cxx", "c++", "h", "hh", "hpp", "hxx", "h++", "inc", "inl", "ipp", "tpp",
-    "cu", "cuh", "hip", "metal", "m", "mm", "s", "asm", "cmake", "txt", "in", "py", "pyi", "pyx",
-    "sh", "bash", "ps1", "bat", "toml", "json", "yml", "yaml", "cfg", "ini", "md", "rst", "rs",
-    "go", "java", "swift", "patch", "diff", "j2", "mk",
-})
+SOURCE_EXTENSIONS = frozenset(
+    {
+        "c",
+        "cc",
+        "cpp",
+        "cxx",
+        "c++",
+        "h",
+        "hh",
+        "hpp",
+        "hxx",
+        "h++",
+        "inc",
+        "inl",
+        "ipp",
+        "tpp",
+        "cu",
+        "cuh",
+        "hip",
+        "metal",
+        "m",
+        "mm",
+        "s",
+        "asm",
+        "cmake",
+        "txt",
+        "in",
+        "py",
+        "pyi",
+        "pyx",
+        "sh",
+        "bash",
+        "ps1",
+        "bat",
+        "toml",
+        "json",
+        "yml",
+        "yaml",
+        "cfg",
+        "ini",
+        "md",
+        "rst",
+        "rs",
+        "go",
+        "java",
+        "swift",
+        "patch",
+        "diff",
+        "j2",
+        "mk",
+    }
+)
 #: Directories only a build holds: a name under one is an artefact, not a repository path.
 ARTEFACT_DIRS = frozenset({"_deps", "CMakeFiles", "build"})
 
-_CONFLICT_RE = re.compile(r"^(?:<<<<<<<(?:[ \t].*)?|\|\|\|\|\|\|\|(?:[ \t].*)?|=======|>>>>>>>(?:[ \t].*)?)$")
+_CONFLICT_RE = re.compile(
+    r"^(?:<<<<<<<(?:[ \t].*)?|\|\|\|\|\|\|\|(?:[ \t].*)?|=======|>>>>>>>(?:[ \t].*)?)$"
+)
 
 #: Every code this module emits -> (severity, one-line meaning); documented in docs/findings.md.
 CODES = {
-    "FIX001": ("error", "title missing or not 'Local changes relative to <fork repo>@<sha8>'"),
+    "FIX001": (
+        "error",
+        "title missing or not 'Local changes relative to <fork repo>@<sha8>'",
+    ),
     "FIX002": ("error", "title names another fork repository"),
     "FIX003": ("error", "title commit is not the manifest fork commit's first 8 hex"),
-    "FIX004": ("error", "retarget heading does not name the manifest pin's first 8 hex"),
+    "FIX004": (
+        "error",
+        "retarget heading does not name the manifest pin's first 8 hex",
+    ),
     "FIX005": ("error", "unknown section"),
     "FIX006": ("error", "section repeated or out of order"),
-    "FIX007": ("error", "entry numbering has a gap (or a number below 1 or above 9999)"),
+    "FIX007": (
+        "error",
+        "entry numbering has a gap (or a number below 1 or above 9999)",
+    ),
     "FIX008": ("error", "duplicate entry number"),
     "FIX009": ("error", "numbered entry in the Dropped section"),
     "FIX010": ("error", "bullet in a numbered section"),
@@ -153,11 +217,16 @@ CODES = {
     "FIX023": ("error", "resolution not named by a retarget entry"),
     "FIX024": ("warning", "policy-section entry has no patch"),
     "FIX025": ("warning", "stale name in the Dropped section"),
-    "FIX026": ("error", "a line looks like a known section heading but is not written as it"),
+    "FIX026": (
+        "error",
+        "a line looks like a known section heading but is not written as it",
+    ),
 }
 
-PLACEHOLDER_BODY = ("TODO: say what was wrong, what this fix changes, and which suite "
-                    "or test proves it.")
+PLACEHOLDER_BODY = (
+    "TODO: say what was wrong, what this fix changes, and which suite "
+    "or test proves it."
+)
 
 
 # --------------------------------------------------------------------------- model
@@ -188,7 +257,9 @@ class Entry:
     end_line: int
     section: str | None
     files: tuple[str, ...]
-    file_lines: dict = dataclasses.field(compare=False, hash=False, repr=False, default_factory=dict)
+    file_lines: dict = dataclasses.field(
+        compare=False, hash=False, repr=False, default_factory=dict
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -379,19 +450,33 @@ class _Item:
                     if looks_like_path(tok) and tok not in file_lines:
                         files.append(tok)
                         file_lines[tok] = lineno
-            self.section.entries.append(Entry(
-                number=self.extra["number"], title=self.extra["title"], text=text,
-                line=self.line, end_line=self.end_line, section=self.section.key,
-                files=tuple(files), file_lines=file_lines))
+            self.section.entries.append(
+                Entry(
+                    number=self.extra["number"],
+                    title=self.extra["title"],
+                    text=text,
+                    line=self.line,
+                    end_line=self.end_line,
+                    section=self.section.key,
+                    files=tuple(files),
+                    file_lines=file_lines,
+                )
+            )
         else:
             names: list[str] = []
             head = _BULLET_HEAD_RE.match(text)
             for tok in _backticked(head.group(0) if head else ""):
                 if tok not in names:
                     names.append(tok)
-            self.section.bullets.append(Bullet(
-                text=text, line=self.line, end_line=self.end_line,
-                section=self.section.key, names=tuple(names)))
+            self.section.bullets.append(
+                Bullet(
+                    text=text,
+                    line=self.line,
+                    end_line=self.end_line,
+                    section=self.section.key,
+                    names=tuple(names),
+                )
+            )
 
 
 def _section_key(heading: str) -> tuple[str | None, str | None]:
@@ -483,8 +568,14 @@ def parse(text: str, path: str = FILE_NAME) -> Document:
         # moving its entries into the section before it.
         lm = None
         if indent < 4:
-            lm = _LOOSE_HEADING_RE.match(body) or (None if item is not None else re.match(r"^()(?P<text>[A-Za-z].*)$", body))
-        loose_key, loose_pin = _loose_section_key(lm.group("text")) if lm else (None, None)
+            lm = _LOOSE_HEADING_RE.match(body) or (
+                None
+                if item is not None
+                else re.match(r"^()(?P<text>[A-Za-z].*)$", body)
+            )
+        loose_key, loose_pin = (
+            _loose_section_key(lm.group("text")) if lm else (None, None)
+        )
         if hm or loose_key:
             close()
             level = len(hm.group("hashes")) if hm else len(lm.group(1) or "")
@@ -498,8 +589,15 @@ def parse(text: str, path: str = FILE_NAME) -> Document:
                     current.end_line = lineno - 1
                 elif preamble.end_line == len(lines):
                     preamble.end_line = lineno - 1
-                current = Section(key=key, heading=htext, line=lineno, end_line=len(lines),
-                                  level=level, pin=pin, mangled=mangled)
+                current = Section(
+                    key=key,
+                    heading=htext,
+                    line=lineno,
+                    end_line=len(lines),
+                    level=level,
+                    pin=pin,
+                    mangled=mangled,
+                )
                 sections.append(current)
             # other deeper headings only end the current item
             continue
@@ -509,11 +607,23 @@ def parse(text: str, path: str = FILE_NAME) -> Document:
             close()
             em = _ENTRY_TITLE_RE.match(nm.group("rest"))
             # More than twelve digits is no entry number (and int() of thousands of digits raises).
-            if em and (em.group("dot1") or em.group("dot2")) and len(nm.group("num")) <= 12:
-                item = _Item("entry", lineno, current, em.group("text") or "",
-                             number=int(nm.group("num")), title=em.group("title").strip())
+            if (
+                em
+                and (em.group("dot1") or em.group("dot2"))
+                and len(nm.group("num")) <= 12
+            ):
+                item = _Item(
+                    "entry",
+                    lineno,
+                    current,
+                    em.group("text") or "",
+                    number=int(nm.group("num")),
+                    title=em.group("title").strip(),
+                )
             else:
-                current.malformed.append(Malformed(line=lineno, text=body, section=current.key))
+                current.malformed.append(
+                    Malformed(line=lineno, text=body, section=current.key)
+                )
             continue
         bm = _BULLET_RE.match(body) if starts else None
         if bm:
@@ -524,9 +634,16 @@ def parse(text: str, path: str = FILE_NAME) -> Document:
             item.add(lineno, body)
         # otherwise: free prose, kept only in ``text``
     close()
-    return Document(text=text, path=path, title=title, title_line=title_line,
-                    fork_repo=fork_repo, fork_sha=fork_sha, preamble=preamble,
-                    sections=sections)
+    return Document(
+        text=text,
+        path=path,
+        title=title,
+        title_line=title_line,
+        fork_repo=fork_repo,
+        fork_sha=fork_sha,
+        preamble=preamble,
+        sections=sections,
+    )
 
 
 def load(path: str | os.PathLike, rel_path: str = FILE_NAME) -> Document:
@@ -551,10 +668,14 @@ def load(path: str | os.PathLike, rel_path: str = FILE_NAME) -> Document:
     """
     full = os.path.abspath(os.fspath(path))
     try:
-        text = read_record_text(os.path.dirname(full), os.path.basename(full), what="file")
+        text = read_record_text(
+            os.path.dirname(full), os.path.basename(full), what="file"
+        )
     except RecordMissing:
-        raise OverlayError(f"{rel_path} not found at {os.fspath(path)}",
-                           hint="create it (overlay fix new adds entries) or pass --root") from None
+        raise OverlayError(
+            f"{rel_path} not found at {os.fspath(path)}",
+            hint="create it (overlay fix new adds entries) or pass --root",
+        ) from None
     # A byte-order mark is not part of the title line (line numbers keep).
     text = text.removeprefix("\ufeff")
     return parse(text, rel_path)
@@ -576,10 +697,18 @@ def fork_repo_from_url(url: str) -> str:
 # --------------------------------------------------------------------------- helpers
 
 
-def _f(doc_or_path, code: str, line: int | None, message: str, hint: str | None = None,
-       severity: str = "error") -> Finding:
+def _f(
+    doc_or_path,
+    code: str,
+    line: int | None,
+    message: str,
+    hint: str | None = None,
+    severity: str = "error",
+) -> Finding:
     path = doc_or_path.path if isinstance(doc_or_path, Document) else doc_or_path
-    return Finding(code=code, severity=severity, path=path, line=line, message=message, hint=hint)
+    return Finding(
+        code=code, severity=severity, path=path, line=line, message=message, hint=hint
+    )
 
 
 def _sorted(findings: list[Finding]) -> list[Finding]:
@@ -639,21 +768,46 @@ def check_title(doc: Document, fork_repo: str, fork_commit: str) -> list[Finding
     sha8 = fork_commit.lower()[:8]
     want = f"# {TITLE_PREFIX}{fork_repo}@{sha8}"
     if doc.title is None:
-        return [_f(doc, "FIX001", 1, "no title: the first line must be the H1 title",
-                   f"start the file with: {want}")]
+        return [
+            _f(
+                doc,
+                "FIX001",
+                1,
+                "no title: the first line must be the H1 title",
+                f"start the file with: {want}",
+            )
+        ]
     if doc.fork_repo is None:
-        return [_f(doc, "FIX001", doc.title_line,
-                   f"title {doc.title!r} is not 'Local changes relative to <fork repo>@<sha8>'",
-                   f"use: {want}")]
+        return [
+            _f(
+                doc,
+                "FIX001",
+                doc.title_line,
+                f"title {doc.title!r} is not 'Local changes relative to <fork repo>@<sha8>'",
+                f"use: {want}",
+            )
+        ]
     out = []
     if doc.fork_repo != fork_repo:
-        out.append(_f(doc, "FIX002", doc.title_line,
-                      f"title names fork {doc.fork_repo!r}, the manifest's fork is {fork_repo!r}",
-                      f"use: {want}"))
+        out.append(
+            _f(
+                doc,
+                "FIX002",
+                doc.title_line,
+                f"title names fork {doc.fork_repo!r}, the manifest's fork is {fork_repo!r}",
+                f"use: {want}",
+            )
+        )
     if doc.fork_sha.lower() != sha8 or not _HEX8_RE.match(doc.fork_sha.lower()):
-        out.append(_f(doc, "FIX003", doc.title_line,
-                      f"title names fork commit {doc.fork_sha!r}, the manifest's fork commit is {sha8}",
-                      f"use: {want}"))
+        out.append(
+            _f(
+                doc,
+                "FIX003",
+                doc.title_line,
+                f"title names fork commit {doc.fork_sha!r}, the manifest's fork commit is {sha8}",
+                f"use: {want}",
+            )
+        )
     return out
 
 
@@ -673,11 +827,21 @@ def check_retarget_pin(doc: Document, pin: str) -> list[Finding]:
     for sec in doc.sections:
         if sec.key != "retarget":
             continue
-        if sec.pin is None or sec.pin.lower() != pin8 or not _HEX8_RE.match(sec.pin.lower()):
+        if (
+            sec.pin is None
+            or sec.pin.lower() != pin8
+            or not _HEX8_RE.match(sec.pin.lower())
+        ):
             got = "no pin" if sec.pin is None else repr(sec.pin)
-            out.append(_f(doc, "FIX004", sec.line,
-                          f"retarget heading names {got}, the manifest's pin is {pin8}",
-                          f"use: ## {RETARGET_PREFIX} ({pin8})"))
+            out.append(
+                _f(
+                    doc,
+                    "FIX004",
+                    sec.line,
+                    f"retarget heading names {got}, the manifest's pin is {pin8}",
+                    f"use: ## {RETARGET_PREFIX} ({pin8})",
+                )
+            )
     return out
 
 
@@ -698,26 +862,60 @@ def check_sections(doc: Document) -> list[Finding]:
     highest = -1
     for sec in doc.sections:
         if sec.mangled:
-            want = (f"## {RETARGET_PREFIX} ({sec.pin or '<pin8>'})" if sec.key == "retarget"
-                    else f"## {SECTION_HEADINGS[sec.key]}")
-            raw = doc.lines[sec.line - 1].strip() if 0 < sec.line <= len(doc.lines) else sec.heading
-            out.append(_f(doc, "FIX026", sec.line,
-                          f"{raw[:80]!r} looks like the heading {want!r} but is not written as it",
-                          f"write it exactly: {want}"))
+            want = (
+                f"## {RETARGET_PREFIX} ({sec.pin or '<pin8>'})"
+                if sec.key == "retarget"
+                else f"## {SECTION_HEADINGS[sec.key]}"
+            )
+            raw = (
+                doc.lines[sec.line - 1].strip()
+                if 0 < sec.line <= len(doc.lines)
+                else sec.heading
+            )
+            out.append(
+                _f(
+                    doc,
+                    "FIX026",
+                    sec.line,
+                    f"{raw[:80]!r} looks like the heading {want!r} but is not written as it",
+                    f"write it exactly: {want}",
+                )
+            )
         if sec.key is None:
-            out.append(_f(doc, "FIX005", sec.line, f"unknown section {sec.heading!r}",
-                          "known sections: " + "; ".join(
-                              [f"{RETARGET_PREFIX} (<pin8>)", *SECTION_HEADINGS.values()])))
+            out.append(
+                _f(
+                    doc,
+                    "FIX005",
+                    sec.line,
+                    f"unknown section {sec.heading!r}",
+                    "known sections: "
+                    + "; ".join(
+                        [f"{RETARGET_PREFIX} (<pin8>)", *SECTION_HEADINGS.values()]
+                    ),
+                )
+            )
             continue
         idx = SECTION_ORDER.index(sec.key)
         if sec.key in seen:
-            out.append(_f(doc, "FIX006", sec.line,
-                          f"section {sec.heading!r} repeats the one at line {seen[sec.key]}",
-                          "merge the two sections"))
+            out.append(
+                _f(
+                    doc,
+                    "FIX006",
+                    sec.line,
+                    f"section {sec.heading!r} repeats the one at line {seen[sec.key]}",
+                    "merge the two sections",
+                )
+            )
         elif idx < highest:
-            out.append(_f(doc, "FIX006", sec.line,
-                          f"section {sec.heading!r} is out of order",
-                          "order: retarget, kernels, build, API, dropped"))
+            out.append(
+                _f(
+                    doc,
+                    "FIX006",
+                    sec.line,
+                    f"section {sec.heading!r} is out of order",
+                    "order: retarget, kernels, build, API, dropped",
+                )
+            )
         seen.setdefault(sec.key, sec.line)
         highest = max(highest, idx)
     return out
@@ -740,23 +938,53 @@ def check_numbering(doc: Document) -> list[Finding]:
     first: dict[int, int] = {}
     for e in entries:
         if e.number < 1:
-            out.append(_f(doc, "FIX007", e.line, f"entry number {e.number}: numbers start at 1"))
+            out.append(
+                _f(
+                    doc,
+                    "FIX007",
+                    e.line,
+                    f"entry number {e.number}: numbers start at 1",
+                )
+            )
         elif e.number > MAX_ENTRY_NUMBER:
-            out.append(_f(doc, "FIX007", e.line,
-                          f"entry number {e.number} is above {MAX_ENTRY_NUMBER}",
-                          "renumber it to the next free number (overlay fix list shows them)"))
+            out.append(
+                _f(
+                    doc,
+                    "FIX007",
+                    e.line,
+                    f"entry number {e.number} is above {MAX_ENTRY_NUMBER}",
+                    "renumber it to the next free number (overlay fix list shows them)",
+                )
+            )
         elif e.number in first:
-            out.append(_f(doc, "FIX008", e.line,
-                          f"entry number {e.number} is used twice (first at line {first[e.number]})",
-                          "renumber one of them to the next free number"))
+            out.append(
+                _f(
+                    doc,
+                    "FIX008",
+                    e.line,
+                    f"entry number {e.number} is used twice (first at line {first[e.number]})",
+                    "renumber one of them to the next free number",
+                )
+            )
         else:
             first[e.number] = e.line
     expected = 1
     for n in sorted(first):
         if n > expected:
-            missing = f"{expected} is missing" if n == expected + 1 else f"{expected}-{n - 1} are missing"
-            out.append(_f(doc, "FIX007", first[n], f"entry numbers have a gap: {missing}",
-                          f"numbers must run 1..{len(first)} with no gap"))
+            missing = (
+                f"{expected} is missing"
+                if n == expected + 1
+                else f"{expected}-{n - 1} are missing"
+            )
+            out.append(
+                _f(
+                    doc,
+                    "FIX007",
+                    first[n],
+                    f"entry numbers have a gap: {missing}",
+                    f"numbers must run 1..{len(first)} with no gap",
+                )
+            )
         expected = n + 1
     return _sorted(out)
 
@@ -772,26 +1000,59 @@ def check_items(doc: Document) -> list[Finding]:
     out = []
     for sec in [doc.preamble, *doc.sections]:
         for m in sec.malformed:
-            out.append(_f(doc, "FIX011", m.line, f"malformed entry {m.text[:60]!r}",
-                          "an entry is 'N. **Title.** paragraph'"))
+            out.append(
+                _f(
+                    doc,
+                    "FIX011",
+                    m.line,
+                    f"malformed entry {m.text[:60]!r}",
+                    "an entry is 'N. **Title.** paragraph'",
+                )
+            )
         if sec is doc.preamble:
             for e in sec.entries:
-                out.append(_f(doc, "FIX012", e.line, f"entry {e.number} is outside any section",
-                              "move it under its section heading"))
+                out.append(
+                    _f(
+                        doc,
+                        "FIX012",
+                        e.line,
+                        f"entry {e.number} is outside any section",
+                        "move it under its section heading",
+                    )
+                )
             for b in sec.bullets:
-                out.append(_f(doc, "FIX012", b.line, "bullet is outside any section",
-                              "move it under '## Dropped from the vendored set'"))
+                out.append(
+                    _f(
+                        doc,
+                        "FIX012",
+                        b.line,
+                        "bullet is outside any section",
+                        "move it under '## Dropped from the vendored set'",
+                    )
+                )
             continue
         if sec.key == "dropped":
             for e in sec.entries:
-                out.append(_f(doc, "FIX009", e.line,
-                              f"numbered entry {e.number} in the Dropped section",
-                              "the Dropped section holds '- ' bullets; move fixes to their section"))
+                out.append(
+                    _f(
+                        doc,
+                        "FIX009",
+                        e.line,
+                        f"numbered entry {e.number} in the Dropped section",
+                        "the Dropped section holds '- ' bullets; move fixes to their section",
+                    )
+                )
         elif sec.key is not None:
             for b in sec.bullets:
-                out.append(_f(doc, "FIX010", b.line,
-                              f"bullet in section {sec.heading!r}, which holds numbered entries",
-                              "write it as 'N. **Title.** paragraph'"))
+                out.append(
+                    _f(
+                        doc,
+                        "FIX010",
+                        b.line,
+                        f"bullet in section {sec.heading!r}, which holds numbered entries",
+                        "write it as 'N. **Title.** paragraph'",
+                    )
+                )
     return _sorted(out)
 
 
@@ -816,11 +1077,16 @@ def without_reference(text: str) -> str:
     """
     text = " ".join(text.split())
     m = _TRAILING_REF_RE.search(text)
-    return text[:m.start()] + m.group("dot") if m else text
+    return text[: m.start()] + m.group("dot") if m else text
 
 
-def check_closing_sentence(doc: Document, sentence: str, *, older: Sequence[str] = (),
-                           required_from: int | None = None) -> list[Finding]:
+def check_closing_sentence(
+    doc: Document,
+    sentence: str,
+    *,
+    older: Sequence[str] = (),
+    required_from: int | None = None,
+) -> list[Finding]:
     """Entries of the kernels/build/API sections end with the manifest's closing sentence.
 
     Args:
@@ -844,14 +1110,24 @@ def check_closing_sentence(doc: Document, sentence: str, *, older: Sequence[str]
             if ends_with_closing(e.text, sentence):
                 continue
             old = next((o for o in older if ends_with_closing(e.text, o)), None)
-            if old is not None and required_from is not None and e.number < required_from:
+            if (
+                old is not None
+                and required_from is not None
+                and e.number < required_from
+            ):
                 continue
             if old is not None and required_from is not None:
-                message = (f"entry {e.number} ends with the older form {old!r}; entries from "
-                           f"{required_from} on end with the policy closing sentence")
+                message = (
+                    f"entry {e.number} ends with the older form {old!r}; entries from "
+                    f"{required_from} on end with the policy closing sentence"
+                )
             else:
-                message = f"entry {e.number} does not end with the policy closing sentence"
-            out.append(_f(doc, "FIX013", e.end_line, message, f"end it with: {sentence}"))
+                message = (
+                    f"entry {e.number} does not end with the policy closing sentence"
+                )
+            out.append(
+                _f(doc, "FIX013", e.end_line, message, f"end it with: {sentence}")
+            )
     return out
 
 
@@ -867,9 +1143,15 @@ def check_upstream_marking(doc: Document) -> list[Finding]:
     out = []
     for text, offsets in _blocks(doc.lines):
         for m in _UPSTREAM_RE.finditer(text):
-            out.append(_f(doc, "FIX014", _line_at(offsets, m.start()),
-                          f"upstream marking {m.group(0)!r}",
-                          "fork-policy fixes are not proposed upstream; remove the marking"))
+            out.append(
+                _f(
+                    doc,
+                    "FIX014",
+                    _line_at(offsets, m.start()),
+                    f"upstream marking {m.group(0)!r}",
+                    "fork-policy fixes are not proposed upstream; remove the marking",
+                )
+            )
     return out
 
 
@@ -893,9 +1175,16 @@ def check_upstream_packages(doc: Document, repo_paths: Iterable[str]) -> list[Fi
                 d = "/".join(parts[: i + 1]) + "/"
                 dirs.setdefault(d, p)
                 break
-    return [_f(first, "FIX015", 1, f"upstream patch package {d} exists",
-               "fork-policy fixes are not proposed upstream; remove the package")
-            for d, first in sorted(dirs.items())]
+    return [
+        _f(
+            first,
+            "FIX015",
+            1,
+            f"upstream patch package {d} exists",
+            "fork-policy fixes are not proposed upstream; remove the package",
+        )
+        for d, first in sorted(dirs.items())
+    ]
 
 
 def find_conflict_markers(text: str) -> list[tuple[int, str]]:
@@ -916,15 +1205,29 @@ def check_conflict_markers(doc: Document) -> list[Finding]:
     Returns:
         FIX016 per marker line.
     """
-    return [_f(doc, "FIX016", line, f"conflict marker {marker[:20]!r}",
-               "finish the merge: keep the right text and delete the markers")
-            for line, marker in find_conflict_markers(doc.text)]
+    return [
+        _f(
+            doc,
+            "FIX016",
+            line,
+            f"conflict marker {marker[:20]!r}",
+            "finish the merge: keep the right text and delete the markers",
+        )
+        for line, marker in find_conflict_markers(doc.text)
+    ]
 
 
-def check_document(doc: Document, *, fork_repo: str, fork_commit: str, pin: str,
-                   closing_sentence: str, repo_paths: Iterable[str] | None = None,
-                   older_closing: Sequence[str] = (), closing_required_from: int | None = None,
-                   ) -> list[Finding]:
+def check_document(
+    doc: Document,
+    *,
+    fork_repo: str,
+    fork_commit: str,
+    pin: str,
+    closing_sentence: str,
+    repo_paths: Iterable[str] | None = None,
+    older_closing: Sequence[str] = (),
+    closing_required_from: int | None = None,
+) -> list[Finding]:
     """All textual checks (no git needed): title, pin, sections, numbering, items,
     closing sentence, upstream marking, conflict markers, and upstream packages
     when ``repo_paths`` is given.
@@ -949,8 +1252,9 @@ def check_document(doc: Document, *, fork_repo: str, fork_commit: str, pin: str,
     out += check_sections(doc)
     out += check_numbering(doc)
     out += check_items(doc)
-    out += check_closing_sentence(doc, closing_sentence, older=older_closing,
-                                  required_from=closing_required_from)
+    out += check_closing_sentence(
+        doc, closing_sentence, older=older_closing, required_from=closing_required_from
+    )
     out += check_upstream_marking(doc)
     out += check_conflict_markers(doc)
     out = _sorted(out)
@@ -969,7 +1273,9 @@ def _basenames(paths: Iterable[str]) -> dict[str, list[str]]:
     return out
 
 
-def resolve_name(name: str, paths: set | frozenset, basenames: dict | None = None) -> list[str]:
+def resolve_name(
+    name: str, paths: set | frozenset, basenames: dict | None = None
+) -> list[str]:
     """The tree paths a name from an entry can mean.
 
     Rules (DESIGN 7 / issue 3): a full path names itself; a path with a ``/`` is
@@ -1025,7 +1331,9 @@ def names_repository_path(name: str, outside_tree: Sequence[str] = ()) -> bool:
     from overlay.paths import glob_match
 
     name = name.removeprefix("./")
-    if any(glob_match(name, g) or glob_match(name.rstrip("/"), g) for g in outside_tree):
+    if any(
+        glob_match(name, g) or glob_match(name.rstrip("/"), g) for g in outside_tree
+    ):
         return False
     parts = name.rstrip("/").split("/")
     if any(part in ARTEFACT_DIRS for part in parts):
@@ -1054,9 +1362,15 @@ def patch_trailers(text: str) -> dict[str, tuple[str, int]]:
     return out
 
 
-def check_patch_entries(doc: Document, patches: Iterable[PatchRecord | tuple], patched_paths: Iterable[str],
-                        *, repo_paths: Iterable[str] = (), unparsed: Iterable[int] = (),
-                        outside_tree: Sequence[str] = ()) -> list[Finding]:
+def check_patch_entries(
+    doc: Document,
+    patches: Iterable[PatchRecord | tuple],
+    patched_paths: Iterable[str],
+    *,
+    repo_paths: Iterable[str] = (),
+    unparsed: Iterable[int] = (),
+    outside_tree: Sequence[str] = (),
+) -> list[Finding]:
     """Patches and entries agree (DESIGN 8, issue 3).
 
     For each patch: it has ``Local-Fix:`` and ``Forwarded:`` trailers; ``N`` is an
@@ -1090,7 +1404,9 @@ def check_patch_entries(doc: Document, patches: Iterable[PatchRecord | tuple], p
         policy-section entry with no patch). Patch findings carry the patch path.
     """
     patched = set(patched_paths)
-    records = [PatchRecord(*p) if not isinstance(p, PatchRecord) else p for p in patches]
+    records = [
+        PatchRecord(*p) if not isinstance(p, PatchRecord) else p for p in patches
+    ]
     all_deleted = set().union(*[set(p.deleted) for p in records]) if records else set()
     universe = patched | all_deleted
     base_u = _basenames(universe)
@@ -1108,33 +1424,67 @@ def check_patch_entries(doc: Document, patches: Iterable[PatchRecord | tuple], p
         lf_line = tr.get("Local-Fix", ("", sep_line))[1]
         fw_line = tr.get("Forwarded", ("", sep_line))[1]
         if p.forwarded is None or not str(p.forwarded).strip():
-            out.append(_f(p.path, "FIX018", fw_line, "patch has no 'Forwarded:' trailer",
-                          "add 'Forwarded: not-needed' above the '---' line"))
-        values = list(p.local_fix) if isinstance(p.local_fix, (list, tuple)) else [p.local_fix]
+            out.append(
+                _f(
+                    p.path,
+                    "FIX018",
+                    fw_line,
+                    "patch has no 'Forwarded:' trailer",
+                    "add 'Forwarded: not-needed' above the '---' line",
+                )
+            )
+        values = (
+            list(p.local_fix)
+            if isinstance(p.local_fix, (list, tuple))
+            else [p.local_fix]
+        )
         values = [v for v in values if v is not None and str(v).strip()]
         if not values:
-            out.append(_f(p.path, "FIX017", lf_line, "patch has no 'Local-Fix:' trailer",
-                          "add 'Local-Fix: N' naming its LOCAL_FIXES.md entry"))
+            out.append(
+                _f(
+                    p.path,
+                    "FIX017",
+                    lf_line,
+                    "patch has no 'Local-Fix:' trailer",
+                    "add 'Local-Fix: N' naming its LOCAL_FIXES.md entry",
+                )
+            )
             continue
         for value in values:
             try:
                 n = int(str(value).strip())
             except ValueError:
-                out.append(_f(p.path, "FIX017", lf_line,
-                              f"'Local-Fix: {str(value)[:40]}' is not an entry number",
-                              "use 'Local-Fix: N' with N a LOCAL_FIXES.md entry number"))
+                out.append(
+                    _f(
+                        p.path,
+                        "FIX017",
+                        lf_line,
+                        f"'Local-Fix: {str(value)[:40]}' is not an entry number",
+                        "use 'Local-Fix: N' with N a LOCAL_FIXES.md entry number",
+                    )
+                )
                 continue
             e = entries.get(n)
             if e is None:
-                out.append(_f(p.path, "FIX019", lf_line, f"'Local-Fix: {n}' names no LOCAL_FIXES.md entry",
-                              "add the entry (overlay fix new) or fix the number"))
+                out.append(
+                    _f(
+                        p.path,
+                        "FIX019",
+                        lf_line,
+                        f"'Local-Fix: {n}' names no LOCAL_FIXES.md entry",
+                        "add the entry (overlay fix new) or fix the number",
+                    )
+                )
                 continue
             by_entry.setdefault(n, []).append(p)
             out += _unnamed_touched(doc, e, p, universe, base_u)
 
     for e in doc.entries():
-        own_deleted = set().union(*[set(p.deleted) for p in by_entry.get(e.number, [])]) \
-            if by_entry.get(e.number) else set()
+        own_deleted = (
+            set().union(*[set(p.deleted) for p in by_entry.get(e.number, [])])
+            if by_entry.get(e.number)
+            else set()
+        )
         exists_in = patched | own_deleted
         base_e = _basenames(exists_in)
         for name in e.files:
@@ -1144,18 +1494,41 @@ def check_patch_entries(doc: Document, patches: Iterable[PatchRecord | tuple], p
                 continue
             if _dir_exists(name, exists_in) or _dir_exists(name, repo):
                 continue
-            out.append(_f(doc, "FIX021", e.file_lines.get(name, e.line),
-                          f"entry {e.number} names `{name}`, which is not in the patched tree",
-                          "fix the path, or drop it if the file is gone; a name outside the MLX tree "
-                          "by design goes in [policy] outside-tree"))
-        if e.section in POLICY_SECTIONS and e.number not in by_entry and e.number not in skip_fix024:
-            out.append(_f(doc, "FIX024", e.line, f"entry {e.number} has no patch in the series",
-                          "add 'Local-Fix: N' to its patch, or remove the entry", severity="warning"))
+            out.append(
+                _f(
+                    doc,
+                    "FIX021",
+                    e.file_lines.get(name, e.line),
+                    f"entry {e.number} names `{name}`, which is not in the patched tree",
+                    "fix the path, or drop it if the file is gone; a name outside the MLX tree "
+                    "by design goes in [policy] outside-tree",
+                )
+            )
+        if (
+            e.section in POLICY_SECTIONS
+            and e.number not in by_entry
+            and e.number not in skip_fix024
+        ):
+            out.append(
+                _f(
+                    doc,
+                    "FIX024",
+                    e.line,
+                    f"entry {e.number} has no patch in the series",
+                    "add 'Local-Fix: N' to its patch, or remove the entry",
+                    severity="warning",
+                )
+            )
     return out
 
 
-def _unnamed_touched(doc: Document, e: Entry, p: PatchRecord, universe: set[str],
-                     base_u: dict[str, list[str]]) -> list[Finding]:
+def _unnamed_touched(
+    doc: Document,
+    e: Entry,
+    p: PatchRecord,
+    universe: set[str],
+    base_u: dict[str, list[str]],
+) -> list[Finding]:
     """FIX020 for each path ``p`` touches that entry ``e`` does not name."""
     out = []
     named: set[str] = set()
@@ -1171,14 +1544,24 @@ def _unnamed_touched(doc: Document, e: Entry, p: PatchRecord, universe: set[str]
         if t in named:
             continue
         if t in ambiguous:
-            msg = (f"entry {e.number} names {ambiguous[t][0]!r}, ambiguous in the tree, "
-                   f"not {t} which {p.path} touches")
+            msg = (
+                f"entry {e.number} names {ambiguous[t][0]!r}, ambiguous in the tree, "
+                f"not {t} which {p.path} touches"
+            )
         else:
             msg = f"entry {e.number} does not name {t}, which {p.path} touches"
-        rel = t[len(BACKEND_PREFIX):] if t.startswith(BACKEND_PREFIX) else ""
-        out.append(_f(doc, "FIX020", e.line, msg,
-                      f"name it in backticks: `{t}` (or `{rel}`)" if "/" in rel
-                      else f"name it in backticks: `{t}`"))
+        rel = t[len(BACKEND_PREFIX) :] if t.startswith(BACKEND_PREFIX) else ""
+        out.append(
+            _f(
+                doc,
+                "FIX020",
+                e.line,
+                msg,
+                f"name it in backticks: `{t}` (or `{rel}`)"
+                if "/" in rel
+                else f"name it in backticks: `{t}`",
+            )
+        )
     return out
 
 
@@ -1188,7 +1571,9 @@ def _covers(name: str, path: str) -> bool:
     return path == name
 
 
-def check_dropped(doc: Document, fork_changed_not_carried: Iterable[str]) -> list[Finding]:
+def check_dropped(
+    doc: Document, fork_changed_not_carried: Iterable[str]
+) -> list[Finding]:
     """Every fork-changed path the manifest does not carry is listed under Dropped.
 
     A path is listed when a Dropped bullet starts with it in backticks, or with a
@@ -1212,15 +1597,27 @@ def check_dropped(doc: Document, fork_changed_not_carried: Iterable[str]) -> lis
     line = sec.line if sec else 1
     for p in paths:
         if not any(_covers(n, p) for n, _ in names):
-            out.append(_f(doc, "FIX022", line,
-                          f"fork-changed path {p} is not carried and not listed as dropped",
-                          f"add under '## Dropped from the vendored set': - `{p}`: <why>"))
+            out.append(
+                _f(
+                    doc,
+                    "FIX022",
+                    line,
+                    f"fork-changed path {p} is not carried and not listed as dropped",
+                    f"add under '## Dropped from the vendored set': - `{p}`: <why>",
+                )
+            )
     for n, b in names:
         if not any(_covers(n, p) for p in paths):
-            out.append(_f(doc, "FIX025", b.line,
-                          f"dropped `{n}` matches no fork-changed path left uncarried",
-                          "remove the stale name (the fork no longer changes it, or it is now carried)",
-                          severity="warning"))
+            out.append(
+                _f(
+                    doc,
+                    "FIX025",
+                    b.line,
+                    f"dropped `{n}` matches no fork-changed path left uncarried",
+                    "remove the stale name (the fork no longer changes it, or it is now carried)",
+                    severity="warning",
+                )
+            )
     return out
 
 
@@ -1244,7 +1641,7 @@ def check_resolutions(doc: Document, resolved_paths: Iterable[str]) -> list[Find
     """
     targets = {}
     for rp in resolved_paths:
-        t = rp[len(RESOLVED_PREFIX):] if rp.startswith(RESOLVED_PREFIX) else rp
+        t = rp[len(RESOLVED_PREFIX) :] if rp.startswith(RESOLVED_PREFIX) else rp
         targets[t] = rp if rp.startswith(RESOLVED_PREFIX) else RESOLVED_PREFIX + rp
     sec = doc.section("retarget")
     tset = set(targets)
@@ -1256,20 +1653,29 @@ def check_resolutions(doc: Document, resolved_paths: Iterable[str]) -> list[Find
         for e in s.entries:
             for name in e.files:
                 if name.startswith(RESOLVED_PREFIX):
-                    name = name[len(RESOLVED_PREFIX):]
+                    name = name[len(RESOLVED_PREFIX) :]
                 cands = resolve_name(name, tset, base)
                 if len(cands) == 1:
                     named.add(cands[0])
     line = sec.line if sec else 1
-    return [_f(doc, "FIX023", line, f"resolution {targets[t]} is named by no retarget entry",
-               f"add a retarget entry naming `{t}`")
-            for t in sorted(tset - named)]
+    return [
+        _f(
+            doc,
+            "FIX023",
+            line,
+            f"resolution {targets[t]} is named by no retarget entry",
+            f"add a retarget entry naming `{t}`",
+        )
+        for t in sorted(tset - named)
+    ]
 
 
 # --------------------------------------------------------------------------- fix list / fix new
 
 
-def list_entries(doc: Document, patches: Iterable[PatchRecord | tuple] = ()) -> list[dict]:
+def list_entries(
+    doc: Document, patches: Iterable[PatchRecord | tuple] = ()
+) -> list[dict]:
     """Entries as rows for ``overlay fix list``.
 
     Args:
@@ -1284,14 +1690,24 @@ def list_entries(doc: Document, patches: Iterable[PatchRecord | tuple] = ()) -> 
     by_n: dict[int, list[str]] = {}
     for p in patches:
         p = p if isinstance(p, PatchRecord) else PatchRecord(*p)
-        for value in (p.local_fix if isinstance(p.local_fix, (list, tuple)) else [p.local_fix]):
+        for value in (
+            p.local_fix if isinstance(p.local_fix, (list, tuple)) else [p.local_fix]
+        ):
             try:
                 by_n.setdefault(int(str(value)), []).append(p.path)
             except ValueError:
                 continue
-    return [{"number": e.number, "title": e.title, "section": e.section, "line": e.line,
-             "files": list(e.files), "patches": by_n.get(e.number, [])}
-            for e in doc.entries()]
+    return [
+        {
+            "number": e.number,
+            "title": e.title,
+            "section": e.section,
+            "line": e.line,
+            "files": list(e.files),
+            "patches": by_n.get(e.number, []),
+        }
+        for e in doc.entries()
+    ]
 
 
 def next_number(doc: Document) -> int:
@@ -1299,7 +1715,12 @@ def next_number(doc: Document) -> int:
 
     Numbers above :data:`MAX_ENTRY_NUMBER` (a FIX007 typo) are not counted.
     """
-    return max((e.number for e in doc.entries() if e.number <= MAX_ENTRY_NUMBER), default=0) + 1
+    return (
+        max(
+            (e.number for e in doc.entries() if e.number <= MAX_ENTRY_NUMBER), default=0
+        )
+        + 1
+    )
 
 
 def _template_env():
@@ -1307,20 +1728,32 @@ def _template_env():
 
     return jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(Path(__file__).parent / "templates")),
-        autoescape=False, keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
+        autoescape=False,
+        keep_trailing_newline=True,
+        undefined=jinja2.StrictUndefined,
+    )
 
 
 def _heading_for(section: str, pin: str | None) -> str:
     if section == "retarget":
         if not pin:
-            raise OverlayError("the retarget section is missing and no pin was given to name it")
+            raise OverlayError(
+                "the retarget section is missing and no pin was given to name it"
+            )
         return f"## {RETARGET_PREFIX} ({pin.lower()[:8]})"
     return "## " + SECTION_HEADINGS[section]
 
 
-def render_new_entry(doc: Document, section: str, title: str, files: Sequence[str],
-                     body: str | None = None, *, closing_sentence: str | None = None,
-                     pin: str | None = None) -> tuple[str, int]:
+def render_new_entry(
+    doc: Document,
+    section: str,
+    title: str,
+    files: Sequence[str],
+    body: str | None = None,
+    *,
+    closing_sentence: str | None = None,
+    pin: str | None = None,
+) -> tuple[str, int]:
     """Render ``doc`` with a new entry appended to ``section`` (for ``overlay fix new``).
 
     The entry comes from ``overlay/templates/fix_entry.md.j2``: ``N. **Title.**``,
@@ -1348,7 +1781,10 @@ def render_new_entry(doc: Document, section: str, title: str, files: Sequence[st
             without a pin.
     """
     if section not in ENTRY_SECTIONS:
-        raise OverlayError(f"unknown section {section!r}", hint="use one of: " + ", ".join(ENTRY_SECTIONS))
+        raise OverlayError(
+            f"unknown section {section!r}",
+            hint="use one of: " + ", ".join(ENTRY_SECTIONS),
+        )
     title = " ".join(title.split()).rstrip(".")
     if not title or "*" in title:
         raise OverlayError("the title must be non-empty and contain no '*'")
@@ -1356,12 +1792,22 @@ def render_new_entry(doc: Document, section: str, title: str, files: Sequence[st
         if not f or "`" in f or any(c.isspace() for c in f):
             raise OverlayError(f"bad file name {f!r}")
     if section in POLICY_SECTIONS and not closing_sentence:
-        raise OverlayError("no closing sentence: [policy] closing-sentence is missing from the manifest")
+        raise OverlayError(
+            "no closing sentence: [policy] closing-sentence is missing from the manifest"
+        )
     number = next_number(doc)
-    entry = _template_env().get_template("fix_entry.md.j2").render(
-        number=number, title=title, files=list(files),
-        body=" ".join((body or PLACEHOLDER_BODY).split()),
-        closing=closing_sentence if section in POLICY_SECTIONS else None).rstrip("\n")
+    entry = (
+        _template_env()
+        .get_template("fix_entry.md.j2")
+        .render(
+            number=number,
+            title=title,
+            files=list(files),
+            body=" ".join((body or PLACEHOLDER_BODY).split()),
+            closing=closing_sentence if section in POLICY_SECTIONS else None,
+        )
+        .rstrip("\n")
+    )
 
     lines = doc.text.splitlines()
     nl = "\r\n" if "\r\n" in doc.text else "\n"
@@ -1371,12 +1817,24 @@ def render_new_entry(doc: Document, section: str, title: str, files: Sequence[st
         while end > sec.line and not lines[end - 1].strip():
             end -= 1
         rest = lines[end:]
-        new_lines = lines[:end] + [""] + entry.split("\n") + ([""] if rest and rest[0].strip() else []) + rest
+        new_lines = (
+            lines[:end]
+            + [""]
+            + entry.split("\n")
+            + ([""] if rest and rest[0].strip() else [])
+            + rest
+        )
     else:
         idx = SECTION_ORDER.index(section)
         block = [_heading_for(section, pin), ""] + entry.split("\n")
-        after = next((s for s in doc.sections
-                      if s.key in SECTION_ORDER and SECTION_ORDER.index(s.key) > idx), None)
+        after = next(
+            (
+                s
+                for s in doc.sections
+                if s.key in SECTION_ORDER and SECTION_ORDER.index(s.key) > idx
+            ),
+            None,
+        )
         if after is not None:
             at = after.line - 1
             new_lines = lines[:at] + block + [""] + lines[at:]
@@ -1391,7 +1849,9 @@ def render_new_entry(doc: Document, section: str, title: str, files: Sequence[st
     check = parse(text, doc.path)
     found = [e for e in check.entries() if e.number == number]
     if len(found) != 1 or found[0].section != section:
-        raise OverlayError(f"internal: the rendered entry {number} does not parse back into {section}")
+        raise OverlayError(
+            f"internal: the rendered entry {number} does not parse back into {section}"
+        )
     return text, number
 
 
@@ -1418,7 +1878,9 @@ class PlannedEntry:
         try:
             atomic_write(self.path, self.text.encode("utf-8"))
         except OSError as exc:
-            raise OverlayError(f"cannot write {os.path.basename(self.path)}: {exc.strerror or exc}") from None
+            raise OverlayError(
+                f"cannot write {os.path.basename(self.path)}: {exc.strerror or exc}"
+            ) from None
 
 
 def entry_policy(manifest) -> dict:
@@ -1430,14 +1892,26 @@ def entry_policy(manifest) -> dict:
     Returns:
         ``{"closing_sentence", "pin", "fork_repo", "fork_commit"}``.
     """
-    return {"closing_sentence": manifest.closing_sentence, "pin": manifest.pin,
-            "fork_repo": fork_repo_from_url(manifest.fork_url), "fork_commit": manifest.fork_commit}
+    return {
+        "closing_sentence": manifest.closing_sentence,
+        "pin": manifest.pin,
+        "fork_repo": fork_repo_from_url(manifest.fork_url),
+        "fork_commit": manifest.fork_commit,
+    }
 
 
-def plan_entry(path: str | os.PathLike, section: str, title: str, files: Sequence[str],
-               body: str | None = None, *, closing_sentence: str | None = None,
-               pin: str | None = None, fork_repo: str | None = None,
-               fork_commit: str | None = None) -> PlannedEntry:
+def plan_entry(
+    path: str | os.PathLike,
+    section: str,
+    title: str,
+    files: Sequence[str],
+    body: str | None = None,
+    *,
+    closing_sentence: str | None = None,
+    pin: str | None = None,
+    fork_repo: str | None = None,
+    fork_commit: str | None = None,
+) -> PlannedEntry:
     """The file at ``path`` with a new entry, rendered but not written.
 
     ``overlay record`` plans the entry with every other record it writes, so a
@@ -1461,18 +1935,29 @@ def plan_entry(path: str | os.PathLike, section: str, title: str, files: Sequenc
         doc = load(p)
     else:
         if not (fork_repo and fork_commit):
-            raise OverlayError(f"{p.name} does not exist and no fork repo/commit was given for its title")
+            raise OverlayError(
+                f"{p.name} does not exist and no fork repo/commit was given for its title"
+            )
         doc = parse(f"# {TITLE_PREFIX}{fork_repo}@{fork_commit.lower()[:8]}\n")
-    text, number = render_new_entry(doc, section, title, files, body,
-                                    closing_sentence=closing_sentence, pin=pin)
+    text, number = render_new_entry(
+        doc, section, title, files, body, closing_sentence=closing_sentence, pin=pin
+    )
     # Through a symlink (load refused one that leaves the repository), so the link stays a link.
     return PlannedEntry(os.path.realpath(p), text, number)
 
 
-def add_entry(path: str | os.PathLike, section: str, title: str, files: Sequence[str],
-              body: str | None = None, *, closing_sentence: str | None = None,
-              pin: str | None = None, fork_repo: str | None = None,
-              fork_commit: str | None = None) -> int:
+def add_entry(
+    path: str | os.PathLike,
+    section: str,
+    title: str,
+    files: Sequence[str],
+    body: str | None = None,
+    *,
+    closing_sentence: str | None = None,
+    pin: str | None = None,
+    fork_repo: str | None = None,
+    fork_commit: str | None = None,
+) -> int:
     """``overlay fix new``: add an entry to the file at ``path`` (temp + rename).
 
     A missing file is started with the title (needs ``fork_repo`` and ``fork_commit``).
@@ -1488,7 +1973,16 @@ def add_entry(path: str | os.PathLike, section: str, title: str, files: Sequence
     Raises:
         OverlayError: as :func:`render_new_entry`, or the file cannot be read/written.
     """
-    planned = plan_entry(path, section, title, files, body, closing_sentence=closing_sentence, pin=pin,
-                         fork_repo=fork_repo, fork_commit=fork_commit)
+    planned = plan_entry(
+        path,
+        section,
+        title,
+        files,
+        body,
+        closing_sentence=closing_sentence,
+        pin=pin,
+        fork_repo=fork_repo,
+        fork_commit=fork_commit,
+    )
     planned.write()
     return planned.number

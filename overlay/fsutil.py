@@ -26,7 +26,7 @@ import stat
 import subprocess
 import tempfile
 import time
-from typing import Callable, Container, Iterator, Sequence
+from collections.abc import Callable, Container, Iterator, Sequence
 
 from overlay.errors import OverlayError
 
@@ -45,7 +45,9 @@ def temp_owner(name: str) -> str | None:
     return match.group("name") if match else None
 
 
-def remove_stale_temps(directory: str, owners: Container[str] | None = None) -> list[str]:
+def remove_stale_temps(
+    directory: str, owners: Container[str] | None = None
+) -> list[str]:
     """Delete temp files a killed writer left in ``directory``.
 
     Args:
@@ -100,8 +102,13 @@ class LockBusy(Exception):
 
 
 @contextlib.contextmanager
-def flocked(path: str | os.PathLike, *, shared: bool = False, wait: bool = True,
-            holder: str | None = None) -> Iterator[int]:
+def flocked(
+    path: str | os.PathLike,
+    *,
+    shared: bool = False,
+    wait: bool = True,
+    holder: str | None = None,
+) -> Iterator[int]:
     """Hold an ``flock`` on ``path`` for the duration of a ``with`` block.
 
     The one lock helper of overlay: the git store, each export destination and
@@ -132,7 +139,11 @@ def flocked(path: str | os.PathLike, *, shared: bool = False, wait: bool = True,
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
     try:
         try:
-            fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | (0 if wait else fcntl.LOCK_NB))
+            fcntl.flock(
+                fd,
+                (fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+                | (0 if wait else fcntl.LOCK_NB),
+            )
         except BlockingIOError:
             try:
                 text = os.pread(fd, 4096, 0).decode("utf-8", "replace")
@@ -177,7 +188,9 @@ def pid_alive(pid: int) -> bool:
 
 #: Kinds of scratch directory overlay makes under the temp directory (``overlay-<kind>-<pid>-XXXXXXXX``).
 SCRATCH_KINDS = ("idx", "commits", "merge")
-_SCRATCH_RE = re.compile(r"^overlay-(?:idx|commits|merge)-(?:(?P<pid>\d{1,9})-)?[a-z0-9_]{8}$")
+_SCRATCH_RE = re.compile(
+    r"^overlay-(?:idx|commits|merge)-(?:(?P<pid>\d{1,9})-)?[a-z0-9_]{8}$"
+)
 #: A scratch directory without a pid in its name (made before names carried one)
 #: is removed once it is this old: a scratch directory lives for seconds.
 LEGACY_SCRATCH_AGE_S = 24 * 3600
@@ -236,7 +249,11 @@ def sweep_scratch_dirs(tmpdir: str | None = None) -> list[str]:
         if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
             continue
         pid = match.group("pid")
-        stale = (not pid_alive(int(pid))) if pid else now - st.st_mtime > LEGACY_SCRATCH_AGE_S
+        stale = (
+            (not pid_alive(int(pid)))
+            if pid
+            else now - st.st_mtime > LEGACY_SCRATCH_AGE_S
+        )
         if stale:
             shutil.rmtree(full, ignore_errors=True)
             removed.append(name)
@@ -317,8 +334,14 @@ def _inside(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
 
 
-def read_record(root: str | os.PathLike, rel: str, *, max_bytes: int = RECORD_MAX_BYTES,
-                what: str = "record", allow_symlink: bool = True) -> bytes:
+def read_record(
+    root: str | os.PathLike,
+    rel: str,
+    *,
+    max_bytes: int = RECORD_MAX_BYTES,
+    what: str = "record",
+    allow_symlink: bool = True,
+) -> bytes:
     """Read one record of the overlay repository, refusing anything but a regular file inside it.
 
     Rules (``docs/records.md``): the path, resolved with every symlink on the
@@ -360,8 +383,11 @@ def read_record(root: str | os.PathLike, rel: str, *, max_bytes: int = RECORD_MA
         except OSError:
             target = "?"
         if not allow_symlink:
-            raise RecordError(rel, f"{what} is a symlink (-> {target}); it must be a regular file",
-                              hint="replace the link by the file it points at")
+            raise RecordError(
+                rel,
+                f"{what} is a symlink (-> {target}); it must be a regular file",
+                hint="replace the link by the file it points at",
+            )
     try:
         real = os.path.realpath(full, strict=True)
     except FileNotFoundError:
@@ -369,9 +395,17 @@ def read_record(root: str | os.PathLike, rel: str, *, max_bytes: int = RECORD_MA
     except OSError as exc:
         raise _os_error(rel, what, exc) from None
     if not _inside(real, root_real):
-        raise RecordError(rel, f"{what} resolves to {real}, outside the repository",
-                          hint="records must be regular files inside the overlay repository")
-    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0)
+        raise RecordError(
+            rel,
+            f"{what} resolves to {real}, outside the repository",
+            hint="records must be regular files inside the overlay repository",
+        )
+    flags = (
+        os.O_RDONLY
+        | os.O_NONBLOCK
+        | getattr(os, "O_CLOEXEC", 0)
+        | getattr(os, "O_NOCTTY", 0)
+    )
     try:
         # Open the resolved path without following a link there: a link swapped
         # in after the check above fails with ELOOP instead of being followed.
@@ -383,7 +417,10 @@ def read_record(root: str | os.PathLike, rel: str, *, max_bytes: int = RECORD_MA
         if not stat.S_ISREG(st.st_mode):
             raise RecordError(rel, f"{what} is {_kind(st.st_mode)}, not a regular file")
         if st.st_size > max_bytes:
-            raise RecordError(rel, f"{what} is {st.st_size} bytes, more than the {max_bytes}-byte limit")
+            raise RecordError(
+                rel,
+                f"{what} is {st.st_size} bytes, more than the {max_bytes}-byte limit",
+            )
         chunks = []
         size = 0
         while True:
@@ -394,7 +431,9 @@ def read_record(root: str | os.PathLike, rel: str, *, max_bytes: int = RECORD_MA
             chunks.append(chunk)
             size += len(chunk)
             if size > max_bytes:
-                raise RecordError(rel, f"{what} is more than the {max_bytes}-byte limit")
+                raise RecordError(
+                    rel, f"{what} is more than the {max_bytes}-byte limit"
+                )
         return b"".join(chunks)
     except OSError as exc:
         raise _os_error(rel, what, exc) from None
@@ -403,11 +442,13 @@ def read_record(root: str | os.PathLike, rel: str, *, max_bytes: int = RECORD_MA
 
 
 def _os_error(rel: str, what: str, exc: OSError) -> RecordError:
-    reasons = {errno.ELOOP: "a symlink loop (or a symlink where none is allowed)",
-               errno.ENAMETOOLONG: "its name is too long",
-               errno.EISDIR: "a directory, not a regular file",
-               errno.ENOTDIR: "a parent is not a directory",
-               errno.EACCES: "permission denied"}
+    reasons = {
+        errno.ELOOP: "a symlink loop (or a symlink where none is allowed)",
+        errno.ENAMETOOLONG: "its name is too long",
+        errno.EISDIR: "a directory, not a regular file",
+        errno.ENOTDIR: "a parent is not a directory",
+        errno.EACCES: "permission denied",
+    }
     reason = reasons.get(exc.errno) or exc.strerror or str(exc)
     if exc.errno == errno.ENOTDIR:
         return RecordMissing(rel, f"{what} not found ({reason})")
@@ -431,14 +472,27 @@ def decode_record(data: bytes, rel: str, *, what: str = "record") -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = data.count(b"\n", 0, exc.start) + 1
-        raise RecordError(rel, f"{what} is not UTF-8: {exc.reason} at byte {exc.start} (line {line})") from None
+        raise RecordError(
+            rel, f"{what} is not UTF-8: {exc.reason} at byte {exc.start} (line {line})"
+        ) from None
 
 
-def read_record_text(root: str | os.PathLike, rel: str, *, max_bytes: int = RECORD_MAX_BYTES,
-                     what: str = "record", allow_symlink: bool = True) -> str:
+def read_record_text(
+    root: str | os.PathLike,
+    rel: str,
+    *,
+    max_bytes: int = RECORD_MAX_BYTES,
+    what: str = "record",
+    allow_symlink: bool = True,
+) -> str:
     """:func:`read_record` then :func:`decode_record` (same arguments and errors)."""
-    return decode_record(read_record(root, rel, max_bytes=max_bytes, what=what, allow_symlink=allow_symlink),
-                         rel, what=what)
+    return decode_record(
+        read_record(
+            root, rel, max_bytes=max_bytes, what=what, allow_symlink=allow_symlink
+        ),
+        rel,
+        what=what,
+    )
 
 
 def git_ignored(root: str | os.PathLike, rels: Sequence[str]) -> set[str]:
@@ -466,19 +520,30 @@ def git_ignored(root: str | os.PathLike, rels: Sequence[str]) -> set[str]:
     except GitError:
         return set()
     # The user's configuration stays visible (user_config): core.excludesFile lives there.
-    proc = subprocess.run([exe, "-C", os.fspath(root), "check-ignore", "--stdin", "-z"],
-                          input=("\0".join(rels) + "\0").encode("utf-8", "surrogateescape"),
-                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=tempfile.gettempdir(),
-                          env=git_env(user_config=True), check=False)
+    proc = subprocess.run(
+        [exe, "-C", os.fspath(root), "check-ignore", "--stdin", "-z"],
+        input=("\0".join(rels) + "\0").encode("utf-8", "surrogateescape"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        cwd=tempfile.gettempdir(),
+        env=git_env(user_config=True),
+        check=False,
+    )
     if proc.returncode not in (0, 1):
         return set()
     return set(zsplit(proc.stdout)) & set(rels)
 
 
-def scan_record_dir(root: str | os.PathLike, rel_dir: str, *, max_bytes: int = RECORD_MAX_BYTES,
-                    max_files: int = RECORD_DIR_MAX_FILES, what: str = "record",
-                    skip_ignored: bool = True, ignored: list[str] | None = None,
-                    ) -> tuple[dict[str, bytes], list[RecordError]]:
+def scan_record_dir(
+    root: str | os.PathLike,
+    rel_dir: str,
+    *,
+    max_bytes: int = RECORD_MAX_BYTES,
+    max_files: int = RECORD_DIR_MAX_FILES,
+    what: str = "record",
+    skip_ignored: bool = True,
+    ignored: list[str] | None = None,
+) -> tuple[dict[str, bytes], list[RecordError]]:
     """Every regular file under ``root/rel_dir``, and one error per entry that is refused.
 
     Nothing under the directory may be a symlink (file or directory) or a
@@ -552,26 +617,44 @@ def scan_record_dir(root: str | os.PathLike, rel_dir: str, *, max_bytes: int = R
             if ignored is not None:
                 ignored.append(name)
         elif stat.S_ISLNK(mode):
-            errors.append(RecordError(rel, f"{what} is a symlink (-> {_readlink(path)}); "
-                                      "it must be a regular file",
-                                      hint="replace the link by the file it points at"))
+            errors.append(
+                RecordError(
+                    rel,
+                    f"{what} is a symlink (-> {_readlink(path)}); "
+                    "it must be a regular file",
+                    hint="replace the link by the file it points at",
+                )
+            )
         elif not stat.S_ISREG(mode):
-            errors.append(RecordError(rel, f"{what} is {_kind(mode)}, not a regular file"))
+            errors.append(
+                RecordError(rel, f"{what} is {_kind(mode)}, not a regular file")
+            )
         elif len(out) >= max_files:
-            errors.append(RecordError(rel_dir, f"more than {max_files} files; the rest were not read"))
+            errors.append(
+                RecordError(
+                    rel_dir, f"more than {max_files} files; the rest were not read"
+                )
+            )
             return dict(sorted(out.items())), errors
         else:
             try:
-                out[name] = read_record(root_real, rel, max_bytes=max_bytes, what=what,
-                                        allow_symlink=False)
+                out[name] = read_record(
+                    root_real, rel, max_bytes=max_bytes, what=what, allow_symlink=False
+                )
             except RecordError as exc:
                 errors.append(exc)
     if len(found) > 2 * max_files and len(out) < max_files:
-        errors.append(RecordError(rel_dir, f"more than {2 * max_files} entries; the rest were not read"))
+        errors.append(
+            RecordError(
+                rel_dir, f"more than {2 * max_files} entries; the rest were not read"
+            )
+        )
     return dict(sorted(out.items())), errors
 
 
-def read_record_dir(root: str | os.PathLike, rel_dir: str, **kwargs) -> dict[str, bytes]:
+def read_record_dir(
+    root: str | os.PathLike, rel_dir: str, **kwargs
+) -> dict[str, bytes]:
     """:func:`scan_record_dir`, raising its first error.
 
     Raises:
@@ -590,8 +673,14 @@ def _readlink(path: str) -> str:
         return "?"
 
 
-def atomic_write(path: str | os.PathLike, data: bytes, *, mode: int | None = None,
-                 durable: bool = True, before_replace: Callable[[], None] | None = None) -> None:
+def atomic_write(
+    path: str | os.PathLike,
+    data: bytes,
+    *,
+    mode: int | None = None,
+    durable: bool = True,
+    before_replace: Callable[[], None] | None = None,
+) -> None:
     """Write ``data`` to ``path`` atomically: a temp file in the same directory, then rename.
 
     The temp file is flushed (and, when ``durable``, fsynced) before
@@ -622,7 +711,9 @@ def atomic_write(path: str | os.PathLike, data: bytes, *, mode: int | None = Non
             mode = os.stat(path).st_mode & 0o7777
         except FileNotFoundError:
             mode = DEFAULT_MODE
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix="." + os.path.basename(path) + ".", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(
+        dir=directory, prefix="." + os.path.basename(path) + ".", suffix=".tmp"
+    )
     with _removed_on_failure(tmp):
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
@@ -636,8 +727,12 @@ def atomic_write(path: str | os.PathLike, data: bytes, *, mode: int | None = Non
 
 
 @contextlib.contextmanager
-def dir_lock(directory: str | os.PathLike, name: str = ".overlay.lock", *,
-             on_wait: Callable[[str], None] | None = None) -> Iterator[None]:
+def dir_lock(
+    directory: str | os.PathLike,
+    name: str = ".overlay.lock",
+    *,
+    on_wait: Callable[[str], None] | None = None,
+) -> Iterator[None]:
     """Hold an exclusive lock on ``directory/name`` for the block, waiting for it (DESIGN 11).
 
     Every process that wants the directory for itself (a build directory: one

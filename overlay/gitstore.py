@@ -22,7 +22,7 @@ import os
 import re
 import subprocess
 import sys
-from typing import Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 from overlay.errors import GitError, OfflineMiss
 from overlay.fsutil import flocked, scratch_dir
@@ -30,32 +30,54 @@ from overlay.locate import default_store_dir  # noqa: F401 - re-exported: the st
 
 #: ``-c`` options passed to every git call (DESIGN 10: determinism flags).
 GIT_FLAGS: tuple[str, ...] = (
-    "-c", "core.autocrlf=false",
-    "-c", "core.safecrlf=false",
-    "-c", "core.quotepath=false",
-    "-c", "core.precomposeunicode=false",
-    "-c", "gc.auto=0",
-    "-c", "maintenance.auto=false",
-    "-c", "apply.whitespace=nowarn",
-    "-c", "merge.conflictstyle=merge",
-    "-c", "diff.noprefix=false",
-    "-c", "diff.mnemonicprefix=false",
-    "-c", "init.defaultBranch=main",
-    "-c", "advice.detachedHead=false",
+    "-c",
+    "core.autocrlf=false",
+    "-c",
+    "core.safecrlf=false",
+    "-c",
+    "core.quotepath=false",
+    "-c",
+    "core.precomposeunicode=false",
+    "-c",
+    "gc.auto=0",
+    "-c",
+    "maintenance.auto=false",
+    "-c",
+    "apply.whitespace=nowarn",
+    "-c",
+    "merge.conflictstyle=merge",
+    "-c",
+    "diff.noprefix=false",
+    "-c",
+    "diff.mnemonicprefix=false",
+    "-c",
+    "init.defaultBranch=main",
+    "-c",
+    "advice.detachedHead=false",
 )
 
 #: Environment variables kept from the caller (credentials and transport only).
-_KEEP_GIT_VARS = frozenset({
-    "GIT_SSH", "GIT_SSH_COMMAND", "GIT_ASKPASS", "GIT_TERMINAL_PROMPT",
-    "GIT_SSL_CAINFO", "GIT_SSL_NO_VERIFY", "GIT_HTTP_PROXY", "GIT_EXEC_PATH",
-})
+_KEEP_GIT_VARS = frozenset(
+    {
+        "GIT_SSH",
+        "GIT_SSH_COMMAND",
+        "GIT_ASKPASS",
+        "GIT_TERMINAL_PROMPT",
+        "GIT_SSL_CAINFO",
+        "GIT_SSL_NO_VERIFY",
+        "GIT_HTTP_PROXY",
+        "GIT_EXEC_PATH",
+    }
+)
 
 #: Fixed identity and dates for the synthetic commits the layers are merged from,
 #: so the same inputs give the same object names.
 SYNTHETIC_IDENTITY = {
-    "GIT_AUTHOR_NAME": "overlay", "GIT_AUTHOR_EMAIL": "overlay@localhost",
+    "GIT_AUTHOR_NAME": "overlay",
+    "GIT_AUTHOR_EMAIL": "overlay@localhost",
     "GIT_AUTHOR_DATE": "1700000000 +0000",
-    "GIT_COMMITTER_NAME": "overlay", "GIT_COMMITTER_EMAIL": "overlay@localhost",
+    "GIT_COMMITTER_NAME": "overlay",
+    "GIT_COMMITTER_EMAIL": "overlay@localhost",
     "GIT_COMMITTER_DATE": "1700000000 +0000",
 }
 
@@ -75,7 +97,9 @@ def is_sha(value: str) -> bool:
 _TRANSPORT_COMMANDS = frozenset({"fetch", "ls-remote"})
 
 
-def git_env(extra: dict[str, str] | None = None, *, user_config: bool = False) -> dict[str, str]:
+def git_env(
+    extra: dict[str, str] | None = None, *, user_config: bool = False
+) -> dict[str, str]:
     """The environment for a git child: ours minus stray ``GIT_*``, plus ``extra``.
 
     The system and global configuration files are hidden (``GIT_CONFIG_NOSYSTEM``,
@@ -89,8 +113,11 @@ def git_env(extra: dict[str, str] | None = None, *, user_config: bool = False) -
     Returns:
         A new dict; ``os.environ`` is not modified.
     """
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith("GIT_") or k in _KEEP_GIT_VARS}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("GIT_") or k in _KEEP_GIT_VARS
+    }
     env["LC_ALL"] = "C"
     env["GIT_CONFIG_NOSYSTEM"] = "1"
     if not user_config:
@@ -121,9 +148,15 @@ def git_executable() -> str:
     return path
 
 
-def run_git(args: Sequence[str], *, git_dir: str | None = None, cwd: str | None = None,
-            input: bytes | None = None, env: dict[str, str] | None = None,
-            check: bool = True) -> subprocess.CompletedProcess:
+def run_git(
+    args: Sequence[str],
+    *,
+    git_dir: str | None = None,
+    cwd: str | None = None,
+    input: bytes | None = None,
+    env: dict[str, str] | None = None,
+    check: bool = True,
+) -> subprocess.CompletedProcess:
     """Run one git command with the sanitized environment and determinism flags.
 
     Args:
@@ -152,9 +185,13 @@ def run_git(args: Sequence[str], *, git_dir: str | None = None, cwd: str | None 
             import tempfile
 
             cwd = tempfile.gettempdir()
-    proc = subprocess.run(cmd, input=input, cwd=cwd,
-                          env=git_env(extra, user_config=bool(args) and args[0] in _TRANSPORT_COMMANDS),
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.run(
+        cmd,
+        input=input,
+        cwd=cwd,
+        env=git_env(extra, user_config=bool(args) and args[0] in _TRANSPORT_COMMANDS),
+        capture_output=True,
+    )
     if check and proc.returncode != 0:
         raise GitError(f"git {args[0]} failed: {first_error_line(proc.stderr)}")
     return proc
@@ -162,7 +199,11 @@ def run_git(args: Sequence[str], *, git_dir: str | None = None, cwd: str | None 
 
 def first_error_line(stderr: bytes) -> str:
     """The most telling line of git's stderr (``fatal:``/``error:`` first)."""
-    lines = [ln.strip() for ln in stderr.decode("utf-8", "replace").splitlines() if ln.strip()]
+    lines = [
+        ln.strip()
+        for ln in stderr.decode("utf-8", "replace").splitlines()
+        if ln.strip()
+    ]
     for ln in lines:
         if ln.startswith(("fatal:", "error:")):
             return ln.split(":", 1)[1].strip()
@@ -187,8 +228,12 @@ class CatFile:
     def __init__(self, git_dir: str):
         self._proc = subprocess.Popen(
             [git_executable(), *GIT_FLAGS, "cat-file", "--batch"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-            cwd=git_dir, env=git_env({"GIT_DIR": git_dir}))
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            cwd=git_dir,
+            env=git_env({"GIT_DIR": git_dir}),
+        )
 
     def read(self, oid: str) -> tuple[str, bytes]:
         """Read one object.
@@ -232,7 +277,7 @@ class CatFile:
             self._proc.kill()
             self._proc.wait()
 
-    def __enter__(self) -> "CatFile":
+    def __enter__(self) -> CatFile:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -272,7 +317,11 @@ class MergeResult:
 
     def conflict_types(self, path: str) -> list[str]:
         """git's conflict types that name ``path`` (``["CONFLICT (modify/delete)"]``)."""
-        return [kind for paths, kind, _ in self.messages if path in paths and kind.startswith("CONFLICT")]
+        return [
+            kind
+            for paths, kind, _ in self.messages
+            if path in paths and kind.startswith("CONFLICT")
+        ]
 
 
 class Store:
@@ -288,22 +337,37 @@ class Store:
         self.git_dir = os.path.abspath(git_dir or default_store_dir())
         self.offline = offline
         self._remote_urls: dict[str, str] = {}
-        self._config_urls: dict[str, str] | None = None  # remote -> URL in the config, read once
-        self._known: dict | None = None  # remembered ancestry answers (overlay-ancestry.json)
+        self._config_urls: dict[str, str] | None = (
+            None  # remote -> URL in the config, read once
+        )
+        self._known: dict | None = (
+            None  # remembered ancestry answers (overlay-ancestry.json)
+        )
         self._lock_depth = 0
         if not os.path.isfile(os.path.join(self.git_dir, "HEAD")):
             os.makedirs(self.git_dir, exist_ok=True)
             run_git(["init", "-q", "--bare", self.git_dir])
 
     # -- plumbing ---------------------------------------------------------------
-    def git(self, *args: str, input: bytes | None = None, env: dict[str, str] | None = None,
-            check: bool = True) -> subprocess.CompletedProcess:
+    def git(
+        self,
+        *args: str,
+        input: bytes | None = None,
+        env: dict[str, str] | None = None,
+        check: bool = True,
+    ) -> subprocess.CompletedProcess:
         """Run git against the store (see :func:`run_git`)."""
         return run_git(args, git_dir=self.git_dir, input=input, env=env, check=check)
 
-    def out(self, *args: str, input: bytes | None = None, env: dict[str, str] | None = None) -> str:
+    def out(
+        self, *args: str, input: bytes | None = None, env: dict[str, str] | None = None
+    ) -> str:
         """Run git against the store and return stripped stdout as text."""
-        return self.git(*args, input=input, env=env).stdout.decode("utf-8", "surrogateescape").strip()
+        return (
+            self.git(*args, input=input, env=env)
+            .stdout.decode("utf-8", "surrogateescape")
+            .strip()
+        )
 
     def cat_file(self) -> CatFile:
         """A persistent blob reader on the store (close it, or use ``with``)."""
@@ -331,9 +395,15 @@ class Store:
         with tempfile.TemporaryFile() as names:
             names.write("".join(f"{oid}\n" for oid in oids).encode())
             names.seek(0)
-            proc = subprocess.Popen([git_executable(), *GIT_FLAGS, "cat-file", "--batch", "--buffer"],
-                                    stdin=names, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                    cwd=self.git_dir, env=git_env({"GIT_DIR": self.git_dir}), bufsize=1 << 20)
+            proc = subprocess.Popen(
+                [git_executable(), *GIT_FLAGS, "cat-file", "--batch", "--buffer"],
+                stdin=names,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                cwd=self.git_dir,
+                env=git_env({"GIT_DIR": self.git_dir}),
+                bufsize=1 << 20,
+            )
         assert proc.stdout is not None
         try:
             for oid in oids:
@@ -394,11 +464,13 @@ class Store:
         (read once per :class:`Store`: a command sets both remotes, often twice, and each
         ``git config --get`` was a process; issue 14). The last value of a key wins, as
         with ``--get``."""
-        proc = self.git("config", "-z", "--get-regexp", r"^remote\..*\.url$", check=False)
+        proc = self.git(
+            "config", "-z", "--get-regexp", r"^remote\..*\.url$", check=False
+        )
         urls = {}
         for rec in zsplit(proc.stdout):
             key, _, value = rec.partition("\n")
-            urls[key[len("remote."):-len(".url")]] = value.strip()
+            urls[key[len("remote.") : -len(".url")]] = value.strip()
         return urls
 
     # -- ancestry, remembered -------------------------------------------------
@@ -445,7 +517,9 @@ class Store:
             import json
 
             try:
-                with open(os.path.join(self.git_dir, self._ANCESTRY), encoding="utf-8") as fh:
+                with open(
+                    os.path.join(self.git_dir, self._ANCESTRY), encoding="utf-8"
+                ) as fh:
                     data = json.load(fh)
                 self._known = data if isinstance(data, dict) else {}
             except (OSError, ValueError):
@@ -462,13 +536,19 @@ class Store:
             known.clear()  # upstream tips move with every fetch: keep the file small, not complete
         known[key] = value
         try:
-            atomic_write(os.path.join(self.git_dir, self._ANCESTRY), json.dumps(known).encode(), durable=False)
+            atomic_write(
+                os.path.join(self.git_dir, self._ANCESTRY),
+                json.dumps(known).encode(),
+                durable=False,
+            )
         except OSError:
             pass  # only costs the walk next time
 
     def has_object(self, oid: str, kind: str = "commit") -> bool:
         """True when ``oid`` names an object of type ``kind`` in the store."""
-        return self.git("cat-file", "-e", f"{oid}^{{{kind}}}", check=False).returncode == 0
+        return (
+            self.git("cat-file", "-e", f"{oid}^{{{kind}}}", check=False).returncode == 0
+        )
 
     def ensure_commit(self, sha: str, remotes: Sequence[str]) -> None:
         """Make sure commit ``sha`` is in the store, fetching it by SHA if needed.
@@ -487,25 +567,40 @@ class Store:
             return
         where = ", ".join(f"{r} ({self._remote_urls.get(r, '?')})" for r in remotes)
         if self.offline:
-            raise OfflineMiss(f"commit {sha} is not in the git store and --offline forbids fetching",
-                              hint=f"run once online to fetch it from {where}")
+            raise OfflineMiss(
+                f"commit {sha} is not in the git store and --offline forbids fetching",
+                hint=f"run once online to fetch it from {where}",
+            )
         if sys.stderr.isatty():
-            print(f"overlay: fetching {sha[:12]} from {where} ...", file=sys.stderr, flush=True)
+            print(
+                f"overlay: fetching {sha[:12]} from {where} ...",
+                file=sys.stderr,
+                flush=True,
+            )
         with self.lock():
             for remote in remotes:
                 keep = f"refs/overlay/keep/{sha}"
-                if self.git("fetch", "-q", "--no-tags", remote, f"{sha}:{keep}",
-                            check=False).returncode == 0 and self.has_object(sha):
+                if self.git(
+                    "fetch", "-q", "--no-tags", remote, f"{sha}:{keep}", check=False
+                ).returncode == 0 and self.has_object(sha):
                     return
             for remote in remotes:
-                self.git("fetch", "-q", "--tags", remote,
-                         f"+refs/heads/*:refs/remotes/{remote}/*", check=False)
+                self.git(
+                    "fetch",
+                    "-q",
+                    "--tags",
+                    remote,
+                    f"+refs/heads/*:refs/remotes/{remote}/*",
+                    check=False,
+                )
                 if self.has_object(sha):
                     self.git("update-ref", f"refs/overlay/keep/{sha}", sha)
                     return
-        raise GitError(f"commit {sha} not found in {where}",
-                       hint="check that the remotes are reachable (`overlay doctor`); on a machine without "
-                            "network set OVERLAY_UPSTREAM_URL / OVERLAY_FORK_URL to local mirrors")
+        raise GitError(
+            f"commit {sha} not found in {where}",
+            hint="check that the remotes are reachable (`overlay doctor`); on a machine without "
+            "network set OVERLAY_UPSTREAM_URL / OVERLAY_FORK_URL to local mirrors",
+        )
 
     def resolve(self, ref: str, remotes: Sequence[str] = ("upstream", "fork")) -> str:
         """Resolve a user-given ref (SHA, tag, ``remote/branch``) to a commit SHA.
@@ -519,7 +614,9 @@ class Store:
             GitError: the ref starts with ``-``, or names no commit.
         """
         if not ref or ref.startswith("-"):
-            raise GitError(f"refusing ref {ref!r}: a ref may not be empty or start with '-'")
+            raise GitError(
+                f"refusing ref {ref!r}: a ref may not be empty or start with '-'"
+            )
         if is_sha(ref):
             self.ensure_commit(ref, remotes)
             return ref
@@ -527,19 +624,42 @@ class Store:
             # A name (branch, tag) means what the remote says now: refresh first.
             with self.lock():
                 for remote in remotes:
-                    self.git("fetch", "-q", "--tags", "--prune", remote,
-                             f"+refs/heads/*:refs/remotes/{remote}/*", check=False)
+                    self.git(
+                        "fetch",
+                        "-q",
+                        "--tags",
+                        "--prune",
+                        remote,
+                        f"+refs/heads/*:refs/remotes/{remote}/*",
+                        check=False,
+                    )
         sha = self._rev_parse_any(ref, remotes)
         if sha is None:
-            raise GitError(f"unknown ref {ref!r}: no such commit, tag or branch in "
-                           + " or ".join(remotes) + (" (offline: only the git store was searched)"
-                                                     if self.offline else ""))
+            raise GitError(
+                f"unknown ref {ref!r}: no such commit, tag or branch in "
+                + " or ".join(remotes)
+                + (
+                    " (offline: only the git store was searched)"
+                    if self.offline
+                    else ""
+                )
+            )
         return sha
 
     def _rev_parse_any(self, ref: str, remotes: Sequence[str]) -> str | None:
-        for candidate in (*(f"refs/remotes/{r}/{ref}" for r in remotes), f"refs/tags/{ref}", ref):
-            proc = self.git("rev-parse", "--verify", "--quiet", "--end-of-options",
-                            f"{candidate}^{{commit}}", check=False)
+        for candidate in (
+            *(f"refs/remotes/{r}/{ref}" for r in remotes),
+            f"refs/tags/{ref}",
+            ref,
+        ):
+            proc = self.git(
+                "rev-parse",
+                "--verify",
+                "--quiet",
+                "--end-of-options",
+                f"{candidate}^{{commit}}",
+                check=False,
+            )
             if proc.returncode == 0:
                 return proc.stdout.decode().strip()
         return None
@@ -577,7 +697,17 @@ class Store:
         out: dict[str, TreeEntry] = {}
         # ``-r -t`` lists the trees on the way, so a directory (or a gitlink) standing
         # where a file was is seen too.
-        proc = self.git("ls-tree", "-r", "-t", "-z", "--full-tree", tree, "--", *sorted(wanted), check=False)
+        proc = self.git(
+            "ls-tree",
+            "-r",
+            "-t",
+            "-z",
+            "--full-tree",
+            tree,
+            "--",
+            *sorted(wanted),
+            check=False,
+        )
         for rec in zsplit(proc.stdout):
             meta, path = rec.split("\t", 1)
             if path in wanted:
@@ -601,8 +731,14 @@ class Store:
                 self.git("read-tree", tree, env=env)
             yield env
 
-    def merge_trees(self, base: str, ours: str, theirs: str, *,
-                    labels: tuple[str, str, str] = ("base", "ours", "theirs")) -> MergeResult:
+    def merge_trees(
+        self,
+        base: str,
+        ours: str,
+        theirs: str,
+        *,
+        labels: tuple[str, str, str] = ("base", "ours", "theirs"),
+    ) -> MergeResult:
         """3-way merge of three trees by merge-ort (``git merge-tree --write-tree``).
 
         git 2.39's merge-tree has no ``--merge-base``, so the trees become synthetic
@@ -618,9 +754,12 @@ class Store:
         Raises:
             GitError: git failed for another reason than a conflict.
         """
-        c_base, c_ours, c_theirs = self.commit_chain([(base, [], labels[0]), (ours, [0], labels[1]),
-                                                      (theirs, [0], labels[2])])
-        proc = self.git("merge-tree", "--write-tree", "-z", c_ours, c_theirs, check=False)
+        c_base, c_ours, c_theirs = self.commit_chain(
+            [(base, [], labels[0]), (ours, [0], labels[1]), (theirs, [0], labels[2])]
+        )
+        proc = self.git(
+            "merge-tree", "--write-tree", "-z", c_ours, c_theirs, check=False
+        )
         if proc.returncode not in (0, 1):
             raise GitError(f"git merge-tree failed: {first_error_line(proc.stderr)}")
         head, _, tail = proc.stdout.partition(b"\0\0")
@@ -638,13 +777,15 @@ class Store:
                 count = int(rest[i])
             except ValueError:
                 break
-            paths = rest[i + 1:i + 1 + count]
+            paths = rest[i + 1 : i + 1 + count]
             kind, text = rest[i + 1 + count], rest[i + 2 + count]
             messages.append((paths, kind, text))
             i += count + 3
         return MergeResult(fields[0], proc.returncode == 0, stages, messages)
 
-    def diff_tree(self, old: str, new: str, *paths: str) -> list[tuple[str, str, str, str, str, str]]:
+    def diff_tree(
+        self, old: str, new: str, *paths: str
+    ) -> list[tuple[str, str, str, str, str, str]]:
         """Changed entries between two trees, no rename detection.
 
         Returns:
@@ -679,7 +820,9 @@ class Store:
         with self.scratch_index(tree) as env:
             return self.edit_tree_in(env, changes)
 
-    def edit_tree_in(self, env: dict[str, str], changes: dict[str, tuple[str, str] | None]) -> str:
+    def edit_tree_in(
+        self, env: dict[str, str], changes: dict[str, tuple[str, str] | None]
+    ) -> str:
         """Apply ``changes`` to the index named by ``env`` and write it as a tree.
 
         Args:
@@ -688,14 +831,25 @@ class Store:
         Returns:
             The tree SHA of the index afterwards.
         """
-        lines = [f"0 {NULL_OID}\t{path}" if entry is None else f"{entry[0]} {entry[1]}\t{path}"
-                 for path, entry in changes.items()]
+        lines = [
+            f"0 {NULL_OID}\t{path}"
+            if entry is None
+            else f"{entry[0]} {entry[1]}\t{path}"
+            for path, entry in changes.items()
+        ]
         if lines:
-            self.git("update-index", "-z", "--index-info",
-                     input=("\0".join(lines) + "\0").encode("utf-8", "surrogateescape"), env=env)
+            self.git(
+                "update-index",
+                "-z",
+                "--index-info",
+                input=("\0".join(lines) + "\0").encode("utf-8", "surrogateescape"),
+                env=env,
+            )
         return self.out("write-tree", env=env)
 
-    def commit_chain(self, specs: Sequence[tuple[str, Sequence[str | int], str]]) -> list[str]:
+    def commit_chain(
+        self, specs: Sequence[tuple[str, Sequence[str | int], str]]
+    ) -> list[str]:
         """Write several synthetic commits with one git process.
 
         Each commit has the fixed identity and date of :data:`SYNTHETIC_IDENTITY`, so
@@ -709,8 +863,10 @@ class Store:
         """
         import hashlib
 
-        ident = (f"{SYNTHETIC_IDENTITY['GIT_AUTHOR_NAME']} <{SYNTHETIC_IDENTITY['GIT_AUTHOR_EMAIL']}> "
-                 f"{SYNTHETIC_IDENTITY['GIT_AUTHOR_DATE']}")
+        ident = (
+            f"{SYNTHETIC_IDENTITY['GIT_AUTHOR_NAME']} <{SYNTHETIC_IDENTITY['GIT_AUTHOR_EMAIL']}> "
+            f"{SYNTHETIC_IDENTITY['GIT_AUTHOR_DATE']}"
+        )
         shas: list[str] = []
         bodies: list[bytes] = []
         for tree, parents, message in specs:
@@ -727,13 +883,23 @@ class Store:
                 with open(path, "wb") as fh:
                     fh.write(body)
                 paths.append(path)
-            written = self.out("hash-object", "-t", "commit", "-w", "--stdin-paths",
-                               input=("\n".join(paths) + "\n").encode()).split()
+            written = self.out(
+                "hash-object",
+                "-t",
+                "commit",
+                "-w",
+                "--stdin-paths",
+                input=("\n".join(paths) + "\n").encode(),
+            ).split()
         if written != shas:
-            raise GitError("git wrote other commit names than expected for the synthetic commits")
+            raise GitError(
+                "git wrote other commit names than expected for the synthetic commits"
+            )
         return shas
 
-    def commit_tree(self, tree: str, parents: Sequence[str] = (), message: str = "overlay") -> str:
+    def commit_tree(
+        self, tree: str, parents: Sequence[str] = (), message: str = "overlay"
+    ) -> str:
         """A synthetic commit with the fixed identity and date (deterministic name)."""
         args = ["commit-tree", tree]
         for p in parents:

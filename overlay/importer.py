@@ -46,22 +46,40 @@ import shutil
 import tempfile
 import textwrap
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 from overlay import fixes
 from overlay.errors import OverlayError
-from overlay.fsutil import (RecordMissing, atomic_write, decode_record, git_ignored, read_record,
-                            read_record_text, scan_record_dir)
+from overlay.fsutil import (
+    RecordMissing,
+    atomic_write,
+    decode_record,
+    git_ignored,
+    read_record,
+    read_record_text,
+    scan_record_dir,
+)
 from overlay.gitstore import Store, TreeEntry
-from overlay.layers import changes_outside_conflicts, compute_forked, compute_layers, merge_fork_delta
+from overlay.layers import (
+    changes_outside_conflicts,
+    compute_forked,
+    compute_layers,
+    merge_fork_delta,
+)
 from overlay.manifest import MANIFEST_PATH, Manifest, parse_manifest
 from overlay.markers import conflict_regions
-from overlay.paths import Carry, check_path, glob_match
 from overlay.patchfmt import DEFAULT_AUTHOR, format_patch, tree_diff
+from overlay.paths import Carry, check_path, glob_match
 
 UPSTREAM_FILE = "UPSTREAM"
 #: The keys an ``UPSTREAM`` record must hold.
-UPSTREAM_KEYS = ("source", "branch", "commit", "fork_upstream_merge_base", "retargeted_to_mlx_pin")
+UPSTREAM_KEYS = (
+    "source",
+    "branch",
+    "commit",
+    "fork_upstream_merge_base",
+    "retargeted_to_mlx_pin",
+)
 DEFAULT_UPSTREAM_URL = "https://github.com/ml-explore/mlx.git"
 #: What the manifest carries before the import excludes the fork changes the overlay dropped.
 DEFAULT_INCLUDE = ("CMakeLists.txt", "mlx/**")
@@ -73,7 +91,9 @@ REPORT_MD = os.path.join(".overlay", "last-import.md")
 _TEMP_PREFIX = "import-"
 _TEMP_SUFFIX = ".tmp"
 
-_UPSTREAM_LINE = re.compile(r"^(?P<key>[A-Za-z_][A-Za-z0-9_.-]*)\s*[:=]\s*(?P<value>.*?)\s*$")
+_UPSTREAM_LINE = re.compile(
+    r"^(?P<key>[A-Za-z_][A-Za-z0-9_.-]*)\s*[:=]\s*(?P<value>.*?)\s*$"
+)
 _HEX_REF = re.compile(r"^[0-9a-fA-F]{7,40}$")
 _OWNER_NAME = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
 
@@ -143,12 +163,22 @@ def parse_upstream(text: str, rel: str = UPSTREAM_FILE) -> Upstream:
         problems.append("missing " + ", ".join(missing))
     for key in ("commit", "fork_upstream_merge_base", "retargeted_to_mlx_pin"):
         if values.get(key) and not _HEX_REF.match(values[key]):
-            problems.append(f"{key} must be a commit SHA (7 to 40 hex digits), got {values[key][:60]!r}")
+            problems.append(
+                f"{key} must be a commit SHA (7 to 40 hex digits), got {values[key][:60]!r}"
+            )
     if problems:
-        raise OverlayError(f"{rel}: " + "; ".join(problems),
-                           hint="UPSTREAM holds 'key: value' lines: " + ", ".join(UPSTREAM_KEYS))
-    return Upstream(values["source"], values["branch"], values["commit"].lower(),
-                    values["fork_upstream_merge_base"].lower(), values["retargeted_to_mlx_pin"].lower(), other)
+        raise OverlayError(
+            f"{rel}: " + "; ".join(problems),
+            hint="UPSTREAM holds 'key: value' lines: " + ", ".join(UPSTREAM_KEYS),
+        )
+    return Upstream(
+        values["source"],
+        values["branch"],
+        values["commit"].lower(),
+        values["fork_upstream_merge_base"].lower(),
+        values["retargeted_to_mlx_pin"].lower(),
+        other,
+    )
 
 
 @dataclasses.dataclass
@@ -191,16 +221,22 @@ def read_whole_file(directory: str) -> WholeFile:
     if not os.path.isdir(d):
         raise OverlayError(f"{directory}: no such directory")
     try:
-        upstream = parse_upstream(read_record_text(d, UPSTREAM_FILE, what="UPSTREAM record"))
+        upstream = parse_upstream(
+            read_record_text(d, UPSTREAM_FILE, what="UPSTREAM record")
+        )
     except RecordMissing:
-        raise OverlayError(f"{directory} holds no {UPSTREAM_FILE} record",
-                           hint="a whole-file overlay names its fork, fork commit, merge base and MLX pin in "
-                                "UPSTREAM (docs/import.md)") from None
+        raise OverlayError(
+            f"{directory} holds no {UPSTREAM_FILE} record",
+            hint="a whole-file overlay names its fork, fork commit, merge base and MLX pin in "
+            "UPSTREAM (docs/import.md)",
+        ) from None
     try:
         fixes_data = read_record(d, fixes.FILE_NAME, what="file")
     except RecordMissing:
-        raise OverlayError(f"{directory} holds no {fixes.FILE_NAME}",
-                           hint="the import carries LOCAL_FIXES.md over and groups the patches by its entries") from None
+        raise OverlayError(
+            f"{directory} holds no {fixes.FILE_NAME}",
+            hint="the import carries LOCAL_FIXES.md over and groups the patches by its entries",
+        ) from None
     decode_record(fixes_data, fixes.FILE_NAME, what="file")
     ignored: list[str] = []
     found, errors = scan_record_dir(d, "mlx", what="overlay file", ignored=ignored)
@@ -212,15 +248,23 @@ def read_whole_file(directory: str) -> WholeFile:
         if git_ignored(d, ["CMakeLists.txt"]):
             ignored.append("CMakeLists.txt")
         else:
-            raw["CMakeLists.txt"] = read_record(d, "CMakeLists.txt", what="overlay file", allow_symlink=False)
+            raw["CMakeLists.txt"] = read_record(
+                d, "CMakeLists.txt", what="overlay file", allow_symlink=False
+            )
     files = {}
     for path, data in sorted(raw.items()):
         check_path(path, what="overlay file")
         executable = os.stat(os.path.join(d, *path.split("/"))).st_mode & 0o100
         files[path] = ("100755" if executable else "100644", data)
     if not files:
-        raise OverlayError(f"{directory} holds no overlay file under mlx/ or CMakeLists.txt")
-    outside = sorted(n for n in os.listdir(d) if n not in (*TREE_NAMES, UPSTREAM_FILE, fixes.FILE_NAME))
+        raise OverlayError(
+            f"{directory} holds no overlay file under mlx/ or CMakeLists.txt"
+        )
+    outside = sorted(
+        n
+        for n in os.listdir(d)
+        if n not in (*TREE_NAMES, UPSTREAM_FILE, fixes.FILE_NAME)
+    )
     return WholeFile(d, upstream, fixes_data, files, sorted(ignored), outside)
 
 
@@ -316,13 +360,17 @@ def infer_closing_sentence(doc: fixes.Document) -> tuple[str, int] | None:
     Returns:
         ``(sentence, entry number)``, or ``None`` when there is no such entry.
     """
-    entries = [e for e in doc.entries() if e.section in fixes.POLICY_SECTIONS and e.text.strip()]
+    entries = [
+        e
+        for e in doc.entries()
+        if e.section in fixes.POLICY_SECTIONS and e.text.strip()
+    ]
     if not entries:
         return None
     newest = max(entries, key=lambda e: e.number)
     text = fixes.without_reference(newest.text)
     starts = [m.end() for m in re.finditer(r"[.!?]\s+(?=[A-Z])", text[:-1])]
-    sentence = text[starts[-1]:] if starts else text
+    sentence = text[starts[-1] :] if starts else text
     return (sentence, newest.number) if sentence.strip() else None
 
 
@@ -343,7 +391,11 @@ def split_resolution(auto: bytes | None, wanted: bytes) -> tuple[bytes, bool]:
         itself (no region, nothing changed outside them, or a region whose neighbour
         lines the overlay changed too: then LAY005 tells the user).
     """
-    if auto is None or not conflict_regions(auto) or not changes_outside_conflicts(auto, wanted):
+    if (
+        auto is None
+        or not conflict_regions(auto)
+        or not changes_outside_conflicts(auto, wanted)
+    ):
         return wanted, True
     a, w = auto.split(b"\n"), wanted.split(b"\n")
     matcher = difflib.SequenceMatcher(None, a, w, autojunk=False)
@@ -359,7 +411,7 @@ def split_resolution(auto: bytes | None, wanted: bytes) -> tuple[bytes, bool]:
         after = where.get(hi) if hi < len(a) else len(w)
         if before is None or after is None or after < before + 1:
             return wanted, True
-        out += a[done:lo] + w[before + 1:after]
+        out += a[done:lo] + w[before + 1 : after]
         done = hi
     out += a[done:]
     resolution = b"\n".join(out)
@@ -385,13 +437,21 @@ def _numbers(key: Sequence[int]) -> str:
 
 
 def _wrap(text: str) -> str:
-    return textwrap.fill(" ".join(text.split()), 72, break_long_words=False, break_on_hyphens=False)
+    return textwrap.fill(
+        " ".join(text.split()), 72, break_long_words=False, break_on_hyphens=False
+    )
 
 
-def plan_import(store: Store, whole: WholeFile, *, upstream_url: str = DEFAULT_UPSTREAM_URL,
-                fork_url: str | None = None, closing_sentence: str | None = None,
-                author: str = DEFAULT_AUTHOR,
-                architectures: Sequence[str] = DEFAULT_ARCHITECTURES) -> ImportPlan:
+def plan_import(
+    store: Store,
+    whole: WholeFile,
+    *,
+    upstream_url: str = DEFAULT_UPSTREAM_URL,
+    fork_url: str | None = None,
+    closing_sentence: str | None = None,
+    author: str = DEFAULT_AUTHOR,
+    architectures: Sequence[str] = DEFAULT_ARCHITECTURES,
+) -> ImportPlan:
     """Compute the records of a whole-file overlay (nothing is written).
 
     Args:
@@ -417,13 +477,19 @@ def plan_import(store: Store, whole: WholeFile, *, upstream_url: str = DEFAULT_U
     pin = store.resolve(up.pin, ["upstream", "fork"])
     fork = store.resolve(up.commit, ["fork"])
     base = store.resolve(up.merge_base, ["fork", "upstream"])
-    if base == fork or store.git("merge-base", "--is-ancestor", base, fork, check=False).returncode != 0:
+    if (
+        base == fork
+        or store.git("merge-base", "--is-ancestor", base, fork, check=False).returncode
+        != 0
+    ):
         # A typo here would turn the whole fork into "changes" of the overlay (a
         # patch for every file) instead of a clear refusal.
-        raise OverlayError(f"UPSTREAM: fork_upstream_merge_base {base[:12]} is not an ancestor of the fork "
-                           f"commit {fork[:12]}",
-                           hint="it is `git merge-base <fork commit> <MLX commit the fork last merged>`; "
-                                "check the UPSTREAM record")
+        raise OverlayError(
+            f"UPSTREAM: fork_upstream_merge_base {base[:12]} is not an ancestor of the fork "
+            f"commit {fork[:12]}",
+            hint="it is `git merge-base <fork commit> <MLX commit the fork last merged>`; "
+            "check the UPSTREAM record",
+        )
     upstream = dataclasses.replace(up, commit=fork, merge_base=base, pin=pin)
     doc = fixes.parse(whole.fixes_data.decode("utf-8").removeprefix("\ufeff"))
     if closing_sentence:
@@ -431,14 +497,19 @@ def plan_import(store: Store, whole: WholeFile, *, upstream_url: str = DEFAULT_U
     else:
         inferred = infer_closing_sentence(doc)
         if inferred is None:
-            raise OverlayError(f"{fixes.FILE_NAME} has no kernels, build or API entry to take the policy's "
-                               "closing sentence from", hint="pass --closing-sentence TEXT")
+            raise OverlayError(
+                f"{fixes.FILE_NAME} has no kernels, build or API entry to take the policy's "
+                "closing sentence from",
+                hint="pass --closing-sentence TEXT",
+            )
         closing_sentence, number = inferred
         closing_from = f"entry {number}"
     notes: list[str] = []
 
     pin_tree = store.tree_of(pin)
-    blobs = {p: (mode, store.hash_blob(data)) for p, (mode, data) in whole.files.items()}
+    blobs = {
+        p: (mode, store.hash_blob(data)) for p, (mode, data) in whole.files.items()
+    }
     target = store.edit_tree(pin_tree, blobs)
     at_pin = store.entries(pin_tree, list(blobs))
     differs = {p for p, blob in blobs.items() if _key(at_pin.get(p)) != blob}
@@ -447,12 +518,21 @@ def plan_import(store: Store, whole: WholeFile, *, upstream_url: str = DEFAULT_U
     # plus every fork change the target does not hold (it keeps the pin's file there).
     exclude = [g for g in DEFAULT_EXCLUDE if not any(glob_match(p, g) for p in differs)]
     dropped: set[str] = set()
-    for _round in range(8):  # dropping a path can change rename pairing: merge again until stable
+    for _round in range(
+        8
+    ):  # dropping a path can change rename pairing: merge again until stable
         carry = Carry(DEFAULT_INCLUDE, [*exclude, *sorted(dropped)])
         merge = merge_fork_delta(store, base, pin, fork, carry)
         check = [p for p in merge.carried if p not in differs]
-        merged, pinned = store.entries(merge.tree, check), store.entries(pin_tree, check)
-        new = {p for p in check if p in merge.stages or _key(merged.get(p)) != _key(pinned.get(p))}
+        merged, pinned = (
+            store.entries(merge.tree, check),
+            store.entries(pin_tree, check),
+        )
+        new = {
+            p
+            for p in check
+            if p in merge.stages or _key(merged.get(p)) != _key(pinned.get(p))
+        }
         if not new:
             break
         dropped |= new
@@ -465,17 +545,29 @@ def plan_import(store: Store, whole: WholeFile, *, upstream_url: str = DEFAULT_U
     with store.cat_file() as cat:
         for path in sorted(merge.stages):
             entry = store.entries(merge.tree, [path]).get(path)
-            auto = cat.read(entry.oid)[1] if entry is not None and entry.kind == "blob" else None
+            auto = (
+                cat.read(entry.oid)[1]
+                if entry is not None and entry.kind == "blob"
+                else None
+            )
             resolutions[path], whole_file = split_resolution(auto, whole.files[path][1])
             if not whole_file:
                 partial.append(path)
-            elif auto is not None and changes_outside_conflicts(auto, whole.files[path][1]):
-                notes.append(f"{path}: the overlay also changes the lines around a conflict region, so the "
-                             "resolution is the whole file and verify reports LAY005; move those changes "
-                             "into a patch")
-    forked, _carried, uncarried, _conflicts, stale = compute_forked(store, base, pin, fork, carry, resolutions)
+            elif auto is not None and changes_outside_conflicts(
+                auto, whole.files[path][1]
+            ):
+                notes.append(
+                    f"{path}: the overlay also changes the lines around a conflict region, so the "
+                    "resolution is the whole file and verify reports LAY005; move those changes "
+                    "into a patch"
+                )
+    forked, _carried, uncarried, _conflicts, stale = compute_forked(
+        store, base, pin, fork, carry, resolutions
+    )
     if stale:
-        raise OverlayError(f"internal: resolutions for paths that do not conflict: {', '.join(stale)}")
+        raise OverlayError(
+            f"internal: resolutions for paths that do not conflict: {', '.join(stale)}"
+        )
 
     changes = store.diff_tree(forked, target)
     if any(status == "D" for *_r, status, _p in changes):
@@ -507,65 +599,126 @@ def plan_import(store: Store, whole: WholeFile, *, upstream_url: str = DEFAULT_U
             groups.setdefault(key, []).append(path)
         else:
             alone.append(path)
-    ordered = [(k, groups[k]) for k in sorted(groups)] + [((), [p]) for p in sorted(alone)]
+    ordered = [(k, groups[k]) for k in sorted(groups)] + [
+        ((), [p]) for p in sorted(alone)
+    ]
 
     patches: list[PlannedPatch] = []
     tree = forked
     for index, (key, files) in enumerate(ordered, 1):
-        after = store.edit_tree(tree, {p: (wanted[p].mode, wanted[p].oid) for p in files})
+        after = store.edit_tree(
+            tree, {p: (wanted[p].mode, wanted[p].oid) for p in files}
+        )
         diff = tree_diff(store, tree, after)
         subject, description = _message(key, files, titles, created, partial)
         trailers = [("Local-Fix", str(n)) for n in key] + [("Forwarded", "not-needed")]
         data = format_patch(subject, description, trailers, diff, author)
-        slug = _slug(titles[key[0]] if len(key) == 1 else
-                     f"fixes {'-'.join(map(str, key))}" if key else files[0].rsplit("/", 1)[-1])
-        patches.append(PlannedPatch(f"{index:04d}-{slug}.patch", key, list(files),
-                                    sorted(set(files) & created), data))
+        slug = _slug(
+            titles[key[0]]
+            if len(key) == 1
+            else f"fixes {'-'.join(map(str, key))}"
+            if key
+            else files[0].rsplit("/", 1)[-1]
+        )
+        patches.append(
+            PlannedPatch(
+                f"{index:04d}-{slug}.patch",
+                key,
+                list(files),
+                sorted(set(files) & created),
+                data,
+            )
+        )
         tree = after
     if tree != target:
-        raise OverlayError(f"internal: the imported series makes tree {tree[:12]}, not the target {target[:12]}")
+        raise OverlayError(
+            f"internal: the imported series makes tree {tree[:12]}, not the target {target[:12]}"
+        )
 
-    manifest_text = render_manifest(upstream, upstream_url=upstream_url, fork_url=fork_url,
-                                    exclude=[*exclude, *sorted(dropped)], closing_sentence=closing_sentence,
-                                    architectures=architectures)
+    manifest_text = render_manifest(
+        upstream,
+        upstream_url=upstream_url,
+        fork_url=fork_url,
+        exclude=[*exclude, *sorted(dropped)],
+        closing_sentence=closing_sentence,
+        architectures=architectures,
+    )
     manifest = parse_manifest(manifest_text, MANIFEST_PATH)
-    rows = _rows(whole, differs, dropped, resolutions, patches, named_by, changed, partial)
+    rows = _rows(
+        whole, differs, dropped, resolutions, patches, named_by, changed, partial
+    )
     uncarried_rest = sorted(set(uncarried) - dropped)
     if upstream.other:
         notes.append("UPSTREAM keys not used: " + ", ".join(sorted(upstream.other)))
-    return ImportPlan(upstream, manifest, manifest_text, whole.fixes_data, closing_from, resolutions, patches,
-                      rows, target, forked, tree, sorted(dropped), uncarried_rest, notes)
+    return ImportPlan(
+        upstream,
+        manifest,
+        manifest_text,
+        whole.fixes_data,
+        closing_from,
+        resolutions,
+        patches,
+        rows,
+        target,
+        forked,
+        tree,
+        sorted(dropped),
+        uncarried_rest,
+        notes,
+    )
 
 
-def _message(key: tuple[int, ...], files: list[str], titles: dict[int, str], created: set[str],
-             partial: list[str]) -> tuple[str, str]:
+def _message(
+    key: tuple[int, ...],
+    files: list[str],
+    titles: dict[int, str],
+    created: set[str],
+    partial: list[str],
+) -> tuple[str, str]:
     """The subject and description of an imported patch."""
     listed = ", ".join(f"`{p}`" for p in files)
     if len(key) == 1:
         subject = titles[key[0]]
-        text = (f"Imported from a whole-file overlay: the change to {listed} that LOCAL_FIXES.md entry "
-                f"{key[0]} describes.")
+        text = (
+            f"Imported from a whole-file overlay: the change to {listed} that LOCAL_FIXES.md entry "
+            f"{key[0]} describes."
+        )
     elif key:
-        subject = f"Local fixes {_numbers(key)}: " + ", ".join(p.rsplit("/", 1)[-1] for p in files)
-        text = (f"Imported from a whole-file overlay: LOCAL_FIXES.md entries {_numbers(key)} each name "
-                f"{listed} ({'; '.join(titles[n] for n in key)}). The whole-file copy does not say which "
-                "lines belong to which entry, so one patch carries them all.")
+        subject = f"Local fixes {_numbers(key)}: " + ", ".join(
+            p.rsplit("/", 1)[-1] for p in files
+        )
+        text = (
+            f"Imported from a whole-file overlay: LOCAL_FIXES.md entries {_numbers(key)} each name "
+            f"{listed} ({'; '.join(titles[n] for n in key)}). The whole-file copy does not say which "
+            "lines belong to which entry, so one patch carries them all."
+        )
     else:
         verb = "Add" if files[0] in created else "Change"
         subject = f"{verb} {files[0]}"
-        text = (f"Imported from a whole-file overlay: no LOCAL_FIXES.md entry names {listed}, so this patch "
-                "has no Local-Fix trailer. Add an entry that says why, and its number here.")
+        text = (
+            f"Imported from a whole-file overlay: no LOCAL_FIXES.md entry names {listed}, so this patch "
+            "has no Local-Fix trailer. Add an entry that says why, and its number here."
+        )
     for path in files:
         if path in partial:
-            text += (f" The fork delta conflicts with the pin in `{path}`: "
-                     f"patches-rocm/resolved/{path} holds git's merge with the overlay's lines in the conflict "
-                     "regions; this patch holds what the overlay changes outside them.")
+            text += (
+                f" The fork delta conflicts with the pin in `{path}`: "
+                f"patches-rocm/resolved/{path} holds git's merge with the overlay's lines in the conflict "
+                "regions; this patch holds what the overlay changes outside them."
+            )
     return subject, _wrap(text)
 
 
-def _rows(whole: WholeFile, differs: set[str], dropped: set[str], resolutions: dict[str, bytes],
-          patches: list[PlannedPatch], named_by: dict[str, set[int]], changed: list[str],
-          partial: list[str]) -> list[FileRow]:
+def _rows(
+    whole: WholeFile,
+    differs: set[str],
+    dropped: set[str],
+    resolutions: dict[str, bytes],
+    patches: list[PlannedPatch],
+    named_by: dict[str, set[int]],
+    changed: list[str],
+    partial: list[str],
+) -> list[FileRow]:
     """One row per overlay file, dropped fork change, ignored or skipped name."""
     patch_of = {p: patch for patch in patches for p in patch.files}
     changed_set = set(changed)
@@ -574,10 +727,19 @@ def _rows(whole: WholeFile, differs: set[str], dropped: set[str], resolutions: d
         entries = tuple(sorted(named_by.get(path, ())))
         patch = patch_of.get(path)
         if path in dropped:
-            rows.append(FileRow(path, "dropped", "not carried ([carry] exclude)", entries,
-                                "the overlay holds the pin's file; the fork's change to it is not carried"))
+            rows.append(
+                FileRow(
+                    path,
+                    "dropped",
+                    "not carried ([carry] exclude)",
+                    entries,
+                    "the overlay holds the pin's file; the fork's change to it is not carried",
+                )
+            )
         elif path not in differs:
-            rows.append(FileRow(path, "unchanged", "the pin's file", entries, "equals the pin"))
+            rows.append(
+                FileRow(path, "unchanged", "the pin's file", entries, "equals the pin")
+            )
         elif path in resolutions:
             result = f"patches-rocm/resolved/{path}"
             note = "the fork delta conflicts with the pin here"
@@ -586,8 +748,15 @@ def _rows(whole: WholeFile, differs: set[str], dropped: set[str], resolutions: d
                 note += "; the overlay's changes outside the conflict regions are in the patch"
             rows.append(FileRow(path, "resolution", result, entries, note))
         elif path not in changed_set:
-            rows.append(FileRow(path, "unchanged", "the forked layer's file", entries,
-                                "equals the fork delta carried onto the pin"))
+            rows.append(
+                FileRow(
+                    path,
+                    "unchanged",
+                    "the forked layer's file",
+                    entries,
+                    "equals the fork delta carried onto the pin",
+                )
+            )
         else:
             assert patch is not None
             kind = "created" if path in patch.created else "patch"
@@ -598,15 +767,36 @@ def _rows(whole: WholeFile, differs: set[str], dropped: set[str], resolutions: d
             else:
                 note = ""
             if kind == "created":
-                note = "absent from the fork and the pin" + (f"; {note}" if note else "")
+                note = "absent from the fork and the pin" + (
+                    f"; {note}" if note else ""
+                )
             rows.append(FileRow(path, kind, patch.name, entries, note))
     for path in sorted(dropped - set(whole.files)):
-        rows.append(FileRow(path, "dropped", "not carried ([carry] exclude)", (),
-                            "the fork changes it; the overlay does not hold it"))
+        rows.append(
+            FileRow(
+                path,
+                "dropped",
+                "not carried ([carry] exclude)",
+                (),
+                "the fork changes it; the overlay does not hold it",
+            )
+        )
     for path in whole.ignored:
-        rows.append(FileRow(path, "ignored", "not imported", (), "git ignores it in the overlay directory"))
+        rows.append(
+            FileRow(
+                path,
+                "ignored",
+                "not imported",
+                (),
+                "git ignores it in the overlay directory",
+            )
+        )
     for name in whole.outside:
-        rows.append(FileRow(name, "skipped", "not imported", (), "not under mlx/ or CMakeLists.txt"))
+        rows.append(
+            FileRow(
+                name, "skipped", "not imported", (), "not under mlx/ or CMakeLists.txt"
+            )
+        )
     return rows
 
 
@@ -618,11 +808,22 @@ def _toml_string(value: str) -> str:
 def _toml_list(values: Sequence[str], indent: str = "") -> str:
     if len(values) <= 2:
         return "[" + ", ".join(_toml_string(v) for v in values) + "]"
-    return "[\n" + "".join(f"{indent}    {_toml_string(v)},\n" for v in values) + f"{indent}]"
+    return (
+        "[\n"
+        + "".join(f"{indent}    {_toml_string(v)},\n" for v in values)
+        + f"{indent}]"
+    )
 
 
-def render_manifest(upstream: Upstream, *, upstream_url: str, fork_url: str, exclude: Sequence[str],
-                    closing_sentence: str, architectures: Sequence[str]) -> str:
+def render_manifest(
+    upstream: Upstream,
+    *,
+    upstream_url: str,
+    fork_url: str,
+    exclude: Sequence[str],
+    closing_sentence: str,
+    architectures: Sequence[str],
+) -> str:
     """The text of ``patches-rocm/overlay.toml`` for an import.
 
     Args:
@@ -697,7 +898,10 @@ def _stage(tmp: str, plan: ImportPlan) -> None:
     os.makedirs(pdir)
     atomic_write(os.path.join(tmp, fixes.FILE_NAME), plan.fixes_data)
     atomic_write(os.path.join(tmp, MANIFEST_PATH), plan.manifest_text.encode("utf-8"))
-    atomic_write(os.path.join(pdir, "series"), "".join(f"{p.name}\n" for p in plan.patches).encode())
+    atomic_write(
+        os.path.join(pdir, "series"),
+        "".join(f"{p.name}\n" for p in plan.patches).encode(),
+    )
     for patch in plan.patches:
         atomic_write(os.path.join(pdir, patch.name), patch.data)
     for path, data in plan.resolutions.items():
@@ -718,18 +922,25 @@ def _self_check(store: Store, plan: ImportPlan, tmp: str) -> None:
     layers = compute_layers(store, plan.manifest, tmp, stepwise=True)
     problems = []
     if layers.patched != plan.target:
-        problems.append(f"the patched layer is {layers.patched[:12]}, the target {plan.target[:12]}")
+        problems.append(
+            f"the patched layer is {layers.patched[:12]}, the target {plan.target[:12]}"
+        )
     if layers.stale_resolutions:
         problems.append("stale resolutions " + ", ".join(layers.stale_resolutions))
     drift = [r.patch.name for r in refresh_series(store, layers) if r.changed]
     if drift:
         problems.append("a refresh would rewrite " + ", ".join(drift))
     if problems:
-        raise OverlayError("internal: the imported records do not reproduce the overlay: " + "; ".join(problems),
-                           hint="nothing was written; please report this with the overlay directory")
+        raise OverlayError(
+            "internal: the imported records do not reproduce the overlay: "
+            + "; ".join(problems),
+            hint="nothing was written; please report this with the overlay directory",
+        )
 
 
-def write_import(store: Store, target: str, plan: ImportPlan, *, force: bool = False) -> Written:
+def write_import(
+    store: Store, target: str, plan: ImportPlan, *, force: bool = False
+) -> Written:
     """Write the plan's records into the repository at ``target``, crash-safe and locked.
 
     Everything is first written into a temporary directory under ``target/.overlay/``
@@ -755,7 +966,10 @@ def write_import(store: Store, target: str, plan: ImportPlan, *, force: bool = F
     target = os.path.abspath(target)
     if not os.path.isdir(target):
         raise OverlayError(f"{target}: no such directory")
-    pdir, lfix = os.path.join(target, "patches-rocm"), os.path.join(target, fixes.FILE_NAME)
+    pdir, lfix = (
+        os.path.join(target, "patches-rocm"),
+        os.path.join(target, fixes.FILE_NAME),
+    )
     from overlay.runstate import state_lock
 
     with state_lock(target, "import whole-file"):
@@ -769,15 +983,21 @@ def write_import(store: Store, target: str, plan: ImportPlan, *, force: bool = F
         except OSError:
             other_fixes = True
         if not force and taken:
-            raise OverlayError("patches-rocm/ is not empty: the import writes a new one",
-                               hint="import into a repository without records, or pass --force to move the "
-                                    "present patches-rocm/ aside to .overlay/import-backup-<time>-<random>/")
+            raise OverlayError(
+                "patches-rocm/ is not empty: the import writes a new one",
+                hint="import into a repository without records, or pass --force to move the "
+                "present patches-rocm/ aside to .overlay/import-backup-<time>-<random>/",
+            )
         if not force and other_fixes:
-            raise OverlayError(f"{fixes.FILE_NAME} exists with other content: the import carries the overlay's over",
-                               hint="pass --force to move it aside to .overlay/import-backup-<time>-<random>/")
+            raise OverlayError(
+                f"{fixes.FILE_NAME} exists with other content: the import carries the overlay's over",
+                hint="pass --force to move it aside to .overlay/import-backup-<time>-<random>/",
+            )
         for name in os.listdir(state):
             if name.startswith(_TEMP_PREFIX) and name.endswith(_TEMP_SUFFIX):
-                shutil.rmtree(os.path.join(state, name), ignore_errors=True)  # a killed import's
+                shutil.rmtree(
+                    os.path.join(state, name), ignore_errors=True
+                )  # a killed import's
         tmp = tempfile.mkdtemp(prefix=_TEMP_PREFIX, suffix=_TEMP_SUFFIX, dir=state)
         try:
             _stage(tmp, plan)
@@ -792,7 +1012,9 @@ def write_import(store: Store, target: str, plan: ImportPlan, *, force: bool = F
                     os.rename(lfix, os.path.join(backup, fixes.FILE_NAME))
             os.replace(os.path.join(tmp, fixes.FILE_NAME), lfix)
             if os.path.isdir(pdir) and not os.path.islink(pdir):
-                os.rmdir(pdir)  # empty (checked above): the rename below needs the name free
+                os.rmdir(
+                    pdir
+                )  # empty (checked above): the rename below needs the name free
             os.rename(os.path.join(tmp, "patches-rocm"), pdir)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -802,8 +1024,13 @@ def write_import(store: Store, target: str, plan: ImportPlan, *, force: bool = F
 # --------------------------------------------------------------------------- the report
 
 
-def report_data(plan: ImportPlan, *, directory: str, findings: Sequence | None = None,
-                backup: str | None = None) -> dict:
+def report_data(
+    plan: ImportPlan,
+    *,
+    directory: str,
+    findings: Sequence | None = None,
+    backup: str | None = None,
+) -> dict:
     """The import report as plain data (text, JSON and Markdown are rendered from it).
 
     Args:
@@ -823,17 +1050,41 @@ def report_data(plan: ImportPlan, *, directory: str, findings: Sequence | None =
         counts[row.kind] = counts.get(row.kind, 0) + 1
     return {
         "directory": directory,
-        "upstream": {"source": up.source, "branch": up.branch, "commit": up.commit,
-                     "merge_base": up.merge_base, "pin": up.pin},
-        "closing_sentence": {"text": plan.manifest.closing_sentence, "from": plan.closing_from},
-        "carry": {"include": list(plan.manifest.include), "exclude": list(plan.manifest.exclude)},
-        "files": [dataclasses.asdict(r) | {"entries": list(r.entries)} for r in plan.rows],
-        "patches": [{"name": p.name, "local_fix": list(p.local_fix), "files": p.files, "created": p.created}
-                    for p in plan.patches],
+        "upstream": {
+            "source": up.source,
+            "branch": up.branch,
+            "commit": up.commit,
+            "merge_base": up.merge_base,
+            "pin": up.pin,
+        },
+        "closing_sentence": {
+            "text": plan.manifest.closing_sentence,
+            "from": plan.closing_from,
+        },
+        "carry": {
+            "include": list(plan.manifest.include),
+            "exclude": list(plan.manifest.exclude),
+        },
+        "files": [
+            dataclasses.asdict(r) | {"entries": list(r.entries)} for r in plan.rows
+        ],
+        "patches": [
+            {
+                "name": p.name,
+                "local_fix": list(p.local_fix),
+                "files": p.files,
+                "created": p.created,
+            }
+            for p in plan.patches
+        ],
         "resolutions": sorted(plan.resolutions),
         "uncarried": plan.uncarried,
-        "round_trip": {"target": plan.target, "forked": plan.forked, "patched": plan.patched,
-                       "equal": plan.patched == plan.target},
+        "round_trip": {
+            "target": plan.target,
+            "forked": plan.forked,
+            "patched": plan.patched,
+            "equal": plan.patched == plan.target,
+        },
         "findings": None if findings is None else [f.as_dict() for f in findings],
         "summary": None if findings is None else summary_line(list(findings)),
         "counts": counts,
@@ -845,23 +1096,35 @@ def report_data(plan: ImportPlan, *, directory: str, findings: Sequence | None =
 def render_text(report: dict) -> str:
     """The report as plain lines for a terminal: one line per file, then the findings."""
     up = report["upstream"]
-    out = [f"import of {report['directory']}: pin {up['pin'][:12]}, fork {up['commit'][:12]} "
-           f"(merge base {up['merge_base'][:12]})",
-           f"  closing sentence from {report['closing_sentence']['from']}: {report['closing_sentence']['text']}"]
+    out = [
+        f"import of {report['directory']}: pin {up['pin'][:12]}, fork {up['commit'][:12]} "
+        f"(merge base {up['merge_base'][:12]})",
+        f"  closing sentence from {report['closing_sentence']['from']}: {report['closing_sentence']['text']}",
+    ]
     width = max((len(r["path"]) for r in report["files"]), default=0)
     for r in report["files"]:
-        entries = f"  [entries {', '.join(map(str, r['entries']))}]" if r["entries"] else ""
+        entries = (
+            f"  [entries {', '.join(map(str, r['entries']))}]" if r["entries"] else ""
+        )
         note = f"  ({r['note']})" if r["note"] else ""
-        out.append(f"  {r['path']:<{width}}  {r['kind']:<10} {r['result']}{entries}{note}")
+        out.append(
+            f"  {r['path']:<{width}}  {r['kind']:<10} {r['result']}{entries}{note}"
+        )
     counts = ", ".join(f"{n} {k}" for k, n in sorted(report["counts"].items()))
-    out.append(f"{len(report['files'])} file(s): {counts}; {len(report['patches'])} patch(es), "
-               f"{len(report['resolutions'])} resolution(s)")
+    out.append(
+        f"{len(report['files'])} file(s): {counts}; {len(report['patches'])} patch(es), "
+        f"{len(report['resolutions'])} resolution(s)"
+    )
     if report["uncarried"]:
-        out.append(f"{len(report['uncarried'])} other fork change(s) are outside [carry] (list them under "
-                   "'Dropped from the vendored set', or verify reports FIX022)")
+        out.append(
+            f"{len(report['uncarried'])} other fork change(s) are outside [carry] (list them under "
+            "'Dropped from the vendored set', or verify reports FIX022)"
+        )
     rt = report["round_trip"]
-    out.append(f"round trip: patched {rt['patched'][:12]} {'==' if rt['equal'] else '!='} "
-               f"pin + overlay {rt['target'][:12]}")
+    out.append(
+        f"round trip: patched {rt['patched'][:12]} {'==' if rt['equal'] else '!='} "
+        f"pin + overlay {rt['target'][:12]}"
+    )
     for note in report["notes"]:
         out.append(f"note: {note}")
     if report["backup"]:
@@ -869,7 +1132,11 @@ def render_text(report: dict) -> str:
     if report["findings"] is not None:
         out.append(f"verify: {report['summary']}")
         for f in report["findings"]:
-            where = f"{f['path']}:{f['line']}" if f.get("line") else (f["path"] or "<overlay>")
+            where = (
+                f"{f['path']}:{f['line']}"
+                if f.get("line")
+                else (f["path"] or "<overlay>")
+            )
             out.append(f"  {where}: {f['severity']} {f['code']} {f['message']}")
     return "\n".join(out) + "\n"
 
@@ -878,8 +1145,12 @@ def render_markdown(report: dict) -> str:
     """The report as a Markdown section (``.overlay/last-import.md``, a PR body)."""
     import jinja2
 
-    env = jinja2.Environment(loader=jinja2.PackageLoader("overlay", "templates"), autoescape=False,
-                             keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("overlay", "templates"),
+        autoescape=False,
+        keep_trailing_newline=True,
+        undefined=jinja2.StrictUndefined,
+    )
     return env.get_template("import_report.md.j2").render(r=report)
 
 
@@ -892,9 +1163,17 @@ def render(report: dict, fmt: str) -> str:
     return render_text(report)
 
 
-def import_whole_file(store: Store, target: str, directory: str, *, force: bool = False,
-                      upstream_url: str = DEFAULT_UPSTREAM_URL, fork_url: str | None = None,
-                      closing_sentence: str | None = None, author: str = DEFAULT_AUTHOR) -> dict:
+def import_whole_file(
+    store: Store,
+    target: str,
+    directory: str,
+    *,
+    force: bool = False,
+    upstream_url: str = DEFAULT_UPSTREAM_URL,
+    fork_url: str | None = None,
+    closing_sentence: str | None = None,
+    author: str = DEFAULT_AUTHOR,
+) -> dict:
     """``overlay import whole-file``: read, plan, write, verify; the report as data.
 
     Args:
@@ -915,18 +1194,44 @@ def import_whole_file(store: Store, target: str, directory: str, *, force: bool 
     whole = read_whole_file(directory)
     if not os.path.isdir(target):
         raise OverlayError(f"{target}: no such directory")
-    plan = plan_import(store, whole, upstream_url=upstream_url, fork_url=fork_url,
-                       closing_sentence=closing_sentence, author=author)
+    plan = plan_import(
+        store,
+        whole,
+        upstream_url=upstream_url,
+        fork_url=fork_url,
+        closing_sentence=closing_sentence,
+        author=author,
+    )
     written = write_import(store, target, plan, force=force)
     findings = verify(os.path.abspath(target), store).findings
-    report = report_data(plan, directory=directory, findings=findings, backup=written.backup)
+    report = report_data(
+        plan, directory=directory, findings=findings, backup=written.backup
+    )
     try:
-        atomic_write(os.path.join(target, REPORT_MD), render_markdown(report).encode("utf-8"))
+        atomic_write(
+            os.path.join(target, REPORT_MD), render_markdown(report).encode("utf-8")
+        )
     except OSError:
         pass  # the report is also printed; a read-only .overlay/ costs only the copy
     return report
 
 
-__all__ = ["DEFAULT_UPSTREAM_URL", "FileRow", "ImportPlan", "PlannedPatch", "Upstream", "WholeFile",
-           "fork_url_of", "import_whole_file", "infer_closing_sentence", "parse_upstream", "plan_import",
-           "read_whole_file", "render", "render_manifest", "report_data", "split_resolution", "write_import"]
+__all__ = [
+    "DEFAULT_UPSTREAM_URL",
+    "FileRow",
+    "ImportPlan",
+    "PlannedPatch",
+    "Upstream",
+    "WholeFile",
+    "fork_url_of",
+    "import_whole_file",
+    "infer_closing_sentence",
+    "parse_upstream",
+    "plan_import",
+    "read_whole_file",
+    "render",
+    "render_manifest",
+    "report_data",
+    "split_resolution",
+    "write_import",
+]

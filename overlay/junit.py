@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import xml.etree.ElementTree as ET
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 #: Characters XML 1.0 does not allow (its ``Char`` production, inverted).
 _XML_INVALID = re.compile("[^\t\n\r\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
@@ -35,9 +35,11 @@ def xml_safe(s: str) -> str:
     Returns:
         Text an XML 1.0 parser accepts in element text and attribute values.
     """
+
     def esc(m: re.Match) -> str:
         code = ord(m.group(0))
         return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
+
     return _XML_INVALID.sub(esc, s)
 
 
@@ -84,8 +86,13 @@ class Suite:
     properties: Sequence[tuple[str, str]] = ()
 
 
-def render(suites: Iterable[Suite], *, name: str, message_limit: int | None = None,
-           total_time: bool = False) -> str:
+def render(
+    suites: Iterable[Suite],
+    *,
+    name: str,
+    message_limit: int | None = None,
+    total_time: bool = False,
+) -> str:
     """JUnit XML text for ``suites``.
 
     Args:
@@ -110,15 +117,24 @@ def render(suites: Iterable[Suite], *, name: str, message_limit: int | None = No
         if suite.properties:
             props = ET.SubElement(ts, "properties")
             for key, value in suite.properties:
-                ET.SubElement(props, "property", name=xml_safe(key), value=xml_safe(value))
+                ET.SubElement(
+                    props, "property", name=xml_safe(key), value=xml_safe(value)
+                )
         counts = {"tests": 0, "failures": 0, "skipped": 0}
         for case in suite.cases:
             if case.status not in STATUSES:
                 raise ValueError(f"unknown JUnit case status {case.status!r}")
-            tc = ET.SubElement(ts, "testcase", classname=xml_safe(case.classname), name=xml_safe(case.name))
+            tc = ET.SubElement(
+                ts,
+                "testcase",
+                classname=xml_safe(case.classname),
+                name=xml_safe(case.name),
+            )
             if case.time is not None:
                 tc.set("time", f"{case.time:.3f}")
-            message = xml_safe(case.message if message_limit is None else case.message[:message_limit])
+            message = xml_safe(
+                case.message if message_limit is None else case.message[:message_limit]
+            )
             counts["tests"] += 1
             if case.status == "failed":
                 fail = ET.SubElement(tc, "failure", message=message)
@@ -148,4 +164,8 @@ def render(suites: Iterable[Suite], *, name: str, message_limit: int | None = No
     if total_time:
         root.set("time", f"{seconds:.3f}")
     ET.indent(root)
-    return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+    return (
+        '<?xml version="1.0" encoding="utf-8"?>\n'
+        + ET.tostring(root, encoding="unicode")
+        + "\n"
+    )

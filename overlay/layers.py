@@ -20,7 +20,7 @@ import dataclasses
 import hashlib
 import json
 import os
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from overlay.engine import PatchApplyError, PatchResult, apply_series
 from overlay.errors import GitError, LayerError
@@ -33,7 +33,6 @@ from overlay.series import Patch, load_series
 
 RESOLVED_DIR = os.path.join("patches-rocm", "resolved")
 LAYERS = ("pin", "forked", "patched")
-
 
 
 @dataclasses.dataclass
@@ -113,7 +112,9 @@ def changes_outside_conflicts(auto: bytes, resolved: bytes) -> list[tuple[int, s
         resolution keeps every line outside the regions, or when ``auto`` has no
         conflict region at all.
     """
-    regions = [(start - 1, end) for start, end in conflict_regions(auto)]  # 0-based, end exclusive
+    regions = [
+        (start - 1, end) for start, end in conflict_regions(auto)
+    ]  # 0-based, end exclusive
     if not regions:
         return []  # no text conflict (modify/delete, a binary file): nothing to compare
     import difflib  # only where a resolution is checked: not on every command's start-up
@@ -124,16 +125,20 @@ def changes_outside_conflicts(auto: bytes, resolved: bytes) -> list[tuple[int, s
     for tag, i1, i2, j1, j2 in matcher.get_opcodes():
         if tag == "equal":
             continue
-        if any(lo <= i1 and i2 <= hi for lo, hi in regions) or \
-                (tag == "insert" and any(lo <= i1 <= hi for lo, hi in regions)):
+        if any(lo <= i1 and i2 <= hi for lo, hi in regions) or (
+            tag == "insert" and any(lo <= i1 <= hi for lo, hi in regions)
+        ):
             continue
         if tag == "insert":
-            what = f"adds {new[j1][:60].decode('utf-8', 'replace')!r}" + (f" and {j2 - j1 - 1} more line(s)"
-                                                                       if j2 - j1 > 1 else "")
+            what = f"adds {new[j1][:60].decode('utf-8', 'replace')!r}" + (
+                f" and {j2 - j1 - 1} more line(s)" if j2 - j1 > 1 else ""
+            )
         else:
-            what = (f"{'drops' if tag == 'delete' else 'changes'} line {i1 + 1} of the automatic merge "
-                    f"{old[i1][:60].decode('utf-8', 'replace')!r}"
-                    + (f" and {i2 - i1 - 1} more" if i2 - i1 > 1 else ""))
+            what = (
+                f"{'drops' if tag == 'delete' else 'changes'} line {i1 + 1} of the automatic merge "
+                f"{old[i1][:60].decode('utf-8', 'replace')!r}"
+                + (f" and {i2 - i1 - 1} more" if i2 - i1 > 1 else "")
+            )
         out.append((j1 + 1, what))
     return out
 
@@ -172,7 +177,9 @@ class ForkMerge:
     stages: dict[str, dict[int, tuple[str, str]]]
 
 
-def merge_fork_delta(store: Store, base: str, pin: str, fork: str, carry: Callable[[str], bool]) -> ForkMerge:
+def merge_fork_delta(
+    store: Store, base: str, pin: str, fork: str, carry: Callable[[str], bool]
+) -> ForkMerge:
     """Merge ``base..fork`` (carried paths only) onto ``pin`` with ``git merge-tree``.
 
     The result is kept in the store (``overlay-merges/``, keyed on the three commits and
@@ -194,16 +201,27 @@ def merge_fork_delta(store: Store, base: str, pin: str, fork: str, carry: Callab
         UnsafePath: a fork path is hostile.
         LayerError: git merge-tree failed for another reason than conflicts.
     """
-    globs = [list(carry.include), list(carry.exclude)] if isinstance(carry, Carry) else None
+    globs = (
+        [list(carry.include), list(carry.exclude)] if isinstance(carry, Carry) else None
+    )
     key = _json_key("merge", base, pin, fork, globs) if globs is not None else None
     cached = _json_cache_read(store, "overlay-merges", key) if key else None
     try:
         if cached is not None and store.has_object(cached["tree"], "tree"):
-            return ForkMerge(cached["tree"], list(cached["carried"]), list(cached["dropped"]),
-                             {p: {int(n): (e[0], e[1]) for n, e in st.items()} for p, st in cached["stages"].items()})
+            return ForkMerge(
+                cached["tree"],
+                list(cached["carried"]),
+                list(cached["dropped"]),
+                {
+                    p: {int(n): (e[0], e[1]) for n, e in st.items()}
+                    for p, st in cached["stages"].items()
+                },
+            )
     except (KeyError, TypeError, ValueError, AttributeError, IndexError):
         pass  # a damaged record: merge again
-    base_tree, carried, dropped, theirs = _carried_delta(store, base, fork, carry, globs)
+    base_tree, carried, dropped, theirs = _carried_delta(
+        store, base, fork, carry, globs
+    )
     pin_tree = store.tree_of(pin)
     if theirs is None:
         merged = ForkMerge(pin_tree, carried, dropped, {})
@@ -211,31 +229,59 @@ def merge_fork_delta(store: Store, base: str, pin: str, fork: str, carry: Callab
         merged = ForkMerge(theirs, carried, dropped, {})
     else:
         try:
-            merge = store.merge_trees(base_tree, pin_tree, theirs,
-                                      labels=("overlay: fork merge base", "overlay: pin",
-                                              "overlay: carried fork delta"))
+            merge = store.merge_trees(
+                base_tree,
+                pin_tree,
+                theirs,
+                labels=(
+                    "overlay: fork merge base",
+                    "overlay: pin",
+                    "overlay: carried fork delta",
+                ),
+            )
         except GitError as exc:
-            raise LayerError(f"git merge-tree failed on the fork delta: {exc.message}") from None
+            raise LayerError(
+                f"git merge-tree failed on the fork delta: {exc.message}"
+            ) from None
         for path in merge.stages:
             check_path(path, what="conflicted path")
         merged = ForkMerge(merge.tree, carried, dropped, merge.stages)
     if key:
-        _json_cache_write(store, "overlay-merges", key, {
-            "tree": merged.tree, "carried": merged.carried, "dropped": merged.dropped,
-            "stages": {p: {str(n): list(e) for n, e in st.items()} for p, st in merged.stages.items()}})
+        _json_cache_write(
+            store,
+            "overlay-merges",
+            key,
+            {
+                "tree": merged.tree,
+                "carried": merged.carried,
+                "dropped": merged.dropped,
+                "stages": {
+                    p: {str(n): list(e) for n, e in st.items()}
+                    for p, st in merged.stages.items()
+                },
+            },
+        )
     return merged
 
 
-def _carried_delta(store: Store, base: str, fork: str, carry: Callable[[str], bool],
-                   globs: list | None) -> tuple[str, list[str], list[str], str | None]:
+def _carried_delta(
+    store: Store, base: str, fork: str, carry: Callable[[str], bool], globs: list | None
+) -> tuple[str, list[str], list[str], str | None]:
     """``(base tree, carried paths, dropped paths, the tree of base with the carried changes
     or None when nothing is carried)``, kept in the store like the merge (see
     :func:`merge_fork_delta`)."""
     key = _json_key("delta", base, fork, globs) if globs is not None else None
     cached = _json_cache_read(store, "overlay-merges", key) if key else None
     try:
-        if cached is not None and (cached["theirs"] is None or store.has_object(cached["theirs"], "tree")):
-            return cached["base_tree"], list(cached["carried"]), list(cached["dropped"]), cached["theirs"]
+        if cached is not None and (
+            cached["theirs"] is None or store.has_object(cached["theirs"], "tree")
+        ):
+            return (
+                cached["base_tree"],
+                list(cached["carried"]),
+                list(cached["dropped"]),
+                cached["theirs"],
+            )
     except (KeyError, TypeError):
         pass  # a damaged record: compute again
     base_tree = store.tree_of(base)
@@ -250,8 +296,17 @@ def _carried_delta(store: Store, base: str, fork: str, carry: Callable[[str], bo
         changes[path] = None if status == "D" else (new_mode, new_oid)
     theirs = store.edit_tree(base_tree, changes) if changes else None
     if key:
-        _json_cache_write(store, "overlay-merges", key,
-                          {"base_tree": base_tree, "carried": carried, "dropped": dropped, "theirs": theirs})
+        _json_cache_write(
+            store,
+            "overlay-merges",
+            key,
+            {
+                "base_tree": base_tree,
+                "carried": carried,
+                "dropped": dropped,
+                "theirs": theirs,
+            },
+        )
     return base_tree, carried, dropped, theirs
 
 
@@ -260,12 +315,17 @@ MERGE_CACHE_VERSION = 1
 
 
 def _json_key(*parts) -> str:
-    return hashlib.sha256(json.dumps([MERGE_CACHE_VERSION, *parts]).encode()).hexdigest()
+    return hashlib.sha256(
+        json.dumps([MERGE_CACHE_VERSION, *parts]).encode()
+    ).hexdigest()
 
 
 def _json_cache_read(store: Store, kind: str, key: str) -> dict | None:
     try:
-        with open(os.path.join(store.git_dir, kind, key[:2], key[2:] + ".json"), encoding="utf-8") as fh:
+        with open(
+            os.path.join(store.git_dir, kind, key[:2], key[2:] + ".json"),
+            encoding="utf-8",
+        ) as fh:
             return json.load(fh)
     except (OSError, ValueError):
         return None
@@ -280,8 +340,14 @@ def _json_cache_write(store: Store, kind: str, key: str, record: dict) -> None:
         pass  # a cache that cannot be written only costs time
 
 
-def compute_forked(store: Store, base: str, pin: str, fork: str, carry: Callable[[str], bool],
-                   resolutions: dict[str, bytes]) -> tuple[str, list[str], list[str], list[Conflict], list[str]]:
+def compute_forked(
+    store: Store,
+    base: str,
+    pin: str,
+    fork: str,
+    carry: Callable[[str], bool],
+    resolutions: dict[str, bytes],
+) -> tuple[str, list[str], list[str], list[Conflict], list[str]]:
     """Merge the carried fork delta onto the pin and apply the recorded resolutions.
 
     Args:
@@ -302,11 +368,19 @@ def compute_forked(store: Store, base: str, pin: str, fork: str, carry: Callable
         for path, stage in sorted(merge.stages.items()):
             mode = (stage.get(2) or stage.get(3) or stage.get(1) or ("100644", ""))[0]
             entry = store.entries(merge.tree, [path]).get(path)
-            auto = cat.read(entry.oid)[1] if entry is not None and entry.kind == "blob" else None
+            auto = (
+                cat.read(entry.oid)[1]
+                if entry is not None and entry.kind == "blob"
+                else None
+            )
             hunks = conflict_hunks(auto) if auto is not None else []
             if path in resolutions:
                 fixes[path] = (mode, store.hash_blob(resolutions[path]))
-                outside = changes_outside_conflicts(auto, resolutions[path]) if auto is not None else []
+                outside = (
+                    changes_outside_conflicts(auto, resolutions[path])
+                    if auto is not None
+                    else []
+                )
                 conflicts.append(Conflict(path, hunks, resolved=True, outside=outside))
                 continue
             conflicts.append(Conflict(path, hunks))
@@ -315,14 +389,21 @@ def compute_forked(store: Store, base: str, pin: str, fork: str, carry: Callable
         raise LayerError(
             f"fork delta conflicts with the pin in {len(unresolved)} path(s) without a resolution: "
             + "; ".join(c.describe() for c in unresolved),
-            hint="resolve with `overlay rebase`, or write patches-rocm/resolved/<path>")
+            hint="resolve with `overlay rebase`, or write patches-rocm/resolved/<path>",
+        )
     forked = store.edit_tree(merge.tree, fixes)
     stale = sorted(p for p in resolutions if p not in merge.stages)
     return forked, merge.carried, merge.dropped, conflicts, stale
 
 
-def ensure_commits(store: Store, manifest: Manifest, *, pin: str | None = None,
-                   fork: str | None = None, merge_base: str | None = None) -> tuple[str, str, str]:
+def ensure_commits(
+    store: Store,
+    manifest: Manifest,
+    *,
+    pin: str | None = None,
+    fork: str | None = None,
+    merge_base: str | None = None,
+) -> tuple[str, str, str]:
     """Point the store's remotes at the manifest's URLs and make the three commits present.
 
     Returns:
@@ -341,9 +422,17 @@ def ensure_commits(store: Store, manifest: Manifest, *, pin: str | None = None,
     return pin, fork, merge_base
 
 
-def compute_layers(store: Store, manifest: Manifest, root: str, *, pin: str | None = None,
-                   fork: str | None = None, merge_base: str | None = None,
-                   patches: Sequence[Patch] | None = None, stepwise: bool = False) -> Layers:
+def compute_layers(
+    store: Store,
+    manifest: Manifest,
+    root: str,
+    *,
+    pin: str | None = None,
+    fork: str | None = None,
+    merge_base: str | None = None,
+    patches: Sequence[Patch] | None = None,
+    stepwise: bool = False,
+) -> Layers:
     """All three layers for the overlay at ``root`` (manifest values unless overridden).
 
     Args:
@@ -371,13 +460,23 @@ def compute_layers(store: Store, manifest: Manifest, root: str, *, pin: str | No
             for name, url in manifest.remote_urls().items():
                 store.set_remote(name, url)
             return cached
-        pin, fork, merge_base = ensure_commits(store, manifest, pin=pin, fork=fork, merge_base=merge_base)
+        pin, fork, merge_base = ensure_commits(
+            store, manifest, pin=pin, fork=fork, merge_base=merge_base
+        )
         forked, carried, dropped, conflicts, stale = compute_forked(
-            store, merge_base, pin, fork, manifest.carry, resolutions)
+            store, merge_base, pin, fork, manifest.carry, resolutions
+        )
         patched, results = apply_series(store, forked, series, stepwise=stepwise)
-        layers = Layers(pin=store.tree_of(pin), forked=forked, patched=patched,
-                        carried_changes=carried, dropped_changes=dropped, conflicts=conflicts,
-                        stale_resolutions=stale, patches=results)
+        layers = Layers(
+            pin=store.tree_of(pin),
+            forked=forked,
+            patched=patched,
+            carried_changes=carried,
+            dropped_changes=dropped,
+            conflicts=conflicts,
+            stale_resolutions=stale,
+            patches=results,
+        )
         _cache_write(store, key, layers, stepwise)
     return layers
 
@@ -386,15 +485,33 @@ def compute_layers(store: Store, manifest: Manifest, root: str, *, pin: str | No
 LAYER_CACHE_VERSION = 2
 
 
-def _cache_key(manifest: Manifest, pin: str, fork: str, merge_base: str, resolutions: dict[str, bytes],
-               series: Sequence[Patch]) -> str:
+def _cache_key(
+    manifest: Manifest,
+    pin: str,
+    fork: str,
+    merge_base: str,
+    resolutions: dict[str, bytes],
+    series: Sequence[Patch],
+) -> str:
     """sha256 over everything a layer depends on: commits, carry globs, resolutions, patch bytes."""
-    h = hashlib.sha256(json.dumps([LAYER_CACHE_VERSION, pin, fork, merge_base, manifest.include,
-                                   manifest.exclude]).encode())
+    h = hashlib.sha256(
+        json.dumps(
+            [
+                LAYER_CACHE_VERSION,
+                pin,
+                fork,
+                merge_base,
+                manifest.include,
+                manifest.exclude,
+            ]
+        ).encode()
+    )
     for path, data in sorted(resolutions.items()):
         h.update(b"R" + path.encode() + b"\0" + hashlib.sha256(data).digest())
     for patch in series:
-        h.update(b"P" + patch.name.encode() + b"\0" + hashlib.sha256(patch.data).digest())
+        h.update(
+            b"P" + patch.name.encode() + b"\0" + hashlib.sha256(patch.data).digest()
+        )
     return h.hexdigest()
 
 
@@ -402,31 +519,53 @@ def _cache_path(store: Store, key: str) -> str:
     return os.path.join(store.git_dir, "overlay-layers", key[:2], key[2:] + ".json")
 
 
-def _cache_read(store: Store, key: str, series: Sequence[Patch], stepwise: bool) -> Layers | None:
+def _cache_read(
+    store: Store, key: str, series: Sequence[Patch], stepwise: bool
+) -> Layers | None:
     """The cached layers for ``key``, or ``None`` (absent, unreadable, or its trees pruned)."""
     try:
         with open(_cache_path(store, key), encoding="utf-8") as fh:
             rec = json.load(fh)
     except (OSError, ValueError):
         return None
-    if (stepwise and not rec.get("stepwise")) or len(rec.get("patches", [])) != len(series):
+    if (stepwise and not rec.get("stepwise")) or len(rec.get("patches", [])) != len(
+        series
+    ):
         return None
     if not store.has_object(rec["patched"], "tree"):
         return None
-    return Layers(pin=rec["pin"], forked=rec["forked"], patched=rec["patched"],
-                  carried_changes=rec["carried"], dropped_changes=rec["dropped"],
-                  conflicts=[Conflict(c[0], [tuple(h) for h in c[1]], c[2], [tuple(o) for o in c[3]])
-                             for c in rec["conflicts"]],
-                  stale_resolutions=rec["stale"],
-                  patches=[PatchResult(p, r["state"], r["tree"]) for p, r in zip(series, rec["patches"])])
+    return Layers(
+        pin=rec["pin"],
+        forked=rec["forked"],
+        patched=rec["patched"],
+        carried_changes=rec["carried"],
+        dropped_changes=rec["dropped"],
+        conflicts=[
+            Conflict(c[0], [tuple(h) for h in c[1]], c[2], [tuple(o) for o in c[3]])
+            for c in rec["conflicts"]
+        ],
+        stale_resolutions=rec["stale"],
+        patches=[
+            PatchResult(p, r["state"], r["tree"])
+            for p, r in zip(series, rec["patches"])
+        ],
+    )
 
 
 def _cache_write(store: Store, key: str, layers: Layers, stepwise: bool) -> None:
-    rec = {"pin": layers.pin, "forked": layers.forked, "patched": layers.patched,
-           "carried": layers.carried_changes, "dropped": layers.dropped_changes,
-           "conflicts": [[c.path, c.hunks, c.resolved, c.outside] for c in layers.conflicts],
-           "stale": layers.stale_resolutions, "stepwise": stepwise,
-           "patches": [{"state": r.state, "tree": r.tree} for r in layers.patches]}
+    rec = {
+        "pin": layers.pin,
+        "forked": layers.forked,
+        "patched": layers.patched,
+        "carried": layers.carried_changes,
+        "dropped": layers.dropped_changes,
+        "conflicts": [
+            [c.path, c.hunks, c.resolved, c.outside] for c in layers.conflicts
+        ],
+        "stale": layers.stale_resolutions,
+        "stepwise": stepwise,
+        "patches": [{"state": r.state, "tree": r.tree} for r in layers.patches],
+    }
     path = _cache_path(store, key)
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -435,6 +574,20 @@ def _cache_write(store: Store, key: str, layers: Layers, stepwise: bool) -> None
         pass  # a cache that cannot be written only costs time
 
 
-__all__ = ["Carry", "Conflict", "EMPTY_TREE", "LAYERS", "Layers", "PatchApplyError", "PatchResult",
-           "ForkMerge", "apply_series", "compute_forked", "merge_fork_delta", "compute_layers", "conflict_hunks", "ensure_commits",
-           "read_resolutions"]
+__all__ = [
+    "Carry",
+    "Conflict",
+    "EMPTY_TREE",
+    "LAYERS",
+    "Layers",
+    "PatchApplyError",
+    "PatchResult",
+    "ForkMerge",
+    "apply_series",
+    "compute_forked",
+    "merge_fork_delta",
+    "compute_layers",
+    "conflict_hunks",
+    "ensure_commits",
+    "read_resolutions",
+]

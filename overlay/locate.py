@@ -32,8 +32,10 @@ def find_root(start: str) -> str:
     """
     here = os.path.abspath(start)
     if not os.path.isdir(here):
-        raise ManifestError(f"cannot look for {MANIFEST_PATH} from {here}: no such directory",
-                            hint="pass -C DIR with an existing directory")
+        raise ManifestError(
+            f"cannot look for {MANIFEST_PATH} from {here}: no such directory",
+            hint="pass -C DIR with an existing directory",
+        )
     probe = here
     while True:
         if os.path.isfile(os.path.join(probe, MANIFEST_PATH)):
@@ -42,8 +44,10 @@ def find_root(start: str) -> str:
         if parent == probe:
             break
         probe = parent
-    raise ManifestError(f"{MANIFEST_PATH} not found in {here} or any parent directory up to {probe}",
-                        hint="run overlay inside the overlay repository, or pass -C DIR")
+    raise ManifestError(
+        f"{MANIFEST_PATH} not found in {here} or any parent directory up to {probe}",
+        hint="run overlay inside the overlay repository, or pass -C DIR",
+    )
 
 
 def default_store_dir() -> str:
@@ -51,5 +55,7 @@ def default_store_dir() -> str:
     (``~/.cache`` when ``XDG_CACHE_HOME`` is unset)."""
     if os.environ.get("OVERLAY_GIT_DIR"):
         return os.environ["OVERLAY_GIT_DIR"]
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(
+        os.path.expanduser("~"), ".cache"
+    )
     return os.path.join(base, "overlay", "store.git")

@@ -33,8 +33,11 @@ SCHEMA: dict[str, dict[str, type]] = {
 #: ``older-closing-sentences`` and ``closing-sentence-required-from`` come together:
 #: a team that adopts the policy sentence late keeps its older entries as written.
 OPTIONAL: dict[str, dict[str, type]] = {
-    "policy": {"older-closing-sentences": list, "closing-sentence-required-from": int,
-               "outside-tree": list},
+    "policy": {
+        "older-closing-sentences": list,
+        "closing-sentence-required-from": int,
+        "outside-tree": list,
+    },
 }
 
 _URL_RE = re.compile(r"^(https?|ssh|git|file)://\S+$|^[\w.-]+@[\w.-]+:\S+$")
@@ -90,8 +93,10 @@ class Manifest:
             ``{"upstream": url, "fork": url}``.
         """
         env = os.environ if environ is None else environ
-        return {"upstream": env.get("OVERLAY_UPSTREAM_URL") or self.upstream_url,
-                "fork": env.get("OVERLAY_FORK_URL") or self.fork_url}
+        return {
+            "upstream": env.get("OVERLAY_UPSTREAM_URL") or self.upstream_url,
+            "fork": env.get("OVERLAY_FORK_URL") or self.fork_url,
+        }
 
 
 def _valid_url(url: str) -> bool:
@@ -120,7 +125,9 @@ def load_toml(text: str, path: str, error: type = ManifestError) -> dict:
     except tomllib.TOMLDecodeError as exc:
         raise error(f"{path}: not valid TOML: {exc}") from None
     except RecursionError:
-        raise error(f"{path}: not valid TOML: arrays or tables nested too deeply") from None
+        raise error(
+            f"{path}: not valid TOML: arrays or tables nested too deeply"
+        ) from None
     except ValueError as exc:  # int() past sys.get_int_max_str_digits()
         raise error(f"{path}: not valid TOML: {str(exc).split(';')[0]}") from None
 
@@ -141,7 +148,9 @@ def parse_manifest(text: str, path: str = MANIFEST_PATH) -> Manifest:
     problems: list[str] = []
     unknown_tables = sorted(set(data) - set(SCHEMA))
     if unknown_tables:
-        problems.append("unknown table(s) " + ", ".join(f"[{t}]" for t in unknown_tables))
+        problems.append(
+            "unknown table(s) " + ", ".join(f"[{t}]" for t in unknown_tables)
+        )
     for table, keys in SCHEMA.items():
         section = data.get(table)
         if not isinstance(section, dict):
@@ -156,17 +165,30 @@ def parse_manifest(text: str, path: str = MANIFEST_PATH) -> Manifest:
             problems.append(f"[{table}] unknown key(s) " + ", ".join(unknown))
         for key, kind in {**keys, **optional}.items():
             # tomllib reads `true` as a bool, which isinstance(..., int) would let through.
-            if key in section and (not isinstance(section[key], kind) or isinstance(section[key], bool)):
-                problems.append(f"[{table}] {key} must be {'an integer' if kind is int else 'a ' + kind.__name__}")
-            elif kind is list and key in section and not all(isinstance(x, str) for x in section[key]):
+            if key in section and (
+                not isinstance(section[key], kind) or isinstance(section[key], bool)
+            ):
+                problems.append(
+                    f"[{table}] {key} must be {'an integer' if kind is int else 'a ' + kind.__name__}"
+                )
+            elif (
+                kind is list
+                and key in section
+                and not all(isinstance(x, str) for x in section[key])
+            ):
                 problems.append(f"[{table}] {key} must be a list of strings")
     if problems:
         raise ManifestError(f"{path}: " + "; ".join(problems))
     up, fork = data["upstream"], data["fork"]
-    for label, value in (("upstream.pin", up["pin"]), ("fork.commit", fork["commit"]),
-                         ("fork.merge-base", fork["merge-base"])):
+    for label, value in (
+        ("upstream.pin", up["pin"]),
+        ("fork.commit", fork["commit"]),
+        ("fork.merge-base", fork["merge-base"]),
+    ):
         if not is_sha(value):
-            problems.append(f"{label} must be a full 40-hex lowercase SHA, got {value!r}")
+            problems.append(
+                f"{label} must be a full 40-hex lowercase SHA, got {value!r}"
+            )
     for label, value in (("upstream.url", up["url"]), ("fork.url", fork["url"])):
         if not _valid_url(value):
             problems.append(f"{label} is not a URL or absolute path: {value!r}")
@@ -175,28 +197,44 @@ def parse_manifest(text: str, path: str = MANIFEST_PATH) -> Manifest:
     policy = data["policy"]
     if not policy["closing-sentence"].strip():
         problems.append("policy.closing-sentence must not be empty")
-    older, since = policy.get("older-closing-sentences"), policy.get("closing-sentence-required-from")
+    older, since = (
+        policy.get("older-closing-sentences"),
+        policy.get("closing-sentence-required-from"),
+    )
     if (older is None) != (since is None):
-        problems.append("policy.older-closing-sentences and policy.closing-sentence-required-from "
-                        "come together: the older forms are accepted below that entry number")
+        problems.append(
+            "policy.older-closing-sentences and policy.closing-sentence-required-from "
+            "come together: the older forms are accepted below that entry number"
+        )
     if older is not None and (not older or not all(x.strip() for x in older)):
-        problems.append("policy.older-closing-sentences must name at least one non-empty sentence")
+        problems.append(
+            "policy.older-closing-sentences must name at least one non-empty sentence"
+        )
     if since is not None and since < 1:
-        problems.append(f"policy.closing-sentence-required-from must be an entry number (1 or more), got {since}")
+        problems.append(
+            f"policy.closing-sentence-required-from must be an entry number (1 or more), got {since}"
+        )
     if not all(g.strip() for g in policy.get("outside-tree", [])):
         problems.append("policy.outside-tree must not hold an empty glob")
     if problems:
         raise ManifestError(f"{path}: " + "; ".join(problems))
     return Manifest(
-        path=path, upstream_url=up["url"], pin=up["pin"], fork_url=fork["url"],
-        fork_branch=fork["branch"], fork_commit=fork["commit"], merge_base=fork["merge-base"],
-        include=tuple(data["carry"]["include"]), exclude=tuple(data["carry"]["exclude"]),
+        path=path,
+        upstream_url=up["url"],
+        pin=up["pin"],
+        fork_url=fork["url"],
+        fork_branch=fork["branch"],
+        fork_commit=fork["commit"],
+        merge_base=fork["merge-base"],
+        include=tuple(data["carry"]["include"]),
+        exclude=tuple(data["carry"]["exclude"]),
         cmake_option=data["backend"]["cmake-option"],
         architectures=tuple(data["backend"]["architectures"]),
         closing_sentence=policy["closing-sentence"],
         older_closing_sentences=tuple(policy.get("older-closing-sentences", ())),
         closing_sentence_required_from=policy.get("closing-sentence-required-from"),
-        outside_tree=tuple(policy.get("outside-tree", ())))
+        outside_tree=tuple(policy.get("outside-tree", ())),
+    )
 
 
 def load_manifest(root: str) -> Manifest:
@@ -211,17 +249,23 @@ def load_manifest(root: str) -> Manifest:
             named) or invalid (exit 2).
     """
     try:
-        text = read_record_text(root, MANIFEST_PATH.replace(os.sep, "/"), what="manifest")
+        text = read_record_text(
+            root, MANIFEST_PATH.replace(os.sep, "/"), what="manifest"
+        )
     except RecordMissing:
-        raise ManifestError(f"{MANIFEST_PATH} not found under {root}",
-                            hint="run overlay from the overlay repository or pass -C DIR") from None
+        raise ManifestError(
+            f"{MANIFEST_PATH} not found under {root}",
+            hint="run overlay from the overlay repository or pass -C DIR",
+        ) from None
     except RecordError as exc:
         raise ManifestError(exc.message, hint=exc.hint) from None
     return parse_manifest(text, MANIFEST_PATH)
 
 
 _TABLE_LINE = re.compile(r"^\s*\[\s*([A-Za-z0-9_-]+)\s*\]\s*(?:#.*)?$")
-_PIN_LINE = re.compile(r'^(\s*(pin|commit|merge-base)\s*=\s*")([0-9a-f]{40})("\s*(?:#.*)?)$')
+_PIN_LINE = re.compile(
+    r'^(\s*(pin|commit|merge-base)\s*=\s*")([0-9a-f]{40})("\s*(?:#.*)?)$'
+)
 _PIN_KEYS = {("upstream", "pin"), ("fork", "commit"), ("fork", "merge-base")}
 
 
@@ -241,7 +285,11 @@ def set_pins(text: str, pin: str, fork_commit: str, merge_base: str) -> str | No
     Returns:
         The new text, checked by parsing it: only the three values differ.
     """
-    new = {("upstream", "pin"): pin, ("fork", "commit"): fork_commit, ("fork", "merge-base"): merge_base}
+    new = {
+        ("upstream", "pin"): pin,
+        ("fork", "commit"): fork_commit,
+        ("fork", "merge-base"): merge_base,
+    }
     lines = text.split("\n")
     table, done = None, set()
     for i, line in enumerate(lines):
@@ -265,4 +313,3 @@ def set_pins(text: str, pin: str, fork_commit: str, merge_base: str) -> str | No
     for (t, k), value in new.items():
         before[t][k] = value
     return out if before == after else None
-

@@ -9,7 +9,7 @@ accept the result. Formatting the same change twice gives the same bytes.
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from overlay.errors import GitError
 from overlay.gitstore import Store
@@ -20,11 +20,24 @@ DEFAULT_AUTHOR = "overlay <overlay@localhost>"
 
 #: The options every patch diff is made with (full blob names, renames, binary data,
 #: fixed prefixes and algorithm), so that the same trees always give the same bytes.
-_DIFF_ARGS = ("-c", "diff.algorithm=myers", "diff-tree", "-r", "-p", "-M", "--full-index", "--binary",
-              "--no-color", "--src-prefix=a/", "--dst-prefix=b/")
+_DIFF_ARGS = (
+    "-c",
+    "diff.algorithm=myers",
+    "diff-tree",
+    "-r",
+    "-p",
+    "-M",
+    "--full-index",
+    "--binary",
+    "--no-color",
+    "--src-prefix=a/",
+    "--dst-prefix=b/",
+)
 
 
-def tree_diff(store: Store, old_tree: str, new_tree: str, paths: Iterable[str] = ()) -> bytes:
+def tree_diff(
+    store: Store, old_tree: str, new_tree: str, paths: Iterable[str] = ()
+) -> bytes:
     """The git diff between two trees in the patch-file form.
 
     Args:
@@ -70,11 +83,18 @@ def tree_diffs(store: Store, pairs: Sequence[tuple[str, str]]) -> list[bytes]:
             raise GitError("git diff-tree --stdin did not echo every tree pair")
         starts.append(at + 1)
     ends = starts[1:] + [len(out)]
-    return [out[start + len(echo):end] for start, end, echo in zip(starts, ends, echoes)]
+    return [
+        out[start + len(echo) : end] for start, end, echo in zip(starts, ends, echoes)
+    ]
 
 
-def format_patch(subject: str, description: str, trailers: Sequence[tuple[str, str]], diff: bytes,
-                 author: str = DEFAULT_AUTHOR) -> bytes:
+def format_patch(
+    subject: str,
+    description: str,
+    trailers: Sequence[tuple[str, str]],
+    diff: bytes,
+    author: str = DEFAULT_AUTHOR,
+) -> bytes:
     """Assemble a byte-stable patch file.
 
     Args:
@@ -86,7 +106,12 @@ def format_patch(subject: str, description: str, trailers: Sequence[tuple[str, s
     Returns:
         The file's bytes, LF line endings, ending with the diff.
     """
-    parts = [ZERO_FROM, f"From: {author}\n", f"Subject: [PATCH] {' '.join(subject.split())}\n", "\n"]
+    parts = [
+        ZERO_FROM,
+        f"From: {author}\n",
+        f"Subject: [PATCH] {' '.join(subject.split())}\n",
+        "\n",
+    ]
     if description.strip():
         parts.append(description.strip("\n") + "\n\n")
     for key, value in trailers:

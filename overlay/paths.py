@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 import posixpath
 import re
-from typing import Iterable
+from collections.abc import Iterable
 
 from overlay.errors import UnsafePath
 
@@ -35,12 +35,18 @@ def check_path(path: str, *, what: str = "path") -> str:
         or NUL (exit 2).
     """
     if not path or path.startswith("/") or "\0" in path or "\\" in path:
-        raise UnsafePath(f"refusing {what} {path!r}: absolute, empty or not a plain relative path")
+        raise UnsafePath(
+            f"refusing {what} {path!r}: absolute, empty or not a plain relative path"
+        )
     for part in path.split("/"):
         if part in ("", ".", ".."):
-            raise UnsafePath(f"refusing {what} {path!r}: component {part!r} is not allowed")
+            raise UnsafePath(
+                f"refusing {what} {path!r}: component {part!r} is not allowed"
+            )
         if part.rstrip(". ").casefold() == ".git":
-            raise UnsafePath(f"refusing {what} {path!r}: a .git component is not allowed")
+            raise UnsafePath(
+                f"refusing {what} {path!r}: a .git component is not allowed"
+            )
     return path
 
 
@@ -69,21 +75,29 @@ def check_symlink(path: str, target: str, links: dict[str, str] | None = None) -
         part = pending.pop(0)
         if part == "..":
             if not parts:
-                raise UnsafePath(f"refusing symlink {path!r} -> {target!r}: escapes the tree")
+                raise UnsafePath(
+                    f"refusing symlink {path!r} -> {target!r}: escapes the tree"
+                )
             parts.pop()
             continue
         if part.rstrip(". ").casefold() == ".git":
-            raise UnsafePath(f"refusing symlink {path!r} -> {target!r}: points into .git")
+            raise UnsafePath(
+                f"refusing symlink {path!r} -> {target!r}: points into .git"
+            )
         parts.append(part)
         here = "/".join(parts)
         if here in links:
             hops += 1
             if hops > 40:
-                raise UnsafePath(f"refusing symlink {path!r} -> {target!r}: too many levels of links")
+                raise UnsafePath(
+                    f"refusing symlink {path!r} -> {target!r}: too many levels of links"
+                )
             inner = links[here]
             if inner.startswith("/"):
-                raise UnsafePath(f"refusing symlink {path!r} -> {target!r}: resolves through {here!r} "
-                                 "to an absolute path")
+                raise UnsafePath(
+                    f"refusing symlink {path!r} -> {target!r}: resolves through {here!r} "
+                    "to an absolute path"
+                )
             parts.pop()
             pending = [p for p in inner.split("/") if p not in ("", ".")] + pending
 
@@ -218,12 +232,17 @@ class _GlobNFA:
 @functools.lru_cache(maxsize=256)
 def _glob_matcher(glob: str):
     tokens = _tokens(glob)
-    if sum(1 for kind, _c in tokens if kind in (_STAR, _DSTAR, _DSS)) > _REGEX_MAX_WILDCARDS:
+    if (
+        sum(1 for kind, _c in tokens if kind in (_STAR, _DSTAR, _DSS))
+        > _REGEX_MAX_WILDCARDS
+    ):
         return _GlobNFA(tokens).match
     out = []
     for kind, char in tokens:
-        out.append({_DSS: "(?:.*/)?", _DSTAR: ".*", _STAR: "[^/]*", _ANY: "[^/]"}.get(kind)
-                   or re.escape(char))
+        out.append(
+            {_DSS: "(?:.*/)?", _DSTAR: ".*", _STAR: "[^/]*", _ANY: "[^/]"}.get(kind)
+            or re.escape(char)
+        )
     regex = re.compile("".join(out) + r"\Z", re.S)
     return lambda path: regex.match(path) is not None
 
@@ -251,5 +270,6 @@ class Carry:
 
     def __call__(self, path: str) -> bool:
         """True when ``path`` is carried."""
-        return (any(glob_match(path, g) for g in self.include)
-                and not any(glob_match(path, g) for g in self.exclude))
+        return any(glob_match(path, g) for g in self.include) and not any(
+            glob_match(path, g) for g in self.exclude
+        )

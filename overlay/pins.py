@@ -40,9 +40,14 @@ class Citation:
 
     def describe(self) -> str:
         """One line: who follows which commits the new pin lacks."""
-        who = (", ".join(self.patches) + f" (LOCAL_FIXES entry {self.entry})" if self.patches
-               else f"LOCAL_FIXES entry {self.entry} (no patch)")
-        return f"{who} follows upstream {', '.join(self.commits)}, which the new pin lacks"
+        who = (
+            ", ".join(self.patches) + f" (LOCAL_FIXES entry {self.entry})"
+            if self.patches
+            else f"LOCAL_FIXES entry {self.entry} (no patch)"
+        )
+        return (
+            f"{who} follows upstream {', '.join(self.commits)}, which the new pin lacks"
+        )
 
 
 def _ancestor(store: Store, a: str, b: str) -> bool:
@@ -54,11 +59,20 @@ def fetch_upstream_refs(store: Store) -> None:
     a failed fetch is quiet: the checks then use what the store holds)."""
     if not store.offline:
         with store.lock():
-            store.git("fetch", "-q", "--tags", "--prune", "upstream",
-                      "+refs/heads/*:refs/remotes/upstream/*", check=False)
+            store.git(
+                "fetch",
+                "-q",
+                "--tags",
+                "--prune",
+                "upstream",
+                "+refs/heads/*:refs/remotes/upstream/*",
+                check=False,
+            )
 
 
-def upstream_refs_containing(store: Store, sha: str, *, fetch: bool = True) -> list[str] | None:
+def upstream_refs_containing(
+    store: Store, sha: str, *, fetch: bool = True
+) -> list[str] | None:
     """The upstream branches and tags of the git store that contain ``sha``.
 
     Args:
@@ -74,14 +88,24 @@ def upstream_refs_containing(store: Store, sha: str, *, fetch: bool = True) -> l
     if fetch:
         fetch_upstream_refs(store)
     scopes = ("refs/remotes/upstream/", "refs/tags/")
-    if not store.git("for-each-ref", "--count=1", "--format=%(refname)", *scopes).stdout.strip():
+    if not store.git(
+        "for-each-ref", "--count=1", "--format=%(refname)", *scopes
+    ).stdout.strip():
         return None
-    out = store.git("for-each-ref", "--format=%(refname)", "--contains", sha, *scopes).stdout
+    out = store.git(
+        "for-each-ref", "--format=%(refname)", "--contains", sha, *scopes
+    ).stdout
     return [r for r in out.decode("utf-8", "replace").splitlines() if r]
 
 
-def check_new_pin(store: Store, new_pin: str, *, fork_commits: tuple[str, ...] = (), force: bool = False,
-                  fetch: bool = True) -> list[str]:
+def check_new_pin(
+    store: Store,
+    new_pin: str,
+    *,
+    fork_commits: tuple[str, ...] = (),
+    force: bool = False,
+    fetch: bool = True,
+) -> list[str]:
     """Refuse a new pin that is not an upstream commit, unless ``force``.
 
     Args:
@@ -99,24 +123,36 @@ def check_new_pin(store: Store, new_pin: str, *, fork_commits: tuple[str, ...] =
     problem = None
     warnings: list[str] = []
     if new_pin in fork_commits:
-        problem = ("it is the fork commit, not an upstream MLX commit "
-                   "(the fork delta would be carried onto itself)")
+        problem = (
+            "it is the fork commit, not an upstream MLX commit "
+            "(the fork delta would be carried onto itself)"
+        )
     else:
         refs = upstream_refs_containing(store, new_pin, fetch=fetch)
         if refs is None:
-            warnings.append(f"cannot check that pin {new_pin[:12]} is on an upstream branch or tag: the git "
-                            "store has none (offline?)")
+            warnings.append(
+                f"cannot check that pin {new_pin[:12]} is on an upstream branch or tag: the git "
+                "store has none (offline?)"
+            )
         elif not refs:
-            problem = ("no upstream branch or tag contains it (looked in refs/remotes/upstream/* and the tags "
-                       "of the git store): a fork-only commit or an unmerged pull request?")
+            problem = (
+                "no upstream branch or tag contains it (looked in refs/remotes/upstream/* and the tags "
+                "of the git store): a fork-only commit or an unmerged pull request?"
+            )
     if problem is None:
         return warnings
     if force:
-        return warnings + [f"pin {new_pin[:12]}: {problem}; accepted because of --force"]
-    raise OverlayError(f"refusing pin {new_pin[:12]}: {problem}", hint="pass --force to use it anyway")
+        return warnings + [
+            f"pin {new_pin[:12]}: {problem}; accepted because of --force"
+        ]
+    raise OverlayError(
+        f"refusing pin {new_pin[:12]}: {problem}", hint="pass --force to use it anyway"
+    )
 
 
-def backwards_citations(store: Store, root: str, old_pin: str, new_pin: str) -> list[Citation]:
+def backwards_citations(
+    store: Store, root: str, old_pin: str, new_pin: str
+) -> list[Citation]:
     """For a pin moved backwards: the retarget entries citing upstream commits the new pin lacks.
 
     An entry of the retarget section of ``LOCAL_FIXES.md`` cites a commit by an 8 to
@@ -142,6 +178,7 @@ def backwards_citations(store: Store, root: str, old_pin: str, new_pin: str) -> 
         return []
     try:
         from overlay.series import load_series
+
         series = load_series(root)
     except (OverlayError, PatchFormatError, UnsafePath, OSError):
         series = []
@@ -157,8 +194,14 @@ def backwards_citations(store: Store, root: str, old_pin: str, new_pin: str) -> 
         lacking = []
         for word in dict.fromkeys(_SHA_RE.findall(f"{entry.title} {entry.text}")):
             try:
-                proc = store.git("rev-parse", "--verify", "--quiet", "--end-of-options", f"{word}^{{commit}}",
-                                 check=False)
+                proc = store.git(
+                    "rev-parse",
+                    "--verify",
+                    "--quiet",
+                    "--end-of-options",
+                    f"{word}^{{commit}}",
+                    check=False,
+                )
             except GitError:
                 continue
             full = proc.stdout.decode().strip()
@@ -167,7 +210,11 @@ def backwards_citations(store: Store, root: str, old_pin: str, new_pin: str) -> 
             if _ancestor(store, full, old_pin) and not _ancestor(store, full, new_pin):
                 lacking.append(word)
         if lacking:
-            out.append(Citation(entry.number, tuple(by_fix.get(entry.number, ())), tuple(lacking)))
+            out.append(
+                Citation(
+                    entry.number, tuple(by_fix.get(entry.number, ())), tuple(lacking)
+                )
+            )
     return out
 
 
@@ -186,16 +233,24 @@ def fork_ahead(store: Store, fork: str, pin: str) -> list[str]:
         ``["<sha12> <subject>", ...]``, newest first; empty when the fork holds no
         upstream commit past the pin, or when no upstream branch is known.
     """
-    rows = store.out("for-each-ref", "--format=%(refname:lstrip=3) %(objectname)", "refs/remotes/upstream/")
+    rows = store.out(
+        "for-each-ref",
+        "--format=%(refname:lstrip=3) %(objectname)",
+        "refs/remotes/upstream/",
+    )
     tips = dict(line.split(" ", 1) for line in rows.splitlines() if " " in line)
     # The default branch answers the question; other branches only when it is unknown.
-    refs = [tips[b] for b in ("main", "master") if b in tips][:1] or list(tips.values())[:20]
+    refs = [tips[b] for b in ("main", "master") if b in tips][:1] or list(
+        tips.values()
+    )[:20]
     ahead: list[str] = []
     for tip in refs:
         base = store.merge_base(fork, tip)
         if not base or store.is_ancestor(base, pin):
             continue
-        for line in store.out("log", "--format=%h %s", "--abbrev=12", f"{base}", f"^{pin}").splitlines():
+        for line in store.out(
+            "log", "--format=%h %s", "--abbrev=12", f"{base}", f"^{pin}"
+        ).splitlines():
             if line not in ahead:
                 ahead.append(line)
     return ahead
@@ -210,8 +265,12 @@ def refuse_fork_ahead(store: Store, fork: str, pin: str) -> None:
     fetch_upstream_refs(store)
     ahead = fork_ahead(store, fork, pin)
     if ahead:
-        shown = "; ".join(ahead[:3]) + (f"; and {len(ahead) - 3} more" if len(ahead) > 3 else "")
-        raise OverlayError(f"fork commit {fork[:12]} has merged {len(ahead)} upstream commit(s) that pin "
-                           f"{pin[:12]} lacks ({shown}): they would be carried as fork delta",
-                           hint="rebase onto a pin that holds them first (`overlay rebase --onto`), or pass "
-                                "--allow-fork-ahead to carry them anyway")
+        shown = "; ".join(ahead[:3]) + (
+            f"; and {len(ahead) - 3} more" if len(ahead) > 3 else ""
+        )
+        raise OverlayError(
+            f"fork commit {fork[:12]} has merged {len(ahead)} upstream commit(s) that pin "
+            f"{pin[:12]} lacks ({shown}): they would be carried as fork delta",
+            hint="rebase onto a pin that holds them first (`overlay rebase --onto`), or pass "
+            "--allow-fork-ahead to carry them anyway",
+        )

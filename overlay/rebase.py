@@ -42,20 +42,43 @@ import shutil
 from typing import Any
 
 from overlay import fixes
+from overlay.engine import (
+    CarryError,
+    PatchApplyError,
+    apply_series,
+    carry_patch,
+    exact_prefix,
+    upstream_commit,
+)
 from overlay.errors import EXIT_FINDINGS, GitError, OverlayError
 from overlay.fsutil import atomic_write, kill_point, scratch_dir
-from overlay.engine import (CarryError, PatchApplyError, apply_series, carry_patch, exact_prefix,
-                            upstream_commit)
 from overlay.gitstore import Store
 from overlay.layers import changes_outside_conflicts, merge_fork_delta, read_resolutions
 from overlay.manifest import MANIFEST_PATH, Manifest, load_manifest, set_pins
 from overlay.markers import marker_lines
-from overlay.paths import check_path
 from overlay.patchfmt import tree_diff
+from overlay.paths import check_path
 from overlay.refresh import refreshed_bytes
-from overlay.runstate import (NEW_STATE_DIR, OLD_STATE_DIR, REPORT_JSON, REPORT_MD, RR_CACHE, STATE_DIR,
-                              StateOnDisk, inspect_state, interrupts_deferred, wedged_hint)
-from overlay.series import PATCH_DIR, SERIES_PATH, Patch, parse_patch, read_series, split_patch
+from overlay.runstate import (
+    NEW_STATE_DIR,
+    OLD_STATE_DIR,
+    REPORT_JSON,
+    REPORT_MD,
+    RR_CACHE,
+    STATE_DIR,
+    StateOnDisk,
+    inspect_state,
+    interrupts_deferred,
+    wedged_hint,
+)
+from overlay.series import (
+    PATCH_DIR,
+    SERIES_PATH,
+    Patch,
+    parse_patch,
+    read_series,
+    split_patch,
+)
 
 RESOLVED = "patches-rocm/resolved"
 
@@ -66,7 +89,9 @@ class RebaseStopped(OverlayError):
     exit_code = EXIT_FINDINGS
 
 
-_checkpoint = kill_point  # test hook: OVERLAY_TEST_KILL_AT=<name> SIGKILLs the process there
+_checkpoint = (
+    kill_point  # test hook: OVERLAY_TEST_KILL_AT=<name> SIGKILLs the process there
+)
 
 
 @dataclasses.dataclass
@@ -84,7 +109,11 @@ def _tracked_files(root: str) -> list[str]:
     out = [MANIFEST_PATH, SERIES_PATH, fixes.FILE_NAME]
     pdir = os.path.join(root, PATCH_DIR)
     if os.path.isdir(pdir):
-        out += [f"{PATCH_DIR}/{fn}" for fn in sorted(os.listdir(pdir)) if fn.endswith(".patch")]
+        out += [
+            f"{PATCH_DIR}/{fn}"
+            for fn in sorted(os.listdir(pdir))
+            if fn.endswith(".patch")
+        ]
     for rel in read_resolutions(root):
         out.append(f"{RESOLVED}/{rel}")
     return [p for p in out if os.path.isfile(os.path.join(root, p))]
@@ -125,10 +154,15 @@ class Rebase:
         """
         info = self.inspect()
         if not info.present:
-            raise OverlayError("no rebase or sync in progress", hint="start one with `overlay rebase --onto SHA`")
+            raise OverlayError(
+                "no rebase or sync in progress",
+                hint="start one with `overlay rebase --onto SHA`",
+            )
         if info.problem or info.state is None:
-            raise OverlayError(f"the {info.kind} state is wedged: {info.problem}; it cannot be continued",
-                               hint=wedged_hint(info.kind))
+            raise OverlayError(
+                f"the {info.kind} state is wedged: {info.problem}; it cannot be continued",
+                hint=wedged_hint(info.kind),
+            )
         self.state = info.state
 
     def save(self) -> None:
@@ -140,13 +174,18 @@ class Rebase:
             removing the directory under a first one used to leave.
         """
         if not os.path.isdir(self.dir):
-            raise OverlayError(f"{STATE_DIR} vanished while the {self.state.get('kind', 'rebase')} ran; "
-                               "the state is not written again without its backup",
-                               hint="check `git status`; restore the records with git if they changed")
+            raise OverlayError(
+                f"{STATE_DIR} vanished while the {self.state.get('kind', 'rebase')} ran; "
+                "the state is not written again without its backup",
+                hint="check `git status`; restore the records with git if they changed",
+            )
         # Rename-atomic, not fsynced: a killed process leaves the old or the new state,
         # never a torn one; a power loss may cost the last step, which is redone.
-        atomic_write(os.path.join(self.dir, "state.json"),
-                     json.dumps(self.state, indent=1, sort_keys=True).encode(), durable=False)
+        atomic_write(
+            os.path.join(self.dir, "state.json"),
+            json.dumps(self.state, indent=1, sort_keys=True).encode(),
+            durable=False,
+        )
 
     def _discard_dir(self) -> None:
         """Remove the state directory as one step: renamed away first, so a kill
@@ -169,8 +208,10 @@ class Rebase:
         """
         info = self.inspect()
         if info.present:
-            raise OverlayError(f"a {info.kind} is already in progress",
-                               hint="finish it with --continue / --skip, or --abort it")
+            raise OverlayError(
+                f"a {info.kind} is already in progress",
+                hint="finish it with --continue / --skip, or --abort it",
+            )
         # Built beside its place and renamed into it: the state directory appears
         # whole (backup and state.json) or not at all, whenever the process dies.
         new_dir = os.path.join(self.root, NEW_STATE_DIR)
@@ -184,12 +225,22 @@ class Rebase:
             os.makedirs(os.path.dirname(dst), exist_ok=True)
             shutil.copy2(os.path.join(self.root, rel), dst)
         self.state = {
-            "format": 1, "kind": kind, "old": dataclasses.asdict(old), "new": dataclasses.asdict(new),
-            "backup": files, "resolutions": {}, "forked": None, "patches": [], "stop": None,
+            "format": 1,
+            "kind": kind,
+            "old": dataclasses.asdict(old),
+            "new": dataclasses.asdict(new),
+            "backup": files,
+            "resolutions": {},
+            "forked": None,
+            "patches": [],
+            "stop": None,
             "committing": False,
         }
-        atomic_write(os.path.join(new_dir, "state.json"),
-                     json.dumps(self.state, indent=1, sort_keys=True).encode(), durable=False)
+        atomic_write(
+            os.path.join(new_dir, "state.json"),
+            json.dumps(self.state, indent=1, sort_keys=True).encode(),
+            durable=False,
+        )
         _checkpoint("start")
         if os.path.isdir(self.dir):
             shutil.rmtree(self.dir)  # an empty leftover (inspect found nothing in it)
@@ -207,8 +258,14 @@ class Rebase:
             self._cat.close()
             self._cat = None
 
-    def _merge_file(self, ours: bytes, base: bytes, theirs: bytes, labels: tuple[str, str, str],
-                    diff3: bool = False) -> tuple[bytes, bool]:
+    def _merge_file(
+        self,
+        ours: bytes,
+        base: bytes,
+        theirs: bytes,
+        labels: tuple[str, str, str],
+        diff3: bool = False,
+    ) -> tuple[bytes, bool]:
         """``git merge-file -p`` on three texts (``--diff3`` adds the base section);
         returns ``(result, clean)``."""
         with scratch_dir("merge") as tmp:
@@ -218,8 +275,19 @@ class Rebase:
                 with open(path, "wb") as fh:
                     fh.write(data)
                 paths.append(path)
-            proc = self.store.git("merge-file", "-p", *(["--diff3"] if diff3 else []),
-                                  "-L", labels[0], "-L", labels[1], "-L", labels[2], *paths, check=False)
+            proc = self.store.git(
+                "merge-file",
+                "-p",
+                *(["--diff3"] if diff3 else []),
+                "-L",
+                labels[0],
+                "-L",
+                labels[1],
+                "-L",
+                labels[2],
+                *paths,
+                check=False,
+            )
         if proc.returncode < 0 or proc.returncode > 127:
             raise GitError(f"git merge-file failed: {proc.stderr.decode().strip()}")
         return proc.stdout, proc.returncode == 0
@@ -231,10 +299,22 @@ class Rebase:
     def _labelled(self, stages: dict, bases: Bases | None) -> bytes:
         """git's conflicted text for one path; markers name the commits, or just the
         sides when ``bases`` is ``None`` (so texts from two runs can be compared)."""
-        labels = (("pin", "merge base", "fork") if bases is None else
-                  (f"pin {bases.pin[:8]}", f"merge base {bases.merge_base[:8]}", f"fork {bases.fork[:8]}"))
-        text, _ = self._merge_file(self._stage_text(stages, 2), self._stage_text(stages, 1),
-                                   self._stage_text(stages, 3), labels, diff3=bases is not None)
+        labels = (
+            ("pin", "merge base", "fork")
+            if bases is None
+            else (
+                f"pin {bases.pin[:8]}",
+                f"merge base {bases.merge_base[:8]}",
+                f"fork {bases.fork[:8]}",
+            )
+        )
+        text, _ = self._merge_file(
+            self._stage_text(stages, 2),
+            self._stage_text(stages, 1),
+            self._stage_text(stages, 3),
+            labels,
+            diff3=bases is not None,
+        )
         return text
 
     @staticmethod
@@ -256,7 +336,10 @@ class Rebase:
         """Record a resolution for later runs; the run remembers it so ``--abort`` forgets it."""
         os.makedirs(os.path.join(self.root, RR_CACHE), exist_ok=True)
         atomic_write(os.path.join(self.root, RR_CACHE, key), data)
-        atomic_write(os.path.join(self.root, RR_CACHE, key + ".path"), path.encode("utf-8", "surrogateescape"))
+        atomic_write(
+            os.path.join(self.root, RR_CACHE, key + ".path"),
+            path.encode("utf-8", "surrogateescape"),
+        )
         self.state.setdefault("rr_recorded", []).append(key)
 
     def _write_work(self, files: dict[str, bytes | None]) -> list[str]:
@@ -292,7 +375,9 @@ class Rebase:
                 if self.state["forked"] is None:
                     self._settle_fork_delta(manifest, old, new)
                 self._apply_patches()
-            with interrupts_deferred():  # the records are written whole, or (killed) --continue ends it
+            with (
+                interrupts_deferred()
+            ):  # the records are written whole, or (killed) --continue ends it
                 if not self.state["committing"]:
                     self.state["committing"] = True
                     self.save()
@@ -302,7 +387,9 @@ class Rebase:
 
     def _settle_fork_delta(self, manifest: Manifest, old: Bases, new: Bases) -> None:
         store = self.store
-        merge = merge_fork_delta(store, new.merge_base, new.pin, new.fork, manifest.carry)
+        merge = merge_fork_delta(
+            store, new.merge_base, new.pin, new.fork, manifest.carry
+        )
         old_res = read_resolutions(self.root)
         old_merge = None
         decided: dict = self.state["resolutions"]
@@ -313,30 +400,47 @@ class Rebase:
             new_auto = self._labelled(stages, None)
             if path in old_res:
                 if old_merge is None:
-                    old_merge = merge_fork_delta(store, old.merge_base, old.pin, old.fork, manifest.carry)
-                old_stages = {str(k): v for k, v in old_merge.stages.get(path, {}).items()}
+                    old_merge = merge_fork_delta(
+                        store, old.merge_base, old.pin, old.fork, manifest.carry
+                    )
+                old_stages = {
+                    str(k): v for k, v in old_merge.stages.get(path, {}).items()
+                }
                 if old_stages:
                     old_auto = self._labelled(old_stages, None)
                     if old_auto == new_auto:
-                        decided[path] = {"status": "unchanged", "blob": store.hash_blob(old_res[path]),
-                                         "note": "same conflict as before: the recorded resolution applies as is"}
+                        decided[path] = {
+                            "status": "unchanged",
+                            "blob": store.hash_blob(old_res[path]),
+                            "note": "same conflict as before: the recorded resolution applies as is",
+                        }
                         self.save()
                         continue
-                    carried, clean = self._merge_file(old_res[path], old_auto, new_auto,
-                                                      ("recorded resolution", "old auto-merge", "new auto-merge"))
+                    carried, clean = self._merge_file(
+                        old_res[path],
+                        old_auto,
+                        new_auto,
+                        ("recorded resolution", "old auto-merge", "new auto-merge"),
+                    )
                     if clean and not marker_lines(carried):
-                        decided[path] = {"status": "carried", "blob": store.hash_blob(carried),
-                                         "note": "recorded resolution carried by a 3-way merge"
-                                         + self._outside_note(merge, path, carried)}
+                        decided[path] = {
+                            "status": "carried",
+                            "blob": store.hash_blob(carried),
+                            "note": "recorded resolution carried by a 3-way merge"
+                            + self._outside_note(merge, path, carried),
+                        }
                         self.save()
                         continue
             key = self._conflict_key(new_auto)
             recorded = self._rr_get(key)
             if recorded is not None:
-                decided[path] = {"status": "reused", "blob": store.hash_blob(recorded),
-                                 "note": f"resolution recorded for the same conflict in an earlier run (rr-cache "
-                                         f"{key[:12]}): review it; `overlay rebase --forget {path}` forgets it"
-                                         + self._outside_note(merge, path, recorded)}
+                decided[path] = {
+                    "status": "reused",
+                    "blob": store.hash_blob(recorded),
+                    "note": f"resolution recorded for the same conflict in an earlier run (rr-cache "
+                    f"{key[:12]}): review it; `overlay rebase --forget {path}` forgets it"
+                    + self._outside_note(merge, path, recorded),
+                }
                 self.save()
                 continue
             work = {path: self._labelled(stages, new)}
@@ -344,31 +448,50 @@ class Rebase:
             if path in old_res:
                 # The recorded resolution did not carry over cleanly: put it beside the file.
                 work[path + ".recorded"] = old_res[path]
-                previous = (f" The recorded resolution {RESOLVED}/{path} no longer merges cleanly; it is "
-                            f"beside the file as {os.path.join(STATE_DIR, 'work', path)}.recorded for reference.")
+                previous = (
+                    f" The recorded resolution {RESOLVED}/{path} no longer merges cleanly; it is "
+                    f"beside the file as {os.path.join(STATE_DIR, 'work', path)}.recorded for reference."
+                )
             self._write_work(work)
-            self.state["stop"] = {"type": "resolution", "path": path, "key": self._conflict_key(new_auto),
-                                  "mode": (merge.stages[path].get(2) or merge.stages[path].get(3))[0],
-                                  "recorded": path in old_res}
+            self.state["stop"] = {
+                "type": "resolution",
+                "path": path,
+                "key": self._conflict_key(new_auto),
+                "mode": (merge.stages[path].get(2) or merge.stages[path].get(3))[0],
+                "recorded": path in old_res,
+            }
             self.save()
             raise RebaseStopped(
                 f"{path}: the fork delta conflicts with pin {new.pin[:8]}; edit "
                 f"{os.path.join(STATE_DIR, 'work', path)} (markers labelled pin / merge base / fork), "
-                f"then run `overlay {self.state['kind']} --continue` (or `--abort`).{previous}")
+                f"then run `overlay {self.state['kind']} --continue` (or `--abort`).{previous}"
+            )
         changes = {}
         for path, entry in decided.items():
             if path in merge.stages:
-                mode = (merge.stages[path].get(2) or merge.stages[path].get(3) or ("100644",))[0]
+                mode = (
+                    merge.stages[path].get(2)
+                    or merge.stages[path].get(3)
+                    or ("100644",)
+                )[0]
                 changes[path] = (mode, entry["blob"])
         forked = store.edit_tree(merge.tree, changes)
         self.state["forked"] = forked
         self.state["stale"] = sorted(p for p in old_res if p not in merge.stages)
         self._remember_stale(manifest, old, old_res, old_merge)
-        self.state["merge_stats"] = {"carried": len(merge.carried), "conflicts": len(merge.stages)}
-        self.state["patches"] = [{"name": name, "status": "pending"} for name, _line in read_series(self.root)]
+        self.state["merge_stats"] = {
+            "carried": len(merge.carried),
+            "conflicts": len(merge.stages),
+        }
+        self.state["patches"] = [
+            {"name": name, "status": "pending"}
+            for name, _line in read_series(self.root)
+        ]
         self.save()
 
-    def _remember_stale(self, manifest: Manifest, old: Bases, old_res: dict[str, bytes], old_merge) -> None:
+    def _remember_stale(
+        self, manifest: Manifest, old: Bases, old_res: dict[str, bytes], old_merge
+    ) -> None:
         """Record each resolution this run removes in the rr-cache, keyed on the conflict it
         resolved, as ``git rerere`` records every resolution it sees.
 
@@ -381,7 +504,9 @@ class Rebase:
         if not stale:
             return
         if old_merge is None:
-            old_merge = merge_fork_delta(self.store, old.merge_base, old.pin, old.fork, manifest.carry)
+            old_merge = merge_fork_delta(
+                self.store, old.merge_base, old.pin, old.fork, manifest.carry
+            )
         for path in stale:
             old_stages = {str(k): v for k, v in old_merge.stages.get(path, {}).items()}
             if not old_stages:
@@ -407,11 +532,13 @@ class Rebase:
         if name not in cache or (not header_only and cache[name].changes == ()):
             path = os.path.join(self.dir, "backup", PATCH_DIR, name)
             with open(path, "rb") as fh:
-                cache[name] = parse_patch(fh.read(), name, path, header_only=header_only)
+                cache[name] = parse_patch(
+                    fh.read(), name, path, header_only=header_only
+                )
         return cache[name]
 
     def _outside_note(self, merge, path: str, resolution: bytes) -> str:
-        """"; it changes N line(s) outside ..." when a resolution leaves git's merge outside
+        """ "; it changes N line(s) outside ..." when a resolution leaves git's merge outside
         the conflict regions (issue 12, item 7), else ""."""
         entry = self.store.entries(merge.tree, [path]).get(path)
         if entry is None or entry.kind != "blob":
@@ -420,8 +547,10 @@ class Rebase:
         if not outside:
             return ""
         line, what = outside[0]
-        return (f"; WARNING: it differs from git's merge outside the conflict regions in {len(outside)} place(s), "
-                f"first at line {line} ({what}): upstream may be reverted there (verify reports LAY005)")
+        return (
+            f"; WARNING: it differs from git's merge outside the conflict regions in {len(outside)} place(s), "
+            f"first at line {line} ({what}): upstream may be reverted there (verify reports LAY005)"
+        )
 
     def _old_layers(self):
         """The layers at the old bases with each patch's tree (computed once per process:
@@ -432,9 +561,17 @@ class Rebase:
             old = Bases(**self.state["old"])
             try:
                 self.__dict__["_old"] = compute_layers(
-                    self.store, self._manifest(), os.path.join(self.dir, "backup"), pin=old.pin, fork=old.fork,
+                    self.store,
+                    self._manifest(),
+                    os.path.join(self.dir, "backup"),
+                    pin=old.pin,
+                    fork=old.fork,
                     merge_base=old.merge_base,
-                    patches=[self._backup_patch(e["name"]) for e in self.state["patches"]], stepwise=True)
+                    patches=[
+                        self._backup_patch(e["name"]) for e in self.state["patches"]
+                    ],
+                    stepwise=True,
+                )
             except OverlayError:
                 self.__dict__["_old"] = None
         return self.__dict__["_old"]
@@ -466,7 +603,9 @@ class Rebase:
         if not count:
             return
         try:
-            _tree, results = apply_series(self.store, tree, patches[:count], stepwise=True)
+            _tree, results = apply_series(
+                self.store, tree, patches[:count], stepwise=True
+            )
         except PatchApplyError:
             return  # the per-patch path below says which and why
         for entry, result in zip(pending, results):
@@ -485,28 +624,65 @@ class Rebase:
             tree = self._current_tree()
 
             try:
-                carried = carry_patch(store, patch, tree, made=lambda name=entry["name"]: self._made_on(name))
+                carried = carry_patch(
+                    store,
+                    patch,
+                    tree,
+                    made=lambda name=entry["name"]: self._made_on(name),
+                )
             except CarryError as exc:
-                self._stop(patch, {"type": "patch", "name": patch.name, "tree": tree, "merged": tree,
-                                   "files": [], "modes": {}},
-                           f"patch {patch.name} does not apply to the new layer and cannot be merged: "
-                           f"{exc.message}", {})
+                self._stop(
+                    patch,
+                    {
+                        "type": "patch",
+                        "name": patch.name,
+                        "tree": tree,
+                        "merged": tree,
+                        "files": [],
+                        "modes": {},
+                    },
+                    f"patch {patch.name} does not apply to the new layer and cannot be merged: "
+                    f"{exc.message}",
+                    {},
+                )
             if carried.status == "conflict":
                 self._stop_on_patch(patch, tree, carried)
             if carried.status == "upstream":
-                commit = upstream_commit(store, split_patch(patch.data)[1],
-                                         [(old.pin, new.pin), (old.fork, new.fork)], sorted(patch.touched))
-                entry.update(status="upstream", note="already upstream: carrying it changes nothing"
-                             + (f" (upstream {commit[:12]} \"{commit[41:]}\")" if commit else ""))
+                commit = upstream_commit(
+                    store,
+                    split_patch(patch.data)[1],
+                    [(old.pin, new.pin), (old.fork, new.fork)],
+                    sorted(patch.touched),
+                )
+                entry.update(
+                    status="upstream",
+                    note="already upstream: carrying it changes nothing"
+                    + (f' (upstream {commit[:12]} "{commit[41:]}")' if commit else ""),
+                )
             elif carried.status == "exact":
                 # On its recorded pre-images: the diff, and so the file, keeps every byte.
-                entry.update(status="clean", tree=carried.tree, blob=None, changed=False)
+                entry.update(
+                    status="clean", tree=carried.tree, blob=None, changed=False
+                )
             else:
                 data = refreshed_bytes(patch.data, tree_diff(store, tree, carried.tree))
-                moved = sorted(p for p in self._changed(tree, carried.tree) if p not in patch.touched)
-                note = f"followed a rename: now changes {', '.join(moved)}" if moved else ""
-                entry.update(status="merged", tree=carried.tree, blob=store.hash_blob(data),
-                             changed=data != patch.data, note=note)
+                moved = sorted(
+                    p
+                    for p in self._changed(tree, carried.tree)
+                    if p not in patch.touched
+                )
+                note = (
+                    f"followed a rename: now changes {', '.join(moved)}"
+                    if moved
+                    else ""
+                )
+                entry.update(
+                    status="merged",
+                    tree=carried.tree,
+                    blob=store.hash_blob(data),
+                    changed=data != patch.data,
+                    note=note,
+                )
             self.save()
             _checkpoint("patch")
             if carried.status != "exact":
@@ -515,7 +691,9 @@ class Rebase:
     def _changed(self, old: str, new: str) -> set[str]:
         return {row[5] for row in self.store.diff_tree(old, new)}
 
-    def _stop(self, patch: Patch, stop: dict, message: str, files: dict[str, bytes | None]) -> None:
+    def _stop(
+        self, patch: Patch, stop: dict, message: str, files: dict[str, bytes | None]
+    ) -> None:
         """Save a stop on ``patch``, write its work files, raise :class:`RebaseStopped`."""
         self._write_work(files)
         entry = next(e for e in self.state["patches"] if e["name"] == patch.name)
@@ -540,34 +718,56 @@ class Rebase:
             modes[path] = (s2 or s3 or s1)[0]
             edit.append(path)
             if s2 and s3:
-                files[path], _ = self._merge_file(self._blob(s2[1]), self._blob(s1[1]) if s1 else b"",
-                                                  self._blob(s3[1]), labels, diff3=True)
+                files[path], _ = self._merge_file(
+                    self._blob(s2[1]),
+                    self._blob(s1[1]) if s1 else b"",
+                    self._blob(s3[1]),
+                    labels,
+                    diff3=True,
+                )
                 what.append(f"{path} ({kinds})")
             elif s3:
                 files[path] = self._blob(s3[1])
-                what.append(f"{path} ({kinds}: gone from the new base, changed by the patch; the file holds the "
-                            "patch's version: keep it to keep it, delete it to accept the deletion)")
+                what.append(
+                    f"{path} ({kinds}: gone from the new base, changed by the patch; the file holds the "
+                    "patch's version: keep it to keep it, delete it to accept the deletion)"
+                )
             else:
                 files[path] = self._blob(s2[1])
                 if s1:
                     files[path + ".pre-image"] = self._blob(s1[1])
-                what.append(f"{path} ({kinds}: the patch deletes it, the new base changed it; the file holds the "
-                            f"new base's version and {path}.pre-image what the patch was made to delete: delete "
-                            "the file to delete it, keep it to keep the new base's version)")
+                what.append(
+                    f"{path} ({kinds}: the patch deletes it, the new base changed it; the file holds the "
+                    f"new base's version and {path}.pre-image what the patch was made to delete: delete "
+                    "the file to delete it, keep it to keep the new base's version)"
+                )
         for paths, kind, text in merge.messages:
-            if kind.startswith("CONFLICT") and not any(p in merge.stages for p in paths):
+            if kind.startswith("CONFLICT") and not any(
+                p in merge.stages for p in paths
+            ):
                 what.append(text)  # e.g. a directory that became a submodule
         fix = patch.local_fix
-        stop = {"type": "patch", "name": patch.name, "tree": tree, "merged": carried.tree, "files": edit,
-                "gitlinks": gitlinks, "modes": modes}
+        stop = {
+            "type": "patch",
+            "name": patch.name,
+            "tree": tree,
+            "merged": carried.tree,
+            "files": edit,
+            "gitlinks": gitlinks,
+            "modes": modes,
+        }
         work = os.path.join(STATE_DIR, "work")
-        self._stop(patch, stop,
-                   f"patch {patch.name} conflicts with the new base: {'; '.join(what) or 'see git merge-tree'}. "
-                   f"Edit the files under {work} (markers labelled new base / patch pre-image / patch "
-                   f"{patch.name}; delete a file there to delete it), then `overlay {self.state['kind']} --continue`;"
-                   f" or `--drop` to leave the patch out of the series (its file and series line go"
-                   + (f"; LOCAL_FIXES entry {fix} stays" if fix else "") + "), or `--abort` to restore everything",
-                   files)
+        self._stop(
+            patch,
+            stop,
+            f"patch {patch.name} conflicts with the new base: {'; '.join(what) or 'see git merge-tree'}. "
+            f"Edit the files under {work} (markers labelled new base / patch pre-image / patch "
+            f"{patch.name}; delete a file there to delete it), then `overlay {self.state['kind']} --continue`;"
+            f" or `--drop` to leave the patch out of the series (its file and series line go"
+            + (f"; LOCAL_FIXES entry {fix} stays" if fix else "")
+            + "), or `--abort` to restore everything",
+            files,
+        )
 
     # -- user actions --------------------------------------------------------------------
     def continue_(self) -> dict:
@@ -590,14 +790,19 @@ class Rebase:
                     with open(full, "rb") as fh:
                         found = marker_lines(fh.read())
                     if found:
-                        raise RebaseStopped(f"{os.path.join(STATE_DIR, 'work', rel)}:{found[0][0]}: conflict marker "
-                                            "left; finish the edit, then --continue again")
+                        raise RebaseStopped(
+                            f"{os.path.join(STATE_DIR, 'work', rel)}:{found[0][0]}: conflict marker "
+                            "left; finish the edit, then --continue again"
+                        )
             if stop["type"] == "resolution":
                 with open(os.path.join(self.work, stop["path"]), "rb") as fh:
                     data = fh.read()
                 self._rr_put(stop["key"], data, stop["path"])
-                self.state["resolutions"][stop["path"]] = {"status": "resolved", "blob": self.store.hash_blob(data),
-                                                           "note": "conflict resolved by hand"}
+                self.state["resolutions"][stop["path"]] = {
+                    "status": "resolved",
+                    "blob": self.store.hash_blob(data),
+                    "note": "conflict resolved by hand",
+                }
             else:
                 self._take_patch_edit(stop)
             self.state["stop"] = None
@@ -607,10 +812,16 @@ class Rebase:
 
     def _empty_message(self, name: str) -> str:
         fix = self._backup_patch(name, header_only=True).local_fix
-        return (f"the resolved patch {name} changes nothing on the new base. It is not dropped without your word: "
-                f"`overlay {self.state['kind']} --drop` (or `--skip`) leaves it out of the series (its file and series line go"
-                + (f"; LOCAL_FIXES entry {fix} stays for you to move or delete" if fix else "")
-                + "), `--abort` restores everything as before the run")
+        return (
+            f"the resolved patch {name} changes nothing on the new base. It is not dropped without your word: "
+            f"`overlay {self.state['kind']} --drop` (or `--skip`) leaves it out of the series (its file and series line go"
+            + (
+                f"; LOCAL_FIXES entry {fix} stays for you to move or delete"
+                if fix
+                else ""
+            )
+            + "), `--abort` restores everything as before the run"
+        )
 
     def _take_patch_edit(self, stop: dict) -> None:
         store = self.store
@@ -618,7 +829,9 @@ class Rebase:
         conflicted = set(stop["files"]) | set(stop.get("gitlinks", []))
         # What merge-ort merged cleanly, then the user's files for the conflicted paths.
         changes: dict[str, tuple[str, str] | None] = {}
-        for old_mode, new_mode, _oo, new_oid, status, path in store.diff_tree(base, stop["merged"]):
+        for old_mode, new_mode, _oo, new_oid, status, path in store.diff_tree(
+            base, stop["merged"]
+        ):
             if path in conflicted or "160000" in (old_mode, new_mode):
                 # A submodule stays as the new base has it: merge-ort may have moved it
                 # aside (``path~<commit>``) to make room for the patch's directory.
@@ -628,20 +841,35 @@ class Rebase:
             full = os.path.join(self.work, rel)
             if os.path.isfile(full):
                 with open(full, "rb") as fh:
-                    changes[rel] = (stop["modes"].get(rel, "100644"), store.hash_blob(fh.read()))
+                    changes[rel] = (
+                        stop["modes"].get(rel, "100644"),
+                        store.hash_blob(fh.read()),
+                    )
             else:
                 changes[rel] = None
         # Never let a file replace what the new base has above it (a directory that became
         # a submodule, shared case 13): update-index would silently drop the gitlink.
-        prefixes = sorted({p.rsplit("/", i)[0] for p, e in changes.items() if e is not None
-                           for i in range(1, p.count("/") + 1)})
+        prefixes = sorted(
+            {
+                p.rsplit("/", i)[0]
+                for p, e in changes.items()
+                if e is not None
+                for i in range(1, p.count("/") + 1)
+            }
+        )
         for prefix, entry in store.entries(base, prefixes).items():
             if entry.kind != "tree":
-                placed = sorted(p for p, e in changes.items() if e is not None and p.startswith(prefix + "/"))
-                raise OverlayError(f"{placed[0]}: the new base has {'a submodule' if entry.kind == 'commit' else 'a file'}"
-                                   f" at {prefix}, so the patch's file cannot go there",
-                                   hint=f"delete {os.path.join(STATE_DIR, 'work', placed[0])} and --continue (the "
-                                        "patch then leaves it alone), or --skip the patch, or --abort")
+                placed = sorted(
+                    p
+                    for p, e in changes.items()
+                    if e is not None and p.startswith(prefix + "/")
+                )
+                raise OverlayError(
+                    f"{placed[0]}: the new base has {'a submodule' if entry.kind == 'commit' else 'a file'}"
+                    f" at {prefix}, so the patch's file cannot go there",
+                    hint=f"delete {os.path.join(STATE_DIR, 'work', placed[0])} and --continue (the "
+                    "patch then leaves it alone), or --skip the patch, or --abort",
+                )
         new_tree = store.edit_tree(base, changes)
         entry = next(e for e in self.state["patches"] if e["name"] == stop["name"])
         patch = self._backup_patch(stop["name"])
@@ -652,7 +880,12 @@ class Rebase:
             shutil.rmtree(self.work, ignore_errors=True)
             raise RebaseStopped(self._empty_message(stop["name"]))
         data = refreshed_bytes(patch.data, tree_diff(store, base, new_tree))
-        entry.update(status="resolved", tree=new_tree, blob=store.hash_blob(data), changed=data != patch.data)
+        entry.update(
+            status="resolved",
+            tree=new_tree,
+            blob=store.hash_blob(data),
+            changed=data != patch.data,
+        )
 
     def skip(self, *, drop: bool = False) -> dict:
         """Drop the patch the run stopped on and go on: its file and series line go when
@@ -674,8 +907,10 @@ class Rebase:
         stop = self.state.get("stop")
         word = "--drop" if drop else "--skip"
         if not stop or stop["type"] not in ("patch", "empty"):
-            raise OverlayError(f"{word} drops a patch; the run is not stopped on one",
-                               hint="a conflicting fork path needs a resolution: edit it and --continue")
+            raise OverlayError(
+                f"{word} drops a patch; the run is not stopped on one",
+                hint="a conflicting fork path needs a resolution: edit it and --continue",
+            )
         entry = next(e for e in self.state["patches"] if e["name"] == stop["name"])
         fix = self._backup_patch(stop["name"], header_only=True).local_fix
         if stop["type"] == "patch" and not drop:
@@ -684,10 +919,15 @@ class Rebase:
                 f"--skip would delete {PATCH_DIR}/{stop['name']} and its series line when the run completes"
                 + (f" (LOCAL_FIXES entry {fix} stays)" if fix else "")
                 + ", and its change is not on the new base. It is not dropped without your word: "
-                  f"`overlay {kind} --drop` drops it; edit the work files and `--continue` to keep it; "
-                  f"`--abort` restores everything")
-        entry.update(status="skipped", note=f"dropped by {word}; move or delete LOCAL_FIXES entry {fix}"
-                     if fix else f"dropped by {word}")
+                f"`overlay {kind} --drop` drops it; edit the work files and `--continue` to keep it; "
+                f"`--abort` restores everything"
+            )
+        entry.update(
+            status="skipped",
+            note=f"dropped by {word}; move or delete LOCAL_FIXES entry {fix}"
+            if fix
+            else f"dropped by {word}",
+        )
         self.state["stop"] = None
         self.save()
         shutil.rmtree(self.work, ignore_errors=True)
@@ -700,7 +940,9 @@ class Rebase:
         Returns:
             Relative paths restored or removed.
         """
-        with interrupts_deferred():  # restored whole: "as it was before the run" must be true
+        with (
+            interrupts_deferred()
+        ):  # restored whole: "as it was before the run" must be true
             return self._abort()
 
     def _abort(self) -> list[str]:
@@ -731,7 +973,7 @@ class Rebase:
         self._discard_dir()
         return sorted(touched)
 
-    def recover_wedged(self) -> "Recovery":
+    def recover_wedged(self) -> Recovery:
         """``--abort`` on a wedged state: restore the records from what is left, remove the state.
 
         What is restored depends on what is there (:func:`overlay.runstate.inspect_state`):
@@ -774,24 +1016,33 @@ class Rebase:
                         restored.append(rel)
                 elif info.state.get("commit_started"):
                     kept.append(rel)
-            for key in info.state.get("rr_recorded", []) if isinstance(info.state.get("rr_recorded"), list) else []:
+            for key in (
+                info.state.get("rr_recorded", [])
+                if isinstance(info.state.get("rr_recorded"), list)
+                else []
+            ):
                 if isinstance(key, str) and re.fullmatch(r"[0-9a-f]{64}", key):
                     _rr_remove(self.root, key)
         elif copies:
             try:
-                completed_after = (os.path.getmtime(os.path.join(self.root, REPORT_JSON))
-                                   > os.path.getmtime(backup))
+                completed_after = os.path.getmtime(
+                    os.path.join(self.root, REPORT_JSON)
+                ) > os.path.getmtime(backup)
             except OSError:
                 completed_after = False
             if completed_after:
-                note = ("a run completed after this backup was made (.overlay/last-rebase.json is newer): "
-                        "the backup is its leftover, and nothing was restored from it")
+                note = (
+                    "a run completed after this backup was made (.overlay/last-rebase.json is newer): "
+                    "the backup is its leftover, and nothing was restored from it"
+                )
             else:
                 for rel in sorted(copies):
                     if _restore(backup, self.root, rel):
                         restored.append(rel)
-                note = ("without state.json the files the run may have created are not known: "
-                        "check `git status` for new files under patches-rocm/")
+                note = (
+                    "without state.json the files the run may have created are not known: "
+                    "check `git status` for new files under patches-rocm/"
+                )
         _prune_empty(os.path.join(self.root, RESOLVED))
         self._discard_dir()
         return Recovery(info.kind, info.problem, sorted(restored), kept, note)
@@ -805,14 +1056,19 @@ class Rebase:
             edited = []
             for rel in self.state["backup"]:
                 try:
-                    with open(os.path.join(root, rel), "rb") as a, open(os.path.join(backup, rel), "rb") as b:
+                    with (
+                        open(os.path.join(root, rel), "rb") as a,
+                        open(os.path.join(backup, rel), "rb") as b,
+                    ):
                         if a.read() != b.read():
                             edited.append(rel)
                 except FileNotFoundError:
                     edited.append(rel)
             if edited:
-                raise OverlayError(f"changed since the {self.state['kind']} started: {', '.join(edited)}",
-                                   hint="move your edits aside and run --continue again (or --abort)")
+                raise OverlayError(
+                    f"changed since the {self.state['kind']} started: {', '.join(edited)}",
+                    hint="move your edits aside and run --continue again (or --abort)",
+                )
             self.state["commit_started"] = True
             self.save()
         # 1. manifest, comments preserved
@@ -857,8 +1113,11 @@ class Rebase:
         series_path = os.path.join(root, SERIES_PATH)
         with open(series_path, "rb") as fh:
             old_series = fh.read().decode()
-        new_series = "".join(ln + "\n" for ln in old_series.splitlines()
-                             if ln.split("#", 1)[0].strip() in kept or not ln.split("#", 1)[0].strip())
+        new_series = "".join(
+            ln + "\n"
+            for ln in old_series.splitlines()
+            if ln.split("#", 1)[0].strip() in kept or not ln.split("#", 1)[0].strip()
+        )
         if new_series != old_series:
             atomic_write(series_path, new_series.encode())
         # 4. the pins named in LOCAL_FIXES.md
@@ -867,39 +1126,68 @@ class Rebase:
             with open(lf, "rb") as fh:
                 text = fh.read()
             # Bytes, so a BOM and CRLF line ends survive; the title may follow a BOM.
-            updated = re.sub(rb"^((?:\xef\xbb\xbf)?# Local changes relative to \S+@)[0-9a-fA-F]{8}",
-                             lambda m: m.group(1) + new.fork[:8].encode(), text, count=1, flags=re.M)
-            updated = re.sub(rb"^(## Retarget onto the MLX pin \()[0-9a-fA-F]{8}\)",
-                             lambda m: m.group(1) + new.pin[:8].encode() + b")", updated, count=1, flags=re.M)
+            updated = re.sub(
+                rb"^((?:\xef\xbb\xbf)?# Local changes relative to \S+@)[0-9a-fA-F]{8}",
+                lambda m: m.group(1) + new.fork[:8].encode(),
+                text,
+                count=1,
+                flags=re.M,
+            )
+            updated = re.sub(
+                rb"^(## Retarget onto the MLX pin \()[0-9a-fA-F]{8}\)",
+                lambda m: m.group(1) + new.pin[:8].encode() + b")",
+                updated,
+                count=1,
+                flags=re.M,
+            )
             if updated != text:
                 atomic_write(lf, updated)
         report = self.report(old, new)
         os.makedirs(os.path.join(root, ".overlay"), exist_ok=True)
         from overlay.rebase_report import render_markdown
+
         atomic_write(os.path.join(root, REPORT_MD), render_markdown(report).encode())
-        atomic_write(os.path.join(root, REPORT_JSON), json.dumps(report, indent=2).encode())
+        atomic_write(
+            os.path.join(root, REPORT_JSON), json.dumps(report, indent=2).encode()
+        )
         self._discard_dir()
         return report
 
     def report(self, old: Bases, new: Bases) -> dict:
         """The run's outcome as plain data (see :mod:`overlay.rebase_report`)."""
-        resolutions = [{"path": p, "status": e["status"], "note": e.get("note", "")}
-                       for p, e in sorted(self.state["resolutions"].items())]
-        resolutions += [{"path": p, "status": "removed",
-                         "note": "the path no longer conflicts; the resolution stays in the rr-cache, and a "
-                                 "later run that meets the same conflict reuses it"}
-                        for p in self.state.get("stale", [])]
+        resolutions = [
+            {"path": p, "status": e["status"], "note": e.get("note", "")}
+            for p, e in sorted(self.state["resolutions"].items())
+        ]
+        resolutions += [
+            {
+                "path": p,
+                "status": "removed",
+                "note": "the path no longer conflicts; the resolution stays in the rr-cache, and a "
+                "later run that meets the same conflict reuses it",
+            }
+            for p in self.state.get("stale", [])
+        ]
         patches = []
         for entry in self.state["patches"]:
             patch = self._backup_patch(entry["name"], header_only=True)
             status = entry["status"]
             if status == "merged" and not entry.get("changed"):
                 status = "merged (bytes unchanged)"
-            patches.append({"name": entry["name"], "status": status, "local_fix": patch.local_fix,
-                            "note": entry.get("note", "")})
+            patches.append(
+                {
+                    "name": entry["name"],
+                    "status": status,
+                    "local_fix": patch.local_fix,
+                    "note": entry.get("note", ""),
+                }
+            )
         return {
             "kind": self.state["kind"],
-            "pins": {"before": dataclasses.asdict(old), "after": dataclasses.asdict(new)},
+            "pins": {
+                "before": dataclasses.asdict(old),
+                "after": dataclasses.asdict(new),
+            },
             "merge": self.state.get("merge_stats", {}),
             "resolutions": resolutions,
             "patches": patches,
@@ -910,15 +1198,28 @@ class Rebase:
     @staticmethod
     def _next_steps(resolutions: list[dict]) -> list[str]:
         steps = []
-        changed = [r["path"] for r in resolutions if r["status"] not in ("unchanged", "removed")]
+        changed = [
+            r["path"]
+            for r in resolutions
+            if r["status"] not in ("unchanged", "removed")
+        ]
         removed = [r["path"] for r in resolutions if r["status"] == "removed"]
         if changed:
-            steps.append("review the retarget entries of LOCAL_FIXES.md for " + ", ".join(changed)
-                         + " (new resolutions need an entry: overlay fix new --section retarget ...)")
+            steps.append(
+                "review the retarget entries of LOCAL_FIXES.md for "
+                + ", ".join(changed)
+                + " (new resolutions need an entry: overlay fix new --section retarget ...)"
+            )
         if removed:
-            steps.append("update or drop the LOCAL_FIXES.md entries that name the removed resolution(s) "
-                         + ", ".join(f"patches-rocm/resolved/{p}" for p in removed))
-        return steps + ["overlay verify", "overlay build --backend rocm", "overlay suite run"]
+            steps.append(
+                "update or drop the LOCAL_FIXES.md entries that name the removed resolution(s) "
+                + ", ".join(f"patches-rocm/resolved/{p}" for p in removed)
+            )
+        return steps + [
+            "overlay verify",
+            "overlay build --backend rocm",
+            "overlay suite run",
+        ]
 
     def _range_diff(self) -> str:
         """``git range-diff`` of the old series (on the old layer) against the new one.
@@ -930,10 +1231,16 @@ class Rebase:
         from overlay.rebase_report import label_range_diff, patch_label
 
         entries = self.state["patches"]
-        labels = {e["name"]: patch_label(e["name"], self._backup_patch(e["name"], header_only=True).local_fix)
-                  for e in entries}
+        labels = {
+            e["name"]: patch_label(
+                e["name"], self._backup_patch(e["name"], header_only=True).local_fix
+            )
+            for e in entries
+        }
         if all(e["status"] == "clean" and not e.get("changed") for e in entries):
-            return "".join(f"{labels[e['name']]} = {labels[e['name']]}\n" for e in entries)
+            return "".join(
+                f"{labels[e['name']]} = {labels[e['name']]}\n" for e in entries
+            )
         store = self.store
         layers = self._old_layers()
         if layers is None:
@@ -945,16 +1252,33 @@ class Rebase:
             shas = store.commit_chain(specs)
             return shas[0], shas[-1]
 
-        old_base, old_tip = chain(layers.forked, [(r.patch.subject, r.tree) for r in layers.patches])
-        new_trees = [(self._backup_patch(e["name"], header_only=True).subject, e["tree"]) for e in entries
-                     if e.get("tree") and e["status"] in ("clean", "merged", "resolved")]
+        old_base, old_tip = chain(
+            layers.forked, [(r.patch.subject, r.tree) for r in layers.patches]
+        )
+        new_trees = [
+            (self._backup_patch(e["name"], header_only=True).subject, e["tree"])
+            for e in entries
+            if e.get("tree") and e["status"] in ("clean", "merged", "resolved")
+        ]
         new_base, new_tip = chain(self.state["forked"], new_trees)
-        proc = store.git("range-diff", "--no-color", f"{old_base}..{old_tip}", f"{new_base}..{new_tip}",
-                         check=False)
-        old_labels = [patch_label(r.patch.name, r.patch.local_fix) for r in layers.patches]
-        new_labels = [labels[e["name"]] for e in entries
-                      if e.get("tree") and e["status"] in ("clean", "merged", "resolved")]
-        return label_range_diff(proc.stdout.decode("utf-8", "replace"), old_labels, new_labels)
+        proc = store.git(
+            "range-diff",
+            "--no-color",
+            f"{old_base}..{old_tip}",
+            f"{new_base}..{new_tip}",
+            check=False,
+        )
+        old_labels = [
+            patch_label(r.patch.name, r.patch.local_fix) for r in layers.patches
+        ]
+        new_labels = [
+            labels[e["name"]]
+            for e in entries
+            if e.get("tree") and e["status"] in ("clean", "merged", "resolved")
+        ]
+        return label_range_diff(
+            proc.stdout.decode("utf-8", "replace"), old_labels, new_labels
+        )
 
 
 @dataclasses.dataclass
@@ -1030,7 +1354,7 @@ def forget_resolution(root: str, path: str) -> int:
         with open(os.path.join(cache, name), "rb") as fh:
             if fh.read().decode("utf-8", "surrogateescape") != path:
                 continue
-        _rr_remove(root, name[:-len(".path")])
+        _rr_remove(root, name[: -len(".path")])
         removed += 1
     return removed
 
@@ -1049,6 +1373,8 @@ def _write_if_changed(path: str, data: bytes) -> None:
 def _prune_empty(top: str) -> None:
     if not os.path.isdir(top):
         return
-    for dirpath, _dirnames, _filenames in sorted(os.walk(top, topdown=False), key=lambda t: -len(t[0])):
+    for dirpath, _dirnames, _filenames in sorted(
+        os.walk(top, topdown=False), key=lambda t: -len(t[0])
+    ):
         if not os.listdir(dirpath):
             os.rmdir(dirpath)

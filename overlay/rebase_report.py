@@ -10,23 +10,34 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Sequence
+from collections.abc import Sequence
 
 import jinja2
 
-_ENV = jinja2.Environment(loader=jinja2.PackageLoader("overlay", "templates"), autoescape=False,
-                          keep_trailing_newline=True, trim_blocks=False, lstrip_blocks=False,
-                          undefined=jinja2.StrictUndefined)
+_ENV = jinja2.Environment(
+    loader=jinja2.PackageLoader("overlay", "templates"),
+    autoescape=False,
+    keep_trailing_newline=True,
+    trim_blocks=False,
+    lstrip_blocks=False,
+    undefined=jinja2.StrictUndefined,
+)
 
 
 #: A header line of ``git range-diff --no-color``: ``1:  abc1234 = 1:  def5678 subject``
 #: (``-:  -------`` on the side a patch is missing from).
-_RANGE_HEAD = re.compile(r"^\s*(\d+|-):\s+(?:[0-9a-f]+|-+)\s([<>=!])\s+(\d+|-):\s+(?:[0-9a-f]+|-+)\s(.*)$")
+_RANGE_HEAD = re.compile(
+    r"^\s*(\d+|-):\s+(?:[0-9a-f]+|-+)\s([<>=!])\s+(\d+|-):\s+(?:[0-9a-f]+|-+)\s(.*)$"
+)
 
 
 def patch_label(name: str, local_fix: int | None) -> str:
     """How reports name a patch: ``0005-foo.patch (fix 5)`` (its file and its Local-Fix number)."""
-    return f"{name} (fix {local_fix})" if local_fix is not None else f"{name} (no Local-Fix)"
+    return (
+        f"{name} (fix {local_fix})"
+        if local_fix is not None
+        else f"{name} (no Local-Fix)"
+    )
 
 
 def label_range_diff(text: str, old: Sequence[str], new: Sequence[str]) -> str:
@@ -69,12 +80,20 @@ def render_markdown(report: dict) -> str:
 def render_text(report: dict) -> str:
     """The report as plain lines for a terminal."""
     before, after = report["pins"]["before"], report["pins"]["after"]
-    out = [f"{report['kind']} complete: pin {before['pin'][:12]} -> {after['pin'][:12]}, "
-           f"fork {before['fork'][:12]} -> {after['fork'][:12]}"]
+    out = [
+        f"{report['kind']} complete: pin {before['pin'][:12]} -> {after['pin'][:12]}, "
+        f"fork {before['fork'][:12]} -> {after['fork'][:12]}"
+    ]
     for x in report["resolutions"]:
-        out.append(f"  resolution {x['path']}: {x['status']}" + (f" ({x['note']})" if x["note"] else ""))
+        out.append(
+            f"  resolution {x['path']}: {x['status']}"
+            + (f" ({x['note']})" if x["note"] else "")
+        )
     for p in report["patches"]:
-        out.append(f"  patch {p['name']}: {p['status']}" + (f" ({p['note']})" if p["note"] else ""))
+        out.append(
+            f"  patch {p['name']}: {p['status']}"
+            + (f" ({p['note']})" if p["note"] else "")
+        )
     out.append("next: " + "; ".join(report["next_steps"]))
     return "\n".join(out) + "\n"
 

@@ -20,10 +20,8 @@ verify`` reports SER015.
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterable
-
 import re
-from typing import Sequence
+from collections.abc import Iterable, Sequence
 
 from overlay.engine import carry_patch
 from overlay.errors import LayerError, OverlayError
@@ -34,8 +32,10 @@ from overlay.patchfmt import ZERO_FROM, tree_diff, tree_diffs
 from overlay.series import Patch, is_patch_break, parse_patch, split_patch
 
 _MBOX_FROM = re.compile(rb"^From [0-9a-f]{40} ")
-_DIFFSTAT = re.compile(rb"^ (?:.+ \| +(?:\d+ ?[-+]*|Bin .*)|\d+ files? changed.*|(?:create|delete) mode \d+ .*"
-                       rb"|rename .* \(\d+%\)|mode change .*|copy .* \(\d+%\))\r?$")
+_DIFFSTAT = re.compile(
+    rb"^ (?:.+ \| +(?:\d+ ?[-+]*|Bin .*)|\d+ files? changed.*|(?:create|delete) mode \d+ .*"
+    rb"|rename .* \(\d+%\)|mode change .*|copy .* \(\d+%\))\r?$"
+)
 
 
 def refreshed_bytes(data: bytes, diff: bytes) -> bytes:
@@ -59,7 +59,9 @@ def refreshed_bytes(data: bytes, diff: bytes) -> bytes:
     # ``Date:`` (and its folded continuation lines) varies between exports: not ours to keep.
     out, skipping = [], False
     for i, ln in enumerate(lines):
-        if i < end and (ln.lower().startswith(b"date:") or (skipping and ln[:1] in (b" ", b"\t"))):
+        if i < end and (
+            ln.lower().startswith(b"date:") or (skipping and ln[:1] in (b" ", b"\t"))
+        ):
             skipping = True
             continue
         skipping = False
@@ -68,13 +70,13 @@ def refreshed_bytes(data: bytes, diff: bytes) -> bytes:
     if brk is None:
         out.append(b"---")
     else:
-        rest = out[brk + 1:]
+        rest = out[brk + 1 :]
         j = 0
         while j < len(rest) and _DIFFSTAT.match(rest[j]):
             j += 1
         if j and j < len(rest) and not rest[j].strip():
             j += 1  # the blank line format-patch writes after a diffstat
-        out = out[:brk + 1] + rest[j:]
+        out = out[: brk + 1] + rest[j:]
     return b"\n".join(out) + b"\n" + diff
 
 
@@ -99,10 +101,14 @@ class BinaryTurn:
     def message(self) -> str:
         """What is wrong, in one line."""
         if self.nul_here:
-            return (f"{self.path}: a line of its text diff holds a NUL byte; git takes the file for binary, so a "
-                    "refresh would rewrite the diff as `GIT binary patch`")
-        return (f"{self.path}: refreshing would turn its text diff into `GIT binary patch` (the file holds a NUL "
-                "byte before this patch)")
+            return (
+                f"{self.path}: a line of its text diff holds a NUL byte; git takes the file for binary, so a "
+                "refresh would rewrite the diff as `GIT binary patch`"
+            )
+        return (
+            f"{self.path}: refreshing would turn its text diff into `GIT binary patch` (the file holds a NUL "
+            "byte before this patch)"
+        )
 
 
 def nul_turns(patch: Patch) -> list[BinaryTurn]:
@@ -113,8 +119,11 @@ def nul_turns(patch: Patch) -> list[BinaryTurn]:
     Returns:
         One :class:`BinaryTurn` per such file, in the patch's order.
     """
-    return [BinaryTurn(patch.name, c.path, c.nul_line, True) for c in patch.changes
-            if c.nul_line is not None and not c.binary]
+    return [
+        BinaryTurn(patch.name, c.path, c.nul_line, True)
+        for c in patch.changes
+        if c.nul_line is not None and not c.binary
+    ]
 
 
 def binary_turns(patch: Patch, new_data: bytes) -> list[BinaryTurn]:
@@ -137,8 +146,12 @@ def binary_turns(patch: Patch, new_data: bytes) -> list[BinaryTurn]:
         for change in new.changes if new is not None else ():
             old = text.get(change.path)
             if change.binary and old is not None and change.path not in turns:
-                turns[change.path] = BinaryTurn(patch.name, change.path, old.nul_line or old.line,
-                                                old.nul_line is not None)
+                turns[change.path] = BinaryTurn(
+                    patch.name,
+                    change.path,
+                    old.nul_line or old.line,
+                    old.nul_line is not None,
+                )
     order = {c.path: i for i, c in enumerate(patch.changes)}
     return sorted(turns.values(), key=lambda t: order.get(t.path, len(order)))
 
@@ -183,11 +196,15 @@ def refresh_series(store: Store, layers: Layers) -> list[Refreshed]:
     # Every patch's diff from one `git diff-tree --stdin` (issue 14: one process per
     # patch was three quarters of a warm verify of a long series).
     diffs = tree_diffs(store, list(zip([layers.forked, *trees[:-1]], trees)))  # type: ignore[list-item]
-    return [Refreshed(result.patch, refreshed_bytes(result.patch.data, diff))
-            for result, diff in zip(layers.patches, diffs)]
+    return [
+        Refreshed(result.patch, refreshed_bytes(result.patch.data, diff))
+        for result, diff in zip(layers.patches, diffs)
+    ]
 
 
-def carry_series(store: Store, forked: str, patches: Sequence[Patch]) -> list[Refreshed]:
+def carry_series(
+    store: Store, forked: str, patches: Sequence[Patch]
+) -> list[Refreshed]:
     """Refresh a series whose patches no longer sit on their recorded pre-images.
 
     Each patch is carried onto the tree the patches before it produced
@@ -213,21 +230,33 @@ def carry_series(store: Store, forked: str, patches: Sequence[Patch]) -> list[Re
         carried = carry_patch(store, patch, tree)
         if carried.status == "conflict":
             assert carried.merge is not None
-            what = "; ".join(f"{p} ({', '.join(carried.merge.conflict_types(p)) or 'CONFLICT'})"
-                             for p in sorted(carried.merge.stages))
-            raise LayerError(f"patch {patch.name} conflicts with the layer below: {what}",
-                             hint="edit the patch by hand, or carry the series with `overlay rebase` "
-                                  "(which stops with work files to resolve)")
+            what = "; ".join(
+                f"{p} ({', '.join(carried.merge.conflict_types(p)) or 'CONFLICT'})"
+                for p in sorted(carried.merge.stages)
+            )
+            raise LayerError(
+                f"patch {patch.name} conflicts with the layer below: {what}",
+                hint="edit the patch by hand, or carry the series with `overlay rebase` "
+                "(which stops with work files to resolve)",
+            )
         if carried.status == "upstream":
-            raise LayerError(f"patch {patch.name} changes nothing on the layer below: its change is already there",
-                             hint="remove it from patches-rocm/series yourself if that is right; "
-                                  "refresh never deletes a patch")
-        out.append(Refreshed(patch, refreshed_bytes(patch.data, tree_diff(store, tree, carried.tree))))
+            raise LayerError(
+                f"patch {patch.name} changes nothing on the layer below: its change is already there",
+                hint="remove it from patches-rocm/series yourself if that is right; "
+                "refresh never deletes a patch",
+            )
+        out.append(
+            Refreshed(
+                patch, refreshed_bytes(patch.data, tree_diff(store, tree, carried.tree))
+            )
+        )
         tree = carried.tree
     return out
 
 
-def write_refreshed(refreshed: Iterable[Refreshed], names: Iterable[str] = ()) -> list[str]:
+def write_refreshed(
+    refreshed: Iterable[Refreshed], names: Iterable[str] = ()
+) -> list[str]:
     """Rewrite the patches whose bytes changed (temp + rename each).
 
     Args:
@@ -243,14 +272,19 @@ def write_refreshed(refreshed: Iterable[Refreshed], names: Iterable[str] = ()) -
     turns = [t for item in items for t in item.turns]
     if turns:
         # The whole series or nothing: the next patch touching the file would turn too.
-        raise OverlayError(f"refresh refused: {len(turns)} text diff(s) would become `GIT binary patch`; "
-                           "nothing was written", exit_code=1)
+        raise OverlayError(
+            f"refresh refused: {len(turns)} text diff(s) would become `GIT binary patch`; "
+            "nothing was written",
+            exit_code=1,
+        )
     wanted = set(names)
     written = []
     for item in items:
         if wanted and item.patch.name not in wanted:
             continue
         if item.changed:
-            atomic_write(item.patch.path, item.data, before_replace=lambda: kill_point("refresh"))
+            atomic_write(
+                item.patch.path, item.data, before_replace=lambda: kill_point("refresh")
+            )
             written.append(item.patch.name)
     return written

@@ -19,7 +19,7 @@ Every renderer is a pure function ``(findings, ...) -> str`` ending with a newli
 from __future__ import annotations
 
 import json
-from typing import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from overlay import junit
 from overlay.findings import SEVERITIES, Finding
@@ -122,8 +122,12 @@ def render_json(findings: Sequence[Finding]) -> str:
     return json.dumps(doc, indent=2) + "\n"
 
 
-def render_junit(findings: Sequence[Finding], checks: Mapping[str, Iterable[str]] | None = None,
-                 *, name: str = "overlay verify") -> str:
+def render_junit(
+    findings: Sequence[Finding],
+    checks: Mapping[str, Iterable[str]] | None = None,
+    *,
+    name: str = "overlay verify",
+) -> str:
     """JUnit XML report, written by :func:`overlay.junit.render` (XML-safe whatever the text).
 
     One ``<testsuite name="FIX (fixes)">`` per family; one ``<testcase
@@ -146,7 +150,7 @@ def render_junit(findings: Sequence[Finding], checks: Mapping[str, Iterable[str]
     """
     groups = group_by_family(findings)
     fams = dict(groups)
-    for fam in (checks or {}):
+    for fam in checks or {}:
         fams.setdefault(fam, [])
     suites = []
     for fam in sorted(fams, key=_family_key):
@@ -157,10 +161,18 @@ def render_junit(findings: Sequence[Finding], checks: Mapping[str, Iterable[str]
             if f.hint:
                 text += f"\nhint: {f.hint}"
             if f.severity == "error":
-                case = junit.Case(f"{f.code} {_location(f)}", f"overlay.{fam}", "failed", message=f.message,
-                                  failure_type=f.code, text=text)
+                case = junit.Case(
+                    f"{f.code} {_location(f)}",
+                    f"overlay.{fam}",
+                    "failed",
+                    message=f.message,
+                    failure_type=f.code,
+                    text=text,
+                )
             else:
-                case = junit.Case(f"{f.code} {_location(f)}", f"overlay.{fam}", system_out=text)
+                case = junit.Case(
+                    f"{f.code} {_location(f)}", f"overlay.{fam}", system_out=text
+                )
             suite.cases.append(case)
         seen = {f.code for f in items}
         for code in sorted(set((checks or {}).get(fam, ())) - seen):
@@ -206,7 +218,9 @@ def render_github(findings: Sequence[Finding]) -> str:
                 props.append(f"line={f.line}")
         props.append(f"title={escape_property(f.code)}")
         msg = f.message + (f"\nhint: {f.hint}" if f.hint else "")
-        out.append(f"::{_GITHUB_LEVEL[f.severity]} {','.join(props)}::{escape_data(msg)}")
+        out.append(
+            f"::{_GITHUB_LEVEL[f.severity]} {','.join(props)}::{escape_data(msg)}"
+        )
     return "".join(line + "\n" for line in out)
 
 
@@ -228,8 +242,12 @@ def render(findings: Sequence[Finding], fmt: str = "text", **kwargs) -> str:
     Raises:
         ValueError: unknown format.
     """
-    fn = {"text": render_text, "json": render_json, "junit": render_junit,
-          "github": render_github}.get(fmt)
+    fn = {
+        "text": render_text,
+        "json": render_json,
+        "junit": render_junit,
+        "github": render_github,
+    }.get(fmt)
     if fn is None:
         raise ValueError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
     return printable(fn(findings, **kwargs))

@@ -28,12 +28,20 @@ import os
 import shutil
 import signal
 import threading
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from overlay import fixes
 from overlay.errors import OverlayError, UnsafePath
-from overlay.fsutil import (LockBusy, RecordError, flocked, pid_alive, read_record, remove_stale_temps,
-                            sweep_scratch_dirs)
+from overlay.fsutil import (
+    LockBusy,
+    RecordError,
+    flocked,
+    pid_alive,
+    read_record,
+    remove_stale_temps,
+    sweep_scratch_dirs,
+)
 from overlay.manifest import MANIFEST_PATH
 from overlay.paths import check_path
 
@@ -82,8 +90,9 @@ def _state_shape_error(state: Any) -> str | None:
         return "state.json names no run kind"
     for key in ("old", "new"):
         bases = state.get(key)
-        if not isinstance(bases, dict) or not all(isinstance(bases.get(k), str)
-                                                  for k in ("pin", "fork", "merge_base")):
+        if not isinstance(bases, dict) or not all(
+            isinstance(bases.get(k), str) for k in ("pin", "fork", "merge_base")
+        ):
             return f"state.json lacks the {key} pins"
     backup = state.get("backup")
     if not isinstance(backup, list) or not all(isinstance(rel, str) for rel in backup):
@@ -94,11 +103,15 @@ def _state_shape_error(state: Any) -> str | None:
         except UnsafePath:
             # A hostile name here would make --abort write outside the repository.
             return f"state.json names an unsafe backed-up file {rel!r}"
-    if not isinstance(state.get("patches"), list) or not isinstance(state.get("resolutions"), dict):
+    if not isinstance(state.get("patches"), list) or not isinstance(
+        state.get("resolutions"), dict
+    ):
         return "state.json lacks the patches or the resolutions"
     recorded = state.get("rr_recorded", [])
-    if not isinstance(recorded, list) or not all(isinstance(k, str) and len(k) == 64 and
-                                                 all(c in "0123456789abcdef" for c in k) for k in recorded):
+    if not isinstance(recorded, list) or not all(
+        isinstance(k, str) and len(k) == 64 and all(c in "0123456789abcdef" for c in k)
+        for k in recorded
+    ):
         # --abort removes these names from the rr-cache: nothing else may be named.
         return "state.json names rr-cache entries that are not sha256 keys"
     return None
@@ -126,27 +139,53 @@ def inspect_state(root: str) -> StateOnDisk:
     backup = os.path.join(sdir, "backup")
     has_backup = os.path.isdir(backup) and not os.path.islink(backup)
     if not os.path.lexists(os.path.join(sdir, "state.json")):
-        left = "its backup" if has_backup else "leftover files (" + ", ".join(sorted(names)[:3]) + ")"
+        left = (
+            "its backup"
+            if has_backup
+            else "leftover files (" + ", ".join(sorted(names)[:3]) + ")"
+        )
         return StateOnDisk(True, problem=f"{STATE_DIR} holds {left} but no state.json")
     try:
-        data = read_record(root, STATE_FILE.replace(os.sep, "/"), what="rebase state", allow_symlink=False)
+        data = read_record(
+            root,
+            STATE_FILE.replace(os.sep, "/"),
+            what="rebase state",
+            allow_symlink=False,
+        )
         state = json.loads(data.decode("utf-8"))
     except RecordError as exc:
         return StateOnDisk(True, problem=exc.message)
     except (UnicodeDecodeError, ValueError, RecursionError):
-        return StateOnDisk(True, problem=f"{STATE_FILE} is not valid JSON (half-written or damaged)")
+        return StateOnDisk(
+            True, problem=f"{STATE_FILE} is not valid JSON (half-written or damaged)"
+        )
     shape = _state_shape_error(state)
     if shape is not None:
         return StateOnDisk(True, problem=shape)
     kind = state["kind"]
     if not has_backup:
-        return StateOnDisk(True, kind, state, f"{STATE_FILE} is there but its backup ({STATE_DIR}/backup) is not",
-                           list(state["backup"]))
-    missing = [rel for rel in state["backup"] if not os.path.isfile(os.path.join(backup, *rel.split("/")))]
+        return StateOnDisk(
+            True,
+            kind,
+            state,
+            f"{STATE_FILE} is there but its backup ({STATE_DIR}/backup) is not",
+            list(state["backup"]),
+        )
+    missing = [
+        rel
+        for rel in state["backup"]
+        if not os.path.isfile(os.path.join(backup, *rel.split("/")))
+    ]
     if missing:
-        return StateOnDisk(True, kind, state, f"the backup lacks {len(missing)} of the {len(state['backup'])} "
-                                              f"file(s) it should hold ({', '.join(missing[:3])}"
-                                              f"{' ...' if len(missing) > 3 else ''})", missing)
+        return StateOnDisk(
+            True,
+            kind,
+            state,
+            f"the backup lacks {len(missing)} of the {len(state['backup'])} "
+            f"file(s) it should hold ({', '.join(missing[:3])}"
+            f"{' ...' if len(missing) > 3 else ''})",
+            missing,
+        )
     return StateOnDisk(True, kind, state)
 
 
@@ -165,8 +204,10 @@ def run_in_progress(root: str) -> str | None:
 
 def wedged_hint(kind: str) -> str:
     """What to do about a wedged state (the ``hint:`` line)."""
-    return (f"`overlay {kind} --abort` recovers it: it restores the records from the backup that is left, "
-            "keeps what it cannot restore, and removes the state")
+    return (
+        f"`overlay {kind} --abort` recovers it: it restores the records from the backup that is left, "
+        "keeps what it cannot restore, and removes the state"
+    )
 
 
 def refuse_if_in_progress(root: str) -> None:
@@ -183,11 +224,15 @@ def refuse_if_in_progress(root: str) -> None:
         return
     kind = info.kind
     if info.problem:
-        raise OverlayError(f"the {kind} state is wedged: {info.problem}; no run is started over it",
-                           hint=wedged_hint(kind))
-    raise OverlayError(f"a {kind} is in progress ({STATE_FILE}); it is not started again",
-                       hint=f"see it with `overlay {kind} --status`; finish it with `overlay {kind} "
-                            f"--continue` (or --skip a patch), or undo it with `overlay {kind} --abort`")
+        raise OverlayError(
+            f"the {kind} state is wedged: {info.problem}; no run is started over it",
+            hint=wedged_hint(kind),
+        )
+    raise OverlayError(
+        f"a {kind} is in progress ({STATE_FILE}); it is not started again",
+        hint=f"see it with `overlay {kind} --status`; finish it with `overlay {kind} "
+        f"--continue` (or --skip a patch), or undo it with `overlay {kind} --abort`",
+    )
 
 
 def in_progress_note(root: str) -> str | None:
@@ -210,10 +255,14 @@ def in_progress_note(root: str) -> str | None:
         return f"the {kind} state in {STATE_DIR} is wedged ({info.problem}); {wedged_hint(kind)}"
     if isinstance(info.state, dict) and info.state.get("commit_started"):
         # Only a kill can leave this (Ctrl-C is held back while the records are written).
-        return (f"a {kind} was ended while it wrote the records: some are new, some as before; "
-                f"`overlay {kind} --continue` finishes writing them, `overlay {kind} --abort` restores them")
-    return (f"a {kind} is in progress (`overlay {kind} --status`): these are the records as they were before "
-            f"it; `overlay {kind} --continue` finishes it, `overlay {kind} --abort` undoes it")
+        return (
+            f"a {kind} was ended while it wrote the records: some are new, some as before; "
+            f"`overlay {kind} --continue` finishes writing them, `overlay {kind} --abort` restores them"
+        )
+    return (
+        f"a {kind} is in progress (`overlay {kind} --status`): these are the records as they were before "
+        f"it; `overlay {kind} --continue` finishes it, `overlay {kind} --abort` undoes it"
+    )
 
 
 @contextlib.contextmanager
@@ -254,7 +303,13 @@ class StateBusy(OverlayError):
         holder: ``(pid, command)`` of an exclusive holder that is still alive, else ``None``.
     """
 
-    def __init__(self, message: str, *, holder: tuple[str, str] | None = None, hint: str | None = None):
+    def __init__(
+        self,
+        message: str,
+        *,
+        holder: tuple[str, str] | None = None,
+        hint: str | None = None,
+    ):
         super().__init__(message, hint=hint)
         self.holder = holder
 
@@ -294,18 +349,32 @@ def state_lock(root: str, command: str, *, shared: bool = False) -> Iterator[Non
             if not shared:
                 os.makedirs(meta, exist_ok=True)
             if not shared or os.path.isdir(meta):
-                stack.enter_context(flocked(path, shared=shared, wait=False, holder=f"{os.getpid()} {command}"))
+                stack.enter_context(
+                    flocked(
+                        path,
+                        shared=shared,
+                        wait=False,
+                        holder=f"{os.getpid()} {command}",
+                    )
+                )
         except LockBusy as busy:
             holder = _holder(busy.holder)
-            who = (f"`overlay {holder[1]}` (pid {holder[0]}) is running on this overlay" if holder else
-                   "another overlay command (a verify or status reading the records) is running on this overlay")
-            raise StateBusy(f"{who} and holds {LOCK_FILE}: `overlay {command}` is refused, so that the rebase state "
-                            "and the records are never read or written half-changed",
-                            holder=holder,
-                            hint=f"run `overlay {command}` again when it has finished") from None
+            who = (
+                f"`overlay {holder[1]}` (pid {holder[0]}) is running on this overlay"
+                if holder
+                else "another overlay command (a verify or status reading the records) is running on this overlay"
+            )
+            raise StateBusy(
+                f"{who} and holds {LOCK_FILE}: `overlay {command}` is refused, so that the rebase state "
+                "and the records are never read or written half-changed",
+                holder=holder,
+                hint=f"run `overlay {command}` again when it has finished",
+            ) from None
         except OSError as exc:
             if not shared:
-                raise OverlayError(f"cannot lock {LOCK_FILE}: {exc.strerror or exc}") from None
+                raise OverlayError(
+                    f"cannot lock {LOCK_FILE}: {exc.strerror or exc}"
+                ) from None
             # A reader that cannot open the lock file (a read-only checkout) reads unlocked.
         yield
 
@@ -314,7 +383,9 @@ class _RecordTemps:
     """The names whose temp files may be swept in ``patches-rocm/``: the manifest, the series, the patches."""
 
     def __contains__(self, name: object) -> bool:
-        return isinstance(name, str) and (name in ("overlay.toml", "series") or name.endswith(".patch"))
+        return isinstance(name, str) and (
+            name in ("overlay.toml", "series") or name.endswith(".patch")
+        )
 
 
 def sweep_killed_runs(root: str) -> list[str]:
@@ -373,15 +444,19 @@ def interrupt_note(root: str | None, kind: str, since: float) -> str:
         return "interrupted"
     on_disk = run_in_progress(root)
     if on_disk is not None:
-        return (f"interrupted: the {on_disk} is stopped and resumable with `overlay {on_disk} --continue`, "
-                f"or undone with `overlay {on_disk} --abort` (`--status` shows where it stands)")
+        return (
+            f"interrupted: the {on_disk} is stopped and resumable with `overlay {on_disk} --continue`, "
+            f"or undone with `overlay {on_disk} --abort` (`--status` shows where it stands)"
+        )
     try:
         completed = os.path.getmtime(os.path.join(root, REPORT_JSON)) >= since
     except OSError:
         completed = False
     if completed:
-        return (f"interrupted after the {kind} had completed: its report is in .overlay/last-rebase.md; "
-                f"undo it with `{_UNDO}`")
+        return (
+            f"interrupted after the {kind} had completed: its report is in .overlay/last-rebase.md; "
+            f"undo it with `{_UNDO}`"
+        )
     return f"interrupted before the {kind} started: nothing was changed"
 
 
@@ -427,28 +502,48 @@ def no_run_to_abort(root: str, action: str = "abort") -> OverlayError:
     Returns:
         An :class:`OverlayError` (exit 2) for the caller to raise.
     """
-    verb = {"abort": "restore", "continue": "continue", "skip": "skip", "drop": "drop"}.get(action, action)
-    message = f"no rebase or sync in progress: there is nothing for --{action} to {verb}"
+    verb = {
+        "abort": "restore",
+        "continue": "continue",
+        "skip": "skip",
+        "drop": "drop",
+    }.get(action, action)
+    message = (
+        f"no rebase or sync in progress: there is nothing for --{action} to {verb}"
+    )
     if action != "abort":
-        return OverlayError(message, hint="start one with `overlay rebase --onto SHA` or `overlay sync --fork SHA`")
+        return OverlayError(
+            message,
+            hint="start one with `overlay rebase --onto SHA` or `overlay sync --fork SHA`",
+        )
     try:
         with open(os.path.join(root, REPORT_JSON), encoding="utf-8") as fh:
             report = json.load(fh)
         pins = report["pins"]
         kind = report.get("kind", "rebase")
-        run = (f"the last {kind} (pin {pins['before']['pin'][:12]} -> {pins['after']['pin'][:12]}, "
-               f"fork {pins['before']['fork'][:12]} -> {pins['after']['fork'][:12]})")
+        run = (
+            f"the last {kind} (pin {pins['before']['pin'][:12]} -> {pins['after']['pin'][:12]}, "
+            f"fork {pins['before']['fork'][:12]} -> {pins['after']['fork'][:12]})"
+        )
         current = _manifest_pins(root)
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return OverlayError(message, hint=f"a completed run is not undone by --abort; review it with `{_DIFF}` "
-                                          f"and undo it with `{_UNDO}`")
+        return OverlayError(
+            message,
+            hint=f"a completed run is not undone by --abort; review it with `{_DIFF}` "
+            f"and undo it with `{_UNDO}`",
+        )
     if current is not None and current != (pins["after"]["pin"], pins["after"]["fork"]):
-        return OverlayError(message, hint=f"{run} is not what the manifest holds now (pin {current[0][:12]}, "
-                                          f"fork {current[1][:12]}): it was undone or superseded")
-    return OverlayError(message,
-                        hint=f"{run} completed and changed {', '.join(_changed_files(report))}; review it with "
-                             f"`{_DIFF}` and undo it with `{_UNDO}` "
-                             "(new files under patches-rocm/resolved/ are removed by hand, see `git status`)")
+        return OverlayError(
+            message,
+            hint=f"{run} is not what the manifest holds now (pin {current[0][:12]}, "
+            f"fork {current[1][:12]}): it was undone or superseded",
+        )
+    return OverlayError(
+        message,
+        hint=f"{run} completed and changed {', '.join(_changed_files(report))}; review it with "
+        f"`{_DIFF}` and undo it with `{_UNDO}` "
+        "(new files under patches-rocm/resolved/ are removed by hand, see `git status`)",
+    )
 
 
 def _manifest_pins(root: str) -> tuple[str, str] | None:

@@ -117,8 +117,11 @@ class Patch:
     @property
     def deleted(self) -> frozenset[str]:
         """Paths the patch deletes (a rename's old name included)."""
-        return frozenset(c.source for c in self.changes
-                         if c.source and (c.target is None or c.rename))
+        return frozenset(
+            c.source
+            for c in self.changes
+            if c.source and (c.target is None or c.rename)
+        )
 
     @property
     def local_fix(self) -> int | None:
@@ -167,16 +170,29 @@ def read_series(root: str) -> list[tuple[str, int]]:
         if not line:
             continue
         if len(line.split()) != 1:
-            raise PatchFormatError(f"{SERIES_PATH}:{number}: expected one patch file name, got {raw[:80]!r}")
+            raise PatchFormatError(
+                f"{SERIES_PATH}:{number}: expected one patch file name, got {raw[:80]!r}"
+            )
         check_path(line, what=f"series entry at {SERIES_PATH}:{number}")
         out.append((line, number))
         if len(out) > MAX_SERIES_ENTRIES:
-            raise PatchFormatError(f"{SERIES_PATH}:{number}: more than {MAX_SERIES_ENTRIES} patches listed")
+            raise PatchFormatError(
+                f"{SERIES_PATH}:{number}: more than {MAX_SERIES_ENTRIES} patches listed"
+            )
     return out
 
 
-_C_ESCAPES = {ord("a"): 7, ord("b"): 8, ord("t"): 9, ord("n"): 10, ord("v"): 11, ord("f"): 12,
-              ord("r"): 13, ord('"'): 34, ord("\\"): 92}
+_C_ESCAPES = {
+    ord("a"): 7,
+    ord("b"): 8,
+    ord("t"): 9,
+    ord("n"): 10,
+    ord("v"): 11,
+    ord("f"): 12,
+    ord("r"): 13,
+    ord('"'): 34,
+    ord("\\"): 92,
+}
 
 
 def unquote_c_style(raw: bytes) -> bytes:
@@ -208,12 +224,18 @@ def unquote_c_style(raw: bytes) -> bytes:
         if nxt in _C_ESCAPES:
             out.append(_C_ESCAPES[nxt])
             i += 2
-        elif nxt is not None and 48 <= nxt <= 51 and len(body) >= i + 4 and \
-                all(48 <= d <= 55 for d in body[i + 1:i + 4]):
-            out.append(int(body[i + 1:i + 4], 8))
+        elif (
+            nxt is not None
+            and 48 <= nxt <= 51
+            and len(body) >= i + 4
+            and all(48 <= d <= 55 for d in body[i + 1 : i + 4])
+        ):
+            out.append(int(body[i + 1 : i + 4], 8))
             i += 4
         else:
-            raise PatchFormatError(f"bad quoted path {raw.decode('utf-8', 'replace')!r}")
+            raise PatchFormatError(
+                f"bad quoted path {raw.decode('utf-8', 'replace')!r}"
+            )
     return bytes(out)
 
 
@@ -234,21 +256,25 @@ def _header_path(raw: bytes, what: str) -> str | None:
 def _diff_git_paths(line: bytes) -> tuple[str | None, str | None]:
     """Both names of a ``diff --git a/X b/Y`` line, as git reads them when no
     ``---``/``+++`` or rename line says better (mode-only and binary changes)."""
-    rest = line[len(b"diff --git "):].rstrip(b"\r")
+    rest = line[len(b"diff --git ") :].rstrip(b"\r")
     if rest.startswith(b'"'):
         end = rest.index(b'"', 1)
-        while rest[end - 1:end] == b"\\":
+        while rest[end - 1 : end] == b"\\":
             end = rest.index(b'"', end + 1)
-        first, second = rest[:end + 1], rest[end + 2:]
+        first, second = rest[: end + 1], rest[end + 2 :]
         return _header_path(first, "prefixed"), _header_path(second, "prefixed")
     if rest.endswith(b'"'):
         start = rest.rindex(b' "')
-        return _header_path(rest[:start], "prefixed"), _header_path(rest[start + 1:], "prefixed")
+        return _header_path(rest[:start], "prefixed"), _header_path(
+            rest[start + 1 :], "prefixed"
+        )
     # Unquoted: both names are the same path (git only omits ---/+++ then), so split
     # where the halves agree; this keeps names with spaces whole.
     for i in range(len(rest)):
-        if rest[i:i + 3] == b" b/" and rest[2:i] == rest[i + 3:]:
-            return _header_path(rest[:i], "prefixed"), _header_path(rest[i + 1:], "prefixed")
+        if rest[i : i + 3] == b" b/" and rest[2:i] == rest[i + 3 :]:
+            return _header_path(rest[:i], "prefixed"), _header_path(
+                rest[i + 1 :], "prefixed"
+            )
     parts = rest.split(b" ")
     return _header_path(parts[0], "prefixed"), _header_path(parts[-1], "prefixed")
 
@@ -261,11 +287,14 @@ MAX_HUNK_LINES = 10_000_000
 
 def is_patch_break(line: bytes) -> bool:
     """git mailinfo's end of the message: ``---`` then whitespace, ``diff -``, ``Index: ``."""
-    return (line.startswith(b"---") and (len(line) == 3 or line[3:4].isspace())) or \
-        line.startswith((b"diff -", b"Index: "))
+    return (
+        line.startswith(b"---") and (len(line) == 3 or line[3:4].isspace())
+    ) or line.startswith((b"diff -", b"Index: "))
 
 
-def _trailer_block(lines: list[str]) -> tuple[int, dict[str, list[str]], dict[str, list[int]]] | None:
+def _trailer_block(
+    lines: list[str],
+) -> tuple[int, dict[str, list[str]], dict[str, list[int]]] | None:
     """The trailers of ``lines`` (their last paragraph when every line is ``Key: value``).
 
     Returns:
@@ -306,30 +335,51 @@ def split_patch(data: bytes) -> tuple[bytes, bytes]:
     return data[:at], data[at:]
 
 
-def _parse_head(head: bytes) -> tuple[str, str, dict[str, list[str]], dict[str, list[int]], str | None]:
+def _parse_head(
+    head: bytes,
+) -> tuple[str, str, dict[str, list[str]], dict[str, list[int]], str | None]:
     """Subject, description, trailers, trailer line numbers and author of a patch head."""
     lines = head.decode("utf-8", "replace").split("\n")
     if lines and lines[-1] == "":
         lines.pop()
     # Mail headers end at the first blank line; a leading "From <sha> <date>" line is mbox.
-    start = 1 if lines and lines[0].startswith("From ") and not lines[0].startswith("From:") else 0
-    end = next((i for i in range(start, len(lines)) if not lines[i].strip()), len(lines))
+    start = (
+        1
+        if lines and lines[0].startswith("From ") and not lines[0].startswith("From:")
+        else 0
+    )
+    end = next(
+        (i for i in range(start, len(lines)) if not lines[i].strip()), len(lines)
+    )
     headers = _simple_headers(lines[start:end])
     if headers is None:
         import email.parser
         import email.policy
 
-        headers = email.parser.Parser(policy=email.policy.compat32).parsestr("\n".join(lines[start:end]) + "\n")
+        headers = email.parser.Parser(policy=email.policy.compat32).parsestr(
+            "\n".join(lines[start:end]) + "\n"
+        )
     subject = " ".join(_decode_header(headers.get("Subject") or "").split())
     subject = _SUBJECT_TAG.sub("", subject, count=1)
     author = " ".join(_decode_header(headers.get("From") or "").split()) or None
-    body = [ln.rstrip("\r") for ln in lines[end + 1:]] if end < len(lines) else []
+    body = [ln.rstrip("\r") for ln in lines[end + 1 :]] if end < len(lines) else []
     # The message ends where git mailinfo ends it; what follows up to the diff are notes.
-    brk = next((i for i, ln in enumerate(body)
-                if is_patch_break(ln.encode("utf-8", "surrogateescape"))), len(body))
-    message, notes = body[:brk], body[brk + 1:]
-    while notes and (not notes[-1].strip() or is_patch_break(notes[-1].encode("utf-8", "surrogateescape"))):
-        notes = notes[:-1]  # format-patch's own '---' before the diff, after the author's notes
+    brk = next(
+        (
+            i
+            for i, ln in enumerate(body)
+            if is_patch_break(ln.encode("utf-8", "surrogateescape"))
+        ),
+        len(body),
+    )
+    message, notes = body[:brk], body[brk + 1 :]
+    while notes and (
+        not notes[-1].strip()
+        or is_patch_break(notes[-1].encode("utf-8", "surrogateescape"))
+    ):
+        notes = notes[
+            :-1
+        ]  # format-patch's own '---' before the diff, after the author's notes
     trailers: dict[str, list[str]] = {}
     trailer_lines: dict[str, list[int]] = {}
     first_line = end + 2  # 1-based file line of body[0]
@@ -344,7 +394,9 @@ def _parse_head(head: bytes) -> tuple[str, str, dict[str, list[str]], dict[str, 
         late = _trailer_block(notes)
         if late is not None:
             _start, trailers, where = late
-            trailer_lines = {k: [first_line + brk + 1 + i for i in v] for k, v in where.items()}
+            trailer_lines = {
+                k: [first_line + brk + 1 + i for i in v] for k, v in where.items()
+            }
     description = "\n".join(message).strip()
     return subject, description, trailers, trailer_lines, author
 
@@ -383,11 +435,17 @@ def _decode_header(value: str) -> str:
 
     parts = []
     for chunk, charset in email.header.decode_header(value):
-        parts.append(chunk.decode(charset or "utf-8", "replace") if isinstance(chunk, bytes) else chunk)
+        parts.append(
+            chunk.decode(charset or "utf-8", "replace")
+            if isinstance(chunk, bytes)
+            else chunk
+        )
     return "".join(parts)
 
 
-def _parse_section(section: bytes, first_line: int, name: str, hunks_by_file: list | None) -> "FileChange":
+def _parse_section(
+    section: bytes, first_line: int, name: str, hunks_by_file: list | None
+) -> FileChange:
     """One ``diff --git`` section: names, modes, recorded blobs, counts, hunks.
 
     Every line after the extended headers must belong to a hunk whose header counts
@@ -406,7 +464,9 @@ def _parse_section(section: bytes, first_line: int, name: str, hunks_by_file: li
     n_add = n_del = 0
     nul_line = None
     i = 1
-    while i < len(lines) and not lines[i].startswith((b"@@", b"GIT binary patch", b"Binary files ")):
+    while i < len(lines) and not lines[i].startswith(
+        (b"@@", b"GIT binary patch", b"Binary files ")
+    ):
         ln = lines[i].rstrip(b"\r")
         m = _INDEX_LINE.match(ln)
         if m:
@@ -431,8 +491,11 @@ def _parse_section(section: bytes, first_line: int, name: str, hunks_by_file: li
         elif ln.startswith(b"new mode "):
             new_mode = ln.split()[-1].decode()
         elif not ln.startswith((b"similarity index", b"dissimilarity index")):
-            raise PatchFormatError(f"{name}:{first_line + i}: unexpected line in the header of a file's diff: "
-                                   f"{ln[:60].decode('utf-8', 'replace')!r}", line=first_line + i)
+            raise PatchFormatError(
+                f"{name}:{first_line + i}: unexpected line in the header of a file's diff: "
+                f"{ln[:60].decode('utf-8', 'replace')!r}",
+                line=first_line + i,
+            )
         i += 1
     if not (have_src and have_dst):
         a, b = _diff_git_paths(lines[0])
@@ -453,15 +516,25 @@ def _parse_section(section: bytes, first_line: int, name: str, hunks_by_file: li
             continue
         m = _HUNK_HEAD.match(ln)
         if not m:
-            raise PatchFormatError(f"{name}:{first_line + i}: line is not part of any hunk (a hunk header "
-                                   f"that lost its '@@'?): {ln[:60].decode('utf-8', 'replace')!r}",
-                                   line=first_line + i)
+            raise PatchFormatError(
+                f"{name}:{first_line + i}: line is not part of any hunk (a hunk header "
+                f"that lost its '@@'?): {ln[:60].decode('utf-8', 'replace')!r}",
+                line=first_line + i,
+            )
         counts = [len(g) > 12 for g in m.groups() if g]
         if any(counts):
-            raise PatchFormatError(f"{name}:{first_line + i}: hunk header numbers out of range",
-                                   line=first_line + i)
-        s_start, s_len = int(m.group(1)), int(m.group(2) if m.group(2) is not None else 1)
-        t_start, t_len = int(m.group(3)), int(m.group(4) if m.group(4) is not None else 1)
+            raise PatchFormatError(
+                f"{name}:{first_line + i}: hunk header numbers out of range",
+                line=first_line + i,
+            )
+        s_start, s_len = (
+            int(m.group(1)),
+            int(m.group(2) if m.group(2) is not None else 1),
+        )
+        t_start, t_len = (
+            int(m.group(3)),
+            int(m.group(4) if m.group(4) is not None else 1),
+        )
         header_line = first_line + i
         old_left, new_left = s_len, t_len
         i += 1
@@ -483,14 +556,29 @@ def _parse_section(section: bytes, first_line: int, name: str, hunks_by_file: li
         while i < len(lines) and lines[i][:1] == b"\\":
             i += 1  # "\ No newline at end of file"
         if old_left or new_left:
-            raise PatchFormatError(f"{name}:{header_line}: hunk header says -{s_len} +{t_len} lines but "
-                                   f"the hunk holds {s_len - old_left} and {t_len - new_left}", line=header_line)
-        section_name = ln[m.end():].strip().decode("utf-8", "replace")
+            raise PatchFormatError(
+                f"{name}:{header_line}: hunk header says -{s_len} +{t_len} lines but "
+                f"the hunk holds {s_len - old_left} and {t_len - new_left}",
+                line=header_line,
+            )
+        section_name = ln[m.end() :].strip().decode("utf-8", "replace")
         hunks.append(Hunk(s_start, s_len, t_start, t_len, section_name))
-    return FileChange(source=src, target=dst, binary=binary, binary_data=binary_data,
-                      rename=bool(rename and src and dst and src != dst), added=n_add, removed=n_del,
-                      hunks=tuple(hunks), old_oid=old_oid if src else None, new_oid=new_oid if dst else None,
-                      old_mode=old_mode, new_mode=new_mode, line=first_line, nul_line=nul_line)
+    return FileChange(
+        source=src,
+        target=dst,
+        binary=binary,
+        binary_data=binary_data,
+        rename=bool(rename and src and dst and src != dst),
+        added=n_add,
+        removed=n_del,
+        hunks=tuple(hunks),
+        old_oid=old_oid if src else None,
+        new_oid=new_oid if dst else None,
+        old_mode=old_mode,
+        new_mode=new_mode,
+        line=first_line,
+        nul_line=nul_line,
+    )
 
 
 def diff_pieces(diff: bytes) -> list[bytes]:
@@ -501,11 +589,15 @@ def diff_pieces(diff: bytes) -> list[bytes]:
     pieces = re.split(rb"\n(?=diff --)", diff)
     for i, piece in enumerate(pieces):
         if piece.endswith(b"\n-- ") or b"\n-- \n" in piece:
-            pieces[i] = piece[:piece.rindex(b"\n-- ")]  # format-patch's signature footer
+            pieces[i] = piece[
+                : piece.rindex(b"\n-- ")
+            ]  # format-patch's signature footer
     return pieces
 
 
-def parse_patch(data: bytes, name: str, path: str = "", *, header_only: bool = False) -> Patch:
+def parse_patch(
+    data: bytes, name: str, path: str = "", *, header_only: bool = False
+) -> Patch:
     """Parse one format-patch file, as bytes end to end.
 
     Context lines in any encoding survive (Latin-1 after a pin bump, shared case 12);
@@ -533,23 +625,44 @@ def parse_patch(data: bytes, name: str, path: str = "", *, header_only: bool = F
         raise PatchFormatError(f"{name}: {exc.message}") from None
     subject, description, trailers, trailer_lines, author = _parse_head(head)
     if header_only:
-        return Patch(name=name, path=path, data=data, subject=subject, description=description,
-                     trailers=trailers, trailer_lines=trailer_lines, changes=(), author=author)
+        return Patch(
+            name=name,
+            path=path,
+            data=data,
+            subject=subject,
+            description=description,
+            trailers=trailers,
+            trailer_lines=trailer_lines,
+            changes=(),
+            author=author,
+        )
     first_line = head.count(b"\n") + 1
     changes = []
     line = first_line
     for piece in diff_pieces(diff):
         if piece.startswith(b"diff --cc ") or piece.startswith(b"diff --combined "):
-            raise PatchFormatError(f"{name}:{line}: a combined diff ('diff --cc', a merge commit's diff) "
-                                   "cannot be applied as a patch", line=line)
+            raise PatchFormatError(
+                f"{name}:{line}: a combined diff ('diff --cc', a merge commit's diff) "
+                "cannot be applied as a patch",
+                line=line,
+            )
         if not piece.startswith(b"diff --git "):
             raise PatchFormatError(f"{name}:{line}: expected 'diff --git'", line=line)
         changes.append(_parse_section(piece, line, name, None))
         line += piece.count(b"\n") + 1
     if not changes:
         raise PatchFormatError(f"{name}: the diff names no file")
-    return Patch(name=name, path=path, data=data, subject=subject, description=description,
-                 trailers=trailers, trailer_lines=trailer_lines, changes=tuple(changes), author=author)
+    return Patch(
+        name=name,
+        path=path,
+        data=data,
+        subject=subject,
+        description=description,
+        trailers=trailers,
+        trailer_lines=trailer_lines,
+        changes=tuple(changes),
+        author=author,
+    )
 
 
 def load_patch(root: str, name: str) -> Patch:
@@ -571,14 +684,18 @@ def load_patch(root: str, name: str) -> Patch:
     try:
         data = read_record(root, rel, what="patch", allow_symlink=False)
     except RecordMissing:
-        raise PatchFormatError(f"{PATCH_DIR}/{name} is listed in series but does not exist") from None
+        raise PatchFormatError(
+            f"{PATCH_DIR}/{name} is listed in series but does not exist"
+        ) from None
     path = os.path.join(root, PATCH_DIR, name)
     try:
         return parse_patch(data, name, path)
     except (ValueError, RecursionError) as exc:
         # unidiff converts hunk-header numbers with int(): more than 4,300 digits raise ValueError.
-        raise PatchFormatError(f"{name}: cannot parse diff: {type(exc).__name__}: "
-                               f"{str(exc).split(';')[0][:120]}") from None
+        raise PatchFormatError(
+            f"{name}: cannot parse diff: {type(exc).__name__}: "
+            f"{str(exc).split(';')[0][:120]}"
+        ) from None
 
 
 def load_series(root: str) -> list[Patch]:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import struct
 import zlib
-from typing import Iterable
+from collections.abc import Iterable
 
 from overlay.gitstore import EMPTY_TREE, Store, zsplit
 
@@ -55,7 +55,9 @@ class TreeModel:
         if entries is None:
             entries = {}
             for mode, kind, oid, name in self._raw.pop(path, ()):
-                entries[name] = _entry(name, _TREE_MODE if kind == "tree" else mode, oid)
+                entries[name] = _entry(
+                    name, _TREE_MODE if kind == "tree" else mode, oid
+                )
                 if kind == "tree":
                     self._oid[f"{path}/{name}" if path else name] = oid
             self._dirs[path] = entries
@@ -122,7 +124,9 @@ class TreeModel:
 
         Directories left empty disappear, as ``git write-tree`` leaves them out.
         """
-        for directory in sorted(self._dirty, key=lambda d: (d.count("/") + (1 if d else 0)), reverse=True):
+        for directory in sorted(
+            self._dirty, key=lambda d: d.count("/") + (1 if d else 0), reverse=True
+        ):
             entries = self._dirs[directory]
             parent, _, name = directory.rpartition("/")
             if not entries and directory:
@@ -143,10 +147,17 @@ def _entry(name: str, mode: str, oid: str) -> tuple[str, str, bytes, bytes]:
     its name ended in ``/``; the encoding is ``<mode> <name>NUL<20-byte name>``."""
     raw = name.encode("utf-8", "surrogateescape")
     key = raw + b"/" if mode == _TREE_MODE else raw
-    return (mode, oid, key, b"%s %s\0" % (mode.encode(), raw) + bytes.fromhex(oid) if oid else b"")
+    return (
+        mode,
+        oid,
+        key,
+        b"%s %s\0" % (mode.encode(), raw) + bytes.fromhex(oid) if oid else b"",
+    )
 
 
-def _tree_object(entries: Iterable[tuple[str, str, bytes, bytes]], objects: dict[str, bytes]) -> str:
+def _tree_object(
+    entries: Iterable[tuple[str, str, bytes, bytes]], objects: dict[str, bytes]
+) -> str:
     """Hash one tree object from its entries (see :func:`_entry`) in git's order; add it
     to ``objects``; return its name."""
     body = b"".join(e[3] for e in sorted(entries, key=lambda e: e[2]))
@@ -159,7 +170,9 @@ def listing(store: Store, tree: str) -> list[tuple[str, str, str, str]]:
     """Every entry of ``tree``, directories included: ``[(mode, kind, oid, path), ...]``
     (one ``git ls-tree -r -t -z``)."""
     out = []
-    for rec in zsplit(store.git("ls-tree", "-r", "-t", "-z", "--full-tree", tree).stdout):
+    for rec in zsplit(
+        store.git("ls-tree", "-r", "-t", "-z", "--full-tree", tree).stdout
+    ):
         meta, path = rec.split("\t", 1)
         mode, kind, oid = meta.split()
         out.append((mode, kind, oid, path))

@@ -57,7 +57,9 @@ MAX_ENTRIES = 16
 #: Largest record read for the key; a bigger one is refused by verify (fsutil.RECORD_MAX_BYTES).
 _MAX_RECORD = 16 * 1024 * 1024
 _ENV_NAMES = ("PATH", "HOME", "XDG_CONFIG_HOME", "XDG_CACHE_HOME")
-_SAFE_NAME = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._+-")
+_SAFE_NAME = frozenset(
+    "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._+-"
+)
 
 
 class _Uncached(Exception):
@@ -72,7 +74,10 @@ def _field(out: list[bytes], tag: bytes, data: bytes) -> None:
 def _read(path: str) -> bytes | None:
     """A regular file's bytes (``None`` when it does not exist); anything else is uncached."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        fd = os.open(
+            path,
+            os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0),
+        )
     except FileNotFoundError:
         return None
     except OSError:
@@ -98,7 +103,13 @@ def _stat(path: str) -> bytes:
         return b"-"
     except OSError:
         raise _Uncached(path) from None
-    return b"%o %d %d %d %d" % (st.st_mode, st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev)
+    return b"%o %d %d %d %d" % (
+        st.st_mode,
+        st.st_size,
+        st.st_mtime_ns,
+        st.st_ino,
+        st.st_dev,
+    )
 
 
 def _real_dir(path: str) -> bool:
@@ -143,7 +154,11 @@ def _series_names(data: bytes) -> list[str]:
         line = raw.split("#", 1)[0].strip()
         if not line:
             continue
-        if len(line.split()) != 1 or line.startswith(".") or not set(line) <= _SAFE_NAME:
+        if (
+            len(line.split()) != 1
+            or line.startswith(".")
+            or not set(line) <= _SAFE_NAME
+        ):
             raise _Uncached("series")
         names.append(line)
     return names
@@ -153,7 +168,11 @@ def _git_on_path() -> bytes:
     for directory in os.environ.get("PATH", "").split(os.pathsep):
         candidate = os.path.join(directory or ".", "git")
         if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
-            return candidate.encode("utf-8", "surrogateescape") + b" " + _stat(os.path.realpath(candidate))
+            return (
+                candidate.encode("utf-8", "surrogateescape")
+                + b" "
+                + _stat(os.path.realpath(candidate))
+            )
     return b"-"
 
 
@@ -176,12 +195,22 @@ def repo_paths(root: str) -> list[str]:
         # --cached still lists a tracked file deleted from the work tree: keep what exists.
         # overlay's own state (.overlay/, where this cache lives) is never a repository path,
         # in git's list as in the walk below, ignored or not.
-        return [p for p in out.decode("utf-8", "replace").split("\0")
-                if p and not p.startswith(".overlay/") and os.path.lexists(os.path.join(root, p))]
+        return [
+            p
+            for p in out.decode("utf-8", "replace").split("\0")
+            if p
+            and not p.startswith(".overlay/")
+            and os.path.lexists(os.path.join(root, p))
+        ]
     paths = []
     for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = [d for d in dirnames if d not in (".git", ".venv", "build", ".overlay")]
-        paths += [os.path.relpath(os.path.join(dirpath, f), root).replace(os.sep, "/") for f in filenames]
+        dirnames[:] = [
+            d for d in dirnames if d not in (".git", ".venv", "build", ".overlay")
+        ]
+        paths += [
+            os.path.relpath(os.path.join(dirpath, f), root).replace(os.sep, "/")
+            for f in filenames
+        ]
     return paths
 
 
@@ -190,11 +219,26 @@ def _ls_files(root: str) -> bytes:
     git fails or cannot be started."""
     read_fd, write_fd = os.pipe()
     try:
-        pid = os.posix_spawnp("git", ["git", "-C", root, "ls-files", "-z", "--cached", "--others",
-                                      "--exclude-standard"], os.environ,
-                              file_actions=[(os.POSIX_SPAWN_DUP2, write_fd, 1), (os.POSIX_SPAWN_CLOSE, read_fd),
-                                            (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0),
-                                            (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0)])
+        pid = os.posix_spawnp(
+            "git",
+            [
+                "git",
+                "-C",
+                root,
+                "ls-files",
+                "-z",
+                "--cached",
+                "--others",
+                "--exclude-standard",
+            ],
+            os.environ,
+            file_actions=[
+                (os.POSIX_SPAWN_DUP2, write_fd, 1),
+                (os.POSIX_SPAWN_CLOSE, read_fd),
+                (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0),
+                (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+            ],
+        )
     except OSError:
         os.close(read_fd)
         os.close(write_fd)
@@ -229,12 +273,20 @@ def inputs(root: str, git_dir: str | None, offline: bool) -> bytes | None:
     try:
         root = os.path.realpath(root)
         pkg = os.path.dirname(os.path.abspath(__file__))
-        _field(out, b"tool", f"{__version__} {sys.version} {root}".encode("utf-8", "surrogateescape"))
+        _field(
+            out,
+            b"tool",
+            f"{__version__} {sys.version} {root}".encode("utf-8", "surrogateescape"),
+        )
         _package(out, pkg)
         _field(out, b"git", _git_on_path())
         for name in sorted(os.environ):
             if name.startswith(("GIT_", "OVERLAY_")) or name in _ENV_NAMES:
-                _field(out, b"env", f"{name}={os.environ[name]}".encode("utf-8", "surrogateescape"))
+                _field(
+                    out,
+                    b"env",
+                    f"{name}={os.environ[name]}".encode("utf-8", "surrogateescape"),
+                )
         pdir = os.path.join(root, "patches-rocm")
         if not _real_dir(pdir):
             return None
@@ -246,18 +298,39 @@ def inputs(root: str, git_dir: str | None, offline: bool) -> bytes | None:
         _field(out, b"series", b"-" if series is None else b"+" + series)
         for name in dict.fromkeys(_series_names(series or b"")):
             data = _read(os.path.join(pdir, name))
-            _field(out, b"patch", name.encode() + (b" -" if data is None else b" +" + data))
-        _field(out, b"listing", "\0".join(sorted(os.listdir(pdir))).encode("utf-8", "surrogateescape"))
-        for rel in ("LOCAL_FIXES.md", os.path.join("patches-rocm", "suites", "suites.toml")):
+            _field(
+                out, b"patch", name.encode() + (b" -" if data is None else b" +" + data)
+            )
+        _field(
+            out,
+            b"listing",
+            "\0".join(sorted(os.listdir(pdir))).encode("utf-8", "surrogateescape"),
+        )
+        for rel in (
+            "LOCAL_FIXES.md",
+            os.path.join("patches-rocm", "suites", "suites.toml"),
+        ):
             if os.path.dirname(rel):
                 _real_dir(os.path.join(root, os.path.dirname(rel)))
             data = _read(os.path.join(root, rel))
             _field(out, rel.encode(), b"-" if data is None else b"+" + data)
         _resolutions(out, os.path.join(pdir, "resolved"))
-        _field(out, b"rebase", _stat(os.path.join(root, ".overlay", "rebase", "state.json")))
-        _field(out, b"repo", "\0".join(repo_paths(root)).encode("utf-8", "surrogateescape"))
+        _field(
+            out,
+            b"rebase",
+            _stat(os.path.join(root, ".overlay", "rebase", "state.json")),
+        )
+        _field(
+            out, b"repo", "\0".join(repo_paths(root)).encode("utf-8", "surrogateescape")
+        )
         store = os.path.abspath(git_dir or default_store_dir())
-        _field(out, b"store", f"{store} {bool(offline)}".encode("utf-8", "surrogateescape") + b" " + _stat(store))
+        _field(
+            out,
+            b"store",
+            f"{store} {bool(offline)}".encode("utf-8", "surrogateescape")
+            + b" "
+            + _stat(store),
+        )
         for name in ("HEAD", "config", "packed-refs"):
             _field(out, name.encode(), _stat(os.path.join(store, name)))
         alternates = _read(os.path.join(store, "objects", "info", "alternates"))
@@ -283,7 +356,16 @@ def _package(out: list[bytes], pkg: str) -> None:
                 stack.append(sub)
             else:
                 st = entry.stat(follow_symlinks=False)
-                _field(out, b"pkg", b"%s %d %d" % (sub.encode("utf-8", "surrogateescape"), st.st_size, st.st_mtime_ns))
+                _field(
+                    out,
+                    b"pkg",
+                    b"%s %d %d"
+                    % (
+                        sub.encode("utf-8", "surrogateescape"),
+                        st.st_size,
+                        st.st_mtime_ns,
+                    ),
+                )
 
 
 def _resolutions(out: list[bytes], top: str) -> None:
@@ -305,12 +387,16 @@ def _resolutions(out: list[bytes], top: str) -> None:
             data = _read(entry.path)
             if data is None:
                 raise _Uncached(entry.path)  # vanished while read
-            _field(out, b"resolved", sub.encode("utf-8", "surrogateescape") + b"\0" + data)
+            _field(
+                out, b"resolved", sub.encode("utf-8", "surrogateescape") + b"\0" + data
+            )
 
 
 def options_key(fmt: str, only: tuple[str, ...], skip: tuple[str, ...]) -> bytes:
     """The options that change the report, as one line (``--strict`` and ``-o`` do not)."""
-    return f"{fmt}\0{','.join(only)}\0{','.join(skip)}".encode("utf-8", "surrogateescape")
+    return f"{fmt}\0{','.join(only)}\0{','.join(skip)}".encode(
+        "utf-8", "surrogateescape"
+    )
 
 
 def _parse(data: bytes) -> tuple[bytes, list[tuple[bytes, bytes, bytes]]]:
@@ -364,7 +450,9 @@ def lookup(root: str, key: bytes, options: bytes) -> tuple[str, bool, bool] | No
     return None
 
 
-def remember(root: str, key: bytes, options: bytes, text: str, errors: bool, warnings: bool) -> None:
+def remember(
+    root: str, key: bytes, options: bytes, text: str, errors: bool, warnings: bool
+) -> None:
     """Store a report for ``key`` and ``options`` (the other reports of the same inputs are kept).
 
     Written with :func:`overlay.fsutil.atomic_write` (temp file and rename: a killed
@@ -375,9 +463,14 @@ def remember(root: str, key: bytes, options: bytes, text: str, errors: bool, war
 
     cached = _load(root)
     entries = cached[1] if cached is not None and cached[0] == key else []
-    entries = [e for e in entries if e[0] != options][-(MAX_ENTRIES - 1):]
-    entries.append((options, text.encode("utf-8", "surrogateescape"),
-                    (b"E" if errors else b"") + (b"W" if warnings else b"")))
+    entries = [e for e in entries if e[0] != options][-(MAX_ENTRIES - 1) :]
+    entries.append(
+        (
+            options,
+            text.encode("utf-8", "surrogateescape"),
+            (b"E" if errors else b"") + (b"W" if warnings else b""),
+        )
+    )
     parts = [_MAGIC, b"%d\n" % len(key), key]
     for item in entries:
         for piece in item:

@@ -9,7 +9,6 @@ import os
 import signal
 
 import pytest
-
 from gitfixtures import Overlay, build_world
 
 # A shell without job control starts background jobs with SIGINT ignored, and an ignored
@@ -19,7 +18,11 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 #: The real upstream mirrors, read before the isolation below clears OVERLAY_*.
-REAL_MIRRORS = {k: os.environ[k] for k in ("OVERLAY_UPSTREAM_URL", "OVERLAY_FORK_URL") if os.environ.get(k)}
+REAL_MIRRORS = {
+    k: os.environ[k]
+    for k in ("OVERLAY_UPSTREAM_URL", "OVERLAY_FORK_URL")
+    if os.environ.get(k)
+}
 
 
 @pytest.fixture(autouse=True)
@@ -45,7 +48,7 @@ def isolated_git(tmp_path_factory, monkeypatch):
     config.write_text(
         "[user]\n\tname = Overlay Tests\n\temail = tests@overlay.invalid\n"
         "[init]\n\tdefaultBranch = main\n[commit]\n\tgpgsign = false\n[tag]\n\tgpgsign = false\n"
-        "[protocol \"file\"]\n\tallow = always\n"
+        '[protocol "file"]\n\tallow = always\n'
     )
     for key in list(os.environ):
         if key.startswith("GIT_") or key.startswith("OVERLAY_"):
@@ -84,7 +87,9 @@ def real_mirrors(monkeypatch):
     Set ``OVERLAY_UPSTREAM_URL`` and ``OVERLAY_FORK_URL`` (local mirror paths) to run these.
     """
     if len(REAL_MIRRORS) != 2:
-        pytest.skip("set OVERLAY_UPSTREAM_URL and OVERLAY_FORK_URL to the real mirrors to run this")
+        pytest.skip(
+            "set OVERLAY_UPSTREAM_URL and OVERLAY_FORK_URL to the real mirrors to run this"
+        )
     for key, value in REAL_MIRRORS.items():
         monkeypatch.setenv(key, value)
     return REAL_MIRRORS
@@ -103,5 +108,6 @@ def ov(tmp_path, w):
     o = Overlay(tmp_path / "overlay", w)
     (o.root / "LOCAL_FIXES.md").write_text(
         f"# Local changes relative to x/fork@{w.fork_commit[:8]}\n\n"
-        f"## Retarget onto the MLX pin ({w.base[:8]})\n\n## Fixes to the fork's kernels\n\n")
+        f"## Retarget onto the MLX pin ({w.base[:8]})\n\n## Fixes to the fork's kernels\n\n"
+    )
     return o

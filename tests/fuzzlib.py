@@ -22,8 +22,8 @@ import sys
 from pathlib import Path
 
 from click.testing import CliRunner
-
 from gitfixtures import CLOSING, Overlay, lines, make_patch
+
 from overlay import fixes
 from overlay.cli import main
 from overlay.gitstore import Store
@@ -47,7 +47,10 @@ COMMANDS = {
     "series": (["verify"], ["status"], ["export", "{dest}"]),
     "patch": (["verify"], ["status"], ["export", "{dest}"]),
     "fixes": (["verify"], ["fix", "list"]),
-    "suites": (["suite", "list"], ["suite", "run", "--runs", "1", "--results", "{dest}"]),
+    "suites": (
+        ["suite", "list"],
+        ["suite", "run", "--runs", "1", "--results", "{dest}"],
+    ),
 }
 
 SUITES = """\
@@ -68,17 +71,67 @@ expect = "exactly 1"
 
 #: Byte strings the mutations insert: what broke overlay before, and what breaks parsers.
 TOKENS = (
-    b"\x00", b"\xff\xfe", b"\xc3", b"\x1b[1m", b"\r", b"\r\n", b"\n", b"\t", b"\x01", b"\x7f",
-    b"*" * 20, b"9" * 5000, b"20261201", b"-1", b"0", b"[" * 3000, b"{" * 500,
-    b"@@ -1,3 +1,4 @@\n", b"@@ -99999,1 +1 @@\n", b"@@ -1," + b"1" * 4400 + b" +1 @@\n",
-    b"diff --git a/x b/x\n", b"diff --git a/../../etc/passwd b/../../etc/passwd\n", b"--- /dev/null\n",
-    b"+++ b/mlx/evil\n", b"GIT binary patch\n", b"index 0000000..1111111 100644\n", b"new file mode 120000\n",
-    b"##", b"### ", b"## Fixes to the fork's kernels\n", b"##Fixes to the fork's build\n",
-    b"# Local changes relative to x/y@00000000\n", b"1. **T.** ", b"- `", b"`", b"```\n",
-    b"<<<<<<< ours\n", b"=======\n", b"Local-Fix: 99999999999\n", b"Forwarded:\n",
-    b"../", b"/etc/passwd", b".git/config", b"\\", b'"', b"'''", b'"""', b"= ", b"=", b"[carry]\n",
-    b"[suites.x]\n", b"[[suites.quick.markers]]\n", b"runs = 0\n", b"deadline = -1e999\n", b"inf", b"nan",
-    "é".encode(), "\u202e".encode(), b"\xed\xa0\x80", b" " * 200, b"x" * 5000,
+    b"\x00",
+    b"\xff\xfe",
+    b"\xc3",
+    b"\x1b[1m",
+    b"\r",
+    b"\r\n",
+    b"\n",
+    b"\t",
+    b"\x01",
+    b"\x7f",
+    b"*" * 20,
+    b"9" * 5000,
+    b"20261201",
+    b"-1",
+    b"0",
+    b"[" * 3000,
+    b"{" * 500,
+    b"@@ -1,3 +1,4 @@\n",
+    b"@@ -99999,1 +1 @@\n",
+    b"@@ -1," + b"1" * 4400 + b" +1 @@\n",
+    b"diff --git a/x b/x\n",
+    b"diff --git a/../../etc/passwd b/../../etc/passwd\n",
+    b"--- /dev/null\n",
+    b"+++ b/mlx/evil\n",
+    b"GIT binary patch\n",
+    b"index 0000000..1111111 100644\n",
+    b"new file mode 120000\n",
+    b"##",
+    b"### ",
+    b"## Fixes to the fork's kernels\n",
+    b"##Fixes to the fork's build\n",
+    b"# Local changes relative to x/y@00000000\n",
+    b"1. **T.** ",
+    b"- `",
+    b"`",
+    b"```\n",
+    b"<<<<<<< ours\n",
+    b"=======\n",
+    b"Local-Fix: 99999999999\n",
+    b"Forwarded:\n",
+    b"../",
+    b"/etc/passwd",
+    b".git/config",
+    b"\\",
+    b'"',
+    b"'''",
+    b'"""',
+    b"= ",
+    b"=",
+    b"[carry]\n",
+    b"[suites.x]\n",
+    b"[[suites.quick.markers]]\n",
+    b"runs = 0\n",
+    b"deadline = -1e999\n",
+    b"inf",
+    b"nan",
+    "é".encode(),
+    "\u202e".encode(),
+    b"\xed\xa0\x80",
+    b" " * 200,
+    b"x" * 5000,
 )
 
 #: Mutation operators and how many arguments each draws.
@@ -98,15 +151,15 @@ def apply_ops(data: bytes, ops) -> bytes:
         n = max(len(data), 1)
         if kind == "flip":
             pos = op[1] % n
-            data = data[:pos] + bytes([op[2] % 256]) + data[pos + 1:]
+            data = data[:pos] + bytes([op[2] % 256]) + data[pos + 1 :]
         elif kind == "insert":
             pos = op[1] % (len(data) + 1)
             data = data[:pos] + TOKENS[op[2] % len(TOKENS)] + data[pos:]
         elif kind == "delete":
             pos = op[1] % n
-            data = data[:pos] + data[pos + 1 + op[2] % 64:]
+            data = data[:pos] + data[pos + 1 + op[2] % 64 :]
         elif kind == "truncate":
-            data = data[:op[1] % n]
+            data = data[: op[1] % n]
         else:
             rows = data.split(b"\n")
             i = op[1] % len(rows)
@@ -135,16 +188,20 @@ def build_fixture(root: Path, world) -> Path:
     overlay = Overlay(root, world)
     store = Store()
     layers = compute_layers(store, load_manifest(str(root)), str(root))
-    patch, _ = make_patch(store, layers.forked, {"mlx/backend/rocm/device.cpp":
-                                                 lines("device", change={3: "device 3 locked"})},
-                          subject="rocm: lock the device")
+    patch, _ = make_patch(
+        store,
+        layers.forked,
+        {"mlx/backend/rocm/device.cpp": lines("device", change={3: "device 3 locked"})},
+        subject="rocm: lock the device",
+    )
     overlay.add_patch(PATCH, patch)
     repo = fixes.fork_repo_from_url(str(world.fork.path))
     (root / "LOCAL_FIXES.md").write_text(
         f"# Local changes relative to {repo}@{world.fork_commit[:8]}\n\n"
         f"## Retarget onto the MLX pin ({world.base[:8]})\n\n## Fixes to the fork's kernels\n\n"
         f"1. **Lock the device.** `mlx/backend/rocm/device.cpp` now locks. {CLOSING}\n\n"
-        "## Dropped from the vendored set\n\n- `docs/rocm.md`: docs.\n- `mlx/backend/metal/kernels.cpp`: Metal.\n")
+        "## Dropped from the vendored set\n\n- `docs/rocm.md`: docs.\n- `mlx/backend/metal/kernels.cpp`: Metal.\n"
+    )
     (root / "patches-rocm" / "suites").mkdir()
     (root / "patches-rocm" / "suites" / "suites.toml").write_text(SUITES)
     return root
@@ -157,8 +214,10 @@ class Hang(BaseException):
 @contextlib.contextmanager
 def hang_guard(seconds: int = 60):
     """Raise :class:`Hang` when the body runs longer than ``seconds`` (main thread only)."""
+
     def boom(signum, frame):
         raise Hang(f"blocked for {seconds} s")
+
     old = signal.signal(signal.SIGALRM, boom)
     signal.alarm(seconds)
     try:
@@ -179,7 +238,9 @@ class Run:
     output: str
 
 
-def run_mutation(template: Path, work: Path, record: str, ops, *, hang_s: int = 60) -> list[Run]:
+def run_mutation(
+    template: Path, work: Path, record: str, ops, *, hang_s: int = 60
+) -> list[Run]:
     """Copy ``template`` to ``work``, mutate ``record`` with ``ops``, run its commands.
 
     Returns:
@@ -203,9 +264,12 @@ def run_mutation(template: Path, work: Path, record: str, ops, *, hang_s: int = 
             continue
         output = result.output
         problem = None
-        if result.exception is not None and not isinstance(result.exception, SystemExit):
+        if result.exception is not None and not isinstance(
+            result.exception, SystemExit
+        ):
             problem = "traceback"
             import traceback
+
             output += "".join(traceback.format_exception(result.exception))
         elif "Traceback (most recent call last)" in output:
             problem = "traceback"
@@ -221,16 +285,39 @@ def isolate_git(home: Path, environ) -> None:
     """The environment ``tests/conftest.py`` gives each test: own HOME, git config and store."""
     home.mkdir(parents=True, exist_ok=True)
     config = home / ".gitconfig"
-    config.write_text("[user]\n\tname = Overlay Tests\n\temail = tests@overlay.invalid\n"
-                      "[init]\n\tdefaultBranch = main\n[commit]\n\tgpgsign = false\n"
-                      "[protocol \"file\"]\n\tallow = always\n")
+    config.write_text(
+        "[user]\n\tname = Overlay Tests\n\temail = tests@overlay.invalid\n"
+        "[init]\n\tdefaultBranch = main\n[commit]\n\tgpgsign = false\n"
+        '[protocol "file"]\n\tallow = always\n'
+    )
     for key in list(environ):
         if key.startswith(("GIT_", "OVERLAY_")):
             del environ[key]
-    environ.update({"HOME": str(home), "GIT_CONFIG_GLOBAL": str(config), "GIT_CONFIG_NOSYSTEM": "1",
-                    "XDG_CACHE_HOME": str(home / "cache"), "OVERLAY_GIT_DIR": str(home / "store.git"),
-                    "GIT_AUTHOR_DATE": "1600000000 +0000", "GIT_COMMITTER_DATE": "1600000000 +0000"})
+    environ.update(
+        {
+            "HOME": str(home),
+            "GIT_CONFIG_GLOBAL": str(config),
+            "GIT_CONFIG_NOSYSTEM": "1",
+            "XDG_CACHE_HOME": str(home / "cache"),
+            "OVERLAY_GIT_DIR": str(home / "store.git"),
+            "GIT_AUTHOR_DATE": "1600000000 +0000",
+            "GIT_COMMITTER_DATE": "1600000000 +0000",
+        }
+    )
 
 
-__all__ = ["COMMANDS", "OPS", "RECORDS", "TOKENS", "Hang", "Run", "apply_ops", "build_fixture", "hang_guard",
-           "isolate_git", "random_ops", "run_mutation", "sys"]
+__all__ = [
+    "COMMANDS",
+    "OPS",
+    "RECORDS",
+    "TOKENS",
+    "Hang",
+    "Run",
+    "apply_ops",
+    "build_fixture",
+    "hang_guard",
+    "isolate_git",
+    "random_ops",
+    "run_mutation",
+    "sys",
+]

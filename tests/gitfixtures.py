@@ -19,12 +19,33 @@ CLOSING = "Applies to the fork; kept in mlxcelverse under the 2026-10-06 fork po
 
 def git(cwd: Path | str, *args: str, input: bytes | None = None) -> str:
     """Run git in ``cwd``; return stripped stdout; raise on failure."""
-    env = git_env({"GIT_CONFIG_GLOBAL": os.devnull, "GIT_AUTHOR_DATE": "1600000000 +0000",
-                   "GIT_COMMITTER_DATE": "1600000000 +0000"})
-    ident = ["-c", "user.name=Overlay Tests", "-c", "user.email=tests@overlay.invalid",
-             "-c", "commit.gpgsign=false", "-c", "init.defaultBranch=main", "-c", "protocol.file.allow=always"]
-    proc = subprocess.run(["git", *ident, *args], cwd=cwd, input=input, stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, check=False, env=env)
+    env = git_env(
+        {
+            "GIT_CONFIG_GLOBAL": os.devnull,
+            "GIT_AUTHOR_DATE": "1600000000 +0000",
+            "GIT_COMMITTER_DATE": "1600000000 +0000",
+        }
+    )
+    ident = [
+        "-c",
+        "user.name=Overlay Tests",
+        "-c",
+        "user.email=tests@overlay.invalid",
+        "-c",
+        "commit.gpgsign=false",
+        "-c",
+        "init.defaultBranch=main",
+        "-c",
+        "protocol.file.allow=always",
+    ]
+    proc = subprocess.run(
+        ["git", *ident, *args],
+        cwd=cwd,
+        input=input,
+        capture_output=True,
+        check=False,
+        env=env,
+    )
     if proc.returncode != 0:
         raise AssertionError(f"git {' '.join(args)} failed: {proc.stderr.decode()}")
     return proc.stdout.decode().strip()
@@ -37,19 +58,23 @@ class WorkRepo:
         self.path = Path(path)
 
     @classmethod
-    def init(cls, path: Path, branch: str = "main") -> "WorkRepo":
+    def init(cls, path: Path, branch: str = "main") -> WorkRepo:
         path.mkdir(parents=True)
         git(path, "init", "-q", "-b", branch)
         return cls(path)
 
     @classmethod
-    def clone(cls, src: "WorkRepo", path: Path, branch: str) -> "WorkRepo":
+    def clone(cls, src: WorkRepo, path: Path, branch: str) -> WorkRepo:
         git(path.parent, "clone", "-q", str(src.path), str(path))
         git(path, "checkout", "-q", "-b", branch)
         return cls(path)
 
-    def commit(self, files: dict[str, bytes | str | None], message: str = "change",
-               modes: dict[str, str] | None = None) -> str:
+    def commit(
+        self,
+        files: dict[str, bytes | str | None],
+        message: str = "change",
+        modes: dict[str, str] | None = None,
+    ) -> str:
         """Write (or delete, for ``None``) files, commit, return the commit SHA."""
         for rel, content in files.items():
             full = self.path / rel
@@ -60,7 +85,13 @@ class WorkRepo:
             full.write_bytes(content.encode() if isinstance(content, str) else content)
             git(self.path, "add", "--", rel)
         for rel, mode in (modes or {}).items():
-            git(self.path, "update-index", f"--chmod={'+x' if mode == '100755' else '-x'}", "--", rel)
+            git(
+                self.path,
+                "update-index",
+                f"--chmod={'+x' if mode == '100755' else '-x'}",
+                "--",
+                rel,
+            )
         git(self.path, "commit", "-q", "--allow-empty", "-m", message)
         return git(self.path, "rev-parse", "HEAD")
 
@@ -97,27 +128,43 @@ class World:
 def build_world(tmp: Path) -> World:
     """Create the upstream and fork repositories under ``tmp``."""
     up = WorkRepo.init(tmp / "upstream")
-    base = up.commit({
-        "CMakeLists.txt": "project(mlx)\noption(MLX_BUILD_METAL on)\n",
-        "mlx/core.cpp": lines("core"),
-        "mlx/ops.cpp": lines("ops"),
-        "mlx/backend/metal/kernels.cpp": "metal\n",
-        "docs/index.md": "docs\n",
-    }, "base")
+    base = up.commit(
+        {
+            "CMakeLists.txt": "project(mlx)\noption(MLX_BUILD_METAL on)\n",
+            "mlx/core.cpp": lines("core"),
+            "mlx/ops.cpp": lines("ops"),
+            "mlx/backend/metal/kernels.cpp": "metal\n",
+            "docs/index.md": "docs\n",
+        },
+        "base",
+    )
     fork = WorkRepo.clone(up, tmp / "fork", "rocm-support")
-    fork_commit = fork.commit({
-        "CMakeLists.txt": "project(mlx)\noption(MLX_BUILD_METAL on)\noption(MLX_BUILD_ROCM off)\n",
-        "mlx/core.cpp": lines("core", change={5: "core 5 // rocm hook"}),
-        "mlx/backend/rocm/device.cpp": lines("device"),
-        "mlx/backend/rocm/device.h": "#pragma once\n",
-        "mlx/backend/metal/kernels.cpp": "metal from fork\n",
-        "docs/rocm.md": "fork docs\n",
-    }, "rocm backend")
-    pin_clean = up.commit({"mlx/ops.cpp": lines("ops", change={2: "ops 2 upstream"}),
-                           "mlx/core.cpp": lines("core", change={25: "core 25 upstream"})}, "upstream work")
-    pin_conflict = up.commit({"mlx/core.cpp": lines("core", change={5: "core 5 upstream rewrite",
-                                                                    25: "core 25 upstream"})},
-                             "upstream rewrites core 5")
+    fork_commit = fork.commit(
+        {
+            "CMakeLists.txt": "project(mlx)\noption(MLX_BUILD_METAL on)\noption(MLX_BUILD_ROCM off)\n",
+            "mlx/core.cpp": lines("core", change={5: "core 5 // rocm hook"}),
+            "mlx/backend/rocm/device.cpp": lines("device"),
+            "mlx/backend/rocm/device.h": "#pragma once\n",
+            "mlx/backend/metal/kernels.cpp": "metal from fork\n",
+            "docs/rocm.md": "fork docs\n",
+        },
+        "rocm backend",
+    )
+    pin_clean = up.commit(
+        {
+            "mlx/ops.cpp": lines("ops", change={2: "ops 2 upstream"}),
+            "mlx/core.cpp": lines("core", change={25: "core 25 upstream"}),
+        },
+        "upstream work",
+    )
+    pin_conflict = up.commit(
+        {
+            "mlx/core.cpp": lines(
+                "core", change={5: "core 5 upstream rewrite", 25: "core 25 upstream"}
+            )
+        },
+        "upstream rewrites core 5",
+    )
     return World(up, fork, base, fork_commit, pin_clean, pin_conflict)
 
 
@@ -156,14 +203,24 @@ class Overlay:
         self.write_manifest(pin or world.base)
         self.write_series([])
 
-    def write_manifest(self, pin: str, fork: str | None = None, base: str | None = None) -> None:
+    def write_manifest(
+        self, pin: str, fork: str | None = None, base: str | None = None
+    ) -> None:
         w = self.world
-        text = MANIFEST.format(upstream=w.upstream.path, fork_url=w.fork.path, pin=pin,
-                               fork=fork or w.fork_commit, base=base or w.base, closing=CLOSING)
+        text = MANIFEST.format(
+            upstream=w.upstream.path,
+            fork_url=w.fork.path,
+            pin=pin,
+            fork=fork or w.fork_commit,
+            base=base or w.base,
+            closing=CLOSING,
+        )
         (self.root / "patches-rocm" / "overlay.toml").write_text(text)
 
     def write_series(self, names: list[str]) -> None:
-        (self.root / "patches-rocm" / "series").write_text("".join(f"{n}\n" for n in names))
+        (self.root / "patches-rocm" / "series").write_text(
+            "".join(f"{n}\n" for n in names)
+        )
 
     def add_patch(self, name: str, data: bytes, *, listed: bool = True) -> Path:
         path = self.root / "patches-rocm" / name
@@ -179,9 +236,16 @@ class Overlay:
         full.write_bytes(content.encode() if isinstance(content, str) else content)
 
 
-def make_patch(store: Store, base_tree: str, edits: dict[str, bytes | str | None], *,
-               subject: str = "rocm: a fix", fix: int | None = 1, modes: dict[str, str] | None = None,
-               description: str = "Why the change is needed.") -> tuple[bytes, str]:
+def make_patch(
+    store: Store,
+    base_tree: str,
+    edits: dict[str, bytes | str | None],
+    *,
+    subject: str = "rocm: a fix",
+    fix: int | None = 1,
+    modes: dict[str, str] | None = None,
+    description: str = "Why the change is needed.",
+) -> tuple[bytes, str]:
     """A byte-stable patch that turns ``base_tree`` into ``base_tree`` + ``edits``.
 
     Returns:
@@ -197,7 +261,9 @@ def make_patch(store: Store, base_tree: str, edits: dict[str, bytes | str | None
     new_tree = store.edit_tree(base_tree, changes)
     trailers = [("Local-Fix", str(fix))] if fix is not None else []
     trailers.append(("Forwarded", "not-needed"))
-    return format_patch(subject, description, trailers, tree_diff(store, base_tree, new_tree)), new_tree
+    return format_patch(
+        subject, description, trailers, tree_diff(store, base_tree, new_tree)
+    ), new_tree
 
 
 def read_blob(store: Store, tree: str, path: str) -> bytes:
@@ -216,18 +282,36 @@ def env_path_without_git(tmp: Path) -> str:
     return str(empty)
 
 
-__all__ = ["CLOSING", "Overlay", "World", "WorkRepo", "build_world", "git", "lines", "make_patch",
-           "read_blob", "tree_paths", "env_path_without_git", "os"]
+__all__ = [
+    "CLOSING",
+    "Overlay",
+    "World",
+    "WorkRepo",
+    "build_world",
+    "git",
+    "lines",
+    "make_patch",
+    "read_blob",
+    "tree_paths",
+    "env_path_without_git",
+    "os",
+]
 
 
-def overlay_process(o: "Overlay", *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+def overlay_process(
+    o: Overlay, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
     """``overlay -C <o.root> ARGS`` in a process of its own (text output); for kills and races."""
     import sys
 
     root = Path(__file__).resolve().parent.parent
     full = dict(os.environ, PYTHONPATH=str(root), **(env or {}))
-    return subprocess.run([sys.executable, "-m", "overlay.cli", "-C", str(o.root), *args], env=full,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.run(
+        [sys.executable, "-m", "overlay.cli", "-C", str(o.root), *args],
+        env=full,
+        capture_output=True,
+        text=True,
+    )
 
 
 def refusal_line(stderr: str) -> str:
@@ -239,30 +323,37 @@ def refusal_line(stderr: str) -> str:
     return out[0]
 
 
-def records_hash(o: "Overlay") -> str:
+def records_hash(o: Overlay) -> str:
     """A digest of the overlay's records: every file of ``o.root`` outside ``.overlay/``
     (what a refused command, a failed record or an ``--abort`` must leave byte for byte)."""
     import hashlib
 
     h = hashlib.sha256()
-    for path in sorted(p for p in o.root.rglob("*") if p.is_file() and ".overlay" not in p.parts):
+    for path in sorted(
+        p for p in o.root.rglob("*") if p.is_file() and ".overlay" not in p.parts
+    ):
         h.update(str(path.relative_to(o.root)).encode() + b"\0" + path.read_bytes())
     return h.hexdigest()
 
 
-def cli(o: "Overlay", *args: str, **kw):
+def cli(o: Overlay, *args: str, **kw):
     """``overlay -C <o.root> ARGS`` through click's test runner; returns the result."""
     from click.testing import CliRunner
 
     from overlay.cli import main
 
     result = CliRunner().invoke(main, ["-C", str(o.root), *args], **kw)
-    if result.exit_code == 0 and args and args[0] in ("rebase", "sync") and "complete" in result.output:
+    if (
+        result.exit_code == 0
+        and args
+        and args[0] in ("rebase", "sync")
+        and "complete" in result.output
+    ):
         _assert_layers_verify_clean(o, args)
     return result
 
 
-def _assert_layers_verify_clean(o: "Overlay", args: tuple[str, ...]) -> None:
+def _assert_layers_verify_clean(o: Overlay, args: tuple[str, ...]) -> None:
     """Issue 12: ``verify`` is clean right after every run that reports success, in every
     test that completes a rebase or sync, without ``refresh``. The SER and LAY families
     are the engine's; MAN and FIX findings are the records a test chose to write."""
@@ -270,5 +361,9 @@ def _assert_layers_verify_clean(o: "Overlay", args: tuple[str, ...]) -> None:
 
     from overlay.cli import main
 
-    check = CliRunner().invoke(main, ["-C", str(o.root), "verify", "--only", "SER", "--only", "LAY"])
-    assert check.exit_code == 0, f"verify after `overlay {' '.join(args)}`:\n{check.output}"
+    check = CliRunner().invoke(
+        main, ["-C", str(o.root), "verify", "--only", "SER", "--only", "LAY"]
+    )
+    assert check.exit_code == 0, (
+        f"verify after `overlay {' '.join(args)}`:\n{check.output}"
+    )

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
 from gitfixtures import lines, make_patch
+
 from overlay.attribute import Attributor, _parse_porcelain, attribute_lines, build_chain
 from overlay.errors import OverlayError
 from overlay.gitstore import Store
@@ -13,7 +13,9 @@ from overlay.manifest import load_manifest
 
 
 def _layers(overlay, store, stepwise=True):
-    return compute_layers(store, load_manifest(str(overlay.root)), str(overlay.root), stepwise=stepwise)
+    return compute_layers(
+        store, load_manifest(str(overlay.root)), str(overlay.root), stepwise=stepwise
+    )
 
 
 @pytest.fixture
@@ -24,22 +26,44 @@ def store(isolated_git):
 def _series(overlay, store):
     """0001: two hunks in device.cpp (lines 3 and 25); 0002: one line of ops.cpp."""
     base = _layers(overlay, store)
-    one, tree1 = make_patch(store, base.patched, {
-        "mlx/backend/rocm/device.cpp": lines("device", change={3: "device 3 patched", 25: "device 25 patched"})},
-        subject="rocm: device")
+    one, tree1 = make_patch(
+        store,
+        base.patched,
+        {
+            "mlx/backend/rocm/device.cpp": lines(
+                "device", change={3: "device 3 patched", 25: "device 25 patched"}
+            )
+        },
+        subject="rocm: device",
+    )
     overlay.add_patch("0001-device.patch", one)
-    two, _ = make_patch(store, tree1, {"mlx/ops.cpp": lines("ops", change={10: "ops 10 patched"})},
-                        subject="rocm: ops")
+    two, _ = make_patch(
+        store,
+        tree1,
+        {"mlx/ops.cpp": lines("ops", change={10: "ops 10 patched"})},
+        subject="rocm: ops",
+    )
     overlay.add_patch("0002-ops.patch", two)
 
 
 def test_each_layer_and_hunk(overlay, store):
     _series(overlay, store)
     layers = _layers(overlay, store)
-    got = attribute_lines(store, layers, [
-        ("mlx/core.cpp", 1), ("mlx/core.cpp", 5), ("mlx/backend/rocm/device.cpp", 1),
-        ("mlx/backend/rocm/device.cpp", 3), ("mlx/backend/rocm/device.cpp", 25), ("mlx/ops.cpp", 10),
-        ("mlx/ops.cpp", 11), ("mlx/nope.cpp", 1), ("mlx/core.cpp", 999)])
+    got = attribute_lines(
+        store,
+        layers,
+        [
+            ("mlx/core.cpp", 1),
+            ("mlx/core.cpp", 5),
+            ("mlx/backend/rocm/device.cpp", 1),
+            ("mlx/backend/rocm/device.cpp", 3),
+            ("mlx/backend/rocm/device.cpp", 25),
+            ("mlx/ops.cpp", 10),
+            ("mlx/ops.cpp", 11),
+            ("mlx/nope.cpp", 1),
+            ("mlx/core.cpp", 999),
+        ],
+    )
     label = {k: (v.label() if v else None) for k, v in got.items()}
     assert label == {
         ("mlx/core.cpp", 1): "from upstream",
@@ -85,13 +109,20 @@ def test_one_blame_per_file(overlay, store, monkeypatch):
 def test_needs_stepwise_layers(overlay, store):
     _series(overlay, store)
     layers = _layers(overlay, store, stepwise=False)
-    assert layers.patches and all(p.tree is None for p in layers.patches)  # the one-batch fast path
+    assert layers.patches and all(
+        p.tree is None for p in layers.patches
+    )  # the one-batch fast path
     with pytest.raises(OverlayError, match="stepwise"):
         build_chain(store, layers)
 
 
 def test_parse_porcelain_groups():
     sha = "a" * 40
-    text = (f"{sha} 7 3 1\nauthor x\nfilename old/name.cpp\n\tline\n"
-            f"{sha} 9 5\nfilename old/name.cpp\n\tother\n")
-    assert _parse_porcelain(text) == [(sha, 7, 3, 1, "old/name.cpp"), (sha, 9, 5, 1, "old/name.cpp")]
+    text = (
+        f"{sha} 7 3 1\nauthor x\nfilename old/name.cpp\n\tline\n"
+        f"{sha} 9 5\nfilename old/name.cpp\n\tother\n"
+    )
+    assert _parse_porcelain(text) == [
+        (sha, 7, 3, 1, "old/name.cpp"),
+        (sha, 9, 5, 1, "old/name.cpp"),
+    ]

@@ -9,15 +9,15 @@ from __future__ import annotations
 import re
 
 from click.testing import CliRunner
+from gitfixtures import CLOSING
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_records import clean, codes, hang_guard  # noqa: F401  (fixtures)
+from test_verify import local_fixes
 
-from gitfixtures import CLOSING
 from overlay import fixes
 from overlay.cli import main
 from overlay.paths import Carry, _GlobNFA, _tokens, collapse_stars, glob_match
-from test_records import clean, codes, hang_guard  # noqa: F401  (fixtures)
-from test_verify import local_fixes
 
 
 def test_entry_number_20261201_is_one_finding_not_a_loop(clean, world):  # noqa: F811
@@ -27,20 +27,36 @@ def test_entry_number_20261201_is_one_finding_not_a_loop(clean, world):  # noqa:
     doc = fixes.load(clean.root / "LOCAL_FIXES.md")
     with hang_guard(60):
         found = fixes.check_numbering(doc)
-    assert [(f.code, f.message) for f in found] == [("FIX007", "entry number 20261201 is above 9999")]
+    assert [(f.code, f.message) for f in found] == [
+        ("FIX007", "entry number 20261201 is above 9999")
+    ]
     with hang_guard(120):
         result = CliRunner().invoke(main, ["-C", str(clean.root), "verify"])
-    assert result.exit_code == 1 and "FIX007 entry number 20261201 is above 9999" in result.output
+    assert (
+        result.exit_code == 1
+        and "FIX007 entry number 20261201 is above 9999" in result.output
+    )
 
 
 def test_numbering_gaps_are_runs_and_huge_numbers_are_not_entries():
-    text = ("# Local changes relative to a/b@12345678\n\n## Fixes to the fork's kernels\n\n"
-            "1. **One.** x.\n\n9999. **Last.** x.\n\n" + "7" * 5000 + ". **Huge.** x.\n")
+    text = (
+        "# Local changes relative to a/b@12345678\n\n## Fixes to the fork's kernels\n\n"
+        "1. **One.** x.\n\n9999. **Last.** x.\n\n" + "7" * 5000 + ". **Huge.** x.\n"
+    )
     doc = fixes.parse(text)
     assert [e.number for e in doc.entries()] == [1, 9999]
-    assert [f.message for f in fixes.check_numbering(doc)] == ["entry numbers have a gap: 2-9998 are missing"]
+    assert [f.message for f in fixes.check_numbering(doc)] == [
+        "entry numbers have a gap: 2-9998 are missing"
+    ]
     assert [f.code for f in fixes.check_items(doc)] == ["FIX011"]
-    assert fixes.next_number(fixes.parse("## Fixes to the fork's kernels\n\n1. **A.** x\n\n20261201. **B.** x\n")) == 2
+    assert (
+        fixes.next_number(
+            fixes.parse(
+                "## Fixes to the fork's kernels\n\n1. **A.** x\n\n20261201. **B.** x\n"
+            )
+        )
+        == 2
+    )
 
 
 def test_glob_with_twenty_stars_is_fast():
@@ -49,15 +65,21 @@ def test_glob_with_twenty_stars_is_fast():
     with hang_guard(60):
         assert not glob_match(path, "mlx/" + "*" * 20 + "y")
         assert glob_match(path, "mlx/" + "*" * 20 + "p")
-        assert not glob_match("a" * 300, "*a" * 20 + "b")  # no consecutive stars, many wildcards
+        assert not glob_match(
+            "a" * 300, "*a" * 20 + "b"
+        )  # no consecutive stars, many wildcards
         assert Carry(["*" * 20 + "/**"], ["**" * 10 + ".md"])("mlx/core.cpp")
     assert collapse_stars("a/" + "*" * 20 + "/b***") == "a/**/b**"
 
 
 def test_carry_through_verify_with_a_twenty_star_glob(clean):  # noqa: F811
     manifest = clean.root / "patches-rocm" / "overlay.toml"
-    manifest.write_text(manifest.read_text().replace('include = ["CMakeLists.txt", "mlx/**"]',
-                                                     'include = ["CMakeLists.txt", "mlx/' + "*" * 20 + '"]'))
+    manifest.write_text(
+        manifest.read_text().replace(
+            'include = ["CMakeLists.txt", "mlx/**"]',
+            'include = ["CMakeLists.txt", "mlx/' + "*" * 20 + '"]',
+        )
+    )
     with hang_guard(120):
         result = CliRunner().invoke(main, ["-C", str(clean.root), "verify"])
     assert result.exit_code in (0, 1) and "Traceback" not in result.output
@@ -65,7 +87,11 @@ def test_carry_through_verify_with_a_twenty_star_glob(clean):  # noqa: F811
 
 def _regex(glob: str) -> re.Pattern:
     parts = {4: "(?:.*/)?", 3: ".*", 2: "[^/]*", 1: "[^/]"}
-    return re.compile("".join(parts.get(kind) or re.escape(char) for kind, char in _tokens(glob)) + r"\Z", re.S)
+    return re.compile(
+        "".join(parts.get(kind) or re.escape(char) for kind, char in _tokens(glob))
+        + r"\Z",
+        re.S,
+    )
 
 
 @settings(max_examples=400, deadline=None)

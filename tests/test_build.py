@@ -16,10 +16,18 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from gitfixtures import Overlay, WorkRepo, World, make_patch
 
-from gitfixtures import Overlay, World, WorkRepo, make_patch
-from overlay.build import (BUILD_LOCK, BuildResult, Toolchain, ToolchainError, build, find_toolchain,
-                           parse_diagnostics, resolve_arch)
+from overlay.build import (
+    BUILD_LOCK,
+    BuildResult,
+    Toolchain,
+    ToolchainError,
+    build,
+    find_toolchain,
+    parse_diagnostics,
+    resolve_arch,
+)
 from overlay.cli import main
 from overlay.gitstore import Store
 from overlay.layers import compute_layers
@@ -30,14 +38,20 @@ DATA = Path(__file__).parent / "data" / "cmake-mini"
 _missing = [t for t in ("cmake", "ninja") if shutil.which(t) is None]
 if shutil.which("c++") is None and shutil.which("g++") is None:
     _missing.append("c++")
-needs_cmake = pytest.mark.skipif(bool(_missing), reason=f"needs {', '.join(_missing)} "
-                                 "(apt-get install cmake ninja-build g++)")
+needs_cmake = pytest.mark.skipif(
+    bool(_missing),
+    reason=f"needs {', '.join(_missing)} (apt-get install cmake ninja-build g++)",
+)
 
 HOST = Toolchain("host", "host compilers", cmake_args=["-DMLX_BUILD_GGUF=OFF"])
 
 
 def _files(base: Path) -> dict[str, str]:
-    return {str(p.relative_to(base)): p.read_text() for p in sorted(base.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(base)): p.read_text()
+        for p in sorted(base.rglob("*"))
+        if p.is_file()
+    }
 
 
 def _text(base: Path, rel: str, change: dict[int, str]) -> str:
@@ -66,7 +80,9 @@ def mini(tmp_path, mini_world):
 
 
 def _layers(ov: Overlay, store: Store):
-    return compute_layers(store, load_manifest(str(ov.root)), str(ov.root), stepwise=True)
+    return compute_layers(
+        store, load_manifest(str(ov.root)), str(ov.root), stepwise=True
+    )
 
 
 def _build(ov: Overlay, store: Store, **kw) -> BuildResult:
@@ -74,7 +90,9 @@ def _build(ov: Overlay, store: Store, **kw) -> BuildResult:
     return build(store, layers, str(ov.root), "cpu", toolchain=HOST, jobs=2, **kw)
 
 
-def _add(ov: Overlay, store: Store, name: str, edits: dict[str, str], subject: str) -> None:
+def _add(
+    ov: Overlay, store: Store, name: str, edits: dict[str, str], subject: str
+) -> None:
     layers = _layers(ov, store)
     data, _tree = make_patch(store, layers.patched, edits, subject=subject)
     ov.add_patch(name, data)
@@ -82,16 +100,40 @@ def _add(ov: Overlay, store: Store, name: str, edits: dict[str, str], subject: s
 
 def _break_series(ov: Overlay, store: Store) -> None:
     """0001 renames both helpers (API drift); 0002 writes a broken line in hunk #2."""
-    _add(ov, store, "0001-rename-helpers.patch", {
-        "mlx/util.h": _text(DATA / "upstream", "mlx/util.h", {4: "inline int up_helper_v2(int x) { return x + 1; }"}),
-        "mlx/fork.h": _text(DATA / "fork", "mlx/fork.h", {4: "inline int fork_helper_v2(int x) { return x * 2; }"}),
-    }, "rocm: rename helpers")
-    _add(ov, store, "0002-device.patch", {
-        "mlx/backend/rocm/device.cpp": _text(DATA / "fork", "mlx/backend/rocm/device.cpp", {
-            3: "// device: a harmless first hunk",
-            35: "int device_broken() { return no_such_symbol_35; }",
-        }),
-    }, "rocm: device change")
+    _add(
+        ov,
+        store,
+        "0001-rename-helpers.patch",
+        {
+            "mlx/util.h": _text(
+                DATA / "upstream",
+                "mlx/util.h",
+                {4: "inline int up_helper_v2(int x) { return x + 1; }"},
+            ),
+            "mlx/fork.h": _text(
+                DATA / "fork",
+                "mlx/fork.h",
+                {4: "inline int fork_helper_v2(int x) { return x * 2; }"},
+            ),
+        },
+        "rocm: rename helpers",
+    )
+    _add(
+        ov,
+        store,
+        "0002-device.patch",
+        {
+            "mlx/backend/rocm/device.cpp": _text(
+                DATA / "fork",
+                "mlx/backend/rocm/device.cpp",
+                {
+                    3: "// device: a harmless first hunk",
+                    35: "int device_broken() { return no_such_symbol_35; }",
+                },
+            ),
+        },
+        "rocm: device change",
+    )
 
 
 @needs_cmake
@@ -118,8 +160,17 @@ def test_incremental_export_rebuilds_only_the_patched_unit(mini):
     assert first.ok
     objs = {p: os.stat(p).st_mtime_ns for p in Path(first.obj).rglob("*.o")}
     assert len(objs) == 3
-    _add(ov, store, "0001-ops.patch", {
-        "mlx/ops.cpp": _text(DATA / "upstream", "mlx/ops.cpp", {20: "int ops_more() { return 20; }"})}, "ops")
+    _add(
+        ov,
+        store,
+        "0001-ops.patch",
+        {
+            "mlx/ops.cpp": _text(
+                DATA / "upstream", "mlx/ops.cpp", {20: "int ops_more() { return 20; }"}
+            )
+        },
+        "ops",
+    )
     second = _build(ov, store)
     assert second.ok, second.report()
     assert second.export.written == ["mlx/ops.cpp"]
@@ -136,16 +187,29 @@ def test_errors_in_every_unit_are_attributed(mini):
     assert not result.ok and result.returncode != 0
     got = sorted((d.path, d.line, d.attribution()) for d in result.diagnostics)
     assert got == [
-        ("mlx/backend/rocm/device.cpp", 10, "from the fork"),  # a fork line using the renamed helper
-        ("mlx/backend/rocm/device.cpp", 35, "patch 0002-device.patch hunk #2"),  # the line the patch wrote
+        (
+            "mlx/backend/rocm/device.cpp",
+            10,
+            "from the fork",
+        ),  # a fork line using the renamed helper
+        (
+            "mlx/backend/rocm/device.cpp",
+            35,
+            "patch 0002-device.patch hunk #2",
+        ),  # the line the patch wrote
         ("mlx/core.cpp", 5, "from the fork"),
         ("mlx/ops.cpp", 12, "from upstream"),  # an unpatched upstream line (API drift)
     ]
     layers = {d.line: d.origin.layer for d in result.diagnostics}
     assert layers == {10: "fork", 35: "patch", 5: "fork", 12: "upstream"}
-    assert len(result.failed_targets) == 3  # -k 0: every failing unit, not only the first
+    assert (
+        len(result.failed_targets) == 3
+    )  # -k 0: every failing unit, not only the first
     report = "\n".join(result.report())
-    assert "mlx/backend/rocm/device.cpp:35:" in report and "[patch 0002-device.patch hunk #2]" in report
+    assert (
+        "mlx/backend/rocm/device.cpp:35:" in report
+        and "[patch 0002-device.patch hunk #2]" in report
+    )
     assert "4 error(s) (1 from patches, 2 from the fork, 1 from upstream)" in report
 
 
@@ -153,7 +217,9 @@ def test_errors_in_every_unit_are_attributed(mini):
 def test_cli_build_reports_and_exits_1(mini):
     ov, store = mini
     _break_series(ov, store)
-    res = CliRunner().invoke(main, ["-C", str(ov.root), "build", "--backend", "cpu", "--jobs", "2"])
+    res = CliRunner().invoke(
+        main, ["-C", str(ov.root), "build", "--backend", "cpu", "--jobs", "2"]
+    )
     assert res.exit_code == 1, res.output
     assert "mlx/ops.cpp:12:" in res.output and "[from upstream]" in res.output
     assert "mlx/core.cpp:5:" in res.output and "[from the fork]" in res.output
@@ -165,9 +231,19 @@ def test_cli_build_reports_and_exits_1(mini):
 def test_only_changed_compiles_the_series_units(mini):
     ov, store = mini
     assert _build(ov, store).ok  # a configured tree
-    _add(ov, store, "0001-device.patch", {
-        "mlx/backend/rocm/device.cpp": _text(DATA / "fork", "mlx/backend/rocm/device.cpp",
-                                             {30: "int device_broken() { return nope_30; }"})}, "device")
+    _add(
+        ov,
+        store,
+        "0001-device.patch",
+        {
+            "mlx/backend/rocm/device.cpp": _text(
+                DATA / "fork",
+                "mlx/backend/rocm/device.cpp",
+                {30: "int device_broken() { return nope_30; }"},
+            )
+        },
+        "device",
+    )
     result = _build(ov, store, only_changed=True)
     assert [u.path for u in result.units] == ["mlx/backend/rocm/device.cpp"]
     assert not result.ok and result.units[0].seconds > 0
@@ -180,8 +256,17 @@ def test_only_changed_compiles_the_series_units(mini):
 def test_only_changed_header_uses_dependency_data(mini):
     ov, store = mini
     assert _build(ov, store).ok
-    _add(ov, store, "0001-util.patch", {
-        "mlx/util.h": _text(DATA / "upstream", "mlx/util.h", {1: "// util.h: touched"})}, "util")
+    _add(
+        ov,
+        store,
+        "0001-util.patch",
+        {
+            "mlx/util.h": _text(
+                DATA / "upstream", "mlx/util.h", {1: "// util.h: touched"}
+            )
+        },
+        "util",
+    )
     result = _build(ov, store, only_changed=True)
     assert result.ok, result.report()
     assert sorted(u.path for u in result.units) == ["mlx/core.cpp", "mlx/ops.cpp"]
@@ -192,24 +277,33 @@ def test_reconfigures_when_options_change(mini):
     ov, store = mini
     assert _build(ov, store).configured
     layers = _layers(ov, store)
-    other = Toolchain("host", "host compilers", cmake_args=["-DMLX_BUILD_GGUF=OFF", "-DOVERLAY_TEST=1"])
+    other = Toolchain(
+        "host",
+        "host compilers",
+        cmake_args=["-DMLX_BUILD_GGUF=OFF", "-DOVERLAY_TEST=1"],
+    )
     again = build(store, layers, str(ov.root), "cpu", toolchain=other, jobs=2)
     assert again.configured and again.ok
 
 
 def test_parse_diagnostics_maps_paths_and_dedupes(tmp_path):
     src = str(tmp_path / "src")
-    text = (f"{src}/mlx/a.cpp:3:7: error: use of undeclared identifier 'x'\n"
-            f"In file included from {src}/mlx/b.cpp:1:\n"
-            f"{src}/mlx/h.h:2:1: error: unknown type name 'foo'\n"
-            f"{src}/mlx/h.h:2:1: error: unknown type name 'foo'\n"
-            "\x1b[1m/usr/include/x.h:9:2: fatal error: \x1b[0mbad.h: No such file or directory\n"
-            "clang: error: unknown argument: '-parallel-jobs=2'\n"
-            "../src/mlx/c.cpp:4: error: no col\n")
+    text = (
+        f"{src}/mlx/a.cpp:3:7: error: use of undeclared identifier 'x'\n"
+        f"In file included from {src}/mlx/b.cpp:1:\n"
+        f"{src}/mlx/h.h:2:1: error: unknown type name 'foo'\n"
+        f"{src}/mlx/h.h:2:1: error: unknown type name 'foo'\n"
+        "\x1b[1m/usr/include/x.h:9:2: fatal error: \x1b[0mbad.h: No such file or directory\n"
+        "clang: error: unknown argument: '-parallel-jobs=2'\n"
+        "../src/mlx/c.cpp:4: error: no col\n"
+    )
     diags, other = parse_diagnostics(text, src, str(tmp_path / "obj"))
     assert [(d.path, d.line, d.col, d.in_tree) for d in diags] == [
-        ("mlx/a.cpp", 3, 7, True), ("mlx/h.h", 2, 1, True), ("/usr/include/x.h", 9, 2, False),
-        ("mlx/c.cpp", 4, None, True)]
+        ("mlx/a.cpp", 3, 7, True),
+        ("mlx/h.h", 2, 1, True),
+        ("/usr/include/x.h", 9, 2, False),
+        ("mlx/c.cpp", 4, None, True),
+    ]
     assert diags[1].count == 2 and diags[2].severity == "fatal error"
     assert other == ["clang: error: unknown argument: '-parallel-jobs=2'"]
     assert diags[2].format().endswith("[outside the tree]")
@@ -221,7 +315,9 @@ def test_no_rocm_toolchain_is_a_clear_exit_2(tmp_path, monkeypatch):
     monkeypatch.setenv("OVERLAY_TOOLCHAIN_DIR", str(tmp_path / "tc"))
     with pytest.raises(ToolchainError) as exc:
         find_toolchain("rocm", None)
-    assert exc.value.exit_code == 2 and exc.value.message.startswith("no ROCm toolchain")
+    assert exc.value.exit_code == 2 and exc.value.message.startswith(
+        "no ROCm toolchain"
+    )
     with pytest.raises(ToolchainError, match="no READY"):
         find_toolchain("rocm", str(tmp_path / "tc"))
 
@@ -230,27 +326,55 @@ def test_resolve_arch_for_a_chroot_without_rocwmma():
     chroot = Toolchain("chroot", "chroot x", default_arch="gfx1030", rocwmma=False)
     archs, note = resolve_arch(None, ["gfx1100", "gfx1151"], chroot)
     assert archs == "gfx1030" and "rocWMMA" in note
-    assert resolve_arch("gfx1030,gfx906", ["gfx1100"], chroot) == ("gfx1030;gfx906", None)
+    assert resolve_arch("gfx1030,gfx906", ["gfx1100"], chroot) == (
+        "gfx1030;gfx906",
+        None,
+    )
     with pytest.raises(ToolchainError, match="rocWMMA"):
         resolve_arch("gfx1100", [], chroot)
     system = Toolchain("system", "system ROCm")
-    assert resolve_arch(None, ["gfx1100", "gfx1151"], system) == ("gfx1100;gfx1151", None)
+    assert resolve_arch(None, ["gfx1100", "gfx1151"], system) == (
+        "gfx1100;gfx1151",
+        None,
+    )
 
 
 def test_chroot_toolchain_wraps_every_command():
-    tc = Toolchain("chroot", "chroot /r", root="/r", script="/x/tools/rocm-toolchain.sh")
+    tc = Toolchain(
+        "chroot", "chroot /r", root="/r", script="/x/tools/rocm-toolchain.sh"
+    )
     assert tc.wrap(["ninja", "-C", "/b/obj"], ["/b"], "/b/obj") == [
-        "/x/tools/rocm-toolchain.sh", "exec", "--root", "/r", "--bind", "/b", "--cwd", "/b/obj",
-        "--", "ninja", "-C", "/b/obj"]
+        "/x/tools/rocm-toolchain.sh",
+        "exec",
+        "--root",
+        "/r",
+        "--bind",
+        "/b",
+        "--cwd",
+        "/b/obj",
+        "--",
+        "ninja",
+        "-C",
+        "/b/obj",
+    ]
 
 
 # ------------------------------------------------------ one ninja per build directory
 
+
 def _hip_patch(ov: Overlay, store: Store, name: str, body: str) -> None:
     """A patch adding (or changing) two .hip files, which the stand-in compiles through
     custom commands into hip_objs/ as the fork does."""
-    _add(ov, store, name, {"mlx/backend/rocm/a.hip": f"int hip_a() {{ return {body}; }}\n",
-                           "mlx/backend/rocm/b.hip": f"int hip_b() {{ return {body}; }}\n"}, f"hip {name}")
+    _add(
+        ov,
+        store,
+        name,
+        {
+            "mlx/backend/rocm/a.hip": f"int hip_a() {{ return {body}; }}\n",
+            "mlx/backend/rocm/b.hip": f"int hip_b() {{ return {body}; }}\n",
+        },
+        f"hip {name}",
+    )
 
 
 def _ninja_spy(tmp_path: Path, monkeypatch) -> Path:
@@ -282,13 +406,18 @@ def test_only_changed_builds_every_hip_object_in_one_ninja(mini, tmp_path, monke
     _hip_patch(ov, store, "0001-hip.patch", "1")
     first = _build(ov, store)
     assert first.ok, first.report()
-    assert sorted(p.name for p in Path(first.obj, "hip_objs").glob("*.o")) == ["a.o", "b.o"]
+    assert sorted(p.name for p in Path(first.obj, "hip_objs").glob("*.o")) == [
+        "a.o",
+        "b.o",
+    ]
     record = _ninja_spy(tmp_path, monkeypatch)
     _hip_patch(ov, store, "0002-hip-edit.patch", "2")
     result = _build(ov, store, only_changed=True)
     assert result.ok, result.report()
     assert sorted((u.path, u.kind, u.ok) for u in result.units) == [
-        ("mlx/backend/rocm/a.hip", "hip", True), ("mlx/backend/rocm/b.hip", "hip", True)]
+        ("mlx/backend/rocm/a.hip", "hip", True),
+        ("mlx/backend/rocm/b.hip", "hip", True),
+    ]
     runs = record.read_text().splitlines()
     assert "overlap" not in runs, runs
     assert len(runs) == 1 and runs[0].endswith("hip_objs/a.o hip_objs/b.o"), runs
@@ -299,14 +428,25 @@ def test_a_failing_hip_object_of_only_changed_is_the_failed_unit(mini):
     ov, store = mini
     _hip_patch(ov, store, "0001-hip.patch", "1")
     assert _build(ov, store).ok
-    _add(ov, store, "0002-hip-break.patch", {"mlx/backend/rocm/b.hip": "int hip_b() { return nope_b; }\n"}, "b")
+    _add(
+        ov,
+        store,
+        "0002-hip-break.patch",
+        {"mlx/backend/rocm/b.hip": "int hip_b() { return nope_b; }\n"},
+        "b",
+    )
     result = _build(ov, store, only_changed=True)
     assert not result.ok
-    assert {u.path: u.ok for u in result.units} == {"mlx/backend/rocm/a.hip": True,
-                                                    "mlx/backend/rocm/b.hip": False}
+    assert {u.path: u.ok for u in result.units} == {
+        "mlx/backend/rocm/a.hip": True,
+        "mlx/backend/rocm/b.hip": False,
+    }
     (diag,) = result.diagnostics
-    assert (diag.path, diag.line, diag.attribution()) == ("mlx/backend/rocm/b.hip", 1,
-                                                          "patch 0002-hip-break.patch hunk #1")
+    assert (diag.path, diag.line, diag.attribution()) == (
+        "mlx/backend/rocm/b.hip",
+        1,
+        "patch 0002-hip-break.patch hunk #1",
+    )
 
 
 @needs_cmake
@@ -318,12 +458,18 @@ def test_a_second_build_waits_for_the_build_directory(mini):
     fcntl.flock(holder, fcntl.LOCK_EX)  # another overlay build holds the directory
     waited = threading.Event()
     out: dict = {}
-    thread = threading.Thread(target=lambda: out.update(result=_build(ov, store, on_wait=lambda pid: waited.set())))
+    thread = threading.Thread(
+        target=lambda: out.update(
+            result=_build(ov, store, on_wait=lambda pid: waited.set())
+        )
+    )
     thread.start()
     try:
         assert waited.wait(60), "the build did not wait for the lock"
         time.sleep(0.5)
-        assert thread.is_alive() and not (backend_dir / "build.log").exists()  # nothing ran meanwhile
+        assert (
+            thread.is_alive() and not (backend_dir / "build.log").exists()
+        )  # nothing ran meanwhile
     finally:
         os.close(holder)
         thread.join(300)
@@ -332,27 +478,46 @@ def test_a_second_build_waits_for_the_build_directory(mini):
 
 # ------------------------------------------------------------------ --check
 
-FORK_H_DEVICE = ("// fork.h: the fork's helpers\n#pragma once\n\ninline int fork_helper(int x) {{ return x * 2; }}\n"
-                 "struct Device {{ int run(int a{extra}); }};\n")
+FORK_H_DEVICE = (
+    "// fork.h: the fork's helpers\n#pragma once\n\ninline int fork_helper(int x) {{ return x * 2; }}\n"
+    "struct Device {{ int run(int a{extra}); }};\n"
+)
 
 
 def _device_def_series(ov: Overlay, store: Store) -> None:
     """0001 declares Device::run in fork.h and defines it at device.cpp:35; 0002 gives the
     declaration a new parameter (as an upstream API change does), so the definition no
     longer matches any declaration."""
-    _add(ov, store, "0001-device-run.patch", {
-        "mlx/fork.h": FORK_H_DEVICE.format(extra=""),
-        "mlx/backend/rocm/device.cpp": _text(DATA / "fork", "mlx/backend/rocm/device.cpp",
-                                             {35: "int Device::run(int a) { return a; }"}),
-    }, "rocm: Device::run")
-    _add(ov, store, "0002-run-fused.patch", {"mlx/fork.h": FORK_H_DEVICE.format(extra=", bool fused")},
-         "rocm: Device::run takes fused")
+    _add(
+        ov,
+        store,
+        "0001-device-run.patch",
+        {
+            "mlx/fork.h": FORK_H_DEVICE.format(extra=""),
+            "mlx/backend/rocm/device.cpp": _text(
+                DATA / "fork",
+                "mlx/backend/rocm/device.cpp",
+                {35: "int Device::run(int a) { return a; }"},
+            ),
+        },
+        "rocm: Device::run",
+    )
+    _add(
+        ov,
+        store,
+        "0002-run-fused.patch",
+        {"mlx/fork.h": FORK_H_DEVICE.format(extra=", bool fused")},
+        "rocm: Device::run takes fused",
+    )
 
 
 def _objects(obj: str) -> list[str]:
     """Object files a compile would have written (CMake's own compiler probes aside)."""
-    return sorted(str(p.relative_to(obj)) for p in Path(obj).rglob("*.o")
-                  if "CompilerId" not in str(p) and "CMakeScratch" not in str(p))
+    return sorted(
+        str(p.relative_to(obj))
+        for p in Path(obj).rglob("*.o")
+        if "CompilerId" not in str(p) and "CMakeScratch" not in str(p)
+    )
 
 
 @needs_cmake
@@ -363,14 +528,23 @@ def test_check_passes_a_clean_tree_without_writing_objects(mini):
     assert result.ok, result.report()
     assert result.mode == "check" and not result.no_work
     assert sorted((u.path, u.kind, u.how) for u in result.units) == [
-        ("mlx/backend/rocm/a.hip", "hip", "-fsyntax-only"), ("mlx/backend/rocm/b.hip", "hip", "-fsyntax-only"),
-        ("mlx/backend/rocm/device.cpp", "cpp", "-fsyntax-only"), ("mlx/core.cpp", "cpp", "-fsyntax-only"),
-        ("mlx/ops.cpp", "cpp", "-fsyntax-only")]
+        ("mlx/backend/rocm/a.hip", "hip", "-fsyntax-only"),
+        ("mlx/backend/rocm/b.hip", "hip", "-fsyntax-only"),
+        ("mlx/backend/rocm/device.cpp", "cpp", "-fsyntax-only"),
+        ("mlx/core.cpp", "cpp", "-fsyntax-only"),
+        ("mlx/ops.cpp", "cpp", "-fsyntax-only"),
+    ]
     assert _objects(result.obj) == []  # no object, no HIP object, no archive
     assert not os.path.exists(os.path.join(result.obj, "libmlx.a"))
     log = Path(result.log).read_text()
-    assert log.count("-fsyntax-only") >= 5 and " -o " not in log.split("# configure")[-1].split("-G Ninja")[-1]
-    assert any("check (front end only): 5 translation unit(s) (3 C++, 2 HIP)" in line for line in result.report())
+    assert (
+        log.count("-fsyntax-only") >= 5
+        and " -o " not in log.split("# configure")[-1].split("-G Ninja")[-1]
+    )
+    assert any(
+        "check (front end only): 5 translation unit(s) (3 C++, 2 HIP)" in line
+        for line in result.report()
+    )
 
 
 @needs_cmake
@@ -381,46 +555,70 @@ def test_check_finds_a_definition_that_no_longer_matches_its_declaration(mini):
     _device_def_series(ov, store)
     result = _build(ov, store, check=True)
     assert not result.ok
-    assert {u.path: u.ok for u in result.units} == {"mlx/backend/rocm/device.cpp": False, "mlx/core.cpp": True,
-                                                    "mlx/ops.cpp": True}
+    assert {u.path: u.ok for u in result.units} == {
+        "mlx/backend/rocm/device.cpp": False,
+        "mlx/core.cpp": True,
+        "mlx/ops.cpp": True,
+    }
     (diag,) = [d for d in result.diagnostics if "no declaration matches" in d.message]
     assert (diag.path, diag.line) == ("mlx/backend/rocm/device.cpp", 35)
-    assert diag.attribution() == "patch 0001-device-run.patch hunk #1"  # the line that wrote the definition
+    assert (
+        diag.attribution() == "patch 0001-device-run.patch hunk #1"
+    )  # the line that wrote the definition
     assert _objects(result.obj) == []
     report = "\n".join(result.report())
     assert "mlx/backend/rocm/device.cpp:35:" in report and "cpu check failed:" in report
     # the log reads as a build log for `overlay drift --log`
     drift = parse_log(Path(result.log).read_text(), strip_prefixes=[result.src])
-    assert [(d.path, d.line) for d in drift if "no declaration matches" in d.message] == [
-        ("mlx/backend/rocm/device.cpp", 35)]
+    assert [
+        (d.path, d.line) for d in drift if "no declaration matches" in d.message
+    ] == [("mlx/backend/rocm/device.cpp", 35)]
 
 
 @needs_cmake
 def test_check_runs_hip_custom_commands_syntax_only(mini):
     ov, store = mini
     _hip_patch(ov, store, "0001-hip.patch", "1")
-    _add(ov, store, "0002-hip-break.patch", {"mlx/backend/rocm/b.hip": "int hip_b() { return nope_b; }\n"}, "b")
+    _add(
+        ov,
+        store,
+        "0002-hip-break.patch",
+        {"mlx/backend/rocm/b.hip": "int hip_b() { return nope_b; }\n"},
+        "b",
+    )
     result = _build(ov, store, check=True)
     assert not result.ok
     assert [u.path for u in result.units if not u.ok] == ["mlx/backend/rocm/b.hip"]
     (diag,) = result.diagnostics
-    assert (diag.path, diag.line, diag.attribution()) == ("mlx/backend/rocm/b.hip", 1,
-                                                          "patch 0002-hip-break.patch hunk #1")
+    assert (diag.path, diag.line, diag.attribution()) == (
+        "mlx/backend/rocm/b.hip",
+        1,
+        "patch 0002-hip-break.patch hunk #1",
+    )
     assert _objects(result.obj) == []
-    assert not Path(result.obj, "CMakeFiles", "d").exists()  # no depfile step ran either
+    assert not Path(
+        result.obj, "CMakeFiles", "d"
+    ).exists()  # no depfile step ran either
 
 
 def test_syntax_only_commands_drop_the_object_and_the_depfile():
     from overlay.build import _syntax_only_shell, syntax_only_argv
-    assert syntax_only_argv(["c++", "-DX", "-MD", "-MT", "o.o", "-MF", "o.o.d", "-o", "o.o", "-c", "a.cpp"]) == [
-        "c++", "-DX", "a.cpp", "-fsyntax-only"]
-    assert syntax_only_argv(["hipcc", "-MFx.d", "--offload-arch=gfx1030", "-fsyntax-only", "b.hip"]) == [
-        "hipcc", "--offload-arch=gfx1030", "b.hip", "-fsyntax-only"]
-    cmd = ("cd /b/obj && /usr/local/bin/hipcc -x hip -c /s/x.hip -o /b/obj/hip_objs/x.o -fPIC -MD -MF "
-           "/b/obj/hip_objs/x.o.d --offload-arch=gfx1030 '-DNAME=a b' && /usr/bin/cmake -E "
-           "cmake_transform_depfile Ninja gccdepfile /s /s /b/obj /b/obj /b/obj/hip_objs/x.o.d /b/obj/CMakeFiles/d/1.d")
-    assert _syntax_only_shell(cmd) == ("cd /b/obj && /usr/local/bin/hipcc -x hip /s/x.hip -fPIC "
-                                       "--offload-arch=gfx1030 '-DNAME=a b' -fsyntax-only")
+
+    assert syntax_only_argv(
+        ["c++", "-DX", "-MD", "-MT", "o.o", "-MF", "o.o.d", "-o", "o.o", "-c", "a.cpp"]
+    ) == ["c++", "-DX", "a.cpp", "-fsyntax-only"]
+    assert syntax_only_argv(
+        ["hipcc", "-MFx.d", "--offload-arch=gfx1030", "-fsyntax-only", "b.hip"]
+    ) == ["hipcc", "--offload-arch=gfx1030", "b.hip", "-fsyntax-only"]
+    cmd = (
+        "cd /b/obj && /usr/local/bin/hipcc -x hip -c /s/x.hip -o /b/obj/hip_objs/x.o -fPIC -MD -MF "
+        "/b/obj/hip_objs/x.o.d --offload-arch=gfx1030 '-DNAME=a b' && /usr/bin/cmake -E "
+        "cmake_transform_depfile Ninja gccdepfile /s /s /b/obj /b/obj /b/obj/hip_objs/x.o.d /b/obj/CMakeFiles/d/1.d"
+    )
+    assert _syntax_only_shell(cmd) == (
+        "cd /b/obj && /usr/local/bin/hipcc -x hip /s/x.hip -fPIC "
+        "--offload-arch=gfx1030 '-DNAME=a b' -fsyntax-only"
+    )
 
 
 @needs_cmake
@@ -437,18 +635,35 @@ def test_check_says_which_unit_needs_a_generated_header(mini):
     ov, store = mini
     cmake = (DATA / "upstream" / "CMakeLists.txt").read_text() + (
         "add_custom_command(OUTPUT ${CMAKE_CURRENT_BINARY_DIR}/gen/version.h\n"
-        "  COMMAND ${CMAKE_COMMAND} -E echo \"#define MLX_GEN 1\" > ${CMAKE_CURRENT_BINARY_DIR}/gen/version.h)\n"
+        '  COMMAND ${CMAKE_COMMAND} -E echo "#define MLX_GEN 1" > ${CMAKE_CURRENT_BINARY_DIR}/gen/version.h)\n'
         "add_custom_target(mlx_gen DEPENDS ${CMAKE_CURRENT_BINARY_DIR}/gen/version.h)\n"
         "add_dependencies(mlx mlx_gen)\n"
-        "target_include_directories(mlx PRIVATE ${CMAKE_CURRENT_BINARY_DIR}/gen)\n")
-    _add(ov, store, "0001-generated.patch", {
-        "CMakeLists.txt": cmake,
-        "mlx/ops.cpp": _text(DATA / "upstream", "mlx/ops.cpp", {1: "#include \"version.h\""})}, "gen")
+        "target_include_directories(mlx PRIVATE ${CMAKE_CURRENT_BINARY_DIR}/gen)\n"
+    )
+    _add(
+        ov,
+        store,
+        "0001-generated.patch",
+        {
+            "CMakeLists.txt": cmake,
+            "mlx/ops.cpp": _text(
+                DATA / "upstream", "mlx/ops.cpp", {1: '#include "version.h"'}
+            ),
+        },
+        "gen",
+    )
     result = _build(ov, store, check=True)
     assert result.ok, result.report()
-    assert sorted(u.path for u in result.units) == ["mlx/backend/rocm/device.cpp", "mlx/core.cpp"]
+    assert sorted(u.path for u in result.units) == [
+        "mlx/backend/rocm/device.cpp",
+        "mlx/core.cpp",
+    ]
     ((path, why),) = result.skipped_units
-    assert path == "mlx/ops.cpp" and "version.h" in why and "`ninja gen/version.h` makes it" in why
+    assert (
+        path == "mlx/ops.cpp"
+        and "version.h" in why
+        and "`ninja gen/version.h` makes it" in why
+    )
     assert not Path(result.obj, "gen", "version.h").exists()  # nothing was built for it
 
 
@@ -456,11 +671,22 @@ def test_check_says_which_unit_needs_a_generated_header(mini):
 def test_cli_check_reports_and_exits_1(mini):
     ov, store = mini
     _device_def_series(ov, store)
-    res = CliRunner().invoke(main, ["-C", str(ov.root), "build", "--backend", "cpu", "--check", "-j", "2"])
+    res = CliRunner().invoke(
+        main, ["-C", str(ov.root), "build", "--backend", "cpu", "--check", "-j", "2"]
+    )
     assert res.exit_code == 1, res.output
-    assert "mlx/backend/rocm/device.cpp:35:" in res.output and "[patch 0001-device-run.patch hunk #1]" in res.output
-    assert "cpu check failed: 1 error(s) (1 from patches, 0 from the fork, 0 from upstream)" in res.output
-    res = CliRunner().invoke(main, ["-C", str(ov.root), "build", "--backend", "cpu", "--check", "--only-changed"])
+    assert (
+        "mlx/backend/rocm/device.cpp:35:" in res.output
+        and "[patch 0001-device-run.patch hunk #1]" in res.output
+    )
+    assert (
+        "cpu check failed: 1 error(s) (1 from patches, 0 from the fork, 0 from upstream)"
+        in res.output
+    )
+    res = CliRunner().invoke(
+        main,
+        ["-C", str(ov.root), "build", "--backend", "cpu", "--check", "--only-changed"],
+    )
     assert res.exit_code == 2 and "cannot be combined" in res.output
 
 
@@ -477,14 +703,22 @@ def _missing_package_series(ov: Overlay, store: Store) -> None:
     find module, as MLX asks for BLAS (``Could NOT find BLAS``)."""
     cmake = (DATA / "upstream" / "CMakeLists.txt").read_text() + (
         "list(APPEND CMAKE_MODULE_PATH ${CMAKE_CURRENT_SOURCE_DIR}/cmake)\n"
-        "find_package(OverlayMissing REQUIRED)\n")
-    _add(ov, store, "0001-needs-a-package.patch",
-         {"CMakeLists.txt": cmake, "cmake/FindOverlayMissing.cmake": FIND_MISSING}, "build: needs a package")
+        "find_package(OverlayMissing REQUIRED)\n"
+    )
+    _add(
+        ov,
+        store,
+        "0001-needs-a-package.patch",
+        {"CMakeLists.txt": cmake, "cmake/FindOverlayMissing.cmake": FIND_MISSING},
+        "build: needs a package",
+    )
 
 
 #: find_package is the second line appended to the stand-in's CMakeLists.txt.
-CAUSE = ("Could NOT find OverlayMissing (missing: OVERLAY_MISSING_LIBRARY) (at CMakeLists.txt:"
-         f"{(DATA / 'upstream' / 'CMakeLists.txt').read_text().count(chr(10)) + 2} (find_package))")
+CAUSE = (
+    "Could NOT find OverlayMissing (missing: OVERLAY_MISSING_LIBRARY) (at CMakeLists.txt:"
+    f"{(DATA / 'upstream' / 'CMakeLists.txt').read_text().count(chr(10)) + 2} (find_package))"
+)
 
 
 @needs_cmake
@@ -499,7 +733,9 @@ def test_cli_build_names_the_cause_of_a_failed_configure(mini):
 
 
 @needs_cmake
-def test_ci_with_a_failing_configure_fails_the_stage_and_writes_every_report(mini, tmp_path):
+def test_ci_with_a_failing_configure_fails_the_stage_and_writes_every_report(
+    mini, tmp_path
+):
     import json
     import xml.etree.ElementTree as ET
 
@@ -507,21 +743,53 @@ def test_ci_with_a_failing_configure_fails_the_stage_and_writes_every_report(min
     _missing_package_series(ov, store)
     out = tmp_path / "reports"
     out.mkdir()
-    reports = ["--junit", str(out / "ci.xml"), "--json", str(out / "ci.json"), "--markdown", str(out / "ci.md")]
-    res = CliRunner().invoke(main, ["-C", str(ov.root), "ci", "--backend", "cpu", "--only", "build", *reports])
+    reports = [
+        "--junit",
+        str(out / "ci.xml"),
+        "--json",
+        str(out / "ci.json"),
+        "--markdown",
+        str(out / "ci.md"),
+    ]
+    res = CliRunner().invoke(
+        main,
+        ["-C", str(ov.root), "ci", "--backend", "cpu", "--only", "build", *reports],
+    )
     assert res.exit_code == 1, res.output
     assert "Traceback" not in res.output and "internal error" not in res.output
     assert f"build   FAILED   CMake configure failed (exit 1): {CAUSE}" in res.output
     stages = {s["name"]: s for s in json.loads((out / "ci.json").read_text())["stages"]}
     assert stages["build"]["status"] == "failed" and CAUSE in stages["build"]["reason"]
-    assert stages["build"]["data"]["backend"] == "cpu" and stages["build"]["data"]["log"] == "build/cpu/build.log"
-    (case,) = [c for c in ET.parse(out / "ci.xml").getroot().iter("testcase") if c.get("name") == "build cpu"]
+    assert (
+        stages["build"]["data"]["backend"] == "cpu"
+        and stages["build"]["data"]["log"] == "build/cpu/build.log"
+    )
+    (case,) = [
+        c
+        for c in ET.parse(out / "ci.xml").getroot().iter("testcase")
+        if c.get("name") == "build cpu"
+    ]
     assert CAUSE in case.find("failure").get("message")
     md = (out / "ci.md").read_text()
-    assert "### Build" in md and f"First error: `CMake configure failed (exit 1): {CAUSE}`" in md
+    assert (
+        "### Build" in md
+        and f"First error: `CMake configure failed (exit 1): {CAUSE}`" in md
+    )
 
     # with the check stage first, the check fails the same way and the doomed build is not started
-    res = CliRunner().invoke(main, ["-C", str(ov.root), "ci", "--backend", "cpu", "--only", "build,check", *reports])
+    res = CliRunner().invoke(
+        main,
+        [
+            "-C",
+            str(ov.root),
+            "ci",
+            "--backend",
+            "cpu",
+            "--only",
+            "build,check",
+            *reports,
+        ],
+    )
     assert res.exit_code == 1, res.output
     assert f"check   FAILED   CMake configure failed (exit 1): {CAUSE}" in res.output
     assert "build   SKIPPED  the check stage failed" in res.output
@@ -532,7 +800,9 @@ def test_ci_with_a_failing_configure_fails_the_stage_and_writes_every_report(min
 def test_ci_check_stage_names_the_first_error_with_its_attribution(mini):
     ov, store = mini
     _device_def_series(ov, store)
-    res = CliRunner().invoke(main, ["-C", str(ov.root), "ci", "--backend", "cpu", "--only", "check,build"])
+    res = CliRunner().invoke(
+        main, ["-C", str(ov.root), "ci", "--backend", "cpu", "--only", "check,build"]
+    )
     assert res.exit_code == 1, res.output
     (line,) = [line for line in res.output.splitlines() if line.startswith("check ")]
     assert "1 error(s); first: mlx/backend/rocm/device.cpp:35:" in line

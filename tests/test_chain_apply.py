@@ -9,8 +9,8 @@ Each is compared with the way it replaced: one ``git apply`` + ``write-tree`` pe
 from __future__ import annotations
 
 import pytest
-
 from gitfixtures import make_patch
+
 from overlay import engine
 from overlay.engine import PatchApplyError, apply_series
 from overlay.gitstore import EMPTY_TREE, Store
@@ -40,16 +40,26 @@ def base_tree(store: Store) -> str:
     changes = {}
     for path, data in BASE.items():
         name = path.encode("latin-1").decode("utf-8") if "\xc3" in path else path
-        mode = "120000" if path == "link" else "100755" if path.endswith(".sh") else "100644"
+        mode = (
+            "120000"
+            if path == "link"
+            else "100755"
+            if path.endswith(".sh")
+            else "100644"
+        )
         changes[name] = (mode, store.hash_blob(data))
     return store.edit_tree(EMPTY_TREE, changes)
 
 
-def series(store: Store, tmp_path, tree: str, steps: list[dict]) -> tuple[list, list[str]]:
+def series(
+    store: Store, tmp_path, tree: str, steps: list[dict]
+) -> tuple[list, list[str]]:
     """Patches made one on top of the other from ``steps`` (edits, modes); their files and trees."""
     patches, trees = [], []
     for i, step in enumerate(steps, 1):
-        data, tree = make_patch(store, tree, step["edits"], modes=step.get("modes"), fix=i)
+        data, tree = make_patch(
+            store, tree, step["edits"], modes=step.get("modes"), fix=i
+        )
         path = tmp_path / f"{i:04d}.patch"
         path.write_bytes(data)
         patches.append(parse_patch(data, path.name, str(path)))
@@ -71,8 +81,16 @@ STEPS = [
     {"edits": {"a.txt": "one\nTWO\nthree\n"}},
     {"edits": {"a.txt": "ONE\nTWO\nthree\n", "dir/b.c": "int b;\n" * 19 + "int c;\n"}},
     {"edits": {"new/deep/file.cpp": "created\n", "gone.txt": None}},
-    {"edits": {"dir/run.sh": "#!/bin/sh\necho hi\n"}, "modes": {"dir/run.sh": "100644"}},
-    {"edits": {"name with space.txt": "spaced out\n", "na\u00efve.hip": "unicode changed\n"}},
+    {
+        "edits": {"dir/run.sh": "#!/bin/sh\necho hi\n"},
+        "modes": {"dir/run.sh": "100644"},
+    },
+    {
+        "edits": {
+            "name with space.txt": "spaced out\n",
+            "na\u00efve.hip": "unicode changed\n",
+        }
+    },
     {"edits": {"moved.txt": None, "moved/elsewhere.txt": "renamed content\n" * 10}},
     {"edits": {"link": "dir/b.c"}, "modes": {"link": "120000"}},
     {"edits": {"new/deep/file.cpp": None, "a.txt": "ONE\nTWO\nTHREE\n"}},
@@ -83,16 +101,25 @@ STEPS = [
 def test_chain_gives_the_trees_of_one_patch_at_a_time(store, tmp_path, monkeypatch):
     tree = base_tree(store)
     patches, trees = series(store, tmp_path, tree, STEPS)
-    assert any(c.rename for p in patches for c in p.changes)  # the rename is seen as one
+    assert any(
+        c.rename for p in patches for c in p.changes
+    )  # the rename is seen as one
     calls = []
     real = engine._apply_chained
-    monkeypatch.setattr(engine, "_apply_chained", lambda *a: calls.append(1) or real(*a))
+    monkeypatch.setattr(
+        engine, "_apply_chained", lambda *a: calls.append(1) or real(*a)
+    )
     chained, results = apply_series(store, tree, patches, stepwise=True)
-    assert calls and real(store, tree, patches, *_records(store, tree, patches)) is not None
+    assert (
+        calls
+        and real(store, tree, patches, *_records(store, tree, patches)) is not None
+    )
     assert chained == trees[-1] and [r.tree for r in results] == trees
     monkeypatch.setattr(engine, "_apply_chained", real)
     one_by_one, seq_results = sequential(store, tree, patches)
-    assert one_by_one == chained and [r.tree for r in seq_results] == [r.tree for r in results]
+    assert one_by_one == chained and [r.tree for r in seq_results] == [
+        r.tree for r in results
+    ]
 
 
 def _records(store, tree, patches):
@@ -111,13 +138,19 @@ def test_chain_runs_a_fixed_number_of_git_processes(store, tmp_path, monkeypatch
     patches, trees = series(store, tmp_path, tree, steps)
     seen = []
     real_git = Store.git
-    monkeypatch.setattr(Store, "git", lambda self, *a, **k: seen.append(a[0]) or real_git(self, *a, **k))
+    monkeypatch.setattr(
+        Store, "git", lambda self, *a, **k: seen.append(a[0]) or real_git(self, *a, **k)
+    )
     _tree, results = apply_series(store, tree, patches, stepwise=True)
     assert [r.tree for r in results] == trees
-    assert len(seen) <= 8, seen  # ls-tree, update-index, apply, ls-files, ls-tree, unpack/index-pack
+    assert len(seen) <= 8, (
+        seen
+    )  # ls-tree, update-index, apply, ls-files, ls-tree, unpack/index-pack
 
 
-def test_a_patch_whose_result_differs_from_its_record_is_named_as_before(store, tmp_path):
+def test_a_patch_whose_result_differs_from_its_record_is_named_as_before(
+    store, tmp_path
+):
     tree = base_tree(store)
     patches, _trees = series(store, tmp_path, tree, STEPS[:2])
     # Hand-edit patch 2's added line: its index line still records the old post-image.
@@ -137,8 +170,14 @@ def test_tree_model_matches_write_tree(store):
     tree = base_tree(store)
     model = TreeModel(listing(store, tree), tree)
     blob = store.hash_blob(b"x\n")
-    edits = [("set", "dir/sub/new.txt", "100644"), ("set", "z/y/x.txt", "100755"), ("remove", "dir/sub/c.h", ""),
-             ("remove", "absent/file", ""), ("set", "dir.txt", "100644"), ("remove", "link", "")]
+    edits = [
+        ("set", "dir/sub/new.txt", "100644"),
+        ("set", "z/y/x.txt", "100755"),
+        ("remove", "dir/sub/c.h", ""),
+        ("remove", "absent/file", ""),
+        ("set", "dir.txt", "100644"),
+        ("remove", "link", ""),
+    ]
     index_changes = {}
     for op, path, mode in edits:
         if op == "set":
@@ -180,6 +219,9 @@ def test_many_objects_go_in_one_pack(store, monkeypatch):
 def test_tree_diffs_are_the_bytes_of_one_diff_per_pair(store, tmp_path):
     tree = base_tree(store)
     _patches, trees = series(store, tmp_path, tree, STEPS)
-    pairs = list(zip([tree, *trees[:-1]], trees)) + [(trees[0], trees[0]), (tree, trees[-1])]
+    pairs = list(zip([tree, *trees[:-1]], trees)) + [
+        (trees[0], trees[0]),
+        (tree, trees[-1]),
+    ]
     assert tree_diffs(store, pairs) == [tree_diff(store, a, b) for a, b in pairs]
     assert tree_diffs(store, []) == []

@@ -9,8 +9,8 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from click.testing import CliRunner
-
 from gitfixtures import lines, make_patch
+
 from overlay import fixes
 from overlay.cli import main
 from overlay.gitstore import Store
@@ -44,9 +44,12 @@ proves = 1
 def make_clean_overlay(overlay, world):
     store = Store()
     layers = compute_layers(store, load_manifest(str(overlay.root)), str(overlay.root))
-    patch, _ = make_patch(store, layers.forked, {"mlx/backend/rocm/device.cpp":
-                                                 lines("device", change={3: "device 3 locked"})},
-                          subject="rocm: lock the device")
+    patch, _ = make_patch(
+        store,
+        layers.forked,
+        {"mlx/backend/rocm/device.cpp": lines("device", change={3: "device 3 locked"})},
+        subject="rocm: lock the device",
+    )
     overlay.add_patch("0001-lock.patch", patch)
     repo = fixes.fork_repo_from_url(str(world.fork.path))
     (overlay.root / "LOCAL_FIXES.md").write_text(
@@ -54,12 +57,14 @@ def make_clean_overlay(overlay, world):
         f"## Retarget onto the MLX pin ({world.base[:8]})\n\n## Fixes to the fork's kernels\n\n"
         "1. **Lock the device.** `mlx/backend/rocm/device.cpp` now locks. "
         "Applies to the fork; kept in mlxcelverse under the 2026-10-06 fork policy, not proposed there.\n\n"
-        "## Dropped from the vendored set\n\n- `docs/rocm.md`: docs.\n- `mlx/backend/metal/kernels.cpp`: Metal.\n")
+        "## Dropped from the vendored set\n\n- `docs/rocm.md`: docs.\n- `mlx/backend/metal/kernels.cpp`: Metal.\n"
+    )
     child = overlay.root / "child.py"
     child.write_text("print('overlay-suite: done')\n")
     (overlay.root / "patches-rocm" / "suites").mkdir()
     (overlay.root / "patches-rocm" / "suites" / "suites.toml").write_text(
-        SUITES.format(python=sys.executable, child=child))
+        SUITES.format(python=sys.executable, child=child)
+    )
 
 
 def test_ci_end_to_end(overlay, world, tmp_path, monkeypatch):
@@ -67,9 +72,24 @@ def test_ci_end_to_end(overlay, world, tmp_path, monkeypatch):
     monkeypatch.setenv("OVERLAY_SUITE_HARDWARE", "none")
     out = tmp_path / "out"
     out.mkdir()
-    result = CliRunner().invoke(main, ["-C", str(overlay.root), "ci", "--only", "verify", "--only", "suites",
-                                       "--junit", str(out / "ci.xml"), "--json", str(out / "ci.json"),
-                                       "--markdown", str(out / "ci.md")])
+    result = CliRunner().invoke(
+        main,
+        [
+            "-C",
+            str(overlay.root),
+            "ci",
+            "--only",
+            "verify",
+            "--only",
+            "suites",
+            "--junit",
+            str(out / "ci.xml"),
+            "--json",
+            str(out / "ci.json"),
+            "--markdown",
+            str(out / "ci.md"),
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert "verify  PASSED" in result.output
     assert "build   SKIPPED  not requested" in result.output
@@ -81,19 +101,32 @@ def test_ci_end_to_end(overlay, world, tmp_path, monkeypatch):
     total = {"tests": 0, "failures": 0, "skipped": 0}
     for ts in root.findall("testsuite"):
         cases = ts.findall("testcase")
-        counts = {"tests": len(cases), "failures": sum(1 for c in cases if c.find("failure") is not None),
-                  "skipped": sum(1 for c in cases if c.find("skipped") is not None)}
+        counts = {
+            "tests": len(cases),
+            "failures": sum(1 for c in cases if c.find("failure") is not None),
+            "skipped": sum(1 for c in cases if c.find("skipped") is not None),
+        }
         for key, value in counts.items():
             assert int(ts.get(key)) == value
             total[key] += value
         assert all(c.get("classname") and c.get("name") for c in cases)
     for key, value in total.items():
         assert int(root.get(key)) == value
-    assert [ts.get("name") for ts in root.findall("testsuite")] == ["verify", "check", "build", "suites"]
+    assert [ts.get("name") for ts in root.findall("testsuite")] == [
+        "verify",
+        "check",
+        "build",
+        "suites",
+    ]
 
     summary = json.loads((out / "ci.json").read_text())
     assert summary["failed"] is False
-    assert [s["status"] for s in summary["stages"]] == ["passed", "skipped", "skipped", "passed"]
+    assert [s["status"] for s in summary["stages"]] == [
+        "passed",
+        "skipped",
+        "skipped",
+        "passed",
+    ]
     assert [s["required"] for s in summary["stages"]] == [False] * 4
 
     md = (out / "ci.md").read_text()
@@ -106,15 +139,21 @@ def test_ci_fails_on_a_verify_error(overlay, world, monkeypatch):
     make_clean_overlay(overlay, world)
     monkeypatch.setenv("OVERLAY_SUITE_HARDWARE", "none")
     overlay.write_series([])  # the patch is now an orphan: SER002
-    result = CliRunner().invoke(main, ["-C", str(overlay.root), "ci", "--only", "verify"])
+    result = CliRunner().invoke(
+        main, ["-C", str(overlay.root), "ci", "--only", "verify"]
+    )
     assert result.exit_code == 1 and "verify  FAILED" in result.output
 
 
-def test_ci_build_stage_skips_without_a_toolchain(overlay, world, monkeypatch, tmp_path):
+def test_ci_build_stage_skips_without_a_toolchain(
+    overlay, world, monkeypatch, tmp_path
+):
     make_clean_overlay(overlay, world)
     monkeypatch.setenv("OVERLAY_TOOLCHAIN_DIR", str(tmp_path / "no-toolchain"))
     monkeypatch.setenv("PATH", "/usr/bin:/bin")
-    result = CliRunner().invoke(main, ["-C", str(overlay.root), "ci", "--only", "build"])
+    result = CliRunner().invoke(
+        main, ["-C", str(overlay.root), "ci", "--only", "build"]
+    )
     assert result.exit_code == 0, result.output
     assert "build   SKIPPED" in result.output and "ROCm" in result.output
 
@@ -124,45 +163,87 @@ def _no_toolchain(monkeypatch, tmp_path) -> None:
     monkeypatch.setenv("PATH", "/usr/bin:/bin")
 
 
-def test_ci_require_fails_a_stage_this_machine_cannot_run(overlay, world, monkeypatch, tmp_path):
+def test_ci_require_fails_a_stage_this_machine_cannot_run(
+    overlay, world, monkeypatch, tmp_path
+):
     make_clean_overlay(overlay, world)
     _no_toolchain(monkeypatch, tmp_path)
     out = tmp_path / "out"
     out.mkdir()
-    result = CliRunner().invoke(main, ["-C", str(overlay.root), "ci", "--only", "verify", "--require", "verify,check",
-                                       "--require", "build", "--junit", str(out / "ci.xml"),
-                                       "--json", str(out / "ci.json")])
+    result = CliRunner().invoke(
+        main,
+        [
+            "-C",
+            str(overlay.root),
+            "ci",
+            "--only",
+            "verify",
+            "--require",
+            "verify,check",
+            "--require",
+            "build",
+            "--junit",
+            str(out / "ci.xml"),
+            "--json",
+            str(out / "ci.json"),
+        ],
+    )
     assert result.exit_code == 1, result.output
     assert "verify  PASSED" in result.output
     assert "check   FAILED   required, but skipped: no ROCm toolchain" in result.output
     assert "build   FAILED   required, but skipped: no ROCm toolchain" in result.output
-    assert "suites  SKIPPED  not requested" in result.output and "overlay ci: FAILED" in result.output
+    assert (
+        "suites  SKIPPED  not requested" in result.output
+        and "overlay ci: FAILED" in result.output
+    )
     stages = {s["name"]: s for s in json.loads((out / "ci.json").read_text())["stages"]}
-    assert [stages[n]["required"] for n in ("verify", "check", "build", "suites")] == [True, True, True, False]
+    assert [stages[n]["required"] for n in ("verify", "check", "build", "suites")] == [
+        True,
+        True,
+        True,
+        False,
+    ]
     root = ET.parse(out / "ci.xml").getroot()
-    failures = [c.get("name") for c in root.iter("testcase") if c.find("failure") is not None]
+    failures = [
+        c.get("name") for c in root.iter("testcase") if c.find("failure") is not None
+    ]
     assert failures == ["check", "build"]
 
 
-def test_ci_require_passes_when_the_required_stages_pass(overlay, world, monkeypatch, tmp_path):
+def test_ci_require_passes_when_the_required_stages_pass(
+    overlay, world, monkeypatch, tmp_path
+):
     make_clean_overlay(overlay, world)
     _no_toolchain(monkeypatch, tmp_path)
     monkeypatch.setenv("OVERLAY_SUITE_HARDWARE", "none")
-    result = CliRunner().invoke(main, ["-C", str(overlay.root), "ci", "--require", "verify,suites"])
+    result = CliRunner().invoke(
+        main, ["-C", str(overlay.root), "ci", "--require", "verify,suites"]
+    )
     assert result.exit_code == 0, result.output
-    assert "check   SKIPPED  no ROCm toolchain" in result.output  # not required: not a failure
-    assert "overlay ci: passed (required: verify, suites; other skipped stages are not failures)" in result.output
+    assert (
+        "check   SKIPPED  no ROCm toolchain" in result.output
+    )  # not required: not a failure
+    assert (
+        "overlay ci: passed (required: verify, suites; other skipped stages are not failures)"
+        in result.output
+    )
 
 
 def test_ci_unknown_stage_is_a_usage_error(overlay, world):
     make_clean_overlay(overlay, world)
-    result = CliRunner().invoke(main, ["-C", str(overlay.root), "ci", "--require", "verify,bogus"])
+    result = CliRunner().invoke(
+        main, ["-C", str(overlay.root), "ci", "--require", "verify,bogus"]
+    )
     assert result.exit_code == 2
-    assert "overlay: invalid value for '--require': unknown stage 'bogus'" in result.output
+    assert (
+        "overlay: invalid value for '--require': unknown stage 'bogus'" in result.output
+    )
     assert "Traceback" not in result.output
 
 
-def test_ci_a_stage_that_raises_is_a_failed_stage_and_reports_are_written(overlay, world, monkeypatch, tmp_path):
+def test_ci_a_stage_that_raises_is_a_failed_stage_and_reports_are_written(
+    overlay, world, monkeypatch, tmp_path
+):
     from overlay import ci
 
     make_clean_overlay(overlay, world)
@@ -173,13 +254,31 @@ def test_ci_a_stage_that_raises_is_a_failed_stage_and_reports_are_written(overla
     monkeypatch.setattr(ci, "stage_verify", boom)
     out = tmp_path / "out"
     out.mkdir()
-    result = CliRunner().invoke(main, ["-C", str(overlay.root), "ci", "--only", "verify", "--junit",
-                                       str(out / "ci.xml"), "--json", str(out / "ci.json"),
-                                       "--markdown", str(out / "ci.md")])
+    result = CliRunner().invoke(
+        main,
+        [
+            "-C",
+            str(overlay.root),
+            "ci",
+            "--only",
+            "verify",
+            "--junit",
+            str(out / "ci.xml"),
+            "--json",
+            str(out / "ci.json"),
+            "--markdown",
+            str(out / "ci.md"),
+        ],
+    )
     assert result.exit_code == 1, result.output
-    assert "verify  FAILED   internal error (RuntimeError: verify blew up)" in result.output
+    assert (
+        "verify  FAILED   internal error (RuntimeError: verify blew up)"
+        in result.output
+    )
     assert json.loads((out / "ci.json").read_text())["stages"][0]["status"] == "failed"
-    assert "internal error (RuntimeError: verify blew up)" in (out / "ci.md").read_text()
+    assert (
+        "internal error (RuntimeError: verify blew up)" in (out / "ci.md").read_text()
+    )
     assert ET.parse(out / "ci.xml").getroot().get("failures") == "1"
 
 
@@ -188,8 +287,20 @@ def test_ci_writes_its_reports_when_the_gate_cannot_start(tmp_path):
     out.mkdir()
     empty = tmp_path / "not-an-overlay"
     empty.mkdir()
-    result = CliRunner().invoke(main, ["-C", str(empty), "ci", "--junit", str(out / "ci.xml"),
-                                       "--json", str(out / "ci.json"), "--markdown", str(out / "ci.md")])
+    result = CliRunner().invoke(
+        main,
+        [
+            "-C",
+            str(empty),
+            "ci",
+            "--junit",
+            str(out / "ci.xml"),
+            "--json",
+            str(out / "ci.json"),
+            "--markdown",
+            str(out / "ci.md"),
+        ],
+    )
     assert result.exit_code == 2 and result.output.startswith("overlay: ")
     summary = json.loads((out / "ci.json").read_text())
     assert summary["failed"] is True and summary["error"] in result.output
@@ -203,8 +314,10 @@ def test_verify_rocm_script_require_fails_a_skipped_stage(tmp_path):
 
     script = Path(__file__).resolve().parent.parent / "tools" / "verify-rocm.sh"
     stub = tmp_path / "overlay"
-    stub.write_text('#!/bin/sh\ncase "$1" in\n  build) echo "overlay: no ROCm toolchain: none here" >&2; exit 2;;\n'
-                    '  suite) exit 0;;\nesac\n')
+    stub.write_text(
+        '#!/bin/sh\ncase "$1" in\n  build) echo "overlay: no ROCm toolchain: none here" >&2; exit 2;;\n'
+        "  suite) exit 0;;\nesac\n"
+    )
     make = tmp_path / "make"
     make.write_text("#!/bin/sh\nexit 0\n")
     for exe in (stub, make):
@@ -215,8 +328,14 @@ def test_verify_rocm_script_require_fails_a_skipped_stage(tmp_path):
         env.update(OVERLAY=str(stub), MAKE=str(make))
         if require is not None:
             env["OVERLAY_REQUIRE"] = require
-        return subprocess.run(["bash", str(script)], env=env, cwd=tmp_path, capture_output=True, text=True,
-                              timeout=60)
+        return subprocess.run(
+            ["bash", str(script)],
+            env=env,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
 
     plain = run(None)
     assert plain.returncode == 0, plain.stdout + plain.stderr
@@ -224,7 +343,14 @@ def test_verify_rocm_script_require_fails_a_skipped_stage(tmp_path):
     required = run("verify, check")
     assert required.returncode == 1, required.stdout + required.stderr
     assert "verify-rocm: overlay: passed" in required.stdout
-    assert "verify-rocm: build: failed (required, but skipped: no ROCm toolchain: none here)" in required.stdout
-    assert "verify-rocm: suites: skipped (the build stage did not pass)" in required.stdout
+    assert (
+        "verify-rocm: build: failed (required, but skipped: no ROCm toolchain: none here)"
+        in required.stdout
+    )
+    assert (
+        "verify-rocm: suites: skipped (the build stage did not pass)" in required.stdout
+    )
     bad = run("verify bogus")
-    assert bad.returncode == 2 and "unknown stage bogus in OVERLAY_REQUIRE" in bad.stderr
+    assert (
+        bad.returncode == 2 and "unknown stage bogus in OVERLAY_REQUIRE" in bad.stderr
+    )

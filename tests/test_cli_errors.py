@@ -21,15 +21,30 @@ def lines_of(text: str) -> list[str]:
     return [ln for ln in text.splitlines() if ln.strip()]
 
 
-@pytest.mark.parametrize("args,first,hint", [
-    (["--x"], "overlay: no such option", "hint: overlay --help"),
-    (["verify", "--x"], "overlay: no such option", "hint: overlay verify --help"),
-    (["verify", "--format", "xml"], "overlay: invalid value for '--format'", "hint: overlay verify --help"),
-    (["export"], "overlay: missing argument 'DEST'", "hint: overlay export --help"),
-    (["nosuch"], "overlay: no such command", "hint: overlay --help"),
-    (["fix", "new", "--bogus"], "overlay: no such option", "hint: overlay fix new --help"),
-    (["suite", "run", "--runs", "x"], "overlay: invalid value for '--runs'", "hint: overlay suite run --help"),
-])
+@pytest.mark.parametrize(
+    "args,first,hint",
+    [
+        (["--x"], "overlay: no such option", "hint: overlay --help"),
+        (["verify", "--x"], "overlay: no such option", "hint: overlay verify --help"),
+        (
+            ["verify", "--format", "xml"],
+            "overlay: invalid value for '--format'",
+            "hint: overlay verify --help",
+        ),
+        (["export"], "overlay: missing argument 'DEST'", "hint: overlay export --help"),
+        (["nosuch"], "overlay: no such command", "hint: overlay --help"),
+        (
+            ["fix", "new", "--bogus"],
+            "overlay: no such option",
+            "hint: overlay fix new --help",
+        ),
+        (
+            ["suite", "run", "--runs", "x"],
+            "overlay: invalid value for '--runs'",
+            "hint: overlay suite run --help",
+        ),
+    ],
+)
 def test_usage_errors_are_one_line_and_exit_2(tmp_path, args, first, hint):
     result = CliRunner().invoke(main, ["-C", str(tmp_path), *args])
     assert result.exit_code == 2
@@ -40,52 +55,83 @@ def test_usage_errors_are_one_line_and_exit_2(tmp_path, args, first, hint):
 
 def test_unknown_option_from_the_real_entry_point(tmp_path):
     """The console script path (``main()`` with sys.argv), not only CliRunner."""
-    proc = subprocess.run([sys.executable, "-c", "from overlay.cli import main; main()", "--x"],
-                          capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", "from overlay.cli import main; main()", "--x"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+    )
     assert proc.returncode == 2
     out = lines_of(proc.stderr)
-    assert len(out) == 2 and out[0].startswith("overlay: no such option") and "--x" in out[0], proc.stderr
+    assert (
+        len(out) == 2
+        and out[0].startswith("overlay: no such option")
+        and "--x" in out[0]
+    ), proc.stderr
     assert out[1] == "hint: overlay --help"
     assert proc.stdout == ""
 
 
-def test_unexpected_exception_is_one_line_and_debug_shows_the_traceback(tmp_path, monkeypatch):
+def test_unexpected_exception_is_one_line_and_debug_shows_the_traceback(
+    tmp_path, monkeypatch
+):
     def boom(*_a, **_k):
         raise KeyError("boom")
+
     monkeypatch.setattr(cli, "_layers", boom)
     result = CliRunner().invoke(main, ["-C", str(tmp_path), "tree"])
     assert result.exit_code == 2
-    assert lines_of(result.output) == ["overlay: internal error (KeyError: 'boom')",
-                                       "hint: rerun with `overlay --debug ...` for the traceback, and report it"]
+    assert lines_of(result.output) == [
+        "overlay: internal error (KeyError: 'boom')",
+        "hint: rerun with `overlay --debug ...` for the traceback, and report it",
+    ]
     debug = CliRunner().invoke(main, ["-C", str(tmp_path), "--debug", "tree"])
-    assert debug.exit_code == 2 and "Traceback" in debug.output and "KeyError: 'boom'" in debug.output
+    assert (
+        debug.exit_code == 2
+        and "Traceback" in debug.output
+        and "KeyError: 'boom'" in debug.output
+    )
 
 
-@pytest.mark.parametrize("exc", [MemoryError(), RecursionError("maximum recursion depth exceeded")])
+@pytest.mark.parametrize(
+    "exc", [MemoryError(), RecursionError("maximum recursion depth exceeded")]
+)
 def test_memory_and_recursion_errors_are_one_line(tmp_path, monkeypatch, exc):
     def boom(*_a, **_k):
         raise exc
+
     monkeypatch.setattr(cli, "_layers", boom)
     result = CliRunner().invoke(main, ["-C", str(tmp_path), "tree"])
-    assert result.exit_code == 2 and lines_of(result.output)[0].startswith("overlay: internal error (")
+    assert result.exit_code == 2 and lines_of(result.output)[0].startswith(
+        "overlay: internal error ("
+    )
     assert "Traceback" not in result.output
 
 
 def test_overlay_error_outside_handle_errors_and_interrupt(tmp_path, monkeypatch):
     def expected(*_a, **_k):
         raise OverlayError("the thing is wrong", exit_code=1, hint="fix the thing")
+
     monkeypatch.setattr(cli, "_layers", expected)
     # status has handle_errors; the root group gives the same line for a command that has not.
     for command in ("tree", "status"):
         result = CliRunner().invoke(main, ["-C", str(tmp_path), command])
         assert result.exit_code == 1
-        assert lines_of(result.output) == ["overlay: the thing is wrong", "hint: fix the thing"]
+        assert lines_of(result.output) == [
+            "overlay: the thing is wrong",
+            "hint: fix the thing",
+        ]
 
     def interrupted(*_a, **_k):
         raise KeyboardInterrupt
+
     monkeypatch.setattr(cli, "_layers", interrupted)
     result = CliRunner().invoke(main, ["-C", str(tmp_path), "tree"])
-    assert result.exit_code == 130 and lines_of(result.output)[-1] == "overlay: interrupted"
+    assert (
+        result.exit_code == 130
+        and lines_of(result.output)[-1] == "overlay: interrupted"
+    )
 
 
 def test_help_and_version_still_exit_0(tmp_path):
@@ -98,6 +144,10 @@ def test_help_and_version_still_exit_0(tmp_path):
 def test_messages_with_line_breaks_stay_one_line(tmp_path, monkeypatch):
     def expected(*_a, **_k):
         raise OverlayError("bad line 'a\nb\x1b[1m'", hint="x\ry")
+
     monkeypatch.setattr(cli, "_layers", expected)
     result = CliRunner().invoke(main, ["-C", str(tmp_path), "status"])
-    assert lines_of(result.output) == ["overlay: bad line 'a\\x0ab\\x1b[1m'", "hint: x\\x0dy"]
+    assert lines_of(result.output) == [
+        "overlay: bad line 'a\\x0ab\\x1b[1m'",
+        "hint: x\\x0dy",
+    ]

@@ -15,8 +15,13 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _python(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, *args], cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)),
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.run(
+        [sys.executable, *args],
+        cwd=ROOT,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        capture_output=True,
+        text=True,
+    )
 
 
 def test_every_command_is_listed_and_has_help():
@@ -27,7 +32,10 @@ def test_every_command_is_listed_and_has_help():
     for name in names:
         assert f"\n  {name} " in listed.output, name
         sub = CliRunner().invoke(main, [name, "--help"], prog_name="overlay")
-        assert sub.exit_code == 0 and sub.output.startswith(f"Usage: overlay {name}"), (name, sub.output)
+        assert sub.exit_code == 0 and sub.output.startswith(f"Usage: overlay {name}"), (
+            name,
+            sub.output,
+        )
 
 
 def test_python_m_reaches_every_command():
@@ -35,17 +43,27 @@ def test_python_m_reaches_every_command():
     ``__main__`` block."""
     for name in main.list_commands(None):
         proc = _python("-m", "overlay.cli", name, "--help")
-        assert proc.returncode == 0 and proc.stdout.startswith(f"Usage: overlay {name}"), (name, proc.stderr)
+        assert proc.returncode == 0 and proc.stdout.startswith(
+            f"Usage: overlay {name}"
+        ), (name, proc.stderr)
 
 
 def test_importing_the_cli_loads_no_command_module():
     """Start-up is the floor every command pays (issue 14): the suites, jinja2, email,
     rich and the domain modules load only when a command needs them."""
-    proc = _python("-c", "import sys, overlay.cli; print(' '.join(sorted(sys.modules)))")
+    proc = _python(
+        "-c", "import sys, overlay.cli; print(' '.join(sorted(sys.modules)))"
+    )
     assert proc.returncode == 0, proc.stderr
     loaded = set(proc.stdout.split())
-    heavy = {m for m in loaded if m.split(".")[0] in ("jinja2", "email", "rich", "tomlkit")}
-    ours = {m for m in loaded if m.startswith("overlay.")} - {"overlay.cli", "overlay.clitools", "overlay.errors"}
+    heavy = {
+        m for m in loaded if m.split(".")[0] in ("jinja2", "email", "rich", "tomlkit")
+    }
+    ours = {m for m in loaded if m.startswith("overlay.")} - {
+        "overlay.cli",
+        "overlay.clitools",
+        "overlay.errors",
+    }
     assert not heavy and not ours, (heavy, ours)
 
 
@@ -53,9 +71,13 @@ def test_a_closed_stdout_ends_quietly(ov):
     """`overlay status | head -1`: when the reader goes away the command stops with
     git's SIGPIPE status and no "internal error" line."""
     for args in (["status"], ["verify"], ["tree"]):
-        proc = subprocess.Popen([sys.executable, "-m", "overlay.cli", "-C", str(ov.root), *args], cwd=ROOT,
-                                env=dict(os.environ, PYTHONPATH=str(ROOT)), stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "overlay.cli", "-C", str(ov.root), *args],
+            cwd=ROOT,
+            env=dict(os.environ, PYTHONPATH=str(ROOT)),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
         proc.stdout.close()  # the reader is gone before the first line is written
         err = proc.stderr.read().decode()
         assert proc.wait() == 141, (args, err)
@@ -65,5 +87,8 @@ def test_a_closed_stdout_ends_quietly(ov):
 def test_a_global_option_after_the_command_says_where_it_goes(ov):
     result = CliRunner().invoke(main, ["status", "--debug"], prog_name="overlay")
     assert result.exit_code == 2
-    assert "no such option '--debug'" in result.output and "Did you mean" not in result.output
+    assert (
+        "no such option '--debug'" in result.output
+        and "Did you mean" not in result.output
+    )
     assert "--debug is a global option: it goes before the command" in result.output

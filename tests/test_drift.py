@@ -6,8 +6,8 @@ import shutil
 import subprocess
 
 import pytest
-
 from gitfixtures import WorkRepo
+
 from overlay.drift import attribute, identifiers, parse_log, render_text
 from overlay.gitstore import Store
 
@@ -21,8 +21,10 @@ struct Backend {
 }
 """
 API_V2_RENAMED = API_V1.replace("compute_sum", "accumulate_pair")
-API_V3_HOOK = API_V2_RENAMED.replace("  virtual void run_kernel() = 0;\n",
-                                     "  virtual void run_kernel() = 0;\n  virtual void synchronize_stream() = 0;\n")
+API_V3_HOOK = API_V2_RENAMED.replace(
+    "  virtual void run_kernel() = 0;\n",
+    "  virtual void run_kernel() = 0;\n  virtual void synchronize_stream() = 0;\n",
+)
 FORK = """#include "api.h"
 namespace mlx::core {
 struct RocmBackend : Backend {
@@ -40,29 +42,52 @@ int use() {
 @pytest.fixture
 def upstream(tmp_path):
     up = WorkRepo.init(tmp_path / "up")
-    old = up.commit({"mlx/api.h": API_V1, "mlx/api.cpp": "int mlx::core::compute_sum(int a,int b){return a+b;}\n"},
-                    "v1")
+    old = up.commit(
+        {
+            "mlx/api.h": API_V1,
+            "mlx/api.cpp": "int mlx::core::compute_sum(int a,int b){return a+b;}\n",
+        },
+        "v1",
+    )
     up.commit({"README.md": "docs\n"}, "Docs only")
-    rename = up.commit({"mlx/api.h": API_V2_RENAMED,
-                        "mlx/api.cpp": "int mlx::core::accumulate_pair(int a,int b){return a+b;}\n"},
-                       "Rename compute_sum to accumulate_pair")
-    hook = up.commit({"mlx/api.h": API_V3_HOOK}, "Backends must implement synchronize_stream")
+    rename = up.commit(
+        {
+            "mlx/api.h": API_V2_RENAMED,
+            "mlx/api.cpp": "int mlx::core::accumulate_pair(int a,int b){return a+b;}\n",
+        },
+        "Rename compute_sum to accumulate_pair",
+    )
+    hook = up.commit(
+        {"mlx/api.h": API_V3_HOOK}, "Backends must implement synchronize_stream"
+    )
     new = up.commit({"mlx/other.cpp": "int x;\n"}, "Unrelated")
     store = Store(str(tmp_path / "store.git"))
     store.git("fetch", "-q", str(up.path), "main:refs/heads/up")
     return store, old, new, rename, hook
 
 
-@pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++ to produce real diagnostics")
+@pytest.mark.skipif(
+    shutil.which("g++") is None, reason="needs g++ to produce real diagnostics"
+)
 def test_renamed_function_and_new_pure_virtual_are_attributed(upstream, tmp_path):
     store, old, new, rename, hook = upstream
     src = tmp_path / "src"
     (src / "mlx" / "backend" / "rocm").mkdir(parents=True)
     (src / "mlx" / "api.h").write_text(API_V3_HOOK)
     (src / "mlx" / "backend" / "rocm" / "fork.cpp").write_text(FORK)
-    proc = subprocess.run(["g++", "-std=c++17", "-fsyntax-only", "-I", str(src / "mlx"),
-                           str(src / "mlx" / "backend" / "rocm" / "fork.cpp")],
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.run(
+        [
+            "g++",
+            "-std=c++17",
+            "-fsyntax-only",
+            "-I",
+            str(src / "mlx"),
+            str(src / "mlx" / "backend" / "rocm" / "fork.cpp"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     assert proc.returncode != 0
     diags = parse_log(proc.stdout, strip_prefixes=[str(src)])
     assert all(d.path == "mlx/backend/rocm/fork.cpp" for d in diags)
@@ -77,11 +102,15 @@ def test_renamed_function_and_new_pure_virtual_are_attributed(upstream, tmp_path
 
 def test_undefined_symbol_from_a_link_log(upstream):
     store, old, new, _rename, hook = upstream
-    log = ("/usr/bin/ld: libmlx.a(fork.o): in function `use()':\n"
-           "fork.cpp:(.text+0x1c): undefined reference to `mlx::core::RocmBackend::synchronize_stream()'\n"
-           "fork.cpp:(.text+0x1c): undefined reference to `mlx::core::RocmBackend::synchronize_stream()'\n")
+    log = (
+        "/usr/bin/ld: libmlx.a(fork.o): in function `use()':\n"
+        "fork.cpp:(.text+0x1c): undefined reference to `mlx::core::RocmBackend::synchronize_stream()'\n"
+        "fork.cpp:(.text+0x1c): undefined reference to `mlx::core::RocmBackend::synchronize_stream()'\n"
+    )
     diags = parse_log(log)
-    assert [(d.kind, d.message) for d in diags] == [("undefined", "mlx::core::RocmBackend::synchronize_stream()")]
+    assert [(d.kind, d.message) for d in diags] == [
+        ("undefined", "mlx::core::RocmBackend::synchronize_stream()")
+    ]
     assert identifiers(diags[0]) == ["RocmBackend", "synchronize_stream"]
     (item,) = attribute(store, old, new, diags)
     assert item.commit == hook and item.identifier == "synchronize_stream"
@@ -89,7 +118,9 @@ def test_undefined_symbol_from_a_link_log(upstream):
 
 def test_unattributable_error_says_so(upstream):
     store, old, new, *_ = upstream
-    diags = parse_log("mlx/backend/rocm/x.cpp:3:1: error: expected ';' before '}' token\n")
+    diags = parse_log(
+        "mlx/backend/rocm/x.cpp:3:1: error: expected ';' before '}' token\n"
+    )
     (item,) = attribute(store, old, new, diags)
     assert item.commit is None and item.fork_file == "mlx/backend/rocm/x.cpp"
 
@@ -98,12 +129,30 @@ def test_drift_cli_reads_a_log(upstream, tmp_path, overlay, world):
     from click.testing import CliRunner
 
     from overlay.cli import main
+
     log = tmp_path / "build.log"
-    log.write_text("mlx/backend/rocm/device.cpp:4:2: error: 'core' was not declared in this scope\n")
-    result = CliRunner().invoke(main, ["-C", str(overlay.root), "drift", "--log", str(log), "--from", world.base,
-                                       "--format", "markdown"])
+    log.write_text(
+        "mlx/backend/rocm/device.cpp:4:2: error: 'core' was not declared in this scope\n"
+    )
+    result = CliRunner().invoke(
+        main,
+        [
+            "-C",
+            str(overlay.root),
+            "drift",
+            "--log",
+            str(log),
+            "--from",
+            world.base,
+            "--format",
+            "markdown",
+        ],
+    )
     assert result.exit_code == 1, result.output
-    assert "| `mlx/backend/rocm/device.cpp:4` | error: 'core' was not declared" in result.output
+    assert (
+        "| `mlx/backend/rocm/device.cpp:4` | error: 'core' was not declared"
+        in result.output
+    )
     assert "not attributed" in result.output
 
 
@@ -116,32 +165,64 @@ def test_errors_in_system_headers_land_where_they_were_instantiated():
         "  \u2022 there is 1 candidate\n"
         "    \u2022 candidate 1: 'mlx::core::fast::CustomKernel::CustomKernel(int, mlx::core::CompileOptions::Data)'\n"
         "/usr/include/c++/16/bits/stl_construct.h:133:7: error: no matching function for call to "
-        "'mlx::core::fast::CustomKernel::CustomKernel(int)'\n")
+        "'mlx::core::fast::CustomKernel::CustomKernel(int)'\n"
+    )
     (diag,) = parse_log(log, strip_prefixes=["/src"])
     assert (diag.path, diag.line) == ("mlx/backend/rocm/custom_kernel.cpp", 246)
     assert any("CompileOptions::Data" in n for n in diag.notes)
     names = identifiers(diag)
-    assert "CompileOptions" in names and "allocator" not in names and "construct_at" in names
+    assert (
+        "CompileOptions" in names
+        and "allocator" not in names
+        and "construct_at" in names
+    )
 
 
 def test_owner_of_an_undefined_member_is_the_file_defining_its_siblings(tmp_path):
-    from overlay.drift import DriftItem, Diagnostic, owners_from_tree
+    from overlay.drift import Diagnostic, DriftItem, owners_from_tree
+
     backend = tmp_path / "mlx" / "backend" / "rocm"
     backend.mkdir(parents=True)
-    (backend / "event.hip").write_text("void Event::wait() {}\nvoid Event::signal() {}\n")
-    (backend / "primitives.cpp").write_text("void Add::eval_gpu() {}\nvoid Sub::eval_gpu() {}\n")
-    items = [DriftItem(Diagnostic("undefined", None, None, "mlx::core::Event::error()"), None, None, None, [], None),
-             DriftItem(Diagnostic("undefined", None, None, "mlx::core::NewOp::eval_gpu(int)"), None, None, None, [],
-                       None)]
+    (backend / "event.hip").write_text(
+        "void Event::wait() {}\nvoid Event::signal() {}\n"
+    )
+    (backend / "primitives.cpp").write_text(
+        "void Add::eval_gpu() {}\nvoid Sub::eval_gpu() {}\n"
+    )
+    items = [
+        DriftItem(
+            Diagnostic("undefined", None, None, "mlx::core::Event::error()"),
+            None,
+            None,
+            None,
+            [],
+            None,
+        ),
+        DriftItem(
+            Diagnostic("undefined", None, None, "mlx::core::NewOp::eval_gpu(int)"),
+            None,
+            None,
+            None,
+            [],
+            None,
+        ),
+    ]
     owners_from_tree(str(tmp_path), items)
-    assert [i.fork_file for i in items] == ["mlx/backend/rocm/event.hip", "mlx/backend/rocm/primitives.cpp"]
+    assert [i.fork_file for i in items] == [
+        "mlx/backend/rocm/event.hip",
+        "mlx/backend/rocm/primitives.cpp",
+    ]
 
 
 # ------------------------------------------ an error about a member's declaration
 
-STREAM_V1 = "#pragma once\nnamespace mlx::core {\nstruct Stream {\n  int index;\n};\n}\n"
-STREAM_V2 = ("#pragma once\nnamespace mlx::core {\nstruct Stream {\n  int idx; bool raise_errors;\n};\n"
-             "void synchronize(Stream s);\n}\n")
+STREAM_V1 = (
+    "#pragma once\nnamespace mlx::core {\nstruct Stream {\n  int index;\n};\n}\n"
+)
+STREAM_V2 = (
+    "#pragma once\nnamespace mlx::core {\nstruct Stream {\n  int idx; bool raise_errors;\n};\n"
+    "void synchronize(Stream s);\n}\n"
+)
 SDPA_V1 = """#pragma once
 #include "mlx/stream.h"
 namespace mlx::core {
@@ -155,7 +236,9 @@ class ScaledDotProductAttention {
 };
 }
 """
-SDPA_V2 = SDPA_V1.replace("use_fallback(const array& q,", "use_fallback(const array& q, bool force_fused,")
+SDPA_V2 = SDPA_V1.replace(
+    "use_fallback(const array& q,", "use_fallback(const array& q, bool force_fused,"
+)
 SDPA_FORK = """#include "mlx/fast_primitives.h"
 namespace mlx::core::fast {
 bool ScaledDotProductAttention::use_fallback(const array& q, Stream s) {
@@ -172,31 +255,59 @@ def sdpa_range(tmp_path):
     ``Stream`` line in another header (A: the rarer quoted name, which outranked the
     declaration before) and added a call of ``use_fallback`` elsewhere (C)."""
     up = WorkRepo.init(tmp_path / "up")
-    old = up.commit({"mlx/stream.h": STREAM_V1, "mlx/fast_primitives.h": SDPA_V1,
-                     "mlx/fast.cpp": "bool f(){return use_fallback(q, s);}\n"}, "v1")
-    a = up.commit({"mlx/stream.h": STREAM_V2}, "Raise cpu stream errors from synchronize (#4338)")
-    b = up.commit({"mlx/fast_primitives.h": SDPA_V2,
-                   "mlx/fast.cpp": "bool f(){return use_fallback(q, false, s);}\n"},
-                  "Add force_fused option to scaled_dot_product_attention (#4185)")
-    c = up.commit({"mlx/backend/cpu/sdpa.cpp": "bool g(){return use_fallback(q, true, s);}\n"},
-                  "Use the fallback on CPU streams")
+    old = up.commit(
+        {
+            "mlx/stream.h": STREAM_V1,
+            "mlx/fast_primitives.h": SDPA_V1,
+            "mlx/fast.cpp": "bool f(){return use_fallback(q, s);}\n",
+        },
+        "v1",
+    )
+    a = up.commit(
+        {"mlx/stream.h": STREAM_V2}, "Raise cpu stream errors from synchronize (#4338)"
+    )
+    b = up.commit(
+        {
+            "mlx/fast_primitives.h": SDPA_V2,
+            "mlx/fast.cpp": "bool f(){return use_fallback(q, false, s);}\n",
+        },
+        "Add force_fused option to scaled_dot_product_attention (#4185)",
+    )
+    c = up.commit(
+        {"mlx/backend/cpu/sdpa.cpp": "bool g(){return use_fallback(q, true, s);}\n"},
+        "Use the fallback on CPU streams",
+    )
     new = up.commit({"README.md": "docs\n"}, "Docs")
     store = Store(str(tmp_path / "store.git"))
     store.git("fetch", "-q", str(up.path), "main:refs/heads/up")
     return store, old, new, a, b, c
 
 
-@pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++ to produce real diagnostics")
-def test_no_declaration_matches_goes_to_the_commit_that_changed_the_declaration(sdpa_range, tmp_path):
+@pytest.mark.skipif(
+    shutil.which("g++") is None, reason="needs g++ to produce real diagnostics"
+)
+def test_no_declaration_matches_goes_to_the_commit_that_changed_the_declaration(
+    sdpa_range, tmp_path
+):
     store, old, new, a, b, c = sdpa_range
     src = tmp_path / "src"
     (src / "mlx" / "backend" / "rocm").mkdir(parents=True)
     (src / "mlx" / "stream.h").write_text(STREAM_V2)
     (src / "mlx" / "fast_primitives.h").write_text(SDPA_V2)
     (src / "mlx" / "backend" / "rocm" / "sdpa.cpp").write_text(SDPA_FORK)
-    proc = subprocess.run(["g++", "-std=c++17", "-fsyntax-only", "-I", str(src),
-                           str(src / "mlx" / "backend" / "rocm" / "sdpa.cpp")],
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.run(
+        [
+            "g++",
+            "-std=c++17",
+            "-fsyntax-only",
+            "-I",
+            str(src),
+            str(src / "mlx" / "backend" / "rocm" / "sdpa.cpp"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     assert proc.returncode != 0
     diags = parse_log(proc.stdout, strip_prefixes=[str(src)])
     decl = next(d for d in diags if "no declaration matches" in d.message)
@@ -205,25 +316,38 @@ def test_no_declaration_matches_goes_to_the_commit_that_changed_the_declaration(
     member = next(d for d in diags if "has no member named" in d.message)
     items = {id(i.diagnostic): i for i in attribute(store, old, new, diags)}
     item = items[id(decl)]
-    assert item.commit == b, item  # not a ("via 'Stream'"), not c (a call, not the declaration)
-    assert item.identifier == "use_fallback" and item.declared_in == ["mlx/fast_primitives.h"]
-    assert item.subject == "Add force_fused option to scaled_dot_product_attention (#4185)"
+    assert item.commit == b, (
+        item
+    )  # not a ("via 'Stream'"), not c (a call, not the declaration)
+    assert item.identifier == "use_fallback" and item.declared_in == [
+        "mlx/fast_primitives.h"
+    ]
+    assert (
+        item.subject == "Add force_fused option to scaled_dot_product_attention (#4185)"
+    )
     # "'struct mlx::core::Stream' has no member named 'index'": Stream's own declaration changed in a
-    assert items[id(member)].commit == a and items[id(member)].declared_in == ["mlx/stream.h"]
+    assert items[id(member)].commit == a and items[id(member)].declared_in == [
+        "mlx/stream.h"
+    ]
     text = render_text(list(items.values()))
     assert "(via 'use_fallback', declared in mlx/fast_primitives.h)" in text
 
 
 def test_clang_and_gcc_member_messages_use_the_declaration(sdpa_range):
     store, old, new, a, b, _c = sdpa_range
-    log = ("mlx/backend/rocm/sdpa.cpp:3:34: error: out-of-line definition of 'use_fallback' does not match any "
-           "declaration in 'mlx::core::fast::ScaledDotProductAttention'\n"
-           "mlx/backend/rocm/sdpa.hip:9:12: error: no matching function for call to "
-           "\u2018mlx::core::fast::ScaledDotProductAttention::use_fallback(mlx::core::array&, mlx::core::Stream&)\u2019\n"
-           "mlx/backend/rocm/event.cpp:4:5: error: no member named 'index' in 'mlx::core::Stream'\n")
+    log = (
+        "mlx/backend/rocm/sdpa.cpp:3:34: error: out-of-line definition of 'use_fallback' does not match any "
+        "declaration in 'mlx::core::fast::ScaledDotProductAttention'\n"
+        "mlx/backend/rocm/sdpa.hip:9:12: error: no matching function for call to "
+        "\u2018mlx::core::fast::ScaledDotProductAttention::use_fallback(mlx::core::array&, mlx::core::Stream&)\u2019\n"
+        "mlx/backend/rocm/event.cpp:4:5: error: no member named 'index' in 'mlx::core::Stream'\n"
+    )
     items = attribute(store, old, new, parse_log(log))
     assert [(i.diagnostic.line, i.commit, i.identifier) for i in items] == [
-        (3, b, "use_fallback"), (9, b, "use_fallback"), (4, a, "index")]
+        (3, b, "use_fallback"),
+        (9, b, "use_fallback"),
+        (4, a, "index"),
+    ]
 
 
 def test_member_reference_reads_the_member_and_its_class():
@@ -232,15 +356,23 @@ def test_member_reference_reads_the_member_and_its_class():
     def ref(message: str):
         return member_reference(Diagnostic("error", "x.cpp", 1, message))
 
-    assert ref("no declaration matches 'bool mlx::core::fast::ScaledDotProductAttention::use_fallback("
-               "const mlx::core::array&, mlx::core::Stream)'") == ("use_fallback", "ScaledDotProductAttention")
-    assert ref("no matching function for call to 'mlx::core::fast::CustomKernel::CustomKernel(int)'") == (
-        "CustomKernel", "CustomKernel")
-    assert ref("no matching function for call to 'construct_at(std::vector<int, std::allocator<int> >&)'") == (
-        "construct_at", None)
-    assert ref("\u2018class mlx::core::rocm::Device\u2019 has no member named \u2018set_current_prim\u2019") == (
-        "set_current_prim", "Device")
-    assert ref("'set_current_prim' is not a member of 'mlx::core::rocm'") == ("set_current_prim", "rocm")
+    assert ref(
+        "no declaration matches 'bool mlx::core::fast::ScaledDotProductAttention::use_fallback("
+        "const mlx::core::array&, mlx::core::Stream)'"
+    ) == ("use_fallback", "ScaledDotProductAttention")
+    assert ref(
+        "no matching function for call to 'mlx::core::fast::CustomKernel::CustomKernel(int)'"
+    ) == ("CustomKernel", "CustomKernel")
+    assert ref(
+        "no matching function for call to 'construct_at(std::vector<int, std::allocator<int> >&)'"
+    ) == ("construct_at", None)
+    assert ref(
+        "\u2018class mlx::core::rocm::Device\u2019 has no member named \u2018set_current_prim\u2019"
+    ) == ("set_current_prim", "Device")
+    assert ref("'set_current_prim' is not a member of 'mlx::core::rocm'") == (
+        "set_current_prim",
+        "rocm",
+    )
     assert ref("use of undeclared identifier 'x'") is None
 
 
@@ -263,33 +395,59 @@ class ScaledDotProductAttention {
 };
 }
 """
-SDPA_ML_V2 = SDPA_ML_V1.replace("      bool output_logsumexp,\n", "      bool output_logsumexp,\n      bool force_fused,\n")
+SDPA_ML_V2 = SDPA_ML_V1.replace(
+    "      bool output_logsumexp,\n",
+    "      bool output_logsumexp,\n      bool force_fused,\n",
+)
 
 
 def test_declaration_spans_cover_every_line_of_the_declaration_in_its_class():
     from overlay.drift import declaration_spans
 
-    assert declaration_spans(SDPA_ML_V2, "use_fallback", "ScaledDotProductAttention") == [(10, 14)]
-    assert declaration_spans(SDPA_ML_V2, "use_fallback", "ScaledDotProductAttentionVJP") == [(6, 6)]
+    assert declaration_spans(
+        SDPA_ML_V2, "use_fallback", "ScaledDotProductAttention"
+    ) == [(10, 14)]
+    assert declaration_spans(
+        SDPA_ML_V2, "use_fallback", "ScaledDotProductAttentionVJP"
+    ) == [(6, 6)]
     assert declaration_spans(SDPA_ML_V2, "use_fallback", None) == [(6, 6), (10, 14)]
     assert declaration_spans(SDPA_ML_V2, "nothing_like_it", None) == []
 
 
 def test_a_parameter_added_on_its_own_line_goes_to_the_commit_that_added_it(tmp_path):
     up = WorkRepo.init(tmp_path / "up")
-    old = up.commit({"mlx/stream.h": STREAM_V1, "mlx/fast_primitives.h": SDPA_ML_V1}, "v1")
-    a = up.commit({"mlx/stream.h": STREAM_V2}, "Raise cpu stream errors from synchronize (#4338)")
-    b = up.commit({"mlx/fast_primitives.h": SDPA_ML_V2}, "Add force_fused option to scaled_dot_product_attention (#4185)")
-    up.commit({"mlx/fast_primitives.h": SDPA_ML_V2.replace("supports_bool_mask();", "supports_bool_mask();\n"
-                                                            "  static bool other();")}, "Add another member")
+    old = up.commit(
+        {"mlx/stream.h": STREAM_V1, "mlx/fast_primitives.h": SDPA_ML_V1}, "v1"
+    )
+    a = up.commit(
+        {"mlx/stream.h": STREAM_V2}, "Raise cpu stream errors from synchronize (#4338)"
+    )
+    b = up.commit(
+        {"mlx/fast_primitives.h": SDPA_ML_V2},
+        "Add force_fused option to scaled_dot_product_attention (#4185)",
+    )
+    up.commit(
+        {
+            "mlx/fast_primitives.h": SDPA_ML_V2.replace(
+                "supports_bool_mask();", "supports_bool_mask();\n  static bool other();"
+            )
+        },
+        "Add another member",
+    )
     new = up.commit({"README.md": "docs\n"}, "Docs")
     store = Store(str(tmp_path / "store.git"))
     store.git("fetch", "-q", str(up.path), "main:refs/heads/up")
-    log = ("mlx/backend/rocm/scaled_dot_product_attention.cpp:144:6: error: no declaration matches "
-           "\u2018bool mlx::core::fast::ScaledDotProductAttention::use_fallback(const mlx::core::array&, bool, "
-           "mlx::core::Stream)\u2019\n")
+    log = (
+        "mlx/backend/rocm/scaled_dot_product_attention.cpp:144:6: error: no declaration matches "
+        "\u2018bool mlx::core::fast::ScaledDotProductAttention::use_fallback(const mlx::core::array&, bool, "
+        "mlx::core::Stream)\u2019\n"
+    )
     (item,) = attribute(store, old, new, parse_log(log))
-    assert item.commit == b, item  # not a, via the quoted 'Stream'; not the commit after it in the header
-    assert item.identifier == "use_fallback" and item.declared_in == ["mlx/fast_primitives.h"]
+    assert item.commit == b, (
+        item
+    )  # not a, via the quoted 'Stream'; not the commit after it in the header
+    assert item.identifier == "use_fallback" and item.declared_in == [
+        "mlx/fast_primitives.h"
+    ]
     assert item.also == []
     assert a != b

@@ -13,8 +13,9 @@ import re
 import subprocess
 
 from click.testing import CliRunner
-
 from gitfixtures import CLOSING, cli, lines, make_patch, records_hash
+from test_verify import PATCH, clean, local_fixes  # noqa: F401  (the verify-clean overlay fixture)
+
 from overlay import edit as edit_mod
 from overlay import fixes
 from overlay.cli import main
@@ -22,8 +23,6 @@ from overlay.gitstore import Store
 from overlay.layers import compute_layers
 from overlay.manifest import load_manifest
 from overlay.refresh import refresh_series
-
-from test_verify import PATCH, clean, local_fixes  # noqa: F401  (the verify-clean overlay fixture)
 
 PDIR = "patches-rocm"
 DEVICE = "mlx/backend/rocm/device.cpp"
@@ -43,17 +42,23 @@ def overlay_lines(output: str) -> list[str]:
 
 def verify_clean(o) -> None:
     result = cli(o, "verify")
-    assert result.exit_code == 0 and "no findings" in result.output.lower(), result.output
+    assert result.exit_code == 0 and "no findings" in result.output.lower(), (
+        result.output
+    )
 
 
 # -- the newcomer's path ------------------------------------------------------------------
 
 
-def test_a_new_fix_in_five_commands_verify_clean_export_without_force(clean, tmp_path, monkeypatch):
+def test_a_new_fix_in_five_commands_verify_clean_export_without_force(
+    clean, tmp_path, monkeypatch
+):
     dest = tmp_path / "export"
-    assert cli(clean, "export", str(dest)).exit_code == 0  # the export the newcomer already has
+    assert (
+        cli(clean, "export", str(dest)).exit_code == 0
+    )  # the export the newcomer already has
     # The newcomer first tried the change in the export itself (stumble 7): it stays.
-    new_header = "#pragma once\nstatic_assert(sizeof(int) == 4, \"bounds\");\n"
+    new_header = '#pragma once\nstatic_assert(sizeof(int) == 4, "bounds");\n'
     (dest / HEADER).write_text(new_header)
     commands = 0
 
@@ -70,35 +75,57 @@ def test_a_new_fix_in_five_commands_verify_clean_export_without_force(clean, tmp
     assert started.exit_code == 0, started.output
     work = clean.root / workdir_of(started.output)
     assert work == clean.root / ".overlay" / "edit" / "0002-bounds-check"
-    assert not (tmp_path / HEADER).exists() and not (clean.root / HEADER).exists()  # never in the cwd
+    assert (
+        not (tmp_path / HEADER).exists() and not (clean.root / HEADER).exists()
+    )  # never in the cwd
     # 2. edit the file under the printed directory (a git checkout of the patched layer)
     assert (work / DEVICE).read_text() == lines("device", change={3: "device 3 locked"})
     (work / HEADER).write_text(new_header)
     # 3. overlay record, run from inside the work tree (the root is found upwards)
-    recorded = overlay("record", "-m", "rocm: check the device index bounds", "--description",
-                       "An index past the device count read past the table.", "--forwarded", "no",
-                       cwd=work / "mlx" / "backend")
+    recorded = overlay(
+        "record",
+        "-m",
+        "rocm: check the device index bounds",
+        "--description",
+        "An index past the device count read past the table.",
+        "--forwarded",
+        "no",
+        cwd=work / "mlx" / "backend",
+    )
     assert recorded.exit_code == 0, recorded.output
     assert "recorded patches-rocm/0002-bounds-check.patch" in recorded.output
     assert "added entry 2 to LOCAL_FIXES.md" in recorded.output
     # 4. overlay verify
     verified = overlay("verify")
-    assert verified.exit_code == 0 and "no findings" in verified.output.lower(), verified.output
+    assert verified.exit_code == 0 and "no findings" in verified.output.lower(), (
+        verified.output
+    )
     # 5. overlay export DEST: no --force, no hand edit reported, nothing left to write
     exported = overlay("export", str(dest))
     assert exported.exit_code == 0, exported.output
-    assert "edited by hand" not in exported.output and "0 written" in exported.output, exported.output
+    assert "edited by hand" not in exported.output and "0 written" in exported.output, (
+        exported.output
+    )
     assert commands <= 5
 
     patch = (clean.root / PDIR / "0002-bounds-check.patch").read_text()
     assert "Subject: [PATCH] rocm: check the device index bounds\n" in patch
-    assert "\nLocal-Fix: 2\nForwarded: no\n---\ndiff --git a/mlx/backend/rocm/device.h" in patch
-    assert (clean.root / PDIR / "series").read_text() == f"{PATCH}\n0002-bounds-check.patch\n"
+    assert (
+        "\nLocal-Fix: 2\nForwarded: no\n---\ndiff --git a/mlx/backend/rocm/device.h"
+        in patch
+    )
+    assert (
+        clean.root / PDIR / "series"
+    ).read_text() == f"{PATCH}\n0002-bounds-check.patch\n"
     entry = fixes.load(clean.root / "LOCAL_FIXES.md").entry(2)
-    assert entry.section == "kernels" and entry.title.startswith("Check the device index bounds")
+    assert entry.section == "kernels" and entry.title.startswith(
+        "Check the device index bounds"
+    )
     assert HEADER in entry.files and CLOSING.split()[0] in entry.text
     assert not work.exists() and not (clean.root / ".overlay" / "edit.json").exists()
-    assert cli(clean, "refresh", "--check").exit_code == 0  # byte-stable as refresh writes it
+    assert (
+        cli(clean, "refresh", "--check").exit_code == 0
+    )  # byte-stable as refresh writes it
     assert cli(clean, "status", "--dest", str(dest)).output.count("edited by hand") == 0
 
 
@@ -111,7 +138,20 @@ def test_fix_new_and_record_add_the_entry_with_the_same_code(clean, monkeypatch)
         return original(*args, **kwargs)
 
     monkeypatch.setattr(fixes, "plan_entry", spy)
-    assert cli(clean, "fix", "new", "--section", "kernels", "--title", "T", "--file", DEVICE).exit_code == 0
+    assert (
+        cli(
+            clean,
+            "fix",
+            "new",
+            "--section",
+            "kernels",
+            "--title",
+            "T",
+            "--file",
+            DEVICE,
+        ).exit_code
+        == 0
+    )
     assert cli(clean, "edit", "--new", "x").exit_code == 0
     (clean.root / ".overlay/edit/x" / HEADER).write_text("#pragma once\n// x\n")
     assert cli(clean, "record", "-m", "rocm: x", "--description", "Why.").exit_code == 0
@@ -126,12 +166,26 @@ def two_patches(o):
     """0001 changes device.cpp line 3, 0002 line 20 of the same file."""
     store = Store()
     layers = compute_layers(store, load_manifest(str(o.root)), str(o.root))
-    second, _ = make_patch(store, layers.patched, {DEVICE: lines("device", change={3: "device 3 locked",
-                                                                                   20: "device 20 checked"})},
-                           subject="rocm: check twenty", fix=2)
+    second, _ = make_patch(
+        store,
+        layers.patched,
+        {
+            DEVICE: lines(
+                "device", change={3: "device 3 locked", 20: "device 20 checked"}
+            )
+        },
+        subject="rocm: check twenty",
+        fix=2,
+    )
     o.add_patch("0002-twenty.patch", second)
-    (o.root / "LOCAL_FIXES.md").write_text(local_fixes(o.world, extra=(
-        f"\n2. **Check twenty.** `mlx/backend/rocm/device.cpp` checks line twenty. {CLOSING}\n")))
+    (o.root / "LOCAL_FIXES.md").write_text(
+        local_fixes(
+            o.world,
+            extra=(
+                f"\n2. **Check twenty.** `mlx/backend/rocm/device.cpp` checks line twenty. {CLOSING}\n"
+            ),
+        )
+    )
     verify_clean(o)
     return second
 
@@ -143,15 +197,24 @@ def test_edit_an_existing_patch_rewrites_it_in_place(clean):
     work = clean.root / workdir_of(started.output)
     # The work tree holds the patch's result; its git history is layer below -> patch.
     assert (work / DEVICE).read_text() == lines("device", change={3: "device 3 locked"})
-    whole = subprocess.run(["git", "diff", "HEAD~1", "--", DEVICE], cwd=work, stdout=subprocess.PIPE, text=True)
+    whole = subprocess.run(
+        ["git", "diff", "HEAD~1", "--", DEVICE],
+        cwd=work,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert "+device 3 locked" in whole.stdout
-    (work / DEVICE).write_text(lines("device", change={3: "device 3 locked", 9: "device 9 locked"}))
+    (work / DEVICE).write_text(
+        lines("device", change={3: "device 3 locked", 9: "device 9 locked"})
+    )
     done = cli(clean, "record")
     assert done.exit_code == 0, done.output
     after = (clean.root / PDIR / PATCH).read_bytes()
     assert after != before and b"+device 9 locked" in after
     head = lambda data: data.split(b"\ndiff --git ", 1)[0]  # noqa: E731
-    assert head(after) == head(before)  # the message, trailers and author keep every byte
+    assert head(after) == head(
+        before
+    )  # the message, trailers and author keep every byte
     assert (clean.root / PDIR / "series").read_text() == f"{PATCH}\n"
     verify_clean(clean)
 
@@ -160,10 +223,20 @@ def test_record_with_a_new_message_keeps_the_author_and_trailers(clean):
     started = cli(clean, "edit", PATCH)
     work = clean.root / workdir_of(started.output)
     (work / DEVICE).write_text(lines("device", change={3: "device 3 locked!"}))
-    done = cli(clean, "record", "-m", "rocm: lock the device harder", "--description", "Harder.")
+    done = cli(
+        clean,
+        "record",
+        "-m",
+        "rocm: lock the device harder",
+        "--description",
+        "Harder.",
+    )
     assert done.exit_code == 0, done.output
     text = (clean.root / PDIR / PATCH).read_text()
-    assert "Subject: [PATCH] rocm: lock the device harder\n\nHarder.\n\nLocal-Fix: 1\nForwarded: not-needed\n" in text
+    assert (
+        "Subject: [PATCH] rocm: lock the device harder\n\nHarder.\n\nLocal-Fix: 1\nForwarded: not-needed\n"
+        in text
+    )
     assert cli(clean, "refresh", "--check").exit_code == 0
 
 
@@ -171,7 +244,9 @@ def test_later_patch_is_carried_onto_the_change(clean):
     second = two_patches(clean)
     started = cli(clean, "edit", PATCH)
     work = clean.root / workdir_of(started.output)
-    (work / DEVICE).write_text(lines("device", change={3: "device 3 locked", 10: "device 10 too"}))
+    (work / DEVICE).write_text(
+        lines("device", change={3: "device 3 locked", 10: "device 10 too"})
+    )
     done = cli(clean, "record")
     assert done.exit_code == 0, done.output
     assert "carried 0002-twenty.patch onto the change" in done.output
@@ -184,14 +259,18 @@ def test_a_later_patch_that_conflicts_refuses_the_record_and_writes_nothing(clea
     two_patches(clean)
     started = cli(clean, "edit", PATCH)
     work = clean.root / workdir_of(started.output)
-    (work / DEVICE).write_text(lines("device", change={3: "device 3 locked", 20: "device 20 mine"}))
+    (work / DEVICE).write_text(
+        lines("device", change={3: "device 3 locked", 20: "device 20 mine"})
+    )
     before = records_hash(clean)
     refused = cli(clean, "record")
     assert refused.exit_code == 1, refused.output
     (line,) = overlay_lines(refused.output)
     assert "0002-twenty.patch conflicts" in line and "nothing was recorded" in line
     assert records_hash(clean) == before
-    assert work.is_dir() and (clean.root / ".overlay" / "edit.json").is_file()  # the edit is kept
+    assert (
+        work.is_dir() and (clean.root / ".overlay" / "edit.json").is_file()
+    )  # the edit is kept
     assert cli(clean, "edit", "--abort").exit_code == 0
     assert not work.exists()
 
@@ -201,12 +280,18 @@ def test_new_patch_goes_after_the_named_one(clean):
     started = cli(clean, "edit", "--new", "0001a-header", "--after", PATCH)
     assert started.exit_code == 0, started.output
     work = clean.root / workdir_of(started.output)
-    assert (work / DEVICE).read_text() == lines("device", change={3: "device 3 locked"})  # 0002 not applied
+    assert (work / DEVICE).read_text() == lines(
+        "device", change={3: "device 3 locked"}
+    )  # 0002 not applied
     (work / HEADER).write_text("#pragma once\n// header\n")
     done = cli(clean, "record", "-m", "rocm: header", "--description", "Why.")
     assert done.exit_code == 0, done.output
     assert "after 0001-rocm-lock-the-device.patch" in done.output
-    assert (clean.root / PDIR / "series").read_text().split() == [PATCH, "0001a-header.patch", "0002-twenty.patch"]
+    assert (clean.root / PDIR / "series").read_text().split() == [
+        PATCH,
+        "0001a-header.patch",
+        "0002-twenty.patch",
+    ]
     entry = fixes.load(clean.root / "LOCAL_FIXES.md").entry(3)
     assert entry is not None and HEADER in entry.files
     assert "Local-Fix: 3\n" in (clean.root / PDIR / "0001a-header.patch").read_text()
@@ -219,8 +304,12 @@ def test_keep_leaves_the_work_tree_for_another_round(clean):
     (work / HEADER).write_text("#pragma once\n// one\n")
     first = cli(clean, "record", "-m", "rocm: x", "--description", "Why.", "--keep")
     assert first.exit_code == 0 and "kept the work tree" in first.output, first.output
-    assert f"patches-rocm/series: 0002-x.patch after {PATCH}" in first.output  # where the line really went
-    assert subprocess.run(["git", "diff", "--quiet"], cwd=work).returncode == 0  # at the recorded patch
+    assert (
+        f"patches-rocm/series: 0002-x.patch after {PATCH}" in first.output
+    )  # where the line really went
+    assert (
+        subprocess.run(["git", "diff", "--quiet"], cwd=work).returncode == 0
+    )  # at the recorded patch
     (work / HEADER).write_text("#pragma once\n// two\n")
     second = cli(clean, "record")
     assert second.exit_code == 0, second.output
@@ -244,7 +333,10 @@ def test_message_from_the_editor_when_a_terminal_is_there(clean, monkeypatch):
     assert done.exit_code == 0, done.output
     assert "Lines starting with '#' are ignored" in seen[0]
     text = (clean.root / PDIR / "0002-ed.patch").read_text()
-    assert "Subject: [PATCH] rocm: from the editor\n\nThe reason, from the editor.\n" in text
+    assert (
+        "Subject: [PATCH] rocm: from the editor\n\nThe reason, from the editor.\n"
+        in text
+    )
 
 
 # -- bad input: one overlay: line, a documented exit code, nothing written -----------------------
@@ -268,7 +360,9 @@ def test_bad_input_is_one_line_and_exit_2(clean):
     assert records_hash(clean) == before
     edits = clean.root / ".overlay" / "edit"
     assert not (clean.root / ".overlay" / "edit.json").exists()
-    assert not edits.exists() or [p.name for p in edits.iterdir()] == [".gitignore"]  # no work tree left
+    assert not edits.exists() or [p.name for p in edits.iterdir()] == [
+        ".gitignore"
+    ]  # no work tree left
 
 
 def test_record_refusals_write_nothing(clean):
@@ -276,14 +370,28 @@ def test_record_refusals_write_nothing(clean):
     work = clean.root / ".overlay" / "edit" / "0002-x"
     before = records_hash(clean)
     nothing = cli(clean, "record", "-m", "rocm: x", "--description", "Why.")
-    assert nothing.exit_code == 1 and "changes nothing" in nothing.output, nothing.output
+    assert nothing.exit_code == 1 and "changes nothing" in nothing.output, (
+        nothing.output
+    )
     (work / HEADER).write_text("#pragma once\n// x\n")
     for args, code, words in [
         (["record"], 2, "needs a subject and a description"),  # no terminal for $EDITOR
-        (["record", "-m", "rocm: x", "--description", "Why.", "--fix", "99"], 2, "has no entry 99"),
+        (
+            ["record", "-m", "rocm: x", "--description", "Why.", "--fix", "99"],
+            2,
+            "has no entry 99",
+        ),
         # an entry that does not name the touched file would fail verify (FIX020): refused before writing
-        (["record", "-m", "rocm: x", "--description", "Why.", "--fix", "1"], 2, f"does not name {HEADER}"),
-        (["record", "-m", "rocm: x", "--description", "  "], 2, "the description is empty"),
+        (
+            ["record", "-m", "rocm: x", "--description", "Why.", "--fix", "1"],
+            2,
+            f"does not name {HEADER}",
+        ),
+        (
+            ["record", "-m", "rocm: x", "--description", "  "],
+            2,
+            "the description is empty",
+        ),
     ]:
         result = cli(clean, *args)
         assert result.exit_code == code, (args, result.output)
@@ -292,11 +400,16 @@ def test_record_refusals_write_nothing(clean):
     (work / "docs").mkdir(exist_ok=True)
     (work / "docs" / "notes.md").write_text("not carried\n")
     uncarried = cli(clean, "record", "-m", "rocm: x", "--description", "Why.")
-    assert uncarried.exit_code == 2 and "docs/notes.md, which the manifest does not carry" in uncarried.output
+    assert (
+        uncarried.exit_code == 2
+        and "docs/notes.md, which the manifest does not carry" in uncarried.output
+    )
     assert records_hash(clean) == before
 
 
-def test_record_of_an_unchanged_patch_is_nothing_to_record_and_keeps_the_work_tree(clean):
+def test_record_of_an_unchanged_patch_is_nothing_to_record_and_keeps_the_work_tree(
+    clean,
+):
     started = cli(clean, "edit", PATCH)
     work = clean.root / workdir_of(started.output)
     before = records_hash(clean)
@@ -312,7 +425,9 @@ def test_abort_says_which_unrecorded_changes_it_throws_away(clean):
     dropped = cli(clean, "edit", "--abort")
     assert dropped.exit_code == 0, dropped.output
     assert f"unrecorded change(s) to {HEADER}" in dropped.output
-    assert f"patches-rocm/{PATCH} keeps what `overlay record` last wrote" in dropped.output
+    assert (
+        f"patches-rocm/{PATCH} keeps what `overlay record` last wrote" in dropped.output
+    )
     assert not work.exists()
 
 
@@ -321,13 +436,21 @@ def test_a_second_edit_names_the_first_and_the_same_one_is_resumed(clean):
     again = cli(clean, "edit", "--new", "0002-x")
     assert again.exit_code == 0 and "already prepared" in again.output
     other = cli(clean, "edit", PATCH)
-    assert other.exit_code == 2 and "an edit of 0002-x.patch is in progress" in other.output
+    assert (
+        other.exit_code == 2
+        and "an edit of 0002-x.patch is in progress" in other.output
+    )
     (clean.root / ".overlay" / "edit" / "0002-x" / HEADER).write_text("// x\n")
     shown = cli(clean, "edit")
-    assert shown.exit_code == 0 and f"/.overlay/edit/0002-x: 1 file(s) changed: {HEADER}" in shown.output, \
-        shown.output
+    assert (
+        shown.exit_code == 0
+        and f"/.overlay/edit/0002-x: 1 file(s) changed: {HEADER}" in shown.output
+    ), shown.output
     dropped = cli(clean, "edit", "--abort")
-    assert dropped.exit_code == 0 and "threw away the edit of 0002-x.patch" in dropped.output
+    assert (
+        dropped.exit_code == 0
+        and "threw away the edit of 0002-x.patch" in dropped.output
+    )
     assert cli(clean, "edit", "--abort").output.startswith("no edit in progress")
     assert cli(clean, "edit", PATCH).exit_code == 0
 
@@ -337,16 +460,24 @@ def test_record_refuses_when_the_records_changed_since_edit(clean):
     cli(clean, "edit", "--new", "0002-x")
     (clean.root / ".overlay/edit/0002-x" / HEADER).write_text("#pragma once\n// x\n")
     target = clean.root / PDIR / PATCH
-    target.write_bytes(target.read_bytes().replace(b"Why the change", b"Why, the change"))
+    target.write_bytes(
+        target.read_bytes().replace(b"Why the change", b"Why, the change")
+    )
     ok = cli(clean, "record", "-m", "rocm: x", "--description", "Why.")
     assert ok.exit_code == 0, ok.output
     # An existing patch whose file changed after `overlay edit`: not recorded over it.
     cli(clean, "edit", PATCH)
-    (clean.root / ".overlay" / "edit" / PATCH[:-len(".patch")] / DEVICE).write_text("changed\n")
-    target.write_bytes(target.read_bytes().replace(b"Why, the change", b"Why; the change"))
+    (clean.root / ".overlay" / "edit" / PATCH[: -len(".patch")] / DEVICE).write_text(
+        "changed\n"
+    )
+    target.write_bytes(
+        target.read_bytes().replace(b"Why, the change", b"Why; the change")
+    )
     before = records_hash(clean)
     stale = cli(clean, "record")
-    assert stale.exit_code == 2 and "changed since `overlay edit`" in stale.output, stale.output
+    assert stale.exit_code == 2 and "changed since `overlay edit`" in stale.output, (
+        stale.output
+    )
     assert records_hash(clean) == before
 
 
@@ -379,19 +510,32 @@ def test_recorded_patch_is_what_refresh_writes(clean):
     cli(clean, "edit", "--new", "0002-x")
     work = clean.root / ".overlay" / "edit" / "0002-x"
     (work / HEADER).unlink()  # a deletion
-    (work / "mlx/backend/rocm/na\u00efve.cpp").write_bytes(b"caf\xc3\xa9\n")  # a name git quotes
+    (work / "mlx/backend/rocm/na\u00efve.cpp").write_bytes(
+        b"caf\xc3\xa9\n"
+    )  # a name git quotes
     os.chmod(work / DEVICE, 0o755)  # a mode change
     assert cli(clean, "record", "-m", "rocm: x", "--description", "Why.").exit_code == 0
     store = Store()
-    layers = compute_layers(store, load_manifest(str(clean.root)), str(clean.root), stepwise=True)
+    layers = compute_layers(
+        store, load_manifest(str(clean.root)), str(clean.root), stepwise=True
+    )
     assert all(not r.changed for r in refresh_series(store, layers))
     verify_clean(clean)
 
 
 def test_a_long_description_is_wrapped_as_the_series_is_written():
     long = "word " * 40
-    wrapped = edit_mod.wrap_message(long + "\n\n- a list item that is kept exactly as it was written, long or not at all\n")
+    wrapped = edit_mod.wrap_message(
+        long
+        + "\n\n- a list item that is kept exactly as it was written, long or not at all\n"
+    )
     first, second = wrapped.split("\n\n")
-    assert max(len(ln) for ln in first.split("\n")) <= 72 and " ".join(first.split()) == long.strip()
-    assert second == "- a list item that is kept exactly as it was written, long or not at all"
+    assert (
+        max(len(ln) for ln in first.split("\n")) <= 72
+        and " ".join(first.split()) == long.strip()
+    )
+    assert (
+        second
+        == "- a list item that is kept exactly as it was written, long or not at all"
+    )
     assert edit_mod.wrap_message("short line\nkept as is") == "short line\nkept as is"

@@ -19,14 +19,19 @@ def blob(store: Store, data: bytes) -> str:
 def mktree(store: Store, files: dict[str, tuple[str, bytes]], tmp_path) -> str:
     changes = {p: (mode, blob(store, data)) for p, (mode, data) in files.items()}
     from overlay.gitstore import EMPTY_TREE
+
     return store.edit_tree(EMPTY_TREE, changes)
 
 
 def raw_tree(store: Store, entries: list[tuple[str, str, str]]) -> str:
     """A tree object written byte by byte (git's own tools refuse these names)."""
-    data = b"".join(mode.encode() + b" " + name.encode() + b"\0" + bytes.fromhex(oid)
-                    for mode, name, oid in entries)
-    return store.out("hash-object", "-t", "tree", "-w", "--literally", "--stdin", input=data)
+    data = b"".join(
+        mode.encode() + b" " + name.encode() + b"\0" + bytes.fromhex(oid)
+        for mode, name, oid in entries
+    )
+    return store.out(
+        "hash-object", "-t", "tree", "-w", "--literally", "--stdin", input=data
+    )
 
 
 @pytest.fixture
@@ -36,22 +41,40 @@ def store(tmp_path):
 
 def test_cold_then_incremental_export(store, tmp_path):
     dest = tmp_path / "dest"
-    t1 = mktree(store, {"a.txt": ("100644", b"a1\n"), "dir/b.txt": ("100644", b"b1\n"),
-                        "dir/sub/c.txt": ("100644", b"c1\n"), "run.sh": ("100755", b"#!/bin/sh\n"),
-                        "link": ("120000", b"dir/b.txt")}, tmp_path)
+    t1 = mktree(
+        store,
+        {
+            "a.txt": ("100644", b"a1\n"),
+            "dir/b.txt": ("100644", b"b1\n"),
+            "dir/sub/c.txt": ("100644", b"c1\n"),
+            "run.sh": ("100755", b"#!/bin/sh\n"),
+            "link": ("120000", b"dir/b.txt"),
+        },
+        tmp_path,
+    )
     first = export_tree(store, t1, str(dest))
     assert first.previous is None
     assert first.written == ["a.txt", "dir/b.txt", "dir/sub/c.txt", "link", "run.sh"]
-    assert os.access(dest / "run.sh", os.X_OK) and not os.access(dest / "a.txt", os.X_OK)
+    assert os.access(dest / "run.sh", os.X_OK) and not os.access(
+        dest / "a.txt", os.X_OK
+    )
     assert os.readlink(dest / "link") == "dir/b.txt"
     mtimes = {p: (dest / p).stat().st_mtime_ns for p in ("a.txt", "dir/b.txt")}
 
     again = export_tree(store, t1, str(dest))
     assert again.written == [] and again.removed == [] and again.unchanged == 5
 
-    t2 = mktree(store, {"a.txt": ("100644", b"a1\n"), "dir/b.txt": ("100644", b"b2\n"),
-                        "new.txt": ("100644", b"n\n"), "run.sh": ("100755", b"#!/bin/sh\n"),
-                        "link": ("120000", b"dir/b.txt")}, tmp_path)
+    t2 = mktree(
+        store,
+        {
+            "a.txt": ("100644", b"a1\n"),
+            "dir/b.txt": ("100644", b"b2\n"),
+            "new.txt": ("100644", b"n\n"),
+            "run.sh": ("100755", b"#!/bin/sh\n"),
+            "link": ("120000", b"dir/b.txt"),
+        },
+        tmp_path,
+    )
     second = export_tree(store, t2, str(dest))
     assert second.written == ["dir/b.txt", "new.txt"]
     assert second.removed == ["dir/sub/c.txt"]
@@ -118,7 +141,9 @@ def test_hostile_nested_dotdot_is_refused(store, tmp_path):
         export_tree(store, tree, str(tmp_path / "dest"))
 
 
-@pytest.mark.parametrize("target", ["/etc/passwd", "../../outside", "../sub/../../x", "../.git/config"])
+@pytest.mark.parametrize(
+    "target", ["/etc/passwd", "../../outside", "../sub/../../x", "../.git/config"]
+)
 def test_symlink_escape_is_refused(store, tmp_path, target):
     tree = mktree(store, {"sub/link": ("120000", target.encode())}, tmp_path)
     dest = tmp_path / "dest"
@@ -129,19 +154,31 @@ def test_symlink_escape_is_refused(store, tmp_path, target):
 
 def test_absolute_path_is_refused():
     from overlay.paths import check_path
+
     with pytest.raises(UnsafePath, match="absolute"):
         check_path("/etc/passwd")
 
 
 def test_symlink_chain_escape_is_refused(store, tmp_path):
     # Each link alone stays inside; followed through sub/up, d/l1 climbs out.
-    tree = mktree(store, {"sub/up": ("120000", b".."), "d/l1": ("120000", b"../sub/up/.."),
-                          "d/ok": ("120000", b"../sub/up/d")}, tmp_path)
+    tree = mktree(
+        store,
+        {
+            "sub/up": ("120000", b".."),
+            "d/l1": ("120000", b"../sub/up/.."),
+            "d/ok": ("120000", b"../sub/up/d"),
+        },
+        tmp_path,
+    )
     with pytest.raises(UnsafePath, match="'d/l1'"):
         export_tree(store, tree, str(tmp_path / "dest"))
 
 
 def test_symlink_inside_the_tree_is_exported(store, tmp_path):
-    tree = mktree(store, {"sub/up": ("120000", b".."), "d/ok": ("120000", b"../sub/up/d")}, tmp_path)
+    tree = mktree(
+        store,
+        {"sub/up": ("120000", b".."), "d/ok": ("120000", b"../sub/up/d")},
+        tmp_path,
+    )
     export_tree(store, tree, str(tmp_path / "dest"))
     assert os.readlink(tmp_path / "dest" / "d" / "ok") == "../sub/up/d"

@@ -7,12 +7,12 @@ import json
 import os
 
 import pytest
+from test_export_txn import T1, T2, assert_equals_tree, killed_export, mktree
 
 from overlay import export as export_mod
 from overlay.errors import OverlayError
 from overlay.export import STAMP, export_tree
 from overlay.gitstore import Store
-from test_export_txn import T1, T2, assert_equals_tree, killed_export, mktree
 
 
 @pytest.fixture
@@ -28,7 +28,9 @@ def _killed_direct(store, tree, dest, after_files: int) -> dict:
     return json.loads((dest / STAMP).read_text())
 
 
-def test_a_cold_export_into_an_empty_directory_is_direct_and_uses_no_temp_file(store, tmp_path, monkeypatch):
+def test_a_cold_export_into_an_empty_directory_is_direct_and_uses_no_temp_file(
+    store, tmp_path, monkeypatch
+):
     t1 = mktree(store, T1, tmp_path)
     dest = tmp_path / "dest"
     stamp = _killed_direct(store, t1, dest, 0)
@@ -38,7 +40,10 @@ def test_a_cold_export_into_an_empty_directory_is_direct_and_uses_no_temp_file(s
     monkeypatch.setattr(os, "replace", lambda a, b: renamed.append(b) or real(a, b))
     fresh = tmp_path / "fresh"
     export_tree(store, t1, str(fresh))
-    assert [os.path.basename(p) for p in renamed] == [STAMP, STAMP]  # only the stamp, twice
+    assert [os.path.basename(p) for p in renamed] == [
+        STAMP,
+        STAMP,
+    ]  # only the stamp, twice
     assert_equals_tree(store, t1, fresh)
 
 
@@ -49,7 +54,9 @@ def test_a_file_cut_short_by_a_kill_is_completed(store, tmp_path):
     written = sorted(p for p in T1 if T1[p][0] != "120000" and (dest / p).is_file())
     assert written
     cut = dest / written[-1]
-    cut.write_bytes(T1[written[-1]][1][:1])  # as if the kill came in the middle of its write
+    cut.write_bytes(
+        T1[written[-1]][1][:1]
+    )  # as if the kill came in the middle of its write
     export_tree(store, t1, str(dest))
     assert_equals_tree(store, t1, dest)
 

@@ -23,14 +23,31 @@ from overlay.gitstore import EMPTY_TREE, Store, zsplit
 
 ROOT = Path(__file__).resolve().parents[1]
 
-T1 = {"a.txt": ("100644", b"a1\n"), "b.txt": ("100644", b"b1\n"), "dir/c.txt": ("100644", b"c1\n"),
-      "dir/sub/d.txt": ("100644", b"d1\n"), "run.sh": ("100755", b"#!/bin/sh\necho 1\n"),
-      "link": ("120000", b"dir/c.txt"), "x": ("100644", b"x is a file\n")}
-T2 = {"a.txt": ("100644", b"a2\n"), "b.txt": ("100644", b"b1\n"), "dir/c.txt": ("100644", b"c2\n"),
-      "run.sh": ("100644", b"#!/bin/sh\necho 1\n"), "link": ("120000", b"a.txt"),
-      "x/y.txt": ("100644", b"x is a directory\n"), "new/e.txt": ("100644", b"e\n")}
-T3 = {"a.txt": ("100644", b"a3\n"), "b.txt": ("100644", b"b3\n"), "dir/sub/d.txt": ("100644", b"d1\n"),
-      "run.sh": ("100755", b"#!/bin/sh\necho 3\n"), "x": ("100644", b"x is a file\n")}
+T1 = {
+    "a.txt": ("100644", b"a1\n"),
+    "b.txt": ("100644", b"b1\n"),
+    "dir/c.txt": ("100644", b"c1\n"),
+    "dir/sub/d.txt": ("100644", b"d1\n"),
+    "run.sh": ("100755", b"#!/bin/sh\necho 1\n"),
+    "link": ("120000", b"dir/c.txt"),
+    "x": ("100644", b"x is a file\n"),
+}
+T2 = {
+    "a.txt": ("100644", b"a2\n"),
+    "b.txt": ("100644", b"b1\n"),
+    "dir/c.txt": ("100644", b"c2\n"),
+    "run.sh": ("100644", b"#!/bin/sh\necho 1\n"),
+    "link": ("120000", b"a.txt"),
+    "x/y.txt": ("100644", b"x is a directory\n"),
+    "new/e.txt": ("100644", b"e\n"),
+}
+T3 = {
+    "a.txt": ("100644", b"a3\n"),
+    "b.txt": ("100644", b"b3\n"),
+    "dir/sub/d.txt": ("100644", b"d1\n"),
+    "run.sh": ("100755", b"#!/bin/sh\necho 3\n"),
+    "x": ("100644", b"x is a file\n"),
+}
 
 
 @pytest.fixture
@@ -62,7 +79,10 @@ def assert_equals_tree(store: Store, tree: str, dest: Path) -> None:
             if stat.S_ISLNK(st.st_mode):
                 have[rel] = ("120000", os.fsencode(os.readlink(full)))
             else:
-                have[rel] = ("100755" if st.st_mode & 0o100 else "100644", Path(full).read_bytes())
+                have[rel] = (
+                    "100755" if st.st_mode & 0o100 else "100644",
+                    Path(full).read_bytes(),
+                )
     assert have == want
     stamp = json.loads((dest / STAMP).read_text())
     assert stamp["tree"] == tree and "pending" not in stamp
@@ -72,10 +92,15 @@ def assert_equals_tree(store: Store, tree: str, dest: Path) -> None:
 def killed_export(store: Store, tree: str, dest: Path, point: str) -> int:
     """Run export_tree in a child that the test hook kills at checkpoint ``point``; its exit status."""
     env = dict(os.environ, OVERLAY_TEST_KILL_AT=f"export:{point}", PYTHONPATH=str(ROOT))
-    code = ("import sys; from overlay.gitstore import Store; from overlay.export import export_tree; "
-            "export_tree(Store(sys.argv[1]), sys.argv[2], sys.argv[3])")
-    proc = subprocess.run([sys.executable, "-c", code, store.git_dir, tree, str(dest)], env=env,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    code = (
+        "import sys; from overlay.gitstore import Store; from overlay.export import export_tree; "
+        "export_tree(Store(sys.argv[1]), sys.argv[2], sys.argv[3])"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, store.git_dir, tree, str(dest)],
+        env=env,
+        capture_output=True,
+    )
     assert proc.returncode in (0, -9), proc.stderr.decode()
     return proc.returncode
 
@@ -140,7 +165,11 @@ def test_temp_files_of_a_killed_run_are_removed_by_force(store, tmp_path):
     t1 = mktree(store, T1, tmp_path)
     dest = tmp_path / "dest"
     export_tree(store, t1, str(dest))
-    for tmp in ("dir/.c.txt.k3j9x_2q.tmp", ".a.txt.abcdefgh.tmp", f".{STAMP}.q1w2e3r4.tmp"):
+    for tmp in (
+        "dir/.c.txt.k3j9x_2q.tmp",
+        ".a.txt.abcdefgh.tmp",
+        f".{STAMP}.q1w2e3r4.tmp",
+    ):
         (dest / tmp).write_bytes(b"half")
     (dest / ".notes.txt").write_bytes(b"mine")  # not a temp name of ours: kept
     export_tree(store, t1, str(dest), force=True)
@@ -159,7 +188,9 @@ def test_a_killed_stamp_write_into_an_empty_dest_is_not_a_foreign_file(store, tm
     assert_equals_tree(store, t1, dest)
 
 
-def test_force_restores_deleted_and_edited_files_when_the_tree_is_unchanged(store, tmp_path):
+def test_force_restores_deleted_and_edited_files_when_the_tree_is_unchanged(
+    store, tmp_path
+):
     t1 = mktree(store, T1, tmp_path)
     dest = tmp_path / "dest"
     export_tree(store, t1, str(dest))
@@ -170,7 +201,9 @@ def test_force_restores_deleted_and_edited_files_when_the_tree_is_unchanged(stor
     assert plain.edited == ["a.txt", "dir/sub/d.txt"] and plain.written == []
     assert (dest / "a.txt").read_bytes() == b"edited\n"
     forced = export_tree(store, t1, str(dest), force=True)
-    assert forced.written == ["a.txt", "dir/sub/d.txt", "run.sh"] and forced.edited == []
+    assert (
+        forced.written == ["a.txt", "dir/sub/d.txt", "run.sh"] and forced.edited == []
+    )
     assert_equals_tree(store, t1, dest)
 
 
@@ -183,7 +216,9 @@ def test_an_edit_equal_to_the_new_content_is_not_an_edit(store, tmp_path):
     assert edited_files(str(dest)) == ["a.txt"]
     result = export_tree(store, t2, str(dest))
     assert "a.txt" not in result.written and result.edited == []
-    assert (dest / "a.txt").stat().st_mtime_ns == mtime  # kept, so nothing rebuilds for it
+    assert (
+        dest / "a.txt"
+    ).stat().st_mtime_ns == mtime  # kept, so nothing rebuilds for it
     assert_equals_tree(store, t2, dest)
     assert edited_files(str(dest)) == []
 
@@ -193,7 +228,9 @@ def test_touched_but_unchanged_is_not_an_edit(store, tmp_path):
     dest = tmp_path / "dest"
     export_tree(store, t1, str(dest))
     os.utime(dest / "a.txt", ns=(1, 1))
-    atomic_write(dest / "dir/c.txt", T1["dir/c.txt"][1])  # rewritten with the same bytes
+    atomic_write(
+        dest / "dir/c.txt", T1["dir/c.txt"][1]
+    )  # rewritten with the same bytes
     assert edited_files(str(dest)) == []
     export_tree(store, t2, str(dest))
     assert_equals_tree(store, t2, dest)
@@ -207,7 +244,9 @@ def test_every_export_reports_the_hand_edits_it_leaves(store, tmp_path):
     result = export_tree(store, t2, str(dest))
     assert result.edited == ["b.txt"] and "b.txt" not in result.written
     assert (dest / "b.txt").read_bytes() == b"b edited by hand\n"
-    assert export_tree(store, t2, str(dest)).edited == ["b.txt"] == edited_files(str(dest))
+    assert (
+        export_tree(store, t2, str(dest)).edited == ["b.txt"] == edited_files(str(dest))
+    )
     assert export_tree(store, t1, str(dest)).edited == ["b.txt"]
 
 
@@ -216,8 +255,14 @@ def test_a_format_1_stamp_is_read_and_upgraded(store, tmp_path):
     dest = tmp_path / "dest"
     export_tree(store, t1, str(dest))
     stamp = json.loads((dest / STAMP).read_text())
-    old = {"format": 1, "tree": t1, "files": {p: rec[:2] for p, rec in stamp["files"].items()}}
-    (dest / STAMP).write_text(json.dumps(old))  # as the exports before stamps held blobs
+    old = {
+        "format": 1,
+        "tree": t1,
+        "files": {p: rec[:2] for p, rec in stamp["files"].items()},
+    }
+    (dest / STAMP).write_text(
+        json.dumps(old)
+    )  # as the exports before stamps held blobs
     os.utime(dest / "a.txt", ns=(1, 1))  # touched, same content: not an edit
     (dest / "b.txt").write_bytes(b"edited\n")
     result = export_tree(store, t2, str(dest))
@@ -230,7 +275,9 @@ def test_a_format_1_stamp_is_read_and_upgraded(store, tmp_path):
 def test_catfile_close_does_not_hang_when_output_is_not_drained(store):
     oid = store.hash_blob(os.urandom(1 << 22))
     cat = store.cat_file()
-    cat._proc.stdin.write(oid.encode() + b"\n")  # as if Ctrl-C hit read() after the request
+    cat._proc.stdin.write(
+        oid.encode() + b"\n"
+    )  # as if Ctrl-C hit read() after the request
     cat._proc.stdin.flush()
     cat._proc.stdout.readline()
     closer = threading.Thread(target=cat.close, daemon=True)
@@ -250,14 +297,25 @@ def _cli(overlay, *args, kill_at=None):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     if kill_at:
         env["OVERLAY_TEST_KILL_AT"] = f"export:{kill_at}"
-    return subprocess.run([sys.executable, "-m", "overlay.cli", "-C", str(overlay.root), *args], env=env,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.run(
+        [sys.executable, "-m", "overlay.cli", "-C", str(overlay.root), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
 
 
-@pytest.mark.parametrize("point, signal_, state", [("read", ":INT", "is as it was"),
-                                                   ("stamped", ":INT", "partial export"),
-                                                   ("written", "", None)])
-def test_cli_interrupt_and_kill_then_plain_export(overlay, tmp_path, point, signal_, state):
+@pytest.mark.parametrize(
+    "point, signal_, state",
+    [
+        ("read", ":INT", "is as it was"),
+        ("stamped", ":INT", "partial export"),
+        ("written", "", None),
+    ],
+)
+def test_cli_interrupt_and_kill_then_plain_export(
+    overlay, tmp_path, point, signal_, state
+):
     dest = tmp_path / "out"
     tree = _cli(overlay, "tree").stdout.strip()
     n = len(zsplit(Store().git("ls-tree", "-r", "-z", tree).stdout))
@@ -269,7 +327,11 @@ def test_cli_interrupt_and_kill_then_plain_export(overlay, tmp_path, point, sign
     else:
         assert proc.returncode == 130, proc.stderr
         lines = proc.stderr.splitlines()
-        assert len(lines) == 1 and lines[0].startswith("overlay: interrupted") and state in lines[0]
+        assert (
+            len(lines) == 1
+            and lines[0].startswith("overlay: interrupted")
+            and state in lines[0]
+        )
         assert f"`overlay export {dest}`" in lines[0]
         with open(dest / LOCK) as fh:  # the destination lock was released
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -284,10 +346,15 @@ def test_cli_interrupt_and_kill_then_plain_export(overlay, tmp_path, point, sign
 def test_cli_export_and_status_list_the_same_hand_edits(overlay, tmp_path):
     dest = tmp_path / "out"
     runner = CliRunner()
-    assert runner.invoke(main, ["-C", str(overlay.root), "export", str(dest)]).exit_code == 0
+    assert (
+        runner.invoke(main, ["-C", str(overlay.root), "export", str(dest)]).exit_code
+        == 0
+    )
     (dest / "mlx/core.cpp").write_text("edited by hand\n")
     exported = runner.invoke(main, ["-C", str(overlay.root), "export", str(dest)])
-    status = runner.invoke(main, ["-C", str(overlay.root), "status", "--dest", str(dest)])
+    status = runner.invoke(
+        main, ["-C", str(overlay.root), "status", "--dest", str(dest)]
+    )
     note = f"warning: {dest}: 1 file(s) edited by hand since the export were left as they are: mlx/core.cpp"
     assert exported.exit_code == 0 and note in exported.output
     assert status.exit_code == 0 and note in status.output

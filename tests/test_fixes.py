@@ -72,7 +72,9 @@ def codes(findings):
 
 
 def all_text_checks(d):
-    return fixes.check_document(d, fork_repo=FORK, fork_commit=FORK_COMMIT, pin=PIN, closing_sentence=S)
+    return fixes.check_document(
+        d, fork_repo=FORK, fork_commit=FORK_COMMIT, pin=PIN, closing_sentence=S
+    )
 
 
 # --------------------------------------------------------------------------- parser
@@ -81,39 +83,72 @@ def all_text_checks(d):
 def test_parse_good_document():
     d = doc()
     assert (d.title_line, d.fork_repo, d.fork_sha) == (1, FORK, "75915908")
-    assert [s.key for s in d.sections] == ["retarget", "kernels", "build", "api", "dropped"]
+    assert [s.key for s in d.sections] == [
+        "retarget",
+        "kernels",
+        "build",
+        "api",
+        "dropped",
+    ]
     assert d.section("retarget").pin == "39886de4"
     es = d.entries()
     assert [(e.number, e.line, e.end_line, e.section) for e in es] == [
-        (1, 5, 6, "retarget"), (2, 10, 12, "kernels"), (3, 16, 16, "build"), (4, 20, 20, "api")]
+        (1, 5, 6, "retarget"),
+        (2, 10, 12, "kernels"),
+        (3, 16, 16, "build"),
+        (4, 20, 20, "api"),
+    ]
     assert es[0].title == "Take the fork's device"
     assert es[0].text == "Resolution of `mlx/backend/rocm/device.cpp` against the pin."
     assert es[1].files == ("gemms/hipblaslt_gemm.cpp", "device.cpp")
     assert es[1].file_lines == {"gemms/hipblaslt_gemm.cpp": 11, "device.cpp": 11}
     assert es[3].files == ("mlx/backend/rocm/pinned.cu",)  # `std::mutex` is no file
     b = d.section("dropped").bullets[0]
-    assert (b.line, b.names) == (24, ("docs/notes/", "setup.py"))  # `overlay ci` is in the reason
+    assert (b.line, b.names) == (
+        24,
+        ("docs/notes/", "setup.py"),
+    )  # `overlay ci` is in the reason
     assert d.entry(3).title == "Pin the arch list" and d.entry(9) is None
 
 
 def test_parse_plain_continuation_and_title_period_outside_bold():
-    d = fixes.parse("# T\n\n## Fixes to the fork's build\n\n7. **Title**. First line\nsecond `a/b.c`\n\nprose\n")
+    d = fixes.parse(
+        "# T\n\n## Fixes to the fork's build\n\n7. **Title**. First line\nsecond `a/b.c`\n\nprose\n"
+    )
     (e,) = d.entries()
-    assert (e.number, e.title, e.text, e.files, e.end_line) == (7, "Title", "First line second `a/b.c`", ("a/b.c",), 6)
+    assert (e.number, e.title, e.text, e.files, e.end_line) == (
+        7,
+        "Title",
+        "First line second `a/b.c`",
+        ("a/b.c",),
+        6,
+    )
 
 
 def test_parse_code_fence_is_not_structure():
-    d = fixes.parse("# T\n\n## Fixes to the fork's build\n\n1. **A.** text\n```\n2. **B.** no\n## no\n```\n")
+    d = fixes.parse(
+        "# T\n\n## Fixes to the fork's build\n\n1. **A.** text\n```\n2. **B.** no\n## no\n```\n"
+    )
     assert [e.number for e in d.entries()] == [1]
     assert [s.key for s in d.sections] == ["build"]
 
 
-@pytest.mark.parametrize("token,expected", [
-    ("mlx/backend/rocm/device.cpp", True), ("gemms/x.cpp", True), ("pinned.cu", True),
-    ("CMakeLists.txt", True), (".gitignore", True), ("docs/notes/", True),
-    ("std::mutex", False), ("hipblasLtMatmul()", False), ("MLX_BUILD_ROCM", False),
-    ("0.5", False), ("a b.c", False),
-])
+@pytest.mark.parametrize(
+    "token,expected",
+    [
+        ("mlx/backend/rocm/device.cpp", True),
+        ("gemms/x.cpp", True),
+        ("pinned.cu", True),
+        ("CMakeLists.txt", True),
+        (".gitignore", True),
+        ("docs/notes/", True),
+        ("std::mutex", False),
+        ("hipblasLtMatmul()", False),
+        ("MLX_BUILD_ROCM", False),
+        ("0.5", False),
+        ("a b.c", False),
+    ],
+)
 def test_looks_like_path(token, expected):
     assert fixes.looks_like_path(token) is expected
 
@@ -136,7 +171,10 @@ def test_load_missing_and_non_utf8(tmp_path):
 
 def test_good_document_is_clean():
     assert all_text_checks(doc()) == []
-    assert fixes.check_upstream_packages(doc(), ["docs/design.md", "docs/upstream.md"]) == []
+    assert (
+        fixes.check_upstream_packages(doc(), ["docs/design.md", "docs/upstream.md"])
+        == []
+    )
 
 
 def test_every_finding_names_the_file():
@@ -145,9 +183,15 @@ def test_every_finding_names_the_file():
 
 
 def test_fix001_title_missing_or_malformed():
-    assert codes(fixes.check_title(doc(l1="Some text"), FORK, FORK_COMMIT)) == [("FIX001", 1)]
-    assert codes(fixes.check_title(doc(l1="# Local fixes"), FORK, FORK_COMMIT)) == [("FIX001", 1)]
-    assert codes(fixes.check_title(fixes.parse("\n\n# Local fixes\n"), FORK, FORK_COMMIT)) == [("FIX001", 3)]
+    assert codes(fixes.check_title(doc(l1="Some text"), FORK, FORK_COMMIT)) == [
+        ("FIX001", 1)
+    ]
+    assert codes(fixes.check_title(doc(l1="# Local fixes"), FORK, FORK_COMMIT)) == [
+        ("FIX001", 1)
+    ]
+    assert codes(
+        fixes.check_title(fixes.parse("\n\n# Local fixes\n"), FORK, FORK_COMMIT)
+    ) == [("FIX001", 3)]
     assert fixes.check_title(doc(), FORK, FORK_COMMIT) == []
 
 
@@ -162,11 +206,14 @@ def test_fix003_title_commit(sha):
     assert codes(fixes.check_title(d, FORK, FORK_COMMIT)) == [("FIX003", 1)]
 
 
-@pytest.mark.parametrize("heading", [
-    "## Retarget onto the MLX pin (39886de5)",
-    "## Retarget onto the MLX pin",
-    "## Retarget onto the MLX pin (39886de461d4)",
-])
+@pytest.mark.parametrize(
+    "heading",
+    [
+        "## Retarget onto the MLX pin (39886de5)",
+        "## Retarget onto the MLX pin",
+        "## Retarget onto the MLX pin (39886de461d4)",
+    ],
+)
 def test_fix004_retarget_pin(heading):
     assert fixes.check_retarget_pin(doc(), PIN) == []
     assert codes(fixes.check_retarget_pin(doc(l3=heading), PIN)) == [("FIX004", 3)]
@@ -179,7 +226,9 @@ def test_fix005_unknown_section():
 
 
 def test_fix006_section_order_and_repeat():
-    swapped = doc(l8="## Fixes to the fork's build", l14="## Fixes to the fork's kernels")
+    swapped = doc(
+        l8="## Fixes to the fork's build", l14="## Fixes to the fork's kernels"
+    )
     assert codes(fixes.check_sections(swapped)) == [("FIX006", 14)]
     repeated = doc(l18="## Fixes to the fork's build")
     assert codes(fixes.check_sections(repeated)) == [("FIX006", 18)]
@@ -199,7 +248,9 @@ def test_numbering_order_is_free_across_sections():
 
 
 def test_fix008_duplicate_number():
-    dup = doc(l16=GOOD[15].replace("3. ", "2. ", 1), l20=GOOD[19].replace("4. ", "3. ", 1))
+    dup = doc(
+        l16=GOOD[15].replace("3. ", "2. ", 1), l20=GOOD[19].replace("4. ", "3. ", 1)
+    )
     assert codes(fixes.check_numbering(dup)) == [("FIX008", 16)]
 
 
@@ -230,7 +281,9 @@ def test_fix012_item_before_first_section():
 
 def test_fix013_closing_sentence():
     assert fixes.check_closing_sentence(doc(), S) == []
-    short = doc(l16=f"3. **Pin the arch list.** Sets defaults. {S.replace(', not proposed there', '')}")
+    short = doc(
+        l16=f"3. **Pin the arch list.** Sets defaults. {S.replace(', not proposed there', '')}"
+    )
     assert codes(fixes.check_closing_sentence(short, S)) == [("FIX013", 16)]
     # the wrapped entry 2 is checked at its last line
     d = doc(l12="   mlxcelverse under the 2026-10-06 fork policy.")
@@ -241,40 +294,69 @@ def test_fix013_closing_sentence():
 
 
 def test_closing_sentence_not_required_in_retarget():
-    assert fixes.check_closing_sentence(doc(l6="   against the pin, nothing more."), S) == []
+    assert (
+        fixes.check_closing_sentence(doc(l6="   against the pin, nothing more."), S)
+        == []
+    )
 
 
-@pytest.mark.parametrize("phrase", ["an upstreaming candidate", "Upstream candidate", "to be proposed",
-                                    "we propose upstream", "send it upstream", "submitted upstream"])
+@pytest.mark.parametrize(
+    "phrase",
+    [
+        "an upstreaming candidate",
+        "Upstream candidate",
+        "to be proposed",
+        "we propose upstream",
+        "send it upstream",
+        "submitted upstream",
+    ],
+)
 def test_fix014_upstream_marking(phrase):
     d = doc(l6=f"   against the pin; {phrase}.")
     assert codes(fixes.check_upstream_marking(d)) == [("FIX014", 6)]
 
 
 def test_fix014_wrapped_phrase_points_at_its_start():
-    d = doc(l10="2. **Make hipBLASLt GEMM state safe.** An upstreaming",
-            l11="   candidate: `gemms/hipblaslt_gemm.cpp` and `device.cpp`. Applies to the fork; kept in")
+    d = doc(
+        l10="2. **Make hipBLASLt GEMM state safe.** An upstreaming",
+        l11="   candidate: `gemms/hipblaslt_gemm.cpp` and `device.cpp`. Applies to the fork; kept in",
+    )
     assert codes(fixes.check_upstream_marking(d)) == [("FIX014", 10)]
-    assert fixes.check_upstream_marking(doc()) == []  # "not proposed there" is the policy, not a mark
+    assert (
+        fixes.check_upstream_marking(doc()) == []
+    )  # "not proposed there" is the policy, not a mark
 
 
 def test_fix015_upstream_package():
-    paths = ["docs/design.md", "docs/rocm/upstream/0001-x.patch", "docs/rocm/upstream/README.md",
-             "upstream/a.patch"]
+    paths = [
+        "docs/design.md",
+        "docs/rocm/upstream/0001-x.patch",
+        "docs/rocm/upstream/README.md",
+        "upstream/a.patch",
+    ]
     fs = fixes.check_upstream_packages(doc(), paths)
-    assert [(f.code, f.path, f.line) for f in fs] == [("FIX015", "docs/rocm/upstream/0001-x.patch", 1)]
+    assert [(f.code, f.path, f.line) for f in fs] == [
+        ("FIX015", "docs/rocm/upstream/0001-x.patch", 1)
+    ]
 
 
 def test_fix016_conflict_markers():
     assert fixes.check_conflict_markers(doc()) == []
     d = doc(l2="<<<<<<< ours", l7="=======", l13=">>>>>>> theirs")
-    assert codes(fixes.check_conflict_markers(d)) == [("FIX016", 2), ("FIX016", 7), ("FIX016", 13)]
+    assert codes(fixes.check_conflict_markers(d)) == [
+        ("FIX016", 2),
+        ("FIX016", 7),
+        ("FIX016", 13),
+    ]
     # not at line start, or longer runs, are not markers
     assert fixes.find_conflict_markers("a <<<<<<< b\n========\n  >>>>>>> x\n") == []
 
 
 def test_check_document_orders_by_line():
-    d = doc(l1="# Local changes relative to NripeshN/mlx@00000000", l3="## Retarget onto the MLX pin (00000000)")
+    d = doc(
+        l1="# Local changes relative to NripeshN/mlx@00000000",
+        l3="## Retarget onto the MLX pin (00000000)",
+    )
     assert codes(all_text_checks(d)) == [("FIX003", 1), ("FIX004", 3)]
 
 
@@ -284,15 +366,29 @@ P1 = "patches-rocm/0001-gemm.patch"
 P1_TEXT = "Subject: [PATCH] x\n\nWhy.\n\nLocal-Fix: 2\nForwarded: not-needed\n---\ndiff --git a/x b/x\n"
 
 
-def rec(n=2, files=("mlx/backend/rocm/gemms/hipblaslt_gemm.cpp", "mlx/backend/rocm/device.cpp"),
-        deleted=(), forwarded="not-needed", path=P1, text=None):
+def rec(
+    n=2,
+    files=("mlx/backend/rocm/gemms/hipblaslt_gemm.cpp", "mlx/backend/rocm/device.cpp"),
+    deleted=(),
+    forwarded="not-needed",
+    path=P1,
+    text=None,
+):
     return PatchRecord(path, n, forwarded, frozenset(files), frozenset(deleted), text)
 
 
 def good_patches():
-    return [rec(),
-            ("patches-rocm/0002-cmake.patch", "3", "not-needed", {"mlx/backend/rocm/CMakeLists.txt"}, set()),
-            rec(4, ["mlx/backend/rocm/pinned.cu"], path="patches-rocm/0003-pinned.patch")]
+    return [
+        rec(),
+        (
+            "patches-rocm/0002-cmake.patch",
+            "3",
+            "not-needed",
+            {"mlx/backend/rocm/CMakeLists.txt"},
+            set(),
+        ),
+        rec(4, ["mlx/backend/rocm/pinned.cu"], path="patches-rocm/0003-pinned.patch"),
+    ]
 
 
 def test_patch_entries_clean():
@@ -300,22 +396,39 @@ def test_patch_entries_clean():
 
 
 def test_fix017_fix018_missing_trailers():
-    fs = fixes.check_patch_entries(doc(), [rec(n=None, forwarded=None)] + good_patches()[1:], TREE)
-    assert [(f.code, f.path, f.line) for f in fs] == [("FIX018", P1, 1), ("FIX017", P1, 1), ("FIX024", "LOCAL_FIXES.md", 10)]
+    fs = fixes.check_patch_entries(
+        doc(), [rec(n=None, forwarded=None)] + good_patches()[1:], TREE
+    )
+    assert [(f.code, f.path, f.line) for f in fs] == [
+        ("FIX018", P1, 1),
+        ("FIX017", P1, 1),
+        ("FIX024", "LOCAL_FIXES.md", 10),
+    ]
     # with the text, they point at the trailer block's end (the '---' line)
-    fs = fixes.check_patch_entries(doc(), [rec(n=None, forwarded="", text="Subject: x\n\nWhy.\n---\n")], TREE)
-    assert [(f.code, f.line) for f in fs if f.path == P1] == [("FIX018", 4), ("FIX017", 4)]
+    fs = fixes.check_patch_entries(
+        doc(), [rec(n=None, forwarded="", text="Subject: x\n\nWhy.\n---\n")], TREE
+    )
+    assert [(f.code, f.line) for f in fs if f.path == P1] == [
+        ("FIX018", 4),
+        ("FIX017", 4),
+    ]
     fs = fixes.check_patch_entries(doc(), [rec(n="two", text=P1_TEXT)], TREE)
     assert [(f.code, f.line) for f in fs if f.path == P1] == [("FIX017", 5)]
 
 
 def test_fix019_local_fix_not_an_entry():
     fs = fixes.check_patch_entries(doc(), [rec(n=9, text=P1_TEXT)], TREE)
-    assert [(f.code, f.path, f.line) for f in fs if f.code == "FIX019"] == [("FIX019", P1, 5)]
+    assert [(f.code, f.path, f.line) for f in fs if f.code == "FIX019"] == [
+        ("FIX019", P1, 5)
+    ]
 
 
 def test_fix020_entry_does_not_name_touched_file():
-    files = ("mlx/backend/rocm/gemms/hipblaslt_gemm.cpp", "mlx/backend/rocm/device.cpp", "mlx/array.cpp")
+    files = (
+        "mlx/backend/rocm/gemms/hipblaslt_gemm.cpp",
+        "mlx/backend/rocm/device.cpp",
+        "mlx/array.cpp",
+    )
     fs = fixes.check_patch_entries(doc(), [rec(files=files)] + good_patches()[1:], TREE)
     assert codes(fs) == [("FIX020", 10)]
     assert "mlx/array.cpp" in fs[0].message
@@ -323,38 +436,73 @@ def test_fix020_entry_does_not_name_touched_file():
 
 def test_fix020_bare_name_counts_only_when_unambiguous():
     # `array.cpp` matches mlx/array.cpp and mlx/backend/cpu/array.cpp: ambiguous
-    d = doc(l11="   `gemms/hipblaslt_gemm.cpp` and `device.cpp` and `array.cpp`. Applies to the fork; kept in")
-    files = ("mlx/backend/rocm/gemms/hipblaslt_gemm.cpp", "mlx/backend/rocm/device.cpp", "mlx/array.cpp")
+    d = doc(
+        l11="   `gemms/hipblaslt_gemm.cpp` and `device.cpp` and `array.cpp`. Applies to the fork; kept in"
+    )
+    files = (
+        "mlx/backend/rocm/gemms/hipblaslt_gemm.cpp",
+        "mlx/backend/rocm/device.cpp",
+        "mlx/array.cpp",
+    )
     fs = fixes.check_patch_entries(d, [rec(files=files)] + good_patches()[1:], TREE)
     assert codes(fs) == [("FIX020", 10)] and "ambiguous" in fs[0].message
     # `device.cpp` is unambiguous (device.h is another name): passes in the clean case above
     # a backend-relative name needs its directory: `hipblaslt_gemm.cpp` is fine only as bare-unique
     tree = TREE | {"mlx/backend/cuda/gemms/hipblaslt_gemm.cpp"}
-    d = doc(l11="   `hipblaslt_gemm.cpp` and `device.cpp`. Applies to the fork; kept in")
+    d = doc(
+        l11="   `hipblaslt_gemm.cpp` and `device.cpp`. Applies to the fork; kept in"
+    )
     fs = fixes.check_patch_entries(d, good_patches(), tree)
     assert codes(fs) == [("FIX020", 10)]
 
 
 def test_fix021_named_file_does_not_exist():
-    d = doc(l11="   `gemms/hipblaslt_gemm.cpp`, `device.cpp`, `gemms/gone.cpp`. Applies to the fork; kept in")
+    d = doc(
+        l11="   `gemms/hipblaslt_gemm.cpp`, `device.cpp`, `gemms/gone.cpp`. Applies to the fork; kept in"
+    )
     fs = fixes.check_patch_entries(d, good_patches(), TREE)
     assert codes(fs) == [("FIX021", 11)] and "gemms/gone.cpp" in fs[0].message
 
 
 def test_fix021_deleted_by_own_patch_or_repo_path_is_fine():
-    d = doc(l11="   `gemms/hipblaslt_gemm.cpp`, `device.cpp`, `gemms/gone.cpp`. Applies to the fork; kept in")
-    files = ("mlx/backend/rocm/gemms/hipblaslt_gemm.cpp", "mlx/backend/rocm/device.cpp",
-             "mlx/backend/rocm/gemms/gone.cpp")
-    patches = [rec(files=files, deleted=["mlx/backend/rocm/gemms/gone.cpp"])] + good_patches()[1:]
+    d = doc(
+        l11="   `gemms/hipblaslt_gemm.cpp`, `device.cpp`, `gemms/gone.cpp`. Applies to the fork; kept in"
+    )
+    files = (
+        "mlx/backend/rocm/gemms/hipblaslt_gemm.cpp",
+        "mlx/backend/rocm/device.cpp",
+        "mlx/backend/rocm/gemms/gone.cpp",
+    )
+    patches = [
+        rec(files=files, deleted=["mlx/backend/rocm/gemms/gone.cpp"])
+    ] + good_patches()[1:]
     assert fixes.check_patch_entries(d, patches, TREE) == []
     # deleted by another entry's patch does not count for this entry
-    patches = [rec()] + good_patches()[1:] + [
-        rec(3, ["mlx/backend/rocm/gemms/gone.cpp"], deleted=["mlx/backend/rocm/gemms/gone.cpp"],
-            path="patches-rocm/0004-x.patch")]
+    patches = (
+        [rec()]
+        + good_patches()[1:]
+        + [
+            rec(
+                3,
+                ["mlx/backend/rocm/gemms/gone.cpp"],
+                deleted=["mlx/backend/rocm/gemms/gone.cpp"],
+                path="patches-rocm/0004-x.patch",
+            )
+        ]
+    )
     assert ("FIX021", 11) in codes(fixes.check_patch_entries(d, patches, TREE))
-    d = doc(l6="   against the pin, see `patches-rocm/resolved/mlx/backend/rocm/device.cpp`.")
-    assert fixes.check_patch_entries(d, good_patches(), TREE,
-                                     repo_paths={"patches-rocm/resolved/mlx/backend/rocm/device.cpp"}) == []
+    d = doc(
+        l6="   against the pin, see `patches-rocm/resolved/mlx/backend/rocm/device.cpp`."
+    )
+    assert (
+        fixes.check_patch_entries(
+            d,
+            good_patches(),
+            TREE,
+            repo_paths={"patches-rocm/resolved/mlx/backend/rocm/device.cpp"},
+        )
+        == []
+    )
     assert codes(fixes.check_patch_entries(d, good_patches(), TREE)) == [("FIX021", 6)]
 
 
@@ -384,21 +532,41 @@ def test_fix025_stale_dropped_name():
 
 
 def test_fix023_resolution_named_by_retarget_entry():
-    assert fixes.check_resolutions(doc(), ["patches-rocm/resolved/mlx/backend/rocm/device.cpp"]) == []
-    fs = fixes.check_resolutions(doc(), ["patches-rocm/resolved/mlx/backend/rocm/device.cpp",
-                                         "patches-rocm/resolved/mlx/backend/rocm/pinned.cu"])
+    assert (
+        fixes.check_resolutions(
+            doc(), ["patches-rocm/resolved/mlx/backend/rocm/device.cpp"]
+        )
+        == []
+    )
+    fs = fixes.check_resolutions(
+        doc(),
+        [
+            "patches-rocm/resolved/mlx/backend/rocm/device.cpp",
+            "patches-rocm/resolved/mlx/backend/rocm/pinned.cu",
+        ],
+    )
     assert codes(fs) == [("FIX023", 3)] and "pinned.cu" in fs[0].message
     # named only outside the retarget section does not count
-    d = doc(l5="1. **Take the fork's device.** Resolution of the device file",)
-    assert codes(fixes.check_resolutions(d, ["mlx/backend/rocm/device.cpp"])) == [("FIX023", 3)]
+    d = doc(
+        l5="1. **Take the fork's device.** Resolution of the device file",
+    )
+    assert codes(fixes.check_resolutions(d, ["mlx/backend/rocm/device.cpp"])) == [
+        ("FIX023", 3)
+    ]
     # no retarget section: line 1
     d = doc(l3=None, l4=None, l5=None, l6=None, l7=None)
-    assert codes(fixes.check_resolutions(d, ["mlx/backend/rocm/device.cpp"])) == [("FIX023", 1)]
+    assert codes(fixes.check_resolutions(d, ["mlx/backend/rocm/device.cpp"])) == [
+        ("FIX023", 1)
+    ]
 
 
 def test_patch_trailers():
     tr = fixes.patch_trailers(P1_TEXT)
-    assert tr["Local-Fix"] == ("2", 5) and tr["Forwarded"] == ("not-needed", 6) and tr["---"] == ("", 7)
+    assert (
+        tr["Local-Fix"] == ("2", 5)
+        and tr["Forwarded"] == ("not-needed", 6)
+        and tr["---"] == ("", 7)
+    )
 
 
 # --------------------------------------------------------------------------- fix list / fix new
@@ -406,15 +574,26 @@ def test_patch_trailers():
 
 def test_list_entries():
     rows = fixes.list_entries(doc(), good_patches())
-    assert rows[1] == {"number": 2, "title": "Make hipBLASLt GEMM state safe", "section": "kernels",
-                       "line": 10, "files": ["gemms/hipblaslt_gemm.cpp", "device.cpp"], "patches": [P1]}
+    assert rows[1] == {
+        "number": 2,
+        "title": "Make hipBLASLt GEMM state safe",
+        "section": "kernels",
+        "line": 10,
+        "files": ["gemms/hipblaslt_gemm.cpp", "device.cpp"],
+        "patches": [P1],
+    }
     assert rows[0]["patches"] == []
 
 
 @pytest.mark.parametrize("section", ["kernels", "build", "api", "retarget"])
 def test_render_new_entry_appends_next_number(section):
-    text, n = fixes.render_new_entry(doc(), section, "Guard the stream map", ["mlx/backend/rocm/device.cpp"],
-                                     closing_sentence=S)
+    text, n = fixes.render_new_entry(
+        doc(),
+        section,
+        "Guard the stream map",
+        ["mlx/backend/rocm/device.cpp"],
+        closing_sentence=S,
+    )
     assert n == 5
     d = fixes.parse(text)
     e = d.entry(5)
@@ -427,17 +606,31 @@ def test_render_new_entry_appends_next_number(section):
     sec = d.section(section)
     assert sec.entries[-1] is e
     assert [x.number for x in d.entries() if x.number != 5] == [1, 2, 3, 4]
-    assert max(len(line) for line in text.splitlines()[e.line - 1:e.end_line]) <= 88
+    assert max(len(line) for line in text.splitlines()[e.line - 1 : e.end_line]) <= 88
 
 
 def test_render_new_entry_creates_section_in_order():
     d = doc(l14=None, l15=None, l16=None, l17=None)  # no build section
-    text, n = fixes.render_new_entry(d, "build", "Set arches", ["CMakeLists.txt"], "Uses the manifest list.",
-                                     closing_sentence=S)
+    text, n = fixes.render_new_entry(
+        d,
+        "build",
+        "Set arches",
+        ["CMakeLists.txt"],
+        "Uses the manifest list.",
+        closing_sentence=S,
+    )
     nd = fixes.parse(text)
     assert n == 5  # entries 1, 2, 4 remain: the next number is the highest + 1
-    assert [s.key for s in nd.sections] == ["retarget", "kernels", "build", "api", "dropped"]
-    assert nd.entry(n).text.startswith("Uses the manifest list. Files: `CMakeLists.txt`.")
+    assert [s.key for s in nd.sections] == [
+        "retarget",
+        "kernels",
+        "build",
+        "api",
+        "dropped",
+    ]
+    assert nd.entry(n).text.startswith(
+        "Uses the manifest list. Files: `CMakeLists.txt`."
+    )
 
 
 def test_render_new_entry_into_empty_file_and_new_retarget():
@@ -445,8 +638,12 @@ def test_render_new_entry_into_empty_file_and_new_retarget():
     text, n = fixes.render_new_entry(d, "retarget", "Resolve x", ["mlx/x.cpp"], pin=PIN)
     assert n == 1
     lines = text.splitlines()
-    assert lines[:4] == ["# Local changes relative to NripeshN/mlx@75915908", "",
-                         "## Retarget onto the MLX pin (39886de4)", ""]
+    assert lines[:4] == [
+        "# Local changes relative to NripeshN/mlx@75915908",
+        "",
+        "## Retarget onto the MLX pin (39886de4)",
+        "",
+    ]
     assert lines[4].startswith("1. **Resolve x.** TODO:")
     assert all_text_checks(fixes.parse(text)) == []
 
@@ -461,15 +658,26 @@ def test_render_new_entry_errors():
     with pytest.raises(OverlayError):
         fixes.render_new_entry(doc(), "kernels", "x", ["a `b`"], closing_sentence=S)
     with pytest.raises(OverlayError):
-        fixes.render_new_entry(fixes.parse("# T\n"), "retarget", "x", [])  # no pin to name the section
+        fixes.render_new_entry(
+            fixes.parse("# T\n"), "retarget", "x", []
+        )  # no pin to name the section
 
 
 def test_add_entry_writes_atomically(tmp_path):
     target = tmp_path / "LOCAL_FIXES.md"
-    n = fixes.add_entry(target, "kernels", "First", ["mlx/backend/rocm/device.cpp"], closing_sentence=S,
-                        fork_repo=FORK, fork_commit=FORK_COMMIT)
+    n = fixes.add_entry(
+        target,
+        "kernels",
+        "First",
+        ["mlx/backend/rocm/device.cpp"],
+        closing_sentence=S,
+        fork_repo=FORK,
+        fork_commit=FORK_COMMIT,
+    )
     assert n == 1
-    n = fixes.add_entry(target, "kernels", "Second", ["mlx/backend/rocm/pinned.cu"], closing_sentence=S)
+    n = fixes.add_entry(
+        target, "kernels", "Second", ["mlx/backend/rocm/pinned.cu"], closing_sentence=S
+    )
     assert n == 2
     d = fixes.load(target)
     assert [e.number for e in d.entries()] == [1, 2]
@@ -500,12 +708,22 @@ def test_project_local_fixes_passes_textual_checks():
 
     m = load_manifest(str(root))
     d = fixes.load(root / "LOCAL_FIXES.md")
-    assert fixes.check_document(d, fork_repo=fixes.fork_repo_from_url(m.fork_url), fork_commit=m.fork_commit,
-                                pin=m.pin, closing_sentence=m.closing_sentence) == []
+    assert (
+        fixes.check_document(
+            d,
+            fork_repo=fixes.fork_repo_from_url(m.fork_url),
+            fork_commit=m.fork_commit,
+            pin=m.pin,
+            closing_sentence=m.closing_sentence,
+        )
+        == []
+    )
 
 
 def test_every_code_is_documented_with_its_severity():
-    table = (Path(__file__).resolve().parents[1] / "docs" / "findings.md").read_text(encoding="utf-8")
+    table = (Path(__file__).resolve().parents[1] / "docs" / "findings.md").read_text(
+        encoding="utf-8"
+    )
     for code, (severity, _) in fixes.CODES.items():
         assert f"| {code} | {severity} |" in table
 
@@ -530,7 +748,9 @@ def test_every_declared_code_is_exercised_by_a_test():
     for module in tests.glob("test_*.py"):
         text = module.read_text(encoding="utf-8")
         if module.name == Path(__file__).name:
-            text = text.split("def test_every_declared_code_is_exercised_by_a_test", 1)[0]
+            text = text.split("def test_every_declared_code_is_exercised_by_a_test", 1)[
+                0
+            ]
         seen |= set(re.findall(r"\b((?:FIX|MAN|SER|LAY)\d{3})\b", text))
     missing = sorted((set(fixes.CODES) | set(checks.CODES)) - seen)
     assert not missing, f"declared but named by no test: {missing}"

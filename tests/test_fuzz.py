@@ -12,10 +12,9 @@ from __future__ import annotations
 import itertools
 
 import pytest
+from fuzzlib import OPS, RECORDS, apply_ops, build_fixture, run_mutation
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from fuzzlib import OPS, RECORDS, apply_ops, build_fixture, run_mutation
 
 _op = st.tuples(st.sampled_from(OPS), st.integers(0, 1 << 20), st.integers(0, 1 << 16))
 _counter = itertools.count()
@@ -29,16 +28,26 @@ def template(tmp_path, world):
 def test_fixture_is_clean(template, tmp_path):
     runs = run_mutation(template, tmp_path / "w", "patch", [])
     assert [(r.command, r.exit_code, r.problem) for r in runs] == [
-        ("verify", 0, None), ("status", 0, None), ("export {dest}", 0, None)]
+        ("verify", 0, None),
+        ("status", 0, None),
+        ("export {dest}", 0, None),
+    ]
 
 
 @pytest.mark.parametrize("record", sorted(RECORDS))
-@settings(max_examples=20, deadline=None, derandomize=True, database=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=20,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(ops=st.lists(_op, min_size=1, max_size=4))
 def test_mutated_record_never_crashes(template, tmp_path, record, ops):
     runs = run_mutation(template, tmp_path / f"w{next(_counter)}", record, ops)
-    bad = [(r.command, r.exit_code, r.problem, r.output[-2000:]) for r in runs if r.problem]
+    bad = [
+        (r.command, r.exit_code, r.problem, r.output[-2000:]) for r in runs if r.problem
+    ]
     assert not bad, (ops, bad)
 
 
@@ -48,13 +57,22 @@ def test_apply_ops_is_deterministic_and_total():
         for a, b in ((0, 0), (7, 3), (1 << 20, 1 << 16)):
             out = apply_ops(data, [(kind, a, b)])
             assert out == apply_ops(data, [(kind, a, b)])
-    assert apply_ops(b"", [("delete", 5, 5), ("swaplines", 3, 4), ("flip", 9, 300)]) == b"\x2c"
+    assert (
+        apply_ops(b"", [("delete", 5, 5), ("swaplines", 3, 4), ("flip", 9, 300)])
+        == b"\x2c"
+    )
 
 
-@pytest.mark.parametrize("ops", [
-    [("flip", 415417, 28060), ("flip", 569386, 55077)],   # campaign seed 13, mutation 317
-    [("truncate", 798613, 56579), ("flip", 457252, 51655)],  # mutation 2277
-])
+@pytest.mark.parametrize(
+    "ops",
+    [
+        [
+            ("flip", 415417, 28060),
+            ("flip", 569386, 55077),
+        ],  # campaign seed 13, mutation 317
+        [("truncate", 798613, 56579), ("flip", 457252, 51655)],  # mutation 2277
+    ],
+)
 def test_campaign_findings_stay_fixed(template, tmp_path, ops):
     """A byte in a patch's path that is not UTF-8 reached `verify`'s text report as a lone
     surrogate, and printing it raised UnicodeEncodeError (an internal error)."""
@@ -65,6 +83,14 @@ def test_campaign_findings_stay_fixed(template, tmp_path, ops):
 def test_reports_are_always_encodable():
     from overlay.findings import Finding
     from overlay.render import render
-    f = Finding("SER010", "error", "patches-rocm/x.patch", None, "mlx\udc9cbackend/x.cpp: bad", None)
+
+    f = Finding(
+        "SER010",
+        "error",
+        "patches-rocm/x.patch",
+        None,
+        "mlx\udc9cbackend/x.cpp: bad",
+        None,
+    )
     for fmt in ("text", "json", "github", "junit"):
         render([f], fmt).encode("utf-8")

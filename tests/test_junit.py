@@ -9,25 +9,50 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 
 from click.testing import CliRunner
+from test_records import clean  # noqa: F401  (fixture)
 
 from overlay import junit
 from overlay.cli import main
-from test_records import clean  # noqa: F401  (fixture)
 
 NASTY = "".join(chr(c) for c in range(32)) + "\ufffe\uffff\ud800 ok \U0001f600"
 
 
 def test_writer_escapes_everything_xml_forbids():
-    suites = [junit.Suite(NASTY, [
-        junit.Case(NASTY, NASTY, "failed", message=NASTY, failure_type=NASTY, text=NASTY),
-        junit.Case("skip", "c", "skipped", message=NASTY, system_out=NASTY),
-        junit.Case("pass", "c")], properties=[(NASTY, NASTY)], timestamp=NASTY)]
+    suites = [
+        junit.Suite(
+            NASTY,
+            [
+                junit.Case(
+                    NASTY,
+                    NASTY,
+                    "failed",
+                    message=NASTY,
+                    failure_type=NASTY,
+                    text=NASTY,
+                ),
+                junit.Case("skip", "c", "skipped", message=NASTY, system_out=NASTY),
+                junit.Case("pass", "c"),
+            ],
+            properties=[(NASTY, NASTY)],
+            timestamp=NASTY,
+        )
+    ]
     text = junit.render(suites, name=NASTY)
     root = ET.fromstring(text.split("\n", 1)[1])
     fail = root.find(".//failure")
-    assert "\\x00" in fail.get("message") and "\\x1b" in fail.get("message") and "\\ufffe" in fail.text
-    assert "\t" in fail.text and "\U0001f600" in fail.text  # allowed characters stay as they are
-    assert (root.get("tests"), root.get("failures"), root.get("skipped")) == ("3", "1", "1")
+    assert (
+        "\\x00" in fail.get("message")
+        and "\\x1b" in fail.get("message")
+        and "\\ufffe" in fail.text
+    )
+    assert (
+        "\t" in fail.text and "\U0001f600" in fail.text
+    )  # allowed characters stay as they are
+    assert (root.get("tests"), root.get("failures"), root.get("skipped")) == (
+        "3",
+        "1",
+        "1",
+    )
     assert junit.xml_safe("a\x1b[1mb") == "a\\x1b[1mb"
 
 
@@ -36,10 +61,14 @@ def test_ci_junit_with_a_control_character_in_a_stage_message(clean, tmp_path): 
     series = clean.root / "patches-rocm" / "series"
     series.write_text(series.read_text() + "0002-\x01bad.patch\n")
     out = tmp_path / "ci.xml"
-    result = CliRunner().invoke(main, ["-C", str(clean.root), "ci", "--only", "verify", "--junit", str(out)])
+    result = CliRunner().invoke(
+        main, ["-C", str(clean.root), "ci", "--only", "verify", "--junit", str(out)]
+    )
     assert result.exit_code == 1, result.output
     root = ET.parse(out).getroot()
     messages = [f.get("message") for f in root.iter("failure")]
     assert any("0002-\\x01bad.patch does not exist" in m for m in messages), messages
-    verify = CliRunner().invoke(main, ["-C", str(clean.root), "verify", "--format", "junit"])
+    verify = CliRunner().invoke(
+        main, ["-C", str(clean.root), "verify", "--format", "junit"]
+    )
     ET.fromstring(verify.output.split("\n", 1)[1])

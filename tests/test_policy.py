@@ -9,15 +9,14 @@ is written for the purpose.
 from __future__ import annotations
 
 import pytest
-
 from gitfixtures import CLOSING, git
+from test_verify import PATCH, clean, local_fixes  # noqa: F401  (the verify-clean overlay fixture)
+
 from overlay import fixes
 from overlay.checks import verify
 from overlay.errors import ManifestError
 from overlay.gitstore import Store
 from overlay.manifest import parse_manifest
-
-from test_verify import PATCH, clean, local_fixes  # noqa: F401  (the verify-clean overlay fixture)
 
 S = CLOSING
 OLD = "Applies to the fork."
@@ -44,38 +43,59 @@ closing-sentence = "{closing}"
 
 def policy_doc(*entries: str) -> fixes.Document:
     body = "\n\n".join(entries)
-    return fixes.parse(f"# Local changes relative to x/fork@aaaaaaaa\n\n## Fixes to the fork's kernels\n\n{body}\n")
+    return fixes.parse(
+        f"# Local changes relative to x/fork@aaaaaaaa\n\n## Fixes to the fork's kernels\n\n{body}\n"
+    )
 
 
 def fix013(doc, **kw):
-    return [(f.code, f.line, f.message) for f in fixes.check_closing_sentence(doc, S, **kw)]
+    return [
+        (f.code, f.line, f.message) for f in fixes.check_closing_sentence(doc, S, **kw)
+    ]
 
 
 # ----------------------------------------------------------------------------- manifest
 
 
 def test_manifest_reads_the_optional_policy_keys():
-    m = parse_manifest(MANIFEST + f'older-closing-sentences = ["{OLD}"]\n'
-                       "closing-sentence-required-from = 20\n"
-                       'outside-tree = ["tests/**", "third_party/**"]\n')
+    m = parse_manifest(
+        MANIFEST + f'older-closing-sentences = ["{OLD}"]\n'
+        "closing-sentence-required-from = 20\n"
+        'outside-tree = ["tests/**", "third_party/**"]\n'
+    )
     assert m.older_closing_sentences == (OLD,)
     assert m.closing_sentence_required_from == 20
     assert m.outside_tree == ("tests/**", "third_party/**")
     plain = parse_manifest(MANIFEST)
-    assert (plain.older_closing_sentences, plain.closing_sentence_required_from, plain.outside_tree) == \
-        ((), None, ())
+    assert (
+        plain.older_closing_sentences,
+        plain.closing_sentence_required_from,
+        plain.outside_tree,
+    ) == ((), None, ())
 
 
-@pytest.mark.parametrize("extra, words", [
-    (f'older-closing-sentences = ["{OLD}"]\n', "come together"),
-    ("closing-sentence-required-from = 20\n", "come together"),
-    ('older-closing-sentences = []\nclosing-sentence-required-from = 3\n', "at least one"),
-    (f'older-closing-sentences = ["{OLD}"]\nclosing-sentence-required-from = 0\n', "1 or more"),
-    (f'older-closing-sentences = ["{OLD}"]\nclosing-sentence-required-from = true\n', "must be an integer"),
-    ('outside-tree = "tests/**"\n', "outside-tree must be a list"),
-    ('outside-tree = [""]\n', "empty glob"),
-    ("older-forms = []\n", "unknown key(s) older-forms"),
-])
+@pytest.mark.parametrize(
+    "extra, words",
+    [
+        (f'older-closing-sentences = ["{OLD}"]\n', "come together"),
+        ("closing-sentence-required-from = 20\n", "come together"),
+        (
+            "older-closing-sentences = []\nclosing-sentence-required-from = 3\n",
+            "at least one",
+        ),
+        (
+            f'older-closing-sentences = ["{OLD}"]\nclosing-sentence-required-from = 0\n',
+            "1 or more",
+        ),
+        (
+            f'older-closing-sentences = ["{OLD}"]\nclosing-sentence-required-from = true\n',
+            "must be an integer",
+        ),
+        ('outside-tree = "tests/**"\n', "outside-tree must be a list"),
+        ('outside-tree = [""]\n', "empty glob"),
+        ("older-forms = []\n", "unknown key(s) older-forms"),
+    ],
+)
 def test_manifest_refuses_bad_policy_keys(extra, words):
     with pytest.raises(ManifestError) as info:
         parse_manifest(MANIFEST + extra)
@@ -85,38 +105,49 @@ def test_manifest_refuses_bad_policy_keys(extra, words):
 # ----------------------------------------------------------------------------- FIX013
 
 
-@pytest.mark.parametrize("ending", [
-    f"{S} (acme/mlx-port#2149)",
-    f"{S} (#7)",
-    f"{S} (acme/mlx-port#12, #13)",
-    f"{S[:-1]} (acme/mlx-port#12).",
-    f"{S[:-1]} (#12).",
-])
+@pytest.mark.parametrize(
+    "ending",
+    [
+        f"{S} (acme/mlx-port#2149)",
+        f"{S} (#7)",
+        f"{S} (acme/mlx-port#12, #13)",
+        f"{S[:-1]} (acme/mlx-port#12).",
+        f"{S[:-1]} (#12).",
+    ],
+)
 def test_closing_sentence_with_a_trailing_reference(ending):
     d = policy_doc(f"1. **Guard the queue.** The queue is locked now. {ending}")
     assert fix013(d) == []
 
 
-@pytest.mark.parametrize("ending", [
-    f"{S} (see the notes)",  # not an issue reference
-    f"{S} acme/mlx-port#12",  # no parentheses
-    f"{S} (acme/mlx-port#12) and more.",  # the reference is not the end
-    f"{S[:-1]} (#12)",  # neither position: no period at all
-    f"{S} (acme#12)",  # owner/repo needs both parts
-])
+@pytest.mark.parametrize(
+    "ending",
+    [
+        f"{S} (see the notes)",  # not an issue reference
+        f"{S} acme/mlx-port#12",  # no parentheses
+        f"{S} (acme/mlx-port#12) and more.",  # the reference is not the end
+        f"{S[:-1]} (#12)",  # neither position: no period at all
+        f"{S} (acme#12)",  # owner/repo needs both parts
+    ],
+)
 def test_closing_sentence_reference_forms_that_are_not_accepted(ending):
     d = policy_doc(f"1. **Guard the queue.** The queue is locked now. {ending}")
     assert [c for c, _l, _m in fix013(d)] == ["FIX013"]
 
 
 def test_older_forms_are_accepted_below_the_entry_number():
-    d = policy_doc(f"1. **Old one.** Kept. {OLD}",
-                   f"2. **Old two.** Kept. {OLD} (acme/mlx-port#4)",
-                   f"3. **New three.** Kept. {S}",
-                   f"4. **New four.** Kept. {OLD}",
-                   "5. **No sentence.** Kept.")
+    d = policy_doc(
+        f"1. **Old one.** Kept. {OLD}",
+        f"2. **Old two.** Kept. {OLD} (acme/mlx-port#4)",
+        f"3. **New three.** Kept. {S}",
+        f"4. **New four.** Kept. {OLD}",
+        "5. **No sentence.** Kept.",
+    )
     found = fix013(d, older=[OLD], required_from=3)
-    assert [(c, m.split(" ")[1]) for c, _l, m in found] == [("FIX013", "4"), ("FIX013", "5")]
+    assert [(c, m.split(" ")[1]) for c, _l, m in found] == [
+        ("FIX013", "4"),
+        ("FIX013", "5"),
+    ]
     assert "older form" in found[0][2] and "from 3 on" in found[0][2]
     assert "older form" not in found[1][2]
     # without the policy keys every older form is a finding, as before
@@ -125,30 +156,41 @@ def test_older_forms_are_accepted_below_the_entry_number():
 
 def test_verify_reads_the_policy_from_the_manifest(clean, world):
     manifest = clean.root / "patches-rocm" / "overlay.toml"
-    names = ("`mlx/backend/rocm/device.cpp` (see `tests/kv_cache.rs`, `scripts/bench.sh`, "
-             "`state.mutex` and `quantized/qmv_tiled_kernel.o`)")
-    (clean.root / "LOCAL_FIXES.md").write_text(local_fixes(world, closing=OLD, entry_files=names))
+    names = (
+        "`mlx/backend/rocm/device.cpp` (see `tests/kv_cache.rs`, `scripts/bench.sh`, "
+        "`state.mutex` and `quantized/qmv_tiled_kernel.o`)"
+    )
+    (clean.root / "LOCAL_FIXES.md").write_text(
+        local_fixes(world, closing=OLD, entry_files=names)
+    )
     found = [(f.code, f.message) for f in verify(str(clean.root), Store()).findings]
     assert sorted(c for c, _m in found) == ["FIX013", "FIX021", "FIX021"], found
-    manifest.write_text(manifest.read_text() + f'older-closing-sentences = ["{OLD}"]\n'
-                        "closing-sentence-required-from = 2\n"
-                        'outside-tree = ["tests/**", "scripts/**"]\n')
+    manifest.write_text(
+        manifest.read_text() + f'older-closing-sentences = ["{OLD}"]\n'
+        "closing-sentence-required-from = 2\n"
+        'outside-tree = ["tests/**", "scripts/**"]\n'
+    )
     assert verify(str(clean.root), Store()).findings == []
 
 
 # ----------------------------------------------------------------------------- FIX014
 
 
-@pytest.mark.parametrize("phrase, marked", [
-    ("This should also be proposed there.", True),
-    ("The guard could be proposed upstream.", True),
-    ("It may also be submitted later.", True),
-    ("This should not be proposed there.", False),
-    ("It was proposed there in March and declined.", False),
-    (S, False),
-])
+@pytest.mark.parametrize(
+    "phrase, marked",
+    [
+        ("This should also be proposed there.", True),
+        ("The guard could be proposed upstream.", True),
+        ("It may also be submitted later.", True),
+        ("This should not be proposed there.", False),
+        ("It was proposed there in March and declined.", False),
+        (S, False),
+    ],
+)
 def test_fix014_catches_a_wish_to_propose(phrase, marked):
-    d = fixes.parse(f"# Local changes relative to x/fork@aaaaaaaa\n\nA preamble. {phrase}\n")
+    d = fixes.parse(
+        f"# Local changes relative to x/fork@aaaaaaaa\n\nA preamble. {phrase}\n"
+    )
     assert bool(fixes.check_upstream_marking(d)) is marked
 
 
@@ -165,63 +207,105 @@ TREE = {
 
 def fix021(names: list[str], outside_tree=()) -> list[str]:
     text = " ".join(f"`{n}`" for n in names)
-    d = fixes.parse("# Local changes relative to x/fork@aaaaaaaa\n\n## Retarget onto the MLX pin (aaaaaaaa)\n\n"
-                    f"1. **Names.** {text}.\n")
+    d = fixes.parse(
+        "# Local changes relative to x/fork@aaaaaaaa\n\n## Retarget onto the MLX pin (aaaaaaaa)\n\n"
+        f"1. **Names.** {text}.\n"
+    )
     found = fixes.check_patch_entries(d, [], TREE, outside_tree=outside_tree)
     return [f.message.split("`")[1] for f in found if f.code == "FIX021"]
 
 
-@pytest.mark.parametrize("name", [
-    "state.mutex", "blockIdx.y",  # expressions
-    ".hip", ".cpp",  # bare extensions
-    "event.o", "quantized/qmv_tiled_kernel.o", "_deps/mlx-src", "_deps/", "build/rocm/CMakeCache.txt",
-    "rocvirtual.cpp",  # a bare name not in the tree is prose
-    "acme/Model-0.5B",  # a model id
-    "backend/metal/indexing.cpp",  # relative to mlx/
-    "backend/rocm/event.hip", "mlx/backend/rocm/",  # relative to mlx/ again, and a directory
-])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "state.mutex",
+        "blockIdx.y",  # expressions
+        ".hip",
+        ".cpp",  # bare extensions
+        "event.o",
+        "quantized/qmv_tiled_kernel.o",
+        "_deps/mlx-src",
+        "_deps/",
+        "build/rocm/CMakeCache.txt",
+        "rocvirtual.cpp",  # a bare name not in the tree is prose
+        "acme/Model-0.5B",  # a model id
+        "backend/metal/indexing.cpp",  # relative to mlx/
+        "backend/rocm/event.hip",
+        "mlx/backend/rocm/",  # relative to mlx/ again, and a directory
+    ],
+)
 def test_fix021_not_reported(name):
     assert fix021([name]) == []
 
 
-@pytest.mark.parametrize("name", [
-    "mlx/backend/rocm/gone.cpp",  # a real path that is gone
-    "gemms/gone.cpp",  # backend-relative
-    "third_party/rocwmma/rocwmma.hpp",  # a third-party source: reported until the policy names it
-    "tests/kv_cache.rs",  # the team's own repository: the same
-    "mlx/backend/gone/",  # a directory with nothing under it
-])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "mlx/backend/rocm/gone.cpp",  # a real path that is gone
+        "gemms/gone.cpp",  # backend-relative
+        "third_party/rocwmma/rocwmma.hpp",  # a third-party source: reported until the policy names it
+        "tests/kv_cache.rs",  # the team's own repository: the same
+        "mlx/backend/gone/",  # a directory with nothing under it
+    ],
+)
 def test_fix021_reported(name):
     assert fix021([name]) == [name]
 
 
 def test_fix021_outside_tree_globs():
-    names = ["third_party/rocwmma/rocwmma.hpp", "tests/kv_cache.rs", "scripts/bench/run.sh",
-             "mlx/backend/rocm/gone.cpp"]
-    assert fix021(names, outside_tree=["third_party/**", "tests/*.rs", "scripts/**"]) == \
-        ["mlx/backend/rocm/gone.cpp"]
+    names = [
+        "third_party/rocwmma/rocwmma.hpp",
+        "tests/kv_cache.rs",
+        "scripts/bench/run.sh",
+        "mlx/backend/rocm/gone.cpp",
+    ]
+    assert fix021(
+        names, outside_tree=["third_party/**", "tests/*.rs", "scripts/**"]
+    ) == ["mlx/backend/rocm/gone.cpp"]
 
 
 def test_fix020_accepts_a_name_relative_to_mlx():
-    d = fixes.parse("# Local changes relative to x/fork@aaaaaaaa\n\n## Fixes to the fork's kernels\n\n"
-                    f"1. **Index.** Fixes `backend/metal/indexing.cpp`. {S}\n")
-    rec = fixes.PatchRecord("patches-rocm/0001-x.patch", 1, "not-needed",
-                            {"mlx/backend/metal/indexing.cpp"}, set())
+    d = fixes.parse(
+        "# Local changes relative to x/fork@aaaaaaaa\n\n## Fixes to the fork's kernels\n\n"
+        f"1. **Index.** Fixes `backend/metal/indexing.cpp`. {S}\n"
+    )
+    rec = fixes.PatchRecord(
+        "patches-rocm/0001-x.patch",
+        1,
+        "not-needed",
+        {"mlx/backend/metal/indexing.cpp"},
+        set(),
+    )
     assert fixes.check_patch_entries(d, [rec], TREE) == []
 
 
 def test_several_local_fix_trailers_each_count():
-    d = fixes.parse("# Local changes relative to x/fork@aaaaaaaa\n\n## Fixes to the fork's kernels\n\n"
-                    f"1. **One.** In `mlx/backend/rocm/device.cpp`. {S}\n\n"
-                    f"2. **Two.** Also in `mlx/backend/rocm/device.cpp`. {S}\n\n"
-                    f"3. **Three.** In `mlx/backend/rocm/event.hip`. {S}\n")
-    both = fixes.PatchRecord("patches-rocm/0001-x.patch", ("1", "2"), "not-needed",
-                             {"mlx/backend/rocm/device.cpp"}, set())
-    assert [f.code for f in fixes.check_patch_entries(d, [both], TREE)] == ["FIX024"]  # entry 3 only
+    d = fixes.parse(
+        "# Local changes relative to x/fork@aaaaaaaa\n\n## Fixes to the fork's kernels\n\n"
+        f"1. **One.** In `mlx/backend/rocm/device.cpp`. {S}\n\n"
+        f"2. **Two.** Also in `mlx/backend/rocm/device.cpp`. {S}\n\n"
+        f"3. **Three.** In `mlx/backend/rocm/event.hip`. {S}\n"
+    )
+    both = fixes.PatchRecord(
+        "patches-rocm/0001-x.patch",
+        ("1", "2"),
+        "not-needed",
+        {"mlx/backend/rocm/device.cpp"},
+        set(),
+    )
+    assert [f.code for f in fixes.check_patch_entries(d, [both], TREE)] == [
+        "FIX024"
+    ]  # entry 3 only
     wrong = both._replace(local_fix=("1", "3"))
     found = fixes.check_patch_entries(d, [wrong], TREE)
-    assert sorted(f.code for f in found) == ["FIX020", "FIX024"]  # 3 does not name device.cpp; 2 has none
-    assert [f.code for f in fixes.check_patch_entries(d, [both._replace(local_fix=())], TREE)][0] == "FIX017"
+    assert sorted(f.code for f in found) == [
+        "FIX020",
+        "FIX024",
+    ]  # 3 does not name device.cpp; 2 has none
+    assert [
+        f.code
+        for f in fixes.check_patch_entries(d, [both._replace(local_fix=())], TREE)
+    ][0] == "FIX017"
 
 
 # ----------------------------------------------------------------------------- git-ignored files
@@ -237,7 +321,9 @@ def test_ignored_file_beside_the_resolutions_is_no_record(clean):
     (resolved / ".DS_Store").write_bytes(b"\x00\x00\x00\x01Bud1")
     (clean.root / "patches-rocm" / "old.patch").write_text("leftover\n")
     found = [f.code for f in verify(str(clean.root), Store()).findings]
-    assert {"LAY002", "FIX023", "SER002"} <= set(found)  # not a git repository: no ignore rules
+    assert {"LAY002", "FIX023", "SER002"} <= set(
+        found
+    )  # not a git repository: no ignore rules
     _git_repo(clean.root)
     (clean.root / ".gitignore").write_text(".DS_Store\n*.orig\nold.patch\n")
     assert verify(str(clean.root), Store()).findings == []

@@ -20,7 +20,8 @@ from overlay.suites import racelab
 ROOT = Path(__file__).resolve().parent.parent
 #: Read before conftest's isolation replaces HOME and clears OVERLAY_*.
 REAL_TOOLCHAIN = os.environ.get("OVERLAY_TOOLCHAIN_DIR") or os.path.join(
-    os.path.expanduser("~"), ".cache", "overlay", "rocm-toolchain")
+    os.path.expanduser("~"), ".cache", "overlay", "rocm-toolchain"
+)
 
 
 @pytest.fixture
@@ -36,8 +37,14 @@ def lab_compiler(monkeypatch):
 def run(program, *args, env=None, timeout=300):
     full = dict(os.environ)
     full.update(env or {})
-    return subprocess.run([program, *args], capture_output=True, text=True, timeout=timeout, env=full,
-                          stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        [program, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=full,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def report_kinds(stderr: str) -> set[str]:
@@ -46,11 +53,14 @@ def report_kinds(stderr: str) -> set[str]:
         if line.startswith("overlay-suite: report "):
             kinds.add(line.split(" ")[2].rstrip(":"))
         elif "Sanitizer: " in line and ("WARNING:" in line or "ERROR:" in line):
-            kinds.add(line.split("Sanitizer: ", 1)[1].split(" (")[0].split(" on ")[0].strip())
+            kinds.add(
+                line.split("Sanitizer: ", 1)[1].split(" (")[0].split(" on ")[0].strip()
+            )
     return kinds
 
 
 # --------------------------------------------------------------------------- no toolchain needed
+
 
 def test_no_toolchain_is_a_lab_error_with_exit_2(monkeypatch, tmp_path):
     monkeypatch.setenv("OVERLAY_TOOLCHAIN_DIR", str(tmp_path / "none"))
@@ -77,29 +87,56 @@ def test_chroot_launcher_forwards_only_the_listed_variables(tmp_path):
     launcher = tmp_path / "child_tsan"
     launcher.write_text(compiler.launcher("/out dir/bin/child_tsan", ["/out dir"]))
     launcher.chmod(0o755)
-    got = run(str(launcher), "a b", env={"OVERLAY_STUB_WORKSPACE": "65536", "TSAN_OPTIONS": "x=1 y=2",
-                                         "SECRET_TOKEN": "no"}).stdout.splitlines()
+    got = run(
+        str(launcher),
+        "a b",
+        env={
+            "OVERLAY_STUB_WORKSPACE": "65536",
+            "TSAN_OPTIONS": "x=1 y=2",
+            "SECRET_TOKEN": "no",
+        },
+    ).stdout.splitlines()
     assert got[:5] == ["exec", "--root", "/tc root", "--bind", "/out dir"]
-    assert "--env" in got and "OVERLAY_STUB_WORKSPACE=65536" in got and "TSAN_OPTIONS=x=1 y=2" in got
+    assert (
+        "--env" in got
+        and "OVERLAY_STUB_WORKSPACE=65536" in got
+        and "TSAN_OPTIONS=x=1 y=2" in got
+    )
     assert not any(a.startswith("SECRET_TOKEN") for a in got)
     assert got[-3:] == ["--", "/out dir/bin/child_tsan", "a b"]
 
 
 def test_system_launcher_execs_the_binary(tmp_path):
-    compiler = racelab.LabCompiler(SimpleNamespace(kind="system"), "clang++", [], [], "test")
+    compiler = racelab.LabCompiler(
+        SimpleNamespace(kind="system"), "clang++", [], [], "test"
+    )
     assert compiler.launcher("/x/bin/c_asan", []).endswith('exec /x/bin/c_asan "$@"\n')
 
 
 def test_a_missing_tree_source_is_named(tmp_path):
-    compiler = racelab.LabCompiler(SimpleNamespace(kind="system", wrap=None), "clang++", [], [], "test")
-    child = racelab.LabChild("x", ("racelab_selftest.cpp",), ("mlx/backend/rocm/gemms/hipblaslt_gemm.cpp",))
-    with pytest.raises(racelab.LabError, match="hipblaslt_gemm.cpp is not in the exported layer") as err:
-        racelab.build_tree(str(ROOT), str(tmp_path / "src"), str(tmp_path / "out"), tree="0" * 40,
-                           label="t", compiler=compiler, children=[child])
+    compiler = racelab.LabCompiler(
+        SimpleNamespace(kind="system", wrap=None), "clang++", [], [], "test"
+    )
+    child = racelab.LabChild(
+        "x", ("racelab_selftest.cpp",), ("mlx/backend/rocm/gemms/hipblaslt_gemm.cpp",)
+    )
+    with pytest.raises(
+        racelab.LabError, match="hipblaslt_gemm.cpp is not in the exported layer"
+    ) as err:
+        racelab.build_tree(
+            str(ROOT),
+            str(tmp_path / "src"),
+            str(tmp_path / "out"),
+            tree="0" * 40,
+            label="t",
+            compiler=compiler,
+            children=[child],
+        )
     assert err.value.exit_code == 1
 
 
 # --------------------------------------------------------------------------- the model, compiled
+
 
 @pytest.fixture(scope="module")
 def selftest(tmp_path_factory):
@@ -117,8 +154,15 @@ def selftest(tmp_path_factory):
             os.environ["OVERLAY_TOOLCHAIN_DIR"] = saved
     out = tmp_path_factory.mktemp("lab")
     (out / "src").mkdir()
-    built = racelab.build_tree(str(ROOT), str(out / "src"), str(out), tree="0" * 40, label="selftest",
-                               compiler=compiler, children=[racelab.CHILDREN[0]])
+    built = racelab.build_tree(
+        str(ROOT),
+        str(out / "src"),
+        str(out),
+        tree="0" * 40,
+        label="selftest",
+        compiler=compiler,
+        children=[racelab.CHILDREN[0]],
+    )
     built.compiler = compiler
     return built
 
@@ -131,42 +175,66 @@ def test_model_promises_hold(selftest, san):
 
 
 @pytest.mark.parametrize("san", ["tsan", "asan"])
-@pytest.mark.parametrize("mode,expected", [
-    ("shared-workspace", {"exact-output-mismatch", "data race"}),
-    ("destroy-in-use", {"descriptor-destroyed-in-use"}),
-    ("use-after-free", {"device-use-after-free"}),
-])
+@pytest.mark.parametrize(
+    "mode,expected",
+    [
+        ("shared-workspace", {"exact-output-mismatch", "data race"}),
+        ("destroy-in-use", {"descriptor-destroyed-in-use"}),
+        ("use-after-free", {"device-use-after-free"}),
+    ],
+)
 def test_model_detects(selftest, san, mode, expected):
     done = run(os.path.join(selftest.out_dir, f"racelab_selftest_{san}"), mode)
-    assert done.returncode not in (0, 3), done.stdout + done.stderr     # 3: the model missed it
+    assert done.returncode not in (0, 3), (
+        done.stdout + done.stderr
+    )  # 3: the model missed it
     assert report_kinds(done.stderr) & expected, done.stderr
 
 
 def test_second_build_compiles_nothing(selftest):
-    again = racelab.build_tree(str(ROOT), os.path.join(selftest.out_dir, "src"), selftest.out_dir,
-                               tree="0" * 40, label="selftest", children=[racelab.CHILDREN[0]],
-                               compiler=selftest.compiler)
+    again = racelab.build_tree(
+        str(ROOT),
+        os.path.join(selftest.out_dir, "src"),
+        selftest.out_dir,
+        tree="0" * 40,
+        label="selftest",
+        children=[racelab.CHILDREN[0]],
+        compiler=selftest.compiler,
+    )
     assert again.compiled == 0 and sorted(again.programs) == sorted(selftest.programs)
 
 
 # --------------------------------------------------------------------------- the files under test
 
+
 @pytest.fixture(scope="module")
 def layer_builds(tmp_path_factory):
     """The lab's children (ThreadSanitizer) from the patched and the forked layer of the real mirrors."""
     from conftest import REAL_MIRRORS
+
     from overlay.gitstore import Store
 
     if len(REAL_MIRRORS) != 2:
-        pytest.skip("set OVERLAY_UPSTREAM_URL and OVERLAY_FORK_URL to the real mirrors to run this")
+        pytest.skip(
+            "set OVERLAY_UPSTREAM_URL and OVERLAY_FORK_URL to the real mirrors to run this"
+        )
     saved = {k: os.environ.get(k) for k in (*REAL_MIRRORS, "OVERLAY_TOOLCHAIN_DIR")}
     os.environ.update(REAL_MIRRORS, OVERLAY_TOOLCHAIN_DIR=REAL_TOOLCHAIN)
     try:
         compiler = racelab.find_lab_compiler(str(ROOT))
         base = tmp_path_factory.mktemp("layers")
         store = Store(str(base / "store.git"))
-        return {layer: racelab.build_layer(str(ROOT), store, layer, out_dir=str(base / layer), compiler=compiler,
-                                           sanitizers=("tsan",)).out_dir for layer in ("patched", "forked")}
+        return {
+            layer: racelab.build_layer(
+                str(ROOT),
+                store,
+                layer,
+                out_dir=str(base / layer),
+                compiler=compiler,
+                sanitizers=("tsan",),
+            ).out_dir
+            for layer in ("patched", "forked")
+        }
     except racelab.LabError as exc:
         pytest.skip(f"needs the ROCm toolchain for the race lab: {exc.message}")
     finally:
@@ -185,65 +253,115 @@ def outcome(out_dir, program, env):
 def test_hipblaslt_file_forked_fails_patched_passes(layer_builds):
     """Seed 000's child on the model, once per layer: the fork's file races, the fix's does not."""
     env = {"OVERLAY_STUB_WORKSPACE": "65536", "OVERLAY_STUB_FAIL_ONCE_AT": "10"}
-    rc, kinds, stdout, stderr = outcome(layer_builds["patched"], "hipblaslt_race_tsan", env)
+    rc, kinds, stdout, stderr = outcome(
+        layer_builds["patched"], "hipblaslt_race_tsan", env
+    )
     assert rc == 0 and not kinds, stdout + stderr
     assert stdout.splitlines()[-1] == "overlay-suite: done"
     assert stderr.count("[hipBLASLt caps] device 0 (host-model)") == 1
-    rc, kinds, stdout, stderr = outcome(layer_builds["forked"], "hipblaslt_race_tsan", env)
+    rc, kinds, stdout, stderr = outcome(
+        layer_builds["forked"], "hipblaslt_race_tsan", env
+    )
     assert rc != 0 and "data race" in kinds, stderr[-4000:]
     assert "overlay-suite: done" not in stdout
 
 
 def test_rocblas_device_forked_fails_patched_passes(layer_builds):
     """Fix 1 on the model: the fork's device.cpp shares and rebinds one handle, the fix's does not."""
-    env = {"OVERLAY_STUB_ARCH": "gfx1030:host-model", "OVERLAY_STUB_ROCBLAS_WORKSPACE": "1048576"}
-    rc, kinds, stdout, stderr = outcome(layer_builds["patched"], "rocblas_race_tsan", env)
+    env = {
+        "OVERLAY_STUB_ARCH": "gfx1030:host-model",
+        "OVERLAY_STUB_ROCBLAS_WORKSPACE": "1048576",
+    }
+    rc, kinds, stdout, stderr = outcome(
+        layer_builds["patched"], "rocblas_race_tsan", env
+    )
     assert rc == 0 and not kinds, stdout + stderr
     assert stderr.count("race-lab: rocblas_create_handle on the host model") == 1
-    rc, kinds, stdout, stderr = outcome(layer_builds["forked"], "rocblas_race_tsan", env)
-    assert rc != 0 and "data race" in kinds and "exact-output-mismatch" in kinds, stderr[-4000:]
+    rc, kinds, stdout, stderr = outcome(
+        layer_builds["forked"], "rocblas_race_tsan", env
+    )
+    assert rc != 0 and "data race" in kinds and "exact-output-mismatch" in kinds, (
+        stderr[-4000:]
+    )
 
 
 # --------------------------------------------------------------------------- make verify-rocm
 
-@pytest.mark.parametrize("run_out,rc,state", [
-    ("hipblaslt_race_ws_tsan  PASSED   0 of 20 failed\n5 suite(s): 5 passed, 0 failed, 0 skipped; 0 of 83 runs failed",
-     0, "passed (race lab: a host model of HIP, hipBLASLt and rocBLAS, not a GPU result)"),
-    ("racelab_model  SKIPPED  needs the race-lab host model's toolchain: no ROCm toolchain\n"
-     "1 suite(s): 0 passed, 0 failed, 1 skipped; 0 of 0 runs failed",
-     0, "skipped (needs the race-lab host model's toolchain: no ROCm toolchain)"),
-    ("hipblaslt_race_ws_tsan  FAILED   3 of 20 failed\n5 suite(s): 4 passed, 1 failed, 0 skipped; 3 of 83 runs failed",
-     1, "failed (overlay suite run --host-models exited 1; race lab: a host model of HIP, hipBLASLt and rocBLAS, "
-        "not a GPU result)"),
-])
+
+@pytest.mark.parametrize(
+    "run_out,rc,state",
+    [
+        (
+            "hipblaslt_race_ws_tsan  PASSED   0 of 20 failed\n5 suite(s): 5 passed, 0 failed, 0 skipped; 0 of 83 runs failed",
+            0,
+            "passed (race lab: a host model of HIP, hipBLASLt and rocBLAS, not a GPU result)",
+        ),
+        (
+            "racelab_model  SKIPPED  needs the race-lab host model's toolchain: no ROCm toolchain\n"
+            "1 suite(s): 0 passed, 0 failed, 1 skipped; 0 of 0 runs failed",
+            0,
+            "skipped (needs the race-lab host model's toolchain: no ROCm toolchain)",
+        ),
+        (
+            "hipblaslt_race_ws_tsan  FAILED   3 of 20 failed\n5 suite(s): 4 passed, 1 failed, 0 skipped; 3 of 83 runs failed",
+            1,
+            "failed (overlay suite run --host-models exited 1; race lab: a host model of HIP, hipBLASLt and rocBLAS, "
+            "not a GPU result)",
+        ),
+    ],
+)
 def test_verify_rocm_runs_the_host_models_without_a_gpu(tmp_path, run_out, rc, state):
     """tools/verify-rocm.sh's host-model stage, with a stand-in overlay (no GPU on this machine)."""
     if os.path.exists("/dev/kfd"):
-        pytest.skip("an AMD GPU is present: the stage is skipped there unless OVERLAY_HOST_MODELS=1")
+        pytest.skip(
+            "an AMD GPU is present: the stage is skipped there unless OVERLAY_HOST_MODELS=1"
+        )
     script = ROOT / "tools" / "verify-rocm.sh"
     stub = tmp_path / "overlay"
     stub.write_text(
         '#!/bin/sh\ncase "$1" in\n  build) echo "overlay: no ROCm toolchain: none here" >&2; exit 2;;\n'
         '  suite) case "$2" in\n    --help) echo "  build  Build the race lab";;\n'
-        f'    run) printf "%s\\n" "{run_out}"; exit {rc};;\n  esac; exit 0;;\nesac\n')
+        f'    run) printf "%s\\n" "{run_out}"; exit {rc};;\n  esac; exit 0;;\nesac\n'
+    )
     make = tmp_path / "make"
     make.write_text("#!/bin/sh\nexit 0\n")
     for exe in (stub, make):
         exe.chmod(0o755)
-    env = {k: v for k, v in os.environ.items() if k not in ("OVERLAY_REQUIRE", "OVERLAY_HOST_MODELS")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("OVERLAY_REQUIRE", "OVERLAY_HOST_MODELS")
+    }
     env.update(OVERLAY=str(stub), MAKE=str(make))
-    done = subprocess.run(["bash", str(script)], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        ["bash", str(script)],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert f"verify-rocm: host-model: {state}" in done.stdout, done.stdout + done.stderr
     assert "verify-rocm: suites: skipped (the build stage did not pass)" in done.stdout
     assert done.returncode == (1 if rc else 0)
     if state.startswith("skipped"):
         env["OVERLAY_REQUIRE"] = "host-model"
-        required = subprocess.run(["bash", str(script)], env=env, cwd=tmp_path, capture_output=True, text=True,
-                                  timeout=60)
-        assert required.returncode == 1 and "host-model: failed (required, but skipped" in required.stdout
+        required = subprocess.run(
+            ["bash", str(script)],
+            env=env,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert (
+            required.returncode == 1
+            and "host-model: failed (required, but skipped" in required.stdout
+        )
 
 
 # --------------------------------------------------------------------------- tools/race-lab-tally.py
+
 
 def test_tally_counts_runs_per_reported_location(tmp_path):
     ab = tmp_path / "x-ab"
@@ -252,21 +370,38 @@ def test_tally_counts_runs_per_reported_location(tmp_path):
         for i, what in enumerate(runs, 1):
             lines = []
             if "init" in what:
-                lines += ["SUMMARY: ThreadSanitizer: data race /t/src/mlx/backend/rocm/gemms/hipblaslt_gemm.cpp:96:16 "
-                          "in mlx::core::rocm::(anonymous namespace)::get_handle(int)"] * 2
+                lines += [
+                    "SUMMARY: ThreadSanitizer: data race /t/src/mlx/backend/rocm/gemms/hipblaslt_gemm.cpp:96:16 "
+                    "in mlx::core::rocm::(anonymous namespace)::get_handle(int)"
+                ] * 2
             if "erase" in what:
-                lines.append("SUMMARY: ThreadSanitizer: data race /lab/hipblaslt_stub.cpp:188:12 in hipblasStatus_t "
-                             "(anonymous namespace)::destroy<(anonymous namespace)::Layout>((anonymous namespace)::"
-                             "Layout*, (anonymous namespace)::Kind, char const*)")
+                lines.append(
+                    "SUMMARY: ThreadSanitizer: data race /lab/hipblaslt_stub.cpp:188:12 in hipblasStatus_t "
+                    "(anonymous namespace)::destroy<(anonymous namespace)::Layout>((anonymous namespace)::"
+                    "Layout*, (anonymous namespace)::Kind, char const*)"
+                )
             (ab / column / f"run-{i:03d}.err").write_text("\n".join(lines) + "\n")
     (ab / "ab.json").write_text('{"suite": "x"}')
-    done = subprocess.run([os.sys.executable, str(ROOT / "tools" / "race-lab-tally.py"), str(ab)],
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [os.sys.executable, str(ROOT / "tools" / "race-lab-tally.py"), str(ab)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     assert "with fix: 1 runs, 0 location(s)" in done.stdout
-    assert "  2 of 2 runs  ThreadSanitizer: data race at hipblaslt_gemm.cpp: mlx::core::rocm::get_handle" \
+    assert (
+        "  2 of 2 runs  ThreadSanitizer: data race at hipblaslt_gemm.cpp: mlx::core::rocm::get_handle"
         in done.stdout
-    assert "  1 of 2 runs  ThreadSanitizer: data race at hipblaslt_stub.cpp: destroy<Layout>" in done.stdout
-    bad = subprocess.run([os.sys.executable, str(ROOT / "tools" / "race-lab-tally.py"), str(tmp_path)],
-                         capture_output=True, text=True, timeout=60)
+    )
+    assert (
+        "  1 of 2 runs  ThreadSanitizer: data race at hipblaslt_stub.cpp: destroy<Layout>"
+        in done.stdout
+    )
+    bad = subprocess.run(
+        [os.sys.executable, str(ROOT / "tools" / "race-lab-tally.py"), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert bad.returncode == 2 and "no ab.json" in bad.stderr

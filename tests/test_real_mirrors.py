@@ -34,14 +34,20 @@ def test_real_tree_status_and_export(real_mirrors, tmp_path):
     assert first.exit_code == 0, first.output
     rocm = [p for p in (dest / "mlx/backend/rocm").rglob("*") if p.is_file()]
     fork_tree = store.tree_of(manifest.fork_commit)
-    fork_rocm = [e for e in store.ls_tree(fork_tree) if e[3].startswith("mlx/backend/rocm/")]
+    fork_rocm = [
+        e for e in store.ls_tree(fork_tree) if e[3].startswith("mlx/backend/rocm/")
+    ]
     assert len(fork_rocm) == 106 and len(rocm) >= 106
 
     # The carried core files (outside the backend) equal the fork's where upstream did not
     # also change them since the merge base (those are 3-way merges or resolutions).
     core = [p for p in layers.carried_changes if not p.startswith("mlx/backend/rocm/")]
     assert len(core) == 15
-    patched_by_series = set().union(*(r.patch.touched for r in layers.patches)) if layers.patches else set()
+    patched_by_series = (
+        set().union(*(r.patch.touched for r in layers.patches))
+        if layers.patches
+        else set()
+    )
     base_blobs = {e[3]: e[2] for e in store.ls_tree(store.tree_of(manifest.merge_base))}
     pin_blobs = {e[3]: e[2] for e in store.ls_tree(store.tree_of(manifest.pin))}
     compared = 0
@@ -53,8 +59,12 @@ def test_real_tree_status_and_export(real_mirrors, tmp_path):
             assert (dest / path).read_bytes() == cat.read(fork_blobs[path])[1], path
             compared += 1
     assert compared >= 1
-    assert not (dest / "mlx/backend/cuda/custom_kernel.cpp").read_bytes() == \
-        store.git("cat-file", "blob", f"{fork_tree}:mlx/backend/cuda/custom_kernel.cpp").stdout
+    assert (
+        not (dest / "mlx/backend/cuda/custom_kernel.cpp").read_bytes()
+        == store.git(
+            "cat-file", "blob", f"{fork_tree}:mlx/backend/cuda/custom_kernel.cpp"
+        ).stdout
+    )
 
     second = runner.invoke(main, ["-C", str(ROOT), "export", str(dest)])
     assert ": 0 written, 0 removed" in second.output, second.output
@@ -79,7 +89,9 @@ def _scratch_overlay(tmp_path) -> Path:
 
 
 def _codes(root: Path) -> set[str]:
-    return {f.code for f in verify(str(root), Store()).findings if f.severity == "error"}
+    return {
+        f.code for f in verify(str(root), Store()).findings if f.severity == "error"
+    }
 
 
 def test_real_overlay_verifies_clean(real_mirrors):
@@ -93,16 +105,19 @@ def _edit(path: Path, old: str, new: str, count: int = 1) -> None:
     path.write_text(text.replace(old, new, count))
 
 
-@pytest.mark.parametrize("mutation, code", [
-    ("gap", "FIX007"),
-    ("unnamed-file", "FIX020"),
-    ("short-closing", "FIX013"),
-    ("upstream-mark", "FIX014"),
-    ("wrong-pin", "FIX004"),
-    ("marker-in-resolution", "LAY003"),
-    ("not-in-series", "SER002"),
-    ("refresh-drift", "SER011"),
-])
+@pytest.mark.parametrize(
+    "mutation, code",
+    [
+        ("gap", "FIX007"),
+        ("unnamed-file", "FIX020"),
+        ("short-closing", "FIX013"),
+        ("upstream-mark", "FIX014"),
+        ("wrong-pin", "FIX004"),
+        ("marker-in-resolution", "LAY003"),
+        ("not-in-series", "SER002"),
+        ("refresh-drift", "SER011"),
+    ],
+)
 def test_real_overlay_mutations_are_caught(real_mirrors, tmp_path, mutation, code):
     root = _scratch_overlay(tmp_path)
     assert _codes(root) == set()
@@ -119,16 +134,28 @@ def test_real_overlay_mutations_are_caught(real_mirrors, tmp_path, mutation, cod
     elif mutation == "wrong-pin":
         _edit(lf, f"({manifest.pin[:8]})", "(deadbeef)")
     elif mutation == "marker-in-resolution":
-        res = root / "patches-rocm" / "resolved" / "mlx" / "backend" / "rocm" / "device.h"
+        res = (
+            root / "patches-rocm" / "resolved" / "mlx" / "backend" / "rocm" / "device.h"
+        )
         res.parent.mkdir(parents=True)
         res.write_text("<<<<<<< ours\n=======\n>>>>>>> theirs\n")
     elif mutation == "not-in-series":
         series = root / "patches-rocm" / "series"
-        series.write_text("".join(ln + "\n" for ln in series.read_text().split() if not ln.startswith("0003")))
+        series.write_text(
+            "".join(
+                ln + "\n"
+                for ln in series.read_text().split()
+                if not ln.startswith("0003")
+            )
+        )
     elif mutation == "refresh-drift":
         patch = next((root / "patches-rocm").glob("0002-*.patch"))
         text = patch.read_text()
-        patch.write_text(re.sub(r"^(index [0-9a-f]{7})[0-9a-f]{33}", r"\1", text, count=1, flags=re.M))
+        patch.write_text(
+            re.sub(
+                r"^(index [0-9a-f]{7})[0-9a-f]{33}", r"\1", text, count=1, flags=re.M
+            )
+        )
     assert code in _codes(root)
 
 
@@ -146,29 +173,42 @@ def test_real_whole_file_import_round_trip(real_mirrors, tmp_path):
     store = _Store()
     layers = compute_layers(store, manifest, str(ROOT))
     exported = tmp_path / "exported"
-    assert runner.invoke(main, ["-C", str(ROOT), "export", str(exported)]).exit_code == 0
+    assert (
+        runner.invoke(main, ["-C", str(ROOT), "export", str(exported)]).exit_code == 0
+    )
     differ = [p for *_r, p in store.diff_tree(layers.pin, layers.patched)]
-    assert len(differ) > 100  # 123 at pin 3a621991 (docs/import.md); the overlay now holds what it holds
+    assert (
+        len(differ) > 100
+    )  # 123 at pin 3a621991 (docs/import.md); the overlay now holds what it holds
     whole = tmp_path / "whole"
     for path in differ:
         (whole / path).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(exported / path, whole / path)
     # The record of this repository's own overlay: its fork commit, merge base and pin.
-    (whole / "UPSTREAM").write_text(f"source: https://github.com/NripeshN/mlx\nbranch: rocm-support\n"
-                                    f"commit: {manifest.fork_commit}\nfork_upstream_merge_base: {manifest.merge_base}\n"
-                                    f"retargeted_to_mlx_pin: {manifest.pin}\n")
+    (whole / "UPSTREAM").write_text(
+        f"source: https://github.com/NripeshN/mlx\nbranch: rocm-support\n"
+        f"commit: {manifest.fork_commit}\nfork_upstream_merge_base: {manifest.merge_base}\n"
+        f"retargeted_to_mlx_pin: {manifest.pin}\n"
+    )
     shutil.copy(ROOT / "LOCAL_FIXES.md", whole / "LOCAL_FIXES.md")
     target = tmp_path / "target"
     target.mkdir()
     subprocess.run(["git", "init", "-q", str(target)], check=True)
-    result = runner.invoke(main, ["-C", str(target), "import", "whole-file", str(whole), "--format", "json"])
+    result = runner.invoke(
+        main,
+        ["-C", str(target), "import", "whole-file", str(whole), "--format", "json"],
+    )
     assert result.exit_code == 0, result.output
     import json
 
     report = json.loads(result.output)
     assert report["findings"] == [] and report["round_trip"]["equal"]
-    assert report["round_trip"]["patched"] == layers.patched  # the very tree this overlay makes
-    assert len([f for f in report["files"] if f["kind"] not in ("skipped", "ignored")]) == len(differ)
+    assert (
+        report["round_trip"]["patched"] == layers.patched
+    )  # the very tree this overlay makes
+    assert len(
+        [f for f in report["files"] if f["kind"] not in ("skipped", "ignored")]
+    ) == len(differ)
 
     again = tmp_path / "again"
     assert runner.invoke(main, ["-C", str(target), "export", str(again)]).exit_code == 0
@@ -179,9 +219,18 @@ def test_real_whole_file_import_round_trip(real_mirrors, tmp_path):
     for path in differ:
         (by_hand / path).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(whole / path, by_hand / path)
-    mine = {str(p.relative_to(again)): p.read_bytes() for p in again.rglob("*")
-            if p.is_file() and not p.name.startswith(".overlay-export")}
-    theirs = {str(p.relative_to(by_hand)): p.read_bytes() for p in by_hand.rglob("*") if p.is_file()}
+    mine = {
+        str(p.relative_to(again)): p.read_bytes()
+        for p in again.rglob("*")
+        if p.is_file() and not p.name.startswith(".overlay-export")
+    }
+    theirs = {
+        str(p.relative_to(by_hand)): p.read_bytes()
+        for p in by_hand.rglob("*")
+        if p.is_file()
+    }
     assert mine == theirs
     verified = runner.invoke(main, ["-C", str(target), "verify"])
-    assert verified.exit_code == 0 and "no findings" in verified.output.lower(), verified.output
+    assert verified.exit_code == 0 and "no findings" in verified.output.lower(), (
+        verified.output
+    )

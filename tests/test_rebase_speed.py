@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 import tomlkit
-
 from gitfixtures import MANIFEST
+
 from overlay import layers
 from overlay.gitstore import Store
 from overlay.manifest import load_manifest, set_pins
@@ -21,56 +21,99 @@ NEW = ("a" * 40, "b" * 40, "c" * 40)
 
 def with_tomlkit(text: str, pin: str, fork: str, base: str) -> str:
     doc = tomlkit.parse(text)
-    doc["upstream"]["pin"], doc["fork"]["commit"], doc["fork"]["merge-base"] = pin, fork, base
+    doc["upstream"]["pin"], doc["fork"]["commit"], doc["fork"]["merge-base"] = (
+        pin,
+        fork,
+        base,
+    )
     return tomlkit.dumps(doc)
 
 
 def _fixture_manifest() -> str:
-    return MANIFEST.format(upstream="/up", fork_url="/fork", pin="1" * 40, fork="2" * 40, base="3" * 40,
-                           closing="Closing.")
+    return MANIFEST.format(
+        upstream="/up",
+        fork_url="/fork",
+        pin="1" * 40,
+        fork="2" * 40,
+        base="3" * 40,
+        closing="Closing.",
+    )
 
 
-@pytest.mark.parametrize("text", [
-    (ROOT / "patches-rocm" / "overlay.toml").read_text(),
-    _fixture_manifest(),
-    _fixture_manifest().replace('pin = "', 'pin="').replace("\n", "\r\n"),
-    _fixture_manifest().replace('commit = "2', '  commit   =   "2').replace("# the pin", "#the pin  "),
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        (ROOT / "patches-rocm" / "overlay.toml").read_text(),
+        _fixture_manifest(),
+        _fixture_manifest().replace('pin = "', 'pin="').replace("\n", "\r\n"),
+        _fixture_manifest()
+        .replace('commit = "2', '  commit   =   "2')
+        .replace("# the pin", "#the pin  "),
+    ],
+)
 def test_set_pins_writes_what_tomlkit_writes(text):
     assert set_pins(text, *NEW) == with_tomlkit(text, *NEW)
 
 
-@pytest.mark.parametrize("change", [
-    lambda t: t.replace('pin = "' + "1" * 40 + '"', "pin = '" + "1" * 40 + "'"),  # a literal string
-    lambda t: t.replace("[upstream]\n", "[upstream]\n").replace('pin = "', 'pin = "' + "1" * 40 + '"\npin2 = "'),
-    lambda t: t + '\n[extra]\npin = "' + "4" * 40 + '"\n',  # a pin key elsewhere is not ours, stays as it is
-    lambda t: t.replace("[upstream]\n", "").replace('url = "/up"', 'upstream.url = "/up"')
-    .replace('pin = "', 'upstream.pin = "'),  # dotted keys
-])
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda t: t.replace(
+            'pin = "' + "1" * 40 + '"', "pin = '" + "1" * 40 + "'"
+        ),  # a literal string
+        lambda t: t.replace("[upstream]\n", "[upstream]\n").replace(
+            'pin = "', 'pin = "' + "1" * 40 + '"\npin2 = "'
+        ),
+        lambda t: (
+            t + '\n[extra]\npin = "' + "4" * 40 + '"\n'
+        ),  # a pin key elsewhere is not ours, stays as it is
+        lambda t: (
+            t.replace("[upstream]\n", "")
+            .replace('url = "/up"', 'upstream.url = "/up"')
+            .replace('pin = "', 'upstream.pin = "')
+        ),  # dotted keys
+    ],
+)
 def test_set_pins_leaves_anything_else_to_tomlkit(change):
     text = change(_fixture_manifest())
     got = set_pins(text, *NEW)
     assert got is None or got == with_tomlkit(text, *NEW)
 
 
-def test_a_second_merge_of_the_same_commits_is_read_from_the_store(overlay, monkeypatch):
+def test_a_second_merge_of_the_same_commits_is_read_from_the_store(
+    overlay, monkeypatch
+):
     store = Store()
     m = load_manifest(str(overlay.root))
     w = overlay.world
     layers.ensure_commits(store, m)
     for pin in (w.pin_conflict, w.pin_clean):
         store.ensure_commit(pin, ["upstream"])
-    first = layers.merge_fork_delta(store, m.merge_base, w.pin_conflict, m.fork_commit, m.carry)
+    first = layers.merge_fork_delta(
+        store, m.merge_base, w.pin_conflict, m.fork_commit, m.carry
+    )
     assert first.stages  # the conflict world: stages must survive the cache
     merges = []
     real = Store.merge_trees
-    monkeypatch.setattr(Store, "merge_trees", lambda self, *a, **k: merges.append(a) or real(self, *a, **k))
-    again = layers.merge_fork_delta(store, m.merge_base, w.pin_conflict, m.fork_commit, m.carry)
+    monkeypatch.setattr(
+        Store,
+        "merge_trees",
+        lambda self, *a, **k: merges.append(a) or real(self, *a, **k),
+    )
+    again = layers.merge_fork_delta(
+        store, m.merge_base, w.pin_conflict, m.fork_commit, m.carry
+    )
     assert again == first and merges == []
     # Another pin: merged, but the carried delta is not rebuilt.
     edits = []
-    monkeypatch.setattr(Store, "edit_tree", lambda self, *a, **k: edits.append(a) or pytest.fail("rebuilt"))
-    other = layers.merge_fork_delta(store, m.merge_base, w.pin_clean, m.fork_commit, m.carry)
+    monkeypatch.setattr(
+        Store,
+        "edit_tree",
+        lambda self, *a, **k: edits.append(a) or pytest.fail("rebuilt"),
+    )
+    other = layers.merge_fork_delta(
+        store, m.merge_base, w.pin_clean, m.fork_commit, m.carry
+    )
     assert len(merges) == 1 and other.tree != first.tree
     monkeypatch.undo()
     # A damaged record is merged again; another callable than Carry is not cached.
@@ -78,8 +121,18 @@ def test_a_second_merge_of_the_same_commits_is_read_from_the_store(overlay, monk
         for name in files:
             with open(os.path.join(top, name), "w") as fh:
                 json.dump({"tree": 5}, fh)
-    assert layers.merge_fork_delta(store, m.merge_base, w.pin_conflict, m.fork_commit, m.carry) == first
-    assert layers.merge_fork_delta(store, m.merge_base, w.pin_conflict, m.fork_commit, lambda p: m.carry(p)) == first
+    assert (
+        layers.merge_fork_delta(
+            store, m.merge_base, w.pin_conflict, m.fork_commit, m.carry
+        )
+        == first
+    )
+    assert (
+        layers.merge_fork_delta(
+            store, m.merge_base, w.pin_conflict, m.fork_commit, lambda p: m.carry(p)
+        )
+        == first
+    )
 
 
 def test_ancestry_answers_are_remembered(overlay, monkeypatch, tmp_path):
@@ -88,11 +141,17 @@ def test_ancestry_answers_are_remembered(overlay, monkeypatch, tmp_path):
     layers.ensure_commits(store, m)
     w = overlay.world
     store.ensure_commit(w.pin_clean, ["upstream"])
-    assert store.is_ancestor(m.merge_base, m.fork_commit) and not store.is_ancestor(m.fork_commit, m.merge_base)
+    assert store.is_ancestor(m.merge_base, m.fork_commit) and not store.is_ancestor(
+        m.fork_commit, m.merge_base
+    )
     assert store.merge_base(m.fork_commit, w.pin_clean) == m.merge_base
     again = Store()  # another process: read from the store's file
-    monkeypatch.setattr(Store, "git", lambda self, *a, **k: pytest.fail(f"git {a} ran again"))
-    assert again.is_ancestor(m.merge_base, m.fork_commit) and not again.is_ancestor(m.fork_commit, m.merge_base)
+    monkeypatch.setattr(
+        Store, "git", lambda self, *a, **k: pytest.fail(f"git {a} ran again")
+    )
+    assert again.is_ancestor(m.merge_base, m.fork_commit) and not again.is_ancestor(
+        m.fork_commit, m.merge_base
+    )
     assert again.merge_base(m.fork_commit, w.pin_clean) == m.merge_base
     monkeypatch.undo()
     missing = "e" * 40  # git cannot answer: nothing is remembered

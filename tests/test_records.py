@@ -15,25 +15,32 @@ import os
 
 import pytest
 from click.testing import CliRunner
+from fuzzlib import hang_guard
+from test_verify import PATCH, clean  # noqa: F401  (the verify-clean overlay fixture)
 
 from overlay import fsutil
 from overlay.checks import verify
 from overlay.cli import main
 from overlay.errors import ManifestError, PatchFormatError
-from overlay.fsutil import RecordError, RecordMissing, read_record, read_record_dir, scan_record_dir
+from overlay.fsutil import (
+    RecordError,
+    RecordMissing,
+    read_record,
+    read_record_dir,
+    scan_record_dir,
+)
 from overlay.gitstore import Store
 from overlay.manifest import load_manifest
 from overlay.series import load_patch, read_series
-
-from fuzzlib import hang_guard
-from test_verify import PATCH, clean  # noqa: F401  (the verify-clean overlay fixture)
 
 
 def run(root, *args):
     with hang_guard():
         result = CliRunner().invoke(main, ["-C", str(root), *args])
     assert "Traceback" not in result.output, result.output
-    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(
+        result.exception
+    )
     return result
 
 
@@ -66,11 +73,14 @@ def test_read_record_regular_file_and_inside_symlink(tmp_path):
         read_record(tmp_path, "a/below")  # a parent that is a file
 
 
-@pytest.mark.parametrize("target,message", [
-    ("/etc/passwd", "outside the repository"),
-    ("/dev/zero", "outside the repository"),
-    ("../outside", "outside the repository"),
-])
+@pytest.mark.parametrize(
+    "target,message",
+    [
+        ("/etc/passwd", "outside the repository"),
+        ("/dev/zero", "outside the repository"),
+        ("../outside", "outside the repository"),
+    ],
+)
 def test_read_record_refuses_links_out(tmp_path, target, message):
     repo = tmp_path / "repo"
     repo.mkdir()
@@ -106,7 +116,10 @@ def test_read_record_size_cap(tmp_path):
 
 
 def test_decode_error_names_file_and_offset():
-    with pytest.raises(RecordError, match=r"^patches-rocm/series: series is not UTF-8: .* at byte 6 \(line 2\)$"):
+    with pytest.raises(
+        RecordError,
+        match=r"^patches-rocm/series: series is not UTF-8: .* at byte 6 \(line 2\)$",
+    ):
         fsutil.decode_record(b"a.pat\n\xff\n", "patches-rocm/series", what="series")
 
 
@@ -119,10 +132,16 @@ def test_scan_record_dir_refuses_links_and_special_files(tmp_path):
     (base / "linkdir").symlink_to(tmp_path)
     os.mkfifo(base / "fifo")
     with hang_guard():
-        files, errors = scan_record_dir(tmp_path, "patches-rocm/resolved", what="resolution")
+        files, errors = scan_record_dir(
+            tmp_path, "patches-rocm/resolved", what="resolution"
+        )
     assert files == {"mlx/ok.cpp": b"ok\n"}
-    assert sorted(e.rel for e in errors) == ["patches-rocm/resolved/fifo", "patches-rocm/resolved/linkdir",
-                                             "patches-rocm/resolved/mlx/inside", "patches-rocm/resolved/mlx/passwd"]
+    assert sorted(e.rel for e in errors) == [
+        "patches-rocm/resolved/fifo",
+        "patches-rocm/resolved/linkdir",
+        "patches-rocm/resolved/mlx/inside",
+        "patches-rocm/resolved/mlx/passwd",
+    ]
     with pytest.raises(RecordError):
         read_record_dir(tmp_path, "patches-rocm/resolved")
     assert scan_record_dir(tmp_path, "absent") == ({}, [])
@@ -148,18 +167,31 @@ def test_resolution_symlink_to_etc_passwd_is_not_read(clean, world):
     assert Store().git("cat-file", "-e", blob, check=False).returncode != 0
 
 
-@pytest.mark.parametrize("record", ["patches-rocm/series", "patches-rocm/overlay.toml", "LOCAL_FIXES.md",
-                                    f"patches-rocm/{PATCH}"])
+@pytest.mark.parametrize(
+    "record",
+    [
+        "patches-rocm/series",
+        "patches-rocm/overlay.toml",
+        "LOCAL_FIXES.md",
+        f"patches-rocm/{PATCH}",
+    ],
+)
 def test_record_symlinked_to_dev_zero_is_one_line(clean, record):
     """Issue 13 item 2: a record linked to /dev/zero was read until MemoryError."""
     path = clean.root / record
     path.unlink()
     path.symlink_to("/dev/zero")
-    commands = [["fix", "list"]] if record == "LOCAL_FIXES.md" else [["status"], ["export", str(clean.root / "out")]]
+    commands = (
+        [["fix", "list"]]
+        if record == "LOCAL_FIXES.md"
+        else [["status"], ["export", str(clean.root / "out")]]
+    )
     for command in commands:
         result = run(clean.root, *command)
         assert result.exit_code == 2, result.output
-        assert "outside the repository" in one_line(result) or "symlink" in one_line(result)
+        assert "outside the repository" in one_line(result) or "symlink" in one_line(
+            result
+        )
     result = run(clean.root, "verify")
     assert result.exit_code in (1, 2), result.output
     if result.exit_code == 2:
@@ -196,11 +228,15 @@ def test_series_entry_name_too_long(clean):
 
 def test_non_utf8_series_is_one_line(clean):
     """Issue 13 item 6: a non-UTF-8 series gave a UnicodeDecodeError traceback."""
-    (clean.root / "patches-rocm" / "series").write_bytes(PATCH.encode() + b"\n\xff\xfe\n")
+    (clean.root / "patches-rocm" / "series").write_bytes(
+        PATCH.encode() + b"\n\xff\xfe\n"
+    )
     result = run(clean.root, "status")
     assert result.exit_code == 2
-    assert one_line(result) == ("overlay: patches-rocm/series: series is not UTF-8: invalid start byte "
-                                f"at byte {len(PATCH) + 1} (line 2)")
+    assert one_line(result) == (
+        "overlay: patches-rocm/series: series is not UTF-8: invalid start byte "
+        f"at byte {len(PATCH) + 1} (line 2)"
+    )
     assert ("SER014", "patches-rocm/series") in codes(clean.root)
     with pytest.raises(RecordError):
         read_series(str(clean.root))
@@ -230,7 +266,9 @@ def test_manifest_not_utf8_and_nested_toml(clean):
     manifest = clean.root / "patches-rocm" / "overlay.toml"
     text = manifest.read_bytes()
     manifest.write_bytes(text + b"# \xff\n")
-    with pytest.raises(ManifestError, match=r"not UTF-8: invalid start byte at byte \d+ \(line \d+\)"):
+    with pytest.raises(
+        ManifestError, match=r"not UTF-8: invalid start byte at byte \d+ \(line \d+\)"
+    ):
         load_manifest(str(clean.root))
     manifest.write_bytes(text + b"x = " + b"[" * 5000 + b"]" * 5000 + b"\n")
     result = run(clean.root, "verify")
@@ -257,6 +295,7 @@ def test_hunk_header_number_of_5000_digits_is_one_line(clean):
 
 def test_suites_toml_symlinked_out_and_nested(tmp_path):
     from overlay.suites.config import SuiteConfigError, load_suites
+
     repo = tmp_path / "repo"
     (repo / "patches-rocm" / "suites").mkdir(parents=True)
     path = repo / "patches-rocm" / "suites" / "suites.toml"

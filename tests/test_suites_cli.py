@@ -20,7 +20,9 @@ def child(script, *args):
 
 
 def invoke(*args, env=NO_GPU):
-    return CliRunner().invoke(suite, [str(a) for a in args], env=env, catch_exceptions=False)
+    return CliRunner().invoke(
+        suite, [str(a) for a in args], env=env, catch_exceptions=False
+    )
 
 
 @pytest.fixture
@@ -30,8 +32,9 @@ def suites_file(tmp_path):
         f"[suites.clean]\nchild = {json.dumps(child('flaky.py', 0.0))}\nruns = 3\n"
         '[[suites.clean.markers]]\nstream = "stdout"\ntext = "overlay-suite: done"\nexpect = "exactly 1"\n'
         f"[suites.flaky]\nchild = {json.dumps(child('flaky.py', 0.3, 'd'))}\n"
-        f"[suites.gpu]\nchild = \"not_built\"\nbackend = \"rocm\"\nhardware = \"amd-gpu\"\nproves = 2\n"
-        f"[suites.missing]\nchild = \"not_built_either\"\nruns = 1\n")
+        f'[suites.gpu]\nchild = "not_built"\nbackend = "rocm"\nhardware = "amd-gpu"\nproves = 2\n'
+        f'[suites.missing]\nchild = "not_built_either"\nruns = 1\n'
+    )
     return path
 
 
@@ -43,7 +46,9 @@ def test_plan_prints_four_for_seed_003():
     assert "0.0081" in lines[1]
     q = invoke("plan", "--baseline", "0.7", "--confidence", "0.99", "--quiet")
     assert q.output == "4\n"
-    assert invoke("plan", "--baseline", "0.7", "-q").output == "4\n"     # default confidence 0.99
+    assert (
+        invoke("plan", "--baseline", "0.7", "-q").output == "4\n"
+    )  # default confidence 0.99
 
 
 def test_plan_bad_baseline_is_usage_error():
@@ -56,18 +61,39 @@ def test_list_repository_suites_without_gpu():
     r = invoke("--suites", REPO / "patches-rocm" / "suites" / "suites.toml", "list")
     assert r.exit_code == 0
     assert "would be SKIPPED: needs amd-gpu" in r.output
-    data = json.loads(invoke("--suites", REPO / "patches-rocm" / "suites" / "suites.toml",
-                             "list", "--format", "json").output)
+    data = json.loads(
+        invoke(
+            "--suites",
+            REPO / "patches-rocm" / "suites" / "suites.toml",
+            "list",
+            "--format",
+            "json",
+        ).output
+    )
     runs_here = {d["name"]: d["runs_here"] for d in data}
-    assert runs_here == {"rocblas_handle_concurrency": False, "hipblaslt_concurrency": False,
-                         "pinned_alias": False, "pinned_alias_cuda": False,
-                         "hipblaslt_race_ws_tsan": False, "hipblaslt_race_ws0_tsan": False,
-                         "hipblaslt_race_ws_asan": False, "hipblaslt_race_ws0_asan": False,
-                         "racelab_model": False, "rocblas_race_ws_tsan": False, "rocblas_race_ws0_tsan": False,
-                         "rocblas_race_ws_asan": False, "rocblas_race_ws0_asan": False}
+    assert runs_here == {
+        "rocblas_handle_concurrency": False,
+        "hipblaslt_concurrency": False,
+        "pinned_alias": False,
+        "pinned_alias_cuda": False,
+        "hipblaslt_race_ws_tsan": False,
+        "hipblaslt_race_ws0_tsan": False,
+        "hipblaslt_race_ws_asan": False,
+        "hipblaslt_race_ws0_asan": False,
+        "racelab_model": False,
+        "rocblas_race_ws_tsan": False,
+        "rocblas_race_ws0_tsan": False,
+        "rocblas_race_ws_asan": False,
+        "rocblas_race_ws0_asan": False,
+    }
     skips = {d["name"]: d["skip_reason"] for d in data}
-    assert skips["racelab_model"] == "needs the race-lab host model's toolchain: OVERLAY_SUITE_MODELS='none'"
-    text = invoke("--suites", REPO / "patches-rocm" / "suites" / "suites.toml", "list").output
+    assert (
+        skips["racelab_model"]
+        == "needs the race-lab host model's toolchain: OVERLAY_SUITE_MODELS='none'"
+    )
+    text = invoke(
+        "--suites", REPO / "patches-rocm" / "suites" / "suites.toml", "list"
+    ).output
     assert "child: hipblaslt_race_tsan  race-lab: host model, not a GPU result" in text
 
 
@@ -81,32 +107,71 @@ def test_run_exit_codes(suites_file, tmp_path):
     assert bad.exit_code == 1
     assert "3 of 10 failed, 95% interval [0.0667, 0.6525]; fail 3" in bad.output
     # --runs overrides the suite's count: runs 1-9 of seed d hold two failures.
-    fewer = invoke("--suites", suites_file, "run", "flaky", "--runs", "9", "--format", "json", "--results", res)
+    fewer = invoke(
+        "--suites",
+        suites_file,
+        "run",
+        "flaky",
+        "--runs",
+        "9",
+        "--format",
+        "json",
+        "--results",
+        res,
+    )
     data = json.loads(fewer.output)
-    assert (data["suites"][0]["summary"]["runs"], data["suites"][0]["summary"]["failed"]) == (9, 2)
+    assert (
+        data["suites"][0]["summary"]["runs"],
+        data["suites"][0]["summary"]["failed"],
+    ) == (9, 2)
     assert fewer.exit_code == 1
 
 
 def test_run_usage_errors(suites_file, tmp_path):
-    r = CliRunner().invoke(suite, ["--suites", str(suites_file), "run", "nope", "--results", str(tmp_path)],
-                           env=NO_GPU)
+    r = CliRunner().invoke(
+        suite,
+        ["--suites", str(suites_file), "run", "nope", "--results", str(tmp_path)],
+        env=NO_GPU,
+    )
     assert r.exit_code == 2 and 'overlay: unknown suite "nope"' in r.output
-    r = CliRunner().invoke(suite, ["--suites", str(suites_file), "run", "missing", "--results", str(tmp_path)],
-                           env=NO_GPU)
+    r = CliRunner().invoke(
+        suite,
+        ["--suites", str(suites_file), "run", "missing", "--results", str(tmp_path)],
+        env=NO_GPU,
+    )
     assert r.exit_code == 2 and "not_built_either" in r.output and "hint:" in r.output
-    r = CliRunner().invoke(suite, ["--suites", str(tmp_path / "absent.toml"), "list"], env=NO_GPU)
+    r = CliRunner().invoke(
+        suite, ["--suites", str(tmp_path / "absent.toml"), "list"], env=NO_GPU
+    )
     assert r.exit_code == 2 and "no such file" in r.output
-    r = CliRunner().invoke(suite, ["--suites", str(suites_file), "run", "clean", "--runs", "0"], env=NO_GPU)
+    r = CliRunner().invoke(
+        suite, ["--suites", str(suites_file), "run", "clean", "--runs", "0"], env=NO_GPU
+    )
     assert r.exit_code == 2
 
 
 def test_run_junit_output_file(suites_file, tmp_path):
     out = tmp_path / "suites.xml"
-    r = invoke("--suites", suites_file, "run", "clean", "gpu", "--format", "junit", "-o", out,
-               "--results", tmp_path / "res")
+    r = invoke(
+        "--suites",
+        suites_file,
+        "run",
+        "clean",
+        "gpu",
+        "--format",
+        "junit",
+        "-o",
+        out,
+        "--results",
+        tmp_path / "res",
+    )
     assert r.exit_code == 0
     root = ET.parse(out).getroot()
-    assert (root.get("tests"), root.get("failures"), root.get("skipped")) == ("4", "0", "1")
+    assert (root.get("tests"), root.get("failures"), root.get("skipped")) == (
+        "4",
+        "0",
+        "1",
+    )
     assert out.read_text() == r.output
 
 
@@ -117,10 +182,23 @@ def test_repository_suites_with_a_built_child_dir(tmp_path):
     prog = bin_dir / "pinned_alias"
     prog.write_text("#!/bin/sh\necho 'overlay-suite: done'\n")
     prog.chmod(0o755)
-    r = CliRunner().invoke(suite, ["--suites", str(REPO / "patches-rocm" / "suites" / "suites.toml"), "run",
-                                   "--runs", "2", "--child-dir", str(bin_dir), "--results", str(tmp_path / "res"),
-                                   "--format", "json"],
-                           env={"OVERLAY_SUITE_HARDWARE": "nvidia-gpu", "OVERLAY_BACKEND": "cuda"})
+    r = CliRunner().invoke(
+        suite,
+        [
+            "--suites",
+            str(REPO / "patches-rocm" / "suites" / "suites.toml"),
+            "run",
+            "--runs",
+            "2",
+            "--child-dir",
+            str(bin_dir),
+            "--results",
+            str(tmp_path / "res"),
+            "--format",
+            "json",
+        ],
+        env={"OVERLAY_SUITE_HARDWARE": "nvidia-gpu", "OVERLAY_BACKEND": "cuda"},
+    )
     assert r.exit_code == 0, r.output
     by_name = {s["suite"]: s for s in json.loads(r.output)["suites"]}
     assert by_name["pinned_alias_cuda"]["status"] == "ran"
@@ -139,16 +217,27 @@ LAB = {"OVERLAY_SUITE_HARDWARE": "none", "OVERLAY_SUITE_MODELS": "race-lab"}
 def lab_suites(tmp_path):
     path = tmp_path / "suites.toml"
     path.write_text(
-        f"[suites.lab]\nchild = {json.dumps(child('reports.py', 0))}\nruns = 2\nmodel = \"race-lab\"\n"
+        f'[suites.lab]\nchild = {json.dumps(child("reports.py", 0))}\nruns = 2\nmodel = "race-lab"\n'
         'backend = "cpu"\nproves = 2\n'
         '[[suites.lab.markers]]\nstream = "stdout"\ntext = "overlay-suite: done"\nexpect = "exactly 1"\n'
-        f"[suites.clean]\nchild = {json.dumps(child('flaky.py', 0.0))}\nruns = 1\n")
+        f"[suites.clean]\nchild = {json.dumps(child('flaky.py', 0.0))}\nruns = 1\n"
+    )
     return path
 
 
 def test_run_host_models_only_and_their_skip(lab_suites, tmp_path):
     res = tmp_path / "res"
-    r = invoke("--suites", lab_suites, "run", "--host-models", "--results", res, "--child-dir", tmp_path, env=LAB)
+    r = invoke(
+        "--suites",
+        lab_suites,
+        "run",
+        "--host-models",
+        "--results",
+        res,
+        "--child-dir",
+        tmp_path,
+        env=LAB,
+    )
     assert r.exit_code == 0, r.output
     assert "lab    PASSED   0 of 2 failed" in r.output and "clean" not in r.output
     assert "race-lab: host model, not a GPU result" in r.output
@@ -161,7 +250,9 @@ def test_run_host_models_only_and_their_skip(lab_suites, tmp_path):
     assert none.exit_code == 2 and "no host-model suite selected" in none.output
 
 
-def test_host_model_suites_build_the_lab_when_no_child_dir_is_given(lab_suites, tmp_path, monkeypatch):
+def test_host_model_suites_build_the_lab_when_no_child_dir_is_given(
+    lab_suites, tmp_path, monkeypatch
+):
     """Without --child-dir, run and ab build the race lab (here a stand-in) and run from there."""
     from overlay.suites import racelab
 
@@ -169,36 +260,100 @@ def test_host_model_suites_build_the_lab_when_no_child_dir_is_given(lab_suites, 
 
     def fake_build(root, store, layer="patched", **kw):
         built.append(layer)
-        return racelab.LabBuild(out_dir=str(tmp_path / layer), tree="0" * 40, label=layer, programs=[],
-                                compiled=0, seconds=0.0)
+        return racelab.LabBuild(
+            out_dir=str(tmp_path / layer),
+            tree="0" * 40,
+            label=layer,
+            programs=[],
+            compiled=0,
+            seconds=0.0,
+        )
 
     monkeypatch.setattr(racelab, "build_layer", fake_build)
     monkeypatch.setattr("overlay.suites.cli._store", lambda: None)
-    r = invoke("--suites", lab_suites, "run", "lab", "clean", "--results", tmp_path / "res", env=LAB)
+    r = invoke(
+        "--suites",
+        lab_suites,
+        "run",
+        "lab",
+        "clean",
+        "--results",
+        tmp_path / "res",
+        env=LAB,
+    )
     assert r.exit_code == 0, r.output
-    assert built == ["patched"]          # once, for the host-model suite only
-    ab = invoke("--suites", lab_suites, "ab", "lab", "--without-layer", "forked", "--runs", "2",
-                "--results", tmp_path / "res", env=LAB)
+    assert built == ["patched"]  # once, for the host-model suite only
+    ab = invoke(
+        "--suites",
+        lab_suites,
+        "ab",
+        "lab",
+        "--without-layer",
+        "forked",
+        "--runs",
+        "2",
+        "--results",
+        tmp_path / "res",
+        env=LAB,
+    )
     # The child is an absolute argv (python), so both columns run it: a guard, on a host model.
     assert ab.exit_code == 0, ab.output
-    assert built == ["patched", "forked", "patched"]   # fix removed, then with fix
+    assert built == ["patched", "forked", "patched"]  # fix removed, then with fix
     assert "GUARD: " in ab.output and "HOST-MODEL: " in ab.output
-    both = invoke("--suites", lab_suites, "ab", "lab", "--without-layer", "forked", "--without-child", "x", env=LAB)
+    both = invoke(
+        "--suites",
+        lab_suites,
+        "ab",
+        "lab",
+        "--without-layer",
+        "forked",
+        "--without-child",
+        "x",
+        env=LAB,
+    )
     assert both.exit_code == 2 and "give exactly one of" in both.output
 
 
 def test_env_option_sets_a_variable_on_top_of_the_suite_and_is_recorded(tmp_path):
     path = tmp_path / "suites.toml"
     script = tmp_path / "show.py"
-    script.write_text("import os\nprint(os.environ.get('X'), os.environ.get('Y'))\nprint('overlay-suite: done')\n")
-    path.write_text(f"[suites.e]\nchild = {json.dumps([sys.executable, str(script)])}\nruns = 1\n"
-                    'env-set = { X = "suite" }\nenv-remove = ["Y"]\n')
-    r = invoke("--suites", path, "run", "e", "--env", "X=cli", "--env", "Y=back", "--format", "json",
-               "--results", tmp_path / "res")
+    script.write_text(
+        "import os\nprint(os.environ.get('X'), os.environ.get('Y'))\nprint('overlay-suite: done')\n"
+    )
+    path.write_text(
+        f"[suites.e]\nchild = {json.dumps([sys.executable, str(script)])}\nruns = 1\n"
+        'env-set = { X = "suite" }\nenv-remove = ["Y"]\n'
+    )
+    r = invoke(
+        "--suites",
+        path,
+        "run",
+        "e",
+        "--env",
+        "X=cli",
+        "--env",
+        "Y=back",
+        "--format",
+        "json",
+        "--results",
+        tmp_path / "res",
+    )
     assert r.exit_code == 0, r.output
     data = json.loads(r.output)["suites"][0]
-    assert data["settings"]["env_set"] == {"X": "cli", "Y": "back"} and data["settings"]["env_remove"] == []
+    assert (
+        data["settings"]["env_set"] == {"X": "cli", "Y": "back"}
+        and data["settings"]["env_remove"] == []
+    )
     out = Path(data["directory"]) / "run-001.out"
     assert out.read_text().splitlines()[0] == "cli back"
-    bad = invoke("--suites", path, "run", "e", "--env", "no-equals", "--results", tmp_path / "res")
+    bad = invoke(
+        "--suites",
+        path,
+        "run",
+        "e",
+        "--env",
+        "no-equals",
+        "--results",
+        tmp_path / "res",
+    )
     assert bad.exit_code == 2 and "expected NAME=VALUE" in bad.output

@@ -32,8 +32,11 @@ from overlay.suites.runner import (
 )
 
 CHILDREN = Path(__file__).resolve().parent / "children"
-NO_GPU = Platform(hardware=frozenset(), backends=frozenset({"cpu"}), reasons={"amd-gpu": "test: no AMD GPU",
-                                                                             "nvidia-gpu": "test: no NVIDIA GPU"})
+NO_GPU = Platform(
+    hardware=frozenset(),
+    backends=frozenset({"cpu"}),
+    reasons={"amd-gpu": "test: no AMD GPU", "nvidia-gpu": "test: no NVIDIA GPU"},
+)
 
 
 def child(script, *args):
@@ -46,13 +49,19 @@ def make_suite(name="s", argv=None, **fields):
     markers = fields.pop("markers", [])
     for k, v in fields.items():
         if isinstance(v, dict):
-            v_text = "{ " + ", ".join(f"{a} = {json.dumps(b)}" for a, b in v.items()) + " }"
+            v_text = (
+                "{ " + ", ".join(f"{a} = {json.dumps(b)}" for a, b in v.items()) + " }"
+            )
         else:
             v_text = json.dumps(v)
         lines.append(f"{k} = {v_text}")
     for stream, text, expect in markers:
-        lines += [f"[[suites.{name}.markers]]", f"stream = {json.dumps(stream)}",
-                  f"text = {json.dumps(text)}", f"expect = {json.dumps(expect)}"]
+        lines += [
+            f"[[suites.{name}.markers]]",
+            f"stream = {json.dumps(stream)}",
+            f"text = {json.dumps(text)}",
+            f"expect = {json.dumps(expect)}",
+        ]
     return parse_suites("\n".join(lines) + "\n")[name]
 
 
@@ -95,9 +104,13 @@ def test_flaky_counts_kinds_interval_and_files(tmp_path):
     assert (d / "run-001.err").read_text() == "flaky: run 1 failed\n"
     assert (d / "run-003.out").read_text() == "overlay-suite: done\n"
     assert sorted(p.name for p in d.iterdir()) == sorted(
-        [f"run-{i:03d}.{e}" for i in range(1, 11) for e in ("out", "err")] + ["result.json"])
+        [f"run-{i:03d}.{e}" for i in range(1, 11) for e in ("out", "err")]
+        + ["result.json"]
+    )
     stored = json.loads((d / "result.json").read_text())
-    assert stored["summary"]["failed"] == 3 and stored["summary"]["kinds"] == {"fail": 3}
+    assert stored["summary"]["failed"] == 3 and stored["summary"]["kinds"] == {
+        "fail": 3
+    }
     again = load_result(str(d))
     assert (again.n, again.failed, again.kinds()) == (10, 3, {"fail": 3})
     text = render_results([r])
@@ -109,7 +122,9 @@ def test_all_pass_and_zero_interval(tmp_path):
     r = run_suite(s, str(tmp_path), platform=NO_GPU)
     assert (r.n, r.failed, r.kinds()) == (10, 0, {})
     assert [round(x, 4) for x in r.interval()] == [0.0, 0.3085]
-    assert "PASSED   0 of 10 failed, 95% interval [0.0000, 0.3085]" in render_results([r])
+    assert "PASSED   0 of 10 failed, 95% interval [0.0000, 0.3085]" in render_results(
+        [r]
+    )
 
 
 def test_hang_is_killed_at_the_deadline(tmp_path):
@@ -133,21 +148,40 @@ def test_death_by_signal_is_a_crash(tmp_path, sig):
 
 
 def test_marker_printed_twice(tmp_path):
-    s = make_suite("twice", child("marker_twice.py"), runs=3,
-                   markers=[("stderr", "[hipBLASLt caps] device", "exactly 1"), DONE])
+    s = make_suite(
+        "twice",
+        child("marker_twice.py"),
+        runs=3,
+        markers=[("stderr", "[hipBLASLt caps] device", "exactly 1"), DONE],
+    )
     r = run_suite(s, str(tmp_path), platform=NO_GPU)
     assert r.kinds() == {"marker": 3}
     assert r.runs[0].returncode == 0
-    assert r.runs[0].marker_failures == ['stderr "[hipBLASLt caps] device": expected exactly 1, saw 2']
+    assert r.runs[0].marker_failures == [
+        'stderr "[hipBLASLt caps] device": expected exactly 1, saw 2'
+    ]
     # "at least 2" and "never" on the same output.
-    s2 = make_suite("twice2", child("marker_twice.py"), runs=1,
-                    markers=[("stderr", "[hipBLASLt caps] device", "at least 2"), ("stdout", "Warning", "never")])
+    s2 = make_suite(
+        "twice2",
+        child("marker_twice.py"),
+        runs=1,
+        markers=[
+            ("stderr", "[hipBLASLt caps] device", "at least 2"),
+            ("stdout", "Warning", "never"),
+        ],
+    )
     assert run_suite(s2, str(tmp_path), platform=NO_GPU).runs[0].kind == "pass"
 
 
 def test_leaked_grandchild_is_killed_with_the_group_after_exit(tmp_path):
     pidfile = tmp_path / "gc.pid"
-    s = make_suite("leak", child("leak_grandchild.py", pidfile, "exit"), runs=1, deadline=20, markers=[DONE])
+    s = make_suite(
+        "leak",
+        child("leak_grandchild.py", pidfile, "exit"),
+        runs=1,
+        deadline=20,
+        markers=[DONE],
+    )
     r = run_suite(s, str(tmp_path / "res"), platform=NO_GPU)
     gc = int(pidfile.read_text())
     assert r.runs[0].kind == "pass"
@@ -157,7 +191,9 @@ def test_leaked_grandchild_is_killed_with_the_group_after_exit(tmp_path):
 
 def test_leaked_grandchild_is_killed_with_a_hung_child(tmp_path):
     pidfile = tmp_path / "gc.pid"
-    s = make_suite("leakhang", child("leak_grandchild.py", pidfile, "hang"), runs=1, deadline=1.0)
+    s = make_suite(
+        "leakhang", child("leak_grandchild.py", pidfile, "hang"), runs=1, deadline=1.0
+    )
     r = run_suite(s, str(tmp_path / "res"), platform=NO_GPU)
     gc = int(pidfile.read_text())
     assert r.runs[0].kind == "hang"
@@ -165,14 +201,29 @@ def test_leaked_grandchild_is_killed_with_a_hung_child(tmp_path):
 
 
 def test_environment_removed_set_and_run_index(tmp_path):
-    argv = ["/bin/sh", "-c", 'echo "A=${A-unset} B=$B SUITE=$OVERLAY_SUITE I=$OVERLAY_RUN_INDEX"']
-    s = make_suite("env", argv, runs=2, **{"env-remove": ["A"], "env-set": {"B": "set"}})
-    r = run_suite(s, str(tmp_path), platform=NO_GPU, environ={"A": "1", "B": "old", "PATH": os.defpath})
+    argv = [
+        "/bin/sh",
+        "-c",
+        'echo "A=${A-unset} B=$B SUITE=$OVERLAY_SUITE I=$OVERLAY_RUN_INDEX"',
+    ]
+    s = make_suite(
+        "env", argv, runs=2, **{"env-remove": ["A"], "env-set": {"B": "set"}}
+    )
+    r = run_suite(
+        s,
+        str(tmp_path),
+        platform=NO_GPU,
+        environ={"A": "1", "B": "old", "PATH": os.defpath},
+    )
     d = Path(r.directory)
     assert (d / "run-001.out").read_text() == "A=unset B=set SUITE=env I=1\n"
     assert (d / "run-002.out").read_text() == "A=unset B=set SUITE=env I=2\n"
     # Fresh process group per run: the child is a session leader, not in ours.
-    s2 = make_suite("pgid", [sys.executable, "-c", "import os; print(os.getpgid(0) == os.getpid())"], runs=1)
+    s2 = make_suite(
+        "pgid",
+        [sys.executable, "-c", "import os; print(os.getpgid(0) == os.getpid())"],
+        runs=1,
+    )
     r2 = run_suite(s2, str(tmp_path), platform=NO_GPU)
     assert (Path(r2.directory) / "run-001.out").read_text() == "True\n"
 
@@ -182,12 +233,21 @@ def test_missing_hardware_or_backend_is_skipped_never_passed(tmp_path):
     r = run_suite(s, str(tmp_path), platform=NO_GPU)
     assert r.status == "skipped" and r.skip_reason == "needs amd-gpu: test: no AMD GPU"
     assert (r.n, r.failed) == (0, 0)
-    assert json.loads((Path(r.directory) / "result.json").read_text())["status"] == "skipped"
+    assert (
+        json.loads((Path(r.directory) / "result.json").read_text())["status"]
+        == "skipped"
+    )
     assert "SKIPPED  needs amd-gpu" in render_results([r])
     assert "PASSED" not in render_results([r])
-    cuda_only = Platform(hardware=frozenset({"amd-gpu"}), backends=frozenset({"cuda"}), backend_source="test")
+    cuda_only = Platform(
+        hardware=frozenset({"amd-gpu"}),
+        backends=frozenset({"cuda"}),
+        backend_source="test",
+    )
     s2 = make_suite("rocm", ["x"], backend="rocm", hardware="amd-gpu")
-    assert skip_reason(s2, cuda_only).startswith("needs the rocm backend; available: cuda")
+    assert skip_reason(s2, cuda_only).startswith(
+        "needs the rocm backend; available: cuda"
+    )
     assert skip_reason(make_suite("any", ["x"]), NO_GPU) is None
 
 
@@ -206,8 +266,13 @@ def test_resolve_child(tmp_path):
     prog = tmp_path / "hipblaslt_concurrency"
     prog.write_text("#!/bin/sh\nexit 0\n")
     prog.chmod(0o755)
-    assert resolve_child(["hipblaslt_concurrency", "--x"], str(tmp_path)) == [str(prog), "--x"]
-    assert resolve_child(["./hipblaslt_concurrency"], None, str(tmp_path)) == [str(prog)]
+    assert resolve_child(["hipblaslt_concurrency", "--x"], str(tmp_path)) == [
+        str(prog),
+        "--x",
+    ]
+    assert resolve_child(["./hipblaslt_concurrency"], None, str(tmp_path)) == [
+        str(prog)
+    ]
     assert resolve_child(["sh"])[0].endswith("/sh")
     with pytest.raises(SuiteRunError) as info:
         resolve_child(["pinned_alias"], str(tmp_path))
@@ -228,7 +293,10 @@ def test_ab_reproduction_with_fisher_p(tmp_path):
     assert "[0.3475, 0.9333]" in text
     assert "guard, not a reproduction" not in text
     stored = json.loads((Path(ab.directory) / "ab.json").read_text())
-    assert stored["table"] == [[0, 10], [7, 3]] and stored["guard_not_reproduction"] is False
+    assert (
+        stored["table"] == [[0, 10], [7, 3]]
+        and stored["guard_not_reproduction"] is False
+    )
     assert load_ab(ab.directory).table == [[0, 10], [7, 3]]
     assert (Path(ab.directory) / "without" / "result.json").is_file()
 
@@ -245,9 +313,21 @@ def test_ab_guard_not_reproduction(tmp_path):
 
 def test_junit_is_well_formed_and_counts_agree(tmp_path):
     results = [
-        run_suite(make_suite("flaky", child("flaky.py", 0.3, "d")), str(tmp_path), platform=NO_GPU),
-        run_suite(make_suite("gpu", ["x"], backend="rocm", hardware="amd-gpu"), str(tmp_path), platform=NO_GPU),
-        run_suite(make_suite("crash", child("crash.py"), runs=1), str(tmp_path), platform=NO_GPU),
+        run_suite(
+            make_suite("flaky", child("flaky.py", 0.3, "d")),
+            str(tmp_path),
+            platform=NO_GPU,
+        ),
+        run_suite(
+            make_suite("gpu", ["x"], backend="rocm", hardware="amd-gpu"),
+            str(tmp_path),
+            platform=NO_GPU,
+        ),
+        run_suite(
+            make_suite("crash", child("crash.py"), runs=1),
+            str(tmp_path),
+            platform=NO_GPU,
+        ),
     ]
     root = ET.fromstring(render_results(results, "junit"))
     assert root.tag == "testsuites"
@@ -256,56 +336,115 @@ def test_junit_is_well_formed_and_counts_agree(tmp_path):
     for ts in suites:
         cases = ts.findall("testcase")
         assert int(ts.get("tests")) == len(cases)
-        assert int(ts.get("failures")) == sum(1 for c in cases if c.find("failure") is not None)
-        assert int(ts.get("skipped")) == sum(1 for c in cases if c.find("skipped") is not None)
-    assert (root.get("tests"), root.get("failures"), root.get("skipped")) == ("12", "4", "1")
+        assert int(ts.get("failures")) == sum(
+            1 for c in cases if c.find("failure") is not None
+        )
+        assert int(ts.get("skipped")) == sum(
+            1 for c in cases if c.find("skipped") is not None
+        )
+    assert (root.get("tests"), root.get("failures"), root.get("skipped")) == (
+        "12",
+        "4",
+        "1",
+    )
     flaky = suites[0]
-    assert [c.get("name") for c in flaky.findall("testcase") if c.find("failure") is not None] == \
-        ["run-001", "run-002", "run-010"]
+    assert [
+        c.get("name")
+        for c in flaky.findall("testcase")
+        if c.find("failure") is not None
+    ] == ["run-001", "run-002", "run-010"]
     crash_fail = suites[2].find("testcase/failure")
     assert crash_fail.get("type") == "crash" and "SIGSEGV" in crash_fail.get("message")
     md = render_results(results, "markdown")
     assert "| `flaky` | - | **FAILED** | 3 of 10 | [0.0667, 0.6525] | fail 3 |" in md
     assert "| `gpu` | - | **SKIPPED** |" in md
     data = json.loads(render_results(results, "json"))
-    assert data["summary"] == {"suites": 3, "passed": 0, "failed": 2, "skipped": 1, "interrupted": 0,
-                               "runs": 11, "failed_runs": 4}
+    assert data["summary"] == {
+        "suites": 3,
+        "passed": 0,
+        "failed": 2,
+        "skipped": 1,
+        "interrupted": 0,
+        "runs": 11,
+        "failed_runs": 4,
+    }
 
 
 # --------------------------------------------------------------------------- reports and host models
 
+
 def test_reports_are_counted_per_kind_whatever_the_run_kind(tmp_path):
-    s = make_suite("rep", child("reports.py", 66, "TSAN", "overlay-suite: report exact-output-mismatch: t0",
-                                "overlay-suite: report exact-output-mismatch: t1", "TSAN", "ASAN",
-                                "ThreadSanitizer: reported 2 warnings"), runs=2, markers=[DONE])
+    s = make_suite(
+        "rep",
+        child(
+            "reports.py",
+            66,
+            "TSAN",
+            "overlay-suite: report exact-output-mismatch: t0",
+            "overlay-suite: report exact-output-mismatch: t1",
+            "TSAN",
+            "ASAN",
+            "ThreadSanitizer: reported 2 warnings",
+        ),
+        runs=2,
+        markers=[DONE],
+    )
     r = run_suite(s, str(tmp_path), platform=NO_GPU)
     assert r.kinds() == {"fail": 2}
     run = r.runs[0]
-    assert run.reports == {"ThreadSanitizer: data race": 2, "exact-output-mismatch": 2,
-                           "AddressSanitizer: heap-use-after-free": 1}
-    assert r.report_kinds() == {"ThreadSanitizer: data race": [2, 4], "exact-output-mismatch": [2, 4],
-                                "AddressSanitizer: heap-use-after-free": [2, 2]}
+    assert run.reports == {
+        "ThreadSanitizer: data race": 2,
+        "exact-output-mismatch": 2,
+        "AddressSanitizer: heap-use-after-free": 1,
+    }
+    assert r.report_kinds() == {
+        "ThreadSanitizer: data race": [2, 4],
+        "exact-output-mismatch": [2, 4],
+        "AddressSanitizer: heap-use-after-free": [2, 2],
+    }
     stored = json.loads((Path(r.directory) / "result.json").read_text())
     assert stored["runs"][0]["reports"]["exact-output-mismatch"] == 2
     assert stored["summary"]["reports"]["ThreadSanitizer: data race"] == [2, 4]
     assert load_result(r.directory).runs[1].reports == run.reports
     text = render_results([r])
-    assert "reports: ThreadSanitizer: data race in 2 runs (4 in all); exact-output-mismatch in 2 runs" in text
-    clean = run_suite(make_suite("clean", child("reports.py", 0), runs=1, markers=[DONE]), str(tmp_path),
-                      platform=NO_GPU)
+    assert (
+        "reports: ThreadSanitizer: data race in 2 runs (4 in all); exact-output-mismatch in 2 runs"
+        in text
+    )
+    clean = run_suite(
+        make_suite("clean", child("reports.py", 0), runs=1, markers=[DONE]),
+        str(tmp_path),
+        platform=NO_GPU,
+    )
     assert clean.runs[0].reports == {} and "reports:" not in render_results([clean])
 
 
 def test_host_model_suite_skips_without_its_toolchain_and_says_what_it_is(tmp_path):
-    s = make_suite("lab", child("reports.py", 0), runs=1, model="race-lab", backend="cpu", markers=[DONE])
-    absent = detect_platform(environ={"OVERLAY_SUITE_HARDWARE": "none", "OVERLAY_SUITE_MODELS": "none"})
+    s = make_suite(
+        "lab",
+        child("reports.py", 0),
+        runs=1,
+        model="race-lab",
+        backend="cpu",
+        markers=[DONE],
+    )
+    absent = detect_platform(
+        environ={"OVERLAY_SUITE_HARDWARE": "none", "OVERLAY_SUITE_MODELS": "none"}
+    )
     assert absent.models == frozenset()
     reason = skip_reason(s, absent)
-    assert reason == "needs the race-lab host model's toolchain: OVERLAY_SUITE_MODELS='none'"
+    assert (
+        reason
+        == "needs the race-lab host model's toolchain: OVERLAY_SUITE_MODELS='none'"
+    )
     skipped = run_suite(s, str(tmp_path), platform=absent)
     assert skipped.status == "skipped" and "PASSED" not in render_results([skipped])
-    present = detect_platform(environ={"OVERLAY_SUITE_HARDWARE": "none", "OVERLAY_SUITE_MODELS": "race-lab"})
-    assert skip_reason(s, present) is None and present.to_dict()["models"] == ["race-lab"]
+    present = detect_platform(
+        environ={"OVERLAY_SUITE_HARDWARE": "none", "OVERLAY_SUITE_MODELS": "race-lab"}
+    )
+    assert skip_reason(s, present) is None and present.to_dict()["models"] == [
+        "race-lab"
+    ]
     ran = run_suite(s, str(tmp_path), platform=present)
     assert ran.status == "ran" and not ran.failed
     text = render_results([ran])
@@ -315,35 +454,63 @@ def test_host_model_suite_skips_without_its_toolchain_and_says_what_it_is(tmp_pa
 
 
 def test_ab_on_a_host_model_counts_reports_and_plans_the_acquittal(tmp_path):
-    present = detect_platform(environ={"OVERLAY_SUITE_HARDWARE": "none", "OVERLAY_SUITE_MODELS": "race-lab"})
-    s = make_suite("lab", child("reports.py", 0), runs=10, model="race-lab", markers=[DONE])
-    ab = run_ab(s, child("reports.py", 66, "TSAN", "overlay-suite: report exact-output-mismatch: x"),
-                str(tmp_path), platform=present)
+    present = detect_platform(
+        environ={"OVERLAY_SUITE_HARDWARE": "none", "OVERLAY_SUITE_MODELS": "race-lab"}
+    )
+    s = make_suite(
+        "lab", child("reports.py", 0), runs=10, model="race-lab", markers=[DONE]
+    )
+    ab = run_ab(
+        s,
+        child(
+            "reports.py", 66, "TSAN", "overlay-suite: report exact-output-mismatch: x"
+        ),
+        str(tmp_path),
+        platform=present,
+    )
     assert ab.table == [[0, 10], [10, 0]] and ab.model == "race-lab"
     codes = [c for c, _t in ab.verdicts()]
     assert codes == ["reproduction", "acquitted", "host-model"]
     plan = ab.acquit_plan()
     # 10 of 10: the observed rate acquits after 1 clean run; its lower 95% bound 0.6915 needs 4.
-    assert (plan["runs"], round(plan["baseline_lower95"], 4), plan["runs_at_lower95"]) == (1, 0.6915, 4)
+    assert (
+        plan["runs"],
+        round(plan["baseline_lower95"], 4),
+        plan["runs_at_lower95"],
+    ) == (1, 0.6915, 4)
     text = render_ab(ab)
     assert "[race-lab: host model, not a GPU result]" in text
     assert "ThreadSanitizer: data race  0 of 10 runs (0)  10 of 10 runs (10)" in text
-    assert "Runs to acquit at 99% (seed 003, overlay suite plan): 1 at the fix-removed rate 10/10; 4 at " \
-           "its 95% lower bound 0.6915." in text
+    assert (
+        "Runs to acquit at 99% (seed 003, overlay suite plan): 1 at the fix-removed rate 10/10; 4 at "
+        "its 95% lower bound 0.6915." in text
+    )
     assert "HOST-MODEL: " in text and "not on an AMD GPU" in text
     md = render_ab(ab, "markdown")
-    assert "| report: exact-output-mismatch | 0 of 10 runs (0) | 10 of 10 runs (10) |" in md
+    assert (
+        "| report: exact-output-mismatch | 0 of 10 runs (0) | 10 of 10 runs (10) |"
+        in md
+    )
     stored = json.loads((Path(ab.directory) / "ab.json").read_text())
     assert stored["model"] == "race-lab" and stored["acquit"]["runs_at_lower95"] == 4
     # A suite without a model gets no host-model verdict.
-    plain = run_ab(make_suite("plain", child("reports.py", 0), runs=2, markers=[DONE]), child("reports.py", 1),
-                   str(tmp_path), platform=NO_GPU)
+    plain = run_ab(
+        make_suite("plain", child("reports.py", 0), runs=2, markers=[DONE]),
+        child("reports.py", 1),
+        str(tmp_path),
+        platform=NO_GPU,
+    )
     assert "host-model" not in [c for c, _t in plain.verdicts()]
 
 
 def test_a_missing_host_model_child_points_at_the_race_lab(tmp_path):
-    present = detect_platform(environ={"OVERLAY_SUITE_HARDWARE": "none", "OVERLAY_SUITE_MODELS": "race-lab"})
+    present = detect_platform(
+        environ={"OVERLAY_SUITE_HARDWARE": "none", "OVERLAY_SUITE_MODELS": "race-lab"}
+    )
     s = make_suite("lab", ["hipblaslt_race_tsan"], model="race-lab")
     with pytest.raises(SuiteRunError) as info:
         run_suite(s, str(tmp_path), child_dir=str(tmp_path), platform=present)
-    assert "hipblaslt_race_tsan" in info.value.message and "overlay suite build" in info.value.hint
+    assert (
+        "hipblaslt_race_tsan" in info.value.message
+        and "overlay suite build" in info.value.hint
+    )

@@ -6,8 +6,8 @@ import json
 
 import pytest
 from click.testing import CliRunner
-
 from gitfixtures import CLOSING, lines, make_patch
+
 from overlay import fixes
 from overlay.checks import verify
 from overlay.cli import main
@@ -18,17 +18,25 @@ from overlay.manifest import load_manifest
 PATCH = "0001-rocm-lock-the-device.patch"
 
 
-def local_fixes(world, fork_commit=None, pin=None, entry_files="`mlx/backend/rocm/device.cpp`",
-                closing=CLOSING, extra="") -> str:
+def local_fixes(
+    world,
+    fork_commit=None,
+    pin=None,
+    entry_files="`mlx/backend/rocm/device.cpp`",
+    closing=CLOSING,
+    extra="",
+) -> str:
     repo = fixes.fork_repo_from_url(str(world.fork.path))
-    return (f"# Local changes relative to {repo}@{(fork_commit or world.fork_commit)[:8]}\n\n"
-            f"## Retarget onto the MLX pin ({(pin or world.base)[:8]})\n\n"
-            "## Fixes to the fork's kernels\n\n"
-            f"1. **Lock the device.** The handle was shared; {entry_files} now owns it under a lock. "
-            f"{closing}\n{extra}\n"
-            "## Dropped from the vendored set\n\n"
-            "- `docs/rocm.md`: fork documentation.\n"
-            "- `mlx/backend/metal/kernels.cpp`: Metal is not carried.\n")
+    return (
+        f"# Local changes relative to {repo}@{(fork_commit or world.fork_commit)[:8]}\n\n"
+        f"## Retarget onto the MLX pin ({(pin or world.base)[:8]})\n\n"
+        "## Fixes to the fork's kernels\n\n"
+        f"1. **Lock the device.** The handle was shared; {entry_files} now owns it under a lock. "
+        f"{closing}\n{extra}\n"
+        "## Dropped from the vendored set\n\n"
+        "- `docs/rocm.md`: fork documentation.\n"
+        "- `mlx/backend/metal/kernels.cpp`: Metal is not carried.\n"
+    )
 
 
 @pytest.fixture
@@ -36,9 +44,12 @@ def clean(overlay, world):
     """An overlay with one patch, its entry, and a verify-clean record."""
     store = Store()
     layers = compute_layers(store, load_manifest(str(overlay.root)), str(overlay.root))
-    patch, _ = make_patch(store, layers.forked, {"mlx/backend/rocm/device.cpp":
-                                                 lines("device", change={3: "device 3 locked"})},
-                          subject="rocm: lock the device")
+    patch, _ = make_patch(
+        store,
+        layers.forked,
+        {"mlx/backend/rocm/device.cpp": lines("device", change={3: "device 3 locked"})},
+        subject="rocm: lock the device",
+    )
     overlay.add_patch(PATCH, patch)
     (overlay.root / "LOCAL_FIXES.md").write_text(local_fixes(world))
     return overlay
@@ -64,7 +75,9 @@ def test_offline_with_a_warm_store(clean, monkeypatch):
 def test_offline_with_a_cold_store_runs_textual_checks(clean, tmp_path):
     result = verify(str(clean.root), Store(str(tmp_path / "cold.git"), offline=True))
     assert [f.code for f in result.findings] == ["MAN002"]
-    (clean.root / "LOCAL_FIXES.md").write_text(local_fixes(clean.world).replace("1. **", "2. **"))
+    (clean.root / "LOCAL_FIXES.md").write_text(
+        local_fixes(clean.world).replace("1. **", "2. **")
+    )
     result = verify(str(clean.root), Store(str(tmp_path / "cold.git"), offline=True))
     assert "FIX007" in [f.code for f in result.findings]
 
@@ -84,7 +97,9 @@ def test_series_names_missing_file_and_duplicate(clean):
 
 
 def test_unparsable_patch(clean):
-    (clean.root / "patches-rocm" / PATCH).write_text("Subject: [PATCH] nothing\n\nno diff here\n")
+    (clean.root / "patches-rocm" / PATCH).write_text(
+        "Subject: [PATCH] nothing\n\nno diff here\n"
+    )
     assert ("SER004", f"patches-rocm/{PATCH}", None) in codes(clean)
 
 
@@ -109,16 +124,29 @@ def test_short_index_line_and_refresh_drift(clean):
     path = clean.root / "patches-rocm" / PATCH
     text = path.read_text()
     import re
-    short = re.sub(r"^index ([0-9a-f]{7})[0-9a-f]{33}\.\.([0-9a-f]{7})[0-9a-f]{33}", r"index \1..\2", text,
-                   flags=re.M)
+
+    short = re.sub(
+        r"^index ([0-9a-f]{7})[0-9a-f]{33}\.\.([0-9a-f]{7})[0-9a-f]{33}",
+        r"index \1..\2",
+        text,
+        flags=re.M,
+    )
     path.write_text(short)
-    line = short.splitlines().index(next(ln for ln in short.splitlines() if ln.startswith("index "))) + 1
+    line = (
+        short.splitlines().index(
+            next(ln for ln in short.splitlines() if ln.startswith("index "))
+        )
+        + 1
+    )
     found = codes(clean)
     assert ("SER008", f"patches-rocm/{PATCH}", line) in found
     assert ("SER011", f"patches-rocm/{PATCH}", None) in found
     # refresh repairs it byte-stable, and a second refresh changes nothing
     runner = CliRunner()
-    assert "1 of 1 patch(es) rewritten" in runner.invoke(main, ["-C", str(clean.root), "refresh"]).output
+    assert (
+        "1 of 1 patch(es) rewritten"
+        in runner.invoke(main, ["-C", str(clean.root), "refresh"]).output
+    )
     assert path.read_text() == text
     again = runner.invoke(main, ["-C", str(clean.root), "refresh", "--check"])
     assert again.exit_code == 0 and "0 of 1 patch(es) would change" in again.output
@@ -127,8 +155,15 @@ def test_short_index_line_and_refresh_drift(clean):
 def _grow_fork(clean, world, tmp_path):
     """Move the fork: two lines on top of device.cpp; return the new fork commit."""
     store = Store()
-    grown = store.edit_tree(store.tree_of(world.fork_commit), {"mlx/backend/rocm/device.cpp": (
-        "100644", store.hash_blob(("top 1\ntop 2\n" + lines("device")).encode()))})
+    grown = store.edit_tree(
+        store.tree_of(world.fork_commit),
+        {
+            "mlx/backend/rocm/device.cpp": (
+                "100644",
+                store.hash_blob(("top 1\ntop 2\n" + lines("device")).encode()),
+            )
+        },
+    )
     fork2 = store.commit_tree(grown, [world.fork_commit], "grow")
     clean.write_manifest(world.base, fork=fork2)
     (clean.root / "LOCAL_FIXES.md").write_text(local_fixes(world, fork_commit=fork2))
@@ -138,14 +173,25 @@ def _grow_fork(clean, world, tmp_path):
 def test_moved_context_is_an_error_and_refresh_carries_it(clean, world, tmp_path):
     store = Store()
     layers = compute_layers(store, load_manifest(str(clean.root)), str(clean.root))
-    patch, _ = make_patch(store, layers.forked, {"mlx/backend/rocm/device.cpp":
-                                                 lines("device", change={20: "device 20 locked"})},
-                          subject="rocm: lock the device")
+    patch, _ = make_patch(
+        store,
+        layers.forked,
+        {
+            "mlx/backend/rocm/device.cpp": lines(
+                "device", change={20: "device 20 locked"}
+            )
+        },
+        subject="rocm: lock the device",
+    )
     (clean.root / "patches-rocm" / PATCH).write_bytes(patch)
     _grow_fork(clean, world, tmp_path)
     found = verify(str(clean.root), Store()).findings
     ser = [f for f in found if f.code == "SER010"]
-    assert len(ser) == 1 and ser[0].severity == "error" and "context still matches" in ser[0].message
+    assert (
+        len(ser) == 1
+        and ser[0].severity == "error"
+        and "context still matches" in ser[0].message
+    )
     assert CliRunner().invoke(main, ["-C", str(clean.root), "refresh"]).exit_code == 0
     assert codes(clean) == []
 
@@ -159,8 +205,17 @@ def test_context_conflict_is_an_error_naming_the_hunk(clean, world, tmp_path):
 
 def test_patch_that_does_not_apply(clean, world, tmp_path):
     store = Store()
-    changed = store.edit_tree(store.tree_of(world.fork_commit), {"mlx/backend/rocm/device.cpp": (
-        "100644", store.hash_blob(lines("device", change={3: "device 3 rewritten"}).encode()))})
+    changed = store.edit_tree(
+        store.tree_of(world.fork_commit),
+        {
+            "mlx/backend/rocm/device.cpp": (
+                "100644",
+                store.hash_blob(
+                    lines("device", change={3: "device 3 rewritten"}).encode()
+                ),
+            )
+        },
+    )
     fork2 = store.commit_tree(changed, [world.fork_commit], "rewrite")
     clean.write_manifest(world.base, fork=fork2)
     (clean.root / "LOCAL_FIXES.md").write_text(local_fixes(world, fork_commit=fork2))
@@ -172,8 +227,12 @@ def test_patch_that_does_not_apply(clean, world, tmp_path):
 def test_conflict_marker_in_added_line(clean):
     store = Store()
     layers = compute_layers(store, load_manifest(str(clean.root)), str(clean.root))
-    patch, _ = make_patch(store, layers.patched, {"mlx/backend/rocm/device.h": "<<<<<<< ours\n#pragma once\n"},
-                          fix=1)
+    patch, _ = make_patch(
+        store,
+        layers.patched,
+        {"mlx/backend/rocm/device.h": "<<<<<<< ours\n#pragma once\n"},
+        fix=1,
+    )
     clean.add_patch("0002-marker.patch", patch)
     text = patch.decode().splitlines()
     line = text.index("+<<<<<<< ours") + 1
@@ -184,7 +243,9 @@ def test_conflict_marker_in_added_line(clean):
 # LAY ------------------------------------------------------------------------
 def test_unresolved_conflict_and_its_resolution(clean, world):
     clean.write_manifest(world.pin_conflict)
-    (clean.root / "LOCAL_FIXES.md").write_text(local_fixes(world, pin=world.pin_conflict))
+    (clean.root / "LOCAL_FIXES.md").write_text(
+        local_fixes(world, pin=world.pin_conflict)
+    )
     assert "LAY001" in [c for c, _p, _l in codes(clean)]
     clean.add_resolution("mlx/core.cpp", "<<<<<<< ours\nresolved badly\n")
     found = codes(clean)
@@ -196,11 +257,19 @@ def test_resolution_that_reverts_upstream_outside_the_conflict(clean, world):
     """LAY005: a resolution may differ from git's merge of pin and fork only inside the
     conflict regions; one that puts back an upstream line elsewhere is reported there."""
     clean.write_manifest(world.pin_conflict)
-    (clean.root / "LOCAL_FIXES.md").write_text(local_fixes(world, pin=world.pin_conflict))
-    good = lines("core", change={5: "core 5 upstream rewrite // rocm hook", 25: "core 25 upstream"})
+    (clean.root / "LOCAL_FIXES.md").write_text(
+        local_fixes(world, pin=world.pin_conflict)
+    )
+    good = lines(
+        "core",
+        change={5: "core 5 upstream rewrite // rocm hook", 25: "core 25 upstream"},
+    )
     clean.add_resolution("mlx/core.cpp", good)
     assert "LAY005" not in [c for c, _p, _l in codes(clean)]
-    clean.add_resolution("mlx/core.cpp", lines("core", change={5: "core 5 upstream rewrite // rocm hook"}))
+    clean.add_resolution(
+        "mlx/core.cpp",
+        lines("core", change={5: "core 5 upstream rewrite // rocm hook"}),
+    )
     found = codes(clean)
     assert ("LAY005", "patches-rocm/resolved/mlx/core.cpp", 25) in found, found
 
@@ -217,7 +286,9 @@ def test_stale_and_uncarried_resolution(clean, world):
 def test_unknown_pin_and_bad_merge_base(clean, world):
     clean.write_manifest("e" * 40)
     assert "MAN001" in [c for c, _p, _l in codes(clean)]
-    clean.write_manifest(world.base, base=world.pin_clean)  # not an ancestor of the fork commit
+    clean.write_manifest(
+        world.base, base=world.pin_clean
+    )  # not an ancestor of the fork commit
     assert "MAN003" in [c for c, _p, _l in codes(clean)]
 
 
@@ -245,30 +316,60 @@ def test_formats_and_filters(clean):
     assert "::error file=patches-rocm/" in gh.output
     junit = runner.invoke(main, ["-C", str(clean.root), "verify", "--format", "junit"])
     import xml.etree.ElementTree as ET
+
     root = ET.fromstring(junit.output)
     assert int(root.get("failures")) >= 1
     only = runner.invoke(main, ["-C", str(clean.root), "verify", "--only", "MAN"])
     assert only.exit_code == 0
-    skipped = runner.invoke(main, ["-C", str(clean.root), "verify", "--skip", "SER002", "--skip", "FIX024",
-                                   "--skip", "FIX019"])
+    skipped = runner.invoke(
+        main,
+        [
+            "-C",
+            str(clean.root),
+            "verify",
+            "--skip",
+            "SER002",
+            "--skip",
+            "FIX024",
+            "--skip",
+            "FIX019",
+        ],
+    )
     assert skipped.exit_code == 0, skipped.output
 
 
 def test_fix_new_and_list(clean):
     runner = CliRunner()
-    out = runner.invoke(main, ["-C", str(clean.root), "fix", "new", "--section", "api", "--title",
-                               "Add the arena.", "--file", "mlx/backend/rocm/pinned.cu"])
+    out = runner.invoke(
+        main,
+        [
+            "-C",
+            str(clean.root),
+            "fix",
+            "new",
+            "--section",
+            "api",
+            "--title",
+            "Add the arena.",
+            "--file",
+            "mlx/backend/rocm/pinned.cu",
+        ],
+    )
     assert out.exit_code == 0 and "added entry 2" in out.output
     text = (clean.root / "LOCAL_FIXES.md").read_text()
     assert "2. **Add the arena.**" in text and "`mlx/backend/rocm/pinned.cu`" in text
     listed = runner.invoke(main, ["-C", str(clean.root), "fix", "list"])
-    assert f"patch: patches-rocm/{PATCH}" in listed.output and "(no patch)" in listed.output
+    assert (
+        f"patch: patches-rocm/{PATCH}" in listed.output
+        and "(no patch)" in listed.output
+    )
 
 
 def test_every_code_is_documented():
     from pathlib import Path
 
     from overlay.checks import CODES
+
     doc = (Path(__file__).resolve().parent.parent / "docs" / "findings.md").read_text()
     for code in [*CODES, *fixes.CODES]:
         assert f"| {code} |" in doc, code

@@ -4,13 +4,12 @@ exactly the findings of a full run of those families."""
 from __future__ import annotations
 
 import pytest
-
 from gitfixtures import CLOSING
+from test_verify import PATCH, clean, local_fixes  # noqa: F401, E402  (the verify-clean overlay fixture)
+
 from overlay import checks
 from overlay.checks import FAMILIES, verify
 from overlay.gitstore import Store
-
-from test_verify import PATCH, clean, local_fixes  # noqa: F401, E402  (the verify-clean overlay fixture)
 
 
 def _abbreviate(o):
@@ -23,7 +22,8 @@ def _abbreviate(o):
 
 def _unlisted(o):
     (o.root / "patches-rocm" / "0002-stray.patch").write_bytes(
-        (o.root / "patches-rocm" / PATCH).read_bytes())
+        (o.root / "patches-rocm" / PATCH).read_bytes()
+    )
 
 
 BREAKS = {
@@ -31,10 +31,15 @@ BREAKS = {
     "abbreviated index line (SER008, SER011)": lambda o, w: _abbreviate(o),
     "unlisted patch (SER002)": lambda o, w: _unlisted(o),
     "stale and uncarried resolutions (LAY002, LAY004)": lambda o, w: (
-        o.add_resolution("mlx/core.cpp", "whatever\n"), o.add_resolution("docs/index.md", "docs\n")),
-    "merge base not an ancestor (MAN003)": lambda o, w: o.write_manifest(w.base, base=w.pin_clean),
+        o.add_resolution("mlx/core.cpp", "whatever\n"),
+        o.add_resolution("docs/index.md", "docs\n"),
+    ),
+    "merge base not an ancestor (MAN003)": lambda o, w: o.write_manifest(
+        w.base, base=w.pin_clean
+    ),
     "closing sentence (FIX013)": lambda o, w: (o.root / "LOCAL_FIXES.md").write_text(
-        local_fixes(w, closing=CLOSING[:-10] + ".")),
+        local_fixes(w, closing=CLOSING[:-10] + ".")
+    ),
     "patch that does not apply (SER010)": lambda o, w: o.write_manifest(w.pin_conflict),
 }
 
@@ -60,11 +65,23 @@ def test_only_fix_does_no_refresh_and_no_stepwise_layers(clean, monkeypatch):
         return real(*args, **kw)
 
     monkeypatch.setattr(checks, "compute_layers", spy)
-    monkeypatch.setattr(checks, "refresh_series", lambda *a: pytest.fail("--only FIX refreshed the series"))
-    monkeypatch.setattr(checks, "_fork_ahead_findings", lambda *a: pytest.fail("--only FIX checked MAN004"))
+    monkeypatch.setattr(
+        checks,
+        "refresh_series",
+        lambda *a: pytest.fail("--only FIX refreshed the series"),
+    )
+    monkeypatch.setattr(
+        checks,
+        "_fork_ahead_findings",
+        lambda *a: pytest.fail("--only FIX checked MAN004"),
+    )
     assert verify(str(clean.root), Store(), only=["FIX"]).findings == []
     assert asked == [False]
-    monkeypatch.setattr(checks, "_repo_paths", lambda *a: pytest.fail("--only LAY listed the repository"))
+    monkeypatch.setattr(
+        checks,
+        "_repo_paths",
+        lambda *a: pytest.fail("--only LAY listed the repository"),
+    )
     assert verify(str(clean.root), Store(), only=["LAY"]).findings == []
     assert asked == [False, False]
 
@@ -98,10 +115,22 @@ class Runs:
 
     def __call__(self, *args: str, offline: bool = False):
         before = self.computed
-        result = CliRunner().invoke(main, ["-C", str(self.o.root), *(["--offline"] if offline else []),
-                                           "verify", *args])
+        result = CliRunner().invoke(
+            main,
+            [
+                "-C",
+                str(self.o.root),
+                *(["--offline"] if offline else []),
+                "verify",
+                *args,
+            ],
+        )
         assert result.exit_code in (0, 1), result.output
-        return result.exit_code, result.output, self.computed == before  # (code, report, cache hit)
+        return (
+            result.exit_code,
+            result.output,
+            self.computed == before,
+        )  # (code, report, cache hit)
 
 
 def _same_size_same_mtime(path, data: bytes) -> None:
@@ -126,10 +155,14 @@ EDITS = {
     "series": lambda o, w: o.write_series([]),
     "patch bytes": lambda o, w: _abbreviate(o),
     "a patch file not listed": lambda o, w: _unlisted(o),
-    "LOCAL_FIXES.md": lambda o, w: (o.root / "LOCAL_FIXES.md").write_text(local_fixes(w, closing="Nope.")),
+    "LOCAL_FIXES.md": lambda o, w: (o.root / "LOCAL_FIXES.md").write_text(
+        local_fixes(w, closing="Nope.")
+    ),
     "a resolution": lambda o, w: o.add_resolution("mlx/core.cpp", "whatever\n"),
-    "a repository path (FIX015)": lambda o, w: (o.root / "docs" / "x" / "upstream").mkdir(parents=True) or
-    (o.root / "docs" / "x" / "upstream" / "0001.patch").write_text("x\n"),
+    "a repository path (FIX015)": lambda o, w: (
+        (o.root / "docs" / "x" / "upstream").mkdir(parents=True)
+        or (o.root / "docs" / "x" / "upstream" / "0001.patch").write_text("x\n")
+    ),
 }
 
 
@@ -142,8 +175,13 @@ def test_a_changed_input_changes_the_verdict(clean, world, monkeypatch, name):
     after = run()
     assert after[2] is False, name
     assert after[:2] != before[:2], name
-    assert after[:2] == (lambda r: (r.exit_code, r.output))(
-        CliRunner().invoke(main, ["-C", str(clean.root), "verify"])) and run()[2] is True
+    assert (
+        after[:2]
+        == (lambda r: (r.exit_code, r.output))(
+            CliRunner().invoke(main, ["-C", str(clean.root), "verify"])
+        )
+        and run()[2] is True
+    )
 
 
 def test_a_resolution_changed_with_the_same_size_and_mtime(clean, world, monkeypatch):
@@ -161,12 +199,16 @@ def test_a_patch_changed_with_the_same_size_and_mtime(clean, monkeypatch):
     run = Runs(clean, monkeypatch)
     assert run()[:1] == (0,) and run()[2] is True
     path = clean.root / "patches-rocm" / PATCH
-    _same_size_same_mtime(path, path.read_bytes().replace(b"device 3 locked", b"device 3 LOCKED"))
+    _same_size_same_mtime(
+        path, path.read_bytes().replace(b"device 3 locked", b"device 3 LOCKED")
+    )
     after = run()
     assert after[2] is False and after[0] == 1 and "SER010" in after[1]
 
 
-def test_suites_toml_the_tool_and_the_store_are_in_the_key(clean, monkeypatch, tmp_path):
+def test_suites_toml_the_tool_and_the_store_are_in_the_key(
+    clean, monkeypatch, tmp_path
+):
     root = str(clean.root)
     key = verdict.inputs(root, None, False)
     assert key == verdict.inputs(root, None, False)
@@ -176,12 +218,16 @@ def test_suites_toml_the_tool_and_the_store_are_in_the_key(clean, monkeypatch, t
     assert verdict.inputs(root, None, False) != key
     key = verdict.inputs(root, None, False)
     assert verdict.inputs(root, None, True) != key  # --offline
-    assert verdict.inputs(root, str(tmp_path / "other.git"), False) != key  # another store
+    assert (
+        verdict.inputs(root, str(tmp_path / "other.git"), False) != key
+    )  # another store
     monkeypatch.setattr(verdict, "__version__", "0.0.0-other")
     assert verdict.inputs(root, None, False) != key
     monkeypatch.undo()
     store = Store()
-    store.git("update-ref", "refs/remotes/upstream/main", clean.world.pin_clean)  # MAN004 reads these
+    store.git(
+        "update-ref", "refs/remotes/upstream/main", clean.world.pin_clean
+    )  # MAN004 reads these
     assert verdict.inputs(root, None, False) != key
     key = verdict.inputs(root, None, False)
     package_file = os.path.join(os.path.dirname(verdict.__file__), "findings.py")
@@ -240,7 +286,9 @@ def test_an_input_changed_during_the_run_is_not_stored(clean, monkeypatch):
 
     def editing(*args, **kw):
         result = real(*args, **kw)
-        (clean.root / "LOCAL_FIXES.md").write_text(local_fixes(clean.world, closing="Changed meanwhile."))
+        (clean.root / "LOCAL_FIXES.md").write_text(
+            local_fixes(clean.world, closing="Changed meanwhile.")
+        )
         return result
 
     monkeypatch.setattr(checks, "verify", editing)
@@ -256,12 +304,21 @@ def test_a_cached_verdict_still_says_a_run_is_stopped(clean, world, monkeypatch)
     what the cache keeps)."""
     run = Runs(clean, monkeypatch)
     assert run()[0] == 0 and run()[2] is True
-    stopped = CliRunner().invoke(main, ["-C", str(clean.root), "rebase", "--onto", world.pin_conflict])
-    assert stopped.exit_code == 1, stopped.output  # the core.cpp conflict: the records are unchanged
-    for _ in range(2):  # whether answered from the cache or computed, every verify says it
+    stopped = CliRunner().invoke(
+        main, ["-C", str(clean.root), "rebase", "--onto", world.pin_conflict]
+    )
+    assert stopped.exit_code == 1, (
+        stopped.output
+    )  # the core.cpp conflict: the records are unchanged
+    for _ in range(
+        2
+    ):  # whether answered from the cache or computed, every verify says it
         code, report, _hit = run()
         assert "a rebase is in progress" in report
-    assert CliRunner().invoke(main, ["-C", str(clean.root), "rebase", "--abort"]).exit_code == 0
+    assert (
+        CliRunner().invoke(main, ["-C", str(clean.root), "rebase", "--abort"]).exit_code
+        == 0
+    )
     code, report, _hit = run()
     assert code == 0 and "in progress" not in report
     assert run()[2] is True  # cached again once no run is in progress

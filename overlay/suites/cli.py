@@ -60,7 +60,11 @@ class _Progress:
     def __call__(self, done: int, total: int, failures: int) -> None:
         if not self.enabled:
             return
-        click.echo(f"\r\x1b[2K{self.name}: {done}/{total} runs, {failures} failed", err=True, nl=False)
+        click.echo(
+            f"\r\x1b[2K{self.name}: {done}/{total} runs, {failures} failed",
+            err=True,
+            nl=False,
+        )
         self.shown = True
 
     def end(self) -> None:
@@ -82,22 +86,40 @@ def _emit(text: str, output: str | None) -> None:
 
 
 @click.group(name="suite")
-@click.option("--suites", "suites_path", default=None, metavar="PATH",
-              help=f"suites.toml to read (default <root>/{SUITES_TOML}).")
+@click.option(
+    "--suites",
+    "suites_path",
+    default=None,
+    metavar="PATH",
+    help=f"suites.toml to read (default <root>/{SUITES_TOML}).",
+)
 @click.pass_context
 def suite(ctx: click.Context, suites_path: str | None) -> None:
     """Run the concurrency suites in fresh processes and weigh the evidence."""
     parent = ctx.find_root().obj
-    root = getattr(parent, "found", None) or getattr(parent, "start", None) or os.getcwd()
+    root = (
+        getattr(parent, "found", None) or getattr(parent, "start", None) or os.getcwd()
+    )
     debug = bool(getattr(parent, "debug", False))
     path = suites_path or os.path.join(root, SUITES_TOML)
     ctx.obj = _State(root=root, suites_path=os.path.abspath(path), debug=debug)
 
 
 @suite.command("list")
-@click.option("--backend", type=click.Choice(["rocm", "cuda", "cpu"]), default=None, envvar="OVERLAY_BACKEND",
-              help="Backend the children were built for (default: inferred from the GPUs present).")
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option(
+    "--backend",
+    type=click.Choice(["rocm", "cuda", "cpu"]),
+    default=None,
+    envvar="OVERLAY_BACKEND",
+    help="Backend the children were built for (default: inferred from the GPUs present).",
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+)
 @click.pass_obj
 @handle_errors
 def list_cmd(state: _State, backend: str | None, fmt: str) -> None:
@@ -108,16 +130,30 @@ def list_cmd(state: _State, backend: str | None, fmt: str) -> None:
     for s in suites.values():
         rows.append((s, _runner.skip_reason(s, platform)))
     if fmt == "json":
-        click.echo(json.dumps([dict(s.to_dict(), runs_here=reason is None, skip_reason=reason or "")
-                               for s, reason in rows], indent=2))
+        click.echo(
+            json.dumps(
+                [
+                    dict(
+                        s.to_dict(), runs_here=reason is None, skip_reason=reason or ""
+                    )
+                    for s, reason in rows
+                ],
+                indent=2,
+            )
+        )
         return
     width = max([len(s.name) for s, _ in rows] + [5])
     for s, reason in rows:
         proves = f"proves #{s.proves}" if s.proves else "proves -"
         model = f"  {s.model}: {_report.HOST_MODEL_NOTE}" if s.model else ""
-        click.echo(f"{s.name:<{width}}  {s.backend}/{s.hardware}  {s.runs} runs x {s.deadline:g} s  "
-                   f"{proves}  child: {' '.join(s.child)}{model}")
-        click.echo(f"{'':<{width}}  " + ("runs here" if reason is None else f"would be SKIPPED: {reason}"))
+        click.echo(
+            f"{s.name:<{width}}  {s.backend}/{s.hardware}  {s.runs} runs x {s.deadline:g} s  "
+            f"{proves}  child: {' '.join(s.child)}{model}"
+        )
+        click.echo(
+            f"{'':<{width}}  "
+            + ("runs here" if reason is None else f"would be SKIPPED: {reason}")
+        )
 
 
 def _with_env(suites, pairs) -> list:
@@ -137,30 +173,59 @@ def _with_env(suites, pairs) -> list:
         extra[name] = value
     if not extra:
         return list(suites)
-    return [dataclasses.replace(s, env_set=MappingProxyType({**s.env_set, **extra}),
-                                env_remove=tuple(n for n in s.env_remove if n not in extra))
-            for s in suites]
+    return [
+        dataclasses.replace(
+            s,
+            env_set=MappingProxyType({**s.env_set, **extra}),
+            env_remove=tuple(n for n in s.env_remove if n not in extra),
+        )
+        for s in suites
+    ]
 
 
 def _run_options(fn):
     """The options ``run`` and ``ab`` share (defined once, pip-tools style)."""
-    for opt in reversed([
-        click.option("--env", "env_pairs", multiple=True, metavar="NAME=VALUE",
-                     help="Set a variable for the children on top of the suite's env-set (repeatable); "
-                          "recorded with the results."),
-        click.option("--deadline", type=click.FloatRange(min=0, min_open=True), default=None,
-                     help="Per-run deadline in seconds (default: the suite's)."),
-        click.option("--results", "results_dir", default=None, metavar="DIR",
-                     help=f"Results root (default <root>/{RESULTS_DIR})."),
-        click.option("--child-dir", default=None, envvar="OVERLAY_CHILD_DIR", metavar="DIR",
-                     help="Where the suite children were built. Env: OVERLAY_CHILD_DIR."),
-        click.option("--backend", type=click.Choice(["rocm", "cuda", "cpu"]), default=None,
-                     envvar="OVERLAY_BACKEND",
-                     help="Backend the children were built for (default: inferred from the GPUs present)."),
-    ]):
+    for opt in reversed(
+        [
+            click.option(
+                "--env",
+                "env_pairs",
+                multiple=True,
+                metavar="NAME=VALUE",
+                help="Set a variable for the children on top of the suite's env-set (repeatable); "
+                "recorded with the results.",
+            ),
+            click.option(
+                "--deadline",
+                type=click.FloatRange(min=0, min_open=True),
+                default=None,
+                help="Per-run deadline in seconds (default: the suite's).",
+            ),
+            click.option(
+                "--results",
+                "results_dir",
+                default=None,
+                metavar="DIR",
+                help=f"Results root (default <root>/{RESULTS_DIR}).",
+            ),
+            click.option(
+                "--child-dir",
+                default=None,
+                envvar="OVERLAY_CHILD_DIR",
+                metavar="DIR",
+                help="Where the suite children were built. Env: OVERLAY_CHILD_DIR.",
+            ),
+            click.option(
+                "--backend",
+                type=click.Choice(["rocm", "cuda", "cpu"]),
+                default=None,
+                envvar="OVERLAY_BACKEND",
+                help="Backend the children were built for (default: inferred from the GPUs present).",
+            ),
+        ]
+    ):
         fn = opt(fn)
     return fn
-
 
 
 def _lab_dirs(state: _State, suites, platform, child_dir: str | None) -> dict:
@@ -168,11 +233,17 @@ def _lab_dirs(state: _State, suites, platform, child_dir: str | None) -> dict:
     without one, the race lab built from the patched layer (up to date, so usually
     no compile)."""
     dirs = {s.name: child_dir for s in suites}
-    wanted = [s for s in suites if s.model and child_dir is None and _runner.skip_reason(s, platform) is None]
+    wanted = [
+        s
+        for s in suites
+        if s.model and child_dir is None and _runner.skip_reason(s, platform) is None
+    ]
     if wanted:
         from overlay.suites import racelab
 
-        built = racelab.build_layer(state.root, _store(), "patched", progress=_lab_progress)
+        built = racelab.build_layer(
+            state.root, _store(), "patched", progress=_lab_progress
+        )
         for s in wanted:
             dirs[s.name] = built.out_dir
     return dirs
@@ -180,16 +251,47 @@ def _lab_dirs(state: _State, suites, platform, child_dir: str | None) -> dict:
 
 @suite.command("run")
 @click.argument("names", nargs=-1)
-@click.option("--runs", type=click.IntRange(min=1), default=None, help="Runs per suite (default: the suite's).")
-@click.option("--host-models", is_flag=True,
-              help="Only the suites that run on a host model (race lab), not on a GPU.")
+@click.option(
+    "--runs",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Runs per suite (default: the suite's).",
+)
+@click.option(
+    "--host-models",
+    is_flag=True,
+    help="Only the suites that run on a host model (race lab), not on a GPU.",
+)
 @_run_options
-@click.option("--format", "fmt", type=click.Choice(list(_report.FORMATS)), default="text", show_default=True)
-@click.option("--output", "-o", default=None, metavar="FILE", help="Also write the report to FILE.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(list(_report.FORMATS)),
+    default="text",
+    show_default=True,
+)
+@click.option(
+    "--output",
+    "-o",
+    default=None,
+    metavar="FILE",
+    help="Also write the report to FILE.",
+)
 @click.pass_obj
 @handle_errors
-def run_cmd(state: _State, names, runs, host_models, env_pairs, deadline, results_dir, child_dir, backend, fmt,
-            output) -> None:
+def run_cmd(
+    state: _State,
+    names,
+    runs,
+    host_models,
+    env_pairs,
+    deadline,
+    results_dir,
+    child_dir,
+    backend,
+    fmt,
+    output,
+) -> None:
     """Run suites (all when no NAME is given); exit 1 if any run failed.
 
     A host-model suite without --child-dir runs the race lab built from the
@@ -199,7 +301,9 @@ def run_cmd(state: _State, names, runs, host_models, env_pairs, deadline, result
     if host_models:
         suites = [s for s in suites if s.model]
         if not suites:
-            raise OverlayError("no host-model suite selected (a suite with a `model` key)")
+            raise OverlayError(
+                "no host-model suite selected (a suite with a `model` key)"
+            )
     platform = _runner.detect_platform(backend)
     results_dir = os.path.abspath(results_dir or os.path.join(state.root, RESULTS_DIR))
     base_dir = os.path.dirname(state.suites_path)
@@ -213,14 +317,27 @@ def run_cmd(state: _State, names, runs, host_models, env_pairs, deadline, result
     for s in suites:
         progress.start(s.name)
         try:
-            results.append(_runner.run_suite(s, results_dir, child_dir=dirs[s.name], base_dir=base_dir,
-                                             runs=runs, deadline_s=deadline, platform=platform,
-                                             progress=progress))
+            results.append(
+                _runner.run_suite(
+                    s,
+                    results_dir,
+                    child_dir=dirs[s.name],
+                    base_dir=base_dir,
+                    runs=runs,
+                    deadline_s=deadline,
+                    platform=platform,
+                    progress=progress,
+                )
+            )
         finally:
             progress.end()
     _emit(_report.render_results(results, fmt), output)
     ctx = click.get_current_context()
-    ctx.exit(EXIT_FINDINGS if any(r.failed or r.status == "interrupted" for r in results) else EXIT_OK)
+    ctx.exit(
+        EXIT_FINDINGS
+        if any(r.failed or r.status == "interrupted" for r in results)
+        else EXIT_OK
+    )
 
 
 def _store():
@@ -228,7 +345,9 @@ def _store():
     from overlay.gitstore import Store
 
     root_obj = click.get_current_context().find_root().obj
-    return Store(getattr(root_obj, "git_dir", None), offline=getattr(root_obj, "offline", False))
+    return Store(
+        getattr(root_obj, "git_dir", None), offline=getattr(root_obj, "offline", False)
+    )
 
 
 def _lab_progress(line: str) -> None:
@@ -236,16 +355,43 @@ def _lab_progress(line: str) -> None:
 
 
 @suite.command("build")
-@click.option("--layer", type=click.Choice(["patched", "forked"]), default="patched", show_default=True,
-              help="The layer whose files the children compile.")
-@click.option("--without", "without_patch", default=None, metavar="PATCH",
-              help="Instead of a layer: the overlay with PATCH left out of the series.")
-@click.option("--out", "out_dir", default=None, metavar="DIR",
-              help="Build directory (default <root>/build/race-lab/<layer> or without-<patch stem>).")
-@click.option("--jobs", "-j", type=click.IntRange(min=1), default=None, help="Parallel compiles (default: CPUs).")
+@click.option(
+    "--layer",
+    type=click.Choice(["patched", "forked"]),
+    default="patched",
+    show_default=True,
+    help="The layer whose files the children compile.",
+)
+@click.option(
+    "--without",
+    "without_patch",
+    default=None,
+    metavar="PATCH",
+    help="Instead of a layer: the overlay with PATCH left out of the series.",
+)
+@click.option(
+    "--out",
+    "out_dir",
+    default=None,
+    metavar="DIR",
+    help="Build directory (default <root>/build/race-lab/<layer> or without-<patch stem>).",
+)
+@click.option(
+    "--jobs",
+    "-j",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Parallel compiles (default: CPUs).",
+)
 @click.pass_obj
 @handle_errors
-def build_cmd(state: _State, layer: str, without_patch: str | None, out_dir: str | None, jobs: int | None) -> None:
+def build_cmd(
+    state: _State,
+    layer: str,
+    without_patch: str | None,
+    out_dir: str | None,
+    jobs: int | None,
+) -> None:
     """Build the race lab's host-model children from an exported layer (docs/race-lab.md).
 
     The first line of stdout is the directory to pass as --child-dir.
@@ -256,20 +402,40 @@ def build_cmd(state: _State, layer: str, without_patch: str | None, out_dir: str
         raise OverlayError("give --layer or --without, not both")
     store = _store()
     if without_patch is not None:
-        built = racelab.build_without_patch(state.root, store, without_patch, out_dir=out_dir, jobs=jobs,
-                                            progress=_lab_progress)
+        built = racelab.build_without_patch(
+            state.root,
+            store,
+            without_patch,
+            out_dir=out_dir,
+            jobs=jobs,
+            progress=_lab_progress,
+        )
     else:
-        built = racelab.build_layer(state.root, store, layer, out_dir=out_dir, jobs=jobs, progress=_lab_progress)
+        built = racelab.build_layer(
+            state.root, store, layer, out_dir=out_dir, jobs=jobs, progress=_lab_progress
+        )
     click.echo(built.out_dir)
-    click.echo(f"race lab {built.label} (tree {built.tree[:12]}): {len(built.programs)} children "
-               f"({', '.join(os.path.basename(p) for p in built.programs)}); {built.compiled} object(s) "
-               f"compiled in {built.seconds:.1f} s. A host model, not a GPU build.")
+    click.echo(
+        f"race lab {built.label} (tree {built.tree[:12]}): {len(built.programs)} children "
+        f"({', '.join(os.path.basename(p) for p in built.programs)}); {built.compiled} object(s) "
+        f"compiled in {built.seconds:.1f} s. A host model, not a GPU build."
+    )
 
 
 @suite.command("plan")
-@click.option("--baseline", type=float, required=True,
-              help="Failure rate per run without the fix, in (0, 1].")
-@click.option("--confidence", type=float, default=0.99, show_default=True, help="Wanted confidence, in (0, 1).")
+@click.option(
+    "--baseline",
+    type=float,
+    required=True,
+    help="Failure rate per run without the fix, in (0, 1].",
+)
+@click.option(
+    "--confidence",
+    type=float,
+    default=0.99,
+    show_default=True,
+    help="Wanted confidence, in (0, 1).",
+)
 @click.option("--quiet", "-q", is_flag=True, help="Print only the number.")
 @handle_errors
 def plan_cmd(baseline: float, confidence: float, quiet: bool) -> None:
@@ -281,29 +447,76 @@ def plan_cmd(baseline: float, confidence: float, quiet: bool) -> None:
     click.echo(str(n))
     if not quiet:
         chance = (1 - baseline) ** n
-        click.echo(f"{n} clean runs in a row acquit the fix at {confidence:g} confidence against a baseline "
-                   f"failure rate of {baseline:g}: the chance of {n} clean runs with the fault still present "
-                   f"is (1 - {baseline:g})^{n} = {chance:.4g} <= {1 - confidence:.4g}.")
+        click.echo(
+            f"{n} clean runs in a row acquit the fix at {confidence:g} confidence against a baseline "
+            f"failure rate of {baseline:g}: the chance of {n} clean runs with the fault still present "
+            f"is (1 - {baseline:g})^{n} = {chance:.4g} <= {1 - confidence:.4g}."
+        )
 
 
 @suite.command("ab")
 @click.argument("name")
-@click.option("--without", "without_patch", default=None, metavar="PATCH",
-              help="Build the overlay with PATCH left out of the series and run its child as the "
-                   "fix-removed column.")
-@click.option("--without-child", "without_child", default=None, metavar="COMMAND",
-              help="The fix-removed child: a program path, or a command line (shell-quoted words); "
-                   "it replaces the suite's whole child argv and is resolved like it.")
-@click.option("--without-layer", "without_layer", type=click.Choice(["forked"]), default=None,
-              help="Build the fork's layer (no local fix at all) and run its child as the fix-removed column.")
-@click.option("--runs", type=click.IntRange(min=1), default=None, help="Runs per column (default: the suite's).")
+@click.option(
+    "--without",
+    "without_patch",
+    default=None,
+    metavar="PATCH",
+    help="Build the overlay with PATCH left out of the series and run its child as the "
+    "fix-removed column.",
+)
+@click.option(
+    "--without-child",
+    "without_child",
+    default=None,
+    metavar="COMMAND",
+    help="The fix-removed child: a program path, or a command line (shell-quoted words); "
+    "it replaces the suite's whole child argv and is resolved like it.",
+)
+@click.option(
+    "--without-layer",
+    "without_layer",
+    type=click.Choice(["forked"]),
+    default=None,
+    help="Build the fork's layer (no local fix at all) and run its child as the fix-removed column.",
+)
+@click.option(
+    "--runs",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Runs per column (default: the suite's).",
+)
 @_run_options
-@click.option("--format", "fmt", type=click.Choice(list(_report.AB_FORMATS)), default="text", show_default=True)
-@click.option("--output", "-o", default=None, metavar="FILE", help="Also write the report to FILE.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(list(_report.AB_FORMATS)),
+    default="text",
+    show_default=True,
+)
+@click.option(
+    "--output",
+    "-o",
+    default=None,
+    metavar="FILE",
+    help="Also write the report to FILE.",
+)
 @click.pass_obj
 @handle_errors
-def ab_cmd(state: _State, name, without_patch, without_child, without_layer, runs, env_pairs, deadline,
-           results_dir, child_dir, backend, fmt, output):
+def ab_cmd(
+    state: _State,
+    name,
+    without_patch,
+    without_child,
+    without_layer,
+    runs,
+    env_pairs,
+    deadline,
+    results_dir,
+    child_dir,
+    backend,
+    fmt,
+    output,
+):
     """Run NAME's child and a fix-removed child; compare with Fisher's exact test.
 
     Exit 1 when the with-fix column failed; a suite that is only a guard
@@ -314,8 +527,10 @@ def ab_cmd(state: _State, name, without_patch, without_child, without_layer, run
     """
     (s,) = _with_env(_config.select_suites(state.load(), [name]), env_pairs)
     if sum(x is not None for x in (without_patch, without_child, without_layer)) != 1:
-        raise OverlayError("give exactly one of --without PATCH, --without-layer forked and "
-                           "--without-child COMMAND")
+        raise OverlayError(
+            "give exactly one of --without PATCH, --without-layer forked and "
+            "--without-child COMMAND"
+        )
     platform = _runner.detect_platform(backend)
     runnable = _runner.skip_reason(s, platform) is None
     if s.model and runnable and (without_patch or without_layer):
@@ -323,17 +538,24 @@ def ab_cmd(state: _State, name, without_patch, without_child, without_layer, run
 
         store = _store()
         if without_patch is not None:
-            built = racelab.build_without_patch(state.root, store, without_patch, progress=_lab_progress)
+            built = racelab.build_without_patch(
+                state.root, store, without_patch, progress=_lab_progress
+            )
         else:
-            built = racelab.build_layer(state.root, store, without_layer, progress=_lab_progress)
+            built = racelab.build_layer(
+                state.root, store, without_layer, progress=_lab_progress
+            )
         without_argv = [os.path.join(built.out_dir, s.child[0]), *s.child[1:]]
     elif without_patch is not None or without_layer is not None:
         from overlay.suites.without import build_forked, build_without, real_builder
 
         store = _store()
         builder = real_builder(state.root, backend or "rocm")
-        without_dir = (build_without(state.root, store, without_patch, builder) if without_patch is not None
-                       else build_forked(state.root, store, builder))
+        without_dir = (
+            build_without(state.root, store, without_patch, builder)
+            if without_patch is not None
+            else build_forked(state.root, store, builder)
+        )
         without_argv = [os.path.join(without_dir, s.child[0]), *s.child[1:]]
     else:
         try:
@@ -355,9 +577,18 @@ def ab_cmd(state: _State, name, without_patch, without_child, without_layer, run
             progress.end()
 
     try:
-        ab = _runner.run_ab(s, without_argv, results_dir, runs=runs, child_dir=child_dir,
-                            base_dir=os.path.dirname(state.suites_path), deadline_s=deadline,
-                            platform=platform, progress=first, progress_b=progress_b)
+        ab = _runner.run_ab(
+            s,
+            without_argv,
+            results_dir,
+            runs=runs,
+            child_dir=child_dir,
+            base_dir=os.path.dirname(state.suites_path),
+            deadline_s=deadline,
+            platform=platform,
+            progress=first,
+            progress_b=progress_b,
+        )
     finally:
         progress.end()
         progress_b.end()

@@ -28,9 +28,9 @@ from __future__ import annotations
 import math
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Mapping
 
 from overlay.errors import OverlayError
 from overlay.fsutil import RecordError, RecordMissing, read_record_text
@@ -63,10 +63,21 @@ DEFAULT_RUNS = 10
 #: reference harness's ``run_child``, seed 000).
 DEFAULT_DEADLINE_S = 120.0
 
-_SUITE_KEYS = frozenset({
-    "description", "child", "runs", "deadline", "env-remove", "env-set",
-    "markers", "backend", "hardware", "proves", "model",
-})
+_SUITE_KEYS = frozenset(
+    {
+        "description",
+        "child",
+        "runs",
+        "deadline",
+        "env-remove",
+        "env-set",
+        "markers",
+        "backend",
+        "hardware",
+        "proves",
+        "model",
+    }
+)
 _MARKER_KEYS = frozenset({"stream", "text", "expect"})
 _NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 _ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -217,38 +228,56 @@ def _parse_suite(name: str, table, where: str) -> Suite:
     if not _NAME_RE.match(name):
         raise SuiteConfigError(
             f'{where}: suite name "{name}" must be letters, digits, "_", "-" or "." '
-            "(it names a results directory)")
+            "(it names a results directory)"
+        )
     if not isinstance(table, dict):
-        raise SuiteConfigError(f'{where}: suite "{name}": must be a table, got {type(table).__name__}')
+        raise SuiteConfigError(
+            f'{where}: suite "{name}": must be a table, got {type(table).__name__}'
+        )
     unknown = sorted(set(table) - _SUITE_KEYS)
     if unknown:
-        raise err(unknown[0], "unknown key (known: " + ", ".join(sorted(_SUITE_KEYS)) + ")")
+        raise err(
+            unknown[0], "unknown key (known: " + ", ".join(sorted(_SUITE_KEYS)) + ")"
+        )
 
     if "child" not in table:
         raise err("child", "missing (a program name, a path, or an argv list)")
     child = table["child"]
     if isinstance(child, str):
         child = [child]
-    if (not isinstance(child, list) or not child
-            or not all(isinstance(a, str) for a in child) or not child[0].strip()):
-        raise err("child", f"must be a program name or a non-empty list of strings, got {table['child']!r}")
+    if (
+        not isinstance(child, list)
+        or not child
+        or not all(isinstance(a, str) for a in child)
+        or not child[0].strip()
+    ):
+        raise err(
+            "child",
+            f"must be a program name or a non-empty list of strings, got {table['child']!r}",
+        )
 
     runs = table.get("runs", DEFAULT_RUNS)
     if not _is_int(runs) or runs < 1:
         raise err("runs", f"must be an integer >= 1, got {runs!r}")
 
     deadline = table.get("deadline", DEFAULT_DEADLINE_S)
-    if (not (_is_int(deadline) or isinstance(deadline, float)) or isinstance(deadline, bool)
-            or not math.isfinite(deadline) or deadline <= 0):
+    if (
+        not (_is_int(deadline) or isinstance(deadline, float))
+        or isinstance(deadline, bool)
+        or not math.isfinite(deadline)
+        or deadline <= 0
+    ):
         raise err("deadline", f"must be a number of seconds > 0, got {deadline!r}")
 
     env_remove = table.get("env-remove", [])
-    if not isinstance(env_remove, list) or not all(isinstance(v, str) and _ENV_RE.match(v) for v in env_remove):
+    if not isinstance(env_remove, list) or not all(
+        isinstance(v, str) and _ENV_RE.match(v) for v in env_remove
+    ):
         raise err("env-remove", f"must be a list of variable names, got {env_remove!r}")
 
     env_set = table.get("env-set", {})
     if not isinstance(env_set, dict):
-        raise err("env-set", f"must be a table of NAME = \"value\", got {env_set!r}")
+        raise err("env-set", f'must be a table of NAME = "value", got {env_set!r}')
     for k, v in env_set.items():
         if not _ENV_RE.match(k):
             raise err("env-set", f"{k!r} is not a valid variable name")
@@ -265,12 +294,16 @@ def _parse_suite(name: str, table, where: str) -> Suite:
             raise err(key, "must be a table {stream, text, expect}")
         unknown = sorted(set(m) - _MARKER_KEYS)
         if unknown:
-            raise err(f"{key}.{unknown[0]}", "unknown key (known: expect, stream, text)")
+            raise err(
+                f"{key}.{unknown[0]}", "unknown key (known: expect, stream, text)"
+            )
         for k in ("stream", "text", "expect"):
             if k not in m:
                 raise err(f"{key}.{k}", "missing")
         if m["stream"] not in ("stdout", "stderr"):
-            raise err(f"{key}.stream", f'must be "stdout" or "stderr", got {m["stream"]!r}')
+            raise err(
+                f"{key}.stream", f'must be "stdout" or "stderr", got {m["stream"]!r}'
+            )
         if not isinstance(m["text"], str) or not m["text"]:
             raise err(f"{key}.text", f"must be a non-empty string, got {m['text']!r}")
         try:
@@ -288,7 +321,10 @@ def _parse_suite(name: str, table, where: str) -> Suite:
 
     proves = table.get("proves")
     if proves is not None and (not _is_int(proves) or proves < 1):
-        raise err("proves", f"must be a LOCAL_FIXES.md entry number (integer >= 1), got {proves!r}")
+        raise err(
+            "proves",
+            f"must be a LOCAL_FIXES.md entry number (integer >= 1), got {proves!r}",
+        )
 
     model = table.get("model")
     if model is not None and model not in MODELS:
@@ -333,10 +369,14 @@ def parse_suites(text: str, where: str = "suites.toml") -> dict[str, Suite]:
     data = load_toml(text, where, SuiteConfigError)
     unknown = sorted(set(data) - {"suites"})
     if unknown:
-        raise SuiteConfigError(f'{where}: unknown top-level key "{unknown[0]}" (suites go under [suites.<name>])')
+        raise SuiteConfigError(
+            f'{where}: unknown top-level key "{unknown[0]}" (suites go under [suites.<name>])'
+        )
     suites = data.get("suites", {})
     if not isinstance(suites, dict):
-        raise SuiteConfigError(f'{where}: "suites" must be a table of [suites.<name>] tables')
+        raise SuiteConfigError(
+            f'{where}: "suites" must be a table of [suites.<name>] tables'
+        )
     return {name: _parse_suite(name, table, where) for name, table in suites.items()}
 
 
@@ -369,10 +409,14 @@ def load_suites(path: str, root: str | None = None) -> dict[str, Suite]:
     try:
         text = read_record_text(root, rel, what="suites file")
     except RecordMissing:
-        raise SuiteConfigError(f"{path}: no such file",
-                               hint="pass --suites PATH or run from the repository root") from None
+        raise SuiteConfigError(
+            f"{path}: no such file",
+            hint="pass --suites PATH or run from the repository root",
+        ) from None
     except RecordError as exc:
-        raise SuiteConfigError(f"{path}: {exc.message.split(': ', 1)[1]}", hint=exc.hint) from None
+        raise SuiteConfigError(
+            f"{path}: {exc.message.split(': ', 1)[1]}", hint=exc.hint
+        ) from None
     return parse_suites(text, path)
 
 

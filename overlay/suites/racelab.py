@@ -34,7 +34,7 @@ import os
 import re
 import shlex
 import subprocess
-from typing import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from overlay.errors import EXIT_FINDINGS, OverlayError
 from overlay.suites.config import MODELS  # every value a suite's ``model`` may take
@@ -68,7 +68,14 @@ SANITIZERS = {"tsan": "thread", "asan": "address"}
 #: The build record in the output directory.
 STAMP = "racelab.json"
 #: Variables the chroot launcher passes into the chroot (its environment is clean).
-FORWARDED_ENV = ("OVERLAY_*", "TSAN_OPTIONS", "ASAN_OPTIONS", "UBSAN_OPTIONS", "MLX_*", "HIPBLASLT_*")
+FORWARDED_ENV = (
+    "OVERLAY_*",
+    "TSAN_OPTIONS",
+    "ASAN_OPTIONS",
+    "UBSAN_OPTIONS",
+    "MLX_*",
+    "HIPBLASLT_*",
+)
 
 _LAB_SUBDIR = os.path.join("patches-rocm", "suites", "racelab")
 _CLANG_RE = re.compile(r"^clang\+\+-(\d+)$")
@@ -96,14 +103,37 @@ class LabChild:
 #: The lab's children. ``racelab_selftest`` checks the model alone; the others
 #: run a file of the exported layer on it.
 CHILDREN = (
-    LabChild("racelab_selftest", ("hip_stub.cpp", "gemm_model.cpp", "hipblaslt_stub.cpp",
-                                  "racelab_selftest.cpp")),
-    LabChild("hipblaslt_race", ("hip_stub.cpp", "gemm_model.cpp", "hipblaslt_stub.cpp", "mlx_shim.cpp",
-                                "hipblaslt_race.cpp"),
-             ("mlx/backend/rocm/gemms/hipblaslt_gemm.cpp",)),
-    LabChild("rocblas_race", ("hip_stub.cpp", "gemm_model.cpp", "rocblas_stub.cpp", "device_shim.cpp",
-                              "rocblas_race.cpp"),
-             ("mlx/backend/rocm/device.cpp", "mlx/backend/rocm/worker.cpp")),
+    LabChild(
+        "racelab_selftest",
+        (
+            "hip_stub.cpp",
+            "gemm_model.cpp",
+            "hipblaslt_stub.cpp",
+            "racelab_selftest.cpp",
+        ),
+    ),
+    LabChild(
+        "hipblaslt_race",
+        (
+            "hip_stub.cpp",
+            "gemm_model.cpp",
+            "hipblaslt_stub.cpp",
+            "mlx_shim.cpp",
+            "hipblaslt_race.cpp",
+        ),
+        ("mlx/backend/rocm/gemms/hipblaslt_gemm.cpp",),
+    ),
+    LabChild(
+        "rocblas_race",
+        (
+            "hip_stub.cpp",
+            "gemm_model.cpp",
+            "rocblas_stub.cpp",
+            "device_shim.cpp",
+            "rocblas_race.cpp",
+        ),
+        ("mlx/backend/rocm/device.cpp", "mlx/backend/rocm/worker.cpp"),
+    ),
 )
 
 
@@ -118,6 +148,7 @@ def default_out_dir(root: str, label: str) -> str:
 
 
 # --------------------------------------------------------------------------- compiler
+
 
 @dataclasses.dataclass
 class LabCompiler:
@@ -143,7 +174,9 @@ class LabCompiler:
         """True when commands run inside the toolchain chroot."""
         return getattr(self.toolchain, "kind", "") == "chroot"
 
-    def argv(self, argv: Sequence[str], binds: Sequence[str], cwd: str | None = None) -> list[str]:
+    def argv(
+        self, argv: Sequence[str], binds: Sequence[str], cwd: str | None = None
+    ) -> list[str]:
         """``argv`` as run by this compiler's toolchain (wrapped for the chroot)."""
         return self.toolchain.wrap(argv, binds, cwd)
 
@@ -157,17 +190,18 @@ class LabCompiler:
         """
         head = "#!/usr/bin/env bash\n# Written by overlay suite build (docs/race-lab.md): a race lab child.\n"
         if not self.chroot:
-            return head + f"exec {shlex.quote(binary)} \"$@\"\n"
+            return head + f'exec {shlex.quote(binary)} "$@"\n'
         tc = self.toolchain
         patterns = "|".join(FORWARDED_ENV)
         bind_args = " ".join(f"--bind {shlex.quote(b)}" for b in binds)
         return head + (
             "envs=()\n"
             "while IFS= read -r -d '' kv; do\n"
-            f"  case ${{kv%%=*}} in {patterns}) envs+=(--env \"$kv\");; esac\n"
+            f'  case ${{kv%%=*}} in {patterns}) envs+=(--env "$kv");; esac\n'
             "done < <(env -0)\n"
             f"exec {shlex.quote(tc.script)} exec --root {shlex.quote(tc.root)} {bind_args} "
-            f"\"${{envs[@]}}\" -- {shlex.quote(binary)} \"$@\"\n")
+            f'"${{envs[@]}}" -- {shlex.quote(binary)} "$@"\n'
+        )
 
 
 def _newest_clang(bindir: str) -> str | None:
@@ -183,7 +217,9 @@ def _newest_clang(bindir: str) -> str | None:
     return best[1] if best else None
 
 
-def find_lab_compiler(repo_root: str | None = None, spec: str | None = None) -> LabCompiler:
+def find_lab_compiler(
+    repo_root: str | None = None, spec: str | None = None
+) -> LabCompiler:
     """The compiler for the lab: the ROCm toolchain :func:`overlay.build.find_toolchain` finds.
 
     Args:
@@ -203,22 +239,47 @@ def find_lab_compiler(repo_root: str | None = None, spec: str | None = None) -> 
     if tc.kind == "chroot":
         name = _newest_clang(os.path.join(tc.root, "chroot", "usr", "bin"))
         if name is None:
-            raise LabError(f"no clang++-NN in the toolchain chroot {tc.root}", exit_code=2,
-                           hint="re-provision it: tools/rocm-toolchain.sh (it installs hipcc with clang)")
+            raise LabError(
+                f"no clang++-NN in the toolchain chroot {tc.root}",
+                exit_code=2,
+                hint="re-provision it: tools/rocm-toolchain.sh (it installs hipcc with clang)",
+            )
         # The chroot's libstdc++ is GCC 16's: <format> must come before HIP's macros.
-        return LabCompiler(tc, f"/usr/bin/{name}", [], ["format"], f"{name} in {tc.description}")
-    hipcc = next((a.split("=", 1)[1] for a in tc.cmake_args if a.startswith("-DCMAKE_HIP_COMPILER=")), "")
-    rocm = next((a.split("=", 1)[1] for a in tc.cmake_args if a.startswith("-DCMAKE_PREFIX_PATH=")), "")
+        return LabCompiler(
+            tc, f"/usr/bin/{name}", [], ["format"], f"{name} in {tc.description}"
+        )
+    hipcc = next(
+        (
+            a.split("=", 1)[1]
+            for a in tc.cmake_args
+            if a.startswith("-DCMAKE_HIP_COMPILER=")
+        ),
+        "",
+    )
+    rocm = next(
+        (
+            a.split("=", 1)[1]
+            for a in tc.cmake_args
+            if a.startswith("-DCMAKE_PREFIX_PATH=")
+        ),
+        "",
+    )
     cxx = os.path.join(rocm, "llvm", "bin", "clang++")
     if not os.access(cxx, os.X_OK):
-        raise LabError(f"no clang++ beside {hipcc or 'hipcc'} (looked for {cxx})", exit_code=2)
-    return LabCompiler(tc, cxx, [os.path.join(rocm, "include")], [], f"{cxx} (system ROCm {rocm})")
+        raise LabError(
+            f"no clang++ beside {hipcc or 'hipcc'} (looked for {cxx})", exit_code=2
+        )
+    return LabCompiler(
+        tc, cxx, [os.path.join(rocm, "include")], [], f"{cxx} (system ROCm {rocm})"
+    )
 
 
 _UNAVAILABLE: dict = {}
 
 
-def unavailable_reason(repo_root: str | None = None, *, environ: Mapping[str, str] | None = None) -> str | None:
+def unavailable_reason(
+    repo_root: str | None = None, *, environ: Mapping[str, str] | None = None
+) -> str | None:
     """Why the race lab cannot build here, or None when it can (cached per process).
 
     ``OVERLAY_SUITE_MODELS`` (a comma list of models, or ``none``) replaces the
@@ -239,6 +300,7 @@ def unavailable_reason(repo_root: str | None = None, *, environ: Mapping[str, st
 
 
 # --------------------------------------------------------------------------- build
+
 
 @dataclasses.dataclass
 class LabBuild:
@@ -283,10 +345,19 @@ def _load_stamp(out_dir: str) -> dict:
         return {}
 
 
-def build_tree(root: str, tree_dir: str, out_dir: str, *, tree: str, label: str,
-               compiler: LabCompiler | None = None, children: Sequence[LabChild] = CHILDREN,
-               sanitizers: Sequence[str] = tuple(SANITIZERS), jobs: int | None = None,
-               progress: Callable[[str], None] | None = None) -> LabBuild:
+def build_tree(
+    root: str,
+    tree_dir: str,
+    out_dir: str,
+    *,
+    tree: str,
+    label: str,
+    compiler: LabCompiler | None = None,
+    children: Sequence[LabChild] = CHILDREN,
+    sanitizers: Sequence[str] = tuple(SANITIZERS),
+    jobs: int | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> LabBuild:
     """Compile and link the lab's children against an exported tree.
 
     Objects are compiled again only when their source, the lab's header, the
@@ -317,48 +388,88 @@ def build_tree(root: str, tree_dir: str, out_dir: str, *, tree: str, label: str,
     out_dir = os.path.abspath(out_dir)
     tree_dir = os.path.abspath(tree_dir)
     os.makedirs(os.path.join(out_dir, "bin"), exist_ok=True)
-    binds = sorted({out_dir, lab} | ({tree_dir} if not tree_dir.startswith(out_dir + os.sep) else set()))
+    binds = sorted(
+        {out_dir, lab}
+        | ({tree_dir} if not tree_dir.startswith(out_dir + os.sep) else set())
+    )
     header = _read(os.path.join(lab, "racelab.h"))
     stamp = _load_stamp(out_dir)
-    keys: dict = dict(stamp.get("objects", {})) if stamp.get("compiler") == compiler.description else {}
+    keys: dict = (
+        dict(stamp.get("objects", {}))
+        if stamp.get("compiler") == compiler.description
+        else {}
+    )
 
     # (sanitizer, source path, object path, key)
     units: dict[tuple[str, str], tuple[str, str, str, list[str]]] = {}
     links: list[tuple[str, str, list[str]]] = []
     for san in sanitizers:
         if san not in SANITIZERS:
-            raise LabError(f"unknown sanitizer {san!r} (use {', '.join(SANITIZERS)})", exit_code=2)
-        flags = ["-std=c++20", "-g", "-O1", "-fno-omit-frame-pointer", f"-fsanitize={SANITIZERS[san]}",
-                 "-D__HIP_PLATFORM_AMD__", "-w"]
+            raise LabError(
+                f"unknown sanitizer {san!r} (use {', '.join(SANITIZERS)})", exit_code=2
+            )
+        flags = [
+            "-std=c++20",
+            "-g",
+            "-O1",
+            "-fno-omit-frame-pointer",
+            f"-fsanitize={SANITIZERS[san]}",
+            "-D__HIP_PLATFORM_AMD__",
+            "-w",
+        ]
         for inc in compiler.pre_include:
             flags += ["-include", inc]
-        flags += [f"-I{d}" for d in compiler.include_dirs] + [f"-I{lab}", f"-I{tree_dir}"]
+        flags += [f"-I{d}" for d in compiler.include_dirs] + [
+            f"-I{lab}",
+            f"-I{tree_dir}",
+        ]
         for child in children:
             objs = []
-            for src, in_tree in ([(os.path.join(lab, s), False) for s in child.lab_sources]
-                                 + [(os.path.join(tree_dir, s), True) for s in child.tree_sources]):
+            for src, in_tree in [
+                (os.path.join(lab, s), False) for s in child.lab_sources
+            ] + [(os.path.join(tree_dir, s), True) for s in child.tree_sources]:
                 if not os.path.isfile(src):
                     where = "the exported layer" if in_tree else lab
-                    raise LabError(f"{os.path.relpath(src, tree_dir if in_tree else root)} is not in {where}",
-                                   exit_code=EXIT_FINDINGS)
-                obj = os.path.join(out_dir, f"obj-{san}", os.path.splitext(os.path.basename(src))[0] + ".o")
+                    raise LabError(
+                        f"{os.path.relpath(src, tree_dir if in_tree else root)} is not in {where}",
+                        exit_code=EXIT_FINDINGS,
+                    )
+                obj = os.path.join(
+                    out_dir,
+                    f"obj-{san}",
+                    os.path.splitext(os.path.basename(src))[0] + ".o",
+                )
                 objs.append(obj)
                 if (san, src) not in units:
                     # Lab sources may include the tree (mlx_shim, the drivers): key them by it too.
                     uses_tree = in_tree or b'"mlx/' in _read(src)
-                    key = _digest(compiler.description, " ".join(flags), _read(src), header,
-                                  tree if uses_tree else "")
+                    key = _digest(
+                        compiler.description,
+                        " ".join(flags),
+                        _read(src),
+                        header,
+                        tree if uses_tree else "",
+                    )
                     units[(san, src)] = (src, obj, key, flags)
-            links.append((san, os.path.join(out_dir, "bin", f"{child.name}_{san}"), objs))
+            links.append(
+                (san, os.path.join(out_dir, "bin", f"{child.name}_{san}"), objs)
+            )
 
-    todo = [(src, obj, key, flags) for (src, obj, key, flags) in units.values()
-            if keys.get(os.path.relpath(obj, out_dir)) != key or not os.path.isfile(obj)]
+    todo = [
+        (src, obj, key, flags)
+        for (src, obj, key, flags) in units.values()
+        if keys.get(os.path.relpath(obj, out_dir)) != key or not os.path.isfile(obj)
+    ]
 
     def compile_one(unit) -> tuple[str, subprocess.CompletedProcess]:
         src, obj, _key, flags = unit
         os.makedirs(os.path.dirname(obj), exist_ok=True)
-        argv = compiler.argv([compiler.cxx, *flags, "-c", src, "-o", obj], binds, cwd=out_dir)
-        return src, subprocess.run(argv, capture_output=True, text=True, errors="replace")
+        argv = compiler.argv(
+            [compiler.cxx, *flags, "-c", src, "-o", obj], binds, cwd=out_dir
+        )
+        return src, subprocess.run(
+            argv, capture_output=True, text=True, errors="replace"
+        )
 
     errors: list[str] = []
     first_error = ""
@@ -369,39 +480,71 @@ def build_tree(root: str, tree_dir: str, out_dir: str, *, tree: str, label: str,
                 text = (proc.stdout + proc.stderr).strip()
                 errors.append(f"== {unit[1]}: exit {proc.returncode}\n{text}")
                 first_error = first_error or next(
-                    (line for line in text.splitlines() if ": error: " in line), f"{src}: exit {proc.returncode}")
+                    (line for line in text.splitlines() if ": error: " in line),
+                    f"{src}: exit {proc.returncode}",
+                )
                 keys.pop(os.path.relpath(unit[1], out_dir), None)
             else:
                 keys[os.path.relpath(unit[1], out_dir)] = unit[2]
                 if progress:
                     progress(f"compiled {os.path.relpath(unit[1], out_dir)}")
-    record = {"format": 1, "label": label, "tree": tree, "compiler": compiler.description,
-              "objects": keys, "children": [c.name for c in children], "sanitizers": list(sanitizers)}
+    record = {
+        "format": 1,
+        "label": label,
+        "tree": tree,
+        "compiler": compiler.description,
+        "objects": keys,
+        "children": [c.name for c in children],
+        "sanitizers": list(sanitizers),
+    }
     _write_json(os.path.join(out_dir, STAMP), record)
     log = os.path.join(out_dir, "build.log")
     with open(log, "w", encoding="utf-8") as fh:
         fh.write("\n".join(errors) + ("\n" if errors else ""))
     if errors:
-        raise LabError(f"race lab build failed: {len(errors)} object(s); first: {first_error}",
-                       hint=f"compiler output in {log}", exit_code=EXIT_FINDINGS)
+        raise LabError(
+            f"race lab build failed: {len(errors)} object(s); first: {first_error}",
+            hint=f"compiler output in {log}",
+            exit_code=EXIT_FINDINGS,
+        )
 
     programs = []
     rebuilt = {obj for (_s, obj, _k, _f) in todo}
     for san, binary, objs in links:
-        if not os.path.isfile(binary) or rebuilt.intersection(objs) or \
-                any(os.path.getmtime(o) > os.path.getmtime(binary) for o in objs):
-            argv = compiler.argv([compiler.cxx, f"-fsanitize={SANITIZERS[san]}", "-o", binary, *objs,
-                                  "-lpthread"], binds, cwd=out_dir)
-            proc = subprocess.run(argv, capture_output=True, text=True, errors="replace")
+        if (
+            not os.path.isfile(binary)
+            or rebuilt.intersection(objs)
+            or any(os.path.getmtime(o) > os.path.getmtime(binary) for o in objs)
+        ):
+            argv = compiler.argv(
+                [
+                    compiler.cxx,
+                    f"-fsanitize={SANITIZERS[san]}",
+                    "-o",
+                    binary,
+                    *objs,
+                    "-lpthread",
+                ],
+                binds,
+                cwd=out_dir,
+            )
+            proc = subprocess.run(
+                argv, capture_output=True, text=True, errors="replace"
+            )
             if proc.returncode != 0:
                 text = (proc.stdout + proc.stderr).strip()
                 with open(log, "a", encoding="utf-8") as fh:
                     fh.write(f"== link {binary}: exit {proc.returncode}\n{text}\n")
                 lines = text.splitlines()
-                first = next((x for x in lines if "undefined reference" in x),
-                             next((x for x in lines if "error" in x), text[:200]))
-                raise LabError(f"race lab link of {os.path.basename(binary)} failed: {first}",
-                               hint=f"linker output in {log}", exit_code=EXIT_FINDINGS)
+                first = next(
+                    (x for x in lines if "undefined reference" in x),
+                    next((x for x in lines if "error" in x), text[:200]),
+                )
+                raise LabError(
+                    f"race lab link of {os.path.basename(binary)} failed: {first}",
+                    hint=f"linker output in {log}",
+                    exit_code=EXIT_FINDINGS,
+                )
         launcher = os.path.join(out_dir, os.path.basename(binary))
         text = compiler.launcher(binary, [out_dir])
         if not os.path.isfile(launcher) or _read(launcher) != text.encode():
@@ -411,11 +554,17 @@ def build_tree(root: str, tree_dir: str, out_dir: str, *, tree: str, label: str,
             os.chmod(tmp, 0o755)
             os.replace(tmp, launcher)
         programs.append(launcher)
-    record["built"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    record["built"] = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
     record["programs"] = [os.path.basename(p) for p in programs]
     _write_json(os.path.join(out_dir, STAMP), record)
-    return LabBuild(out_dir=out_dir, tree=tree, label=label, programs=programs, compiled=len(todo),
-                    seconds=time.monotonic() - start)
+    return LabBuild(
+        out_dir=out_dir,
+        tree=tree,
+        label=label,
+        programs=programs,
+        compiled=len(todo),
+        seconds=time.monotonic() - start,
+    )
 
 
 def _write_json(path: str, data) -> None:
@@ -426,17 +575,23 @@ def _write_json(path: str, data) -> None:
     os.replace(tmp, path)
 
 
-def _export_and_build(root: str, store, tree: str, label: str, out_dir: str | None, **kw) -> LabBuild:
+def _export_and_build(
+    root: str, store, tree: str, label: str, out_dir: str | None, **kw
+) -> LabBuild:
     from overlay.export import export_tree
 
     out_dir = os.path.abspath(out_dir or default_out_dir(root, label))
     compiler = kw.pop("compiler", None) or find_lab_compiler(root)
     src = os.path.join(out_dir, "src")
     export_tree(store, tree, src)
-    return build_tree(root, src, out_dir, tree=tree, label=label, compiler=compiler, **kw)
+    return build_tree(
+        root, src, out_dir, tree=tree, label=label, compiler=compiler, **kw
+    )
 
 
-def build_layer(root: str, store, layer: str = "patched", *, out_dir: str | None = None, **kw) -> LabBuild:
+def build_layer(
+    root: str, store, layer: str = "patched", *, out_dir: str | None = None, **kw
+) -> LabBuild:
     """Export ``layer`` of the overlay at ``root`` and build the lab against it.
 
     Args:
@@ -452,12 +607,17 @@ def build_layer(root: str, store, layer: str = "patched", *, out_dir: str | None
     from overlay.manifest import load_manifest
 
     if layer not in ("patched", "forked"):
-        raise LabError(f"the race lab builds the patched or the forked layer, not {layer!r}", exit_code=2)
+        raise LabError(
+            f"the race lab builds the patched or the forked layer, not {layer!r}",
+            exit_code=2,
+        )
     layers = compute_layers(store, load_manifest(root), root)
     return _export_and_build(root, store, layers.tree(layer), layer, out_dir, **kw)
 
 
-def build_without_patch(root: str, store, patch: str, *, out_dir: str | None = None, **kw) -> LabBuild:
+def build_without_patch(
+    root: str, store, patch: str, *, out_dir: str | None = None, **kw
+) -> LabBuild:
     """Build the lab against the overlay with ``patch`` left out of the series.
 
     Args:
@@ -469,6 +629,8 @@ def build_without_patch(root: str, store, patch: str, *, out_dir: str | None = N
     """
     from overlay.suites.without import layers_without
 
-    stem = patch[:-len(".patch")] if patch.endswith(".patch") else patch
+    stem = patch[: -len(".patch")] if patch.endswith(".patch") else patch
     layers = layers_without(root, store, patch)
-    return _export_and_build(root, store, layers.patched, f"without-{stem}", out_dir, **kw)
+    return _export_and_build(
+        root, store, layers.patched, f"without-{stem}", out_dir, **kw
+    )

@@ -19,8 +19,18 @@ import os
 from overlay import junit
 from overlay.suites.runner import ABResult, SuiteResult
 
-__all__ = ["FORMATS", "AB_FORMATS", "render_results", "render_ab", "format_interval",
-           "format_kinds", "format_reports", "status_word", "summary_counts", "HOST_MODEL_NOTE"]
+__all__ = [
+    "FORMATS",
+    "AB_FORMATS",
+    "render_results",
+    "render_ab",
+    "format_interval",
+    "format_kinds",
+    "format_reports",
+    "status_word",
+    "summary_counts",
+    "HOST_MODEL_NOTE",
+]
 
 #: Said beside every host-model suite (docs/race-lab.md).
 HOST_MODEL_NOTE = "host model, not a GPU result"
@@ -46,8 +56,10 @@ def format_kinds(result: SuiteResult) -> str:
 
 def format_reports(result: SuiteResult) -> str:
     """``"ThreadSanitizer: data race in 20 runs (31 in all); ..."``, or ``""`` without reports."""
-    return "; ".join(f"{kind} in {runs} run{'s' if runs != 1 else ''} ({total} in all)"
-                     for kind, (runs, total) in result.report_kinds().items())
+    return "; ".join(
+        f"{kind} in {runs} run{'s' if runs != 1 else ''} ({total} in all)"
+        for kind, (runs, total) in result.report_kinds().items()
+    )
 
 
 def _model(r: SuiteResult) -> str | None:
@@ -87,6 +99,7 @@ def _file(r: SuiteResult, name: str) -> str:
 
 # --------------------------------------------------------------------------- runs
 
+
 def _text(results) -> str:
     lines = []
     width = max([len(r.suite) for r in results] + [5])
@@ -108,20 +121,32 @@ def _text(results) -> str:
             lines.append(f"    reports: {format_reports(r)}")
         for run in r.runs:
             if run.failed:
-                lines.append(f"    run {run.index:03d}  {run.kind:<6}  {run.detail(r.deadline_s)}  "
-                             f"({_file(r, run.stderr)})")
+                lines.append(
+                    f"    run {run.index:03d}  {run.kind:<6}  {run.detail(r.deadline_s)}  "
+                    f"({_file(r, run.stderr)})"
+                )
         if r.directory:
             lines.append(f"    results: {r.directory}")
     s = summary_counts(results)
-    lines.append(f"{s['suites']} suite(s): {s['passed']} passed, {s['failed']} failed, "
-                 f"{s['skipped']} skipped; {s['failed_runs']} of {s['runs']} runs failed")
+    lines.append(
+        f"{s['suites']} suite(s): {s['passed']} passed, {s['failed']} failed, "
+        f"{s['skipped']} skipped; {s['failed_runs']} of {s['runs']} runs failed"
+    )
     return "\n".join(lines) + "\n"
 
 
 def _json(results) -> str:
-    return json.dumps({"format": 1, "summary": summary_counts(results),
-                       "suites": [dict(r.to_dict(), directory=r.directory) for r in results]},
-                      indent=2) + "\n"
+    return (
+        json.dumps(
+            {
+                "format": 1,
+                "summary": summary_counts(results),
+                "suites": [dict(r.to_dict(), directory=r.directory) for r in results],
+            },
+            indent=2,
+        )
+        + "\n"
+    )
 
 
 def _tail(path: str | None) -> str:
@@ -142,14 +167,32 @@ def _junit(results) -> str:
     suites = []
     for r in results:
         lo, hi = r.interval()
-        suite = junit.Suite(r.suite, timestamp=r.started or None, properties=[
-            ("failed", f"{r.failed} of {r.n}"), ("interval95", format_interval((lo, hi))),
-            ("kinds", format_kinds(r)), ("proves", str(r.settings.get("proves") or "-")),
-            ("model", _model(r) or "-"), ("reports", format_reports(r) or "-")])
+        suite = junit.Suite(
+            r.suite,
+            timestamp=r.started or None,
+            properties=[
+                ("failed", f"{r.failed} of {r.n}"),
+                ("interval95", format_interval((lo, hi))),
+                ("kinds", format_kinds(r)),
+                ("proves", str(r.settings.get("proves") or "-")),
+                ("model", _model(r) or "-"),
+                ("reports", format_reports(r) or "-"),
+            ],
+        )
         if r.skipped:
-            suite.cases.append(junit.Case(r.suite, f"suite.{r.suite}", "skipped", message=r.skip_reason, time=0.0))
+            suite.cases.append(
+                junit.Case(
+                    r.suite,
+                    f"suite.{r.suite}",
+                    "skipped",
+                    message=r.skip_reason,
+                    time=0.0,
+                )
+            )
         for run in r.runs:
-            case = junit.Case(f"run-{run.index:03d}", f"suite.{r.suite}", time=run.duration_s)
+            case = junit.Case(
+                f"run-{run.index:03d}", f"suite.{r.suite}", time=run.duration_s
+            )
             if run.failed:
                 case.status = "failed"
                 case.failure_type = run.kind
@@ -166,31 +209,45 @@ def _md_cell(s: str) -> str:
 
 
 def _markdown(results) -> str:
-    out = ["### Concurrency suites", "",
-           "| suite | proves | result | failed | 95% interval | kinds / reason |",
-           "|---|---|---|---|---|---|"]
+    out = [
+        "### Concurrency suites",
+        "",
+        "| suite | proves | result | failed | 95% interval | kinds / reason |",
+        "|---|---|---|---|---|---|",
+    ]
     for r in results:
         proves = r.settings.get("proves")
         proves = f"#{proves}" if proves else "-"
         word = status_word(r)
         if r.skipped:
-            out.append(f"| `{r.suite}` | {proves} | **SKIPPED** | - | - | {_md_cell(r.skip_reason)} |")
+            out.append(
+                f"| `{r.suite}` | {proves} | **SKIPPED** | - | - | {_md_cell(r.skip_reason)} |"
+            )
         else:
             shown = f"**{word}**" if word != "PASSED" else "passed"
             if _model(r):
                 shown += f" ({HOST_MODEL_NOTE})"
-            detail = format_kinds(r) + (f"; reports: {format_reports(r)}" if format_reports(r) else "")
-            out.append(f"| `{r.suite}` | {proves} | {shown} | {r.failed} of {r.n} | "
-                       f"{format_interval(r.interval())} | {_md_cell(detail)} |")
+            detail = format_kinds(r) + (
+                f"; reports: {format_reports(r)}" if format_reports(r) else ""
+            )
+            out.append(
+                f"| `{r.suite}` | {proves} | {shown} | {r.failed} of {r.n} | "
+                f"{format_interval(r.interval())} | {_md_cell(detail)} |"
+            )
     s = summary_counts(results)
-    out += ["", f"{s['failed_runs']} of {s['runs']} runs failed; {s['passed']} suite(s) passed, "
-            f"{s['failed']} failed, {s['skipped']} skipped (skipped is not passed). Intervals are exact "
-            "(Clopper–Pearson) 95% intervals of the failure rate."]
+    out += [
+        "",
+        f"{s['failed_runs']} of {s['runs']} runs failed; {s['passed']} suite(s) passed, "
+        f"{s['failed']} failed, {s['skipped']} skipped (skipped is not passed). Intervals are exact "
+        "(Clopper–Pearson) 95% intervals of the failure rate.",
+    ]
     failed_runs = [(r, run) for r in results for run in r.runs if run.failed]
     if failed_runs:
         out += ["", "<details><summary>Failed runs</summary>", ""]
         for r, run in failed_runs:
-            out.append(f"- `{r.suite}` run {run.index:03d}: {run.kind}: {_md_cell(run.detail(r.deadline_s))}")
+            out.append(
+                f"- `{r.suite}` run {run.index:03d}: {run.kind}: {_md_cell(run.detail(r.deadline_s))}"
+            )
         out += ["", "</details>"]
     return "\n".join(out) + "\n"
 
@@ -226,6 +283,7 @@ def render_results(results, fmt: str = "text") -> str:
 
 # --------------------------------------------------------------------------- A/B
 
+
 def _p(p: float | None) -> str:
     return "n/a" if p is None else f"{p:.4g}"
 
@@ -244,8 +302,15 @@ def _ab_rows(ab: ABResult) -> list[tuple[str, str, str]]:
             return format_kinds(r)
         return " ".join(r.argv)
 
-    return [(label, col(a, key), col(b, key)) for label, key in
-            (("failed", "failed"), ("95% interval", "interval"), ("kinds", "kinds"), ("child", "child"))]
+    return [
+        (label, col(a, key), col(b, key))
+        for label, key in (
+            ("failed", "failed"),
+            ("95% interval", "interval"),
+            ("kinds", "kinds"),
+            ("child", "child"),
+        )
+    ]
 
 
 def _ab_report_rows(ab: ABResult) -> list[tuple[str, str, str]]:
@@ -267,8 +332,10 @@ def _acquit_line(ab: ABResult) -> str:
     if not plan:
         return ""
     b = ab.without_fix
-    return (f"Runs to acquit at 99% (seed 003, overlay suite plan): {plan['runs']} at the fix-removed rate "
-            f"{b.failed}/{b.n}; {plan['runs_at_lower95']} at its 95% lower bound {plan['baseline_lower95']:.4f}.")
+    return (
+        f"Runs to acquit at 99% (seed 003, overlay suite plan): {plan['runs']} at the fix-removed rate "
+        f"{b.failed}/{b.n}; {plan['runs_at_lower95']} at its 95% lower bound {plan['baseline_lower95']:.4f}."
+    )
 
 
 def render_ab(ab: ABResult, fmt: str = "text") -> str:
@@ -288,7 +355,9 @@ def render_ab(ab: ABResult, fmt: str = "text") -> str:
     """
     a = ab.with_fix
     proves = a.settings.get("proves")
-    head = f"A/B: {ab.suite}" + (f" (proves LOCAL_FIXES.md entry {proves})" if proves else "")
+    head = f"A/B: {ab.suite}" + (
+        f" (proves LOCAL_FIXES.md entry {proves})" if proves else ""
+    )
     head += f", {a.planned_runs} runs each"
     if ab.model:
         head += f" [{ab.model}: {HOST_MODEL_NOTE}]"

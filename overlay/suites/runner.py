@@ -44,8 +44,8 @@ import signal
 import subprocess
 import time
 from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Mapping
 
 from overlay.errors import OverlayError
 from overlay.suites.config import Suite
@@ -95,8 +95,12 @@ REPORT_SCAN_BYTES = 64 << 20
 ProgressFn = Callable[[int, int, int], None]
 
 _SANITIZER_RE = re.compile(
-    rb"^(?:==\d+==)?(?:WARNING|ERROR): ((?:Thread|Address|Leak|Memory|UndefinedBehavior)Sanitizer): (.*)$", re.M)
-_CHILD_REPORT_RE = re.compile(rb"^overlay-suite: report ([A-Za-z0-9][A-Za-z0-9_.-]*):", re.M)
+    rb"^(?:==\d+==)?(?:WARNING|ERROR): ((?:Thread|Address|Leak|Memory|UndefinedBehavior)Sanitizer): (.*)$",
+    re.M,
+)
+_CHILD_REPORT_RE = re.compile(
+    rb"^overlay-suite: report ([A-Za-z0-9][A-Za-z0-9_.-]*):", re.M
+)
 
 
 def scan_reports(path: str, limit: int = REPORT_SCAN_BYTES) -> dict[str, int]:
@@ -122,7 +126,9 @@ def scan_reports(path: str, limit: int = REPORT_SCAN_BYTES) -> dict[str, int]:
     found: list[tuple[int, str]] = []
     for m in _SANITIZER_RE.finditer(data):
         what = m.group(2).decode("utf-8", "replace")
-        what = re.split(r" \(| on (?:address|unknown address)\b| at pc ", what, maxsplit=1)[0].strip()
+        what = re.split(
+            r" \(| on (?:address|unknown address)\b| at pc ", what, maxsplit=1
+        )[0].strip()
         found.append((m.start(), f"{m.group(1).decode()}: {what}"))
     for m in _CHILD_REPORT_RE.finditer(data):
         found.append((m.start(), m.group(1).decode()))
@@ -137,6 +143,7 @@ class SuiteRunError(OverlayError):
 
 
 # --------------------------------------------------------------------------- platform
+
 
 @dataclass(frozen=True)
 class Platform:
@@ -162,9 +169,14 @@ class Platform:
 
     def to_dict(self) -> dict:
         """JSON shape: ``{"hardware": [...], "backends": [...], "reasons": {...}, "models": [...]}``."""
-        return {"hardware": sorted(self.hardware), "backends": sorted(self.backends),
-                "reasons": dict(self.reasons), "backend_source": self.backend_source,
-                "models": sorted(self.models), "model_reasons": dict(self.model_reasons)}
+        return {
+            "hardware": sorted(self.hardware),
+            "backends": sorted(self.backends),
+            "reasons": dict(self.reasons),
+            "backend_source": self.backend_source,
+            "models": sorted(self.models),
+            "model_reasons": dict(self.model_reasons),
+        }
 
 
 def _run_probe(argv: list[str]) -> str | None:
@@ -172,8 +184,13 @@ def _run_probe(argv: list[str]) -> str | None:
     if shutil.which(argv[0]) is None:
         return None
     try:
-        done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True,
-                              timeout=_PROBE_TIMEOUT_S, check=False)
+        done = subprocess.run(
+            argv,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=_PROBE_TIMEOUT_S,
+            check=False,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     if done.returncode != 0:
@@ -189,10 +206,19 @@ def _kfd_sysfs_has_gpu(root: str = "/sys/class/kfd/kfd/topology/nodes") -> bool:
         return False
     for node in nodes:
         try:
-            with open(os.path.join(root, node, "properties"), encoding="ascii", errors="replace") as fh:
+            with open(
+                os.path.join(root, node, "properties"),
+                encoding="ascii",
+                errors="replace",
+            ) as fh:
                 for line in fh:
                     parts = line.split()
-                    if len(parts) == 2 and parts[0] == "simd_count" and parts[1].isdigit() and int(parts[1]) > 0:
+                    if (
+                        len(parts) == 2
+                        and parts[0] == "simd_count"
+                        and parts[1].isdigit()
+                        and int(parts[1]) > 0
+                    ):
                         return True
         except OSError:
             continue
@@ -213,7 +239,10 @@ def _detect_amd() -> tuple[bool, str]:
     out = _run_probe(["rocm-smi", "--showid"])
     if out is not None and "GPU[" in out:
         return True, "rocm-smi lists a GPU"
-    return False, "/dev/kfd exists but neither /sys/class/kfd, rocminfo nor rocm-smi shows a GPU agent"
+    return (
+        False,
+        "/dev/kfd exists but neither /sys/class/kfd, rocminfo nor rocm-smi shows a GPU agent",
+    )
 
 
 def _detect_nvidia() -> tuple[bool, str]:
@@ -228,7 +257,9 @@ def _detect_nvidia() -> tuple[bool, str]:
 _PLATFORM_CACHE: dict = {}
 
 
-def detect_platform(backend: str | None = None, *, environ: Mapping[str, str] | None = None) -> Platform:
+def detect_platform(
+    backend: str | None = None, *, environ: Mapping[str, str] | None = None
+) -> Platform:
     """Detect GPUs and decide which backends count as built.
 
     Hardware: ``amd-gpu`` is present iff ``/dev/kfd`` exists and a GPU agent
@@ -261,17 +292,25 @@ def detect_platform(backend: str | None = None, *, environ: Mapping[str, str] | 
         items = {x.strip() for x in override.split(",") if x.strip()} - {"none"}
         bad = items - {"amd-gpu", "nvidia-gpu"}
         if bad:
-            raise SuiteRunError(f"{HARDWARE_ENV}: unknown hardware {sorted(bad)[0]!r} "
-                                "(use amd-gpu, nvidia-gpu or none)")
+            raise SuiteRunError(
+                f"{HARDWARE_ENV}: unknown hardware {sorted(bad)[0]!r} "
+                "(use amd-gpu, nvidia-gpu or none)"
+            )
         hardware = frozenset(items)
-        reasons = {h: f"{HARDWARE_ENV}={override!r}" for h in ("amd-gpu", "nvidia-gpu") if h not in hardware}
+        reasons = {
+            h: f"{HARDWARE_ENV}={override!r}"
+            for h in ("amd-gpu", "nvidia-gpu")
+            if h not in hardware
+        }
     else:
         if "hw" not in _PLATFORM_CACHE:
             amd, amd_why = _detect_amd()
             nv, nv_why = _detect_nvidia()
             _PLATFORM_CACHE["hw"] = (amd, amd_why, nv, nv_why)
         amd, amd_why, nv, nv_why = _PLATFORM_CACHE["hw"]
-        hardware = frozenset(h for h, ok in (("amd-gpu", amd), ("nvidia-gpu", nv)) if ok)
+        hardware = frozenset(
+            h for h, ok in (("amd-gpu", amd), ("nvidia-gpu", nv)) if ok
+        )
         reasons = {}
         if not amd:
             reasons["amd-gpu"] = amd_why
@@ -295,8 +334,14 @@ def detect_platform(backend: str | None = None, *, environ: Mapping[str, str] | 
     lab_reason = racelab.unavailable_reason(environ=environ)
     models = frozenset() if lab_reason else frozenset({racelab.MODEL})
     model_reasons = {racelab.MODEL: lab_reason} if lab_reason else {}
-    return Platform(hardware=hardware, backends=backends, reasons=reasons, backend_source=source,
-                    models=models, model_reasons=model_reasons)
+    return Platform(
+        hardware=hardware,
+        backends=backends,
+        reasons=reasons,
+        backend_source=source,
+        models=models,
+        model_reasons=model_reasons,
+    )
 
 
 def skip_reason(suite: Suite, platform: Platform) -> str | None:
@@ -319,7 +364,10 @@ def skip_reason(suite: Suite, platform: Platform) -> str | None:
 
 # --------------------------------------------------------------------------- children
 
-def resolve_child(argv: Iterable[str], child_dir: str | None = None, base_dir: str | None = None) -> list[str]:
+
+def resolve_child(
+    argv: Iterable[str], child_dir: str | None = None, base_dir: str | None = None
+) -> list[str]:
     """Turn a suite's ``child`` into an argv whose first word is an executable path.
 
     Rules for ``argv[0]``: an absolute path is kept; a relative path with a
@@ -360,12 +408,15 @@ def resolve_child(argv: Iterable[str], child_dir: str | None = None, base_dir: s
     if path is None or not os.path.isfile(path) or not os.access(path, os.X_OK):
         raise SuiteRunError(
             f"suite child {prog!r} not found or not executable (looked in {', '.join(looked)})",
-            hint="build the suite children first (overlay build), or pass --child-dir DIR")
+            hint="build the suite children first (overlay build), or pass --child-dir DIR",
+        )
     argv[0] = path
     return argv
 
 
-def make_run_dir(results_dir: str, suite_name: str, run_id: str | None = None, *, suffix: str = "") -> str:
+def make_run_dir(
+    results_dir: str, suite_name: str, run_id: str | None = None, *, suffix: str = ""
+) -> str:
     """Create and return ``<results_dir>/<suite_name>/<run_id>``.
 
     Args:
@@ -386,7 +437,9 @@ def make_run_dir(results_dir: str, suite_name: str, run_id: str | None = None, *
     try:
         os.makedirs(parent, exist_ok=True)
     except OSError as exc:
-        raise SuiteRunError(f"cannot create results directory {parent}: {exc.strerror}") from None
+        raise SuiteRunError(
+            f"cannot create results directory {parent}: {exc.strerror}"
+        ) from None
     if run_id is not None:
         if run_id in ("", ".", "..") or "/" in run_id or os.sep in run_id:
             raise SuiteRunError(f"run id {run_id!r} must be a plain directory name")
@@ -398,7 +451,7 @@ def make_run_dir(results_dir: str, suite_name: str, run_id: str | None = None, *
         except OSError as exc:
             raise SuiteRunError(f"cannot create {path}: {exc.strerror}") from None
         return path
-    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ") + suffix
+    stamp = _dt.datetime.now(_dt.UTC).strftime("%Y%m%dT%H%M%SZ") + suffix
     for i in range(1, 10000):
         path = os.path.join(parent, stamp if i == 1 else f"{stamp}-{i}")
         try:
@@ -414,10 +467,16 @@ def make_run_dir(results_dir: str, suite_name: str, run_id: str | None = None, *
 def write_json(path: str, data) -> None:
     """Write ``data`` as indented JSON to ``path`` atomically (temp file + rename)."""
     from overlay.fsutil import atomic_write
-    atomic_write(path, (json.dumps(data, indent=2, sort_keys=False) + "\n").encode(), durable=False)
+
+    atomic_write(
+        path,
+        (json.dumps(data, indent=2, sort_keys=False) + "\n").encode(),
+        durable=False,
+    )
 
 
 # --------------------------------------------------------------------------- one run
+
 
 @dataclass
 class RunResult:
@@ -462,8 +521,11 @@ class RunResult:
     def detail(self, deadline_s: float | None = None) -> str:
         """One line that says why the run has its kind, e.g. ``killed by SIGSEGV``."""
         if self.kind == "hang":
-            text = (f"still running at the {deadline_s:g} s deadline; process group killed"
-                    if deadline_s is not None else "still running at its deadline; process group killed")
+            text = (
+                f"still running at the {deadline_s:g} s deadline; process group killed"
+                if deadline_s is not None
+                else "still running at its deadline; process group killed"
+            )
             return f"{text}; {self.note}" if self.note else text
         if self.kind == "crash":
             return f"killed by {_signal_name(self.signal)}"
@@ -476,22 +538,36 @@ class RunResult:
     def to_dict(self) -> dict:
         """JSON shape of the record."""
         return {
-            "index": self.index, "kind": self.kind, "returncode": self.returncode,
-            "signal": self.signal, "signal_name": _signal_name(self.signal) if self.signal else None,
-            "duration_s": round(self.duration_s, 6), "marker_failures": list(self.marker_failures),
-            "strays_killed": self.strays_killed, "stdout": self.stdout, "stderr": self.stderr,
-            "note": self.note, "reports": dict(self.reports),
+            "index": self.index,
+            "kind": self.kind,
+            "returncode": self.returncode,
+            "signal": self.signal,
+            "signal_name": _signal_name(self.signal) if self.signal else None,
+            "duration_s": round(self.duration_s, 6),
+            "marker_failures": list(self.marker_failures),
+            "strays_killed": self.strays_killed,
+            "stdout": self.stdout,
+            "stderr": self.stderr,
+            "note": self.note,
+            "reports": dict(self.reports),
         }
 
     @classmethod
-    def from_dict(cls, d: Mapping) -> "RunResult":
+    def from_dict(cls, d: Mapping) -> RunResult:
         """Inverse of :meth:`to_dict`."""
-        return cls(index=d["index"], kind=d["kind"], returncode=d.get("returncode"),
-                   signal=d.get("signal"), duration_s=float(d.get("duration_s", 0.0)),
-                   marker_failures=list(d.get("marker_failures", [])),
-                   strays_killed=bool(d.get("strays_killed", False)),
-                   stdout=d.get("stdout", ""), stderr=d.get("stderr", ""), note=d.get("note", ""),
-                   reports=dict(d.get("reports", {})))
+        return cls(
+            index=d["index"],
+            kind=d["kind"],
+            returncode=d.get("returncode"),
+            signal=d.get("signal"),
+            duration_s=float(d.get("duration_s", 0.0)),
+            marker_failures=list(d.get("marker_failures", [])),
+            strays_killed=bool(d.get("strays_killed", False)),
+            stdout=d.get("stdout", ""),
+            stderr=d.get("stderr", ""),
+            note=d.get("note", ""),
+            reports=dict(d.get("reports", {})),
+        )
 
 
 def _signal_name(signum: int | None) -> str:
@@ -552,8 +628,16 @@ def _count_in_file(path: str, needles: list[bytes]) -> list[int]:
     return [data.count(n) for n in needles]
 
 
-def run_once(argv: list[str], env: Mapping[str, str], deadline_s: float, run_dir: str, index: int,
-             markers=(), *, stdin_fd: int | None = None) -> RunResult:
+def run_once(
+    argv: list[str],
+    env: Mapping[str, str],
+    deadline_s: float,
+    run_dir: str,
+    index: int,
+    markers=(),
+    *,
+    stdin_fd: int | None = None,
+) -> RunResult:
     """Run ``argv`` once in a fresh process group and classify the run.
 
     Args:
@@ -572,7 +656,10 @@ def run_once(argv: list[str], env: Mapping[str, str], deadline_s: float, run_dir
         SuiteRunError: the program cannot be started (missing, not executable).
     """
     out_name, err_name = f"run-{index:03d}.out", f"run-{index:03d}.err"
-    out_path, err_path = os.path.join(run_dir, out_name), os.path.join(run_dir, err_name)
+    out_path, err_path = (
+        os.path.join(run_dir, out_name),
+        os.path.join(run_dir, err_name),
+    )
     own_stdin = stdin_fd is None
     if own_stdin:
         stdin_fd = os.open(os.devnull, os.O_RDONLY)
@@ -580,10 +667,19 @@ def run_once(argv: list[str], env: Mapping[str, str], deadline_s: float, run_dir
         with open(out_path, "wb") as out, open(err_path, "wb") as err:
             start = time.monotonic()
             try:
-                proc = subprocess.Popen(argv, stdin=stdin_fd, stdout=out, stderr=err, env=env,
-                                        start_new_session=True, close_fds=True)
+                proc = subprocess.Popen(
+                    argv,
+                    stdin=stdin_fd,
+                    stdout=out,
+                    stderr=err,
+                    env=env,
+                    start_new_session=True,
+                    close_fds=True,
+                )
             except OSError as exc:
-                raise SuiteRunError(f"cannot start {argv[0]}: {exc.strerror or exc}") from None
+                raise SuiteRunError(
+                    f"cannot start {argv[0]}: {exc.strerror or exc}"
+                ) from None
             timed_out = False
             note = ""
             try:
@@ -592,8 +688,10 @@ def run_once(argv: list[str], env: Mapping[str, str], deadline_s: float, run_dir
                 timed_out = True
                 _killpg(proc.pid)
                 if not _reap(proc, KILL_GRACE_S):
-                    note = (f"did not exit within {KILL_GRACE_S:g} s of SIGKILL "
-                            "(uninterruptible sleep, e.g. stuck in a GPU driver); left behind")
+                    note = (
+                        f"did not exit within {KILL_GRACE_S:g} s of SIGKILL "
+                        "(uninterruptible sleep, e.g. stuck in a GPU driver); left behind"
+                    )
             except BaseException:
                 _killpg(proc.pid)
                 _reap(proc, KILL_GRACE_S)
@@ -611,7 +709,9 @@ def run_once(argv: list[str], env: Mapping[str, str], deadline_s: float, run_dir
             ms = [m for m in markers if m.stream == stream]
             if ms:
                 counts = _count_in_file(path, [m.text.encode("utf-8") for m in ms])
-                failures.extend(m.describe(c) for m, c in zip(ms, counts) if not m.holds(c))
+                failures.extend(
+                    m.describe(c) for m, c in zip(ms, counts) if not m.holds(c)
+                )
 
     rc = proc.returncode
     if timed_out or rc is None:
@@ -624,12 +724,23 @@ def run_once(argv: list[str], env: Mapping[str, str], deadline_s: float, run_dir
         kind, returncode, signum = "marker", 0, None
     else:
         kind, returncode, signum = "pass", 0, None
-    return RunResult(index=index, kind=kind, returncode=returncode, signal=signum, duration_s=duration,
-                     marker_failures=failures, strays_killed=strays, stdout=out_name, stderr=err_name,
-                     note=note, reports=scan_reports(err_path))
+    return RunResult(
+        index=index,
+        kind=kind,
+        returncode=returncode,
+        signal=signum,
+        duration_s=duration,
+        marker_failures=failures,
+        strays_killed=strays,
+        stdout=out_name,
+        stderr=err_name,
+        note=note,
+        reports=scan_reports(err_path),
+    )
 
 
 # --------------------------------------------------------------------------- a suite
+
 
 @dataclass
 class SuiteResult:
@@ -715,20 +826,34 @@ class SuiteResult:
             "started": self.started,
             "duration_s": round(self.duration_s, 6),
             "platform": self.platform,
-            "summary": {"runs": self.n, "failed": self.failed, "kinds": self.kinds(),
-                        "interval95": [lo, hi], "reports": self.report_kinds()},
+            "summary": {
+                "runs": self.n,
+                "failed": self.failed,
+                "kinds": self.kinds(),
+                "interval95": [lo, hi],
+                "reports": self.report_kinds(),
+            },
             "runs": [r.to_dict() for r in self.runs],
         }
 
     @classmethod
-    def from_dict(cls, d: Mapping, directory: str | None = None) -> "SuiteResult":
+    def from_dict(cls, d: Mapping, directory: str | None = None) -> SuiteResult:
         """Inverse of :meth:`to_dict` (``summary`` is recomputed, not read)."""
-        return cls(suite=d["suite"], status=d["status"], skip_reason=d.get("skip_reason", ""),
-                   runs=[RunResult.from_dict(r) for r in d.get("runs", [])],
-                   planned_runs=d.get("planned_runs", 0), deadline_s=d.get("deadline_s", 0.0),
-                   argv=list(d.get("argv", [])), settings=dict(d.get("settings", {})),
-                   label=d.get("label", ""), directory=directory, started=d.get("started", ""),
-                   duration_s=float(d.get("duration_s", 0.0)), platform=dict(d.get("platform", {})))
+        return cls(
+            suite=d["suite"],
+            status=d["status"],
+            skip_reason=d.get("skip_reason", ""),
+            runs=[RunResult.from_dict(r) for r in d.get("runs", [])],
+            planned_runs=d.get("planned_runs", 0),
+            deadline_s=d.get("deadline_s", 0.0),
+            argv=list(d.get("argv", [])),
+            settings=dict(d.get("settings", {})),
+            label=d.get("label", ""),
+            directory=directory,
+            started=d.get("started", ""),
+            duration_s=float(d.get("duration_s", 0.0)),
+            platform=dict(d.get("platform", {})),
+        )
 
 
 def load_result(path: str) -> SuiteResult:
@@ -742,7 +867,9 @@ def load_result(path: str) -> SuiteResult:
     try:
         with open(path, encoding="utf-8") as fh:
             data = json.load(fh)
-        return SuiteResult.from_dict(data, directory=os.path.dirname(os.path.abspath(path)))
+        return SuiteResult.from_dict(
+            data, directory=os.path.dirname(os.path.abspath(path))
+        )
     except FileNotFoundError:
         raise SuiteRunError(f"{path}: no such result file") from None
     except (OSError, ValueError, KeyError, TypeError) as exc:
@@ -750,13 +877,24 @@ def load_result(path: str) -> SuiteResult:
 
 
 def _now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
 
 
-def run_suite(suite: Suite, results_dir: str, *, child_dir: str | None = None, base_dir: str | None = None,
-              runs: int | None = None, deadline_s: float | None = None, platform: Platform | None = None,
-              argv: list[str] | None = None, directory: str | None = None, label: str = "",
-              environ: Mapping[str, str] | None = None, progress: ProgressFn | None = None) -> SuiteResult:
+def run_suite(
+    suite: Suite,
+    results_dir: str,
+    *,
+    child_dir: str | None = None,
+    base_dir: str | None = None,
+    runs: int | None = None,
+    deadline_s: float | None = None,
+    platform: Platform | None = None,
+    argv: list[str] | None = None,
+    directory: str | None = None,
+    label: str = "",
+    environ: Mapping[str, str] | None = None,
+    progress: ProgressFn | None = None,
+) -> SuiteResult:
     """Run ``suite`` ``runs`` times in fresh processes, or skip it with its reason.
 
     Args:
@@ -791,19 +929,31 @@ def run_suite(suite: Suite, results_dir: str, *, child_dir: str | None = None, b
     if not deadline > 0:
         raise SuiteRunError(f"--deadline must be > 0 seconds, got {deadline!r}")
     platform = platform or detect_platform()
-    result = SuiteResult(suite=suite.name, status="ran", planned_runs=n, deadline_s=float(deadline),
-                         settings=suite.to_dict(), label=label, started=_now(),
-                         platform=platform.to_dict())
+    result = SuiteResult(
+        suite=suite.name,
+        status="ran",
+        planned_runs=n,
+        deadline_s=float(deadline),
+        settings=suite.to_dict(),
+        label=label,
+        started=_now(),
+        platform=platform.to_dict(),
+    )
     reason = skip_reason(suite, platform)
     if reason is None:
         # Resolve before creating anything, so a missing child leaves no empty directory.
         try:
-            result.argv = resolve_child(argv if argv is not None else suite.child, child_dir, base_dir)
+            result.argv = resolve_child(
+                argv if argv is not None else suite.child, child_dir, base_dir
+            )
         except SuiteRunError as exc:
             if suite.model:
                 # A host-model child comes from the race lab, not from overlay build.
-                raise SuiteRunError(exc.message, hint="build the race lab: overlay suite build (docs/race-lab.md), "
-                                    "or run the suite without --child-dir") from None
+                raise SuiteRunError(
+                    exc.message,
+                    hint="build the race lab: overlay suite build (docs/race-lab.md), "
+                    "or run the suite without --child-dir",
+                ) from None
             raise
     if directory is None:
         directory = make_run_dir(results_dir, suite.name)
@@ -829,7 +979,9 @@ def run_suite(suite: Suite, results_dir: str, *, child_dir: str | None = None, b
         for i in range(1, n + 1):
             env = dict(base_env)
             env["OVERLAY_RUN_INDEX"] = str(i)
-            rec = run_once(result.argv, env, deadline, directory, i, markers, stdin_fd=devnull)
+            rec = run_once(
+                result.argv, env, deadline, directory, i, markers, stdin_fd=devnull
+            )
             result.runs.append(rec)
             failures += rec.failed
             if progress is not None:
@@ -884,7 +1036,11 @@ class ABResult:
     @property
     def guard_only(self) -> bool:
         """True when the fix-removed column ran and never failed (seed 000)."""
-        return not self.without_fix.skipped and self.without_fix.n > 0 and self.without_fix.failed == 0
+        return (
+            not self.without_fix.skipped
+            and self.without_fix.n > 0
+            and self.without_fix.failed == 0
+        )
 
     @property
     def model(self) -> str | None:
@@ -906,9 +1062,14 @@ class ABResult:
             return None
         rate = b.failed / b.n
         lo = b.interval()[0]
-        return {"confidence": confidence, "baseline": rate, "runs": runs_to_acquit(rate, confidence),
-                "baseline_lower95": lo, "runs_at_lower95": runs_to_acquit(lo, confidence),
-                "clean_runs_with_fix": a.n if not a.failed else 0}
+        return {
+            "confidence": confidence,
+            "baseline": rate,
+            "runs": runs_to_acquit(rate, confidence),
+            "baseline_lower95": lo,
+            "runs_at_lower95": runs_to_acquit(lo, confidence),
+            "clean_runs_with_fix": a.n if not a.failed else 0,
+        }
 
     def verdicts(self) -> list[tuple[str, str]]:
         """``(code, sentence)`` pairs, most important first.
@@ -925,10 +1086,15 @@ class ABResult:
         """
         out = self._verdicts()
         if self.model:
-            out.append(("host-model", f"Host model ({self.model}, docs/race-lab.md): the file's host code ran "
-                        "on a model of HIP, hipBLASLt and rocBLAS under a sanitizer, not on an AMD GPU. It shows what "
-                        "the code does under the model's runtime; what the real runtime, library and GPU do "
-                        "is evidence only a GPU run gives."))
+            out.append(
+                (
+                    "host-model",
+                    f"Host model ({self.model}, docs/race-lab.md): the file's host code ran "
+                    "on a model of HIP, hipBLASLt and rocBLAS under a sanitizer, not on an AMD GPU. It shows what "
+                    "the code does under the model's runtime; what the real runtime, library and GPU do "
+                    "is evidence only a GPU run gives.",
+                )
+            )
         return out
 
     def _verdicts(self) -> list[tuple[str, str]]:
@@ -936,32 +1102,62 @@ class ABResult:
         out: list[tuple[str, str]] = []
         if a.skipped or b.skipped:
             why = a.skip_reason or b.skip_reason
-            return [("skipped", f"Not compared: the suite was skipped on this machine ({why}).")]
+            return [
+                (
+                    "skipped",
+                    f"Not compared: the suite was skipped on this machine ({why}).",
+                )
+            ]
         if a.failed:
-            out.append(("fix-fails", f"The suite fails with the fix in place ({a.failed} of {a.n}): "
-                        "the fix does not hold, or the suite catches another fault."))
+            out.append(
+                (
+                    "fix-fails",
+                    f"The suite fails with the fix in place ({a.failed} of {a.n}): "
+                    "the fix does not hold, or the suite catches another fault.",
+                )
+            )
         if self.guard_only:
             hi = b.interval()[1]
-            out.append(("guard", f"The fix-removed child never failed in {b.n} runs: this suite is a guard, "
-                        "not a reproduction. It shows the fixed code passes; it does not show the fix is "
-                        f"needed (failure rate without the fix below {hi:.4f} at 95%)."))
+            out.append(
+                (
+                    "guard",
+                    f"The fix-removed child never failed in {b.n} runs: this suite is a guard, "
+                    "not a reproduction. It shows the fixed code passes; it does not show the fix is "
+                    f"needed (failure rate without the fix below {hi:.4f} at 95%).",
+                )
+            )
             return out
         if not a.failed:
             p = self.fisher_p
             if p is not None and p < AB_ALPHA:
-                out.append(("reproduction", f"The suite reproduces the fault: {b.failed} of {b.n} failed "
-                            f"without the fix, 0 of {a.n} with it (Fisher p = {p:.4g} < {AB_ALPHA})."))
+                out.append(
+                    (
+                        "reproduction",
+                        f"The suite reproduces the fault: {b.failed} of {b.n} failed "
+                        f"without the fix, 0 of {a.n} with it (Fisher p = {p:.4g} < {AB_ALPHA}).",
+                    )
+                )
                 plan = self.acquit_plan()
                 if plan and a.n >= plan["runs_at_lower95"]:
-                    out.append(("acquitted", f"{a.n} clean runs with the fix reach the {plan['runs_at_lower95']} "
-                                "that acquit it at 99% even if the fix-removed failure rate were only "
-                                f"{plan['baseline_lower95']:.4f}, the lower end of its 95% interval "
-                                f"({plan['runs']} at the observed {b.failed}/{b.n})."))
+                    out.append(
+                        (
+                            "acquitted",
+                            f"{a.n} clean runs with the fix reach the {plan['runs_at_lower95']} "
+                            "that acquit it at 99% even if the fix-removed failure rate were only "
+                            f"{plan['baseline_lower95']:.4f}, the lower end of its 95% interval "
+                            f"({plan['runs']} at the observed {b.failed}/{b.n}).",
+                        )
+                    )
             else:
                 need = runs_to_acquit(b.failed / b.n, 0.99)
-                out.append(("inconclusive", f"Failures without the fix ({b.failed} of {b.n}) and none with it, "
-                            f"but not significant at {AB_ALPHA} (Fisher p = {p:.4g}); at a baseline of "
-                            f"{b.failed}/{b.n}, {need} clean runs acquit the fix at 99%."))
+                out.append(
+                    (
+                        "inconclusive",
+                        f"Failures without the fix ({b.failed} of {b.n}) and none with it, "
+                        f"but not significant at {AB_ALPHA} (Fisher p = {p:.4g}); at a baseline of "
+                        f"{b.failed}/{b.n}, {need} clean runs acquit the fix at 99%.",
+                    )
+                )
         return out
 
     def to_dict(self) -> dict:
@@ -980,10 +1176,20 @@ class ABResult:
         }
 
 
-def run_ab(suite: Suite, without_argv: list[str], results_dir: str, *, runs: int | None = None,
-           child_dir: str | None = None, base_dir: str | None = None, deadline_s: float | None = None,
-           platform: Platform | None = None, environ: Mapping[str, str] | None = None,
-           progress: ProgressFn | None = None, progress_b: ProgressFn | None = None) -> ABResult:
+def run_ab(
+    suite: Suite,
+    without_argv: list[str],
+    results_dir: str,
+    *,
+    runs: int | None = None,
+    child_dir: str | None = None,
+    base_dir: str | None = None,
+    deadline_s: float | None = None,
+    platform: Platform | None = None,
+    environ: Mapping[str, str] | None = None,
+    progress: ProgressFn | None = None,
+    progress_b: ProgressFn | None = None,
+) -> ABResult:
     """Run the suite's child and a fix-removed child the same number of times.
 
     Layout: ``<results_dir>/<suite>/<timestamp>-ab/{with,without}/`` (each with
@@ -1011,12 +1217,31 @@ def run_ab(suite: Suite, without_argv: list[str], results_dir: str, *, runs: int
         resolve_child(suite.child, child_dir, base_dir)
         resolve_child(without_argv, child_dir, base_dir)
     base = make_run_dir(results_dir, suite.name, suffix="-ab")
-    common = dict(child_dir=child_dir, base_dir=base_dir, runs=runs, deadline_s=deadline_s,
-                  platform=platform, environ=environ)
-    a = run_suite(suite, results_dir, directory=os.path.join(base, "with"), label="with fix",
-                  progress=progress, **common)
-    b = run_suite(suite, results_dir, directory=os.path.join(base, "without"), label="fix removed",
-                  argv=list(without_argv), progress=progress_b or progress, **common)
+    common = dict(
+        child_dir=child_dir,
+        base_dir=base_dir,
+        runs=runs,
+        deadline_s=deadline_s,
+        platform=platform,
+        environ=environ,
+    )
+    a = run_suite(
+        suite,
+        results_dir,
+        directory=os.path.join(base, "with"),
+        label="with fix",
+        progress=progress,
+        **common,
+    )
+    b = run_suite(
+        suite,
+        results_dir,
+        directory=os.path.join(base, "without"),
+        label="fix removed",
+        argv=list(without_argv),
+        progress=progress_b or progress,
+        **common,
+    )
     ab = ABResult(suite=suite.name, with_fix=a, without_fix=b, directory=base)
     write_json(os.path.join(base, "ab.json"), ab.to_dict())
     return ab
@@ -1034,10 +1259,14 @@ def load_ab(path: str) -> ABResult:
         with open(path, encoding="utf-8") as fh:
             data = json.load(fh)
         base = os.path.dirname(os.path.abspath(path))
-        return ABResult(suite=data["suite"],
-                        with_fix=SuiteResult.from_dict(data["with"], os.path.join(base, "with")),
-                        without_fix=SuiteResult.from_dict(data["without"], os.path.join(base, "without")),
-                        directory=base)
+        return ABResult(
+            suite=data["suite"],
+            with_fix=SuiteResult.from_dict(data["with"], os.path.join(base, "with")),
+            without_fix=SuiteResult.from_dict(
+                data["without"], os.path.join(base, "without")
+            ),
+            directory=base,
+        )
     except FileNotFoundError:
         raise SuiteRunError(f"{path}: no such A/B result file") from None
     except (OSError, ValueError, KeyError, TypeError) as exc:

@@ -37,7 +37,12 @@ class StatsError(OverlayError):
 
 
 def _check_counts(k: int, n: int) -> None:
-    if not isinstance(k, int) or not isinstance(n, int) or isinstance(k, bool) or isinstance(n, bool):
+    if (
+        not isinstance(k, int)
+        or not isinstance(n, int)
+        or isinstance(k, bool)
+        or isinstance(n, bool)
+    ):
         raise StatsError(f"counts must be integers, got k={k!r}, n={n!r}")
     if n < 0 or k < 0 or k > n:
         raise StatsError(f"need 0 <= k <= n, got k={k}, n={n}")
@@ -78,8 +83,13 @@ def binom_cdf(k: int, n: int, p: float) -> float:
     log_n_fact = math.lgamma(n + 1)
     total = 0.0
     for i in range(k + 1):
-        log_term = (log_n_fact - math.lgamma(i + 1) - math.lgamma(n - i + 1)
-                    + i * log_p + (n - i) * log_q)
+        log_term = (
+            log_n_fact
+            - math.lgamma(i + 1)
+            - math.lgamma(n - i + 1)
+            + i * log_p
+            + (n - i) * log_q
+        )
         total += math.exp(log_term)
     return min(1.0, total)
 
@@ -176,13 +186,17 @@ def fisher_exact(table) -> float:
         raise StatsError(f"Fisher's test needs a 2x2 table, got {table!r}") from None
     for v in (a, b, c, d):
         if not isinstance(v, int) or isinstance(v, bool) or v < 0:
-            raise StatsError(f"Fisher's test needs non-negative integer counts, got {table!r}")
+            raise StatsError(
+                f"Fisher's test needs non-negative integer counts, got {table!r}"
+            )
     row1, row2, col1 = a + b, c + d, a + c
     n = row1 + row2
     lo, hi = max(0, col1 - row2), min(row1, col1)
     if lo == hi:
         return 1.0
-    numerators = {x: math.comb(row1, x) * math.comb(row2, col1 - x) for x in range(lo, hi + 1)}
+    numerators = {
+        x: math.comb(row1, x) * math.comb(row2, col1 - x) for x in range(lo, hi + 1)
+    }
     observed = numerators[a]
     tail = sum(v for v in numerators.values() if v <= observed)
     return min(1.0, float(Fraction(tail, math.comb(n, col1))))
@@ -239,6 +253,6 @@ def runs_to_acquit(baseline: float, confidence: float = 0.99) -> int:
     # Step back while the smaller n still suffices, then forward until it does.
     while n > 1 and survive ** (n - 1) <= limit:
         n -= 1
-    while survive ** n > limit:
+    while survive**n > limit:
         n += 1
     return n

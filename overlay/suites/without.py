@@ -10,7 +10,7 @@ how often it failed).
 from __future__ import annotations
 
 import os
-from typing import Callable
+from collections.abc import Callable
 
 from overlay.errors import OverlayError
 from overlay.gitstore import Store
@@ -24,7 +24,7 @@ Builder = Callable[[Layers, str], str]
 
 def without_dir(root: str, patch: str) -> str:
     """``<root>/build/without-<patch stem>``: where the fix-removed tree is built."""
-    stem = patch[:-len(".patch")] if patch.endswith(".patch") else patch
+    stem = patch[: -len(".patch")] if patch.endswith(".patch") else patch
     return os.path.join(root, "build", f"without-{stem}")
 
 
@@ -38,7 +38,9 @@ def layers_without(root: str, store: Store, patch: str) -> Layers:
     series = load_series(root)
     names = [p.name for p in series]
     if patch not in names:
-        raise OverlayError(f"{patch} is not in patches-rocm/series", hint="names: " + ", ".join(names))
+        raise OverlayError(
+            f"{patch} is not in patches-rocm/series", hint="names: " + ", ".join(names)
+        )
     kept = [p for p in series if p.name != patch]
     return compute_layers(store, load_manifest(root), root, patches=kept, stepwise=True)
 
@@ -55,18 +57,31 @@ def real_builder(root: str, backend: str, arch: str | None = None) -> Builder:
         ToolchainError: no toolchain for ``backend`` (exit 2).
         OverlayError: the fix-removed tree did not build (exit 1).
     """
+
     def build(layers: Layers, build_root: str) -> str:
         from overlay import build as _build
 
         manifest = load_manifest(root)
         toolchain = _build.find_toolchain(backend, None, repo_root=root)
         store = Store()
-        result = _build.build(store, layers, root, backend, arch=arch, toolchain=toolchain,
-                              build_root=build_root, cmake_option=manifest.cmake_option,
-                              suites_dir=os.path.join(root, "patches-rocm", "suites"))
+        result = _build.build(
+            store,
+            layers,
+            root,
+            backend,
+            arch=arch,
+            toolchain=toolchain,
+            build_root=build_root,
+            cmake_option=manifest.cmake_option,
+            suites_dir=os.path.join(root, "patches-rocm", "suites"),
+        )
         if not result.ok:
-            raise OverlayError(f"the tree without the patch does not build; log: {result.log}", exit_code=1)
+            raise OverlayError(
+                f"the tree without the patch does not build; log: {result.log}",
+                exit_code=1,
+            )
         return os.path.join(build_root, backend, "suites")
+
     return build
 
 
@@ -91,4 +106,6 @@ def build_forked(root: str, store: Store, builder: Builder) -> str:
     The tree is built under ``<root>/build/without-forked`` (``overlay suite ab
     --without-layer forked``).
     """
-    return builder(layers_forked(root, store), os.path.join(root, "build", "without-forked"))
+    return builder(
+        layers_forked(root, store), os.path.join(root, "build", "without-forked")
+    )

@@ -1,4 +1,5 @@
 """Test child: kills itself with a signal (argv[1]: SIGSEGV or SIGABRT), no core file."""
+
 import os
 import resource
 import signal

@@ -4,6 +4,7 @@ Usage: flaky.py RATE [SEED]. The run index comes from OVERLAY_RUN_INDEX (set by
 the runner), so run i of a suite always draws the same number:
 ``random.Random(f"{SEED}:{i}").random() < RATE`` fails the run.
 """
+
 import os
 import random
 import sys

@@ -1,4 +1,5 @@
 """Test child: prints a line, then sleeps far past any test deadline."""
+
 import sys
 import time
 

@@ -5,6 +5,7 @@ stands for a ThreadSanitizer data race header, ``ASAN`` for an AddressSanitizer
 heap-use-after-free header); then, when RC is 0, ``overlay-suite: done`` on
 stdout; the exit status is RC.
 """
+
 import sys
 
 rc = int(sys.argv[1])
