@@ -21,11 +21,10 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-import jinja2
-
 from overlay import junit
 from overlay.errors import OverlayError
 from overlay.gitstore import Store
+from overlay.templating import render_template
 
 STAGES = ("verify", "check", "build", "suites")
 #: How the reason of a required stage that could not run begins.
@@ -586,17 +585,10 @@ def render_junit(result: CiResult) -> str:
     return junit.render(suites, name="overlay ci", message_limit=500)
 
 
-_ENV = jinja2.Environment(
-    loader=jinja2.PackageLoader("overlay", "templates"),
-    autoescape=False,
-    keep_trailing_newline=True,
-    undefined=jinja2.StrictUndefined,
-)
-
-
 def render_markdown(result: CiResult) -> str:
     """The Markdown section for the PR body."""
-    return _ENV.get_template("ci_summary.md.j2").render(
+    return render_template(
+        "ci_summary.md.j2",
         o=result.overlay,
         stages=result.stages,
         by={s.name: s for s in result.stages},

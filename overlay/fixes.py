@@ -42,6 +42,7 @@ from typing import NamedTuple
 from overlay.errors import OverlayError
 from overlay.findings import Finding
 from overlay.fsutil import RecordMissing, atomic_write, read_record_text
+from overlay.templating import render_template
 
 FILE_NAME = "LOCAL_FIXES.md"
 BACKEND_PREFIX = "mlx/backend/rocm/"
@@ -1723,17 +1724,6 @@ def next_number(doc: Document) -> int:
     )
 
 
-def _template_env():
-    import jinja2
-
-    return jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(Path(__file__).parent / "templates")),
-        autoescape=False,
-        keep_trailing_newline=True,
-        undefined=jinja2.StrictUndefined,
-    )
-
-
 def _heading_for(section: str, pin: str | None) -> str:
     if section == "retarget":
         if not pin:
@@ -1796,18 +1786,14 @@ def render_new_entry(
             "no closing sentence: [policy] closing-sentence is missing from the manifest"
         )
     number = next_number(doc)
-    entry = (
-        _template_env()
-        .get_template("fix_entry.md.j2")
-        .render(
-            number=number,
-            title=title,
-            files=list(files),
-            body=" ".join((body or PLACEHOLDER_BODY).split()),
-            closing=closing_sentence if section in POLICY_SECTIONS else None,
-        )
-        .rstrip("\n")
-    )
+    entry = render_template(
+        "fix_entry.md.j2",
+        number=number,
+        title=title,
+        files=list(files),
+        body=" ".join((body or PLACEHOLDER_BODY).split()),
+        closing=closing_sentence if section in POLICY_SECTIONS else None,
+    ).rstrip("\n")
 
     lines = doc.text.splitlines()
     nl = "\r\n" if "\r\n" in doc.text else "\n"

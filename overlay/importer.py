@@ -70,6 +70,7 @@ from overlay.manifest import MANIFEST_PATH, Manifest, parse_manifest
 from overlay.markers import conflict_regions
 from overlay.patchfmt import DEFAULT_AUTHOR, format_patch, tree_diff
 from overlay.paths import Carry, check_path, glob_match
+from overlay.templating import render_report, render_template
 
 UPSTREAM_FILE = "UPSTREAM"
 #: The keys an ``UPSTREAM`` record must hold.
@@ -1143,24 +1144,13 @@ def render_text(report: dict) -> str:
 
 def render_markdown(report: dict) -> str:
     """The report as a Markdown section (``.overlay/last-import.md``, a PR body)."""
-    import jinja2
-
-    env = jinja2.Environment(
-        loader=jinja2.PackageLoader("overlay", "templates"),
-        autoescape=False,
-        keep_trailing_newline=True,
-        undefined=jinja2.StrictUndefined,
-    )
-    return env.get_template("import_report.md.j2").render(r=report)
+    return render_template("import_report.md.j2", r=report)
 
 
 def render(report: dict, fmt: str) -> str:
-    """Dispatch on ``fmt``: ``text``, ``json`` or ``markdown``."""
-    if fmt == "json":
-        return json.dumps(report, indent=2) + "\n"
-    if fmt == "markdown":
-        return render_markdown(report)
-    return render_text(report)
+    """Dispatch on ``fmt``: ``text``, ``json`` or ``markdown``
+    (:func:`overlay.templating.render_report`)."""
+    return render_report(report, fmt, text=render_text, template="import_report.md.j2")
 
 
 def import_whole_file(

@@ -8,21 +8,10 @@ range_diff, next_steps}``; the Markdown comes from the jinja2 template
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Sequence
 
-import jinja2
-
-_ENV = jinja2.Environment(
-    loader=jinja2.PackageLoader("overlay", "templates"),
-    autoescape=False,
-    keep_trailing_newline=True,
-    trim_blocks=False,
-    lstrip_blocks=False,
-    undefined=jinja2.StrictUndefined,
-)
-
+from overlay.templating import render_report, render_template
 
 #: A header line of ``git range-diff --no-color``: ``1:  abc1234 = 1:  def5678 subject``
 #: (``-:  -------`` on the side a patch is missing from).
@@ -74,7 +63,7 @@ def label_range_diff(text: str, old: Sequence[str], new: Sequence[str]) -> str:
 
 def render_markdown(report: dict) -> str:
     """The report as a Markdown section (for ``.overlay/last-rebase.md`` and the PR body)."""
-    return _ENV.get_template("rebase_report.md.j2").render(r=report)
+    return render_template("rebase_report.md.j2", r=report)
 
 
 def render_text(report: dict) -> str:
@@ -99,9 +88,6 @@ def render_text(report: dict) -> str:
 
 
 def render(report: dict, fmt: str) -> str:
-    """Dispatch on ``fmt``: ``text``, ``json`` or ``markdown``."""
-    if fmt == "json":
-        return json.dumps(report, indent=2) + "\n"
-    if fmt == "markdown":
-        return render_markdown(report)
-    return render_text(report)
+    """Dispatch on ``fmt``: ``text``, ``json`` or ``markdown``
+    (:func:`overlay.templating.render_report`)."""
+    return render_report(report, fmt, text=render_text, template="rebase_report.md.j2")

@@ -9,7 +9,11 @@ import os
 import signal
 
 import pytest
-from gitfixtures import Overlay, build_world
+from gitfixtures import PATCH, Overlay, build_world, lines, local_fixes, make_patch
+
+from overlay.gitstore import Store
+from overlay.layers import compute_layers
+from overlay.manifest import load_manifest
 
 # A shell without job control starts background jobs with SIGINT ignored, and an ignored
 # signal stays ignored across exec: the Ctrl-C tests' children would never see theirs.
@@ -111,3 +115,19 @@ def ov(tmp_path, w):
         f"## Retarget onto the MLX pin ({w.base[:8]})\n\n## Fixes to the fork's kernels\n\n"
     )
     return o
+
+
+@pytest.fixture
+def clean(overlay, world):
+    """An overlay with one patch, its entry, and a verify-clean record."""
+    store = Store()
+    layers = compute_layers(store, load_manifest(str(overlay.root)), str(overlay.root))
+    patch, _ = make_patch(
+        store,
+        layers.forked,
+        {"mlx/backend/rocm/device.cpp": lines("device", change={3: "device 3 locked"})},
+        subject="rocm: lock the device",
+    )
+    overlay.add_patch(PATCH, patch)
+    (overlay.root / "LOCAL_FIXES.md").write_text(local_fixes(world))
+    return overlay

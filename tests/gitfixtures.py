@@ -11,6 +11,7 @@ import os
 import subprocess
 from pathlib import Path
 
+from overlay import fixes
 from overlay.gitstore import Store, git_env
 from overlay.patchfmt import format_patch, tree_diff
 
@@ -284,6 +285,8 @@ def env_path_without_git(tmp: Path) -> str:
 
 __all__ = [
     "CLOSING",
+    "PATCH",
+    "local_fixes",
     "Overlay",
     "World",
     "WorkRepo",
@@ -366,4 +369,30 @@ def _assert_layers_verify_clean(o: Overlay, args: tuple[str, ...]) -> None:
     )
     assert check.exit_code == 0, (
         f"verify after `overlay {' '.join(args)}`:\n{check.output}"
+    )
+
+
+# The verify-clean overlay of tests/conftest.py's `clean` fixture: its one patch and
+# its LOCAL_FIXES.md.
+PATCH = "0001-rocm-lock-the-device.patch"
+
+
+def local_fixes(
+    world,
+    fork_commit=None,
+    pin=None,
+    entry_files="`mlx/backend/rocm/device.cpp`",
+    closing=CLOSING,
+    extra="",
+) -> str:
+    repo = fixes.fork_repo_from_url(str(world.fork.path))
+    return (
+        f"# Local changes relative to {repo}@{(fork_commit or world.fork_commit)[:8]}\n\n"
+        f"## Retarget onto the MLX pin ({(pin or world.base)[:8]})\n\n"
+        "## Fixes to the fork's kernels\n\n"
+        f"1. **Lock the device.** The handle was shared; {entry_files} now owns it under a lock. "
+        f"{closing}\n{extra}\n"
+        "## Dropped from the vendored set\n\n"
+        "- `docs/rocm.md`: fork documentation.\n"
+        "- `mlx/backend/metal/kernels.cpp`: Metal is not carried.\n"
     )

@@ -9,11 +9,10 @@ from __future__ import annotations
 import re
 
 from click.testing import CliRunner
-from gitfixtures import CLOSING
+from gitfixtures import CLOSING, local_fixes
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_records import clean, codes, hang_guard  # noqa: F401  (fixtures)
-from test_verify import local_fixes
+from test_records import hang_guard
 
 from overlay import fixes
 from overlay.cli import main

@@ -219,7 +219,7 @@ def test_many_objects_go_in_one_pack(store, monkeypatch):
 def test_tree_diffs_are_the_bytes_of_one_diff_per_pair(store, tmp_path):
     tree = base_tree(store)
     _patches, trees = series(store, tmp_path, tree, STEPS)
-    pairs = list(zip([tree, *trees[:-1]], trees)) + [
+    pairs = list(zip([tree, *trees[:-1]], trees, strict=True)) + [
         (trees[0], trees[0]),
         (tree, trees[-1]),
     ]

@@ -13,8 +13,15 @@ import re
 import subprocess
 
 from click.testing import CliRunner
-from gitfixtures import CLOSING, cli, lines, make_patch, records_hash
-from test_verify import PATCH, clean, local_fixes  # noqa: F401  (the verify-clean overlay fixture)
+from gitfixtures import (
+    CLOSING,
+    PATCH,
+    cli,
+    lines,
+    local_fixes,
+    make_patch,
+    records_hash,
+)
 
 from overlay import edit as edit_mod
 from overlay import fixes

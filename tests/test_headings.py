@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import pytest
 from click.testing import CliRunner
-from gitfixtures import CLOSING
-from test_records import clean, codes  # noqa: F401  (fixture)
-from test_verify import local_fixes
+from gitfixtures import CLOSING, local_fixes
+from test_records import codes
 
 from overlay import fixes
 from overlay.cli import main

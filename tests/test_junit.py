@@ -9,7 +9,6 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 
 from click.testing import CliRunner
-from test_records import clean  # noqa: F401  (fixture)
 
 from overlay import junit
 from overlay.cli import main

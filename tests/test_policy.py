@@ -9,8 +9,7 @@ is written for the purpose.
 from __future__ import annotations
 
 import pytest
-from gitfixtures import CLOSING, git
-from test_verify import PATCH, clean, local_fixes  # noqa: F401  (the verify-clean overlay fixture)
+from gitfixtures import CLOSING, git, local_fixes
 
 from overlay import fixes
 from overlay.checks import verify

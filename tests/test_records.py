@@ -16,7 +16,7 @@ import os
 import pytest
 from click.testing import CliRunner
 from fuzzlib import hang_guard
-from test_verify import PATCH, clean  # noqa: F401  (the verify-clean overlay fixture)
+from gitfixtures import PATCH
 
 from overlay import fsutil
 from overlay.checks import verify

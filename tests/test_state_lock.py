@@ -212,7 +212,7 @@ def test_two_commands_at_once_never_tear_the_state(ov, w, first, second):
         ]
         procs = [spawn(ov, *a) for a in args]
         outs = [p.communicate(timeout=120) for p in procs]
-        for proc, (out, err), a in zip(procs, outs, args):
+        for proc, (out, err), a in zip(procs, outs, args, strict=True):
             assert proc.returncode in (0, 2), (a, out, err)
             assert "Traceback" not in err and "internal error" not in err, err
             if proc.returncode == 2:

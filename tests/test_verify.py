@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import json
 
-import pytest
 from click.testing import CliRunner
-from gitfixtures import CLOSING, lines, make_patch
+from gitfixtures import CLOSING, PATCH, lines, local_fixes, make_patch
 
 from overlay import fixes
 from overlay.checks import verify
@@ -14,45 +13,6 @@ from overlay.cli import main
 from overlay.gitstore import Store
 from overlay.layers import compute_layers
 from overlay.manifest import load_manifest
-
-PATCH = "0001-rocm-lock-the-device.patch"
-
-
-def local_fixes(
-    world,
-    fork_commit=None,
-    pin=None,
-    entry_files="`mlx/backend/rocm/device.cpp`",
-    closing=CLOSING,
-    extra="",
-) -> str:
-    repo = fixes.fork_repo_from_url(str(world.fork.path))
-    return (
-        f"# Local changes relative to {repo}@{(fork_commit or world.fork_commit)[:8]}\n\n"
-        f"## Retarget onto the MLX pin ({(pin or world.base)[:8]})\n\n"
-        "## Fixes to the fork's kernels\n\n"
-        f"1. **Lock the device.** The handle was shared; {entry_files} now owns it under a lock. "
-        f"{closing}\n{extra}\n"
-        "## Dropped from the vendored set\n\n"
-        "- `docs/rocm.md`: fork documentation.\n"
-        "- `mlx/backend/metal/kernels.cpp`: Metal is not carried.\n"
-    )
-
-
-@pytest.fixture
-def clean(overlay, world):
-    """An overlay with one patch, its entry, and a verify-clean record."""
-    store = Store()
-    layers = compute_layers(store, load_manifest(str(overlay.root)), str(overlay.root))
-    patch, _ = make_patch(
-        store,
-        layers.forked,
-        {"mlx/backend/rocm/device.cpp": lines("device", change={3: "device 3 locked"})},
-        subject="rocm: lock the device",
-    )
-    overlay.add_patch(PATCH, patch)
-    (overlay.root / "LOCAL_FIXES.md").write_text(local_fixes(world))
-    return overlay
 
 
 def codes(overlay, **kw):

@@ -4,8 +4,7 @@ exactly the findings of a full run of those families."""
 from __future__ import annotations
 
 import pytest
-from gitfixtures import CLOSING
-from test_verify import PATCH, clean, local_fixes  # noqa: F401, E402  (the verify-clean overlay fixture)
+from gitfixtures import CLOSING, PATCH, local_fixes
 
 from overlay import checks
 from overlay.checks import FAMILIES, verify

@@ -1,0 +1,68 @@
+"""The one jinja2 environment and the one report dispatch (text, JSON, Markdown).
+
+Every Markdown report (``ci``'s PR summary, a rebase or sync report, an import report,
+a LOCAL_FIXES.md entry from ``fix new``) comes from a template in
+``overlay/templates/``, rendered by the environment here; every command whose report
+is plain data prints it through :func:`render_report`.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Callable
+from typing import Any
+
+
+@functools.cache
+def environment() -> Any:
+    """The shared :class:`jinja2.Environment` (built on first use: jinja2 is imported
+    only by a command that renders a template).
+
+    Settings: templates from the package's ``templates/`` folder; no HTML autoescape
+    (the output is Markdown, and a path such as ``a<b>.cpp`` must read as written);
+    the template's trailing newline kept; an undefined name raises instead of
+    rendering empty (a renamed report field fails loudly, in the tests).
+    """
+    import jinja2
+
+    return jinja2.Environment(
+        loader=jinja2.PackageLoader("overlay", "templates"),
+        autoescape=False,
+        keep_trailing_newline=True,
+        undefined=jinja2.StrictUndefined,
+    )
+
+
+def render_template(name: str, **values: Any) -> str:
+    """Render ``overlay/templates/<name>`` with ``values``.
+
+    Raises:
+        jinja2.TemplateNotFound, jinja2.UndefinedError: a programming error (a missing
+            template or a report without a field the template reads).
+    """
+    return str(environment().get_template(name).render(**values))
+
+
+def render_report(
+    report: Any, fmt: str, *, text: Callable[[Any], str], template: str
+) -> str:
+    """Dispatch a report given as plain data on ``fmt``.
+
+    Args:
+        report: JSON-serialisable data (dicts, lists, strings, numbers).
+        fmt: ``json`` (indented, one trailing newline), ``markdown`` (``template``
+            rendered with the report as ``r``) or anything else for ``text``.
+        text: renders the plain-text form.
+        template: the Markdown template's file name under ``overlay/templates/``.
+    Returns:
+        The rendered text, ending in a newline.
+    """
+    if fmt == "json":
+        return json.dumps(report, indent=2) + "\n"
+    if fmt == "markdown":
+        return render_template(template, r=report)
+    return text(report)
+
+
+__all__ = ["environment", "render_report", "render_template"]
