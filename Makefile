@@ -2,13 +2,14 @@
 PYTHON ?= .venv/bin/python
 OVERLAY ?= .venv/bin/overlay
 
-.PHONY: help install run test verify-rocm-overlay verify-rocm ci
+.PHONY: help install run lint test verify-rocm-overlay verify-rocm ci
 # After any target that installs, this line says how to put `overlay` on PATH.
 ACTIVATE = @echo "overlay is installed in .venv; put it on PATH with:  . .venv/bin/activate"
 
 help:
 	@echo "install              create .venv and install overlay with its test extras"
 	@echo "run                  install, then assemble the overlay and export it to build/rocm/src"
+	@echo "lint                 ruff (format and rules) and mypy over overlay/, tests/, benchmarks/"
 	@echo "test                 run the test suite (pytest)"
 	@echo "verify-rocm-overlay  check every record of the overlay (offline-capable, no GPU)"
 	@echo "verify-rocm          verify-rocm-overlay, then build and run the suites (GPU), and without"
@@ -28,6 +29,11 @@ run: .venv/bin/overlay
 	$(OVERLAY) status
 	$(OVERLAY) export build/rocm/src
 	$(ACTIVATE)
+
+lint: .venv/bin/overlay
+	.venv/bin/ruff format --check overlay tests benchmarks
+	.venv/bin/ruff check overlay tests benchmarks
+	.venv/bin/mypy
 
 test: .venv/bin/overlay
 	$(PYTHON) -m pytest -q
