@@ -23,7 +23,10 @@ from overlay.layers import compute_layers
 from overlay.manifest import load_manifest
 from overlay.patchfmt import format_patch
 
-CLOSING = "Applies to the fork; kept in mlxcelverse under the 2026-10-06 fork policy, not proposed there."
+CLOSING = (
+    "Applies to the fork; kept in mlxcelverse under the 2026-10-06 fork policy, "
+    "not proposed there."
+)
 
 
 def _diffs(store: Store, pairs: list[tuple[str, str]]) -> list[bytes]:
@@ -111,13 +114,13 @@ def make_overlay(store: Store, src_root: str, dest: str, n: int) -> dict:
         ).split()
     trees = [layers.patched]
     with store.scratch_index(layers.patched) as env:
-        for path, blob in zip(order, blobs):
+        for path, blob in zip(order, blobs, strict=True):
             store.git("update-index", "--cacheinfo", f"100644,{blob},{path}", env=env)
             trees.append(store.out("write-tree", env=env))
-    diffs = _diffs(store, list(zip(trees, trees[1:])))
+    diffs = _diffs(store, list(zip(trees, trees[1:], strict=False)))
     series_path = os.path.join(dest, "patches-rocm", "series")
     with open(series_path, "a", encoding="utf-8") as series:
-        for i, (path, diff) in enumerate(zip(order, diffs), 1):
+        for i, (path, diff) in enumerate(zip(order, diffs, strict=True), 1):
             name = (
                 f"{1000 + i:05d}-bench-{os.path.basename(path).replace('.', '-')}.patch"
             )
@@ -135,8 +138,10 @@ def make_overlay(store: Store, src_root: str, dest: str, n: int) -> dict:
     with open(fixes_path, encoding="utf-8") as fh:
         text = fh.read()
     entry = (
-        "12. **Benchmark series.** Synthetic patches of the long-series benchmark append one comment "
-        "line each to " + ", ".join(f"`{p}`" for p in touched) + f". {CLOSING}\n\n"
+        "12. **Benchmark series.** Synthetic patches of the long-series benchmark append "
+        "one comment line each to "
+        + ", ".join(f"`{p}`" for p in touched)
+        + f". {CLOSING}\n\n"
     )
     text, count = re.subn(
         r"(?m)^## Fixes to the fork's build$",

@@ -88,14 +88,14 @@ def compare(
     for i in range(repeat):
         a, b = os.path.join(where, f"a{i}"), os.path.join(where, f"b{i}")
 
-        def run_ours() -> None:
+        def run_ours(a: str = a) -> None:
             ours.append(
                 cpu_run(overlay_cmd("-C", ROOT, "--offline", "export", a), env=env)
                 if cli
                 else in_process(store, tree, a)
             )
 
-        def run_floor() -> None:
+        def run_floor(b: str = b) -> None:
             floor.append(archive(store, tree, b))
 
         for step in (run_ours, run_floor) if i % 2 else (run_floor, run_ours):
@@ -104,7 +104,7 @@ def compare(
         shutil.rmtree(a)
         shutil.rmtree(b)
         settle()
-    pairs = sorted(a / b for a, b in zip(ours, floor))
+    pairs = sorted(a / b for a, b in zip(ours, floor, strict=True))
     return {
         "export_median_s": round(median(ours), 4),
         "floor_median_s": round(median(floor), 4),
@@ -121,7 +121,8 @@ def compare(
 def peak_rss_mb(git_dir: str, tree: str | None, dest: str) -> float:
     """Max RSS of a child that exports ``tree`` (or, with ``None``, only imports the export)."""
     code = (
-        "import resource, sys; from overlay.gitstore import Store; from overlay.export import export_tree\n"
+        "import resource, sys; from overlay.gitstore import Store\n"
+        "from overlay.export import export_tree\n"
         "if sys.argv[2] != '-': export_tree(Store(sys.argv[1]), sys.argv[2], sys.argv[3])\n"
         "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
     )
@@ -150,8 +151,8 @@ def main() -> int:
     tree = compute_layers(store, load_manifest(ROOT), ROOT).patched
     files = len(store.ls_tree(tree))
     out: dict = {
-        "what": "cold export of the patched layer into an empty directory vs git archive TREE | tar -x of "
-        "the same tree, CPU (user + sys, children included)",
+        "what": "cold export of the patched layer into an empty directory vs git archive TREE | "
+        "tar -x of the same tree, CPU (user + sys, children included)",
         "tree": tree,
         "files": files,
         "repeat": args.repeat,

@@ -151,8 +151,9 @@ def main() -> int:
             )
     assert report is not None
     out = {
-        "what": "overlay rebase --onto 846d17622 from v0.32.1 (3 resolutions, 10 patches, no stop) in-process, "
-        "vs one git merge-tree --write-tree of the fork delta onto the new pin; CPU, children included",
+        "what": "overlay rebase --onto 846d17622 from v0.32.1 (3 resolutions, 10 patches, "
+        "no stop) in-process, vs one git merge-tree --write-tree of the fork delta onto "
+        "the new pin; CPU, children included",
         "repeat": args.repeat,
         "outcome": {
             "resolutions": {r["path"]: r["status"] for r in report["resolutions"]},

@@ -159,8 +159,8 @@ def main() -> int:
         shutil.rmtree(tmp, ignore_errors=True)
     real = len(read_series(ROOT))
     out = {
-        "what": f"the real series ({real} patches) and it plus {n} synthetic ones: CPU of the overlay process "
-        "and its git children, per patch = (at N - at 0) / N",
+        "what": f"the real series ({real} patches) and it plus {n} synthetic ones: CPU of the "
+        "overlay process and its git children, per patch = (at N - at 0) / N",
         "patches": n,
         "real_patches": real,
         "repeat": args.repeat,

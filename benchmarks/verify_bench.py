@@ -87,8 +87,9 @@ def main() -> int:
             )
     med = {k: round(median(v), 4) for k, v in times.items()}
     out = {
-        "what": "overlay --offline verify of the real overlay with nothing changed since the last verify, against "
-        "python -c 'import overlay.cli' and python -c 'import click'; CPU (user + sys, children included)",
+        "what": "overlay --offline verify of the real overlay with nothing changed since the last "
+        "verify, against python -c 'import overlay.cli' and python -c 'import click'; "
+        "CPU (user + sys, children included)",
         "repeat": args.repeat,
         "median_cpu_s": med,
         "cached_verify_to_cli_import": round(
