@@ -5,6 +5,7 @@ Needs OVERLAY_UPSTREAM_URL and OVERLAY_FORK_URL (the real mirrors) and a store t
 holds the commits (OVERLAY_GIT_DIR or the default store; they are fetched once).
 
 Each run starts from a copy of the overlay's records (patches-rocm/, LOCAL_FIXES.md)
+as they were on v0.32.1 (taken from this repository's history)
 and a fresh store that borrows the warm store's objects (objects/info/alternates), in
 which the current layers were computed once, untimed: the state a `verify` before the
 bump leaves. Timed, as CPU (user + system, children included), interleaved, medians:
@@ -26,7 +27,6 @@ from __future__ import annotations
 import argparse
 import os
 import resource
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -47,19 +47,54 @@ TARGET = "846d176227a0ac13d2667e58d2bb68b322109ab0"  # MLX main after v0.32.1
 TARGET_RATIO = 3.0
 
 
-def copy_overlay(dest: str) -> str:
+#: The pin the bump starts from (MLX v0.32.1); the records at that pin are taken from
+#: this repository's own history, since the checked-out records already moved on.
+START_PIN = "3a6219917e4535575ce5bce2fc2ba27a483a709b"
+
+
+def start_records() -> str:
+    """The commit of this repository whose records were the last ones on ``START_PIN``:
+    the parent of the commit that moved the pin away from it."""
+    moved = subprocess.run(
+        [
+            "git",
+            "-C",
+            ROOT,
+            "log",
+            "-1",
+            "--format=%H",
+            f"-S{START_PIN}",
+            "--",
+            "patches-rocm/overlay.toml",
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    if not moved:
+        raise SystemExit(
+            f"rebase_bench: no commit of this repository leaves pin {START_PIN}"
+        )
+    return moved + "^"
+
+
+def copy_overlay(dest: str, rev: str) -> str:
+    """Write the records (``patches-rocm/``, ``LOCAL_FIXES.md``) of commit ``rev`` of
+    this repository into a new git repository at ``dest``."""
     os.makedirs(dest)
-    shutil.copytree(
-        os.path.join(ROOT, "patches-rocm"), os.path.join(dest, "patches-rocm")
-    )
-    shutil.copy2(os.path.join(ROOT, "LOCAL_FIXES.md"), dest)
+    archive = subprocess.run(
+        ["git", "-C", ROOT, "archive", rev, "patches-rocm", "LOCAL_FIXES.md"],
+        check=True,
+        capture_output=True,
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", dest], input=archive, check=True)
     subprocess.run(["git", "init", "-q", dest], check=True)
     return dest
 
 
 def prepared(base: Store, tmp: str, name: str) -> tuple[str, Store]:
     """A copy of the overlay and a fresh store in which its layers were computed once."""
-    root = copy_overlay(os.path.join(tmp, name))
+    root = copy_overlay(os.path.join(tmp, name), start_records())
     store = Store(fresh_store(base.git_dir, os.path.join(tmp, name + ".git")))
     compute_layers(store, load_manifest(root), root)
     return root, store
@@ -116,7 +151,8 @@ def main() -> int:
     if mirrors_missing():
         return 2
     base = Store()
-    manifest = load_manifest(ROOT)
+    with tempfile.TemporaryDirectory(prefix="overlay-rebase-bench-") as tmp:
+        manifest = load_manifest(copy_overlay(os.path.join(tmp, "m"), start_records()))
     ensure_commits(base, manifest)
     base.ensure_commit(TARGET, ["upstream"])
     ours_t, floor_t, cli_t = [], [], []
