@@ -219,6 +219,7 @@ class Attributor:
         return result
 
     def _line_count(self, path: str) -> int | None:
+        """Lines of ``path`` in the chain's tip, ``None`` when it is not there."""
         proc = self.store.git("cat-file", "-s", f"{self.tip}:{path}", check=False)
         if proc.returncode != 0:
             return None
@@ -228,6 +229,7 @@ class Attributor:
     def _blame_file(
         self, path: str, lines: Sequence[int]
     ) -> dict[tuple[str, int], Origin | None]:
+        """``{(path, line): Origin or None}`` for ``lines`` of one file (one ``git blame``)."""
         out: dict[tuple[str, int], Origin | None] = {(path, n): None for n in lines}
         total = self._line_count(path)
         if total is None:

@@ -70,6 +70,7 @@ def commits_naming(
 
 
 def _strip_templates(text: str) -> str:
+    """``text`` without its template argument lists (nested ``<...>`` removed)."""
     while True:
         stripped = re.sub(r"<[^<>]*>", "", text)
         if stripped == text:

@@ -109,6 +109,9 @@ def cmake_error_summary(output: str) -> str:
 
 
 def json_source_dir(toolchain: Toolchain, backend_dir: str) -> str:
+    """The nlohmann-json source for FetchContent, offline: the toolchain's, else a
+    ``deps/`` stand-in linking ``/usr/include/nlohmann``; ``""`` when there is none.
+    """
     if toolchain.json_dir:
         return toolchain.json_dir
     target = "/usr/include/nlohmann"

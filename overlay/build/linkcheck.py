@@ -87,6 +87,7 @@ _NM_UNDEFINED = "U"
 
 
 def _nm_defines(kind: str) -> bool:
+    """Whether an ``nm`` type defines the symbol for other objects."""
     return kind not in ("U", "w", "v", "?") and (kind.isupper() or kind in ("u", "i"))
 
 
@@ -110,6 +111,7 @@ def is_mlx_core_symbol(demangled: str) -> bool:
 
 
 def _strip_angle(text: str) -> str:
+    """``text`` without its template argument lists (nested ``<...>`` removed)."""
     while True:
         stripped = re.sub(r"<[^<>]*>", "", text)
         if stripped == text:

@@ -415,6 +415,7 @@ def attribute_drift(
 
 
 def _read_json(path: str) -> object:
+    """The JSON in ``path``, or ``None`` when it is missing or unreadable."""
     try:
         with open(path, encoding="utf-8") as fh:
             return json.load(fh)
@@ -423,6 +424,7 @@ def _read_json(path: str) -> object:
 
 
 def _remove(path: str) -> None:
+    """Remove ``path`` when it exists."""
     try:
         os.unlink(path)
     except FileNotFoundError:
@@ -438,6 +440,9 @@ def run_ninja(
     log: BuildLog,
     progress: Callable[[int, int, str], None] | None,
 ) -> str:
+    """Run ninja over the build directory (``-k 0``), reporting ``[n/N]`` progress;
+    fill the result's times and status and return ninja's output.
+    """
     argv = ["ninja", "-C", result.obj, "-k", "0"]
     if jobs:
         argv += ["-j", str(jobs)]

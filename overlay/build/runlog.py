@@ -11,16 +11,22 @@ from overlay.build.toolchain import ToolchainError
 
 
 class BuildLog:
+    """The build log: every command and its output, written whole by each thread
+    (a lock keeps parallel units' output apart).
+    """
+
     def __init__(self, path: str):
         self.fh = open(path, "w", encoding="utf-8", errors="replace")
         self.lock = threading.Lock()
 
     def write(self, text: str) -> None:
+        """Append ``text`` and flush (the log is read while the build runs)."""
         with self.lock:
             self.fh.write(text)
             self.fh.flush()
 
     def close(self) -> None:
+        """Close the file."""
         self.fh.close()
 
 

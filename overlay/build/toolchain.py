@@ -51,6 +51,7 @@ def toolchain_script(root: str | None = None) -> str | None:
 
 
 def _read_env_file(path: str) -> dict[str, str]:
+    """``KEY=value`` lines of a toolchain's ``toolchain.env`` (shell-quoted values)."""
     out: dict[str, str] = {}
     try:
         with open(path, encoding="utf-8") as fh:
@@ -138,6 +139,7 @@ class Toolchain:
 
 
 def _system_hipcc() -> str | None:
+    """``hipcc`` on PATH, else in ``$ROCM_PATH/bin`` (``/opt/rocm``), else ``None``."""
     found = shutil.which("hipcc")
     if found:
         return found
@@ -147,6 +149,11 @@ def _system_hipcc() -> str | None:
 
 
 def _chroot_toolchain(root: str, repo_root: str | None) -> Toolchain:
+    """The chroot toolchain provisioned at ``root``.
+
+    Raises:
+        ToolchainError: no ``READY`` file, no ``tools/rocm-toolchain.sh``, not root.
+    """
     root = os.path.abspath(root)
     if not os.path.isfile(os.path.join(root, "READY")):
         raise ToolchainError(
@@ -183,6 +190,7 @@ def _chroot_toolchain(root: str, repo_root: str | None) -> Toolchain:
 
 
 def _offline_args() -> list[str]:
+    """CMake options that keep a configure off the network."""
     return [
         "-DUSE_SYSTEM_FMT=ON",
         "-DMLX_BUILD_GGUF=OFF",
@@ -191,6 +199,7 @@ def _offline_args() -> list[str]:
 
 
 def _gcc_major() -> int:
+    """The host C++ compiler's major version (0 when unknown)."""
     cxx = shutil.which("c++") or shutil.which("g++")
     if not cxx:
         return 0

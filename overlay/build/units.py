@@ -31,6 +31,7 @@ HEADER_SUFFIXES = (".h", ".hpp", ".hh", ".cuh", ".inc")
 
 
 def load_compile_commands(obj: str) -> list[dict]:
+    """The entries of ``obj/compile_commands.json`` (``[]`` when absent or unreadable)."""
     try:
         with open(os.path.join(obj, "compile_commands.json"), encoding="utf-8") as fh:
             return json.load(fh)
@@ -67,6 +68,9 @@ def tu_argv(
     cache: str = "none",
     launcher: str | None = None,
 ) -> list[str]:
+    """The argv that compiles one ``compile_commands.json`` entry: in its directory, its
+    object's directory made first, the cache launcher in front when one is used.
+    """
     directory = entry["directory"]
     command = entry.get("command") or " ".join(
         shlex.quote(a) for a in entry.get("arguments", [])
