@@ -11,9 +11,9 @@ inputs, same commit names; see :meth:`overlay.gitstore.Store.commit_tree`)::
 ranges) names the commit that last wrote each line and that line's number in
 that commit's version of the file. For a patch commit the hunk is the one of
 that patch (``patch.changes[*].hunks``) whose post-image range
-(``target_start``, ``target_length``) holds that line number; a patch that
-applied with an offset is matched with its recorded offsets, and a 3-way
-merged one by the nearest hunk (marked ``approximate``).
+(``target_start``, ``target_length``) holds that line number (the engine
+applies every hunk at its stated line), and for a 3-way merged patch, whose
+ranges moved, the nearest hunk (marked ``approximate``).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from overlay.engine import PatchResult
 from overlay.errors import OverlayError
 from overlay.gitstore import Store
 from overlay.layers import Layers
+from overlay.series import Hunk
 
 UPSTREAM = "upstream"
 FORK = "fork"
@@ -122,37 +123,35 @@ def build_chain(store: Store, layers: Layers) -> list[ChainLink]:
 
 
 def _find_hunk(result: PatchResult, path: str, line: int) -> tuple[int | None, bool]:
-    """(hunk number, approximate) of the hunk of ``result`` holding ``line`` of ``path``."""
-    patch = result.patch
-    for change in patch.changes:
+    """(hunk number, approximate) of the hunk of ``result`` holding ``line`` of ``path``:
+    the hunk whose recorded post-image range holds it (the engine applies every hunk
+    at its stated line), else the nearest one (approximate: a 3-way merged patch,
+    whose recorded ranges moved); ``(None, False)`` when the patch does not change
+    ``path`` or has no hunk there."""
+    for change in result.patch.changes:
         if change.target != path:
             continue
-        shifts: dict[int, int] = {}  # the engine applies every hunk at its stated line
         for number, hunk in enumerate(change.hunks, 1):
-            start = hunk.target_start + shifts.get(number, 0)
-            if start <= line < start + hunk.target_length:
+            if hunk.target_start <= line < hunk.target_start + hunk.target_length:
                 return number, False
         if not change.hunks:
             return None, False
-
-        # a 3-way merged patch: its recorded ranges moved; pick the nearest hunk
-        def distance(item):
-            number, hunk = item
-            start = hunk.target_start + shifts.get(number, 0)
-            end = start + max(hunk.target_length, 1) - 1
-            return (
-                0 if start <= line <= end else min(abs(line - start), abs(line - end))
-            )
-
-        number, _h = min(enumerate(change.hunks, 1), key=distance)
-        return number, True
+        distances = [_distance(hunk, line) for hunk in change.hunks]
+        return distances.index(min(distances)) + 1, True
     return None, False
+
+
+def _distance(hunk: Hunk, line: int) -> int:
+    """Lines between ``line`` and a hunk's post-image range (0 inside it)."""
+    start = hunk.target_start
+    end = start + max(hunk.target_length, 1) - 1
+    return 0 if start <= line <= end else min(abs(line - start), abs(line - end))
 
 
 def _parse_porcelain(text: str) -> list[tuple[str, int, int, int, str]]:
     """``(commit, orig_line, final_line, count, orig_path)`` per blame group."""
-    groups = []
-    current = None
+    groups: list[tuple[str, int, int, int]] = []
+    names: list[str | None] = []  # git names a commit's path once, at its first group
     for raw in text.split("\n"):
         if raw.startswith("\t"):
             continue
@@ -164,17 +163,16 @@ def _parse_porcelain(text: str) -> list[tuple[str, int, int, int, str]]:
             and fields[2].isdigit()
         ):
             count = int(fields[3]) if len(fields) > 3 and fields[3].isdigit() else 1
-            current = [fields[0], int(fields[1]), int(fields[2]), count, None]
-            groups.append(current)
-        elif raw.startswith("filename ") and current is not None:
-            current[4] = raw[len("filename ") :]
+            groups.append((fields[0], int(fields[1]), int(fields[2]), count))
+            names.append(None)
+        elif raw.startswith("filename ") and groups:
+            names[-1] = raw[len("filename ") :]
     out = []
     last_name: dict[str, str] = {}
-    for commit, orig, final, count, name in groups:
-        if name is None:
-            name = last_name.get(commit, "")
-        last_name[commit] = name
-        out.append((commit, orig, final, count, name))
+    for (commit, orig, final, count), name in zip(groups, names, strict=True):
+        path = last_name.get(commit, "") if name is None else name
+        last_name[commit] = path
+        out.append((commit, orig, final, count, path))
     return out
 
 
@@ -221,6 +219,7 @@ class Attributor:
         return result
 
     def _line_count(self, path: str) -> int | None:
+        """Lines of ``path`` in the chain's tip, ``None`` when it is not there."""
         proc = self.store.git("cat-file", "-s", f"{self.tip}:{path}", check=False)
         if proc.returncode != 0:
             return None
@@ -230,6 +229,7 @@ class Attributor:
     def _blame_file(
         self, path: str, lines: Sequence[int]
     ) -> dict[tuple[str, int], Origin | None]:
+        """``{(path, line): Origin or None}`` for ``lines`` of one file (one ``git blame``)."""
         out: dict[tuple[str, int], Origin | None] = {(path, n): None for n in lines}
         total = self._line_count(path)
         if total is None:

@@ -17,10 +17,11 @@ Input is what the compiler and the linker printed (a build log); output is one
   rarest identifier that upstream changed wins, and among its commits the oldest
   that changed a header (the declaration), else the oldest at all.
 
-Diagnostics follow GCC/Clang's ``path:line:col: error: message`` form (hipcc is
-Clang); ``note:`` lines after an error belong to it. Linker lines are
-``undefined reference to `symbol'`` (GNU ld, lld) or lld's
-``undefined symbol: symbol``.
+The log is read by :func:`overlay.diagnostics.parse_log`, the parser ``overlay
+build`` uses too (``note:`` and bullet lines belong to their error, an error inside
+a system header lands on the tree line that instantiated it, linker undefined
+references become ``undefined`` diagnostics). The declaration search lives in
+:mod:`overlay.drift_declarations`.
 """
 
 from __future__ import annotations
@@ -30,48 +31,31 @@ import os
 import re
 from collections.abc import Iterable, Sequence
 
+from overlay import diagnostics as _diagnostics
+from overlay.diagnostics import Diagnostic, merge_same_place, prefix_locator
+from overlay.drift_declarations import (
+    HEADER_GLOBS,
+    MAX_DECL_HEADERS,
+    commits_naming,
+    declaration_commits,
+    declaration_spans,
+    declaring_headers,
+    member_reference,
+)
 from overlay.gitstore import Store
 
-_DIAG = re.compile(
-    r"^(?P<path>[^\s:][^:]*):(?P<line>\d+):(?:(?P<col>\d+):)?\s*(?P<kind>fatal error|error|note|warning):\s*(?P<msg>.*)$"
-)
-_HERE = re.compile(
-    r"^(?P<path>[^\s:][^:]*):(?P<line>\d+):(?:\d+:)?\s+required from here"
-)
-_BULLET = re.compile(r"^\s+[\u2022*-]\s+(?P<msg>.*)$")
-_UNDEF = re.compile(
-    r"undefined (?:reference to [`'\u2018]|symbol: )(?P<sym>[^'\u2019\n]+)"
-)
 _QUOTED = re.compile(r"[`'\u2018\"]([^`'\u2019\"]+)[`'\u2019\"]")
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _COMMON = frozenset(
     """
-int void char bool float double long short unsigned signed const constexpr static inline auto virtual
-override final class struct enum union namespace template typename using return operator new delete
+int void char bool float double long short unsigned signed const constexpr static inline auto
+virtual override final class struct enum union namespace template typename using return operator
+new delete
 this true false nullptr std mlx core array vector string size_t int32_t int64_t uint32_t uint64_t
 shared_ptr unique_ptr tuple pair map set optional variant function type value values in of for to
 the a an is not no declared scope member named candidate expects argument arguments provided
 error note warning within following because pure abstract object""".split()
 )
-
-
-@dataclasses.dataclass
-class Diagnostic:
-    """One compiler error (with its notes) or one undefined symbol.
-
-    Attributes:
-        kind: ``"error"`` or ``"undefined"``.
-        path: source path as printed (``None`` for a link error without one).
-        line: 1-based line, or ``None``.
-        message: the error text, or the undefined symbol.
-        notes: the ``note:`` lines that followed the error.
-    """
-
-    kind: str
-    path: str | None
-    line: int | None
-    message: str
-    notes: list[str] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass
@@ -97,12 +81,17 @@ class DriftItem:
     declared_in: list[str] = dataclasses.field(default_factory=list)
 
     def as_dict(self) -> dict:
-        """JSON-ready form."""
-        return dataclasses.asdict(self)
+        """JSON-ready form (the diagnostic as :meth:`Diagnostic.as_dict`)."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        out["diagnostic"] = self.diagnostic.as_dict()
+        out["also"] = list(self.also)
+        out["declared_in"] = list(self.declared_in)
+        return out
 
 
 def parse_log(text: str, strip_prefixes: Sequence[str] = ()) -> list[Diagnostic]:
-    """Every error (with notes) and undefined symbol in a build log, deduplicated.
+    """Every error (with notes) and undefined symbol in a build log, deduplicated
+    (:func:`overlay.diagnostics.parse_log`, one diagnostic per tree line).
 
     Args:
         text: compiler and linker output.
@@ -110,82 +99,11 @@ def parse_log(text: str, strip_prefixes: Sequence[str] = ()) -> list[Diagnostic]
             so paths come out repository-relative.
     Returns:
         Diagnostics in log order; the same error printed twice (two objects
-        including one header) is reported once.
+        including one header) is reported once, and a second error at the same
+        line (one instantiation) joins the first one's notes.
     """
-    out: list[Diagnostic] = []
-    seen: set[tuple] = set()
-    current: Diagnostic | None = None
-
-    def rel(path: str) -> str:
-        for prefix in strip_prefixes:
-            p = prefix.rstrip("/") + "/"
-            if path.startswith(p):
-                return path[len(p) :]
-        return path
-
-    def inside(path: str) -> bool:
-        return not os.path.isabs(rel(path))
-
-    here: tuple[str, int] | None = None  # the last "required from here" inside the tree
-    for raw in text.splitlines():
-        h = _HERE.match(raw.strip())
-        if h:
-            if inside(h.group("path")):
-                here = (rel(h.group("path")), int(h.group("line")))
-            continue
-        m = _DIAG.match(raw.strip())
-        if m:
-            kind = m.group("kind")
-            if kind in ("error", "fatal error"):
-                path, line, msg = (
-                    rel(m.group("path")),
-                    int(m.group("line")),
-                    m.group("msg"),
-                )
-                notes = []
-                if not inside(m.group("path")) and here is not None:
-                    # An error inside a system header, instantiated from the tree: report it there.
-                    notes.append(f"in {path}:{line}")
-                    path, line = here
-                key = (path, line, msg)
-                if key in seen:
-                    current = None
-                    continue
-                seen.add(key)
-                same = next(
-                    (
-                        d
-                        for d in out
-                        if d.kind == "error" and (d.path, d.line) == (path, line)
-                    ),
-                    None,
-                )
-                if same is not None:
-                    # A second error at the same place (one instantiation): one diagnostic.
-                    same.notes += [msg, *notes]
-                    current = same
-                    continue
-                current = Diagnostic("error", path, line, msg, notes)
-                out.append(current)
-            elif kind == "note" and current is not None:
-                current.notes.append(m.group("msg"))
-            else:
-                current = None
-            continue
-        b = _BULLET.match(raw)
-        if b and current is not None:
-            current.notes.append(
-                b.group("msg")
-            )  # GCC 16's structured "• candidate 1: ..." lines
-            continue
-        u = _UNDEF.search(raw)
-        if u:
-            sym = u.group("sym").strip()
-            if ("undefined", sym) not in seen:
-                seen.add(("undefined", sym))
-                out.append(Diagnostic("undefined", None, None, sym))
-            current = None
-    return out
+    parsed = _diagnostics.parse_log(text, prefix_locator(strip_prefixes))
+    return merge_same_place(parsed.diagnostics)
 
 
 def identifiers(diag: Diagnostic, source: str = "") -> list[str]:
@@ -233,263 +151,6 @@ def ranked_identifiers(diag: Diagnostic, source: str = "") -> list[tuple[int, st
     return names
 
 
-def _commits_for(
-    store: Store,
-    old: str,
-    new: str,
-    ident: str,
-    headers: bool,
-    paths: Sequence[str] = (),
-) -> list[tuple[str, str]]:
-    args = ["log", "--format=%H%x00%s", "-G", rf"\b{ident}\b", f"{old}..{new}"]
-    if paths:
-        args += ["--", *paths]
-    elif headers:
-        args += ["--", *HEADER_GLOBS]
-    out = store.git(*args, check=False).stdout.decode("utf-8", "replace")
-    return [tuple(line.split("\0", 1)) for line in out.splitlines() if "\0" in line]  # type: ignore[misc]
-
-
-HEADER_GLOBS = ("*.h", "*.hpp", "*.hh", "*.cuh")
-_Q = "[`'\u2018]"  # an opening quote (GCC uses \u2018...\u2019 in UTF-8 locales)
-_UNQ = "[`'\u2019]"  # a closing quote
-_NQ = "[^`'\u2018\u2019]"
-#: Messages about a member and its declaration: ``sig`` is a signature to split
-#: (``bool ns::Cls::member(args)``), else ``member`` and ``cls`` are named.
-_MEMBER_MESSAGES = [
-    re.compile(p)
-    for p in (
-        rf"no declaration matches {_Q}(?P<sig>.+){_UNQ}\s*$",
-        rf"out-of-line definition of {_Q}(?P<member>\w+){_UNQ} does not match any declaration in "
-        rf"{_Q}(?:class |struct |union )?(?P<cls>{_NQ}+){_UNQ}",
-        rf"no matching (?:member )?function for call to {_Q}(?P<sig>.+){_UNQ}\s*$",
-        rf"{_Q}(?:class |struct |union )?(?P<cls>{_NQ}+){_UNQ} has no member named {_Q}(?P<member>\w+){_UNQ}",
-        rf"no (?:template )?member named {_Q}(?P<member>\w+){_UNQ} in (?:namespace )?"
-        rf"{_Q}(?:class |struct |union )?(?P<cls>{_NQ}+){_UNQ}",
-        rf"{_Q}(?P<member>\w+){_UNQ} is not a member of {_Q}(?:class |struct |union )?(?P<cls>{_NQ}+){_UNQ}",
-    )
-]
-#: More headers than this declaring one member name (``eval_gpu``, ``size``) say nothing
-#: about which declaration the error is about: fall back to the identifier search.
-MAX_DECL_HEADERS = 12
-
-
-def _strip_templates(text: str) -> str:
-    while True:
-        stripped = re.sub(r"<[^<>]*>", "", text)
-        if stripped == text:
-            return text
-        text = stripped
-
-
-def member_reference(diag: Diagnostic) -> tuple[str, str | None] | None:
-    """The member a compile error is about, and its class or namespace.
-
-    Args:
-        diag: a compile error (``kind == "error"``); only its message is read (the
-            notes list candidates, not the member the code names).
-    Returns:
-        ``(member, innermost class or namespace name or None)`` for the messages of
-        :data:`_MEMBER_MESSAGES` (``no declaration matches 'bool
-        ns::Cls::f(int)'`` gives ``("f", "Cls")``; a constructor ``Cls::Cls(...)``
-        gives ``("Cls", "Cls")``), else ``None``.
-    """
-    if diag.kind != "error":
-        return None
-    for pattern in _MEMBER_MESSAGES:
-        m = pattern.search(diag.message)
-        if not m:
-            continue
-        groups = m.groupdict()
-        if groups.get("sig"):
-            head = _strip_templates(groups["sig"]).split("(", 1)[0].strip()
-            parts = [p for p in head.split()[-1].split("::") if p] if head else []
-            if not parts or not _IDENT.fullmatch(parts[-1]):
-                return None  # an operator, a lambda: no name to look up
-            return parts[-1], (
-                parts[-2] if len(parts) > 1 and _IDENT.fullmatch(parts[-2]) else None
-            )
-        cls = _strip_templates(groups["cls"]).split("::")[-1].strip()
-        return groups["member"], (cls if _IDENT.fullmatch(cls) else None)
-    return None
-
-
-def _grep_paths(
-    store: Store, commit: str, args: Sequence[str], paths: Sequence[str]
-) -> list[str]:
-    """Paths of ``commit`` (limited to ``paths`` or the header globs) where ``git grep ARGS`` matches."""
-    proc = store.git(
-        "grep", "-l", *args, commit, "--", *(paths or HEADER_GLOBS), check=False
-    )
-    prefix = f"{commit}:"
-    out = (
-        proc.stdout.decode("utf-8", "replace").splitlines()
-        if proc.returncode == 0
-        else []
-    )
-    return [line[len(prefix) :] if line.startswith(prefix) else line for line in out]
-
-
-def declaring_headers(
-    store: Store, commit: str, member: str, cls: str | None
-) -> list[str]:
-    """The headers of ``commit`` that declare ``member`` (of ``cls`` when given).
-
-    A header counts when it names ``member`` as a word and, with ``cls``, also opens
-    ``class``/``struct``/``namespace cls``; without ``cls``, when the member is
-    followed by ``(`` there (a function declaration).
-
-    Args:
-        store: git store; commit: a pin (SHA); member: the name; cls: its class or
-            namespace, or ``None``.
-    Returns:
-        Repository paths, sorted; empty when none or more than :data:`MAX_DECL_HEADERS`.
-    """
-    named = _grep_paths(store, commit, ["-w", "-F", "-e", member], ())
-    if not named:
-        return []
-    if cls:
-        found = _grep_paths(
-            store,
-            commit,
-            [
-                "-E",
-                "-e",
-                rf"(class|struct|union|namespace)[[:space:]]+{cls}"
-                r"([^[:alnum:]_]|$)",
-            ],
-            named,
-        )
-    else:
-        found = _grep_paths(
-            store,
-            commit,
-            ["-E", "-e", rf"(^|[^[:alnum:]_]){member}[[:space:]]*\("],
-            named,
-        )
-    return sorted(found) if len(found) <= MAX_DECL_HEADERS else []
-
-
-def _block_end(text: str, start: int) -> int:
-    """The offset just past the brace block whose ``{`` is the first at or after ``start``
-    (the end of ``text`` when it does not close)."""
-    open_at = text.find("{", start)
-    if open_at < 0:
-        return len(text)
-    depth = 0
-    for i in range(open_at, len(text)):
-        if text[i] == "{":
-            depth += 1
-        elif text[i] == "}":
-            depth -= 1
-            if depth == 0:
-                return i + 1
-    return len(text)
-
-
-def declaration_spans(text: str, member: str, cls: str | None) -> list[tuple[int, int]]:
-    """The line spans of ``member``'s function declarations in a header's ``text``.
-
-    A declaration is found where ``member`` is followed by ``(`` (across line breaks),
-    inside the body of ``class``/``struct``/``union``/``namespace cls`` when ``cls`` is
-    given. It starts after the previous ``;``, ``{``, ``}`` or access specifier (so a
-    return type on the line above is part of it) and ends at the first ``;`` or ``{``
-    after its parameter list: a parameter added on a line of its own (as clang-format
-    writes long signatures) lies inside the span although it does not name the member.
-
-    Args:
-        text: the header; member: the name; cls: its class or namespace, or ``None``.
-    Returns:
-        1-based ``(first, last)`` line numbers, in order.
-    """
-    regions: list[tuple[int, int]] = []
-    if cls:
-        for m in re.finditer(
-            rf"\b(?:class|struct|union|namespace)\s+(?:\w+::)*{re.escape(cls)}\b[^;{{]*\{{",
-            text,
-        ):
-            regions.append((m.end() - 1, _block_end(text, m.end() - 1)))
-    else:
-        regions.append((0, len(text)))
-    spans: list[tuple[int, int]] = []
-    for lo, hi in regions:
-        for m in re.finditer(rf"(?<![\w~]){re.escape(member)}\s*\(", text[lo:hi]):
-            at = lo + m.start()
-            depth, end = 0, None
-            for i in range(lo + m.end() - 1, hi):
-                ch = text[i]
-                if ch == "(":
-                    depth += 1
-                elif ch == ")":
-                    depth -= 1
-                elif depth == 0 and ch in ";{":
-                    end = i
-                    break
-            if end is None:
-                continue
-            begin = max(text.rfind(c, lo, at) for c in ";{}") + 1
-            spec = re.search(r"(?:public|private|protected)\s*:", text[begin:at])
-            if spec:
-                begin += spec.end()
-            while begin < at and text[begin].isspace():
-                begin += 1
-            span = (text.count("\n", 0, begin) + 1, text.count("\n", 0, end) + 1)
-            if span not in spans:
-                spans.append(span)
-    return spans
-
-
-def _span_commits(
-    store: Store, old: str, new: str, path: str, span: tuple[int, int]
-) -> list[tuple[str, str]]:
-    """Commits of ``old..new`` that changed lines ``span`` of ``path`` (as in ``new``),
-    newest first (``git log -L``, which follows the lines back through the history)."""
-    out = store.git(
-        "log",
-        "--format=%x01%H%x00%s",
-        f"-L{span[0]},{span[1]}:{path}",
-        f"{old}..{new}",
-        check=False,
-    ).stdout.decode("utf-8", "replace")
-    return [
-        tuple(line[1:].split("\0", 1))
-        for line in out.splitlines()  # type: ignore[misc]
-        if line.startswith("\x01") and "\0" in line
-    ]
-
-
-def _declaration_commits(
-    store: Store,
-    old: str,
-    new: str,
-    member: str,
-    cls: str | None,
-    declared: Sequence[str],
-) -> list[tuple[str, str]]:
-    """Commits of the range that changed ``member``'s declaration in the ``declared``
-    headers, newest first: those that changed a line of the declaration as the new pin
-    has it (:func:`declaration_spans`, ``git log -L``), and those whose changed lines
-    name the member (``git log -G``: a declaration the new pin removed or renamed)."""
-    found: dict[str, str] = {}
-    for path in declared:
-        blob = store.git("cat-file", "-p", f"{new}:{path}", check=False)
-        if blob.returncode != 0:
-            continue
-        for span in declaration_spans(
-            blob.stdout.decode("utf-8", "replace"), member, cls
-        ):
-            found.update(_span_commits(store, old, new, path, span))
-    found.update(_commits_for(store, old, new, member, True, declared))
-    if len(found) < 2:
-        return list(found.items())
-    order = (
-        store.git("rev-list", "--no-walk=sorted", *found, check=False)
-        .stdout.decode()
-        .split()
-    )
-    return [(sha, found[sha]) for sha in order if sha in found]
-
-
 #: An identifier that changed in more commits than this says nothing about one API change.
 MAX_HITS = 40
 
@@ -532,7 +193,7 @@ def attribute(
 
     def commits(ident: str, headers: bool) -> list[tuple[str, str]]:
         if (ident, headers) not in cache:
-            cache[(ident, headers)] = _commits_for(
+            cache[(ident, headers)] = commits_naming(
                 store, old_pin, new_pin, ident, headers
             )
         return cache[(ident, headers)]
@@ -556,7 +217,7 @@ def attribute(
                 set(headers(new_pin, member, cls)) | set(headers(old_pin, member, cls))
             )
             found = (
-                _declaration_commits(store, old_pin, new_pin, member, cls, declared)
+                declaration_commits(store, old_pin, new_pin, member, cls, declared)
                 if declared
                 else []
             )
@@ -669,12 +330,12 @@ def owners_from_tree(
         cls = parts[-2]
         pattern = re.compile(rf"(?m)^[^\n;]*\b{re.escape(cls)}::\w+\s*\(")
         counts = {p: len(pattern.findall(t)) for p, t in files.items()}
-        best = max(counts, key=counts.get, default=None) if counts else None
+        best = max(counts, key=lambda p: counts[p], default=None) if counts else None
         if best and counts[best]:
             item.fork_file = best
         elif parts[-1] == "eval_gpu":
             evals = {p: t.count("::eval_gpu(") for p, t in files.items()}
-            best = max(evals, key=evals.get, default=None)
+            best = max(evals, key=lambda p: evals[p], default=None)
             item.fork_file = best if best and evals[best] else None
 
 
@@ -803,3 +464,26 @@ def render_markdown(items: Sequence[DriftItem]) -> str:
             f"| {where} | {d.kind}: {msg} | {commit} | `{item.fork_file or ''}` |"
         )
     return "\n".join(out) + "\n"
+
+
+__all__ = [
+    "HEADER_GLOBS",
+    "MAX_DECL_HEADERS",
+    "MAX_HITS",
+    "Diagnostic",
+    "DriftItem",
+    "attribute",
+    "attribute_log",
+    "declaration_spans",
+    "declaring_headers",
+    "identifiers",
+    "last_rebase_pin",
+    "member_reference",
+    "owners_from_tree",
+    "parse_log",
+    "ranked_identifiers",
+    "render_markdown",
+    "render_text",
+    "short",
+    "source_reader",
+]

@@ -602,7 +602,7 @@ def test_check_runs_hip_custom_commands_syntax_only(mini):
 
 
 def test_syntax_only_commands_drop_the_object_and_the_depfile():
-    from overlay.build import _syntax_only_shell, syntax_only_argv
+    from overlay.build.check import _syntax_only_shell, syntax_only_argv
 
     assert syntax_only_argv(
         ["c++", "-DX", "-MD", "-MT", "o.o", "-MF", "o.o.d", "-o", "o.o", "-c", "a.cpp"]

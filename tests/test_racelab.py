@@ -66,7 +66,7 @@ def test_no_toolchain_is_a_lab_error_with_exit_2(monkeypatch, tmp_path):
     monkeypatch.setenv("OVERLAY_TOOLCHAIN_DIR", str(tmp_path / "none"))
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.delenv("ROCM_PATH", raising=False)
-    monkeypatch.setattr("overlay.build._system_hipcc", lambda: None)
+    monkeypatch.setattr("overlay.build.toolchain._system_hipcc", lambda: None)
     with pytest.raises(racelab.LabError) as err:
         racelab.find_lab_compiler(str(ROOT))
     assert err.value.exit_code == 2 and "no ROCm toolchain" in err.value.message

@@ -1,0 +1,274 @@
+"""``--check``: every translation unit through the compiler front end only
+(``-fsyntax-only``); no object is written and nothing is built first."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import threading
+from collections.abc import Callable, Sequence
+
+from overlay.build.cache import launcher_path
+from overlay.build.results import BuildResult
+from overlay.build.runlog import BuildLog
+from overlay.build.toolchain import Toolchain
+from overlay.build.units import (
+    Unit,
+    entry_file,
+    hip_targets,
+    load_compile_commands,
+    run_units,
+)
+from overlay.diagnostics import ANSI_RE, tree_locator
+from overlay.errors import OverlayError
+
+#: Arguments a syntax-only run must not pass on: the object (``-o``), compile-only
+#: (``-c``) and the dependency file (``-MD -MF``: it belongs to the real object).
+_DROP_WITH_VALUE = ("-o", "-MF", "-MT", "-MQ")
+
+
+_DROP_ALONE = ("-c", "-MD", "-MMD")
+
+
+def syntax_only_argv(words: Sequence[str]) -> list[str]:
+    """A compile command turned into a front-end-only check of the same unit.
+
+    The same compiler and flags (defines, include paths, ``-std``, ``-x hip``,
+    ``--offload-arch``: hipcc then checks host and device code), minus the object
+    and the dependency file, plus ``-fsyntax-only``: nothing is written.
+
+    Args:
+        words: the compiler's argv (``compile_commands.json`` ``arguments``, or a
+            shell-split command).
+    Returns:
+        The new argv; ``-fsyntax-only`` is appended once.
+    """
+    out: list[str] = []
+    skip = False
+    for word in words:
+        if skip:
+            skip = False
+            continue
+        if word in _DROP_WITH_VALUE:
+            skip = True
+            continue
+        if word in _DROP_ALONE or word == "-fsyntax-only":
+            continue
+        if len(word) > 3 and word[:3] in _DROP_WITH_VALUE:
+            continue  # the joined form, -MFpath
+        out.append(word)
+    return [*out, "-fsyntax-only"]
+
+
+def _syntax_only_shell(command: str) -> str:
+    """:func:`syntax_only_argv` applied to the compile of a shell command line
+    (``cd DIR && hipcc ... -c SRC -o OBJ [&& cmake -E cmake_transform_depfile ...]``,
+    as ninja prints a custom command). Only the ``cd`` steps and the compile are
+    kept: the steps around it handle the object or its depfile, which a check does
+    not write (CMake's depfile transform would write an empty one).
+
+    Raises:
+        ValueError: the command cannot be split (unbalanced quotes).
+    """
+    words = shlex.split(command)
+    segments: list[list[str]] = [[]]
+    for word in words:
+        if word == "&&":
+            segments.append([])
+        else:
+            segments[-1].append(word)
+    compile_at = next(
+        (i for i, seg in enumerate(segments) if "-c" in seg), len(segments) - 1
+    )
+    kept = [seg for seg in segments[:compile_at] if seg and seg[0] == "cd"]
+    kept.append(syntax_only_argv(segments[compile_at]))
+    return " && ".join(shlex.join(seg) for seg in kept)
+
+
+_MISSING_INCLUDE_RE = re.compile(
+    r"fatal error: (?:'(?P<clang>[^']+)' file not found"
+    r"|(?P<gcc>[^\s:][^:]*): No such file or directory)"
+)
+
+
+def check_tree(
+    result: BuildResult,
+    toolchain: Toolchain,
+    binds: list[str],
+    jobs: int | None,
+    log: BuildLog,
+    progress: Callable[[int, int, str], None] | None,
+) -> str:
+    """Every translation unit of the configured tree through the compiler front end.
+
+    C++ (and any HIP unit CMake compiles as a language): the ``compile_commands.json``
+    command through :func:`syntax_only_argv`. HIP objects made by custom commands
+    (the fork's ``.hip`` files): the command ``ninja -t commands -s <object>``
+    prints, through the same change. Nothing is built first: a unit whose source
+    the build generates is listed as not checked, and so is one that fails only
+    because an include the build generates is missing.
+
+    Args:
+        result: the build's result (``units`` and ``skipped_units`` are filled);
+        toolchain, binds: where the compilers run; jobs: parallel units;
+        log: the build log; progress: ``(done, total, text)`` callback or ``None``.
+    Returns:
+        The compilers' output, to parse for diagnostics.
+    Raises:
+        OverlayError: no ``compile_commands.json`` (exit 2).
+        ToolchainError: a unit's command could not be started (exit 2).
+    """
+    entries = load_compile_commands(result.obj)
+    if not entries:
+        raise OverlayError(
+            f"no compile_commands.json in {result.obj}: the check needs CMake's "
+            "CMAKE_EXPORT_COMPILE_COMMANDS=ON (overlay sets it; was the project "
+            "configured?)"
+        )
+    units = [
+        unit
+        for unit in (_entry_unit(e, result, toolchain, binds) for e in entries)
+        if unit is not None
+    ]
+    hip_units, commands = _hip_units(result, toolchain, binds)
+    return run_units(
+        result,
+        units + hip_units,
+        toolchain,
+        binds,
+        jobs,
+        log,
+        progress,
+        hip_commands=commands,
+        generated=_GeneratedIncludes(toolchain, result.obj, binds),
+    )
+
+
+def _entry_unit(
+    entry: dict, result: BuildResult, toolchain: Toolchain, binds: list[str]
+) -> Unit | None:
+    """The syntax-only unit of one ``compile_commands.json`` entry, or ``None`` (listed
+    in ``result.skipped_units``) when its source is generated or its command cannot
+    be split."""
+    obj = result.obj
+    full = entry_file(entry)
+    label = tree_locator(result.src, entry["directory"])(full)[0]
+    if not os.path.exists(full):
+        target = os.path.relpath(full, obj) if full.startswith(obj + os.sep) else full
+        result.skipped_units.append(
+            (label, f"generated by the build (`ninja {target}` makes it)")
+        )
+        return None
+    try:
+        words = entry.get("arguments") or shlex.split(entry.get("command", ""))
+    except ValueError:
+        result.skipped_units.append(
+            (label, "its compile_commands.json command cannot be split (quotes)")
+        )
+        return None
+    if result.cache != "none":
+        # as the HIP commands, through the cache launcher: ccache keeps a clean
+        # -fsyntax-only result, so an unchanged unit is not checked twice
+        words = [launcher_path(os.path.dirname(obj)), *words]
+    argv = [
+        "sh",
+        "-c",
+        f"cd {shlex.quote(entry['directory'])} && {shlex.join(syntax_only_argv(words))}",
+    ]
+    kind = "hip" if full.endswith((".hip", ".cu")) else "cpp"
+    return Unit(
+        label, kind, "-fsyntax-only", toolchain.wrap(argv, binds, entry["directory"])
+    )
+
+
+def _hip_units(
+    result: BuildResult, toolchain: Toolchain, binds: list[str]
+) -> tuple[list[Unit], dict[str, str]]:
+    """The HIP custom commands' units and ``{ninja target: syntax-only command}``
+    (from ``ninja -t commands -s``); a unit whose source is generated is listed in
+    ``result.skipped_units`` instead."""
+    obj = result.obj
+    hip = hip_targets(obj)
+    commands: dict[str, str] = {}
+    if not hip:
+        return [], commands
+    targets = [hip[k] for k in sorted(hip)]
+    proc = subprocess.run(
+        toolchain.wrap(
+            ["ninja", "-C", obj, "-t", "commands", "-s", *targets], binds, obj
+        ),
+        capture_output=True,
+        text=True,
+        errors="replace",
+        stdin=subprocess.DEVNULL,
+    )
+    lines = [line for line in proc.stdout.splitlines() if line.strip()]
+    if proc.returncode == 0 and len(lines) == len(targets):
+        for target, line in zip(targets, lines, strict=True):
+            try:
+                commands[target] = _syntax_only_shell(line)
+            except ValueError:
+                continue  # listed as "ninja gave no command" by run_units
+    units = []
+    locate = tree_locator(result.src, obj)
+    for full in sorted(hip):
+        label = locate(full)[0]
+        if not os.path.exists(full):
+            result.skipped_units.append(
+                (label, f"generated by the build (`ninja {hip[full]}` makes it)")
+            )
+            continue
+        units.append(Unit(label, "hip", "-fsyntax-only", hip_target=hip[full]))
+    return units, commands
+
+
+class _GeneratedIncludes:
+    """``failed unit's output -> why it was not checked, or None``: a unit that fails
+    only for want of headers the build generates was not checked, not broken.
+
+    Ninja's outputs are listed once, on the first missing include (threads share it).
+    """
+
+    def __init__(self, toolchain: Toolchain, obj: str, binds: list[str]):
+        self.toolchain, self.obj, self.binds = toolchain, obj, binds
+        self._made: list[str] | None = None
+        self._lock = threading.Lock()
+
+    def __call__(self, text: str) -> str | None:
+        names = [
+            (m.group("clang") or m.group("gcc")).strip()
+            for m in _MISSING_INCLUDE_RE.finditer(ANSI_RE.sub("", text))
+        ]
+        if not names:
+            return None
+        with self._lock:
+            if self._made is None:
+                self._made = _ninja_outputs(self.toolchain, self.obj, self.binds)
+            made = self._made
+        hits = []
+        for name in names:
+            tail = "/" + name.lstrip("./")
+            hit = next((out for out in made if out == name or out.endswith(tail)), None)
+            if hit is None:
+                return None  # a missing include the build does not make: a real error
+            hits.append(hit)
+        return (
+            f"needs {names[0]}, which the build generates (`ninja {hits[0]}` makes it); "
+            "build once, then check again"
+        )
+
+
+def _ninja_outputs(toolchain: Toolchain, obj: str, binds: list[str]) -> list[str]:
+    """Every output ninja knows (``ninja -t targets all``), as build.ninja names them."""
+    proc = subprocess.run(
+        toolchain.wrap(["ninja", "-C", obj, "-t", "targets", "all"], binds, obj),
+        capture_output=True,
+        text=True,
+        errors="replace",
+        stdin=subprocess.DEVNULL,
+    )
+    return [
+        line.rsplit(": ", 1)[0] for line in proc.stdout.splitlines() if ": " in line
+    ]
