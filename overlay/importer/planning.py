@@ -18,17 +18,23 @@ from overlay.importer.manifest_text import (
     DEFAULT_UPSTREAM_URL,
     render_manifest,
 )
-from overlay.importer.patches import PlannedPatch, patch_message, patch_slug
+from overlay.importer.patches import (
+    PlannedPatch,
+    build_series,
+    entries_by_path,
+    group_by_entries,
+)
 from overlay.importer.reading import Upstream, WholeFile
 from overlay.importer.rows import FileRow, file_rows
 from overlay.layers import (
+    ForkMerge,
     changes_outside_conflicts,
     compute_forked,
     merge_fork_delta,
 )
 from overlay.manifest import MANIFEST_PATH, Manifest, parse_manifest
 from overlay.markers import conflict_regions
-from overlay.patchfmt import DEFAULT_AUTHOR, format_patch, tree_diff
+from overlay.patchfmt import DEFAULT_AUTHOR
 from overlay.paths import Carry, glob_match
 
 _OWNER_NAME = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
@@ -42,7 +48,8 @@ class ImportPlan:
         upstream: the ``UPSTREAM`` record with full SHAs.
         manifest: the validated manifest; manifest_text: its bytes to write.
         fixes_data: ``LOCAL_FIXES.md`` as carried over.
-        closing_from: where the closing sentence came from (``"entry N"`` or ``"--closing-sentence"``).
+        closing_from: where the closing sentence came from (``"entry N"`` or
+            ``"--closing-sentence"``).
         resolutions: path -> resolution bytes.
         patches: the series.
         rows: what every path became.
@@ -177,99 +184,26 @@ def plan_import(
         OverlayError: no closing sentence can be found, a manifest value is invalid
             (exit 2); GitError, OfflineMiss: a commit cannot be found or fetched (exit 2).
     """
-    up = whole.upstream
-    fork_url = fork_url or fork_url_of(up.source)
-    store.set_remote("upstream", os.environ.get("OVERLAY_UPSTREAM_URL") or upstream_url)
-    store.set_remote("fork", os.environ.get("OVERLAY_FORK_URL") or fork_url)
-    pin = store.resolve(up.pin, ["upstream", "fork"])
-    fork = store.resolve(up.commit, ["fork"])
-    base = store.resolve(up.merge_base, ["fork", "upstream"])
-    if (
-        base == fork
-        or store.git("merge-base", "--is-ancestor", base, fork, check=False).returncode
-        != 0
-    ):
-        # A typo here would turn the whole fork into "changes" of the overlay (a
-        # patch for every file) instead of a clear refusal.
-        raise OverlayError(
-            f"UPSTREAM: fork_upstream_merge_base {base[:12]} is not an ancestor of the fork "
-            f"commit {fork[:12]}",
-            hint="it is `git merge-base <fork commit> <MLX commit the fork last merged>`; "
-            "check the UPSTREAM record",
-        )
-    upstream = dataclasses.replace(up, commit=fork, merge_base=base, pin=pin)
+    fork_url = fork_url or fork_url_of(whole.upstream.source)
+    upstream = _resolve_upstream(store, whole.upstream, upstream_url, fork_url)
+    pin, fork, base = upstream.pin, upstream.commit, upstream.merge_base
     doc = fixes.parse(whole.fixes_data.decode("utf-8").removeprefix("\ufeff"))
-    if closing_sentence:
-        closing_from = "--closing-sentence"
-    else:
-        inferred = infer_closing_sentence(doc)
-        if inferred is None:
-            raise OverlayError(
-                f"{fixes.FILE_NAME} has no kernels, build or API entry to take the policy's "
-                "closing sentence from",
-                hint="pass --closing-sentence TEXT",
-            )
-        closing_sentence, number = inferred
-        closing_from = f"entry {number}"
+    closing_sentence, closing_from = _closing_sentence(doc, closing_sentence)
     notes: list[str] = []
 
     pin_tree = store.tree_of(pin)
-    blobs = {
+    blobs: dict[str, tuple[str, str] | None] = {
         p: (mode, store.hash_blob(data)) for p, (mode, data) in whole.files.items()
     }
     target = store.edit_tree(pin_tree, blobs)
     at_pin = store.entries(pin_tree, list(blobs))
     differs = {p for p, blob in blobs.items() if _key(at_pin.get(p)) != blob}
 
-    # [carry]: the default globs, less an exclude glob the overlay changes files under,
-    # plus every fork change the target does not hold (it keeps the pin's file there).
-    exclude = [g for g in DEFAULT_EXCLUDE if not any(glob_match(p, g) for p in differs)]
-    dropped: set[str] = set()
-    for _round in range(
-        8
-    ):  # dropping a path can change rename pairing: merge again until stable
-        carry = Carry(DEFAULT_INCLUDE, [*exclude, *sorted(dropped)])
-        merge = merge_fork_delta(store, base, pin, fork, carry)
-        check = [p for p in merge.carried if p not in differs]
-        merged, pinned = (
-            store.entries(merge.tree, check),
-            store.entries(pin_tree, check),
-        )
-        new = {
-            p
-            for p in check
-            if p in merge.stages or _key(merged.get(p)) != _key(pinned.get(p))
-        }
-        if not new:
-            break
-        dropped |= new
-    else:
-        raise OverlayError("internal: the carried paths did not settle after 8 merges")
-    carry = Carry(DEFAULT_INCLUDE, [*exclude, *sorted(dropped)])
-
-    resolutions: dict[str, bytes] = {}
-    partial: list[str] = []
-    with store.cat_file() as cat:
-        for path in sorted(merge.stages):
-            entry = store.entries(merge.tree, [path]).get(path)
-            auto = (
-                cat.read(entry.oid)[1]
-                if entry is not None and entry.kind == "blob"
-                else None
-            )
-            resolutions[path], whole_file = split_resolution(auto, whole.files[path][1])
-            if not whole_file:
-                partial.append(path)
-            elif auto is not None and changes_outside_conflicts(
-                auto, whole.files[path][1]
-            ):
-                notes.append(
-                    f"{path}: the overlay also changes the lines around a conflict region, so the "
-                    "resolution is the whole file and verify reports LAY005; move those changes "
-                    "into a patch"
-                )
+    globs, dropped, merge = _settle_carry(store, upstream, pin_tree, differs)
+    exclude = [*globs, *sorted(dropped)]
+    resolutions, partial = _resolutions(store, merge, whole, notes)
     forked, _carried, uncarried, _conflicts, stale = compute_forked(
-        store, base, pin, fork, carry, resolutions
+        store, base, pin, fork, Carry(DEFAULT_INCLUDE, exclude), resolutions
     )
     if stale:
         raise OverlayError(
@@ -281,72 +215,28 @@ def plan_import(
         raise OverlayError("internal: the forked layer holds a path the target lacks")
     changed = [path for *_r, path in changes]
     created = {path for _om, _nm, _oo, _no, status, path in changes if status == "A"}
-    wanted = store.entries(target, changed)
-
-    paths = {e[3] for e in store.ls_tree(target)}
-    bases: dict[str, list[str]] = {}
-    for p in paths:
-        bases.setdefault(p.rsplit("/", 1)[-1], []).append(p)
-    named_by: dict[str, set[int]] = {}
-    titles: dict[int, str] = {}
-    for e in doc.entries():
-        titles.setdefault(e.number, e.title)
-        for name in e.files:
-            # A resolution's path (patches-rocm/resolved/...) names the resolution, not the
-            # file: a patch pointing at that entry would be FIX020.
-            cands = fixes.resolve_name(name, paths, bases)
-            if len(cands) == 1:
-                named_by.setdefault(cands[0], set()).add(e.number)
-
-    groups: dict[tuple[int, ...], list[str]] = {}
-    alone: list[str] = []
-    for path in changed:
-        key = tuple(sorted(named_by.get(path, ())))
-        if key:
-            groups.setdefault(key, []).append(path)
-        else:
-            alone.append(path)
-    ordered = [(k, groups[k]) for k in sorted(groups)] + [
-        ((), [p]) for p in sorted(alone)
-    ]
-
-    patches: list[PlannedPatch] = []
-    tree = forked
-    for index, (key, files) in enumerate(ordered, 1):
-        after = store.edit_tree(
-            tree, {p: (wanted[p].mode, wanted[p].oid) for p in files}
-        )
-        diff = tree_diff(store, tree, after)
-        subject, description = patch_message(key, files, titles, created, partial)
-        trailers = [("Local-Fix", str(n)) for n in key] + [("Forwarded", "not-needed")]
-        data = format_patch(subject, description, trailers, diff, author)
-        slug = patch_slug(
-            titles[key[0]]
-            if len(key) == 1
-            else f"fixes {'-'.join(map(str, key))}"
-            if key
-            else files[0].rsplit("/", 1)[-1]
-        )
-        patches.append(
-            PlannedPatch(
-                f"{index:04d}-{slug}.patch",
-                key,
-                list(files),
-                sorted(set(files) & created),
-                data,
-            )
-        )
-        tree = after
+    named_by, titles = entries_by_path(store, target, doc)
+    patches, tree = build_series(
+        store,
+        forked,
+        store.entries(target, changed),
+        group_by_entries(changed, named_by),
+        titles=titles,
+        created=created,
+        partial=partial,
+        author=author,
+    )
     if tree != target:
         raise OverlayError(
-            f"internal: the imported series makes tree {tree[:12]}, not the target {target[:12]}"
+            f"internal: the imported series makes tree {tree[:12]}, "
+            f"not the target {target[:12]}"
         )
 
     manifest_text = render_manifest(
         upstream,
         upstream_url=upstream_url,
         fork_url=fork_url,
-        exclude=[*exclude, *sorted(dropped)],
+        exclude=exclude,
         closing_sentence=closing_sentence,
         architectures=architectures,
     )
@@ -354,7 +244,6 @@ def plan_import(
     rows = file_rows(
         whole, differs, dropped, resolutions, patches, named_by, changed, partial
     )
-    uncarried_rest = sorted(set(uncarried) - dropped)
     if upstream.other:
         notes.append("UPSTREAM keys not used: " + ", ".join(sorted(upstream.other)))
     return ImportPlan(
@@ -370,6 +259,119 @@ def plan_import(
         forked,
         tree,
         sorted(dropped),
-        uncarried_rest,
+        sorted(set(uncarried) - dropped),
         notes,
     )
+
+
+def _resolve_upstream(
+    store: Store, up: Upstream, upstream_url: str, fork_url: str
+) -> Upstream:
+    """``up`` with full SHAs, after pointing the remotes at the URLs; refuses a merge
+    base that is not an ancestor of the fork commit.
+
+    Raises:
+        OverlayError: the merge base is the fork commit or not its ancestor (exit 2);
+            GitError, OfflineMiss: a commit cannot be found or fetched.
+    """
+    store.set_remote("upstream", os.environ.get("OVERLAY_UPSTREAM_URL") or upstream_url)
+    store.set_remote("fork", os.environ.get("OVERLAY_FORK_URL") or fork_url)
+    pin = store.resolve(up.pin, ["upstream", "fork"])
+    fork = store.resolve(up.commit, ["fork"])
+    base = store.resolve(up.merge_base, ["fork", "upstream"])
+    ancestor = store.git("merge-base", "--is-ancestor", base, fork, check=False)
+    if base == fork or ancestor.returncode != 0:
+        # A typo here would turn the whole fork into "changes" of the overlay (a
+        # patch for every file) instead of a clear refusal.
+        raise OverlayError(
+            f"UPSTREAM: fork_upstream_merge_base {base[:12]} is not an ancestor of the "
+            f"fork commit {fork[:12]}",
+            hint="it is `git merge-base <fork commit> <MLX commit the fork last merged>`; "
+            "check the UPSTREAM record",
+        )
+    return dataclasses.replace(up, commit=fork, merge_base=base, pin=pin)
+
+
+def _closing_sentence(doc: fixes.Document, given: str | None) -> tuple[str, str]:
+    """``(sentence, where it came from)``: ``given``, else the newest policy entry's.
+
+    Raises:
+        OverlayError: none given and no kernels/build/API entry to infer it from.
+    """
+    if given:
+        return given, "--closing-sentence"
+    inferred = infer_closing_sentence(doc)
+    if inferred is None:
+        raise OverlayError(
+            f"{fixes.FILE_NAME} has no kernels, build or API entry to take the policy's "
+            "closing sentence from",
+            hint="pass --closing-sentence TEXT",
+        )
+    sentence, number = inferred
+    return sentence, f"entry {number}"
+
+
+def _settle_carry(
+    store: Store, upstream: Upstream, pin_tree: str, differs: set[str]
+) -> tuple[list[str], set[str], ForkMerge]:
+    """``[carry] exclude`` as ``(globs, dropped paths)``, and the fork delta's merge
+    onto the pin under it.
+
+    The globs are the default ones, less one the overlay changes files under; the
+    dropped paths are every fork change the target does not hold (the overlay keeps
+    the pin's file there, or has none).
+
+    Raises:
+        OverlayError: the carried paths did not settle after 8 merges (a bug).
+    """
+    base, pin, fork = upstream.merge_base, upstream.pin, upstream.commit
+    exclude = [g for g in DEFAULT_EXCLUDE if not any(glob_match(p, g) for p in differs)]
+    dropped: set[str] = set()
+    # Dropping a path can change rename pairing: merge again until stable.
+    for _round in range(8):
+        carry = Carry(DEFAULT_INCLUDE, [*exclude, *sorted(dropped)])
+        merge = merge_fork_delta(store, base, pin, fork, carry)
+        check = [p for p in merge.carried if p not in differs]
+        merged = store.entries(merge.tree, check)
+        pinned = store.entries(pin_tree, check)
+        new = {
+            p
+            for p in check
+            if p in merge.stages or _key(merged.get(p)) != _key(pinned.get(p))
+        }
+        if not new:
+            return exclude, dropped, merge
+        dropped |= new
+    raise OverlayError("internal: the carried paths did not settle after 8 merges")
+
+
+def _resolutions(
+    store: Store, merge: ForkMerge, whole: WholeFile, notes: list[str]
+) -> tuple[dict[str, bytes], list[str]]:
+    """``(path -> resolution, paths whose overlay changes also go into a patch)``.
+
+    Each conflicted path gets :func:`split_resolution` of git's merge and the
+    overlay's file; a note is added to ``notes`` where the overlay changes the lines
+    around a region, so the resolution must be the whole file (LAY005).
+    """
+    resolutions: dict[str, bytes] = {}
+    partial: list[str] = []
+    with store.cat_file() as cat:
+        for path in sorted(merge.stages):
+            entry = store.entries(merge.tree, [path]).get(path)
+            auto = (
+                cat.read(entry.oid)[1]
+                if entry is not None and entry.kind == "blob"
+                else None
+            )
+            wanted = whole.files[path][1]
+            resolutions[path], whole_file = split_resolution(auto, wanted)
+            if not whole_file:
+                partial.append(path)
+            elif auto is not None and changes_outside_conflicts(auto, wanted):
+                notes.append(
+                    f"{path}: the overlay also changes the lines around a conflict region, "
+                    "so the resolution is the whole file and verify reports LAY005; move "
+                    "those changes into a patch"
+                )
+    return resolutions, partial

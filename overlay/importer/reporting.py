@@ -84,10 +84,11 @@ def report_data(
 def render_text(report: dict) -> str:
     """The report as plain lines for a terminal: one line per file, then the findings."""
     up = report["upstream"]
+    closing = report["closing_sentence"]
     out = [
         f"import of {report['directory']}: pin {up['pin'][:12]}, fork {up['commit'][:12]} "
         f"(merge base {up['merge_base'][:12]})",
-        f"  closing sentence from {report['closing_sentence']['from']}: {report['closing_sentence']['text']}",
+        f"  closing sentence from {closing['from']}: {closing['text']}",
     ]
     width = max((len(r["path"]) for r in report["files"]), default=0)
     for r in report["files"]:

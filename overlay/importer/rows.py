@@ -80,7 +80,8 @@ def file_rows(
             assert patch is not None
             kind = "created" if path in patch.created else "patch"
             if len(patch.local_fix) > 1:
-                note = f"named by entries {numbers_text(patch.local_fix)}: one patch for all of them"
+                entries_text = numbers_text(patch.local_fix)
+                note = f"named by entries {entries_text}: one patch for all of them"
             elif not patch.local_fix:
                 note = "named by no entry: the patch has no Local-Fix trailer"
             else:

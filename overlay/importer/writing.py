@@ -101,7 +101,8 @@ def write_import(
     Then ``LOCAL_FIXES.md`` and ``patches-rocm/`` are renamed into place, the
     directory last: the manifest appears with the complete series or not at all. A
     killed import leaves a temporary directory that the next import removes. The
-    records' lock (:func:`overlay.runstate.state_lock`, the one every command that writes records takes) is held throughout.
+    records' lock (:func:`overlay.runstate.state_lock`, the one every command that
+    writes records takes) is held throughout.
 
     Args:
         store: the git store.
@@ -143,7 +144,8 @@ def write_import(
             )
         if not force and other_fixes:
             raise OverlayError(
-                f"{fixes.FILE_NAME} exists with other content: the import carries the overlay's over",
+                f"{fixes.FILE_NAME} exists with other content: "
+                "the import carries the overlay's over",
                 hint="pass --force to move it aside to .overlay/import-backup-<time>-<random>/",
             )
         for name in os.listdir(state):
