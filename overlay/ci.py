@@ -21,10 +21,26 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from overlay import junit
+from overlay.ci_report import render_error, render_junit, render_markdown, render_text
 from overlay.errors import OverlayError
 from overlay.gitstore import Store
-from overlay.templating import render_template
+
+# The reports live in overlay.ci_report; the CLI and tests reach them through here.
+__all__ = [
+    "REQUIRED_SKIPPED",
+    "STAGES",
+    "UNCHECKED_CODES",
+    "CiResult",
+    "Stage",
+    "render_error",
+    "render_junit",
+    "render_markdown",
+    "render_text",
+    "run_ci",
+    "stage_build",
+    "stage_suites",
+    "stage_verify",
+]
 
 STAGES = ("verify", "check", "build", "suites")
 #: How the reason of a required stage that could not run begins.
@@ -223,7 +239,7 @@ def stage_build(
         ),
         root,
     )
-    data = {
+    data: dict[str, Any] = {
         "backend": backend,
         "toolchain": toolchain.description,
         "arch": arch,
@@ -329,7 +345,8 @@ def stage_suites(
         return Stage("suites", "skipped", "no patches-rocm/suites/suites.toml")
     suites = _config.load_suites(path, root)
     platform = _runner.detect_platform(backend)
-    cases, rows = [], []
+    cases: list[dict] = []
+    rows: list[dict[str, Any]] = []
     any_ran = False
     for suite in suites.values():
         reason = _runner.skip_reason(suite, platform)
@@ -549,93 +566,3 @@ def _run_stage(
         time.perf_counter() - start,
         [{"name": name, "status": "failed", "message": message}],
     )
-
-
-def render_junit(result: CiResult) -> str:
-    """JUnit XML (:func:`overlay.junit.render`): one testsuite per stage, one testcase per check/suite.
-
-    Counts agree with the children; stage messages may hold anything (compiler
-    output, control characters): the writer makes them XML-safe. ``message``
-    attributes (a failed stage's first error line) are cut at 500 characters; the
-    failure's text is the case's ``text`` (a build's whole report), else its message.
-    """
-    suites = []
-    for stage in result.stages:
-        cases = stage.cases or [
-            {"name": stage.name, "status": stage.status, "message": stage.reason}
-        ]
-        suites.append(
-            junit.Suite(
-                stage.name,
-                [
-                    junit.Case(
-                        case["name"],
-                        f"overlay.{stage.name}",
-                        case["status"],
-                        message=case["message"],
-                        text=case.get("text", case["message"])
-                        if case["status"] == "failed"
-                        else None,
-                    )
-                    for case in cases
-                ],
-                time=stage.seconds,
-            )
-        )
-    return junit.render(suites, name="overlay ci", message_limit=500)
-
-
-def render_markdown(result: CiResult) -> str:
-    """The Markdown section for the PR body."""
-    return render_template(
-        "ci_summary.md.j2",
-        o=result.overlay,
-        stages=result.stages,
-        by={s.name: s for s in result.stages},
-        failed=result.failed,
-    )
-
-
-def render_text(result: CiResult) -> str:
-    """One line per stage, skipped ones spelled out; required stages marked ``*``."""
-    lines = []
-    for s in result.stages:
-        word = s.status.upper()
-        lines.append(f"{s.name:<7} {word:<8} {s.reason}".rstrip())
-    required = [s.name for s in result.stages if s.required]
-    if result.failed:
-        lines.append("overlay ci: FAILED")
-    elif required:
-        lines.append(
-            f"overlay ci: passed (required: {', '.join(required)}; other skipped stages are not failures)"
-        )
-    else:
-        lines.append("overlay ci: passed (skipped stages are not failures)")
-    return "\n".join(lines) + "\n"
-
-
-def render_error(message: str) -> tuple[str, str, str]:
-    """JUnit, JSON and Markdown for a gate that could not start (no manifest, ...):
-    one failed ``overlay ci`` case, so a CI job that reads the files sees the cause."""
-    xml = junit.render(
-        [
-            junit.Suite(
-                "overlay ci",
-                [
-                    junit.Case(
-                        "overlay ci", "overlay", "failed", message=message, text=message
-                    )
-                ],
-            )
-        ],
-        name="overlay ci",
-        message_limit=500,
-    )
-    data = (
-        json.dumps(
-            {"overlay": None, "failed": True, "error": message, "stages": []}, indent=2
-        )
-        + "\n"
-    )
-    md = f"## overlay ci: FAILED\n\n{message}\n"
-    return xml, data, md

@@ -1,4 +1,6 @@
-"""The one JUnit XML writer: ``verify --format junit``, ``ci --junit`` and ``suite run --format junit``.
+"""The one JUnit XML writer and its one XML-safety rule.
+
+Used by ``verify --format junit``, ``ci --junit`` and ``suite run --format junit``.
 
 The schema is the one Jenkins, GitLab and pytest's ``junit_family=xunit2``
 read: ``<testsuites>`` holding ``<testsuite>`` elements holding ``<testcase>``
@@ -36,7 +38,7 @@ def xml_safe(s: str) -> str:
         Text an XML 1.0 parser accepts in element text and attribute values.
     """
 
-    def esc(m: re.Match) -> str:
+    def esc(m: re.Match[str]) -> str:
         code = ord(m.group(0))
         return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
 
@@ -111,56 +113,11 @@ def render(
     totals = {"tests": 0, "failures": 0, "skipped": 0}
     seconds = 0.0
     for suite in suites:
-        ts = ET.SubElement(root, "testsuite", name=xml_safe(suite.name))
-        if suite.timestamp:
-            ts.set("timestamp", xml_safe(suite.timestamp))
-        if suite.properties:
-            props = ET.SubElement(ts, "properties")
-            for key, value in suite.properties:
-                ET.SubElement(
-                    props, "property", name=xml_safe(key), value=xml_safe(value)
-                )
-        counts = {"tests": 0, "failures": 0, "skipped": 0}
-        for case in suite.cases:
-            if case.status not in STATUSES:
-                raise ValueError(f"unknown JUnit case status {case.status!r}")
-            tc = ET.SubElement(
-                ts,
-                "testcase",
-                classname=xml_safe(case.classname),
-                name=xml_safe(case.name),
-            )
-            if case.time is not None:
-                tc.set("time", f"{case.time:.3f}")
-            message = xml_safe(
-                case.message if message_limit is None else case.message[:message_limit]
-            )
-            counts["tests"] += 1
-            if case.status == "failed":
-                fail = ET.SubElement(tc, "failure", message=message)
-                if case.failure_type is not None:
-                    fail.set("type", xml_safe(case.failure_type))
-                if case.text is not None:
-                    fail.text = xml_safe(case.text)
-                counts["failures"] += 1
-            elif case.status == "skipped":
-                ET.SubElement(tc, "skipped", message=message)
-                counts["skipped"] += 1
-            if case.system_out is not None:
-                ET.SubElement(tc, "system-out").text = xml_safe(case.system_out)
-        ts.set("tests", str(counts["tests"]))
-        ts.set("failures", str(counts["failures"]))
-        ts.set("errors", "0")
-        ts.set("skipped", str(counts["skipped"]))
-        if suite.time is not None:
-            ts.set("time", f"{suite.time:.3f}")
-            seconds += suite.time
+        counts = _suite_element(root, suite, message_limit)
         for key, value in counts.items():
             totals[key] += value
-    root.set("tests", str(totals["tests"]))
-    root.set("failures", str(totals["failures"]))
-    root.set("errors", "0")
-    root.set("skipped", str(totals["skipped"]))
+        seconds += suite.time or 0.0
+    _set_counts(root, totals)
     if total_time:
         root.set("time", f"{seconds:.3f}")
     ET.indent(root)
@@ -169,3 +126,64 @@ def render(
         + ET.tostring(root, encoding="unicode")
         + "\n"
     )
+
+
+def _set_counts(element: ET.Element, counts: dict[str, int]) -> None:
+    """Write ``tests``/``failures``/``errors``/``skipped`` on ``element`` (errors is always 0)."""
+    element.set("tests", str(counts["tests"]))
+    element.set("failures", str(counts["failures"]))
+    element.set("errors", "0")
+    element.set("skipped", str(counts["skipped"]))
+
+
+def _suite_element(
+    root: ET.Element, suite: Suite, message_limit: int | None
+) -> dict[str, int]:
+    """Append ``suite`` to ``root`` as a ``<testsuite>``; return its counts by kind."""
+    ts = ET.SubElement(root, "testsuite", name=xml_safe(suite.name))
+    if suite.timestamp:
+        ts.set("timestamp", xml_safe(suite.timestamp))
+    if suite.properties:
+        props = ET.SubElement(ts, "properties")
+        for key, value in suite.properties:
+            ET.SubElement(props, "property", name=xml_safe(key), value=xml_safe(value))
+    counts = {"tests": 0, "failures": 0, "skipped": 0}
+    for case in suite.cases:
+        _case_element(ts, case, message_limit)
+        counts["tests"] += 1
+        if case.status == "failed":
+            counts["failures"] += 1
+        elif case.status == "skipped":
+            counts["skipped"] += 1
+    _set_counts(ts, counts)
+    if suite.time is not None:
+        ts.set("time", f"{suite.time:.3f}")
+    return counts
+
+
+def _case_element(ts: ET.Element, case: Case, message_limit: int | None) -> None:
+    """Append ``case`` to ``ts`` as a ``<testcase>`` with its failure/skip/output children.
+
+    Raises:
+        ValueError: ``case.status`` is not one of :data:`STATUSES`.
+    """
+    if case.status not in STATUSES:
+        raise ValueError(f"unknown JUnit case status {case.status!r}")
+    tc = ET.SubElement(
+        ts, "testcase", classname=xml_safe(case.classname), name=xml_safe(case.name)
+    )
+    if case.time is not None:
+        tc.set("time", f"{case.time:.3f}")
+    message = xml_safe(
+        case.message if message_limit is None else case.message[:message_limit]
+    )
+    if case.status == "failed":
+        fail = ET.SubElement(tc, "failure", message=message)
+        if case.failure_type is not None:
+            fail.set("type", xml_safe(case.failure_type))
+        if case.text is not None:
+            fail.text = xml_safe(case.text)
+    elif case.status == "skipped":
+        ET.SubElement(tc, "skipped", message=message)
+    if case.system_out is not None:
+        ET.SubElement(tc, "system-out").text = xml_safe(case.system_out)

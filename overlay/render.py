@@ -5,10 +5,10 @@
 * ``json``   -- ``{"findings": [{code, severity, path, line, message, hint}, ...],
   "summary": {...}}``;
 * ``junit``  -- JUnit XML through :mod:`overlay.junit` (the schema Jenkins and
-  pytest's ``junit_family=xunit2`` use): one ``<testsuite>`` per family, one ``<testcase>`` per finding (plus one
-  passing testcase per check code that produced no finding, when the codes run
-  are given); errors are ``<failure>``s, warnings and info are passing testcases
-  whose text is in ``<system-out>``;
+  pytest's ``junit_family=xunit2`` use): one ``<testsuite>`` per family, one
+  ``<testcase>`` per finding (plus one passing testcase per check code that
+  produced no finding, when the codes run are given); errors are ``<failure>``s,
+  warnings and info are passing testcases whose text is in ``<system-out>``;
 * ``github`` -- workflow command lines ``::error file=P,line=N,title=CODE::message``
   (``warning`` and ``notice`` for the other severities), escaped as
   ``@actions/core`` does (data: ``%``, ``\\r``, ``\\n``; properties also ``:`` and ``,``).
@@ -43,7 +43,10 @@ def _family_key(family: str) -> tuple[int, str]:
 
 
 def family_name(family: str) -> str:
-    """Readable name of a family prefix (``"FIX"`` -> ``"fixes"``); unknown prefixes map to themselves."""
+    """Readable name of a family prefix (``"FIX"`` -> ``"fixes"``).
+
+    Unknown prefixes map to themselves.
+    """
     return FAMILIES.get(family, family)
 
 
@@ -110,7 +113,9 @@ def render_text(findings: Sequence[Finding]) -> str:
 
 
 def render_json(findings: Sequence[Finding]) -> str:
-    """JSON report: ``{"findings": [six-key dicts], "summary": {"total", "error", "warning", "info"}}``.
+    """JSON report: ``{"findings": [six-key dicts], "summary": {...}}``.
+
+    The summary's keys are ``total``, ``error``, ``warning`` and ``info``.
 
     Args:
         findings: the findings.
@@ -184,12 +189,19 @@ def render_junit(
 
 
 def escape_data(s: str) -> str:
-    """Escape a workflow command's message (``@actions/core`` ``escapeData``): ``%``, ``\\r``, ``\\n``."""
+    """Escape a workflow command's message (``@actions/core`` ``escapeData``).
+
+    ``%``, ``\\r`` and ``\\n`` become ``%25``, ``%0D`` and ``%0A``; this is GitHub's
+    annotation syntax, not XML (XML safety is :func:`overlay.junit.xml_safe`).
+    """
     return s.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
 
 
 def escape_property(s: str) -> str:
-    """Escape a workflow command property value (``escapeProperty``): data escapes plus ``:`` and ``,``."""
+    """Escape a workflow command property value (``escapeProperty``).
+
+    The data escapes (:func:`escape_data`) plus ``:`` and ``,``.
+    """
     return escape_data(s).replace(":", "%3A").replace(",", "%2C")
 
 

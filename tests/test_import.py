@@ -462,7 +462,7 @@ def test_a_failed_check_or_a_killed_import_leaves_nothing(team, monkeypatch):
             "internal: the imported records do not reproduce the overlay: (test)"
         )
 
-    monkeypatch.setattr(importer, "_self_check", broken)
+    monkeypatch.setattr(importer.writing, "_self_check", broken)
     result = team.run()
     assert result.exit_code == 2 and "do not reproduce" in result.output
     assert (
@@ -579,7 +579,7 @@ def test_interrupt_says_what_was_written(team, monkeypatch):
     def interrupt(*_a, **_k):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(importer, "_self_check", interrupt)
+    monkeypatch.setattr(importer.writing, "_self_check", interrupt)
     result = team.run()
     assert result.exit_code == 130 and "no record was written" in result.output, (
         result.output

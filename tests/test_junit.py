@@ -71,3 +71,50 @@ def test_ci_junit_with_a_control_character_in_a_stage_message(clean, tmp_path): 
         main, ["-C", str(clean.root), "verify", "--format", "junit"]
     )
     ET.fromstring(verify.output.split("\n", 1)[1])
+
+
+def test_ci_render_junit_parses_with_bell_and_escape_in_stage_messages():
+    """Issue 15: a stage reason or case message holding \\x07 or \\x1b still parses."""
+    from overlay.ci import CiResult, Stage, render_error, render_junit
+
+    bad = "cmake: \x1b[31mboom\x1b[0m\x07 done"
+    result = CiResult(
+        {},
+        [
+            Stage("verify", "failed", bad),  # no cases: the stage itself is the case
+            Stage(
+                "build",
+                "failed",
+                bad,
+                1.5,
+                [{"name": "build\x07 rocm", "status": "failed", "message": bad}],
+            ),
+            Stage("suites", "skipped", bad),
+        ],
+    )
+    for text in (render_junit(result), render_error(bad)[0]):
+        root = ET.fromstring(text.split("\n", 1)[1])
+        messages = [e.get("message") for e in root.iter() if e.get("message")]
+        assert messages and all(
+            "\\x1b[31mboom\\x1b[0m\\x07 done" in m for m in messages
+        ), messages
+
+
+def test_one_xml_writer_and_one_jinja_environment():
+    """Issue 15 item 3: XML is built only in overlay/junit.py, jinja2 set up only in
+    overlay/templating.py (a second writer is how the ci bug came about)."""
+    import pathlib
+    import re
+
+    import overlay
+
+    pkg = pathlib.Path(overlay.__file__).parent
+    xml = re.compile(r"xml\.etree|ElementTree|saxutils|xml\.dom|lxml|&lt;|&amp;")
+    jinja = re.compile(r"jinja2\.(Environment|Template)\b|from jinja2 import")
+    for path in sorted(pkg.rglob("*.py")):
+        rel = path.relative_to(pkg).as_posix()
+        text = path.read_text(encoding="utf-8")
+        if rel != "junit.py":
+            assert not xml.search(text), f"{rel} builds or escapes XML itself"
+        if rel != "templating.py":
+            assert not jinja.search(text), f"{rel} makes its own jinja2 environment"

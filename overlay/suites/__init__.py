@@ -3,9 +3,13 @@
 Modules (the CLI in :mod:`overlay.suites.cli` only parses, calls, renders):
 
 * :mod:`overlay.suites.config` -- load and validate ``patches-rocm/suites/suites.toml``;
-* :mod:`overlay.suites.runner` -- fresh-process runs, run kinds, stored outputs, hardware;
+* :mod:`overlay.suites.runner` -- fresh-process runs, run kinds, stored outputs, hardware,
+  A/B comparisons (a package: one module per stage);
 * :mod:`overlay.suites.stats` -- Clopper–Pearson, Fisher's exact test, runs to acquit;
-* :mod:`overlay.suites.report` -- text, JSON, JUnit XML and Markdown reports, A/B report.
+* :mod:`overlay.suites.report` -- text, JSON, JUnit XML and Markdown reports, A/B report;
+* :mod:`overlay.suites.racelab` -- host-model children built from an exported layer
+  (a package: the lab, its compiler, the builder);
+* :mod:`overlay.suites.without` -- the layers with one patch left out (A/B's other column).
 
 See ``docs/suites.md``.
 """

@@ -28,9 +28,10 @@ from __future__ import annotations
 import math
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Any
 
 from overlay.errors import OverlayError
 from overlay.fsutil import RecordError, RecordMissing, read_record_text
@@ -217,123 +218,30 @@ def parse_expect(value: str) -> tuple[str, int]:
     return (op, int(m.group(2)))
 
 
-def _is_int(v) -> bool:
+def _is_int(v: object) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def _parse_suite(name: str, table, where: str) -> Suite:
+#: ``err(key, message)``: the error for one key of one suite (the message names both).
+_ErrorFor = Callable[[str, str], SuiteConfigError]
+
+
+def _parse_suite(name: str, table: object, where: str) -> Suite:
+    """Validate one ``[suites.<name>]`` table, key by key in a fixed order.
+
+    Raises:
+        SuiteConfigError: the first bad name, key or value (it names suite and key).
+    """
+
     def err(key: str, msg: str) -> SuiteConfigError:
         return SuiteConfigError(f'{where}: suite "{name}": key "{key}": {msg}')
 
-    if not _NAME_RE.match(name):
-        raise SuiteConfigError(
-            f'{where}: suite name "{name}" must be letters, digits, "_", "-" or "." '
-            "(it names a results directory)"
-        )
-    if not isinstance(table, dict):
-        raise SuiteConfigError(
-            f'{where}: suite "{name}": must be a table, got {type(table).__name__}'
-        )
-    unknown = sorted(set(table) - _SUITE_KEYS)
-    if unknown:
-        raise err(
-            unknown[0], "unknown key (known: " + ", ".join(sorted(_SUITE_KEYS)) + ")"
-        )
-
-    if "child" not in table:
-        raise err("child", "missing (a program name, a path, or an argv list)")
-    child = table["child"]
-    if isinstance(child, str):
-        child = [child]
-    if (
-        not isinstance(child, list)
-        or not child
-        or not all(isinstance(a, str) for a in child)
-        or not child[0].strip()
-    ):
-        raise err(
-            "child",
-            f"must be a program name or a non-empty list of strings, got {table['child']!r}",
-        )
-
-    runs = table.get("runs", DEFAULT_RUNS)
-    if not _is_int(runs) or runs < 1:
-        raise err("runs", f"must be an integer >= 1, got {runs!r}")
-
-    deadline = table.get("deadline", DEFAULT_DEADLINE_S)
-    if (
-        not (_is_int(deadline) or isinstance(deadline, float))
-        or isinstance(deadline, bool)
-        or not math.isfinite(deadline)
-        or deadline <= 0
-    ):
-        raise err("deadline", f"must be a number of seconds > 0, got {deadline!r}")
-
-    env_remove = table.get("env-remove", [])
-    if not isinstance(env_remove, list) or not all(
-        isinstance(v, str) and _ENV_RE.match(v) for v in env_remove
-    ):
-        raise err("env-remove", f"must be a list of variable names, got {env_remove!r}")
-
-    env_set = table.get("env-set", {})
-    if not isinstance(env_set, dict):
-        raise err("env-set", f'must be a table of NAME = "value", got {env_set!r}')
-    for k, v in env_set.items():
-        if not _ENV_RE.match(k):
-            raise err("env-set", f"{k!r} is not a valid variable name")
-        if not isinstance(v, str):
-            raise err("env-set", f"value of {k} must be a string, got {v!r}")
-
-    markers_raw = table.get("markers", [])
-    if not isinstance(markers_raw, list):
-        raise err("markers", "must be an array of tables {stream, text, expect}")
-    markers = []
-    for i, m in enumerate(markers_raw, 1):
-        key = f"markers[{i}]"
-        if not isinstance(m, dict):
-            raise err(key, "must be a table {stream, text, expect}")
-        unknown = sorted(set(m) - _MARKER_KEYS)
-        if unknown:
-            raise err(
-                f"{key}.{unknown[0]}", "unknown key (known: expect, stream, text)"
-            )
-        for k in ("stream", "text", "expect"):
-            if k not in m:
-                raise err(f"{key}.{k}", "missing")
-        if m["stream"] not in ("stdout", "stderr"):
-            raise err(
-                f"{key}.stream", f'must be "stdout" or "stderr", got {m["stream"]!r}'
-            )
-        if not isinstance(m["text"], str) or not m["text"]:
-            raise err(f"{key}.text", f"must be a non-empty string, got {m['text']!r}")
-        try:
-            op, count = parse_expect(m["expect"])
-        except ValueError as exc:
-            raise err(f"{key}.expect", str(exc)) from None
-        markers.append(Marker(m["stream"], m["text"], op, count))
-
-    backend = table.get("backend", "any")
-    if backend not in BACKENDS:
-        raise err("backend", f"must be one of {', '.join(BACKENDS)}, got {backend!r}")
-    hardware = table.get("hardware", "none")
-    if hardware not in HARDWARE:
-        raise err("hardware", f"must be one of {', '.join(HARDWARE)}, got {hardware!r}")
-
-    proves = table.get("proves")
-    if proves is not None and (not _is_int(proves) or proves < 1):
-        raise err(
-            "proves",
-            f"must be a LOCAL_FIXES.md entry number (integer >= 1), got {proves!r}",
-        )
-
-    model = table.get("model")
-    if model is not None and model not in MODELS:
-        raise err("model", f"must be one of {', '.join(MODELS)}, got {model!r}")
-
-    description = table.get("description", "")
-    if not isinstance(description, str):
-        raise err("description", f"must be a string, got {description!r}")
-
+    checked = _check_table(name, table, where, err)
+    child = _parse_child(checked, err)
+    runs, deadline = _parse_counts(checked, err)
+    env_remove, env_set = _parse_env(checked, err)
+    markers = _parse_markers(checked, err)
+    backend, hardware, proves, model, description = _parse_choices(checked, err)
     return Suite(
         name=name,
         child=tuple(child),
@@ -349,6 +257,140 @@ def _parse_suite(name: str, table, where: str) -> Suite:
         description=description,
         source=where,
     )
+
+
+def _check_table(
+    name: str, table: object, where: str, err: _ErrorFor
+) -> dict[str, Any]:
+    """``table`` when the name is valid, it is a table and holds only known keys."""
+    if not _NAME_RE.match(name):
+        raise SuiteConfigError(
+            f'{where}: suite name "{name}" must be letters, digits, "_", "-" or "." '
+            "(it names a results directory)"
+        )
+    if not isinstance(table, dict):
+        raise SuiteConfigError(
+            f'{where}: suite "{name}": must be a table, got {type(table).__name__}'
+        )
+    unknown = sorted(set(table) - _SUITE_KEYS)
+    if unknown:
+        raise err(
+            unknown[0], "unknown key (known: " + ", ".join(sorted(_SUITE_KEYS)) + ")"
+        )
+    return table
+
+
+def _parse_child(table: dict[str, Any], err: _ErrorFor) -> list[str]:
+    """``child`` as an argv list (a lone string is a one-word argv)."""
+    if "child" not in table:
+        raise err("child", "missing (a program name, a path, or an argv list)")
+    child = table["child"]
+    if isinstance(child, str):
+        child = [child]
+    if (
+        not isinstance(child, list)
+        or not child
+        or not all(isinstance(a, str) for a in child)
+        or not child[0].strip()
+    ):
+        raise err(
+            "child",
+            "must be a program name or a non-empty list of strings, "
+            f"got {table['child']!r}",
+        )
+    return child
+
+
+def _parse_counts(table: dict[str, Any], err: _ErrorFor) -> tuple[int, int | float]:
+    """``(runs, deadline)``: an integer >= 1 and a finite number of seconds > 0."""
+    runs = table.get("runs", DEFAULT_RUNS)
+    if not _is_int(runs) or runs < 1:
+        raise err("runs", f"must be an integer >= 1, got {runs!r}")
+    deadline = table.get("deadline", DEFAULT_DEADLINE_S)
+    if (
+        not (_is_int(deadline) or isinstance(deadline, float))
+        or isinstance(deadline, bool)
+        or not math.isfinite(deadline)
+        or deadline <= 0
+    ):
+        raise err("deadline", f"must be a number of seconds > 0, got {deadline!r}")
+    return runs, deadline
+
+
+def _parse_env(
+    table: dict[str, Any], err: _ErrorFor
+) -> tuple[list[str], dict[str, str]]:
+    """``(env-remove, env-set)``: variable names, and names to string values."""
+    env_remove = table.get("env-remove", [])
+    if not isinstance(env_remove, list) or not all(
+        isinstance(v, str) and _ENV_RE.match(v) for v in env_remove
+    ):
+        raise err("env-remove", f"must be a list of variable names, got {env_remove!r}")
+    env_set = table.get("env-set", {})
+    if not isinstance(env_set, dict):
+        raise err("env-set", f'must be a table of NAME = "value", got {env_set!r}')
+    for k, v in env_set.items():
+        if not _ENV_RE.match(k):
+            raise err("env-set", f"{k!r} is not a valid variable name")
+        if not isinstance(v, str):
+            raise err("env-set", f"value of {k} must be a string, got {v!r}")
+    return env_remove, env_set
+
+
+def _parse_markers(table: dict[str, Any], err: _ErrorFor) -> list[Marker]:
+    """``markers``: an array of ``{stream, text, expect}`` tables."""
+    markers_raw = table.get("markers", [])
+    if not isinstance(markers_raw, list):
+        raise err("markers", "must be an array of tables {stream, text, expect}")
+    return [
+        _parse_marker(m, f"markers[{i}]", err) for i, m in enumerate(markers_raw, 1)
+    ]
+
+
+def _parse_marker(m: object, key: str, err: _ErrorFor) -> Marker:
+    """One marker table; ``key`` (``markers[N]``) names it in errors."""
+    if not isinstance(m, dict):
+        raise err(key, "must be a table {stream, text, expect}")
+    unknown = sorted(set(m) - _MARKER_KEYS)
+    if unknown:
+        raise err(f"{key}.{unknown[0]}", "unknown key (known: expect, stream, text)")
+    for k in ("stream", "text", "expect"):
+        if k not in m:
+            raise err(f"{key}.{k}", "missing")
+    if m["stream"] not in ("stdout", "stderr"):
+        raise err(f"{key}.stream", f'must be "stdout" or "stderr", got {m["stream"]!r}')
+    if not isinstance(m["text"], str) or not m["text"]:
+        raise err(f"{key}.text", f"must be a non-empty string, got {m['text']!r}")
+    try:
+        op, count = parse_expect(m["expect"])
+    except ValueError as exc:
+        raise err(f"{key}.expect", str(exc)) from None
+    return Marker(m["stream"], m["text"], op, count)
+
+
+def _parse_choices(
+    table: dict[str, Any], err: _ErrorFor
+) -> tuple[str, str, int | None, str | None, str]:
+    """``(backend, hardware, proves, model, description)``, each checked."""
+    backend = table.get("backend", "any")
+    if backend not in BACKENDS:
+        raise err("backend", f"must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    hardware = table.get("hardware", "none")
+    if hardware not in HARDWARE:
+        raise err("hardware", f"must be one of {', '.join(HARDWARE)}, got {hardware!r}")
+    proves = table.get("proves")
+    if proves is not None and (not _is_int(proves) or proves < 1):
+        raise err(
+            "proves",
+            f"must be a LOCAL_FIXES.md entry number (integer >= 1), got {proves!r}",
+        )
+    model = table.get("model")
+    if model is not None and model not in MODELS:
+        raise err("model", f"must be one of {', '.join(MODELS)}, got {model!r}")
+    description = table.get("description", "")
+    if not isinstance(description, str):
+        raise err("description", f"must be a string, got {description!r}")
+    return backend, hardware, proves, model, description
 
 
 def parse_suites(text: str, where: str = "suites.toml") -> dict[str, Suite]:
@@ -402,7 +444,8 @@ def load_suites(path: str, root: str | None = None) -> dict[str, Suite]:
             named), or is invalid.
     """
     full = os.path.abspath(path)
-    # Lexically inside root: root is the boundary; elsewhere (an explicit --suites path) its directory is.
+    # Lexically inside root: root is the boundary; elsewhere (an explicit --suites path)
+    # its directory is.
     if root is None or not full.startswith(os.path.abspath(root) + os.sep):
         root = os.path.dirname(full)
     rel = os.path.relpath(full, root).replace(os.sep, "/")

@@ -108,7 +108,8 @@ def _text(results) -> str:
         if r.skipped:
             lines.append(f"{r.suite:<{width}}  {word:<7}  {r.skip_reason}")
             continue
-        line = f"{r.suite:<{width}}  {word:<7}  {_k_of_n(r)}, 95% interval {format_interval(r.interval())}"
+        interval = format_interval(r.interval())
+        line = f"{r.suite:<{width}}  {word:<7}  {_k_of_n(r)}, 95% interval {interval}"
         kinds = format_kinds(r)
         if kinds != "-":
             line += f"; {kinds}"
@@ -238,16 +239,15 @@ def _markdown(results) -> str:
     out += [
         "",
         f"{s['failed_runs']} of {s['runs']} runs failed; {s['passed']} suite(s) passed, "
-        f"{s['failed']} failed, {s['skipped']} skipped (skipped is not passed). Intervals are exact "
-        "(Clopper–Pearson) 95% intervals of the failure rate.",
+        f"{s['failed']} failed, {s['skipped']} skipped (skipped is not passed). "
+        "Intervals are exact (Clopper–Pearson) 95% intervals of the failure rate.",
     ]
     failed_runs = [(r, run) for r in results for run in r.runs if run.failed]
     if failed_runs:
         out += ["", "<details><summary>Failed runs</summary>", ""]
         for r, run in failed_runs:
-            out.append(
-                f"- `{r.suite}` run {run.index:03d}: {run.kind}: {_md_cell(run.detail(r.deadline_s))}"
-            )
+            detail = _md_cell(run.detail(r.deadline_s))
+            out.append(f"- `{r.suite}` run {run.index:03d}: {run.kind}: {detail}")
         out += ["", "</details>"]
     return "\n".join(out) + "\n"
 
@@ -333,8 +333,9 @@ def _acquit_line(ab: ABResult) -> str:
         return ""
     b = ab.without_fix
     return (
-        f"Runs to acquit at 99% (seed 003, overlay suite plan): {plan['runs']} at the fix-removed rate "
-        f"{b.failed}/{b.n}; {plan['runs_at_lower95']} at its 95% lower bound {plan['baseline_lower95']:.4f}."
+        "Runs to acquit at 99% (seed 003, overlay suite plan): "
+        f"{plan['runs']} at the fix-removed rate {b.failed}/{b.n}; "
+        f"{plan['runs_at_lower95']} at its 95% lower bound {plan['baseline_lower95']:.4f}."
     )
 
 

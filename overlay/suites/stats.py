@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import math
 from fractions import Fraction
-from numbers import Real
 
 from overlay.errors import OverlayError
 
@@ -202,7 +201,7 @@ def fisher_exact(table) -> float:
     return min(1.0, float(Fraction(tail, math.comb(n, col1))))
 
 
-def _exact(x: Real, name: str) -> Fraction:
+def _exact(x: float | Fraction, name: str) -> Fraction:
     """``x`` as an exact fraction of its decimal spelling (0.7 -> 7/10)."""
     try:
         return Fraction(str(x)) if isinstance(x, float) else Fraction(x)

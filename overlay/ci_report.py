@@ -1,0 +1,109 @@
+"""The reports of ``overlay ci``: JUnit XML, the PR-body Markdown, the text summary.
+
+Each is a pure function of a :class:`~overlay.ci.CiResult`; JUnit goes through the
+one writer :mod:`overlay.junit`, the Markdown through the one jinja2 environment
+(:mod:`overlay.templating`, template ``ci_summary.md.j2``). :mod:`overlay.ci`
+re-exports them.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+from overlay import junit
+from overlay.templating import render_template
+
+if TYPE_CHECKING:
+    from overlay.ci import CiResult
+
+
+def render_junit(result: CiResult) -> str:
+    """JUnit XML (:func:`overlay.junit.render`): a testsuite per stage, a testcase per check/suite.
+
+    Counts agree with the children; stage messages may hold anything (compiler
+    output, control characters): the writer makes them XML-safe. ``message``
+    attributes (a failed stage's first error line) are cut at 500 characters; the
+    failure's text is the case's ``text`` (a build's whole report), else its message.
+    """
+    suites = []
+    for stage in result.stages:
+        cases = stage.cases or [
+            {"name": stage.name, "status": stage.status, "message": stage.reason}
+        ]
+        suites.append(
+            junit.Suite(
+                stage.name,
+                [
+                    junit.Case(
+                        case["name"],
+                        f"overlay.{stage.name}",
+                        case["status"],
+                        message=case["message"],
+                        text=case.get("text", case["message"])
+                        if case["status"] == "failed"
+                        else None,
+                    )
+                    for case in cases
+                ],
+                time=stage.seconds,
+            )
+        )
+    return junit.render(suites, name="overlay ci", message_limit=500)
+
+
+def render_markdown(result: CiResult) -> str:
+    """The Markdown section for the PR body."""
+    return render_template(
+        "ci_summary.md.j2",
+        o=result.overlay,
+        stages=result.stages,
+        by={s.name: s for s in result.stages},
+        failed=result.failed,
+    )
+
+
+def render_text(result: CiResult) -> str:
+    """One line per stage, skipped ones spelled out; required stages marked ``*``."""
+    lines = []
+    for s in result.stages:
+        word = s.status.upper()
+        lines.append(f"{s.name:<7} {word:<8} {s.reason}".rstrip())
+    required = [s.name for s in result.stages if s.required]
+    if result.failed:
+        lines.append("overlay ci: FAILED")
+    elif required:
+        lines.append(
+            f"overlay ci: passed (required: {', '.join(required)}; "
+            "other skipped stages are not failures)"
+        )
+    else:
+        lines.append("overlay ci: passed (skipped stages are not failures)")
+    return "\n".join(lines) + "\n"
+
+
+def render_error(message: str) -> tuple[str, str, str]:
+    """JUnit, JSON and Markdown for a gate that could not start (no manifest, ...):
+    one failed ``overlay ci`` case, so a CI job that reads the files sees the cause."""
+    xml = junit.render(
+        [
+            junit.Suite(
+                "overlay ci",
+                [
+                    junit.Case(
+                        "overlay ci", "overlay", "failed", message=message, text=message
+                    )
+                ],
+            )
+        ],
+        name="overlay ci",
+        message_limit=500,
+    )
+    data = (
+        json.dumps(
+            {"overlay": None, "failed": True, "error": message, "stages": []}, indent=2
+        )
+        + "\n"
+    )
+    md = f"## overlay ci: FAILED\n\n{message}\n"
+    return xml, data, md

@@ -1,0 +1,176 @@
+"""Writing an import's records: staged, checked, then renamed into place under the lock."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import tempfile
+import time
+
+from overlay import fixes
+from overlay.errors import OverlayError
+from overlay.fsutil import (
+    atomic_write,
+)
+from overlay.gitstore import Store
+from overlay.importer.planning import ImportPlan
+from overlay.layers import (
+    compute_layers,
+)
+from overlay.manifest import MANIFEST_PATH
+
+_TEMP_PREFIX = "import-"
+_TEMP_SUFFIX = ".tmp"
+
+
+@dataclasses.dataclass
+class Written:
+    """What :func:`write_import` did.
+
+    Attributes:
+        backup: where ``--force`` moved the previous ``patches-rocm/`` and
+            ``LOCAL_FIXES.md`` (relative to the target), or ``None``.
+    """
+
+    backup: str | None
+
+
+def _nonempty_dir(path: str) -> bool:
+    try:
+        return bool(os.listdir(path))
+    except NotADirectoryError:
+        return True
+    except FileNotFoundError:
+        return False
+
+
+def _stage(tmp: str, plan: ImportPlan) -> None:
+    """Write every record of the plan under ``tmp`` as the repository will hold them."""
+    pdir = os.path.join(tmp, "patches-rocm")
+    os.makedirs(pdir)
+    atomic_write(os.path.join(tmp, fixes.FILE_NAME), plan.fixes_data)
+    atomic_write(os.path.join(tmp, MANIFEST_PATH), plan.manifest_text.encode("utf-8"))
+    atomic_write(
+        os.path.join(pdir, "series"),
+        "".join(f"{p.name}\n" for p in plan.patches).encode(),
+    )
+    for patch in plan.patches:
+        atomic_write(os.path.join(pdir, patch.name), patch.data)
+    for path, data in plan.resolutions.items():
+        full = os.path.join(pdir, "resolved", *path.split("/"))
+        os.makedirs(os.path.dirname(full), exist_ok=True)
+        atomic_write(full, data, mode=0o644)
+
+
+def _self_check(store: Store, plan: ImportPlan, tmp: str) -> None:
+    """Compute the layers from the staged records, as every command will, and compare.
+
+    Raises:
+        OverlayError: the patched layer is not the target, a resolution is stale, or a
+            refresh would change a patch (a bug: nothing has been written).
+    """
+    from overlay.refresh import refresh_series
+
+    layers = compute_layers(store, plan.manifest, tmp, stepwise=True)
+    problems = []
+    if layers.patched != plan.target:
+        problems.append(
+            f"the patched layer is {layers.patched[:12]}, the target {plan.target[:12]}"
+        )
+    if layers.stale_resolutions:
+        problems.append("stale resolutions " + ", ".join(layers.stale_resolutions))
+    drift = [r.patch.name for r in refresh_series(store, layers) if r.changed]
+    if drift:
+        problems.append("a refresh would rewrite " + ", ".join(drift))
+    if problems:
+        raise OverlayError(
+            "internal: the imported records do not reproduce the overlay: "
+            + "; ".join(problems),
+            hint="nothing was written; please report this with the overlay directory",
+        )
+
+
+def write_import(
+    store: Store, target: str, plan: ImportPlan, *, force: bool = False
+) -> Written:
+    """Write the plan's records into the repository at ``target``, crash-safe and locked.
+
+    Everything is first written into a temporary directory under ``target/.overlay/``
+    and checked there (the layers are computed from it and must give the target tree).
+    Then ``LOCAL_FIXES.md`` and ``patches-rocm/`` are renamed into place, the
+    directory last: the manifest appears with the complete series or not at all. A
+    killed import leaves a temporary directory that the next import removes. The
+    records' lock (:func:`overlay.runstate.state_lock`, the one every command that
+    writes records takes) is held throughout.
+
+    Args:
+        store: the git store.
+        target: the repository to write into.
+        plan: from :func:`plan_import`.
+        force: move a non-empty ``patches-rocm/`` and a different ``LOCAL_FIXES.md``
+            aside to ``.overlay/import-backup-<time>-<random>/`` instead of refusing.
+    Returns:
+        :class:`Written`.
+    Raises:
+        OverlayError: ``target`` is not a directory; ``patches-rocm/`` is not empty,
+            or ``LOCAL_FIXES.md`` exists with other content, and ``force`` is false;
+            the self-check fails (nothing is written; exit 2).
+    """
+    target = os.path.abspath(target)
+    if not os.path.isdir(target):
+        raise OverlayError(f"{target}: no such directory")
+    pdir, lfix = (
+        os.path.join(target, "patches-rocm"),
+        os.path.join(target, fixes.FILE_NAME),
+    )
+    from overlay.runstate import state_lock
+
+    with state_lock(target, "import whole-file"):
+        state = os.path.join(target, ".overlay")
+        taken = _nonempty_dir(pdir) or os.path.islink(pdir)
+        try:
+            with open(lfix, "rb") as fh:
+                other_fixes = fh.read() != plan.fixes_data
+        except FileNotFoundError:
+            other_fixes = False
+        except OSError:
+            other_fixes = True
+        if not force and taken:
+            raise OverlayError(
+                "patches-rocm/ is not empty: the import writes a new one",
+                hint="import into a repository without records, or pass --force to move the "
+                "present patches-rocm/ aside to .overlay/import-backup-<time>-<random>/",
+            )
+        if not force and other_fixes:
+            raise OverlayError(
+                f"{fixes.FILE_NAME} exists with other content: "
+                "the import carries the overlay's over",
+                hint="pass --force to move it aside to .overlay/import-backup-<time>-<random>/",
+            )
+        for name in os.listdir(state):
+            if name.startswith(_TEMP_PREFIX) and name.endswith(_TEMP_SUFFIX):
+                shutil.rmtree(
+                    os.path.join(state, name), ignore_errors=True
+                )  # a killed import's
+        tmp = tempfile.mkdtemp(prefix=_TEMP_PREFIX, suffix=_TEMP_SUFFIX, dir=state)
+        try:
+            _stage(tmp, plan)
+            _self_check(store, plan, tmp)
+            backup = None
+            if taken or other_fixes:
+                stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+                backup = tempfile.mkdtemp(prefix=f"import-backup-{stamp}-", dir=state)
+                if taken:
+                    os.rename(pdir, os.path.join(backup, "patches-rocm"))
+                if other_fixes:
+                    os.rename(lfix, os.path.join(backup, fixes.FILE_NAME))
+            os.replace(os.path.join(tmp, fixes.FILE_NAME), lfix)
+            if os.path.isdir(pdir) and not os.path.islink(pdir):
+                os.rmdir(
+                    pdir
+                )  # empty (checked above): the rename below needs the name free
+            os.rename(os.path.join(tmp, "patches-rocm"), pdir)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return Written(os.path.relpath(backup, target) if backup else None)
