@@ -136,8 +136,9 @@ def check_new_pin(
             )
         elif not refs:
             problem = (
-                "no upstream branch or tag contains it (looked in refs/remotes/upstream/* and the tags "
-                "of the git store): a fork-only commit or an unmerged pull request?"
+                "no upstream branch or tag contains it (looked in refs/remotes/upstream/* "
+                "and the tags of the git store): a fork-only commit or an unmerged pull "
+                "request?"
             )
     if problem is None:
         return warnings
