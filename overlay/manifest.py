@@ -100,6 +100,7 @@ class Manifest:
 
 
 def _valid_url(url: str) -> bool:
+    """Whether a remote is a URL git reads or an absolute local path."""
     return bool(_URL_RE.match(url)) or os.path.isabs(url)
 
 

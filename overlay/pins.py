@@ -51,6 +51,7 @@ class Citation:
 
 
 def _ancestor(store: Store, a: str, b: str) -> bool:
+    """Whether commit ``a`` is an ancestor of ``b``."""
     return store.is_ancestor(a, b)
 
 

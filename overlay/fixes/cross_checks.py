@@ -84,6 +84,7 @@ ARTEFACT_DIRS = frozenset({"_deps", "CMakeFiles", "build"})
 
 
 def _basenames(paths: Iterable[str]) -> dict[str, list[str]]:
+    """``{base name: [paths with it]}``."""
     out: dict[str, list[str]] = {}
     for p in paths:
         out.setdefault(p.rsplit("/", 1)[-1], []).append(p)
@@ -123,6 +124,7 @@ def resolve_name(
 
 
 def _dir_exists(name: str, paths: Iterable[str]) -> bool:
+    """Whether some path lies under directory ``name`` (full or backend/mlx-relative)."""
     prefix = name if name.endswith("/") else name + "/"
     alts = (prefix, BACKEND_PREFIX + prefix, MLX_PREFIX + prefix)
     return any(p.startswith(alts) for p in paths)
@@ -393,6 +395,7 @@ def _unnamed_touched(
 
 
 def _covers(name: str, path: str) -> bool:
+    """Whether a Dropped name (a path, or a directory ending in ``/``) covers ``path``."""
     if name.endswith("/"):
         return path.startswith(name)
     return path == name

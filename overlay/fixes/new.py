@@ -83,6 +83,7 @@ def next_number(doc: Document) -> int:
 
 
 def _heading_for(section: str, pin: str | None) -> str:
+    """The ``##`` heading line that opens a missing section."""
     if section == "retarget":
         if not pin:
             raise OverlayError(

@@ -64,10 +64,12 @@ def looks_like_path(token: str) -> bool:
 
 
 def _backticked(line: str) -> list[str]:
+    """The backticked tokens of a line, stripped."""
     return [t.strip() for t in _BACKTICK_RE.findall(line)]
 
 
 def _collapse(parts: Iterable[str]) -> str:
+    """The non-blank parts joined by single spaces, inner whitespace collapsed."""
     return " ".join(" ".join(p.split()) for p in parts if p.strip()).strip()
 
 
@@ -84,12 +86,14 @@ class _Item:
         self.extra = extra
 
     def add(self, line: int, text: str, *, prose: bool = True) -> None:
+        """Extend the item by a line (``prose=False``: fenced, kept for file names only)."""
         self.end_line = line
         self.raw.append((line, text))
         if prose:
             self.parts.append(text)
 
     def finish(self) -> None:
+        """Turn the item into its :class:`Entry` or :class:`Bullet` in its section."""
         text = _collapse(self.parts)
         if self.kind == "entry":
             files: list[str] = []
@@ -129,6 +133,7 @@ class _Item:
 
 
 def _section_key(heading: str) -> tuple[str | None, str | None]:
+    """The section an exact ``##`` heading names, and its pin for the retarget section."""
     if heading.startswith(RETARGET_PREFIX):
         m = _RETARGET_RE.match(heading)
         return "retarget", (m.group("pin") if m else None)
@@ -139,6 +144,7 @@ def _section_key(heading: str) -> tuple[str | None, str | None]:
 
 
 def _normal(text: str) -> str:
+    """Lower-case letters and digits only: the form headings are compared in loosely."""
     return re.sub(r"[^0-9a-z]", "", text.casefold())
 
 
