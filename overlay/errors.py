@@ -52,11 +52,13 @@ class OfflineMiss(GitError):
 
 
 class UnsafePath(OverlayError):
-    """A path from a tree or a patch header is absolute, has ``..``/``.git``, or escapes (exit 2)."""
+    """A path from a tree or a patch header is absolute, has ``..``/``.git``, or escapes
+    (exit 2)."""
 
 
 class LayerError(OverlayError):
-    """A layer cannot be computed: an unresolved conflict or a patch that does not apply (exit 1)."""
+    """A layer cannot be computed: an unresolved conflict or a patch that does not apply
+    (exit 1)."""
 
     exit_code = EXIT_FINDINGS
 

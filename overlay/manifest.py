@@ -100,6 +100,7 @@ class Manifest:
 
 
 def _valid_url(url: str) -> bool:
+    """Whether a remote is a URL git reads or an absolute local path."""
     return bool(_URL_RE.match(url)) or os.path.isabs(url)
 
 
@@ -145,79 +146,12 @@ def parse_manifest(text: str, path: str = MANIFEST_PATH) -> Manifest:
         named), wrong types, a SHA that is not 40 hex, a bad URL (exit 2).
     """
     data = load_toml(text, path, ManifestError)
-    problems: list[str] = []
-    unknown_tables = sorted(set(data) - set(SCHEMA))
-    if unknown_tables:
-        problems.append(
-            "unknown table(s) " + ", ".join(f"[{t}]" for t in unknown_tables)
-        )
-    for table, keys in SCHEMA.items():
-        section = data.get(table)
-        if not isinstance(section, dict):
-            problems.append(f"missing table [{table}]")
-            continue
-        optional = OPTIONAL.get(table, {})
-        missing = [k for k in keys if k not in section]
-        unknown = sorted(set(section) - set(keys) - set(optional))
-        if missing:
-            problems.append(f"[{table}] missing key(s) " + ", ".join(missing))
-        if unknown:
-            problems.append(f"[{table}] unknown key(s) " + ", ".join(unknown))
-        for key, kind in {**keys, **optional}.items():
-            # tomllib reads `true` as a bool, which isinstance(..., int) would let through.
-            if key in section and (
-                not isinstance(section[key], kind) or isinstance(section[key], bool)
-            ):
-                problems.append(
-                    f"[{table}] {key} must be {'an integer' if kind is int else 'a ' + kind.__name__}"
-                )
-            elif (
-                kind is list
-                and key in section
-                and not all(isinstance(x, str) for x in section[key])
-            ):
-                problems.append(f"[{table}] {key} must be a list of strings")
-    if problems:
-        raise ManifestError(f"{path}: " + "; ".join(problems))
-    up, fork = data["upstream"], data["fork"]
-    for label, value in (
-        ("upstream.pin", up["pin"]),
-        ("fork.commit", fork["commit"]),
-        ("fork.merge-base", fork["merge-base"]),
-    ):
-        if not is_sha(value):
-            problems.append(
-                f"{label} must be a full 40-hex lowercase SHA, got {value!r}"
-            )
-    for label, value in (("upstream.url", up["url"]), ("fork.url", fork["url"])):
-        if not _valid_url(value):
-            problems.append(f"{label} is not a URL or absolute path: {value!r}")
-    if not data["carry"]["include"]:
-        problems.append("carry.include must name at least one glob")
-    policy = data["policy"]
-    if not policy["closing-sentence"].strip():
-        problems.append("policy.closing-sentence must not be empty")
-    older, since = (
-        policy.get("older-closing-sentences"),
-        policy.get("closing-sentence-required-from"),
-    )
-    if (older is None) != (since is None):
-        problems.append(
-            "policy.older-closing-sentences and policy.closing-sentence-required-from "
-            "come together: the older forms are accepted below that entry number"
-        )
-    if older is not None and (not older or not all(x.strip() for x in older)):
-        problems.append(
-            "policy.older-closing-sentences must name at least one non-empty sentence"
-        )
-    if since is not None and since < 1:
-        problems.append(
-            f"policy.closing-sentence-required-from must be an entry number (1 or more), got {since}"
-        )
-    if not all(g.strip() for g in policy.get("outside-tree", [])):
-        problems.append("policy.outside-tree must not hold an empty glob")
-    if problems:
-        raise ManifestError(f"{path}: " + "; ".join(problems))
+    # Values are checked only once the shape holds, so they can be indexed freely.
+    for check in (_shape_problems, _value_problems):
+        problems = check(data)
+        if problems:
+            raise ManifestError(f"{path}: " + "; ".join(problems))
+    up, fork, policy = data["upstream"], data["fork"], data["policy"]
     return Manifest(
         path=path,
         upstream_url=up["url"],
@@ -235,6 +169,97 @@ def parse_manifest(text: str, path: str = MANIFEST_PATH) -> Manifest:
         closing_sentence_required_from=policy.get("closing-sentence-required-from"),
         outside_tree=tuple(policy.get("outside-tree", ())),
     )
+
+
+def _shape_problems(data: dict) -> list[str]:
+    """What is wrong with the tables and keys: unknown or missing ones, wrong types."""
+    problems: list[str] = []
+    unknown_tables = sorted(set(data) - set(SCHEMA))
+    if unknown_tables:
+        problems.append(
+            "unknown table(s) " + ", ".join(f"[{t}]" for t in unknown_tables)
+        )
+    for table, keys in SCHEMA.items():
+        section = data.get(table)
+        if not isinstance(section, dict):
+            problems.append(f"missing table [{table}]")
+            continue
+        problems += _table_problems(table, keys, section)
+    return problems
+
+
+def _table_problems(table: str, keys: dict[str, type], section: dict) -> list[str]:
+    """What is wrong with one table's keys: missing, unknown, or of the wrong type."""
+    problems: list[str] = []
+    optional = OPTIONAL.get(table, {})
+    missing = [k for k in keys if k not in section]
+    unknown = sorted(set(section) - set(keys) - set(optional))
+    if missing:
+        problems.append(f"[{table}] missing key(s) " + ", ".join(missing))
+    if unknown:
+        problems.append(f"[{table}] unknown key(s) " + ", ".join(unknown))
+    for key, kind in {**keys, **optional}.items():
+        if key not in section:
+            continue
+        value = section[key]
+        # tomllib reads `true` as a bool, which isinstance(..., int) would let through.
+        if not isinstance(value, kind) or isinstance(value, bool):
+            want = "an integer" if kind is int else "a " + kind.__name__
+            problems.append(f"[{table}] {key} must be {want}")
+        elif kind is list and not all(isinstance(x, str) for x in section[key]):
+            problems.append(f"[{table}] {key} must be a list of strings")
+    return problems
+
+
+def _value_problems(data: dict) -> list[str]:
+    """What is wrong with the values of a manifest of the right shape: SHAs, URLs,
+    carry globs and the policy."""
+    problems: list[str] = []
+    up, fork = data["upstream"], data["fork"]
+    for label, value in (
+        ("upstream.pin", up["pin"]),
+        ("fork.commit", fork["commit"]),
+        ("fork.merge-base", fork["merge-base"]),
+    ):
+        if not is_sha(value):
+            problems.append(
+                f"{label} must be a full 40-hex lowercase SHA, got {value!r}"
+            )
+    for label, value in (("upstream.url", up["url"]), ("fork.url", fork["url"])):
+        if not _valid_url(value):
+            problems.append(f"{label} is not a URL or absolute path: {value!r}")
+    if not data["carry"]["include"]:
+        problems.append("carry.include must name at least one glob")
+    return problems + _policy_problems(data["policy"])
+
+
+def _policy_problems(policy: dict) -> list[str]:
+    """What is wrong with the ``[policy]`` values: an empty sentence or glob, or older
+    closing sentences without the entry number they stop at (or the reverse)."""
+    problems: list[str] = []
+    if not policy["closing-sentence"].strip():
+        problems.append("policy.closing-sentence must not be empty")
+    older, since = (
+        policy.get("older-closing-sentences"),
+        policy.get("closing-sentence-required-from"),
+    )
+    if (older is None) != (since is None):
+        problems.append(
+            "policy.older-closing-sentences and policy.closing-sentence-required-from "
+            "come together: the older forms are accepted below that entry number"
+        )
+    if older is not None and (not older or not all(x.strip() for x in older)):
+        problems.append(
+            "policy.older-closing-sentences must name at least one non-empty sentence"
+        )
+    if since is not None and since < 1:
+        problems.append(
+            "policy.closing-sentence-required-from must be an entry number "
+            f"(1 or more), got {since}"
+        )
+    if not all(g.strip() for g in policy.get("outside-tree", [])):
+        problems.append("policy.outside-tree must not hold an empty glob")
+    return problems
 
 
 def load_manifest(root: str) -> Manifest:
@@ -291,7 +316,8 @@ def set_pins(text: str, pin: str, fork_commit: str, merge_base: str) -> str | No
         ("fork", "merge-base"): merge_base,
     }
     lines = text.split("\n")
-    table, done = None, set()
+    table = ""  # before the first header: no key there is a pin
+    done: set[tuple[str, str]] = set()
     for i, line in enumerate(lines):
         m = _TABLE_LINE.match(line)
         if m:

@@ -84,7 +84,8 @@ def tree_diffs(store: Store, pairs: Sequence[tuple[str, str]]) -> list[bytes]:
         starts.append(at + 1)
     ends = starts[1:] + [len(out)]
     return [
-        out[start + len(echo) : end] for start, end, echo in zip(starts, ends, echoes)
+        out[start + len(echo) : end]
+        for start, end, echo in zip(starts, ends, echoes, strict=True)
     ]
 
 

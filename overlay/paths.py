@@ -144,6 +144,7 @@ def collapse_stars(glob: str) -> str:
 
 
 def _tokens(glob: str) -> list[tuple[int, str]]:
+    """A glob as ``(kind, literal char)`` tokens, runs of stars collapsed first."""
     glob = collapse_stars(glob)
     out = []
     i = 0
@@ -190,6 +191,7 @@ class _GlobNFA:
         self.accept = len(self.kinds)
 
     def _closure(self, states: set[int]) -> set[int]:
+        """``states`` plus every state a wildcard may skip to without reading a char."""
         todo = list(states)
         while todo:
             s = todo.pop()
@@ -201,6 +203,7 @@ class _GlobNFA:
         return states
 
     def match(self, path: str) -> bool:
+        """True when the whole ``path`` matches the glob."""
         current = self._closure({0})
         for c in path:
             new: set[int] = set()
@@ -231,6 +234,7 @@ class _GlobNFA:
 
 @functools.lru_cache(maxsize=256)
 def _glob_matcher(glob: str):
+    """A matcher for ``glob``: a regex, or the NFA when it has many wildcards."""
     tokens = _tokens(glob)
     if (
         sum(1 for kind, _c in tokens if kind in (_STAR, _DSTAR, _DSS))

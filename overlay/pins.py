@@ -51,6 +51,7 @@ class Citation:
 
 
 def _ancestor(store: Store, a: str, b: str) -> bool:
+    """Whether commit ``a`` is an ancestor of ``b``."""
     return store.is_ancestor(a, b)
 
 
@@ -136,8 +137,9 @@ def check_new_pin(
             )
         elif not refs:
             problem = (
-                "no upstream branch or tag contains it (looked in refs/remotes/upstream/* and the tags "
-                "of the git store): a fork-only commit or an unmerged pull request?"
+                "no upstream branch or tag contains it (looked in refs/remotes/upstream/* "
+                "and the tags of the git store): a fork-only commit or an unmerged pull "
+                "request?"
             )
     if problem is None:
         return warnings

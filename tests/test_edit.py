@@ -144,7 +144,9 @@ def test_fix_new_and_record_add_the_entry_with_the_same_code(clean, monkeypatch)
         calls.append(kwargs)
         return original(*args, **kwargs)
 
+    # edit (record) calls the package's name, fix new's add_entry the module's own.
     monkeypatch.setattr(fixes, "plan_entry", spy)
+    monkeypatch.setattr(fixes.new, "plan_entry", spy)
     assert (
         cli(
             clean,

@@ -13,7 +13,8 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from overlay.series import _simple_headers, parse_patch
+from overlay.mailhead import _simple_headers
+from overlay.series import parse_patch
 
 NAMES = st.sampled_from(
     ["Subject", "From", "subject", "FROM", "Date", "X-Thing", "Local-Fix"]

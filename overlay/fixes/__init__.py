@@ -1,0 +1,164 @@
+"""``LOCAL_FIXES.md``: model, parser, validator and new-entry rendering.
+
+The format is DESIGN 7::
+
+    # Local changes relative to NripeshN/mlx@75915908
+
+    ## Retarget onto the MLX pin (39886de4)
+
+    1. **Title.** Paragraph naming `mlx/backend/rocm/device.cpp`, possibly
+       wrapped over several lines.
+
+    ## Fixes to the fork's kernels
+    ## Fixes to the fork's build
+    ## Additions to the fork's API
+
+    2. **Title.** ... <closing sentence from the manifest's [policy]>
+
+    ## Dropped from the vendored set
+
+    - `docs/some-dir/`, `setup.py`: why they are not carried.
+
+Sections come in that order, each optional. Entries are numbered ``1..N``
+across the whole file (order free across sections); the Dropped section holds
+``- `` bullets only. An entry's paragraph ends at a blank line, a heading, or
+the next entry or bullet; continuation lines may be indented or not.
+
+Every check is a plain function returning ``list[Finding]`` (codes ``FIXnnn``,
+documented in ``docs/findings.md``); they take plain inputs (strings, sets of
+paths, :class:`PatchRecord` tuples), so ``overlay verify`` can feed them from git
+and tests can feed them literals.
+
+The package's modules, in the order the work flows:
+
+* :mod:`~overlay.fixes.model` -- format constants, :data:`CODES`, the parsed shapes
+  (:class:`Document`, :class:`Section`, :class:`Entry`, ...) and :class:`PatchRecord`;
+* :mod:`~overlay.fixes.parser` -- :func:`parse` and :func:`load`;
+* :mod:`~overlay.fixes.structure` -- checks of the document's shape (FIX001..FIX012,
+  FIX026);
+* :mod:`~overlay.fixes.wording` -- checks of what it says (FIX013..FIX016) and
+  :func:`check_document`, which runs every textual check;
+* :mod:`~overlay.fixes.cross_checks` -- checks against the series and the trees
+  (FIX017..FIX025);
+* :mod:`~overlay.fixes.new` -- ``overlay fix list`` and ``overlay fix new``.
+
+Callers import from the package (``from overlay import fixes; fixes.parse(...)``);
+every name below is re-exported here.
+"""
+
+from __future__ import annotations
+
+from overlay.fixes.cross_checks import (
+    ARTEFACT_DIRS,
+    RESOLVED_PREFIX,
+    SOURCE_EXTENSIONS,
+    check_dropped,
+    check_patch_entries,
+    check_resolutions,
+    names_repository_path,
+    patch_trailers,
+    resolve_name,
+)
+from overlay.fixes.model import (
+    BACKEND_PREFIX,
+    CODES,
+    ENTRY_SECTIONS,
+    FILE_NAME,
+    MAX_ENTRY_NUMBER,
+    MLX_PREFIX,
+    POLICY_SECTIONS,
+    RETARGET_PREFIX,
+    SECTION_HEADINGS,
+    SECTION_ORDER,
+    TITLE_PREFIX,
+    Bullet,
+    Document,
+    Entry,
+    Malformed,
+    PatchRecord,
+    Section,
+)
+from overlay.fixes.new import (
+    PLACEHOLDER_BODY,
+    PlannedEntry,
+    add_entry,
+    entry_policy,
+    list_entries,
+    next_number,
+    plan_entry,
+    render_new_entry,
+)
+from overlay.fixes.parser import fork_repo_from_url, load, looks_like_path, parse
+from overlay.fixes.structure import (
+    check_items,
+    check_numbering,
+    check_retarget_pin,
+    check_sections,
+    check_title,
+)
+from overlay.fixes.wording import (
+    UPSTREAM_PATTERNS,
+    check_closing_sentence,
+    check_conflict_markers,
+    check_document,
+    check_upstream_marking,
+    check_upstream_packages,
+    ends_with_closing,
+    find_conflict_markers,
+    without_reference,
+)
+
+__all__ = [
+    "ARTEFACT_DIRS",
+    "BACKEND_PREFIX",
+    "CODES",
+    "ENTRY_SECTIONS",
+    "FILE_NAME",
+    "MAX_ENTRY_NUMBER",
+    "MLX_PREFIX",
+    "PLACEHOLDER_BODY",
+    "POLICY_SECTIONS",
+    "RESOLVED_PREFIX",
+    "RETARGET_PREFIX",
+    "SECTION_HEADINGS",
+    "SECTION_ORDER",
+    "SOURCE_EXTENSIONS",
+    "TITLE_PREFIX",
+    "UPSTREAM_PATTERNS",
+    "Bullet",
+    "Document",
+    "Entry",
+    "Malformed",
+    "PatchRecord",
+    "PlannedEntry",
+    "Section",
+    "add_entry",
+    "check_closing_sentence",
+    "check_conflict_markers",
+    "check_document",
+    "check_dropped",
+    "check_items",
+    "check_numbering",
+    "check_patch_entries",
+    "check_resolutions",
+    "check_retarget_pin",
+    "check_sections",
+    "check_title",
+    "check_upstream_marking",
+    "check_upstream_packages",
+    "ends_with_closing",
+    "entry_policy",
+    "find_conflict_markers",
+    "fork_repo_from_url",
+    "list_entries",
+    "load",
+    "looks_like_path",
+    "names_repository_path",
+    "next_number",
+    "parse",
+    "patch_trailers",
+    "plan_entry",
+    "render_new_entry",
+    "resolve_name",
+    "without_reference",
+]
