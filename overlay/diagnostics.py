@@ -9,10 +9,15 @@ is Clang), with
 
 * the ``note:`` lines and GCC's bullet lines (``• candidate 1: ...``) that follow an
   error kept with it;
-* an error inside a file outside the tree (a system header) that GCC reports
-  with an instantiation context moved to the tree line it was instantiated
-  from (the last ``path:line:col:   required from here`` inside the tree since
-  the context began), the header's position kept in :attr:`Diagnostic.reported_at`;
+* an error inside a file outside the tree (a system header) moved to the tree line
+  it was instantiated from, the header's position kept in
+  :attr:`Diagnostic.reported_at`: with GCC the last ``path:line:col:   required
+  from here`` inside the tree since the instantiation context began (GCC prints the
+  chain *before* the error); with Clang the first ``note: in instantiation of ...
+  requested here`` inside the tree among the notes that *follow* the error (Clang
+  prints the chain innermost first, so that is the tree frame nearest the header).
+  Other notes (``candidate ...``, ``declared here``) never move an error, and an
+  error already in the tree stays where it was printed;
 * linker undefined references (``undefined reference to `symbol'`` of GNU ld and
   lld, lld's ``undefined symbol: symbol``) as ``kind == "undefined"`` diagnostics;
 * error lines without a location (``clang: error: ...``, the undefined-reference
@@ -50,6 +55,9 @@ _HERE_RE = re.compile(
 #: ``x.cpp: In function ...``, ``In file included from ...``): the ``required from
 #: here`` that places the next system-header error comes after it.
 _CONTEXT_RE = re.compile(r"^(?:In file included from |[^\s:][^:]*: (?:In |At global))")
+#: A Clang instantiation-chain note (``in instantiation of function template
+#: specialization 'f<int>' requested here``): the only note that moves an error.
+_REQUESTED_RE = re.compile(r"^in instantiation of\b.*\brequested here$")
 #: GCC 14+'s structured notes (``  • there is 1 candidate``).
 _BULLET_RE = re.compile(r"^\s+[\u2022*-]\s+(?P<msg>.*)$")
 _UNDEF_RE = re.compile(
@@ -75,7 +83,8 @@ class Diagnostic:
         line: 1-based line, or ``None`` (undefined symbol).
         message: the text after ``error:``, or the undefined symbol.
         notes: the ``note:`` and bullet lines that followed the error (and, for an
-            error moved out of a system header, ``in <header>:<line>`` first).
+            error moved out of a system header, ``in <header>:<line>`` first; a
+            Clang error keeps its whole ``in instantiation of ...`` chain).
         col: 1-based column, or ``None``.
         severity: ``error`` or ``fatal error`` (``error`` for an undefined symbol).
         in_tree: the file is part of the tree (``path`` is repository-relative).
@@ -187,8 +196,10 @@ def prefix_locator(prefixes: Sequence[str]) -> Locate:
 
 
 class _Parser:
-    """The state of one pass over a log: the error notes attach to, and the tree line
-    the current instantiation context was required from."""
+    """The state of one pass over a log: the error notes attach to, the tree line the
+    current GCC instantiation context was required from, and the system-header error
+    waiting for a Clang ``requested here`` note in the tree (``pending``: it is
+    recorded, and deduplicated, only once its place is known)."""
 
     def __init__(self, locate: Locate):
         self.locate = locate
@@ -197,6 +208,7 @@ class _Parser:
         self.symbols: set[str] = set()
         self.current: Diagnostic | None = None
         self.here: tuple[str, int, int | None] | None = None
+        self.pending: Diagnostic | None = None
 
     def feed(self, raw: str) -> None:
         """Read one line: a context or ``required from here`` line, a diagnostic, a
@@ -241,15 +253,40 @@ class _Parser:
         if kind == "note":
             if self.current is not None:
                 self.current.notes.append(m.group("msg"))
+            if self.pending is not None and _REQUESTED_RE.match(m.group("msg")):
+                self._requested(m)
             return
+        self.settle()
         if kind == "warning":
             self.current = None
             return
         self._error(m)
 
+    def _requested(self, m: re.Match[str]) -> None:
+        """A Clang ``in instantiation of ... requested here`` note after a pending
+        system-header error: the first one inside the tree is where the error goes."""
+        path, inside = self.locate(m.group("path"))
+        diag = self.pending
+        if not inside or diag is None:
+            return
+        self.pending = None
+        diag.reported_at = f"{diag.path}:{diag.line}"
+        diag.notes.insert(0, f"in {diag.reported_at}")
+        diag.path, diag.line, diag.in_tree = path, int(m.group("line")), True
+        diag.col = int(m.group("col")) if m.group("col") else None
+        self._record(diag)
+
+    def settle(self) -> None:
+        """Record the pending system-header error where Clang printed it: no
+        ``requested here`` note inside the tree followed it."""
+        if self.pending is not None:
+            diag, self.pending = self.pending, None
+            self._record(diag)
+
     def _error(self, m: re.Match[str]) -> None:
         """Record an error where it belongs: its own line in the tree, else the tree line
-        that instantiated it (``required from here``), else where it was printed."""
+        that instantiated it (GCC's ``required from here`` before it), else wait for
+        Clang's ``requested here`` notes after it (:meth:`_requested`, :meth:`settle`)."""
         path, inside = self.locate(m.group("path"))
         line = int(m.group("line"))
         col = int(m.group("col")) if m.group("col") else None
@@ -259,12 +296,6 @@ class _Parser:
             reported_at = f"{path}:{line}"
             notes.append(f"in {reported_at}")
             (path, line, col), inside = self.here, True
-        key = (path, line, col, m.group("msg"))
-        seen = self.errors.get(key)
-        if seen is not None:
-            seen.count += 1
-            self.current = None  # its notes were kept the first time
-            return
         diag = Diagnostic(
             ERROR,
             path,
@@ -276,12 +307,28 @@ class _Parser:
             in_tree=inside,
             reported_at=reported_at,
         )
+        self.current = diag
+        if inside:
+            self._record(diag)
+        else:
+            self.pending = diag
+
+    def _record(self, diag: Diagnostic) -> None:
+        """Add an error at its final place, or count it on the same error seen before
+        (same place and message; its notes were kept the first time)."""
+        key = (diag.path, diag.line, diag.col, diag.message)
+        seen = self.errors.get(key)
+        if seen is not None:
+            seen.count += 1
+            self.current = None
+            return
         self.errors[key] = diag
         self.out.diagnostics.append(diag)
         self.current = diag
 
     def _undefined(self, symbol: str) -> None:
         """One diagnostic per undefined symbol, however many objects reference it."""
+        self.settle()
         self.current = None
         if symbol not in self.symbols:
             self.symbols.add(symbol)
@@ -304,6 +351,7 @@ def parse_log(text: str, locate: Locate) -> ParsedLog:
     parser = _Parser(locate)
     for raw in text.splitlines():
         parser.feed(raw)
+    parser.settle()
     return parser.out
 
 
