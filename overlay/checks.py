@@ -20,109 +20,46 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import re
 from collections.abc import Iterable
-from typing import Any
 
-from overlay import fixes
-from overlay.errors import (
-    GitError,
-    LayerError,
-    OfflineMiss,
-    PatchFormatError,
-    UnsafePath,
-)
+from overlay import fixes, layout
+from overlay.check_codes import CODES, FAMILIES
+from overlay.check_codes import finding as _f
+from overlay.errors import GitError, LayerError, OfflineMiss, UnsafePath
 from overlay.findings import Finding
-from overlay.fsutil import RecordError, git_ignored, read_record, scan_record_dir
-from overlay.gitstore import Store, first_error_line, run_git
-from overlay.layers import PatchApplyError, compute_layers
+from overlay.fsutil import scan_record_dir
+from overlay.gitstore import Store
+from overlay.layers import Layers, PatchApplyError, compute_layers
 from overlay.manifest import Manifest, load_manifest
 from overlay.markers import marker_lines
 from overlay.paths import check_path
-from overlay.refresh import BinaryTurn, nul_turns, refresh_series
-from overlay.series import (
-    PATCH_DIR,
-    SERIES_PATH,
-    Patch,
-    load_patch,
-    parse_patch,
-    read_series,
+from overlay.refresh import refresh_series
+from overlay.series import PATCH_DIR, Patch
+from overlay.series_checks import (
+    SER004_HINT,
+    _check_series_text,
+    binary_turn_findings,
+    check_series_text,
+    git_apply_reason,
+    link_findings,
 )
 
-#: code -> (severity, meaning); the FIX family lives in :data:`overlay.fixes.CODES`.
-CODES: dict[str, tuple[str, str]] = {
-    "MAN001": (
-        "error",
-        "a manifest commit is not in the git store and cannot be fetched",
-    ),
-    "MAN002": (
-        "warning",
-        "offline and the pinned objects are not in the git store: layer checks skipped",
-    ),
-    "MAN003": ("error", "the fork's merge base is not an ancestor of the fork commit"),
-    "MAN004": (
-        "error",
-        "the fork commit holds upstream commits that the pin lacks: they are carried as "
-        "fork delta",
-    ),
-    "SER001": ("error", "series lists a patch file that does not exist"),
-    "SER002": ("error", "a patch file in patches-rocm/ is not listed in series"),
-    "SER003": ("error", "series lists the same patch twice"),
-    "SER004": ("error", "a patch cannot be parsed, or names an unsafe path"),
-    "SER005": ("error", "a patch has no subject"),
-    "SER006": ("error", "a patch has no description"),
-    "SER007": ("error", "a patch touches a path the manifest does not carry"),
-    "SER008": (
-        "error",
-        "an index line is not full 40-hex (the 3-way fallback needs the pre-image blob name)",
-    ),
-    "SER010": (
-        "error",
-        "a patch does not apply on its recorded pre-image, or git's result is not its "
-        "recorded post-image",
-    ),
-    "SER011": ("error", "refreshing the patch would change its bytes"),
-    "SER013": ("error", "a conflict marker in a patch's added lines"),
-    "SER014": (
-        "error",
-        "the series or a patch is refused as a record (symlink, not a regular file, "
-        "over 16 MiB, unreadable, or a series that is not UTF-8)",
-    ),
-    "SER015": (
-        "error",
-        "a text diff holds a NUL byte, or refreshing would turn it into a `GIT binary patch`",
-    ),
-    "SER016": (
-        "error",
-        "a patch adds or changes a symlink that points outside the tree (export refuses it)",
-    ),
-    "LAY001": (
-        "error",
-        "the fork delta conflicts with the pin and no resolution exists",
-    ),
-    "LAY002": ("error", "a resolution whose path no longer conflicts (stale)"),
-    "LAY003": ("error", "a conflict marker in a resolution file"),
-    "LAY004": ("error", "a resolution for a path the manifest does not carry"),
-    "LAY005": (
-        "error",
-        "a resolution changes lines outside the conflict regions of git's automatic merge",
-    ),
-    "LAY006": (
-        "error",
-        "a resolution is refused as a record (symlink, not a regular file, over 16 MiB, "
-        "unreadable): layer checks skipped",
-    ),
-}
+__all__ = [
+    "CODES",
+    "FAMILIES",
+    "SER004_HINT",
+    "VerifyResult",
+    "binary_turn_findings",
+    "check_series_text",
+    "git_apply_reason",
+    "link_findings",
+    "verify",
+]
 
-FAMILIES = ("MAN", "SER", "LAY", "FIX")
-RESOLVED_DIR = "patches-rocm/resolved"
-_INDEX_RE = re.compile(r"^index ([0-9a-f]+)\.\.([0-9a-f]+)", re.M)
-
-
-def _f(
-    code: str, path: str | None, line: int | None, message: str, hint: str | None = None
-) -> Finding:
-    return Finding(code, CODES[code][0], path, line, message, hint)
+#: The resolutions' directory, as findings name it.
+RESOLVED_DIR = layout.RESOLVED_DIR
+#: The manifest, as findings name it.
+MANIFEST = layout.MANIFEST
 
 
 @dataclasses.dataclass
@@ -146,302 +83,11 @@ class VerifyResult:
     cacheable: bool = True
 
 
-class _SkipLayers(Exception):
-    """Internal: a refused record means the layers must not be computed (see LAY006)."""
-
-
-def _line_of(data: bytes, offset: int) -> int:
-    return data.count(b"\n", 0, offset) + 1
-
-
-def _added_markers(data: bytes) -> list[tuple[int, str]]:
-    """Conflict markers among a patch's added lines (file line numbers), by the one
-    definition of :mod:`overlay.markers` applied to the added lines in order."""
-    numbers, added = [], []
-    for number, line in enumerate(data.split(b"\n"), 1):
-        if line.startswith(b"+") and not line.startswith(b"+++ "):
-            numbers.append(number)
-            added.append(line[1:])
-    return [(numbers[i - 1], "+" + text) for i, text in marker_lines(b"\n".join(added))]
-
-
-def git_apply_reason(data: bytes) -> str | None:
-    """What git's own patch reader says of ``data`` (``git apply --numstat``, which
-    only parses), e.g. ``corrupt patch at line 23``; ``None`` when git reads it.
-
-    git counts lines of the whole file (it skips the mail headers), so its line
-    numbers are the patch file's.
-    """
-    proc = run_git(["apply", "--numstat", "-"], input=data, check=False)
-    return None if proc.returncode == 0 else first_error_line(proc.stderr)
-
-
-#: The hint of a SER004 for a diff that does not parse: ``overlay refresh`` cannot
-#: help (it reads the patch first), so it is not named as the fix (issue 17, stumble 10).
-SER004_HINT = (
-    "fix the file at that line by hand (a hunk's header counts must match its lines), or restore "
-    "it from git (`git checkout -- {path}`); `overlay refresh` cannot, it needs a patch that parses"
-)
-
-
-def _unparsable(
-    root: str, name: str, exc: PatchFormatError | UnsafePath
-) -> tuple[Finding, int | None]:
-    """The SER004 finding for a patch that does not parse, and its ``Local-Fix`` number
-    (read from its header alone, so its entry is not reported as patchless, FIX024)."""
-    rel = f"{PATCH_DIR}/{name}"
-    try:
-        data = read_record(root, rel, what="patch", allow_symlink=False)
-    except RecordError:
-        data = None
-    if isinstance(exc, UnsafePath):
-        return _f(
-            "SER004",
-            rel,
-            None,
-            exc.message,
-            "fix its header paths (relative, no '..' or '.git')",
-        ), None
-    message = exc.message
-    reason = git_apply_reason(data) if data is not None else None
-    if reason:
-        message += f" (git apply: {reason})"
-    fix = None
-    if data is not None:
-        try:
-            fix = parse_patch(data, name, header_only=True).local_fix
-        except (PatchFormatError, UnsafePath, ValueError):
-            fix = None
-    return _f(
-        "SER004", rel, getattr(exc, "line", None), message, SER004_HINT.format(path=rel)
-    ), fix
-
-
-def binary_turn_findings(turns: Iterable[BinaryTurn]) -> list[Finding]:
-    """SER015 for each file whose text diff holds a NUL byte or would be refreshed into a binary patch.
-
-    Args:
-        turns: from :func:`overlay.refresh.binary_turns` / :func:`overlay.refresh.nul_turns`.
-    Returns:
-        One finding per turn, located at the patch's line.
-    """
-    return [
-        _f(
-            "SER015",
-            f"{PATCH_DIR}/{t.patch}",
-            t.line,
-            t.message(),
-            "remove the NUL byte from the patch's lines (a source file holds none), then `overlay refresh`"
-            if t.nul_here
-            else "remove the NUL byte the earlier patch adds to this file, then `overlay refresh`",
-        )
-        for t in turns
-    ]
-
-
-def link_findings(store: Store, forked: str, results: Iterable[Any]) -> list[Finding]:
-    """SER016: symlinks a patch adds or changes that point outside the tree.
-
-    Checked by export's own check (:func:`overlay.export.unsafe_tree_links`, one
-    definition: absolute targets, ``..`` above the root, ``.git``, chains through
-    other links of the tree). A link that already failed below the patch is not
-    blamed on it.
-
-    Args:
-        store: git store.
-        forked: the layer below the series.
-        results: the layers' per-patch results (``patch`` and ``tree`` after it).
-    Returns:
-        Findings located at the patch's ``diff --git`` line of the link.
-    """
-    from overlay.export import unsafe_tree_links
-
-    findings: list[Finding] = []
-    before: set[str] | None = None
-    for result in results:
-        patch = result.patch
-        links = {
-            c.path: c
-            for c in patch.changes
-            if c.target and "120000" in (c.new_mode, c.old_mode)
-        }
-        if not links or result.tree is None:
-            continue
-        if before is None:
-            before = set(unsafe_tree_links(store, forked))
-        bad = unsafe_tree_links(store, result.tree)
-        for path, exc in bad.items():
-            if path in before:
-                continue
-            change = links.get(path)
-            findings.append(
-                _f(
-                    "SER016",
-                    f"{PATCH_DIR}/{patch.name}",
-                    change.line if change else None,
-                    exc.message.replace("refusing symlink", "symlink", 1)
-                    + (
-                        ""
-                        if change
-                        else f" (after this patch changed {', '.join(sorted(links))})"
-                    ),
-                    "make the link relative and inside the tree, or drop it; `overlay export` "
-                    "refuses a tree with it",
-                )
-            )
-        before = set(bad)
-    return findings
-
-
-def check_series_text(
-    root: str, manifest: Manifest
-) -> tuple[list[Finding], list[Patch]]:
-    """SER001-008, SER013 and SER015 (a NUL byte in a hunk): the series file and each patch as text.
-
-    Returns:
-        ``(findings, patches that parsed, in series order)``.
-    """
-    findings, patches, _unparsed = _check_series_text(root, manifest)
-    return findings, patches
-
-
-def _check_series_text(
-    root: str, manifest: Manifest
-) -> tuple[list[Finding], list[Patch], set[int]]:
-    """:func:`check_series_text`, plus the ``Local-Fix`` numbers of the patches that did not parse."""
-    findings: list[Finding] = []
-    unparsed: set[int] = set()
-    try:
-        listed = read_series(root)
-    except RecordError as exc:
-        return [_f("SER014", SERIES_PATH, None, exc.message, exc.hint)], [], unparsed
-    except (PatchFormatError, UnsafePath) as exc:
-        return (
-            [_f("SER004", SERIES_PATH, getattr(exc, "line", None), exc.message)],
-            [],
-            unparsed,
-        )
-    seen: dict[str, int] = {}
-    patches: list[Patch] = []
-    for name, line in listed:
-        if name in seen:
-            findings.append(
-                _f(
-                    "SER003",
-                    SERIES_PATH,
-                    line,
-                    f"{name} is listed twice (first at line {seen[name]})",
-                    "remove the repeated line",
-                )
-            )
-            continue
-        seen[name] = line
-        rel = f"{PATCH_DIR}/{name}"
-        if not os.path.lexists(os.path.join(root, PATCH_DIR, name)):
-            findings.append(
-                _f(
-                    "SER001",
-                    SERIES_PATH,
-                    line,
-                    f"{name} does not exist",
-                    "restore the file or remove it from series",
-                )
-            )
-            continue
-        try:
-            patch = load_patch(root, name)
-        except RecordError as exc:
-            findings.append(_f("SER014", rel, None, exc.message, exc.hint))
-            continue
-        except (PatchFormatError, UnsafePath) as exc:
-            finding, fix = _unparsable(root, name, exc)
-            findings.append(finding)
-            if fix is not None:
-                unparsed.add(fix)
-            continue
-        patches.append(patch)
-        if not patch.subject:
-            findings.append(
-                _f(
-                    "SER005",
-                    rel,
-                    1,
-                    "no Subject: header",
-                    "add `Subject: [PATCH] <what it does>`",
-                )
-            )
-        if not patch.description:
-            findings.append(
-                _f(
-                    "SER006",
-                    rel,
-                    None,
-                    "no description between the headers and the trailers",
-                    "say why the change is needed, what was shared and how it is owned now",
-                )
-            )
-        carry = manifest.carry
-        for path in sorted(patch.touched):
-            if not carry(path):
-                findings.append(
-                    _f(
-                        "SER007",
-                        rel,
-                        None,
-                        f"touches {path}, which the manifest does not carry",
-                        "carry the path in [carry] or drop it from the patch",
-                    )
-                )
-        for m in _INDEX_RE.finditer(patch.data.decode("utf-8", "replace")):
-            if len(m.group(1)) != 40 or len(m.group(2)) != 40:
-                findings.append(
-                    _f(
-                        "SER008",
-                        rel,
-                        _line_of(patch.data, m.start()),
-                        f"abbreviated index line {m.group(0)!r}",
-                        "run `overlay refresh`",
-                    )
-                )
-        for number, text in _added_markers(patch.data):
-            findings.append(
-                _f(
-                    "SER013",
-                    rel,
-                    number,
-                    f"conflict marker in an added line: {text[:30]!r}",
-                    "finish the merge and refresh the patch",
-                )
-            )
-        findings += binary_turn_findings(nul_turns(patch))
-    listed_names = set(seen)
-    patch_dir = os.path.join(root, PATCH_DIR)
-    if os.path.isdir(patch_dir):
-        unlisted = [
-            fn
-            for fn in sorted(os.listdir(patch_dir))
-            if fn.endswith(".patch") and fn not in listed_names
-        ]
-        # A file git ignores is no record (issue 18): not an unlisted patch either.
-        ignored = git_ignored(root, [f"{PATCH_DIR}/{fn}" for fn in unlisted])
-        for fn in unlisted:
-            if f"{PATCH_DIR}/{fn}" not in ignored:
-                findings.append(
-                    _f(
-                        "SER002",
-                        f"{PATCH_DIR}/{fn}",
-                        None,
-                        f"{fn} is not listed in series",
-                        "add it to series in its place, or delete it",
-                    )
-                )
-    return findings, patches, unparsed
-
-
 def _resolution_findings(
     root: str, manifest: Manifest
 ) -> tuple[list[Finding], dict[str, bytes], bool]:
-    """LAY003, LAY004 and LAY006 from the resolution files, read as records (no symlink, regular files only).
+    """LAY003, LAY004 and LAY006 from the resolution files, read as records (no symlink,
+    regular files only).
 
     Returns:
         ``(findings, {path: bytes}, safe)``; ``safe`` is false when a resolution
@@ -516,12 +162,12 @@ def _fork_ahead_findings(store: Store, manifest: Manifest) -> list[Finding]:
     return [
         _f(
             "MAN004",
-            "patches-rocm/overlay.toml",
+            MANIFEST,
             None,
-            f"fork commit {manifest.fork_commit[:12]} has merged {len(ahead)} upstream commit(s) that pin "
-            f"{manifest.pin[:12]} lacks ({shown})",
-            "rebase onto a pin that holds them (`overlay rebase --onto`); if carrying them is deliberate, "
-            "`overlay verify --skip MAN004`",
+            f"fork commit {manifest.fork_commit[:12]} has merged {len(ahead)} upstream "
+            f"commit(s) that pin {manifest.pin[:12]} lacks ({shown})",
+            "rebase onto a pin that holds them (`overlay rebase --onto`); if carrying "
+            "them is deliberate, `overlay verify --skip MAN004`",
         )
     ]
 
@@ -558,7 +204,7 @@ def _fix_findings(
         closing_required_from=manifest.closing_sentence_required_from,
     )
     findings += fixes.check_resolutions(
-        doc, [f"patches-rocm/resolved/{p}" for p in resolutions]
+        doc, [f"{RESOLVED_DIR}/{p}" for p in resolutions]
     )
     if layers is not None:
         # Every Local-Fix trailer counts: a patch may serve several entries (issue 18).
@@ -624,111 +270,28 @@ def verify(
 def _verify(
     root: str, store: Store, *, only: Iterable[str], skip: Iterable[str]
 ) -> VerifyResult:
+    """The checks of :func:`verify`, under its lock, family by family."""
     manifest = load_manifest(root)
     families = {f.upper() for f in only} or set(FAMILIES)
     findings: list[Finding] = []
     series_findings, patches, unparsed = _check_series_text(root, manifest)
     res_findings, resolutions, resolutions_safe = _resolution_findings(root, manifest)
     findings += series_findings + res_findings
-    layers = None
-    cacheable = True
-    try:
-        if not resolutions_safe:
-            raise _SkipLayers
-        for name, url in manifest.remote_urls().items():
-            store.set_remote(name, url)
-        # Each patch's tree only for the refresh check (SER011): the other families need
-        # the layers' outcome and final trees, which the one-apply path gives as well
-        # (issue 14: --only computes what its families need).
-        layers = compute_layers(
-            store, manifest, root, patches=patches, stepwise="SER" in families
-        )
-    except OfflineMiss as exc:
-        cacheable = False
-        findings.append(
-            _f(
-                "MAN002",
-                "patches-rocm/overlay.toml",
-                None,
-                exc.message,
-                "run `overlay verify` once online to fill the git store",
-            )
-        )
-    except PatchApplyError as exc:
-        findings.append(
-            _f(
-                "SER010",
-                f"{PATCH_DIR}/{exc.patch}",
-                None,
-                f"{exc.file or '(no file)'}"
-                + (f" hunk #{exc.hunk}" if exc.hunk else "")
-                + f": {exc.reason}",
-                exc.hint,
-            )
-        )
-    except LayerError as exc:
-        findings.append(
-            _f("LAY001", "patches-rocm/overlay.toml", None, exc.message, exc.hint)
-        )
-    except GitError as exc:
-        cacheable = False
-        findings.append(_f("MAN001", "patches-rocm/overlay.toml", None, exc.message))
-    except _SkipLayers:
-        pass  # LAY006 already says why
-    if layers is not None and "MAN" in families:
-        if not store.is_ancestor(manifest.merge_base, manifest.fork_commit):
-            findings.append(
-                _f(
-                    "MAN003",
-                    "patches-rocm/overlay.toml",
-                    None,
-                    f"merge-base {manifest.merge_base[:12]} is not an ancestor of fork commit "
-                    f"{manifest.fork_commit[:12]}",
-                    "run `overlay sync` to recompute it",
-                )
-            )
-        findings += _fork_ahead_findings(store, manifest)
+    layers, layer_findings, cacheable = _layers_or_findings(
+        root,
+        store,
+        manifest,
+        patches,
+        safe=resolutions_safe,
+        stepwise="SER" in families,
+    )
+    findings += layer_findings
     if layers is not None:
-        for stale in layers.stale_resolutions:
-            findings.append(
-                _f(
-                    "LAY002",
-                    f"patches-rocm/resolved/{stale}",
-                    None,
-                    f"{stale} no longer conflicts; the resolution is not used",
-                    "delete it (and its retarget entry) or re-check the merge",
-                )
-            )
-        for conflict in layers.conflicts:
-            for line, what in conflict.outside:
-                findings.append(
-                    _f(
-                        "LAY005",
-                        f"patches-rocm/resolved/{conflict.path}",
-                        line,
-                        f"outside the conflict regions of git's merge of pin and fork, the "
-                        f"resolution {what}",
-                        "keep git's merge outside the conflict regions (see `overlay rebase` "
-                        "work files); change upstream code with a patch, not a resolution",
-                    )
-                )
+        if "MAN" in families:
+            findings += _ancestry_findings(store, manifest)
+        findings += _layer_findings(layers)
         if "SER" in families:
-            findings += link_findings(store, layers.forked, layers.patches)
-        for item in refresh_series(store, layers) if "SER" in families else ():
-            turns = item.turns
-            if turns:
-                # The NUL in the patch's own lines is already reported from its text.
-                findings += binary_turn_findings(t for t in turns if not t.nul_here)
-            elif item.changed and item.patch.name:
-                findings.append(
-                    _f(
-                        "SER011",
-                        f"{PATCH_DIR}/{item.patch.name}",
-                        None,
-                        "refreshing would change the patch's bytes",
-                        "run `overlay refresh` and commit the result",
-                    )
-                )
+            findings += _applied_series_findings(store, layers)
     # FIX family: the records. The file is read whatever --only says: one that cannot be
     # read stops verify (exit 2), as it always has.
     doc = fixes.load(os.path.join(root, fixes.FILE_NAME))
@@ -736,6 +299,128 @@ def _verify(
         findings += _fix_findings(
             root, store, manifest, doc, resolutions, patches, unparsed, layers
         )
+    return _result(findings, families, skip, layers, cacheable)
+
+
+def _layers_or_findings(
+    root: str,
+    store: Store,
+    manifest: Manifest,
+    patches: list[Patch],
+    *,
+    safe: bool,
+    stepwise: bool,
+) -> tuple[Layers | None, list[Finding], bool]:
+    """The layers of the patches that parsed, or the finding that says why there are
+    none (MAN001, MAN002, SER010, LAY001; nothing when a refused resolution, LAY006,
+    already said so).
+
+    Returns:
+        ``(layers or None, findings, cacheable)``; ``cacheable`` is false when the
+        answer depends on what the git store lacks.
+    """
+    if not safe:
+        return None, [], True
+    try:
+        # Each patch's tree only for the refresh check (SER011): the other families need
+        # the layers' outcome and final trees, which the one-apply path gives as well
+        # (issue 14: --only computes what its families need).
+        layers = compute_layers(
+            store, manifest, root, patches=patches, stepwise=stepwise
+        )
+    except OfflineMiss as exc:
+        hint = "run `overlay verify` once online to fill the git store"
+        return None, [_f("MAN002", MANIFEST, None, exc.message, hint)], False
+    except PatchApplyError as exc:
+        where = f"{exc.file or '(no file)'}" + (
+            f" hunk #{exc.hunk}" if exc.hunk else ""
+        )
+        rel = f"{PATCH_DIR}/{exc.patch}"
+        return None, [_f("SER010", rel, None, f"{where}: {exc.reason}", exc.hint)], True
+    except LayerError as exc:
+        return None, [_f("LAY001", MANIFEST, None, exc.message, exc.hint)], True
+    except GitError as exc:
+        return None, [_f("MAN001", MANIFEST, None, exc.message)], False
+    return layers, [], True
+
+
+def _ancestry_findings(store: Store, manifest: Manifest) -> list[Finding]:
+    """MAN003 (the merge base is not an ancestor of the fork commit) and MAN004."""
+    findings = []
+    if not store.is_ancestor(manifest.merge_base, manifest.fork_commit):
+        findings.append(
+            _f(
+                "MAN003",
+                MANIFEST,
+                None,
+                f"merge-base {manifest.merge_base[:12]} is not an ancestor of fork "
+                f"commit {manifest.fork_commit[:12]}",
+                "run `overlay sync` to recompute it",
+            )
+        )
+    return findings + _fork_ahead_findings(store, manifest)
+
+
+def _layer_findings(layers: Layers) -> list[Finding]:
+    """LAY002 (stale resolutions) and LAY005 (a resolution changing lines outside the
+    conflict regions)."""
+    findings = [
+        _f(
+            "LAY002",
+            f"{RESOLVED_DIR}/{stale}",
+            None,
+            f"{stale} no longer conflicts; the resolution is not used",
+            "delete it (and its retarget entry) or re-check the merge",
+        )
+        for stale in layers.stale_resolutions
+    ]
+    for conflict in layers.conflicts:
+        for line, what in conflict.outside:
+            findings.append(
+                _f(
+                    "LAY005",
+                    f"{RESOLVED_DIR}/{conflict.path}",
+                    line,
+                    f"outside the conflict regions of git's merge of pin and fork, the "
+                    f"resolution {what}",
+                    "keep git's merge outside the conflict regions (see `overlay rebase` "
+                    "work files); change upstream code with a patch, not a resolution",
+                )
+            )
+    return findings
+
+
+def _applied_series_findings(store: Store, layers: Layers) -> list[Finding]:
+    """SER016 (symlinks out of the tree), SER015 (a refresh turning a diff binary) and
+    SER011 (a refresh changing a patch's bytes), from the applied series."""
+    findings = link_findings(store, layers.forked, layers.patches)
+    for item in refresh_series(store, layers):
+        turns = item.turns
+        if turns:
+            # The NUL in the patch's own lines is already reported from its text.
+            findings += binary_turn_findings(t for t in turns if not t.nul_here)
+        elif item.changed and item.patch.name:
+            findings.append(
+                _f(
+                    "SER011",
+                    f"{PATCH_DIR}/{item.patch.name}",
+                    None,
+                    "refreshing would change the patch's bytes",
+                    "run `overlay refresh` and commit the result",
+                )
+            )
+    return findings
+
+
+def _result(
+    findings: list[Finding],
+    families: set[str],
+    skip: Iterable[str],
+    layers: Layers | None,
+    cacheable: bool,
+) -> VerifyResult:
+    """The findings of the asked families less the skipped codes, in report order, and
+    the codes that ran."""
     skip_set = {c.upper() for c in skip}
     findings = [f for f in findings if f.family in families and f.code not in skip_set]
     order = {fam: i for i, fam in enumerate(FAMILIES)}

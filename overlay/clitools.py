@@ -20,14 +20,19 @@ one line. Exit codes are documented in ``docs/exit-codes.md``.
 from __future__ import annotations
 
 import functools
+import os
 import re
 import sys
 import traceback
 from collections.abc import Callable
+from typing import TYPE_CHECKING, NoReturn
 
 import click
 
 from overlay.errors import EXIT_INTERRUPTED, EXIT_USAGE, OverlayError
+
+if TYPE_CHECKING:
+    from overlay.workspace import Workspace
 
 _NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())
 _CONTROL = re.compile("[\x00-\x08\x0a-\x1f\x7f]")
@@ -111,6 +116,35 @@ def handle_errors(fn=None, *, on_interrupt: Callable[[], str | None] | None = No
     return wrapper
 
 
+def exit_with(code: int) -> NoReturn:
+    """End the command with exit status ``code``: the one way a command exits with a
+    status of its own (0 done, 1 findings or a failure it reported); an expected error
+    is raised as :class:`OverlayError` instead.
+
+    Raises:
+        click.exceptions.Exit: always; the root group turns it into the status.
+    """
+    raise click.exceptions.Exit(code)
+
+
+def workspace(ctx: click.Context | None = None) -> Workspace:
+    """The command's :class:`~overlay.workspace.Workspace`: the root ``overlay`` group's
+    context object, or, when a subgroup (``suite``, ``import``) runs on its own, a new
+    one for the current directory and the default store, kept as the root's object.
+
+    Args:
+        ctx: a click context of the command (default: the current one).
+    Returns:
+        The workspace every context of the command shares.
+    """
+    from overlay.workspace import Workspace
+
+    root = (ctx or click.get_current_context()).find_root()
+    if not isinstance(root.obj, Workspace):
+        root.obj = Workspace(os.getcwd())
+    return root.obj
+
+
 def _first_lower(text: str) -> str:
     return text[:1].lower() + text[1:] if text[:2] != text[:2].upper() else text
 
@@ -144,8 +178,6 @@ def _broken_pipe() -> int:
     """The reader of stdout closed it: stop quietly, as git does. stdout is pointed at
     /dev/null so that the interpreter's final flush does not raise again (the recipe
     of Python's ``signal`` documentation)."""
-    import os
-
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())

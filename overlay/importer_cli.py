@@ -6,17 +6,18 @@ imported, with error findings (listed in the report); 2 usage or environment
 error, nothing written (one ``overlay: ...`` line on stderr).
 
 The target repository is ``-C DIR`` or the current directory itself (it holds no
-manifest yet, so it is not looked for upwards).
+manifest yet, so it is not looked for upwards): the workspace's start directory.
 """
 
 from __future__ import annotations
 
 import os
-import sys
 
 import click
 
-from overlay.clitools import handle_errors
+from overlay import layout
+from overlay.clitools import exit_with, handle_errors, workspace
+from overlay.options import format_option
 from overlay.patchfmt import DEFAULT_AUTHOR
 
 __all__ = ["import_group"]
@@ -30,11 +31,10 @@ def import_group() -> None:
 def _interrupted() -> str:
     """The line for a Ctrl-C: whether the records were written (the manifest is renamed
     into place last, with the directory that holds it)."""
-    root = click.get_current_context().find_root().obj
-    target = getattr(root, "start", None) or os.getcwd()
-    manifest = os.path.join(target, "patches-rocm", "overlay.toml")
+    ws = workspace()
+    manifest = layout.under(ws.start, layout.MANIFEST)
     try:
-        written = os.path.getmtime(manifest) >= getattr(root, "started", 0.0)
+        written = os.path.getmtime(manifest) >= ws.started
     except OSError:
         written = False
     if written:
@@ -52,8 +52,8 @@ def _interrupted() -> str:
 @click.option(
     "--force",
     is_flag=True,
-    help="Move a non-empty patches-rocm/ and another LOCAL_FIXES.md aside to "
-    ".overlay/import-backup-<time>-<random>/ instead of refusing.",
+    help=f"Move a non-empty {layout.PATCH_DIR}/ and another {layout.LOCAL_FIXES} aside to "
+    f"{layout.STATE_DIR}/import-backup-<time>-<random>/ instead of refusing.",
 )
 @click.option(
     "--upstream-url",
@@ -71,7 +71,8 @@ def _interrupted() -> str:
     "--closing-sentence",
     default=None,
     metavar="TEXT",
-    help="The policy sentence (default: the last sentence of the newest kernels, build or API entry).",
+    help="The policy sentence (default: the last sentence of the newest kernels, build "
+    "or API entry).",
 )
 @click.option(
     "--author",
@@ -79,14 +80,7 @@ def _interrupted() -> str:
     show_default=True,
     help="From: header of the patches.",
 )
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["text", "json", "markdown"]),
-    default="text",
-    show_default=True,
-    help="Report format.",
-)
+@format_option(["text", "json", "markdown"], help="Report format.")
 @click.pass_context
 @handle_errors(on_interrupt=_interrupted)
 def whole_file_cmd(
@@ -99,8 +93,8 @@ def whole_file_cmd(
     author: str,
     fmt: str,
 ) -> None:
-    """Import DIR (UPSTREAM, LOCAL_FIXES.md, mlx/, CMakeLists.txt) as manifest, resolutions and series."""
-    from overlay.gitstore import Store
+    """Import DIR (UPSTREAM, LOCAL_FIXES.md, mlx/, CMakeLists.txt) as manifest,
+    resolutions and series."""
     from overlay.importer import (
         DEFAULT_UPSTREAM_URL,
         REPORT_MD,
@@ -108,13 +102,10 @@ def whole_file_cmd(
         render,
     )
 
-    root = ctx.find_root().obj
-    target = getattr(root, "start", None) or os.getcwd()
-    store = Store(
-        getattr(root, "git_dir", None), offline=bool(getattr(root, "offline", False))
-    )
+    ws = workspace(ctx)
+    target = ws.start
     report = import_whole_file(
-        store,
+        ws.store,
         target,
         directory,
         force=force,
@@ -128,11 +119,11 @@ def whole_file_cmd(
         click.echo(f"report written to {REPORT_MD}")
         from overlay.fsutil import git_ignored
 
-        if not git_ignored(target, [".overlay/last-import.md"]):
+        if not git_ignored(target, [layout.LAST_IMPORT_MD]):
             # .overlay/ is this clone's state (locks, reports, rr-cache), not a record to commit.
             click.echo(
-                "next: add `/.overlay/` to .gitignore (overlay's per-clone state); commit "
-                "patches-rocm/ and LOCAL_FIXES.md"
+                f"next: add `/{layout.STATE_DIR}/` to .gitignore (overlay's per-clone "
+                f"state); commit {layout.PATCH_DIR}/ and {layout.LOCAL_FIXES}"
             )
     errors = [f for f in report["findings"] or [] if f["severity"] == "error"]
-    sys.exit(1 if errors else 0)
+    exit_with(1 if errors else 0)

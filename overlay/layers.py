@@ -22,6 +22,7 @@ import json
 import os
 from collections.abc import Callable, Sequence
 
+from overlay import layout
 from overlay.engine import PatchApplyError, PatchResult, apply_series
 from overlay.errors import GitError, LayerError
 from overlay.fsutil import atomic_write
@@ -30,8 +31,10 @@ from overlay.manifest import Manifest
 from overlay.markers import conflict_regions
 from overlay.paths import Carry, check_path
 from overlay.series import Patch, load_series
+from overlay.workspace import point_remotes
 
-RESOLVED_DIR = os.path.join("patches-rocm", "resolved")
+#: The resolutions' directory (see :mod:`overlay.layout`).
+RESOLVED_DIR = layout.RESOLVED_DIR
 LAYERS = ("pin", "forked", "patched")
 
 
@@ -154,7 +157,7 @@ def read_resolutions(root: str) -> dict[str, bytes]:
     """
     from overlay.fsutil import read_record_dir
 
-    out = read_record_dir(root, "patches-rocm/resolved", what="resolution")
+    out = read_record_dir(root, layout.RESOLVED_DIR, what="resolution")
     for rel in out:
         check_path(rel, what="resolution")
     return dict(sorted(out.items()))
@@ -389,7 +392,7 @@ def compute_forked(
         raise LayerError(
             f"fork delta conflicts with the pin in {len(unresolved)} path(s) without a resolution: "
             + "; ".join(c.describe() for c in unresolved),
-            hint="resolve with `overlay rebase`, or write patches-rocm/resolved/<path>",
+            hint=f"resolve with `overlay rebase`, or write {layout.RESOLVED_DIR}/<path>",
         )
     forked = store.edit_tree(merge.tree, fixes)
     stale = sorted(p for p in resolutions if p not in merge.stages)
@@ -411,8 +414,7 @@ def ensure_commits(
     Raises:
         OfflineMiss, GitError: a commit is missing and cannot be fetched (exit 2).
     """
-    for name, url in manifest.remote_urls().items():
-        store.set_remote(name, url)
+    point_remotes(store, manifest)
     pin = pin or manifest.pin
     fork = fork or manifest.fork_commit
     merge_base = merge_base or manifest.merge_base
@@ -457,8 +459,7 @@ def compute_layers(
         key = _cache_key(manifest, pin, fork, merge_base, resolutions, series)
         cached = _cache_read(store, key, series, stepwise)
         if cached is not None:
-            for name, url in manifest.remote_urls().items():
-                store.set_remote(name, url)
+            point_remotes(store, manifest)  # later steps of the command fetch by them
             return cached
         pin, fork, merge_base = ensure_commits(
             store, manifest, pin=pin, fork=fork, merge_base=merge_base
@@ -547,7 +548,9 @@ def _cache_read(
         stale_resolutions=rec["stale"],
         patches=[
             PatchResult(p, r["state"], r["tree"])
-            for p, r in zip(series, rec["patches"])
+            for p, r in zip(
+                series, rec["patches"], strict=True
+            )  # lengths checked above
         ],
     )
 

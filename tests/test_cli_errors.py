@@ -12,9 +12,9 @@ import sys
 import pytest
 from click.testing import CliRunner
 
-import overlay.cli as cli
 from overlay.cli import main
 from overlay.errors import OverlayError
+from overlay.workspace import Workspace
 
 
 def lines_of(text: str) -> list[str]:
@@ -79,7 +79,7 @@ def test_unexpected_exception_is_one_line_and_debug_shows_the_traceback(
     def boom(*_a, **_k):
         raise KeyError("boom")
 
-    monkeypatch.setattr(cli, "_layers", boom)
+    monkeypatch.setattr(Workspace, "layers", boom)
     result = CliRunner().invoke(main, ["-C", str(tmp_path), "tree"])
     assert result.exit_code == 2
     assert lines_of(result.output) == [
@@ -101,7 +101,7 @@ def test_memory_and_recursion_errors_are_one_line(tmp_path, monkeypatch, exc):
     def boom(*_a, **_k):
         raise exc
 
-    monkeypatch.setattr(cli, "_layers", boom)
+    monkeypatch.setattr(Workspace, "layers", boom)
     result = CliRunner().invoke(main, ["-C", str(tmp_path), "tree"])
     assert result.exit_code == 2 and lines_of(result.output)[0].startswith(
         "overlay: internal error ("
@@ -113,7 +113,7 @@ def test_overlay_error_outside_handle_errors_and_interrupt(tmp_path, monkeypatch
     def expected(*_a, **_k):
         raise OverlayError("the thing is wrong", exit_code=1, hint="fix the thing")
 
-    monkeypatch.setattr(cli, "_layers", expected)
+    monkeypatch.setattr(Workspace, "layers", expected)
     # status has handle_errors; the root group gives the same line for a command that has not.
     for command in ("tree", "status"):
         result = CliRunner().invoke(main, ["-C", str(tmp_path), command])
@@ -126,7 +126,7 @@ def test_overlay_error_outside_handle_errors_and_interrupt(tmp_path, monkeypatch
     def interrupted(*_a, **_k):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(cli, "_layers", interrupted)
+    monkeypatch.setattr(Workspace, "layers", interrupted)
     result = CliRunner().invoke(main, ["-C", str(tmp_path), "tree"])
     assert (
         result.exit_code == 130
@@ -145,7 +145,7 @@ def test_messages_with_line_breaks_stay_one_line(tmp_path, monkeypatch):
     def expected(*_a, **_k):
         raise OverlayError("bad line 'a\nb\x1b[1m'", hint="x\ry")
 
-    monkeypatch.setattr(cli, "_layers", expected)
+    monkeypatch.setattr(Workspace, "layers", expected)
     result = CliRunner().invoke(main, ["-C", str(tmp_path), "status"])
     assert lines_of(result.output) == [
         "overlay: bad line 'a\\x0ab\\x1b[1m'",

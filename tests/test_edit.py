@@ -330,7 +330,7 @@ def test_keep_leaves_the_work_tree_for_another_round(clean):
 def test_message_from_the_editor_when_a_terminal_is_there(clean, monkeypatch):
     cli(clean, "edit", "--new", "0002-ed")
     (clean.root / ".overlay/edit/0002-ed" / HEADER).write_text("#pragma once\n// ed\n")
-    monkeypatch.setattr("overlay.cli._interactive", lambda: True)
+    monkeypatch.setattr("overlay.cli.editing._interactive", lambda: True)
     seen = []
 
     def fake_edit(text, **_kw):

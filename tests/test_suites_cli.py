@@ -270,7 +270,6 @@ def test_host_model_suites_build_the_lab_when_no_child_dir_is_given(
         )
 
     monkeypatch.setattr(racelab, "build_layer", fake_build)
-    monkeypatch.setattr("overlay.suites.cli._store", lambda: None)
     r = invoke(
         "--suites",
         lab_suites,

@@ -167,3 +167,63 @@ def test_removing_a_patch_a_later_one_needs_names_it(overlay):
     with pytest.raises(PatchApplyError) as err:
         layers_without(str(overlay.root), store, "0001-lock.patch")
     assert err.value.patch == "0002-lock-twice.patch"
+
+
+def test_ab_without_builds_from_the_commands_store(two_patches, tmp_path, monkeypatch):
+    """`overlay --git-dir S --offline suite ab NAME --without PATCH` builds the fix-removed
+    tree from S, offline: once the build took the default store, online, which lacks
+    the layers' objects (issue 15)."""
+    from types import SimpleNamespace
+
+    root = str(two_patches.root)
+    holding = os.environ["OVERLAY_GIT_DIR"]  # the store the fixture filled
+    monkeypatch.setenv("OVERLAY_GIT_DIR", str(tmp_path / "default-store.git"))
+    suites = two_patches.root / "patches-rocm" / "suites"
+    suites.mkdir()
+    (suites / "suites.toml").write_text(
+        '[suites.probe]\nchild = "probe"\nruns = 2\nbackend = "any"\nhardware = "none"\n'
+        '[[suites.probe.markers]]\nstream = "stdout"\ntext = "overlay-suite: done"\n'
+        'expect = "exactly 1"\n'
+    )
+    seen = []
+
+    def fake_build(store, layers, root_, backend, *, build_root, **kw):
+        seen.append((store.git_dir, store.offline))
+        return SimpleNamespace(
+            ok=True, log=None, child=fake_builder(store)(layers, build_root)
+        )
+
+    from overlay import build as _build
+
+    monkeypatch.setattr(_build, "find_toolchain", lambda *a, **k: None)
+    monkeypatch.setattr(_build, "build", fake_build)
+    with_dir = fake_builder(Store(holding))(
+        compute_layers(Store(holding), load_manifest(root), root),
+        str(tmp_path / "with"),
+    )
+    result = CliRunner().invoke(
+        main,
+        [
+            "-C",
+            root,
+            "--git-dir",
+            holding,
+            "--offline",
+            "suite",
+            "ab",
+            "probe",
+            "--without",
+            "0001-lock.patch",
+            "--child-dir",
+            with_dir,
+            "--results",
+            str(tmp_path / "results"),
+        ],
+        env={"OVERLAY_SUITE_HARDWARE": "none", "OVERLAY_SUITE_MODELS": "none"},
+    )
+    assert seen == [(os.path.abspath(holding), True)], (seen, result.output)
+    assert result.exit_code == 0, result.output
+    # The fix-removed child failed every run, the with-fix one none: the patch matters.
+    assert os.path.isfile(
+        os.path.join(without_dir(root, "0001-lock.patch"), "rocm", "suites", "probe")
+    )

@@ -6,8 +6,11 @@ Exit codes: 0 every run passed (skipped suites are not failures), 1 a run
 failed (for ``ab``: a run of the with-fix column failed), 2 usage or
 environment error (one ``overlay: ...`` line on stderr).
 
-The group reads ``root`` and ``debug`` from the parent ``overlay`` context
-object when there is one, so it also works on its own (tests, ``CliRunner``).
+The context object is the command's :class:`~overlay.workspace.Workspace`: the
+parent ``overlay`` group's (``-C``, ``--git-dir``, ``--offline``, ``--debug``), or
+one for the current directory when the group runs on its own (tests,
+``CliRunner``). The suites are read from :attr:`Workspace.suites_path
+<overlay.workspace.Workspace.suites_path>` (``--suites``, else the repository's).
 """
 
 from __future__ import annotations
@@ -16,34 +19,38 @@ import json
 import os
 import shlex
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
-from overlay.clitools import handle_errors
+from overlay import layout
+from overlay.clitools import exit_with, handle_errors, workspace
 from overlay.errors import EXIT_FINDINGS, EXIT_OK, OverlayError
+from overlay.options import format_option, output_option, suite_backend_option
 from overlay.suites import config as _config
 from overlay.suites import report as _report
 from overlay.suites import runner as _runner
 from overlay.suites import stats as _stats
 
+if TYPE_CHECKING:
+    from overlay.workspace import Workspace
+
 __all__ = ["suite"]
 
 #: ``suites.toml`` relative to the repository root.
-SUITES_TOML = os.path.join("patches-rocm", "suites", "suites.toml")
+SUITES_TOML = layout.SUITES_TOML
 #: Default results directory relative to the repository root (git-ignored ``build/``).
-RESULTS_DIR = os.path.join("build", "suite-results")
+RESULTS_DIR = layout.SUITE_RESULTS_DIR
 
 
-class _State:
-    """Options of the ``suite`` group, resolved against the repository root."""
+def _load(ws: Workspace) -> dict:
+    """The suites of :attr:`Workspace.suites_path`, by name."""
+    return _config.load_suites(ws.suites_path, ws.base)
 
-    def __init__(self, root: str, suites_path: str, debug: bool):
-        self.root = root
-        self.suites_path = suites_path
-        self.debug = debug
 
-    def load(self) -> dict:
-        return _config.load_suites(self.suites_path, self.root)
+def _results_root(ws: Workspace, results_dir: str | None) -> str:
+    """``--results``, else ``build/suite-results`` under the repository; absolute."""
+    return os.path.abspath(results_dir or layout.under(ws.base, RESULTS_DIR))
 
 
 class _Progress:
@@ -96,35 +103,20 @@ def _emit(text: str, output: str | None) -> None:
 @click.pass_context
 def suite(ctx: click.Context, suites_path: str | None) -> None:
     """Run the concurrency suites in fresh processes and weigh the evidence."""
-    parent = ctx.find_root().obj
-    root = (
-        getattr(parent, "found", None) or getattr(parent, "start", None) or os.getcwd()
-    )
-    debug = bool(getattr(parent, "debug", False))
-    path = suites_path or os.path.join(root, SUITES_TOML)
-    ctx.obj = _State(root=root, suites_path=os.path.abspath(path), debug=debug)
+    ws = workspace(ctx)
+    if suites_path:
+        ws.suites_toml = os.path.abspath(suites_path)
+    ctx.obj = ws
 
 
 @suite.command("list")
-@click.option(
-    "--backend",
-    type=click.Choice(["rocm", "cuda", "cpu"]),
-    default=None,
-    envvar="OVERLAY_BACKEND",
-    help="Backend the children were built for (default: inferred from the GPUs present).",
-)
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["text", "json"]),
-    default="text",
-    show_default=True,
-)
+@suite_backend_option()
+@format_option(["text", "json"])
 @click.pass_obj
 @handle_errors
-def list_cmd(state: _State, backend: str | None, fmt: str) -> None:
+def list_cmd(ws: Workspace, backend: str | None, fmt: str) -> None:
     """List the suites and whether each would run on this machine."""
-    suites = state.load()
+    suites = _load(ws)
     platform = _runner.detect_platform(backend)
     rows = []
     for s in suites.values():
@@ -215,20 +207,14 @@ def _run_options(fn):
                 metavar="DIR",
                 help="Where the suite children were built. Env: OVERLAY_CHILD_DIR.",
             ),
-            click.option(
-                "--backend",
-                type=click.Choice(["rocm", "cuda", "cpu"]),
-                default=None,
-                envvar="OVERLAY_BACKEND",
-                help="Backend the children were built for (default: inferred from the GPUs present).",
-            ),
+            suite_backend_option(),
         ]
     ):
         fn = opt(fn)
     return fn
 
 
-def _lab_dirs(state: _State, suites, platform, child_dir: str | None) -> dict:
+def _lab_dirs(ws: Workspace, suites, platform, child_dir: str | None) -> dict:
     """``{suite name: child dir}``: ``child_dir``, or for a runnable host-model suite
     without one, the race lab built from the patched layer (up to date, so usually
     no compile)."""
@@ -242,7 +228,7 @@ def _lab_dirs(state: _State, suites, platform, child_dir: str | None) -> dict:
         from overlay.suites import racelab
 
         built = racelab.build_layer(
-            state.root, _store(), "patched", progress=_lab_progress
+            ws.base, ws.store, "patched", progress=_lab_progress
         )
         for s in wanted:
             dirs[s.name] = built.out_dir
@@ -263,24 +249,12 @@ def _lab_dirs(state: _State, suites, platform, child_dir: str | None) -> dict:
     help="Only the suites that run on a host model (race lab), not on a GPU.",
 )
 @_run_options
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(list(_report.FORMATS)),
-    default="text",
-    show_default=True,
-)
-@click.option(
-    "--output",
-    "-o",
-    default=None,
-    metavar="FILE",
-    help="Also write the report to FILE.",
-)
+@format_option(_report.FORMATS)
+@output_option()
 @click.pass_obj
 @handle_errors
 def run_cmd(
-    state: _State,
+    ws: Workspace,
     names,
     runs,
     host_models,
@@ -297,7 +271,7 @@ def run_cmd(
     A host-model suite without --child-dir runs the race lab built from the
     patched layer (built first when it is missing or stale; docs/race-lab.md).
     """
-    suites = _with_env(_config.select_suites(state.load(), names), env_pairs)
+    suites = _with_env(_config.select_suites(_load(ws), names), env_pairs)
     if host_models:
         suites = [s for s in suites if s.model]
         if not suites:
@@ -305,9 +279,9 @@ def run_cmd(
                 "no host-model suite selected (a suite with a `model` key)"
             )
     platform = _runner.detect_platform(backend)
-    results_dir = os.path.abspath(results_dir or os.path.join(state.root, RESULTS_DIR))
-    base_dir = os.path.dirname(state.suites_path)
-    dirs = _lab_dirs(state, suites, platform, child_dir)
+    results_dir = _results_root(ws, results_dir)
+    base_dir = os.path.dirname(ws.suites_path)
+    dirs = _lab_dirs(ws, suites, platform, child_dir)
     # Resolve every child that will run before running any, so a missing one costs no time.
     for s in suites:
         if _runner.skip_reason(s, platform) is None:
@@ -332,21 +306,10 @@ def run_cmd(
         finally:
             progress.end()
     _emit(_report.render_results(results, fmt), output)
-    ctx = click.get_current_context()
-    ctx.exit(
+    exit_with(
         EXIT_FINDINGS
         if any(r.failed or r.status == "interrupted" for r in results)
         else EXIT_OK
-    )
-
-
-def _store():
-    """The git store of the parent ``overlay`` command (``--git-dir``, ``--offline``)."""
-    from overlay.gitstore import Store
-
-    root_obj = click.get_current_context().find_root().obj
-    return Store(
-        getattr(root_obj, "git_dir", None), offline=getattr(root_obj, "offline", False)
     )
 
 
@@ -386,7 +349,7 @@ def _lab_progress(line: str) -> None:
 @click.pass_obj
 @handle_errors
 def build_cmd(
-    state: _State,
+    ws: Workspace,
     layer: str,
     without_patch: str | None,
     out_dir: str | None,
@@ -400,10 +363,10 @@ def build_cmd(
 
     if without_patch is not None and layer != "patched":
         raise OverlayError("give --layer or --without, not both")
-    store = _store()
+    store = ws.store
     if without_patch is not None:
         built = racelab.build_without_patch(
-            state.root,
+            ws.base,
             store,
             without_patch,
             out_dir=out_dir,
@@ -412,7 +375,7 @@ def build_cmd(
         )
     else:
         built = racelab.build_layer(
-            state.root, store, layer, out_dir=out_dir, jobs=jobs, progress=_lab_progress
+            ws.base, store, layer, out_dir=out_dir, jobs=jobs, progress=_lab_progress
         )
     click.echo(built.out_dir)
     click.echo(
@@ -448,8 +411,9 @@ def plan_cmd(baseline: float, confidence: float, quiet: bool) -> None:
     if not quiet:
         chance = (1 - baseline) ** n
         click.echo(
-            f"{n} clean runs in a row acquit the fix at {confidence:g} confidence against a baseline "
-            f"failure rate of {baseline:g}: the chance of {n} clean runs with the fault still present "
+            f"{n} clean runs in a row acquit the fix at {confidence:g} confidence "
+            f"against a baseline failure rate of {baseline:g}: the chance of {n} clean "
+            "runs with the fault still present "
             f"is (1 - {baseline:g})^{n} = {chance:.4g} <= {1 - confidence:.4g}."
         )
 
@@ -477,7 +441,8 @@ def plan_cmd(baseline: float, confidence: float, quiet: bool) -> None:
     "without_layer",
     type=click.Choice(["forked"]),
     default=None,
-    help="Build the fork's layer (no local fix at all) and run its child as the fix-removed column.",
+    help="Build the fork's layer (no local fix at all) and run its child as the "
+    "fix-removed column.",
 )
 @click.option(
     "--runs",
@@ -486,24 +451,12 @@ def plan_cmd(baseline: float, confidence: float, quiet: bool) -> None:
     help="Runs per column (default: the suite's).",
 )
 @_run_options
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(list(_report.AB_FORMATS)),
-    default="text",
-    show_default=True,
-)
-@click.option(
-    "--output",
-    "-o",
-    default=None,
-    metavar="FILE",
-    help="Also write the report to FILE.",
-)
+@format_option(_report.AB_FORMATS)
+@output_option()
 @click.pass_obj
 @handle_errors
 def ab_cmd(
-    state: _State,
+    ws: Workspace,
     name,
     without_patch,
     without_child,
@@ -525,47 +478,23 @@ def ab_cmd(
     from that tree (a few translation units), and the with-fix column uses the
     lab built from the patched layer unless --child-dir says otherwise.
     """
-    (s,) = _with_env(_config.select_suites(state.load(), [name]), env_pairs)
+    (s,) = _with_env(_config.select_suites(_load(ws), [name]), env_pairs)
     if sum(x is not None for x in (without_patch, without_child, without_layer)) != 1:
         raise OverlayError(
             "give exactly one of --without PATCH, --without-layer forked and "
             "--without-child COMMAND"
         )
     platform = _runner.detect_platform(backend)
-    runnable = _runner.skip_reason(s, platform) is None
-    if s.model and runnable and (without_patch or without_layer):
-        from overlay.suites import racelab
-
-        store = _store()
-        if without_patch is not None:
-            built = racelab.build_without_patch(
-                state.root, store, without_patch, progress=_lab_progress
-            )
-        else:
-            built = racelab.build_layer(
-                state.root, store, without_layer, progress=_lab_progress
-            )
-        without_argv = [os.path.join(built.out_dir, s.child[0]), *s.child[1:]]
-    elif without_patch is not None or without_layer is not None:
-        from overlay.suites.without import build_forked, build_without, real_builder
-
-        store = _store()
-        builder = real_builder(state.root, backend or "rocm")
-        without_dir = (
-            build_without(state.root, store, without_patch, builder)
-            if without_patch is not None
-            else build_forked(state.root, store, builder)
-        )
-        without_argv = [os.path.join(without_dir, s.child[0]), *s.child[1:]]
+    if without_child is not None:
+        without_argv = _child_argv(without_child)
+    elif s.model and _runner.skip_reason(s, platform) is None:
+        out_dir = _lab_without(ws, without_patch, without_layer)
+        without_argv = [os.path.join(out_dir, s.child[0]), *s.child[1:]]
     else:
-        try:
-            without_argv = shlex.split(without_child)
-        except ValueError as exc:
-            raise OverlayError(f"--without-child: {exc}") from None
-        if not without_argv:
-            raise OverlayError("--without-child is empty")
-    child_dir = _lab_dirs(state, [s], platform, child_dir)[s.name]
-    results_dir = os.path.abspath(results_dir or os.path.join(state.root, RESULTS_DIR))
+        out_dir = _build_without(ws, without_patch, backend or "rocm")
+        without_argv = [os.path.join(out_dir, s.child[0]), *s.child[1:]]
+    child_dir = _lab_dirs(ws, [s], platform, child_dir)[s.name]
+    results_dir = _results_root(ws, results_dir)
     progress = _Progress()
     progress.start(f"{s.name} (with fix)")
     progress_b = _Progress(progress.enabled)
@@ -583,7 +512,7 @@ def ab_cmd(
             results_dir,
             runs=runs,
             child_dir=child_dir,
-            base_dir=os.path.dirname(state.suites_path),
+            base_dir=os.path.dirname(ws.suites_path),
             deadline_s=deadline,
             platform=platform,
             progress=first,
@@ -593,4 +522,45 @@ def ab_cmd(
         progress.end()
         progress_b.end()
     _emit(_report.render_ab(ab, fmt), output)
-    click.get_current_context().exit(EXIT_FINDINGS if ab.with_fix.failed else EXIT_OK)
+    exit_with(EXIT_FINDINGS if ab.with_fix.failed else EXIT_OK)
+
+
+def _child_argv(command: str) -> list[str]:
+    """``--without-child COMMAND``: its words (shell-quoted).
+
+    Raises:
+        OverlayError: it does not split, or is empty (exit 2).
+    """
+    try:
+        argv = shlex.split(command)
+    except ValueError as exc:
+        raise OverlayError(f"--without-child: {exc}") from None
+    if not argv:
+        raise OverlayError("--without-child is empty")
+    return argv
+
+
+def _lab_without(ws: Workspace, patch: str | None, layer: str | None) -> str:
+    """The race lab built from the series without ``patch``, or from ``layer``; its
+    directory."""
+    from overlay.suites import racelab
+
+    if patch is not None:
+        built = racelab.build_without_patch(
+            ws.base, ws.store, patch, progress=_lab_progress
+        )
+    else:
+        assert layer is not None  # ab_cmd gives exactly one of them
+        built = racelab.build_layer(ws.base, ws.store, layer, progress=_lab_progress)
+    return built.out_dir
+
+
+def _build_without(ws: Workspace, patch: str | None, backend: str) -> str:
+    """The overlay built without ``patch`` (or, with ``None``, the fork's layer) from the
+    command's store; the directory of its suite children."""
+    from overlay.suites.without import build_forked, build_without, real_builder
+
+    builder = real_builder(ws.base, ws.store, backend)
+    if patch is not None:
+        return build_without(ws.base, ws.store, patch, builder)
+    return build_forked(ws.base, ws.store, builder)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
+from overlay import layout
 from overlay.errors import OverlayError
 from overlay.gitstore import Store
 from overlay.layers import Layers, compute_layers
@@ -25,7 +26,7 @@ Builder = Callable[[Layers, str], str]
 def without_dir(root: str, patch: str) -> str:
     """``<root>/build/without-<patch stem>``: where the fix-removed tree is built."""
     stem = patch[: -len(".patch")] if patch.endswith(".patch") else patch
-    return os.path.join(root, "build", f"without-{stem}")
+    return layout.under(root, f"{layout.BUILD_DIR}/without-{stem}")
 
 
 def layers_without(root: str, store: Store, patch: str) -> Layers:
@@ -39,20 +40,30 @@ def layers_without(root: str, store: Store, patch: str) -> Layers:
     names = [p.name for p in series]
     if patch not in names:
         raise OverlayError(
-            f"{patch} is not in patches-rocm/series", hint="names: " + ", ".join(names)
+            f"{patch} is not in {layout.SERIES}", hint="names: " + ", ".join(names)
         )
     kept = [p for p in series if p.name != patch]
     return compute_layers(store, load_manifest(root), root, patches=kept, stepwise=True)
 
 
 def layers_forked(root: str, store: Store) -> Layers:
-    """The layers of the overlay at ``root`` with no patch at all: ``patched`` is the fork's layer."""
+    """The layers of the overlay at ``root`` with no patch at all: ``patched`` is the
+    fork's layer."""
     return compute_layers(store, load_manifest(root), root, patches=[], stepwise=True)
 
 
-def real_builder(root: str, backend: str, arch: str | None = None) -> Builder:
-    """A :data:`Builder` that runs :func:`overlay.build.build` and returns its suite children dir.
+def real_builder(
+    root: str, store: Store, backend: str, arch: str | None = None
+) -> Builder:
+    """A :data:`Builder` that runs :func:`overlay.build.build` and returns its suite
+    children dir.
 
+    Args:
+        root: overlay repository.
+        store: the command's git store (``--git-dir``, ``--offline``): the layers'
+            objects are there, and nothing else may be fetched.
+        backend: ``rocm``, ``cpu`` or ``cuda``.
+        arch: GPU architectures (default: the manifest's).
     Raises (when called):
         ToolchainError: no toolchain for ``backend`` (exit 2).
         OverlayError: the fix-removed tree did not build (exit 1).
@@ -63,7 +74,6 @@ def real_builder(root: str, backend: str, arch: str | None = None) -> Builder:
 
         manifest = load_manifest(root)
         toolchain = _build.find_toolchain(backend, None, repo_root=root)
-        store = Store()
         result = _build.build(
             store,
             layers,
@@ -73,14 +83,14 @@ def real_builder(root: str, backend: str, arch: str | None = None) -> Builder:
             toolchain=toolchain,
             build_root=build_root,
             cmake_option=manifest.cmake_option,
-            suites_dir=os.path.join(root, "patches-rocm", "suites"),
+            suites_dir=layout.under(root, layout.SUITES_DIR),
         )
         if not result.ok:
             raise OverlayError(
                 f"the tree without the patch does not build; log: {result.log}",
                 exit_code=1,
             )
-        return os.path.join(build_root, backend, "suites")
+        return os.path.join(build_root, backend, "suites")  # where build puts them
 
     return build
 
@@ -101,11 +111,10 @@ def build_without(root: str, store: Store, patch: str, builder: Builder) -> str:
 
 
 def build_forked(root: str, store: Store, builder: Builder) -> str:
-    """Build the fork's layer (the series left out); return the directory holding its suite children.
+    """Build the fork's layer (the series left out); return the directory holding its
+    suite children.
 
     The tree is built under ``<root>/build/without-forked`` (``overlay suite ab
     --without-layer forked``).
     """
-    return builder(
-        layers_forked(root, store), os.path.join(root, "build", "without-forked")
-    )
+    return builder(layers_forked(root, store), without_dir(root, "forked"))

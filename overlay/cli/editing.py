@@ -1,0 +1,365 @@
+"""The editing commands: ``edit`` and ``record`` (change a patch), ``fix new`` and
+``fix list`` (the entries of ``LOCAL_FIXES.md``)."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+from overlay import layout
+from overlay.clitools import handle_errors
+from overlay.errors import OverlayError
+from overlay.workspace import Workspace
+
+
+def _shown(path: str) -> str:
+    """``path`` relative to the current directory when it lies below it (shorter to
+    copy), else as is."""
+    try:
+        rel = os.path.relpath(path)
+    except OSError:
+        # the current directory is gone (record removed the work tree it was in)
+        return path
+    return path if rel.startswith("..") else rel
+
+
+def _interactive() -> bool:
+    """True when a person is at a terminal (then ``record`` may open $EDITOR)."""
+    return sys.stdin.isatty() and sys.stdout.isatty()
+
+
+_MESSAGE_HELP = """\
+# The first line is the subject ("rocm: bounds-check the device index"), then a blank
+# line, then the description: why the change is needed, what was shared or unchecked,
+# how it is owned now. Lines starting with '#' are ignored; an empty message aborts.
+"""
+
+
+def _message_from_editor(
+    subject: str | None, description: str | None
+) -> tuple[str, str]:
+    """Subject and description from $EDITOR (click.edit), prefilled with what was given."""
+    text = click.edit(
+        f"{subject or ''}\n\n{description or ''}\n{_MESSAGE_HELP}",
+        extension=".txt",
+        require_save=False,
+    )
+    lines = [ln for ln in (text or "").splitlines() if not ln.startswith("#")]
+    while lines and not lines[0].strip():
+        lines.pop(0)
+    if not lines:
+        raise OverlayError("the message is empty: nothing was recorded")
+    return lines[0].strip(), "\n".join(lines[1:]).strip()
+
+
+@click.command("edit")
+@click.argument("patch", required=False)
+@click.option(
+    "--new",
+    "new_name",
+    metavar="NAME",
+    default=None,
+    help="Start a new patch NAME (.patch is added); its series line goes after "
+    "--after, or at the end.",
+)
+@click.option(
+    "--after",
+    metavar="PATCH",
+    default=None,
+    help="With --new: the series entry the new patch follows.",
+)
+@click.option(
+    "--abort", "abort", is_flag=True, help="Throw the work tree and the edit away."
+)
+@click.pass_obj
+@handle_errors
+def edit_cmd(
+    ws: Workspace,
+    patch: str | None,
+    new_name: str | None,
+    after: str | None,
+    abort: bool,
+) -> None:
+    """Prepare a work tree to edit PATCH (or a --new one); `overlay record` writes
+    the patch."""
+    if abort:
+        if patch or new_name or after:
+            raise OverlayError("--abort takes no PATCH, --new or --after")
+        _abort_edit(ws)
+    elif patch is None and new_name is None:
+        _show_edit(ws)
+    else:
+        _start_edit(ws, patch, new_name, after)
+
+
+def _abort_edit(ws: Workspace) -> None:
+    """``edit --abort``: say what the abort throws away, then throw it away."""
+    from overlay.edit import abort_edit, changed_files, load_session
+
+    lost: list[str] = []
+    try:  # said before it goes (an unreadable state: nothing to say)
+        current = load_session(ws.root)
+        lost = changed_files(ws.store, ws.root, current) if current is not None else []
+    except OverlayError:
+        pass
+    dropped = abort_edit(ws.root)
+    if dropped is None:
+        click.echo("no edit in progress: nothing to throw away")
+        return
+    click.echo(
+        f"threw away the edit of {dropped.name} and its work tree {dropped.directory}"
+        + (
+            f", with its unrecorded change(s) to {', '.join(lost)}"
+            if lost
+            else " (no unrecorded change)"
+        )
+    )
+    if not dropped.new:
+        click.echo(
+            f"{layout.PATCH_DIR}/{dropped.name} keeps what `overlay record` last wrote"
+        )
+
+
+def _show_edit(ws: Workspace) -> None:
+    """Plain ``edit``: where the edit in progress is and what it changed."""
+    from overlay.edit import changed_files, load_session
+
+    current = load_session(ws.root)
+    if current is None:
+        raise OverlayError(
+            "give a PATCH of the series to edit, or --new NAME for a new one",
+            hint="`overlay status` lists the series",
+        )
+    changed = changed_files(ws.store, ws.root, current)
+    listed = ": " + ", ".join(changed[:5]) if changed else ""
+    more = " ..." if len(changed) > 5 else ""
+    click.echo(
+        f"editing {current.name} in {_shown(current.workdir(ws.root))}: "
+        f"{len(changed)} file(s) changed{listed}{more}"
+    )
+    click.echo("`overlay record` writes it, `overlay edit --abort` throws it away")
+
+
+def _start_edit(
+    ws: Workspace, patch: str | None, new_name: str | None, after: str | None
+) -> None:
+    """``edit PATCH`` / ``edit --new NAME``: prepare the work tree and say how to go on."""
+    from overlay.edit import start_edit
+
+    started = start_edit(
+        ws.root, ws.store, ws.manifest, patch=patch, new=new_name, after=after
+    )
+    s = started.session
+    where = _shown(started.workdir)
+    if started.resumed:
+        click.echo(f"the edit of {s.name} is already prepared in {where}")
+    elif s.new:
+        click.echo(
+            f"prepared {where}: a git checkout of the layer with {len(started.below)} "
+            f"patch(es) of the series applied, for the new patch {s.name}"
+        )
+    else:
+        click.echo(
+            f"prepared {where}: a git checkout of the layer below {s.name} with the "
+            "patch applied (`git diff HEAD~1` there shows the whole patch)"
+        )
+    click.echo(
+        f"edit the files under {where} (`git diff` there shows your change), then:"
+    )
+    if s.new:
+        click.echo(
+            '  overlay record -m "<subject>" --description "<why>" '
+            "[--forwarded not-needed] [--fix N]"
+        )
+    else:
+        click.echo("  overlay record   (-m/--description to change its message too)")
+
+
+@click.command("record")
+@click.option(
+    "-m", "--message", "subject", default=None, help="The patch's subject line."
+)
+@click.option(
+    "--description",
+    default=None,
+    help="Why the change is needed (the patch's description).",
+)
+@click.option(
+    "--fix",
+    "fix",
+    type=click.IntRange(1, 9999),
+    default=None,
+    help="Point Local-Fix at this existing LOCAL_FIXES.md entry instead of adding one.",
+)
+@click.option(
+    "--forwarded",
+    default=None,
+    help="The Forwarded: trailer (default not-needed, the fork policy).",
+)
+@click.option(
+    "--section",
+    type=click.Choice(["kernels", "build", "api", "retarget"]),
+    default="kernels",
+    show_default=True,
+    help="Section of the new LOCAL_FIXES.md entry.",
+)
+@click.option(
+    "--title",
+    default=None,
+    help="Title of the new entry (default: the subject without its tag).",
+)
+@click.option(
+    "--author",
+    default=None,
+    metavar="'NAME <EMAIL>'",
+    help="From: of a new patch (default: the last patch's author).",
+)
+@click.option("--keep", is_flag=True, help="Keep the work tree for another round.")
+@click.pass_obj
+@handle_errors
+def record_cmd(
+    ws: Workspace,
+    subject: str | None,
+    description: str | None,
+    fix: int | None,
+    forwarded: str | None,
+    section: str,
+    title: str | None,
+    author: str | None,
+    keep: bool,
+) -> None:
+    """Write the edit in progress into its patch file, LOCAL_FIXES.md entry and series
+    line."""
+    from overlay.edit import load_session, record
+
+    session = load_session(ws.root)
+    if (
+        session is not None
+        and session.new
+        and (subject is None or description is None)
+        and _interactive()
+    ):
+        subject, description = _message_from_editor(subject, description)
+    done = record(
+        ws.root,
+        ws.store,
+        ws.manifest,
+        subject=subject,
+        description=description,
+        fix=fix,
+        forwarded=forwarded,
+        section=section,
+        title=title,
+        author=author,
+        keep=keep,
+    )
+    _echo_recorded(ws, done, section)
+
+
+def _echo_recorded(ws: Workspace, done, section: str) -> None:
+    """What ``record`` wrote, carried and kept, and what to run next."""
+    files = ", ".join(f"{p} +{a} -{r}" for p, a, r in done.files)
+    click.echo(f"recorded {layout.PATCH_DIR}/{done.name}: {files}")
+    trailers = f"Local-Fix: {done.fix}, Forwarded: {done.forwarded}"
+    if done.entry_created:
+        click.echo(
+            f"added entry {done.fix} to {layout.LOCAL_FIXES} ({section}); "
+            f"the patch says {trailers}"
+        )
+    elif done.new:
+        click.echo(f"the patch says {trailers}")
+    if done.new:
+        click.echo(
+            f"{layout.SERIES}: {done.name} "
+            + (f"after {done.after}" if done.after else "first")
+        )
+    for name in done.carried:
+        click.echo(f"carried {name} onto the change (rewritten byte-stable)")
+    # Named from the repository root: the current directory may have been inside it.
+    where = os.path.relpath(done.workdir, ws.root)
+    click.echo(
+        f"kept the work tree {where}" if done.kept else f"removed the work tree {where}"
+    )
+    click.echo("next: overlay verify; overlay export DEST (e.g. build/rocm/src)")
+
+
+@click.group("fix")
+def fix_group() -> None:
+    """Entries of LOCAL_FIXES.md: add one, list them."""
+
+
+@fix_group.command("new")
+@click.option(
+    "--section",
+    type=click.Choice(["retarget", "kernels", "build", "api"]),
+    required=True,
+)
+@click.option("--title", required=True, help="The entry's bold title (a sentence).")
+@click.option(
+    "--file",
+    "files",
+    multiple=True,
+    required=True,
+    help="A file the fix touches (repeat).",
+)
+@click.option(
+    "--body", default=None, help="The paragraph; a placeholder is written when omitted."
+)
+@click.pass_obj
+@handle_errors
+def fix_new_cmd(
+    ws: Workspace, section: str, title: str, files: tuple[str, ...], body: str | None
+) -> None:
+    """Add an entry with the next free number, ending with the policy sentence."""
+    from overlay import fixes
+    from overlay.runstate import state_lock
+
+    manifest = ws.manifest
+    with state_lock(
+        ws.root, "fix new"
+    ):  # LOCAL_FIXES.md is a record a rebase also writes
+        number = fixes.add_entry(
+            ws.path(layout.LOCAL_FIXES),
+            section,
+            title,
+            list(files),
+            body,
+            **fixes.entry_policy(manifest),
+        )
+    click.echo(
+        f"added entry {number} to {layout.LOCAL_FIXES}; "
+        f"put `Local-Fix: {number}` in its patch"
+    )
+
+
+@fix_group.command("list")
+@click.pass_obj
+@handle_errors
+def fix_list_cmd(ws: Workspace) -> None:
+    """Print the entries with their patches and files."""
+    from overlay import fixes
+    from overlay.series import load_series
+
+    doc = fixes.load(ws.path(layout.LOCAL_FIXES))
+    records = [
+        fixes.PatchRecord(
+            f"{layout.PATCH_DIR}/{p.name}",
+            tuple(p.trailers.get("Local-Fix") or ()),
+            p.forwarded,
+            p.touched,
+            p.deleted,
+        )
+        for p in load_series(ws.root)
+    ]
+    for row in fixes.list_entries(doc, records):
+        click.echo(f"{row['number']:>3}. [{row['section']}] {row['title']}")
+        for patch in row["patches"] or ["(no patch)"]:
+            click.echo(f"       patch: {patch}")
+        for f in row["files"]:
+            click.echo(f"       file:  {f}")
+
+
+#: The commands of this module.
+COMMANDS = [edit_cmd, record_cmd, fix_group]

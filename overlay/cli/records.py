@@ -1,0 +1,202 @@
+"""The record commands: ``verify`` (check every record) and ``refresh`` (rewrite patches)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+
+import click
+
+from overlay import layout
+from overlay.clitools import exit_with, handle_errors
+from overlay.errors import OverlayError
+from overlay.options import format_option, output_option
+from overlay.workspace import Workspace
+
+
+@click.command("verify")
+@format_option(["text", "json", "junit", "github"])
+@click.option(
+    "--only",
+    multiple=True,
+    metavar="FAMILY",
+    help="Run only this family (MAN, SER, LAY, FIX).",
+)
+@click.option(
+    "--skip", multiple=True, metavar="CODE", help="Drop findings with this code."
+)
+@output_option("Write the report here too.", short_first=True)
+@click.option(
+    "--strict",
+    is_flag=True,
+    help="Warnings fail too (exit 1), e.g. MAN002: layers not checked.",
+)
+@click.pass_obj
+@handle_errors
+def verify_cmd(
+    ws: Workspace,
+    fmt: str,
+    only: tuple[str, ...],
+    skip: tuple[str, ...],
+    output: str | None,
+    strict: bool,
+) -> None:
+    """Check every record: manifest, series, layers, LOCAL_FIXES.md."""
+    from overlay import verdict
+
+    # The verdict cache (issue 14): with every input as it was at an earlier verify, its
+    # report is printed again without importing, reading or computing anything else.
+    options = verdict.options_key(fmt, only, skip)
+    key = verdict.inputs(ws.root, ws.git_dir, ws.offline)
+    hit = verdict.lookup(ws.root, key, options) if key is not None else None
+    if hit is not None:
+        text, errors, warnings = hit
+        _note_run_in_progress(ws)
+    else:
+        text, errors, warnings = _verify_now(ws, fmt, only, skip, key, options)
+    click.echo(text, nl=False)
+    if output:
+        from overlay.fsutil import atomic_write
+
+        atomic_write(os.path.abspath(output), text.encode())
+    exit_with(1 if errors or (strict and warnings) else 0)
+
+
+def _note_run_in_progress(ws: Workspace) -> None:
+    """Say a stopped run beside a cached verdict: the records are keyed, the run state
+    is not."""
+    if os.path.isdir(ws.path(layout.REBASE_STATE_DIR)):
+        from overlay.runstate import in_progress_note
+
+        note = in_progress_note(ws.root)
+        if note:
+            click.echo(f"note: {note}", err=True)
+
+
+def _verify_now(
+    ws: Workspace,
+    fmt: str,
+    only: Iterable[str],
+    skip: Iterable[str],
+    key: bytes | None,
+    options: bytes,
+) -> tuple[str, bool, bool]:
+    """Run the checks and render them; remember the verdict when nothing it depends on
+    changed meanwhile and the store lacked nothing.
+
+    Returns:
+        ``(report text, any error, any warning)``.
+    """
+    from overlay import verdict
+    from overlay.checks import verify
+    from overlay.findings import has_errors
+    from overlay.render import render, render_junit
+
+    result = verify(ws.root, ws.store, only=only, skip=skip)
+    for note in result.notes:
+        # stderr: the report itself stays parseable in every format
+        click.echo(f"note: {note}", err=True)
+    text = (
+        render_junit(result.findings, result.checks)
+        if fmt == "junit"
+        else render(result.findings, fmt)
+    )
+    errors = has_errors(result.findings)
+    warnings = any(f.severity == "warning" for f in result.findings)
+    if (
+        key is not None
+        and result.cacheable
+        and not result.notes
+        and verdict.inputs(ws.root, ws.git_dir, ws.offline) == key
+    ):
+        verdict.remember(ws.root, key, options, text, errors, warnings)
+    return text, errors, warnings
+
+
+@click.command("refresh")
+@click.argument("patches", nargs=-1)
+@click.option(
+    "--check",
+    is_flag=True,
+    help="Change nothing; exit 1 when a refresh would change bytes.",
+)
+@click.pass_obj
+@handle_errors
+def refresh_cmd(ws: Workspace, patches: tuple[str, ...], check: bool) -> None:
+    """Re-export patches byte-stable from the layers (only changed files are written)."""
+    from overlay.runstate import state_lock, sweep_killed_runs
+
+    # Exclusive: refresh rewrites patches that a rebase also writes, and the sweep of
+    # a killed refresh's temp files must not race a live writer's.
+    with state_lock(ws.root, "refresh"):
+        sweep_killed_runs(ws.root)
+        _refresh_locked(ws, patches, check)
+
+
+def _refuse_binary_turns(turns) -> None:
+    """Print each text diff a refresh would turn binary as a SER015 finding, then
+    refuse (exit 1)."""
+    from overlay.checks import binary_turn_findings
+    from overlay.errors import EXIT_FINDINGS
+    from overlay.render import render
+
+    click.echo(render(binary_turn_findings(turns), "text"), nl=False)
+    raise OverlayError(
+        f"refresh refused: {len(turns)} text diff(s) would become `GIT binary patch`; "
+        "no patch was written",
+        exit_code=EXIT_FINDINGS,
+        hint="remove the NUL byte from the patch's lines (a source file holds none), "
+        "then refresh",
+    )
+
+
+def _refreshed(ws: Workspace) -> list:
+    """Every patch of the series refreshed from the layers; a series no longer on its
+    recorded pre-images is carried (exactly where it can, 3-way by merge-ort from the
+    recorded blobs where it must)."""
+    from overlay.engine import PatchApplyError
+    from overlay.refresh import carry_series, refresh_series
+    from overlay.series import load_series
+
+    try:
+        return refresh_series(ws.store, ws.layers(stepwise=True))
+    except PatchApplyError:
+        forked = ws.layers(empty_series=True).forked
+        return carry_series(ws.store, forked, load_series(ws.root))
+
+
+def _refresh_locked(ws: Workspace, patches: tuple[str, ...], check: bool) -> None:
+    """Refresh (or with ``check``, only compare) the named patches, all when none."""
+    from overlay.refresh import nul_turns, write_refreshed
+    from overlay.series import load_series
+
+    # A NUL byte in a text hunk refuses the refresh before any layer is computed: the
+    # carry path would otherwise stop on a "binary conflict" that hides the cause.
+    early = [t for patch in load_series(ws.root) for t in nul_turns(patch)]
+    if early:
+        _refuse_binary_turns(early)
+    refreshed = _refreshed(ws)
+    known = {r.patch.name for r in refreshed}
+    unknown = [p for p in patches if p not in known]
+    if unknown:
+        raise OverlayError(f"not in series: {', '.join(unknown)}")
+    turns = [t for r in refreshed for t in r.turns]
+    if turns:
+        _refuse_binary_turns(
+            turns
+        )  # the whole series: the next patch on that file turns too
+    selected = [r for r in refreshed if not patches or r.patch.name in patches]
+    drift = [r.patch.name for r in selected if r.changed]
+    if check:
+        for name in drift:
+            click.echo(f"would rewrite {name}")
+        click.echo(f"{len(drift)} of {len(selected)} patch(es) would change")
+        exit_with(1 if drift else 0)
+    written = write_refreshed(selected)
+    for name in written:
+        click.echo(f"rewrote {name}")
+    click.echo(f"{len(written)} of {len(selected)} patch(es) rewritten")
+
+
+#: The commands of this module.
+COMMANDS = [verify_cmd, refresh_cmd]

@@ -1,0 +1,353 @@
+"""The run commands: ``rebase`` (onto a new MLX pin) and ``sync`` (onto a new fork
+commit), each started, continued, skipped, aborted or shown.
+
+The rules a run must pass before it starts live in :mod:`overlay.runplan`; the run
+itself in :mod:`overlay.rebase`.
+"""
+
+from __future__ import annotations
+
+import click
+
+from overlay import layout
+from overlay.clitools import handle_errors
+from overlay.errors import OverlayError
+from overlay.options import format_option
+
+# ``_rebase_action_locked`` is kept as it was in ``overlay/cli.py`` (another change
+# edits its body): it names the workspace ``Context`` and gets the store by ``_store``.
+from overlay.workspace import Workspace
+from overlay.workspace import Workspace as Context
+
+
+def _store(ctx: Workspace):
+    """The workspace's git store."""
+    return ctx.store
+
+
+def _rebase_action(ctx: Workspace, action: str, fmt: str, kind: str) -> None:
+    """Shared driver of ``rebase`` and ``sync`` for --continue/--skip/--abort/--status,
+    under the rebase lock (shared for --status): a second command at the same time is
+    refused with one line; --status then says which command is running."""
+    from overlay.runstate import StateBusy, state_lock, sweep_killed_runs
+
+    try:
+        with state_lock(ctx.root, f"{kind} --{action}", shared=action == "status"):
+            if action != "status":
+                # temp files of a killed command, before --abort says "as before"
+                sweep_killed_runs(ctx.root)
+            _rebase_action_locked(ctx, action, fmt)
+    except StateBusy as busy:
+        if action != "status":
+            raise
+        who = (
+            f"`overlay {busy.holder[1]}` (pid {busy.holder[0]})"
+            if busy.holder
+            else "another overlay command"
+        )
+        click.echo(
+            f"{who} is working on the rebase state right now; run --status again "
+            "when it has finished"
+        )
+
+
+def _rebase_action_locked(ctx: Context, action: str, fmt: str) -> None:
+    from overlay.rebase import Rebase
+    from overlay.rebase_report import render
+    from overlay.runstate import wedged_hint
+
+    rb = Rebase(ctx.root, _store(ctx))
+    info = rb.inspect()
+    if not info.present:
+        if action == "status":
+            click.echo("no rebase or sync in progress")
+            return
+        from overlay.runstate import no_run_to_abort
+
+        raise no_run_to_abort(ctx.root, action)
+    if info.problem:
+        if action == "status":
+            click.echo(f"{info.kind} state is wedged: {info.problem}")
+            click.echo(f"  {wedged_hint(info.kind)}")
+        elif action == "abort":
+            rec = rb.recover_wedged()
+            click.echo(
+                f"aborted the wedged {rec.kind} state ({rec.problem}): {len(rec.restored)} file(s) restored "
+                "from its backup; the state is removed"
+            )
+            if rec.kept:
+                click.echo(
+                    f"warning: no backup copy, left as the run wrote them: {', '.join(rec.kept)}; "
+                    "check them with `git diff`",
+                    err=True,
+                )
+            if rec.note:
+                click.echo(f"note: {rec.note}")
+        else:
+            raise OverlayError(
+                f"the {info.kind} state is wedged: {info.problem}; --{action} cannot go on from it",
+                hint=wedged_hint(info.kind),
+            )
+        return
+    rb.load()
+    if action == "status":
+        st = rb.state
+        click.echo(
+            f"{st['kind']} in progress: pin {st['old']['pin'][:12]} -> {st['new']['pin'][:12]}, "
+            f"fork {st['old']['fork'][:12]} -> {st['new']['fork'][:12]}"
+        )
+        for path, entry in sorted(st["resolutions"].items()):
+            click.echo(
+                f"  resolution {path}: {entry.get('status') if isinstance(entry, dict) else '?'}"
+            )
+        for path in st.get("stale", []):
+            click.echo(f"  resolution {path}: removed (no longer conflicts)")
+        for entry in st["patches"]:
+            if isinstance(entry, dict):
+                click.echo(f"  patch {entry.get('name')}: {entry.get('status')}")
+        stop = st.get("stop")
+        if stop:
+            what = stop.get("path") or stop.get("name")
+            click.echo(
+                f"stopped at {stop['type']} {what}: edit the files under .overlay/rebase/work/, "
+                "then --continue (or --skip a patch, or --abort)"
+            )
+        return
+    if action == "abort":
+        restored = rb.abort()
+        if restored:
+            click.echo(
+                f"aborted: {len(restored)} file(s) restored; the overlay is as it was before the run"
+            )
+        else:
+            click.echo(
+                "aborted: nothing had been written yet; the overlay is as it was before the run"
+            )
+        return
+    report = (
+        rb.skip(drop=action == "drop") if action in ("skip", "drop") else rb.continue_()
+    )
+    click.echo(render(report, fmt), nl=False)
+    click.echo("report written to .overlay/last-rebase.md")
+
+
+def _rebase_options(fn):
+    """The options ``rebase`` and ``sync`` share."""
+    for opt in reversed(
+        [
+            click.option(
+                "--continue",
+                "action",
+                flag_value="continue",
+                help="Take your edit and go on.",
+            ),
+            click.option(
+                "--skip",
+                "action",
+                flag_value="skip",
+                help="Leave out the patch the run stopped on when it changes nothing on "
+                "the new base; on a conflict it asks for --drop.",
+            ),
+            click.option(
+                "--drop",
+                "action",
+                flag_value="drop",
+                help="Leave the patch the run stopped on out of the series (its file and "
+                "series line go).",
+            ),
+            click.option(
+                "--forget",
+                "forget",
+                metavar="PATH",
+                default=None,
+                help="Forget the resolutions recorded (rr-cache) for PATH.",
+            ),
+            click.option(
+                "--abort",
+                "action",
+                flag_value="abort",
+                help="Restore every file as before the run.",
+            ),
+            click.option(
+                "--status",
+                "action",
+                flag_value="status",
+                help="Show where the run stands.",
+            ),
+            click.option(
+                "--force",
+                is_flag=True,
+                help="Accept a fork or merge base that breaks ancestry.",
+            ),
+            click.option(
+                "--allow-fork-ahead",
+                is_flag=True,
+                help="Accept a fork commit that merged upstream commits newer than the "
+                "pin.",
+            ),
+            format_option(
+                ["text", "json", "markdown"], help="Report format at the end."
+            ),
+        ]
+    ):
+        fn = opt(fn)
+    return fn
+
+
+def _forget(ws: Workspace, path: str, kind: str) -> None:
+    """``--forget PATH``: drop the recorded resolutions of PATH, under the lock."""
+    from overlay.rebase import forget_resolution
+    from overlay.runstate import state_lock
+
+    with state_lock(ws.root, f"{kind} --forget"):
+        removed = forget_resolution(ws.root, path)
+    click.echo(
+        f"forgot {removed} recorded resolution(s) for {path}"
+        if removed
+        else f"no recorded resolution for {path}"
+    )
+
+
+def _start_run(ws: Workspace, kind: str, fmt: str, **kwargs) -> None:
+    """Start a rebase or sync under the rebase lock, from reading the manifest to the end
+    of the run: a second start, --continue or --abort at the same time is refused, and
+    no start works from a manifest another run changed meanwhile."""
+    from overlay.runstate import state_lock, sweep_killed_runs
+
+    with state_lock(ws.root, f"{kind} --{'onto' if kind == 'rebase' else 'fork'}"):
+        sweep_killed_runs(ws.root)
+        _start_run_locked(ws, kind, fmt, **kwargs)
+
+
+def _start_run_locked(ws: Workspace, kind: str, fmt: str, **kwargs) -> None:
+    """Plan the run (:func:`overlay.runplan.plan_run`), say its warnings, run it and
+    print its report; ``kwargs`` are :func:`~overlay.runplan.plan_run`'s options."""
+    from overlay.rebase import Rebase
+    from overlay.rebase_report import render
+    from overlay.runplan import plan_run, start_checks
+
+    plan = plan_run(ws, kind, **kwargs)
+    for line in plan.warnings:
+        click.echo(f"warning: {line}", err=True)
+    for line in start_checks(ws, kind, plan, kwargs.get("force", False)):
+        click.echo(f"warning: {line}", err=True)
+    if plan.nothing_to_do:
+        click.echo(
+            f"nothing to do: already on pin {plan.old.pin[:12]} "
+            f"and fork {plan.old.fork[:12]}"
+        )
+        return
+    rb = Rebase(ws.root, ws.store)
+    rb.start(kind, plan.new, plan.old)
+    report = rb.run()
+    click.echo(render(report, fmt), nl=False)
+    click.echo(f"report written to {layout.LAST_REBASE_MD}")
+
+
+def _run_interrupted() -> str:
+    """The ``on_interrupt`` hook of ``rebase`` and ``sync``: what Ctrl-C left behind."""
+    from overlay.runstate import interrupt_note
+
+    click_ctx = click.get_current_context()
+    ws = click_ctx.find_object(Workspace)
+    return interrupt_note(
+        ws.found if ws else None,
+        click_ctx.info_name or "rebase",
+        ws.started if ws else 0.0,
+    )
+
+
+def _no_target_with(action: str, option: str, value: str | None) -> None:
+    """Refuse ``--onto X --abort`` and the like: the target would be ignored silently.
+
+    Raises:
+        click.UsageError: exit 2, one line.
+    """
+    if value:
+        raise click.UsageError(
+            f"{option} starts a run; --{action} acts on the run in progress: "
+            "give one of them"
+        )
+
+
+@click.command("rebase")
+@click.option(
+    "--onto",
+    "onto",
+    metavar="SHA",
+    default=None,
+    help="The new MLX pin (SHA, tag or branch).",
+)
+@_rebase_options
+@click.pass_obj
+@handle_errors(on_interrupt=_run_interrupted)
+def rebase_cmd(
+    ws: Workspace,
+    onto: str | None,
+    action: str | None,
+    force: bool,
+    fmt: str,
+    forget: str | None,
+    allow_fork_ahead: bool,
+) -> None:
+    """Carry the fork delta and the series onto a new MLX pin."""
+    if forget:
+        return _forget(ws, forget, "rebase")
+    if action:
+        _no_target_with(action, "--onto", onto)
+        return _rebase_action(ws, action, fmt, "rebase")
+    if not onto:
+        raise OverlayError(
+            "give --onto SHA, or one of --continue, --skip, --abort, --status"
+        )
+    _start_run(ws, "rebase", fmt, pin=onto, force=force)
+
+
+@click.command("sync")
+@click.option(
+    "--fork", "fork_ref", metavar="SHA", default=None, help="The new fork commit."
+)
+@click.option(
+    "--merge-base",
+    "merge_base",
+    metavar="SHA",
+    default=None,
+    help="The fork's merge base (default: computed against the pin).",
+)
+@_rebase_options
+@click.pass_obj
+@handle_errors(on_interrupt=_run_interrupted)
+def sync_cmd(
+    ws: Workspace,
+    fork_ref: str | None,
+    merge_base: str | None,
+    action: str | None,
+    force: bool,
+    fmt: str,
+    forget: str | None,
+    allow_fork_ahead: bool,
+) -> None:
+    """Carry the overlay onto a newer fork commit."""
+    if forget:
+        return _forget(ws, forget, "sync")
+    if action:
+        _no_target_with(action, "--fork", fork_ref)
+        _no_target_with(action, "--merge-base", merge_base)
+        return _rebase_action(ws, action, fmt, "sync")
+    if not fork_ref:
+        raise OverlayError(
+            "give --fork SHA, or one of --continue, --skip, --abort, --status"
+        )
+    _start_run(
+        ws,
+        "sync",
+        fmt,
+        fork=fork_ref,
+        merge_base=merge_base,
+        force=force,
+        allow_fork_ahead=allow_fork_ahead,
+    )
+
+
+#: The commands of this module.
+COMMANDS = [rebase_cmd, sync_cmd]

@@ -1,0 +1,225 @@
+"""The layer commands: ``tree``, ``status``, ``export``, ``diff``."""
+
+from __future__ import annotations
+
+import contextlib
+
+import click
+
+from overlay import layout
+from overlay.clitools import handle_errors
+from overlay.errors import OverlayError
+from overlay.workspace import Workspace
+
+LAYERS = ["pin", "forked", "patched"]
+
+layer_option = click.option(
+    "--layer",
+    type=click.Choice(LAYERS),
+    default="patched",
+    show_default=True,
+    help="Which layer.",
+)
+pin_option = click.option(
+    "--pin",
+    "pin_ref",
+    metavar="REF",
+    default=None,
+    help="Preview on another MLX commit instead of the manifest's pin.",
+)
+fork_option = click.option(
+    "--fork",
+    "fork_ref",
+    metavar="REF",
+    default=None,
+    help="Preview with another fork commit instead of the manifest's.",
+)
+
+
+@click.command("tree")
+@layer_option
+@pin_option
+@fork_option
+@click.pass_obj
+@handle_errors
+def tree_cmd(
+    ws: Workspace, layer: str, pin_ref: str | None, fork_ref: str | None
+) -> None:
+    """Print the tree SHA of a layer (pin, forked, patched)."""
+    click.echo(ws.layers(pin=pin_ref, fork=fork_ref).tree(layer))
+
+
+@click.command("status")
+@click.option(
+    "--dest",
+    multiple=True,
+    type=click.Path(file_okay=False),
+    help="Export directory whose stamp to show (default: build/*/src).",
+)
+@click.pass_obj
+@handle_errors
+def status_cmd(ws: Workspace, dest: tuple[str, ...]) -> None:
+    """Show pins, layer SHAs, the series with files and +/- counts, export stamps."""
+    from overlay.runstate import in_progress_note, state_lock
+
+    root = ws.found  # without one, the layers say where it looked
+    with state_lock(root, "status", shared=True) if root else contextlib.nullcontext():
+        _status_locked(ws, dest)  # one consistent snapshot of the records
+        note = in_progress_note(root) if root else None
+        if note:
+            click.echo(f"note: {note}")
+
+
+def _status_locked(ws: Workspace, dest: tuple[str, ...]) -> None:
+    """Print the status from one snapshot of the records (under the shared lock)."""
+    layers = ws.layers()
+    _echo_bases(ws)
+    click.echo(f"layers    pin {layers.pin}")
+    click.echo(
+        f"          forked {layers.forked}  ({len(layers.carried_changes)} carried, "
+        f"{len(layers.dropped_changes)} not carried, "
+        f"{len(layers.conflicts)} resolved conflict(s))"
+    )
+    click.echo(f"          patched {layers.patched}")
+    for stale in layers.stale_resolutions:
+        click.echo(
+            f"warning: stale resolution {layout.RESOLVED_DIR}/{stale}: "
+            "the path no longer conflicts"
+        )
+    click.echo(f"series    {len(layers.patches)} patch(es)")
+    for result in layers.patches:
+        patch = result.patch
+        fix = (
+            f"Local-Fix {patch.local_fix}"
+            if patch.local_fix is not None
+            else "no Local-Fix"
+        )
+        click.echo(f"  {patch.name}  [{result.state}]  {fix}  {patch.subject}")
+        for change in patch.changes:
+            name = (
+                f"{change.source} -> {change.target}" if change.rename else change.path
+            )
+            click.echo(f"      {name}  +{change.added} -{change.removed}")
+    _echo_exports(ws, dest, layers.patched)
+
+
+def _echo_bases(ws: Workspace) -> None:
+    """The remotes (with the variable overriding each URL) and the pinned commits."""
+    from overlay.status import remotes
+
+    manifest = ws.manifest
+    up, fork = remotes(manifest).values()
+    up_note = f"  ({up.override})" if up.override else ""
+    fork_note = f"  ({fork.override})" if fork.override else ""
+    click.echo(f"upstream  {up.url}{up_note}  pin {manifest.pin}")
+    click.echo(
+        f"fork      {fork.url}{fork_note}  {manifest.fork_branch} {manifest.fork_commit}"
+        f"  (merge base {manifest.merge_base[:12]})"
+    )
+
+
+def _echo_exports(ws: Workspace, dest: tuple[str, ...], patched: str) -> None:
+    """One line per export directory: its stamp against the patched layer."""
+    from overlay.export import edited_note
+    from overlay.status import export_dirs, export_state
+
+    for d in export_dirs(ws.root, dest):
+        state = export_state(d, ws.store, patched)
+        if state.state == "no stamp":
+            click.echo(f"export    {d}: no stamp")
+            continue
+        if state.state == "interrupted":
+            click.echo(
+                f"export    {d}: interrupted export of {state.tree}; "
+                f"a plain `overlay export {d}` completes it"
+            )
+        else:
+            click.echo(
+                f"export    {d}: tree {state.tree} ({state.state}, {state.files} files)"
+            )
+        if state.edited:
+            click.echo(f"warning: {d}: {edited_note(state.edited)}")
+
+
+@click.command("export")
+@click.argument("dest", type=click.Path(file_okay=False))
+@layer_option
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Take over a non-empty directory / discard hand edits.",
+)
+@click.pass_obj
+@handle_errors
+def export_cmd(ws: Workspace, dest: str, layer: str, force: bool) -> None:
+    """Write a layer into DEST incrementally (only changed paths); completes an
+    interrupted export."""
+    from overlay.errors import EXIT_INTERRUPTED
+    from overlay.export import edited_note, export_tree
+
+    try:
+        result = export_tree(ws.store, ws.layers().tree(layer), dest, force=force)
+    except KeyboardInterrupt:
+        # export_tree reports its own interrupts; this one came before it ran.
+        raise OverlayError(
+            f"interrupted before anything was written: {dest} is as it was",
+            exit_code=EXIT_INTERRUPTED,
+        ) from None
+    if result.resumed:
+        click.echo(f"resumed the interrupted export of {result.resumed}")
+    click.echo(
+        f"exported {layer} {result.tree} to {dest}: {len(result.written)} written, "
+        f"{len(result.removed)} removed, {result.unchanged} unchanged "
+        f"({result.seconds:.2f} s)"
+    )
+    if result.edited:
+        click.echo(f"warning: {dest}: {edited_note(result.edited)}", err=True)
+
+
+@click.command("diff")
+@click.option(
+    "--from",
+    "from_layer",
+    type=click.Choice(LAYERS),
+    default="forked",
+    show_default=True,
+)
+@click.option(
+    "--to",
+    "to_layer",
+    type=click.Choice(LAYERS),
+    default="patched",
+    show_default=True,
+)
+@click.option("--stat", is_flag=True, help="Summary per file instead of the patch.")
+@click.option("--name-only", is_flag=True, help="Only the changed paths.")
+@click.argument("paths", nargs=-1)
+@click.pass_obj
+@handle_errors
+def diff_cmd(
+    ws: Workspace,
+    from_layer: str,
+    to_layer: str,
+    stat: bool,
+    name_only: bool,
+    paths: tuple[str, ...],
+) -> None:
+    """Show the diff between two layers (default forked -> patched)."""
+    layers = ws.layers()
+    mode = "--stat" if stat else "--name-only" if name_only else "-p"
+    args = [
+        "diff-tree",
+        "-r",
+        "-M",
+        "--full-index",
+        mode,
+        layers.tree(from_layer),
+        layers.tree(to_layer),
+    ]
+    if paths:
+        args += ["--", *paths]
+    click.echo(ws.store.git(*args).stdout.decode("utf-8", "replace"), nl=False)
+
+
+#: The commands of this module, in ``--help`` order.
+COMMANDS = [tree_cmd, status_cmd, export_cmd, diff_cmd]

@@ -1,0 +1,62 @@
+"""Where things live in an overlay repository: every record and state path, named once.
+
+Paths are relative to the repository root and written with ``/`` (as findings and
+messages name them); :func:`under` joins one onto a root for the file system.
+Importing this module costs nothing: it holds only names.
+
+Records (committed): the manifest, the series and its patches, the resolutions, the
+suites, ``LOCAL_FIXES.md``. Per-clone state (git-ignored): everything under
+``.overlay/`` -- the run state and lock, the last run's report, the rr-cache.
+Build outputs: everything under ``build/``.
+"""
+
+from __future__ import annotations
+
+import os
+
+#: The records' directory: the manifest, the series and the patch files.
+PATCH_DIR = "patches-rocm"
+#: The manifest; the repository root is the directory holding it.
+MANIFEST = f"{PATCH_DIR}/overlay.toml"
+#: The series file: one patch name a line, in order.
+SERIES = f"{PATCH_DIR}/series"
+#: The resolutions of the fork delta's conflicts with the pin, one file per path.
+RESOLVED_DIR = f"{PATCH_DIR}/resolved"
+#: The concurrency suites' directory (``suites.toml`` and the children's sources).
+SUITES_DIR = f"{PATCH_DIR}/suites"
+#: The suites' definitions.
+SUITES_TOML = f"{SUITES_DIR}/suites.toml"
+#: The race lab's host-model sources.
+RACELAB_DIR = f"{SUITES_DIR}/racelab"
+#: The fixes document.
+LOCAL_FIXES = "LOCAL_FIXES.md"
+
+#: This clone's state (locks, reports, rr-cache); never a record.
+STATE_DIR = ".overlay"
+#: The state of a rebase or sync in progress.
+REBASE_STATE_DIR = f"{STATE_DIR}/rebase"
+#: The last completed rebase or sync, as JSON (its ``pins.before.pin`` is where it started).
+LAST_REBASE_JSON = f"{STATE_DIR}/last-rebase.json"
+#: The last completed rebase or sync, as Markdown.
+LAST_REBASE_MD = f"{STATE_DIR}/last-rebase.md"
+#: The last import's report.
+LAST_IMPORT_MD = f"{STATE_DIR}/last-import.md"
+
+#: Build outputs (git-ignored).
+BUILD_DIR = "build"
+#: The glob of the export directories ``overlay build`` writes (``build/<backend>/src``).
+EXPORTS_GLOB = f"{BUILD_DIR}/*/src"
+#: The suites' results root.
+SUITE_RESULTS_DIR = f"{BUILD_DIR}/suite-results"
+
+
+def under(root: str, rel: str) -> str:
+    """``rel`` (one of this module's ``/`` paths) joined onto ``root`` for the file system.
+
+    Args:
+        root: the repository root (or any directory).
+        rel: a relative path written with ``/``.
+    Returns:
+        The joined path, with the platform's separator.
+    """
+    return os.path.join(root, *rel.split("/"))

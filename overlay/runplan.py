@@ -1,0 +1,230 @@
+"""Where a rebase or sync goes, before it starts; where the last one started from.
+
+The rules a run must pass before :class:`overlay.rebase.Rebase` starts it:
+
+* a sync's fork commit descends from the current one (``--force`` accepts a
+  rewritten fork, or a move backwards on purpose), and holds no upstream commit
+  newer than the pin (``--allow-fork-ahead`` accepts it);
+* the merge base is an ancestor of the pin (``--force`` accepts it);
+* a pin that does not descend from the current one is said (a warning);
+* no run is in progress; a new pin is an upstream commit (``--force`` turns the
+  refusal into a warning), and on a move backwards the retarget entries citing
+  commits the new pin lacks are named.
+
+And what the last completed run left in ``.overlay/last-rebase.json``: the pin it
+started from, the old end of the range ``drift`` and ``build`` attribute errors over.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import TYPE_CHECKING
+
+from overlay import layout
+from overlay.errors import OverlayError
+
+if TYPE_CHECKING:
+    from overlay.gitstore import Store
+    from overlay.rebase import Bases
+    from overlay.workspace import Workspace
+
+
+@dataclasses.dataclass
+class RunPlan:
+    """A run that passed the rules, ready to start.
+
+    Attributes:
+        old: the manifest's commits now.
+        new: the commits the run goes to (``new == old``: nothing to do).
+        warnings: lines for the user, in the order they were found.
+    """
+
+    old: Bases
+    new: Bases
+    warnings: list[str] = dataclasses.field(default_factory=list)
+
+    @property
+    def nothing_to_do(self) -> bool:
+        """True when the run would move nothing."""
+        return self.new == self.old
+
+
+def plan_run(
+    ws: Workspace,
+    kind: str,
+    *,
+    pin: str | None = None,
+    fork: str | None = None,
+    merge_base: str | None = None,
+    force: bool = False,
+    allow_fork_ahead: bool = False,
+) -> RunPlan:
+    """The commits a ``rebase`` (new ``pin``) or ``sync`` (new ``fork``) goes to.
+
+    The manifest's three commits are fetched when missing; ``pin``, ``fork`` and
+    ``merge_base`` are refs resolved in the store.
+
+    Args:
+        ws: the workspace (manifest, store with its remotes).
+        kind: ``"rebase"`` or ``"sync"``.
+        pin, fork, merge_base: the new commits (``None``: keep, or for a sync's merge
+            base, compute it against the pin).
+        force: accept a fork or merge base that breaks ancestry.
+        allow_fork_ahead: accept a fork that merged upstream commits newer than the pin.
+    Returns:
+        :class:`RunPlan`; its warnings say a pin moving backwards or sideways.
+    Raises:
+        OverlayError: an ancestry rule is broken; the hint names the option that
+            accepts it (exit 2).
+        GitError, OfflineMiss: a commit is missing and cannot be fetched (exit 2).
+    """
+    from overlay.rebase import Bases
+
+    manifest, store = ws.manifest, ws.store
+    old = Bases(manifest.pin, manifest.fork_commit, manifest.merge_base)
+    for sha, remotes in (
+        (old.pin, ["upstream", "fork"]),
+        (old.fork, ["fork"]),
+        (old.merge_base, ["fork", "upstream"]),
+    ):
+        store.ensure_commit(sha, remotes)
+    new_pin = store.resolve(pin, ["upstream"]) if pin else old.pin
+    new_fork = store.resolve(fork, ["fork"]) if fork else old.fork
+    if kind == "sync":
+        new_base = _sync_base(store, old, new_pin, new_fork, merge_base)
+        if not force:
+            _refuse_fork_not_descending(store, old.fork, new_fork)
+        if not allow_fork_ahead:
+            from overlay.pins import refuse_fork_ahead
+
+            refuse_fork_ahead(store, new_fork, new_pin)
+    else:
+        new_base = old.merge_base
+    if not force and not store.is_ancestor(new_base, new_pin):
+        raise OverlayError(
+            f"merge base {new_base[:12]} is not an ancestor of pin {new_pin[:12]}",
+            hint="pass --force to accept it, or give --merge-base",
+        )
+    plan = RunPlan(old, Bases(new_pin, new_fork, new_base))
+    if new_pin != old.pin and not store.is_ancestor(old.pin, new_pin):
+        plan.warnings.append(
+            f"pin {new_pin[:12]} does not descend from the current pin {old.pin[:12]} "
+            "(moving backwards or sideways)"
+        )
+    return plan
+
+
+def _sync_base(
+    store: Store, old: Bases, new_pin: str, new_fork: str, merge_base: str | None
+) -> str:
+    """A sync's merge base: ``--merge-base`` resolved, else git's merge base of the new
+    fork commit and the pin."""
+    if merge_base:
+        return store.resolve(merge_base, ["fork", "upstream"])
+    return store.out("merge-base", new_fork, new_pin)
+
+
+def _refuse_fork_not_descending(store: Store, old_fork: str, new_fork: str) -> None:
+    """Refuse a sync to a fork commit that does not descend from the current one: a
+    move backwards says how far back, a rewrite says so.
+
+    Raises:
+        OverlayError: the hint names ``--force`` (exit 2).
+    """
+    if store.is_ancestor(old_fork, new_fork):
+        return
+    if store.is_ancestor(new_fork, old_fork):
+        behind = store.out("rev-list", "--count", f"{new_fork}..{old_fork}")
+        raise OverlayError(
+            f"fork commit {new_fork[:12]} is {behind} commit(s) older than the current "
+            f"{old_fork[:12]}: the sync would move the fork backwards",
+            hint="pass --force to go back to it on purpose",
+        )
+    raise OverlayError(
+        f"fork commit {new_fork[:12]} does not descend from {old_fork[:12]}",
+        hint="pass --force if the fork was rewritten on purpose",
+    )
+
+
+def start_checks(ws: Workspace, kind: str, plan: RunPlan, force: bool) -> list[str]:
+    """The checks right before a run starts (and before "nothing to do").
+
+    Refuse while a run is in progress; for a rebase to a new pin, refuse one that is
+    not an upstream commit unless ``force``, and on a move backwards name the
+    retarget entries citing commits the new pin lacks.
+
+    Args:
+        ws: the workspace.
+        kind: ``"rebase"`` or ``"sync"``.
+        plan: from :func:`plan_run`.
+        force: ``--force``.
+    Returns:
+        Warning lines for the user.
+    Raises:
+        OverlayError: a run is in progress or wedged, or the pin is refused (exit 2).
+    """
+    from overlay.pins import backwards_citations, check_new_pin
+    from overlay.runstate import refuse_if_in_progress
+
+    refuse_if_in_progress(ws.root)
+    old, new = plan.old, plan.new
+    if kind != "rebase" or new.pin == old.pin:
+        return []
+    warnings = check_new_pin(
+        ws.store, new.pin, fork_commits=(old.fork, new.fork), force=force
+    )
+    warnings += [
+        citation.describe()
+        for citation in backwards_citations(ws.store, ws.root, old.pin, new.pin)
+    ]
+    return warnings
+
+
+def last_run_pins(root: str) -> dict | None:
+    """The ``pins`` of the last completed rebase or sync (``.overlay/last-rebase.json``):
+    ``{"before": {"pin", "fork", ...}, "after": {...}}``, or ``None`` when there is no
+    such report or it cannot be read.
+
+    The one reader of the report's pins for the commands; :mod:`overlay.rebase` writes
+    it (``runstate.REPORT_JSON``).
+    """
+    try:
+        with open(layout.under(root, layout.LAST_REBASE_JSON), encoding="utf-8") as fh:
+            pins = json.load(fh)["pins"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return pins if isinstance(pins, dict) else None
+
+
+def last_run_start(root: str) -> str:
+    """The pin the last completed rebase or sync started from (``pins.before.pin`` of
+    ``.overlay/last-rebase.json``), whatever the manifest says now.
+
+    Raises:
+        OverlayError: no such report, or it does not say (exit 2).
+    """
+    before = (last_run_pins(root) or {}).get("before")
+    if isinstance(before, dict) and "pin" in before:
+        return str(before["pin"])
+    raise OverlayError(
+        f"no --from given and no {layout.LAST_REBASE_JSON} to take the old pin from"
+    )
+
+
+def drift_range(ws: Workspace, drift_from: str | None) -> tuple[str, str] | None:
+    """``(old pin, manifest pin)`` for drift attribution in ``build`` and ``ci``:
+    ``drift_from`` resolved, else the pin the last rebase started from when it moved
+    to the manifest's pin, else ``None``.
+
+    Raises:
+        GitError, OfflineMiss: ``drift_from`` does not resolve (exit 2).
+    """
+    from overlay.drift import last_rebase_pin
+
+    pin = ws.manifest.pin
+    if drift_from is None:
+        drift_from = last_rebase_pin(ws.root, pin)
+        if drift_from is None:
+            return None
+    return ws.store.resolve(drift_from, ["upstream"]), pin

@@ -1,0 +1,91 @@
+"""What ``overlay status`` says, as data: where the remotes point, how each export stands.
+
+The command renders these; the verdicts (which URL is an override, whether an
+export is up to date, stale, half written or edited by hand) are decided here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from overlay import layout
+
+if TYPE_CHECKING:
+    from overlay.gitstore import Store
+    from overlay.manifest import Manifest
+
+#: The environment variable that overrides each remote's URL.
+URL_OVERRIDES = {"upstream": "OVERLAY_UPSTREAM_URL", "fork": "OVERLAY_FORK_URL"}
+
+
+@dataclasses.dataclass
+class Remote:
+    """One remote: its URL and the variable that overrode the manifest's, if any."""
+
+    name: str
+    url: str
+    override: str | None
+
+
+def remotes(manifest: Manifest) -> dict[str, Remote]:
+    """``{"upstream": Remote, "fork": Remote}``: the URLs the store fetches from, each
+    with the environment variable that replaced the manifest's URL (``None`` when none)."""
+    urls = manifest.remote_urls()
+    declared = {"upstream": manifest.upstream_url, "fork": manifest.fork_url}
+    return {
+        name: Remote(
+            name,
+            urls[name],
+            URL_OVERRIDES[name] if urls[name] != declared[name] else None,
+        )
+        for name in ("upstream", "fork")
+    }
+
+
+@dataclasses.dataclass
+class ExportState:
+    """How one export directory stands against the patched layer.
+
+    Attributes:
+        dest: the export directory.
+        state: ``"no stamp"`` (never exported), ``"interrupted"`` (an export was
+            cut short), ``"up to date"`` or ``"stale"`` (another tree than the layer).
+        tree: the tree the stamp names (the interrupted export's, when interrupted).
+        files: how many files the stamp lists.
+        edited: files edited by hand since the export (see
+            :func:`overlay.export.edited_files`).
+    """
+
+    dest: str
+    state: str
+    tree: str | None = None
+    files: int = 0
+    edited: list[str] = dataclasses.field(default_factory=list)
+
+
+def export_dirs(root: str, dests: Sequence[str]) -> list[str]:
+    """``dests`` when given, else the repository's ``build/*/src``, sorted."""
+    return list(dests) or sorted(glob.glob(layout.under(root, layout.EXPORTS_GLOB)))
+
+
+def export_state(dest: str, store: Store, patched: str) -> ExportState:
+    """The verdict on the export in ``dest`` against the patched layer ``patched``.
+
+    Raises:
+        OverlayError: the stamp is unreadable (exit 2).
+    """
+    from overlay.export import edited_files, read_stamp
+
+    stamp = read_stamp(dest)
+    if stamp is None:
+        return ExportState(dest, "no stamp")
+    if stamp.get("pending"):
+        out = ExportState(dest, "interrupted", stamp["pending"]["tree"])
+    else:
+        state = "up to date" if stamp["tree"] == patched else "stale"
+        out = ExportState(dest, state, stamp["tree"], len(stamp["files"]))
+    out.edited = edited_files(dest, stamp, store=store, tree=patched)
+    return out

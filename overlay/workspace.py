@@ -1,0 +1,206 @@
+"""One command's view of the overlay: root, git store, manifest, layers, paths.
+
+A :class:`Workspace` is made once per command, from the global options
+(``-C``, ``--git-dir``, ``--offline``, ``--debug``), and is the click context
+object of the ``overlay`` group and of its ``suite`` and ``import`` subgroups.
+Everything in it is found or computed on first use and kept for the rest of the
+command:
+
+* :attr:`Workspace.root` -- the overlay repository, found upwards from the start
+  directory as git finds its root;
+* :attr:`Workspace.manifest` -- ``patches-rocm/overlay.toml``, validated;
+* :attr:`Workspace.store` -- the git store; its ``upstream`` and ``fork`` remotes
+  point at the manifest's URLs as soon as both are known (:func:`point_remotes`,
+  the one place that does it);
+* :meth:`Workspace.layers` -- the three layers, computed on demand and cached per
+  set of options;
+* :meth:`Workspace.path` -- a record or state path (:mod:`overlay.layout`) under
+  the root.
+
+Domain functions take the workspace, or its store and root, the way pre-commit
+passes its ``Store``; they never build a store of their own.
+
+Importing this module costs nothing: the git store, the manifest and the layers
+are imported when first used (issue 14: start-up is the floor every command pays).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import TYPE_CHECKING
+
+from overlay import layout
+
+if TYPE_CHECKING:
+    from overlay.gitstore import Store
+    from overlay.layers import Layers
+    from overlay.manifest import Manifest
+
+
+def point_remotes(store: Store, manifest: Manifest) -> None:
+    """Point the store's remotes at the manifest's URLs (after the ``OVERLAY_UPSTREAM_URL``
+    / ``OVERLAY_FORK_URL`` overrides): the one place a manifest sets the remotes.
+
+    Cheap when they already point there (the store reads its configuration once).
+
+    Args:
+        store: the git store.
+        manifest: the validated manifest.
+    """
+    for name, url in manifest.remote_urls().items():
+        store.set_remote(name, url)
+
+
+class Workspace:
+    """The overlay repository, git store, manifest and layers one command works on.
+
+    Args:
+        start: where root discovery begins: the current directory, or ``-C DIR``.
+        git_dir: the git store (``--git-dir``); ``None`` for the default store.
+        offline: never fetch; a missing object is an error (``--offline``).
+        debug: show tracebacks for expected errors (``--debug``).
+
+    Attributes:
+        start: ``start``, absolute.
+        git_dir, offline, debug: as given.
+        started: when the command began (``time.time()``), for interrupt notes.
+        suites_toml: the suites file ``overlay suite --suites`` names, or ``None``
+            for the repository's (see :attr:`suites_path`).
+    """
+
+    def __init__(
+        self,
+        start: str = ".",
+        git_dir: str | None = None,
+        offline: bool = False,
+        debug: bool = False,
+    ):
+        self.start = os.path.abspath(start)
+        self.git_dir = git_dir
+        self.offline = offline
+        self.debug = debug
+        self.started = time.time()
+        self.suites_toml: str | None = None
+        self._root: str | None = None
+        self._manifest: Manifest | None = None
+        self._store: Store | None = None
+        self._layers: dict[tuple, Layers] = {}
+
+    # -- where ------------------------------------------------------------------
+    @property
+    def root(self) -> str:
+        """The overlay repository: the nearest of ``start`` and its parents holding
+        ``patches-rocm/overlay.toml`` (found on first use, as git finds its root).
+
+        Raises:
+            ManifestError: there is none; the message names where it looked (exit 2).
+        """
+        if self._root is None:
+            from overlay.locate import find_root
+
+            self._root = find_root(self.start)
+        return self._root
+
+    @property
+    def found(self) -> str | None:
+        """The overlay repository, or ``None`` where there is none (for commands that
+        also run outside one, such as ``doctor`` and ``suite``)."""
+        from overlay.errors import ManifestError
+
+        try:
+            return self.root
+        except ManifestError:
+            return None
+
+    @property
+    def base(self) -> str:
+        """The overlay repository when there is one, else the start directory (where
+        ``doctor`` and ``suite`` look for their files)."""
+        return self.found or self.start
+
+    def path(self, rel: str) -> str:
+        """``rel`` (an :mod:`overlay.layout` path) under the repository root.
+
+        Raises:
+            ManifestError: there is no repository (see :attr:`root`).
+        """
+        return layout.under(self.root, rel)
+
+    @property
+    def suites_path(self) -> str:
+        """The suites file: ``--suites`` when given, else ``patches-rocm/suites/suites.toml``
+        under :attr:`base`; absolute."""
+        return os.path.abspath(
+            self.suites_toml or layout.under(self.base, layout.SUITES_TOML)
+        )
+
+    # -- what ---------------------------------------------------------------------
+    @property
+    def manifest(self) -> Manifest:
+        """The validated manifest, read once.
+
+        Raises:
+            ManifestError: there is no repository, or the manifest is invalid (exit 2).
+        """
+        if self._manifest is None:
+            from overlay.manifest import load_manifest
+
+            self._manifest = load_manifest(self.root)
+            if self._store is not None:
+                point_remotes(self._store, self._manifest)
+        return self._manifest
+
+    @property
+    def store(self) -> Store:
+        """The git store (``--git-dir``, ``--offline``), opened once; its remotes point
+        at the manifest's URLs once the manifest is read.
+
+        Raises:
+            GitError: the store cannot be created or git is missing (exit 2).
+        """
+        if self._store is None:
+            from overlay.gitstore import Store
+
+            self._store = Store(self.git_dir, offline=self.offline)
+            if self._manifest is not None:
+                point_remotes(self._store, self._manifest)
+        return self._store
+
+    def layers(
+        self,
+        *,
+        pin: str | None = None,
+        fork: str | None = None,
+        stepwise: bool = False,
+        empty_series: bool = False,
+    ) -> Layers:
+        """The layers, computed on first use for these options and kept.
+
+        Args:
+            pin: preview on another MLX commit (a ref resolved against ``upstream``).
+            fork: preview with another fork commit (resolved against ``fork``).
+            stepwise: keep each patch's tree (see :func:`overlay.layers.apply_series`).
+            empty_series: leave the series out (``patched`` is then ``forked``).
+        Returns:
+            :class:`overlay.layers.Layers`.
+        Raises:
+            ManifestError, GitError, OfflineMiss, LayerError: see
+            :func:`overlay.layers.compute_layers`.
+        """
+        key = (pin, fork, stepwise, empty_series)
+        if key not in self._layers:
+            from overlay.layers import compute_layers
+
+            manifest = self.manifest
+            store = self.store
+            self._layers[key] = compute_layers(
+                store,
+                manifest,
+                self.root,
+                pin=store.resolve(pin, ["upstream"]) if pin is not None else None,
+                fork=store.resolve(fork, ["fork"]) if fork is not None else None,
+                stepwise=stepwise,
+                patches=[] if empty_series else None,
+            )
+        return self._layers[key]

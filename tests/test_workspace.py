@@ -1,0 +1,70 @@
+"""The workspace: one store with its remotes, one manifest, layers on demand, paths in one place."""
+
+from __future__ import annotations
+
+import os
+
+from overlay import layout
+from overlay.workspace import Workspace
+
+
+def test_the_store_points_at_the_manifests_remotes_once_both_are_known(overlay):
+    ws = Workspace(str(overlay.root / "patches-rocm"))  # found upwards
+    assert ws.root == str(overlay.root)
+    store = ws.store
+    urls = ws.manifest.remote_urls()
+    for name, url in urls.items():
+        assert store.out("config", f"remote.{name}.url") == url
+    assert ws.store is store  # opened once
+
+
+def test_layers_are_computed_once_per_set_of_options(overlay, monkeypatch):
+    import overlay.layers as layers_module
+
+    calls = []
+    real = layers_module.compute_layers
+
+    def counting(*args, **kwargs):
+        calls.append(kwargs.get("stepwise"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(layers_module, "compute_layers", counting)
+    ws = Workspace(str(overlay.root))
+    first = ws.layers()
+    assert ws.layers() is first
+    ws.layers(stepwise=True)
+    assert calls == [False, True]
+
+
+def test_outside_a_repository_the_base_is_the_start(tmp_path):
+    ws = Workspace(str(tmp_path))
+    assert ws.found is None and ws.base == str(tmp_path)
+    assert ws.suites_path == os.path.join(
+        str(tmp_path), "patches-rocm", "suites", "suites.toml"
+    )
+
+
+def test_layout_names_the_paths_the_modules_use():
+    """The layout's names are the ones each module still spells itself."""
+    from overlay import fixes, importer, locate, rebase, runstate, series
+
+    assert layout.under("/r", layout.MANIFEST) == os.path.join(
+        "/r", locate.MANIFEST_PATH
+    )
+    assert layout.PATCH_DIR == series.PATCH_DIR
+    assert layout.under("/r", layout.SERIES) == os.path.join("/r", series.SERIES_PATH)
+    assert layout.RESOLVED_DIR == rebase.RESOLVED
+    assert fixes.RESOLVED_PREFIX == layout.RESOLVED_DIR + "/"
+    assert layout.LOCAL_FIXES == fixes.FILE_NAME
+    assert layout.under("/r", layout.LAST_REBASE_JSON) == os.path.join(
+        "/r", runstate.REPORT_JSON
+    )
+    assert layout.under("/r", layout.LAST_REBASE_MD) == os.path.join(
+        "/r", runstate.REPORT_MD
+    )
+    assert layout.under("/r", layout.REBASE_STATE_DIR) == os.path.join(
+        "/r", runstate.STATE_DIR
+    )
+    assert layout.under("/r", layout.LAST_IMPORT_MD) == os.path.join(
+        "/r", importer.REPORT_MD
+    )
