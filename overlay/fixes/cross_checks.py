@@ -281,10 +281,10 @@ def _check_trailers(
             "patch has no 'Forwarded:' trailer",
             "add 'Forwarded: not-needed' above the '---' line",
         )
-    values = (
+    given: list[int | str | None] = (
         list(p.local_fix) if isinstance(p.local_fix, (list, tuple)) else [p.local_fix]
     )
-    values = [v for v in values if v is not None and str(v).strip()]
+    values = [v for v in given if v is not None and str(v).strip()]
     if not values:
         yield finding(
             p.path,

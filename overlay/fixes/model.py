@@ -236,7 +236,8 @@ class PatchRecord(NamedTuple):
 
     Attributes:
         path: repo-relative patch path, e.g. ``patches-rocm/0001-x.patch``.
-        local_fix: the ``Local-Fix:`` trailer value (int or its string), or ``None``.
+        local_fix: the ``Local-Fix:`` trailer value (int or its string), every value
+            when the trailer repeats (a tuple), or ``None``.
         forwarded: the ``Forwarded:`` trailer value, or ``None``.
         touched: every tree path the patch touches (old and new names of a rename).
         deleted: the tree paths the patch deletes.
@@ -244,7 +245,7 @@ class PatchRecord(NamedTuple):
     """
 
     path: str
-    local_fix: int | str | None
+    local_fix: int | str | tuple[str, ...] | None
     forwarded: str | None
     touched: frozenset | set
     deleted: frozenset | set
