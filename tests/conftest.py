@@ -45,8 +45,15 @@ def sigint_restored():
 
 
 @pytest.fixture(autouse=True)
-def isolated_git(tmp_path_factory, monkeypatch):
-    """Give every test its own HOME, global git config and overlay store."""
+def isolated_git(tmp_path_factory):
+    """Give every test its own HOME, global git config and overlay store.
+
+    The environment is changed through a MonkeyPatch of this fixture's own, not the
+    test's ``monkeypatch``: a test that calls ``monkeypatch.undo()`` to drop its own
+    patches must not drop the isolation too, or the rest of it runs against the
+    user's store (``OVERLAY_GIT_DIR``, ``~/.cache/overlay/store.git``) and mirrors.
+    """
+    env = pytest.MonkeyPatch()
     home = tmp_path_factory.mktemp("home")
     config = home / ".gitconfig"
     config.write_text(
@@ -56,15 +63,18 @@ def isolated_git(tmp_path_factory, monkeypatch):
     )
     for key in list(os.environ):
         if key.startswith("GIT_") or key.startswith("OVERLAY_"):
-            monkeypatch.delenv(key, raising=False)
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(config))
-    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
-    monkeypatch.setenv("XDG_CACHE_HOME", str(home / "cache"))
-    monkeypatch.setenv("OVERLAY_GIT_DIR", str(home / "store.git"))
+            env.delenv(key, raising=False)
+    env.setenv("HOME", str(home))
+    env.setenv("GIT_CONFIG_GLOBAL", str(config))
+    env.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    env.setenv("XDG_CACHE_HOME", str(home / "cache"))
+    env.setenv("OVERLAY_GIT_DIR", str(home / "store.git"))
     for var in ("GIT_AUTHOR_DATE", "GIT_COMMITTER_DATE"):
-        monkeypatch.setenv(var, "1600000000 +0000")
-    return home
+        env.setenv(var, "1600000000 +0000")
+    try:
+        yield home
+    finally:
+        env.undo()
 
 
 @pytest.fixture(scope="session")

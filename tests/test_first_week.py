@@ -201,9 +201,7 @@ def test_ctrl_c_mid_rebase_says_continue_or_abort(ov, w, monkeypatch):
         "stopped and resumable with `overlay rebase --continue`" in line
         and "--abort" in line
     )
-    monkeypatch.setattr(
-        Rebase, "_apply_patches", original
-    )  # not undo(): that drops the isolated store too
+    monkeypatch.setattr(Rebase, "_apply_patches", original)
     done = cli(ov, "rebase", "--continue")
     assert done.exit_code == 0, done.output
 
