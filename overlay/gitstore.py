@@ -220,6 +220,7 @@ class Store:
     _ANCESTRY_MAX = 2000
 
     def _ancestry(self) -> dict:
+        """The remembered ancestry answers, read from the store once."""
         if self._known is None:
             import json
 
@@ -233,7 +234,8 @@ class Store:
                 self._known = {}
         return self._known
 
-    def _remember(self, key: str, value) -> None:
+    def _remember(self, key: str, value: bool | str) -> None:
+        """Remember one ancestry answer in the store (best effort)."""
         import json
 
         from overlay.fsutil import atomic_write
@@ -354,6 +356,7 @@ class Store:
         return sha
 
     def _rev_parse_any(self, ref: str, remotes: Sequence[str]) -> str | None:
+        """The commit ``ref`` names as a remote branch, a tag, or as given; ``None``."""
         for candidate in (
             *(f"refs/remotes/{r}/{ref}" for r in remotes),
             f"refs/tags/{ref}",
