@@ -197,7 +197,8 @@ def refresh_series(store: Store, layers: Layers) -> list[Refreshed]:
         raise ValueError("refresh needs layers computed with stepwise=True")
     # Every patch's diff from one `git diff-tree --stdin` (issue 14: one process per
     # patch was three quarters of a warm verify of a long series).
-    pairs = list(zip([layers.forked, *trees[:-1]], trees, strict=True))
+    olds = [layers.forked, *trees][: len(trees)]  # each patch's tree below it
+    pairs = list(zip(olds, trees, strict=True))
     diffs = tree_diffs(store, pairs)  # one diff per pair
     return [
         Refreshed(result.patch, refreshed_bytes(result.patch.data, diff))
