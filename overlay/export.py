@@ -20,34 +20,57 @@ removed. A file whose content differs from both (compared by git blob hash when
 its size or mtime changed) was edited by hand and is never overwritten or
 deleted without ``--force``; a file that already holds what the new tree
 writes is not an edit.
+
+The export's parts: :mod:`overlay.export_stamp` (the stamp: read, written, the
+files edited by hand), :mod:`overlay.export_disk` (what DEST holds, the writers
+that stay inside it, the test checkpoints); this module holds the run itself, in
+the steps of :func:`_export_locked`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
-import json
 import os
-import signal
-import stat
 import time
 
-from overlay.errors import EXIT_INTERRUPTED, GitError, OverlayError, UnsafePath
+from overlay.errors import GitError, OverlayError, UnsafePath
+from overlay.export_disk import (
+    Disk,
+    arm_checkpoints,
+    checkpoint,
+    disk_state,
+    is_recorded,
+    new_parent,
+    partly_written,
+    remove_path,
+    replace_file,
+    safe_parent,
+    sweep_directory,
+    umask,
+    write_new,
+)
+from overlay.export_stamp import (
+    LOCK,
+    OURS,
+    STAMP,
+    edited_files,
+    edited_note,
+    interrupted_error,
+    read_stamp,
+    write_stamp,
+)
 from overlay.fsutil import (
-    atomic_symlink,
-    atomic_write,
     flocked,
     remove_stale_temps,
     sweep_scratch_dirs,
     temp_owner,
 )
-from overlay.gitstore import Store, zsplit
+from overlay.gitstore import CatFile, Store, zsplit
 from overlay.paths import check_path, unsafe_links
 
-STAMP = ".overlay-export.json"
-LOCK = ".overlay-export.lock"
-_OURS = {STAMP, LOCK}
+#: path -> ``(mode, blob)`` of a tree's entries.
+Entries = dict[str, tuple[str, str]]
 
 
 @dataclasses.dataclass
@@ -75,184 +98,8 @@ class ExportResult:
     resumed: str | None = None
 
 
-def read_stamp(dest: str) -> dict | None:
-    """Read the stamp of DEST.
-
-    Args:
-        dest: export directory.
-    Returns:
-        ``{"tree": sha|None, "files": {path: [size, mtime_ns, blob]}, "pending": {...}}``
-        (``pending``, the run in progress, only while one is; stamps of format 1
-        lack the blob), or ``None`` when DEST has no stamp.
-    Raises:
-        OverlayError: the stamp is unreadable or malformed (exit 2).
-    """
-    path = os.path.join(dest, STAMP)
-    try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    except (OSError, ValueError):
-        raise OverlayError(
-            f"{path} is unreadable; export with --force to rebuild it"
-        ) from None
-    pending = data.get("pending") if isinstance(data, dict) else None
-    if (
-        not isinstance(data, dict)
-        or "tree" not in data
-        or not isinstance(data.get("files"), dict)
-        or (
-            pending is not None
-            and not (
-                isinstance(pending, dict)
-                and isinstance(pending.get("tree"), str)
-                and isinstance(pending.get("write"), dict)
-                and isinstance(pending.get("remove"), list)
-            )
-        )
-    ):
-        raise OverlayError(f"{path} is not an overlay export stamp")
-    return data
-
-
-def edited_note(edited: list[str]) -> str:
-    """The one line every command prints about hand-edited files in an export.
-
-    Args:
-        edited: the paths (non-empty).
-    Returns:
-        ``"N file(s) edited by hand since the export were left as they are: a, b ..."``.
-    """
-    more = " ..." if len(edited) > 5 else ""
-    return f"{len(edited)} file(s) edited by hand since the export were left as they are: {', '.join(edited[:5])}{more}"
-
-
-def edited_files(
-    dest: str,
-    stamp: dict | None = None,
-    *,
-    store: Store | None = None,
-    tree: str | None = None,
-) -> list[str]:
-    """Files of the last finished export of DEST that were edited (or deleted) since.
-
-    A file whose size and mtime changed but whose content is the exported blob is
-    not edited. With ``store`` and ``tree`` (the layer the next export would
-    write), a file that already holds what ``tree`` has there (or is gone where
-    ``tree`` has nothing) is not edited either: the next export adopts it, so
-    ``status --dest`` and ``export`` name the same files (issue 17, stumble 7).
-
-    Args:
-        dest: export directory.
-        stamp: its stamp, when already read.
-        store, tree: the git store and the tree to compare with (both or neither).
-    Returns:
-        Sorted paths; empty without a stamp. During an interrupted run, paths
-        that run may have written are not listed (the next export resolves them).
-    Raises:
-        OverlayError: the stamp is unreadable (exit 2).
-    """
-    stamp = stamp if stamp is not None else read_stamp(dest)
-    if stamp is None:
-        return []
-    pending = stamp.get("pending") or {}
-    skip = set(pending.get("write", {})) | set(pending.get("remove", []))
-    edited = sorted(
-        p
-        for p, rec in stamp["files"].items()
-        if p not in skip and not _is_recorded(_disk(dest, p, rec), rec)
-    )
-    if edited and store is not None and tree is not None and tree != stamp["tree"]:
-        want = store.entries(tree, edited)
-        hexlen = len(tree)
-        kept = []
-        for path in edited:
-            disk = _disk(dest, path, stamp["files"][path], hexlen)
-            target = want.get(path)
-            if disk is None and target is None:
-                continue
-            if (
-                disk is not None
-                and target is not None
-                and (target.mode, target.oid) == (disk[0], disk[1])
-            ):
-                continue
-            kept.append(path)
-        edited = kept
-    return edited
-
-
-#: ``OVERLAY_TEST_KILL_AT`` as read when the export began (three checkpoints a file: the
-#: variable is not looked up each time).
-_kill_spec: list[str] = []
-
-
-def _arm_checkpoints() -> None:
-    """Read the test hook's variable for the export that begins (see :func:`_checkpoint`)."""
-    _kill_spec[:] = os.environ.get("OVERLAY_TEST_KILL_AT", "").split(":")
-
-
-def _checkpoint() -> None:
-    """Test hook: ``OVERLAY_TEST_KILL_AT=export:N`` SIGKILLs the process at its Nth
-    checkpoint (``export:N:INT`` sends SIGINT instead)."""
-    spec = _kill_spec
-    if not spec or spec[0] != "export" or len(spec) < 2 or not spec[1].isdigit():
-        return
-    _checkpoint.count = getattr(_checkpoint, "count", 0) + 1  # type: ignore[attr-defined]
-    if _checkpoint.count == int(spec[1]):  # type: ignore[attr-defined]
-        os.kill(os.getpid(), signal.SIGINT if spec[2:] == ["INT"] else signal.SIGKILL)
-
-
-def _blob_oid(data: bytes, hexlen: int) -> str:
-    """``git hash-object`` of ``data`` (sha1, or sha256 for a 64-hex store)."""
-    h = hashlib.sha256() if hexlen == 64 else hashlib.sha1()
-    h.update(b"blob %d\0" % len(data))
-    h.update(data)
-    return h.hexdigest()
-
-
-def _disk(
-    dest: str, path: str, rec: list | None, hexlen: int = 40
-) -> tuple[str, str | None, list[int]] | None:
-    """What DEST holds at ``path``: ``(mode, blob, [size, mtime_ns])``, or ``None`` when
-    absent (a directory counts as absent). The blob is taken from ``rec`` when size and
-    mtime match it, else hashed; it is ``None`` for something that is no file or link."""
-    full = os.path.join(dest, path)
-    try:
-        st = os.lstat(full)
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    key = [st.st_size, st.st_mtime_ns]
-    if stat.S_ISDIR(st.st_mode):
-        return None
-    known = rec[2] if rec and len(rec) > 2 and rec[2] else None
-    if known and list(rec[:2]) == key:  # type: ignore[index]
-        oid = known
-    elif stat.S_ISLNK(st.st_mode):
-        oid = _blob_oid(os.fsencode(os.readlink(full)), len(known or "") or hexlen)
-    elif stat.S_ISREG(st.st_mode):
-        with open(full, "rb") as fh:
-            oid = _blob_oid(fh.read(), len(known or "") or hexlen)
-    else:
-        return ("other", None, key)
-    if stat.S_ISLNK(st.st_mode):
-        mode = "120000"
-    else:
-        mode = "100755" if st.st_mode & 0o100 else "100644"
-    return (mode, oid, key)
-
-
-def _is_recorded(disk, rec: list | None) -> bool:
-    """True when ``disk`` (see :func:`_disk`) is what the stamp records (``rec``)."""
-    if rec is None:
-        return disk is None
-    if disk is None or disk[1] is None:
-        return False
-    return list(rec[:2]) == disk[2] or (len(rec) > 2 and rec[2] == disk[1])
-
-
-def _entries(store: Store, tree: str) -> dict[str, tuple[str, str]]:
+def _entries(store: Store, tree: str) -> Entries:
+    """Every file, link and gitlink of ``tree``: path -> ``(mode, oid)`` (one ``ls-tree``)."""
     out = {}
     for rec in zsplit(store.git("ls-tree", "-r", "-z", "--full-tree", tree).stdout):
         meta, path = rec.split("\t", 1)
@@ -266,7 +113,7 @@ def tree_links(
     tree: str,
     *,
     entries: dict[str, tuple[str, str]] | None = None,
-    cat=None,
+    cat: CatFile | None = None,
 ) -> dict[str, str]:
     """Every symlink of ``tree``: path -> target (undecodable bytes kept as surrogates).
 
@@ -302,81 +149,6 @@ def unsafe_tree_links(store: Store, tree: str) -> dict[str, UnsafePath]:
     return unsafe_links(tree_links(store, tree))
 
 
-def _inside(dest_real: str, path: str) -> bool:
-    real = os.path.realpath(path)
-    return real == dest_real or real.startswith(dest_real + os.sep)
-
-
-def _remove(dest: str, dest_real: str, path: str) -> None:
-    full = os.path.join(dest, path)
-    if not _inside(dest_real, os.path.dirname(full)):
-        return  # a directory on the way was replaced by a link out of DEST: touch nothing there
-    try:
-        os.unlink(full)
-    except (FileNotFoundError, NotADirectoryError):
-        pass
-    except IsADirectoryError:
-        return
-    parent = os.path.dirname(path)
-    while parent:
-        try:
-            os.rmdir(os.path.join(dest, parent))
-        except OSError:
-            break
-        parent = os.path.dirname(parent)
-
-
-def _safe_parent(dest_real: str, dest: str, path: str, checked: set[str]) -> None:
-    parent = os.path.dirname(path)
-    if parent in checked or not parent:
-        return
-    full = os.path.join(dest, parent)
-    # A directory on the way that is a symlink (or was replaced by one) must not redirect writes.
-    probe = full
-    while probe != dest and probe.startswith(dest):
-        if os.path.islink(probe):
-            os.unlink(probe)
-        probe = os.path.dirname(probe)
-    os.makedirs(full, exist_ok=True)
-    if not _inside(dest_real, full):
-        raise OverlayError(
-            f"refusing to write {path!r}: its directory resolves outside {dest}"
-        )
-    checked.add(parent)
-
-
-def _write_stamp(
-    dest: str, tree: str | None, files: dict, pending: dict | None
-) -> None:
-    data = {"format": 2, "tree": tree, "files": files}
-    if pending is not None:
-        data["pending"] = pending
-    atomic_write(
-        os.path.join(dest, STAMP),
-        json.dumps(data, sort_keys=True, separators=(",", ":")).encode(),
-        before_replace=_checkpoint,
-    )
-    _checkpoint()
-
-
-def _interrupted(dest: str, tree: str) -> OverlayError:
-    """The one line for a Ctrl-C, saying what DEST holds now."""
-    try:
-        stamp = read_stamp(dest)
-    except OverlayError:
-        stamp = None
-    if stamp and stamp.get("pending"):
-        msg = (
-            f"interrupted: {dest} holds a partial export of {stamp['pending']['tree']} (recorded in {STAMP}); "
-            f"a plain `overlay export {dest}` completes it"
-        )
-    elif stamp and stamp["tree"] == tree:
-        msg = f"interrupted after the export had finished: {dest} holds {tree}"
-    else:
-        msg = f"interrupted before anything was written: {dest} is as it was; `overlay export {dest}` exports it"
-    return OverlayError(msg, exit_code=EXIT_INTERRUPTED)
-
-
 def export_tree(
     store: Store, tree: str, dest: str, *, force: bool = False
 ) -> ExportResult:
@@ -398,7 +170,7 @@ def export_tree(
         UnsafePath: a tree entry is hostile (nothing is written; exit 2).
     """
     started = time.perf_counter()
-    _arm_checkpoints()
+    arm_checkpoints()
     dest = os.path.abspath(dest)
     os.makedirs(dest, exist_ok=True)
     # Scratch directories of overlay processes that were killed (they hold the
@@ -408,7 +180,7 @@ def export_tree(
         with flocked(os.path.join(dest, LOCK)):
             return _export_locked(store, tree, dest, force, started)
     except KeyboardInterrupt:
-        raise _interrupted(dest, tree) from None
+        raise interrupted_error(dest, tree) from None
 
 
 def _check_objects(store: Store, oids: list[str]) -> None:
@@ -422,107 +194,146 @@ def _check_objects(store: Store, oids: list[str]) -> None:
     lines = store.git(
         "cat-file", "--batch-check", input="".join(f"{oid}\n" for oid in oids).encode()
     ).stdout
-    for oid, line in zip(oids, lines.split(b"\n")):
+    # One line per name, and the empty field after the last line end.
+    for oid, line in zip(oids, lines.split(b"\n"), strict=False):
         if line.endswith(b" missing"):
             raise GitError(f"object {oid} is missing from the git store")
-        _checkpoint()
+        checkpoint()
 
 
-def _umask() -> int:
-    """The process's umask (read by setting it and putting it back)."""
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
+@dataclasses.dataclass
+class _Run:
+    """One export run, filled in step by step by :func:`_export_locked`.
 
-
-def _new_parent(dest: str, path: str, made: set[str]) -> bool:
-    """Make the directories above ``path`` in a direct export, where each is new.
-
-    Every directory under DEST is made by this run (DEST held nothing) and git trees hold
-    no link where they hold a directory, so none on the way can be a link and the
-    checks of :func:`_safe_parent` (a walk and a ``realpath`` per directory) are not
-    needed. A directory that already exists (a link a case-insensitive file system
-    took for it) is left to :func:`_safe_parent`.
-
-    Returns:
-        True when the parents exist (``made`` names them), False when one was there already.
+    Attributes:
+        store, tree, dest, force, started: as given to :func:`export_tree`.
+        stamp: DEST's stamp as read (``None``: none, or unreadable under ``force``).
+        recorded: the stamp's files, path -> ``[size, mtime_ns, blob]`` (copies).
+        previous: the tree of the last finished export, or ``None``.
+        pending: the record of an interrupted run (``{}`` when none).
+        pend: path -> the blob the interrupted run was writing there (``None``: it
+            was removing it).
+        direct: a first export into an empty directory (files written in place).
+        final: what the stamp records next, path -> ``[size, mtime_ns, blob]``.
+        edited: files edited by hand that the run leaves as they are.
+        actions: path -> ``(mode, blob)`` to write, or ``None`` to remove.
     """
-    parent = path.rpartition("/")[0]  # tree paths: "/"-separated, checked by check_path
-    if not parent or parent in made:
-        return True
-    parts = parent.split("/")
-    for i in range(1, len(parts) + 1):
-        sub = "/".join(parts[:i])
-        if sub in made:
-            continue
-        try:
-            os.mkdir(os.path.join(dest, sub))
-        except FileExistsError:
-            return False
-        made.add(sub)
-    return True
 
+    store: Store
+    tree: str
+    dest: str
+    force: bool
+    started: float
+    stamp: dict | None
+    recorded: dict[str, list]
+    previous: str | None
+    pending: dict
+    pend: dict[str, str | None]
+    direct: bool
+    final: dict[str, list]
+    edited: list[str] = dataclasses.field(default_factory=list)
+    actions: dict[str, tuple[str, str] | None] = dataclasses.field(default_factory=dict)
 
-def _write_new(full: str, data: bytes, mode: str, mask: int) -> tuple[int, int] | None:
-    """Create ``full`` holding ``data`` in place (a direct export, see :func:`_export_locked`):
-    no temp file, no rename. The permissions are exactly 0644 or 0755, as
-    :func:`~overlay.fsutil.atomic_write` sets them, whatever the umask.
-
-    Returns:
-        ``(size, mtime_ns)``, or ``None`` when something is already at ``full`` (the caller
-        then writes it the usual way).
-    """
-    if mode == "120000":
-        try:
-            os.symlink(data.decode("utf-8", "surrogateescape"), full)
-        except FileExistsError:
-            return None
-        _checkpoint()
-        st = os.lstat(full)
-        return st.st_size, st.st_mtime_ns
-    perm = 0o755 if mode == "100755" else 0o644
-    try:
-        fd = os.open(
-            full,
-            os.O_WRONLY
-            | os.O_CREAT
-            | os.O_EXCL
-            | os.O_NOFOLLOW
-            | getattr(os, "O_CLOEXEC", 0),
-            perm,
+    def result(
+        self,
+        written: list[str],
+        removed: list[str],
+        unchanged: int,
+        edited: list[str],
+        resumed: str | None = None,
+    ) -> ExportResult:
+        """The :class:`ExportResult` of this run, timed now."""
+        return ExportResult(
+            self.tree,
+            self.previous,
+            written,
+            removed,
+            unchanged,
+            edited,
+            time.perf_counter() - self.started,
+            resumed,
         )
-    except FileExistsError:
-        return None
-    try:
-        if perm & mask:
-            os.fchmod(fd, perm)
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        _checkpoint()
-        st = os.fstat(
-            fd
-        )  # closing does not change the mtime: this is what lstat will say
-    finally:
-        os.close(fd)
-    return st.st_size, st.st_mtime_ns
-
-
-def _partly_written(store: Store, dest: str, path: str, oid: str) -> bool:
-    """True when the file at ``path`` holds the start of blob ``oid``: what a direct export
-    killed while writing it leaves (a hand edit does not, and stays refused)."""
-    try:
-        with open(os.path.join(dest, path), "rb") as fh:
-            have = fh.read()
-    except OSError:
-        return False
-    want = store.git("cat-file", "blob", oid, check=False).stdout
-    return len(have) < len(want) and want.startswith(have)
 
 
 def _export_locked(
     store: Store, tree: str, dest: str, force: bool, started: float
 ) -> ExportResult:
+    """The export under DEST's lock (see :func:`export_tree`): decide everything, check
+    every object and link, then journal, remove, write, and stamp the finished tree."""
+    run = _open_run(store, tree, dest, force, started)
+    if run.previous == tree and not run.pend and not force:
+        edited = edited_files(dest, run.stamp)
+        return run.result([], [], len(run.recorded) - len(edited), edited)
+    want, candidates, entries = _targets(run)
+    _decide(run, want, candidates)
+    blobs: Entries = {p: t for p, t in sorted(run.actions.items()) if t is not None}
+    _check_before_writing(run, blobs, entries)
+    _note_untouched(run, candidates)
+    dest_real = os.path.realpath(dest)
+    _sweep_leftovers(run, dest_real, candidates)
+    resumed = run.pending.get("tree")
+    if (
+        not run.actions
+        and run.final == run.recorded
+        and run.previous == tree
+        and not run.pend
+    ):
+        unchanged = len(run.final) - len(run.edited)
+        return run.result([], [], unchanged, sorted(run.edited))
+    if run.actions:
+        _journal(run)
+    removals = _remove_all(run, dest_real)
+    _write_all(run, dest_real, blobs)
+    write_stamp(dest, tree, run.final, None)
+    unchanged = len(run.final) - len(blobs) - len(run.edited)
+    return run.result(
+        sorted(blobs), sorted(removals), unchanged, sorted(run.edited), resumed
+    )
+
+
+def _open_run(store: Store, tree: str, dest: str, force: bool, started: float) -> _Run:
+    """The destination check and the last run's journal: DEST's stamp, the temp files a
+    killed run left swept, and what the stamp records (an interrupted run included)."""
+    stamp = _destination_stamp(dest, force)
+    remove_stale_temps(dest, {STAMP})
+    recorded: dict[str, list] = (
+        {p: list(v) for p, v in stamp["files"].items()} if stamp else {}
+    )
+    pending = (stamp or {}).get("pending") or {}
+    pend: dict[str, str | None] = {p: None for p in pending.get("remove", [])}
+    pend.update(pending.get("write", {}))
+    # A first export into an empty directory writes each file in place, without a temp
+    # file and a rename per file (issue 14): nothing there can be the user's, and the
+    # pending record says so ("direct"), so that a run killed mid-file is completed: a
+    # file of a direct run holding the start of the blob it was writing is the run's.
+    direct = stamp is None and not (set(os.listdir(dest)) - {LOCK})
+    previous = stamp["tree"] if stamp else None
+    return _Run(
+        store,
+        tree,
+        dest,
+        force,
+        started,
+        stamp,
+        recorded,
+        previous,
+        pending,
+        pend,
+        direct,
+        dict(recorded),
+    )
+
+
+def _destination_stamp(dest: str, force: bool) -> dict | None:
+    """DEST's stamp, once DEST is known to be a place export may write into.
+
+    Returns:
+        The stamp, or ``None`` for an empty DEST (or any DEST under ``force``, when
+        its stamp is missing or unreadable).
+    Raises:
+        OverlayError: the stamp is unreadable, or DEST is not empty and holds no
+            stamp (both without ``force``; exit 2).
+    """
     try:
         stamp = read_stamp(dest)
     except OverlayError:
@@ -532,244 +343,233 @@ def _export_locked(
     if (
         stamp is None
         and not force
-        and any(n not in _OURS and temp_owner(n) != STAMP for n in os.listdir(dest))
+        and any(n not in OURS and temp_owner(n) != STAMP for n in os.listdir(dest))
     ):
         raise OverlayError(
             f"{dest} is not empty and holds no overlay export stamp",
             hint="choose an empty directory, or pass --force to take it over",
         )
-    remove_stale_temps(dest, {STAMP})
-    recorded: dict[str, list] = (
-        {p: list(v) for p, v in stamp["files"].items()} if stamp else {}
-    )
-    previous = stamp["tree"] if stamp else None
-    pending = (stamp or {}).get("pending") or {}
-    pend: dict[str, str | None] = {p: None for p in pending.get("remove", [])}
-    pend.update(pending.get("write", {}))
-    # A first export into an empty directory writes each file in place, without a temp
-    # file and a rename per file (issue 14): nothing there can be the user's, and the
-    # pending record says so ("direct"), so that a run killed mid-file is completed: a
-    # file of a direct run holding the start of the blob it was writing is the run's.
-    direct = stamp is None and not (set(os.listdir(dest)) - {LOCK})
-    if previous == tree and not pend and not force:
-        edited = edited_files(dest, stamp)
-        return ExportResult(
-            tree,
-            previous,
-            [],
-            [],
-            len(recorded) - len(edited),
-            edited,
-            time.perf_counter() - started,
-        )
+    return stamp
 
-    usable = previous is not None and store.has_object(previous, "tree")
-    if usable and any(
-        len(rec) < 3 for rec in recorded.values()
-    ):  # format 1: no blob recorded
+
+def _targets(run: _Run) -> tuple[Entries, set[str], Entries | None]:
+    """What the tree holds and which paths the run looks at: after a finished export,
+    the paths that changed between the two trees (the update of an existing export);
+    else every path of the tree, of the interrupted run and of the stamp.
+
+    Returns:
+        ``(want, candidates, entries)``: path -> ``(mode, blob)`` the tree holds (at
+        least at every candidate), the paths, and the tree's whole listing when it
+        was read (else ``None``).
+    Raises:
+        UnsafePath: a path is hostile; OverlayError: a submodule (nothing written).
+    """
+    store = run.store
+    usable = run.previous is not None and store.has_object(run.previous, "tree")
+    previous = run.previous if usable else None
+    if previous is not None and any(len(rec) < 3 for rec in run.recorded.values()):
+        # A stamp of format 1 records no blob: take it from the tree it recorded.
         old = _entries(store, previous)
-        for p, rec in recorded.items():
+        for p, rec in run.recorded.items():
             if len(rec) < 3 and p in old:
                 rec.append(old[p][1])
-    if usable and not pend and not force:
-        changes = store.diff_tree(previous, tree)  # type: ignore[arg-type]
+    entries: Entries | None
+    if previous is not None and not run.pend and not run.force:
+        changes = store.diff_tree(previous, run.tree)
         want = {row[5]: (row[1], row[3]) for row in changes if row[4] != "D"}
         candidates = {row[5] for row in changes}
         entries = None
     else:
-        entries = want = _entries(store, tree)
-        candidates = set(want) | set(pend) | set(recorded)
+        entries = want = _entries(store, run.tree)
+        candidates = set(want) | set(run.pend) | set(run.recorded)
     for path in sorted(candidates):
         check_path(path, what="tree entry" if path in want else "exported path")
         if want.get(path, ("",))[0] == "160000":
             raise OverlayError(
                 f"refusing tree entry {path!r}: submodules are not exported"
             )
+    return want, candidates, entries
 
-    hexlen = len(tree)
-    actions: dict[
-        str, tuple[str, str] | None
-    ] = {}  # path -> (mode, blob) to write, None to remove
-    blocked, edited, final = [], [], dict(recorded)
+
+def _decide(run: _Run, want: Entries, candidates: set[str]) -> None:
+    """For each candidate path: adopt what DEST already holds, or write or remove it
+    (``run.actions``), or keep a hand edit; ``run.final`` takes what DEST holds now at
+    each path acted on (the baseline a killed run resumes from).
+
+    Raises:
+        OverlayError: files to be replaced were edited by hand (without ``force``;
+            nothing is written; exit 2).
+    """
+    hexlen = len(run.tree)
+    blocked = []
     for path in sorted(candidates):
-        rec, target = recorded.get(path), want.get(path)
-        disk = (
-            None if direct else _disk(dest, path, rec, hexlen)
-        )  # an empty directory holds nothing
-        if (
-            disk is None
-            and target is None
-            or disk is not None
-            and target == (disk[0], disk[1])
-        ):
-            if target is None:
-                final.pop(path, None)
-            else:
-                final[path] = [
-                    *disk[2],
-                    disk[1],
-                ]  # already what the tree holds: adopt, keep its mtime
+        rec, target = run.recorded.get(path), want.get(path)
+        # A direct export's empty directory holds nothing.
+        disk = None if run.direct else disk_state(run.dest, path, rec, hexlen)
+        if disk is None and target is None:
+            run.final.pop(path, None)
             continue
-        ours = _is_recorded(disk, rec) or (
-            path in pend
-            and (
-                disk is None
-                and pend[path] is None
-                or disk is not None
-                and disk[1] is not None
-                and disk[1] == pend[path]
-            )
-        )
-        if (
-            not ours
-            and pending.get("direct")
-            and pend.get(path)
-            and disk is not None
-            and disk[0] != "120000"
-            and disk[1] is not None
-        ):
-            ours = _partly_written(store, dest, path, pend[path])  # type: ignore[arg-type]
-        if not ours and not force:
+        if disk is not None and target == (disk[0], disk[1]):
+            # Already what the tree holds: adopt it, keep its mtime.
+            run.final[path] = [*disk[2], disk[1]]
+            continue
+        if not run.force and not _is_ours(run, path, disk, rec):
             if (
-                path not in pend
+                path not in run.pend
                 and rec is not None
                 and target is not None
                 and rec[2:3] == [target[1]]
             ):
-                edited.append(
-                    path
-                )  # the tree leaves it as exported: the edit stays and is reported
+                # The tree leaves it as exported: the edit stays and is reported.
+                run.edited.append(path)
             else:
                 blocked.append(path)
             continue
-        actions[path] = target
+        run.actions[path] = target
         if disk is None or disk[1] is None:
-            final.pop(path, None)
+            run.final.pop(path, None)
         else:  # the baseline a killed run resumes from is what is on disk now
-            final[path] = [*disk[2], disk[1]]
+            run.final[path] = [*disk[2], disk[1]]
     if blocked:
         raise OverlayError(
-            f"{len(blocked)} file(s) in {dest} were edited since the last export and would be "
-            f"replaced: {', '.join(blocked[:5])}{' ...' if len(blocked) > 5 else ''}",
+            f"{len(blocked)} file(s) in {run.dest} were edited since the last export "
+            f"and would be replaced: {', '.join(blocked[:5])}"
+            f"{' ...' if len(blocked) > 5 else ''}",
             hint="move your edits into a patch, or pass --force to discard them",
         )
 
-    # Every object is looked up before anything is written (a missing one stops the export
-    # here, as a hostile entry does); the contents are streamed while writing, one file at
-    # a time, so the export never holds the tree (issue 14: peak memory).
-    blobs: dict[str, tuple[str, str]] = {
-        p: t for p, t in sorted(actions.items()) if t is not None
-    }
-    _check_objects(store, [oid for _mode, oid in blobs.values()])
+
+def _is_ours(run: _Run, path: str, disk: Disk | None, rec: list | None) -> bool:
+    """True when what DEST holds at ``path`` is overlay's: what the stamp records, what
+    the interrupted run wrote (or removed) there, or the start of the blob a direct run
+    was writing when it was killed (a hand edit is none of these)."""
+    if is_recorded(disk, rec):
+        return True
+    writing = run.pend.get(path)
+    if path in run.pend and (
+        disk is None
+        and writing is None
+        or disk is not None
+        and disk[1] is not None
+        and disk[1] == writing
+    ):
+        return True
+    return bool(
+        run.pending.get("direct")
+        and writing
+        and disk is not None
+        and disk[0] != "120000"
+        and disk[1] is not None
+        and partly_written(run.store, run.dest, path, writing)
+    )
+
+
+def _check_before_writing(run: _Run, blobs: Entries, entries: Entries | None) -> None:
+    """Every object to write is in the store and no link to write is hostile.
+
+    Every object is looked up before anything is written (a missing one stops the
+    export here, as a hostile entry does); the contents are streamed while writing,
+    one file at a time, so the export never holds the tree (issue 14: peak memory).
+
+    Raises:
+        GitError: an object is missing; UnsafePath: a link points outside the tree.
+    """
+    _check_objects(run.store, [oid for _mode, oid in blobs.values()])
     if any(mode == "120000" for mode, _oid in blobs.values()):
-        entries = entries if entries is not None else _entries(store, tree)
-        with store.cat_file() as cat:
-            bad = unsafe_links(tree_links(store, tree, entries=entries, cat=cat))
+        if entries is None:
+            entries = _entries(run.store, run.tree)
+        with run.store.cat_file() as cat:
+            bad = unsafe_links(
+                tree_links(run.store, run.tree, entries=entries, cat=cat)
+            )
         if bad:
             raise next(iter(bad.values()))
 
-    # Edited files the run leaves alone are reported (and not touched).
-    for path, rec in recorded.items():
+
+def _note_untouched(run: _Run, candidates: set[str]) -> None:
+    """The stamp's other files: an edited one is reported (and not touched), one touched
+    with the same content has its new size and mtime recorded."""
+    hexlen = len(run.tree)
+    for path, rec in run.recorded.items():
         if path in candidates:
             continue
-        disk = _disk(dest, path, rec, hexlen)
-        if not _is_recorded(disk, rec):
-            edited.append(path)
+        disk = disk_state(run.dest, path, rec, hexlen)
+        if not is_recorded(disk, rec):
+            run.edited.append(path)
         elif disk is not None and list(rec[:2]) != disk[2]:
-            final[path] = [
-                *disk[2],
-                disk[1],
-            ]  # touched, same content: remember the new mtime
+            run.final[path] = [*disk[2], disk[1]]
 
-    dest_real = os.path.realpath(dest)
-    owners = set() if direct else {os.path.basename(p) for p in candidates}
-    for directory in (
-        []
-        if direct
-        else sorted(
-            {os.path.dirname(p) for p in [*actions, *pend]}
-            | ({os.path.dirname(p) for p in candidates} if force else set())
-        )
-    ):
-        if _inside(dest_real, os.path.join(dest, directory)):
-            remove_stale_temps(os.path.join(dest, directory), owners)
-            while (
-                directory
-            ):  # a killed run may have left directories it made and never filled
-                try:
-                    os.rmdir(os.path.join(dest, directory))
-                except OSError:
-                    break
-                directory = os.path.dirname(directory)
-    resumed = pending.get("tree")
-    if not actions and final == recorded and previous == tree and not pend:
-        return ExportResult(
-            tree,
-            previous,
-            [],
-            [],
-            len(final) - len(edited),
-            sorted(edited),
-            time.perf_counter() - started,
-        )
-    if actions:
-        _checkpoint()
-        _write_stamp(
-            dest,
-            previous,
-            final,
-            {
-                "tree": tree,
-                "write": {p: t[1] for p, t in actions.items() if t is not None},
-                "remove": sorted(p for p, t in actions.items() if t is None),
-                **({"direct": True} if direct else {}),
-            },
-        )
-    removals = [p for p, t in actions.items() if t is None]
-    for path in sorted(removals, key=lambda p: p.count("/"), reverse=True):
-        _remove(dest, dest_real, path)
-        final.pop(path, None)
-        _checkpoint()
-    checked: set[str] = set()
-    mask = _umask() if direct else 0
-    paths = list(blobs)  # sorted
-    if paths:
-        for path, (_kind, data) in zip(
-            paths, store.read_objects([blobs[p][1] for p in paths])
-        ):
-            mode, oid = blobs[path]
-            if not (direct and _new_parent(dest, path, checked)):
-                _safe_parent(dest_real, dest, path, checked)
-            full = os.path.join(dest, path)
-            written = _write_new(full, data, mode, mask) if direct else None
-            if written is None:
-                if os.path.isdir(full) and not os.path.islink(full):
-                    raise OverlayError(
-                        f"cannot write {path!r}: a directory is in the way"
-                    )
-                if mode == "120000":
-                    _checkpoint()
-                    atomic_symlink(data.decode("utf-8", "surrogateescape"), full)
-                else:
-                    atomic_write(
-                        full,
-                        data,
-                        mode=0o755 if mode == "100755" else 0o644,
-                        durable=False,
-                        before_replace=_checkpoint,
-                    )
-                st = os.lstat(full)
-                written = (st.st_size, st.st_mtime_ns)
-            final[path] = [*written, oid]
-            _checkpoint()
-    _write_stamp(dest, tree, final, None)
-    return ExportResult(
-        tree,
-        previous,
-        sorted(blobs),
-        sorted(removals),
-        len(final) - len(blobs) - len(edited),
-        sorted(edited),
-        time.perf_counter() - started,
-        resumed,
+
+def _sweep_leftovers(run: _Run, dest_real: str, candidates: set[str]) -> None:
+    """Remove the temp files and the empty directories a killed run left where this one
+    writes (nothing in a direct export: DEST was empty)."""
+    if run.direct:
+        return
+    owners = {os.path.basename(p) for p in candidates}
+    directories = {os.path.dirname(p) for p in [*run.actions, *run.pend]}
+    if run.force:
+        directories |= {os.path.dirname(p) for p in candidates}
+    for directory in sorted(directories):
+        sweep_directory(run.dest, dest_real, directory, owners)
+
+
+def _journal(run: _Run) -> None:
+    """The transaction journal: before the first write, the stamp records the run in
+    progress (its tree, every path it writes with its blob or removes) next to the
+    baseline ``run.final``."""
+    checkpoint()
+    write_stamp(
+        run.dest,
+        run.previous,
+        run.final,
+        {
+            "tree": run.tree,
+            "write": {p: t[1] for p, t in run.actions.items() if t is not None},
+            "remove": sorted(p for p, t in run.actions.items() if t is None),
+            **({"direct": True} if run.direct else {}),
+        },
     )
+
+
+def _remove_all(run: _Run, dest_real: str) -> list[str]:
+    """Remove the paths the tree no longer holds, deepest first; returns them."""
+    removals = [p for p, t in run.actions.items() if t is None]
+    for path in sorted(removals, key=lambda p: p.count("/"), reverse=True):
+        remove_path(run.dest, dest_real, path)
+        run.final.pop(path, None)
+        checkpoint()
+    return removals
+
+
+def _write_all(run: _Run, dest_real: str, blobs: Entries) -> None:
+    """Write every blob (path order), streamed from one ``git cat-file --batch``: in
+    place in a direct export, else through a temp file and a rename."""
+    checked: set[str] = set()
+    mask = umask() if run.direct else 0
+    paths = list(blobs)  # sorted
+    if not paths:
+        return
+    contents = run.store.read_objects([blobs[p][1] for p in paths])
+    for path, (_kind, data) in zip(paths, contents, strict=True):
+        mode, oid = blobs[path]
+        if not (run.direct and new_parent(run.dest, path, checked)):
+            safe_parent(dest_real, run.dest, path, checked)
+        full = os.path.join(run.dest, path)
+        written = write_new(full, data, mode, mask) if run.direct else None
+        if written is None:
+            written = replace_file(full, path, data, mode)
+        run.final[path] = [*written, oid]
+        checkpoint()
+
+
+__all__ = [
+    "LOCK",
+    "STAMP",
+    "ExportResult",
+    "edited_files",
+    "edited_note",
+    "export_tree",
+    "read_stamp",
+    "tree_links",
+    "unsafe_tree_links",
+]

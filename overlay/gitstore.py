@@ -1,327 +1,68 @@
-"""The one git layer: sanitized environment, ``-z`` parsing, the git store.
-
-Every git process overlay starts goes through :func:`run_git`, which
-
-* strips stray ``GIT_*`` variables (a hook or an outer ``git rebase`` must not
-  redirect us to another repository), keeping only transport helpers;
-* passes determinism flags with ``-c`` (no CRLF conversion, no quoting of
-  paths, no automatic gc) and ``LC_ALL=C`` so messages can be parsed;
-* raises :class:`~overlay.errors.GitError` with git's own first error line.
+"""The git store: the bare repository holding every object the layers need.
 
 The *git store* is a bare repository (default ``~/.cache/overlay/store.git``)
 holding every object the layers need. Its remotes ``upstream`` and ``fork``
 come from the manifest; commits are fetched on demand by SHA and kept alive by
 refs under ``refs/overlay/keep/``.
+
+How git is run (the sanitized environment, the determinism flags, ``-z``
+parsing) lives in :mod:`overlay.gitrun`; the ``cat-file --batch`` readers and the
+parsing of git's tree output in :mod:`overlay.gitobjects`. Both are re-exported
+here, so ``from overlay.gitstore import Store, TreeEntry, run_git, git_env`` is
+the one import a caller needs.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
-import re
 import subprocess
 import sys
 from collections.abc import Iterator, Sequence
 
 from overlay.errors import GitError, OfflineMiss
 from overlay.fsutil import flocked, scratch_dir
-from overlay.locate import default_store_dir  # noqa: F401 - re-exported: the store's default place
-
-#: ``-c`` options passed to every git call (DESIGN 10: determinism flags).
-GIT_FLAGS: tuple[str, ...] = (
-    "-c",
-    "core.autocrlf=false",
-    "-c",
-    "core.safecrlf=false",
-    "-c",
-    "core.quotepath=false",
-    "-c",
-    "core.precomposeunicode=false",
-    "-c",
-    "gc.auto=0",
-    "-c",
-    "maintenance.auto=false",
-    "-c",
-    "apply.whitespace=nowarn",
-    "-c",
-    "merge.conflictstyle=merge",
-    "-c",
-    "diff.noprefix=false",
-    "-c",
-    "diff.mnemonicprefix=false",
-    "-c",
-    "init.defaultBranch=main",
-    "-c",
-    "advice.detachedHead=false",
+from overlay.gitobjects import (
+    CatFile,
+    MergeResult,
+    TreeEntry,
+    parse_diff_tree,
+    parse_ls_tree,
+    parse_merge_tree,
+    read_objects,
+    synthetic_commits,
 )
-
-#: Environment variables kept from the caller (credentials and transport only).
-_KEEP_GIT_VARS = frozenset(
-    {
-        "GIT_SSH",
-        "GIT_SSH_COMMAND",
-        "GIT_ASKPASS",
-        "GIT_TERMINAL_PROMPT",
-        "GIT_SSL_CAINFO",
-        "GIT_SSL_NO_VERIFY",
-        "GIT_HTTP_PROXY",
-        "GIT_EXEC_PATH",
-    }
+from overlay.gitrun import (
+    EMPTY_TREE,
+    GIT_FLAGS,
+    NULL_OID,
+    SYNTHETIC_IDENTITY,
+    first_error_line,
+    git_env,
+    git_executable,
+    is_sha,
+    run_git,
+    zsplit,
 )
+from overlay.locate import default_store_dir
 
-#: Fixed identity and dates for the synthetic commits the layers are merged from,
-#: so the same inputs give the same object names.
-SYNTHETIC_IDENTITY = {
-    "GIT_AUTHOR_NAME": "overlay",
-    "GIT_AUTHOR_EMAIL": "overlay@localhost",
-    "GIT_AUTHOR_DATE": "1700000000 +0000",
-    "GIT_COMMITTER_NAME": "overlay",
-    "GIT_COMMITTER_EMAIL": "overlay@localhost",
-    "GIT_COMMITTER_DATE": "1700000000 +0000",
-}
-
-EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
-NULL_OID = "0" * 40
-_SHA_RE = re.compile(r"^[0-9a-f]{40}$")
-
-
-def is_sha(value: str) -> bool:
-    """True when ``value`` is a full 40-hex lowercase object name."""
-    return bool(_SHA_RE.match(value))
-
-
-#: git commands that talk to a remote: they keep the user's global configuration
-#: (credential helpers, proxies, ``url.<base>.insteadOf``); nothing they do changes a
-#: tree, a diff or a merge result.
-_TRANSPORT_COMMANDS = frozenset({"fetch", "ls-remote"})
-
-
-def git_env(
-    extra: dict[str, str] | None = None, *, user_config: bool = False
-) -> dict[str, str]:
-    """The environment for a git child: ours minus stray ``GIT_*``, plus ``extra``.
-
-    The system and global configuration files are hidden (``GIT_CONFIG_NOSYSTEM``,
-    ``GIT_CONFIG_GLOBAL=/dev/null``): a ``~/.gitconfig`` with ``diff.renameLimit=1``,
-    ``diff.algorithm=patience`` or ``merge.conflictStyle=zdiff3`` must not change a
-    refreshed patch or a merge (issue 12, item 11).
-
-    Args:
-        extra: variables to set on top (``GIT_DIR``, ``GIT_INDEX_FILE``, ...).
-        user_config: keep the user's global configuration (transport commands only).
-    Returns:
-        A new dict; ``os.environ`` is not modified.
-    """
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith("GIT_") or k in _KEEP_GIT_VARS
-    }
-    env["LC_ALL"] = "C"
-    env["GIT_CONFIG_NOSYSTEM"] = "1"
-    if not user_config:
-        env["GIT_CONFIG_GLOBAL"] = os.devnull
-    env.setdefault("GIT_TERMINAL_PROMPT", "0")
-    if extra:
-        env.update(extra)
-    return env
-
-
-_WHICH: dict[str, str | None] = {}
-
-
-def git_executable() -> str:
-    """Path of ``git`` on PATH (looked up once per PATH value).
-
-    Raises:
-        GitError: git is not installed (exit 2).
-    """
-    key = os.environ.get("PATH", "")
-    if key not in _WHICH:
-        import shutil  # here, not at the top: start-up is the floor of every command (issue 14)
-
-        _WHICH[key] = shutil.which("git")
-    path = _WHICH[key]
-    if path is None:
-        raise GitError("git not found on PATH", hint="install git 2.38 or newer")
-    return path
-
-
-def run_git(
-    args: Sequence[str],
-    *,
-    git_dir: str | None = None,
-    cwd: str | None = None,
-    input: bytes | None = None,
-    env: dict[str, str] | None = None,
-    check: bool = True,
-) -> subprocess.CompletedProcess:
-    """Run one git command with the sanitized environment and determinism flags.
-
-    Args:
-        args: git arguments after the global options, e.g. ``["ls-tree", "-z", sha]``.
-        git_dir: repository to act on (sets ``GIT_DIR``).
-        cwd: working directory of the child; default: ``git_dir`` (or the temporary
-            directory). Never the caller's: ``git apply --3way`` and friends write
-            conflicted files relative to their cwd (issue 12).
-        input: bytes for stdin.
-        env: extra variables (see :func:`git_env`).
-        check: raise on a nonzero exit.
-    Returns:
-        The completed process with ``stdout``/``stderr`` as bytes.
-    Raises:
-        GitError: git is missing, or it exited nonzero and ``check`` is true; the
-        message is git's first ``error:``/``fatal:`` line.
-    """
-    extra = dict(env or {})
-    if git_dir is not None:
-        extra["GIT_DIR"] = git_dir
-    cmd = [git_executable(), *GIT_FLAGS, *args]
-    if cwd is None:
-        if git_dir is not None and os.path.isdir(git_dir):
-            cwd = git_dir
-        else:
-            import tempfile
-
-            cwd = tempfile.gettempdir()
-    proc = subprocess.run(
-        cmd,
-        input=input,
-        cwd=cwd,
-        env=git_env(extra, user_config=bool(args) and args[0] in _TRANSPORT_COMMANDS),
-        capture_output=True,
-    )
-    if check and proc.returncode != 0:
-        raise GitError(f"git {args[0]} failed: {first_error_line(proc.stderr)}")
-    return proc
-
-
-def first_error_line(stderr: bytes) -> str:
-    """The most telling line of git's stderr (``fatal:``/``error:`` first)."""
-    lines = [
-        ln.strip()
-        for ln in stderr.decode("utf-8", "replace").splitlines()
-        if ln.strip()
-    ]
-    for ln in lines:
-        if ln.startswith(("fatal:", "error:")):
-            return ln.split(":", 1)[1].strip()
-    return lines[0] if lines else "no message"
-
-
-def zsplit(data: bytes) -> list[str]:
-    """Split ``-z`` output into strings, dropping the trailing empty field."""
-    parts = data.decode("utf-8", "surrogateescape").split("\0")
-    if parts and parts[-1] == "":
-        parts.pop()
-    return parts
-
-
-class CatFile:
-    """One persistent ``git cat-file --batch`` process for blob reads.
-
-    Use as a context manager; :meth:`read` returns ``(type, data)``. Starting
-    one process per blob would dominate an export of a thousand files.
-    """
-
-    def __init__(self, git_dir: str):
-        self._proc = subprocess.Popen(
-            [git_executable(), *GIT_FLAGS, "cat-file", "--batch"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            cwd=git_dir,
-            env=git_env({"GIT_DIR": git_dir}),
-        )
-
-    def read(self, oid: str) -> tuple[str, bytes]:
-        """Read one object.
-
-        Args:
-            oid: 40-hex object name.
-        Returns:
-            ``(type, content)``, e.g. ``("blob", b"...")``.
-        Raises:
-            GitError: the object is missing.
-        """
-        assert self._proc.stdin and self._proc.stdout
-        self._proc.stdin.write(oid.encode() + b"\n")
-        self._proc.stdin.flush()
-        header = self._proc.stdout.readline()
-        fields = header.split()
-        if len(fields) != 3:
-            raise GitError(f"object {oid} is missing from the git store")
-        size = int(fields[2])
-        data = self._proc.stdout.read(size)
-        self._proc.stdout.read(1)  # trailing LF
-        return fields[1].decode(), data
-
-    def close(self) -> None:
-        """Stop the child process; never blocks for long.
-
-        Closes git's stdout first (a child blocked writing a blob nobody reads,
-        e.g. after a Ctrl-C inside :meth:`read`, gets EPIPE and exits), then its
-        stdin, waits a few seconds and kills it if it is still running. Safe to
-        call more than once.
-        """
-        for pipe in (self._proc.stdout, self._proc.stdin):
-            try:
-                if pipe is not None:
-                    pipe.close()
-            except OSError:
-                pass
-        try:
-            self._proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            self._proc.kill()
-            self._proc.wait()
-
-    def __enter__(self) -> CatFile:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-
-@dataclasses.dataclass(frozen=True)
-class TreeEntry:
-    """One row of ``git ls-tree``: ``mode`` (``100644``, ``160000`` ...), ``kind``
-    (``blob``, ``tree``, ``commit`` for a gitlink), ``oid`` and ``path``."""
-
-    mode: str
-    kind: str
-    oid: str
-    path: str
-
-
-@dataclasses.dataclass
-class MergeResult:
-    """What ``git merge-tree --write-tree`` (merge-ort) made of three trees.
-
-    Attributes:
-        tree: the merged tree; a conflicted text file holds git's markers, and a
-            modify/delete conflict leaves the modified side in it.
-        clean: true when git reported no conflict.
-        stages: conflicted path -> ``{stage: (mode, oid)}``; stage 1 is the merge
-            base, 2 "ours", 3 "theirs"; a missing stage means that side lacks the path.
-        messages: ``(paths, type, message)`` for each of git's informational
-            messages, e.g. ``(["f"], "CONFLICT (modify/delete)", "CONFLICT ...")``;
-            ``type`` is git's stable short description.
-    """
-
-    tree: str
-    clean: bool
-    stages: dict[str, dict[int, tuple[str, str]]]
-    messages: list[tuple[list[str], str, str]]
-
-    def conflict_types(self, path: str) -> list[str]:
-        """git's conflict types that name ``path`` (``["CONFLICT (modify/delete)"]``)."""
-        return [
-            kind
-            for paths, kind, _ in self.messages
-            if path in paths and kind.startswith("CONFLICT")
-        ]
+__all__ = [
+    "EMPTY_TREE",
+    "GIT_FLAGS",
+    "NULL_OID",
+    "SYNTHETIC_IDENTITY",
+    "CatFile",
+    "MergeResult",
+    "Store",
+    "TreeEntry",
+    "default_store_dir",
+    "first_error_line",
+    "git_env",
+    "git_executable",
+    "is_sha",
+    "run_git",
+    "zsplit",
+]
 
 
 class Store:
@@ -374,12 +115,8 @@ class Store:
         return CatFile(self.git_dir)
 
     def read_objects(self, oids: Sequence[str]) -> Iterator[tuple[str, bytes]]:
-        """Read many objects known in advance, streamed, with one ``git cat-file --batch --buffer``.
-
-        The names are handed to git in a file, so git writes its answers with normal
-        buffering instead of one flush per object, and there is no round trip per
-        object (an export reads a thousand blobs this way); only one object is held at a
-        time, so reading the whole tree never holds the tree (issue 14: peak memory).
+        """Read many objects known in advance, streamed, with one
+        ``git cat-file --batch --buffer`` (:func:`overlay.gitobjects.read_objects`).
 
         Args:
             oids: object names (40 or 64 hex).
@@ -388,42 +125,12 @@ class Store:
         Raises:
             GitError: an object is missing.
         """
-        import tempfile
-
-        if not oids:
-            return
-        with tempfile.TemporaryFile() as names:
-            names.write("".join(f"{oid}\n" for oid in oids).encode())
-            names.seek(0)
-            proc = subprocess.Popen(
-                [git_executable(), *GIT_FLAGS, "cat-file", "--batch", "--buffer"],
-                stdin=names,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
-                cwd=self.git_dir,
-                env=git_env({"GIT_DIR": self.git_dir}),
-                bufsize=1 << 20,
-            )
-        assert proc.stdout is not None
-        try:
-            for oid in oids:
-                fields = proc.stdout.readline().split()
-                if len(fields) != 3:
-                    raise GitError(f"object {oid} is missing from the git store")
-                data = proc.stdout.read(int(fields[2]))
-                proc.stdout.read(1)  # trailing LF
-                yield fields[1].decode(), data
-        finally:
-            proc.stdout.close()  # git stops (EPIPE) if the reader gave up early (a Ctrl-C)
-            try:
-                proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        return read_objects(self.git_dir, oids)
 
     @contextlib.contextmanager
     def lock(self) -> Iterator[None]:
-        """Hold the store's writer lock (:func:`overlay.fsutil.flocked` on ``overlay.lock``); re-entrant."""
+        """Hold the store's writer lock (:func:`overlay.fsutil.flocked` on
+        ``overlay.lock``); re-entrant."""
         if self._lock_depth:
             self._lock_depth += 1
             try:
@@ -513,6 +220,7 @@ class Store:
     _ANCESTRY_MAX = 2000
 
     def _ancestry(self) -> dict:
+        """The remembered ancestry answers, read from the store once."""
         if self._known is None:
             import json
 
@@ -526,7 +234,8 @@ class Store:
                 self._known = {}
         return self._known
 
-    def _remember(self, key: str, value) -> None:
+    def _remember(self, key: str, value: bool | str) -> None:
+        """Remember one ancestry answer in the store (best effort)."""
         import json
 
         from overlay.fsutil import atomic_write
@@ -647,6 +356,7 @@ class Store:
         return sha
 
     def _rev_parse_any(self, ref: str, remotes: Sequence[str]) -> str | None:
+        """The commit ``ref`` names as a remote branch, a tag, or as given; ``None``."""
         for candidate in (
             *(f"refs/remotes/{r}/{ref}" for r in remotes),
             f"refs/tags/{ref}",
@@ -675,12 +385,8 @@ class Store:
         Returns:
             ``[(mode, type, oid, path), ...]`` in git's order.
         """
-        entries = []
-        for rec in zsplit(self.git("ls-tree", "-r", "-z", "--full-tree", tree).stdout):
-            meta, path = rec.split("\t", 1)
-            mode, kind, oid = meta.split()
-            entries.append((mode, kind, oid, path))
-        return entries
+        out = self.git("ls-tree", "-r", "-z", "--full-tree", tree).stdout
+        return list(parse_ls_tree(out))
 
     def entries(self, tree: str, paths: Sequence[str]) -> dict[str, TreeEntry]:
         """The entries of ``tree`` at exactly ``paths`` (one ``ls-tree`` for all of them).
@@ -708,10 +414,8 @@ class Store:
             *sorted(wanted),
             check=False,
         )
-        for rec in zsplit(proc.stdout):
-            meta, path = rec.split("\t", 1)
+        for mode, kind, oid, path in parse_ls_tree(proc.stdout):
             if path in wanted:
-                mode, kind, oid = meta.split()
                 out[path] = TreeEntry(mode, kind, oid, path)
         return out
 
@@ -762,26 +466,7 @@ class Store:
         )
         if proc.returncode not in (0, 1):
             raise GitError(f"git merge-tree failed: {first_error_line(proc.stderr)}")
-        head, _, tail = proc.stdout.partition(b"\0\0")
-        fields = zsplit(head)
-        stages: dict[str, dict[int, tuple[str, str]]] = {}
-        for rec in fields[1:]:
-            meta, path = rec.split("\t", 1)
-            mode, oid, stage = meta.split()
-            stages.setdefault(path, {})[int(stage)] = (mode, oid)
-        messages: list[tuple[list[str], str, str]] = []
-        rest = zsplit(tail)
-        i = 0
-        while i < len(rest):
-            try:
-                count = int(rest[i])
-            except ValueError:
-                break
-            paths = rest[i + 1 : i + 1 + count]
-            kind, text = rest[i + 1 + count], rest[i + 2 + count]
-            messages.append((paths, kind, text))
-            i += count + 3
-        return MergeResult(fields[0], proc.returncode == 0, stages, messages)
+        return parse_merge_tree(proc.stdout, proc.returncode == 0)
 
     def diff_tree(
         self, old: str, new: str, *paths: str
@@ -795,12 +480,7 @@ class Store:
         args = ["diff-tree", "-r", "-z", "--no-renames", "--full-index", old, new]
         if paths:
             args += ["--", *paths]
-        fields = zsplit(self.git(*args).stdout)
-        out = []
-        for i in range(0, len(fields), 2):
-            meta = fields[i].lstrip(":").split()
-            out.append((meta[0], meta[1], meta[2], meta[3], meta[4][0], fields[i + 1]))
-        return out
+        return parse_diff_tree(self.git(*args).stdout)
 
     def hash_blob(self, data: bytes) -> str:
         """Write ``data`` as a blob into the store; return its name."""
@@ -861,24 +541,11 @@ class Store:
         Returns:
             The commit SHAs, in order.
         """
-        import hashlib
-
-        ident = (
-            f"{SYNTHETIC_IDENTITY['GIT_AUTHOR_NAME']} <{SYNTHETIC_IDENTITY['GIT_AUTHOR_EMAIL']}> "
-            f"{SYNTHETIC_IDENTITY['GIT_AUTHOR_DATE']}"
-        )
-        shas: list[str] = []
-        bodies: list[bytes] = []
-        for tree, parents, message in specs:
-            lines = [f"tree {tree}"]
-            lines += [f"parent {shas[p] if isinstance(p, int) else p}" for p in parents]
-            lines += [f"author {ident}", f"committer {ident}", "", message]
-            body = ("\n".join(lines) + "\n").encode()
-            shas.append(hashlib.sha1(b"commit %d\0" % len(body) + body).hexdigest())
-            bodies.append(body)
+        made = synthetic_commits(specs)
+        shas = [sha for sha, _body in made]
         with scratch_dir("commits") as tmp:
             paths = []
-            for i, body in enumerate(bodies):
+            for i, (_sha, body) in enumerate(made):
                 path = os.path.join(tmp, str(i))
                 with open(path, "wb") as fh:
                     fh.write(body)

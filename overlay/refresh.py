@@ -102,12 +102,13 @@ class BinaryTurn:
         """What is wrong, in one line."""
         if self.nul_here:
             return (
-                f"{self.path}: a line of its text diff holds a NUL byte; git takes the file for binary, so a "
-                "refresh would rewrite the diff as `GIT binary patch`"
+                f"{self.path}: a line of its text diff holds a NUL byte; git takes the "
+                "file for binary, so a refresh would rewrite the diff as "
+                "`GIT binary patch`"
             )
         return (
-            f"{self.path}: refreshing would turn its text diff into `GIT binary patch` (the file holds a NUL "
-            "byte before this patch)"
+            f"{self.path}: refreshing would turn its text diff into `GIT binary patch` "
+            "(the file holds a NUL byte before this patch)"
         )
 
 
@@ -175,7 +176,8 @@ class Refreshed:
 
     @property
     def turns(self) -> list[BinaryTurn]:
-        """Files this refresh would turn from a text diff into a binary one (see :func:`binary_turns`)."""
+        """Files this refresh would turn from a text diff into a binary one (see
+        :func:`binary_turns`)."""
         return binary_turns(self.patch, self.data)
 
 
@@ -190,15 +192,17 @@ def refresh_series(store: Store, layers: Layers) -> list[Refreshed]:
     Raises:
         ValueError: ``layers`` was computed without ``stepwise``.
     """
-    trees = [result.tree for result in layers.patches]
-    if any(tree is None for tree in trees):
+    trees = [result.tree for result in layers.patches if result.tree is not None]
+    if len(trees) != len(layers.patches):
         raise ValueError("refresh needs layers computed with stepwise=True")
     # Every patch's diff from one `git diff-tree --stdin` (issue 14: one process per
     # patch was three quarters of a warm verify of a long series).
-    diffs = tree_diffs(store, list(zip([layers.forked, *trees[:-1]], trees)))  # type: ignore[list-item]
+    olds = [layers.forked, *trees][: len(trees)]  # each patch's tree below it
+    pairs = list(zip(olds, trees, strict=True))
+    diffs = tree_diffs(store, pairs)  # one diff per pair
     return [
         Refreshed(result.patch, refreshed_bytes(result.patch.data, diff))
-        for result, diff in zip(layers.patches, diffs)
+        for result, diff in zip(layers.patches, diffs, strict=True)
     ]
 
 
@@ -241,7 +245,8 @@ def carry_series(
             )
         if carried.status == "upstream":
             raise LayerError(
-                f"patch {patch.name} changes nothing on the layer below: its change is already there",
+                f"patch {patch.name} changes nothing on the layer below: its change is "
+                "already there",
                 hint="remove it from patches-rocm/series yourself if that is right; "
                 "refresh never deletes a patch",
             )

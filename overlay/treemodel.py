@@ -5,9 +5,9 @@ each one (``git write-tree`` on an index) costs a process per patch; here the
 trees are computed from one ``git ls-tree -r -t`` listing of the tree below the
 series and the entries git's apply produced, and every new tree object is
 written to the store in one go (:func:`write_objects`, one ``git
-unpack-objects`` or ``git index-pack``). The objects are git's own format, so their names are the
-ones ``git write-tree`` gives for the same index (``tests/test_treemodel.py``
-compares them).
+unpack-objects`` or ``git index-pack``). The objects are git's own format, so
+their names are the ones ``git write-tree`` gives for the same index
+(``tests/test_chain_apply.py`` compares them).
 
 Only SHA-1 stores are handled (the object names are computed here); a caller
 falls back to git for anything else.
@@ -51,6 +51,7 @@ class TreeModel:
         self.objects: dict[str, bytes] = {}  # new tree objects: name -> content
 
     def _dir(self, path: str) -> dict[str, tuple[str, str, bytes, bytes]]:
+        """The entries of directory ``path``, read from the listing on first use."""
         entries = self._dirs.get(path)
         if entries is None:
             entries = {}
@@ -64,6 +65,7 @@ class TreeModel:
         return entries
 
     def _touch(self, directory: str) -> None:
+        """Mark ``directory`` and every directory above it for rewriting."""
         while True:
             self._dirty.add(directory)
             if not directory:

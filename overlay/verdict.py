@@ -67,6 +67,7 @@ class _Uncached(Exception):
 
 
 def _field(out: list[bytes], tag: bytes, data: bytes) -> None:
+    """Append one length-prefixed field (``tag`` and ``data``) to the key being built."""
     out.append(b"%s %d\n" % (tag, len(data)))
     out.append(data)
 
@@ -86,7 +87,7 @@ def _read(path: str) -> bytes | None:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or st.st_size > _MAX_RECORD:
             raise _Uncached(path)
-        chunks = []
+        chunks: list[bytes] = []
         while True:
             chunk = os.read(fd, 1 << 20)
             if not chunk:
@@ -97,6 +98,8 @@ def _read(path: str) -> bytes | None:
 
 
 def _stat(path: str) -> bytes:
+    """``path``'s mode, size, mtime, inode (as bytes; ``b"-"`` when absent); a file
+    that cannot be stat'ed is uncached."""
     try:
         st = os.lstat(path)
     except FileNotFoundError:
@@ -165,6 +168,8 @@ def _series_names(data: bytes) -> list[str]:
 
 
 def _git_on_path() -> bytes:
+    """The ``git`` PATH finds, with its stat (``b"-"`` when none): another git may give
+    another verdict."""
     for directory in os.environ.get("PATH", "").split(os.pathsep):
         candidate = os.path.join(directory or ".", "git")
         if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
@@ -369,7 +374,8 @@ def _package(out: list[bytes], pkg: str) -> None:
 
 
 def _resolutions(out: list[bytes], top: str) -> None:
-    """Every file under ``patches-rocm/resolved/`` (name and bytes); a link or special file is uncached."""
+    """Every file under ``patches-rocm/resolved/`` (name and bytes); a link or special
+    file is uncached."""
     if not _real_dir(top):
         _field(out, b"resolved", b"-")
         return
@@ -423,6 +429,7 @@ def _parse(data: bytes) -> tuple[bytes, list[tuple[bytes, bytes, bytes]]]:
 
 
 def _load(root: str) -> tuple[bytes, list[tuple[bytes, bytes, bytes]]] | None:
+    """The cache file parsed (:func:`_parse`), or ``None`` when absent or unreadable."""
     try:
         with open(os.path.join(root, CACHE), "rb") as fh:
             return _parse(fh.read())

@@ -1,5 +1,5 @@
 """Issue 14: the stepwise apply in a number of git processes that does not grow with the
-series (the chain of copies, :func:`overlay.engine._apply_chained`), the trees computed in
+series (the chain of copies, :func:`overlay.engine_chain.apply_chained`), the trees computed in
 Python (:mod:`overlay.treemodel`) and every refresh diff from one ``diff-tree --stdin``.
 
 Each is compared with the way it replaced: one ``git apply`` + ``write-tree`` per patch,
@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 from gitfixtures import make_patch
 
-from overlay import engine
+from overlay import engine, engine_records
 from overlay.engine import PatchApplyError, apply_series
 from overlay.gitstore import EMPTY_TREE, Store
 from overlay.patchfmt import tree_diff, tree_diffs
@@ -69,12 +69,12 @@ def series(
 
 def sequential(store: Store, tree: str, patches) -> tuple[str, list]:
     """The one-patch-at-a-time path, the chain switched off."""
-    saved = engine._apply_chained
-    engine._apply_chained = lambda *args: None
+    saved = engine.apply_chained
+    engine.apply_chained = lambda *args: None
     try:
         return apply_series(store, tree, patches, stepwise=True)
     finally:
-        engine._apply_chained = saved
+        engine.apply_chained = saved
 
 
 STEPS = [
@@ -105,17 +105,15 @@ def test_chain_gives_the_trees_of_one_patch_at_a_time(store, tmp_path, monkeypat
         c.rename for p in patches for c in p.changes
     )  # the rename is seen as one
     calls = []
-    real = engine._apply_chained
-    monkeypatch.setattr(
-        engine, "_apply_chained", lambda *a: calls.append(1) or real(*a)
-    )
+    real = engine.apply_chained
+    monkeypatch.setattr(engine, "apply_chained", lambda *a: calls.append(1) or real(*a))
     chained, results = apply_series(store, tree, patches, stepwise=True)
     assert (
         calls
         and real(store, tree, patches, *_records(store, tree, patches)) is not None
     )
     assert chained == trees[-1] and [r.tree for r in results] == trees
-    monkeypatch.setattr(engine, "_apply_chained", real)
+    monkeypatch.setattr(engine, "apply_chained", real)
     one_by_one, seq_results = sequential(store, tree, patches)
     assert one_by_one == chained and [r.tree for r in seq_results] == [
         r.tree for r in results
@@ -123,10 +121,12 @@ def test_chain_gives_the_trees_of_one_patch_at_a_time(store, tmp_path, monkeypat
 
 
 def _records(store, tree, patches):
-    state = dict.fromkeys(engine._touched_paths(patches))
+    state = dict.fromkeys(engine_records.touched_paths(patches))
     state.update(store.entries(tree, list(state)))
     initial, expected = dict(state), []
-    for _k, _patch, bad, same in engine._walk_records(patches, state, lambda oid: True):
+    for _k, _patch, bad, same in engine_records.walk_records(
+        patches, state, lambda oid: True
+    ):
         assert not bad and not same
         expected.append(dict(state))
     return initial, expected

@@ -91,13 +91,13 @@ def test_a_directory_with_anything_in_it_is_not_direct(store, tmp_path):
     dest.mkdir()
     (dest / "mine.txt").write_text("mine\n")
     seen = []
-    real = export_mod._write_new
-    export_mod._write_new = lambda *a: seen.append(a) or real(*a)
+    real = export_mod.write_new
+    export_mod.write_new = lambda *a: seen.append(a) or real(*a)
     try:
         export_tree(store, t1, str(dest), force=True)
         export_tree(store, t2, str(dest))
     finally:
-        export_mod._write_new = real
+        export_mod.write_new = real
     assert seen == []
     os.unlink(dest / "mine.txt")
     assert_equals_tree(store, t2, dest)

@@ -1,0 +1,256 @@
+"""git's objects as overlay reads them: the long-lived ``cat-file --batch`` readers,
+and the parsing of ``ls-tree``, ``diff-tree`` and ``merge-tree`` output.
+
+:class:`CatFile` answers one object at a time to a reader that does not know its
+names in advance; :func:`read_objects` streams many objects known in advance.
+Neither starts a process per object (an export reads a thousand blobs).
+:class:`TreeEntry` and :class:`MergeResult` are the shapes the store's methods
+(:class:`overlay.gitstore.Store`) return; the ``parse_*`` functions turn git's
+``-z`` output into them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+from collections.abc import Iterator, Sequence
+
+from overlay.errors import GitError
+from overlay.gitrun import (
+    GIT_FLAGS,
+    SYNTHETIC_IDENTITY,
+    git_env,
+    git_executable,
+    zsplit,
+)
+
+
+class CatFile:
+    """One persistent ``git cat-file --batch`` process for blob reads.
+
+    Use as a context manager; :meth:`read` returns ``(type, data)``. Starting
+    one process per blob would dominate an export of a thousand files.
+    """
+
+    def __init__(self, git_dir: str):
+        self._proc = subprocess.Popen(
+            [git_executable(), *GIT_FLAGS, "cat-file", "--batch"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            cwd=git_dir,
+            env=git_env({"GIT_DIR": git_dir}),
+        )
+
+    def read(self, oid: str) -> tuple[str, bytes]:
+        """Read one object.
+
+        Args:
+            oid: 40-hex object name.
+        Returns:
+            ``(type, content)``, e.g. ``("blob", b"...")``.
+        Raises:
+            GitError: the object is missing.
+        """
+        assert self._proc.stdin and self._proc.stdout
+        self._proc.stdin.write(oid.encode() + b"\n")
+        self._proc.stdin.flush()
+        header = self._proc.stdout.readline()
+        fields = header.split()
+        if len(fields) != 3:
+            raise GitError(f"object {oid} is missing from the git store")
+        size = int(fields[2])
+        data = self._proc.stdout.read(size)
+        self._proc.stdout.read(1)  # trailing LF
+        return fields[1].decode(), data
+
+    def close(self) -> None:
+        """Stop the child process; never blocks for long.
+
+        Closes git's stdout first (a child blocked writing a blob nobody reads,
+        e.g. after a Ctrl-C inside :meth:`read`, gets EPIPE and exits), then its
+        stdin, waits a few seconds and kills it if it is still running. Safe to
+        call more than once.
+        """
+        for pipe in (self._proc.stdout, self._proc.stdin):
+            try:
+                if pipe is not None:
+                    pipe.close()
+            except OSError:
+                pass
+        try:
+            self._proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+
+    def __enter__(self) -> CatFile:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+@dataclasses.dataclass(frozen=True)
+class TreeEntry:
+    """One row of ``git ls-tree``: ``mode`` (``100644``, ``160000`` ...), ``kind``
+    (``blob``, ``tree``, ``commit`` for a gitlink), ``oid`` and ``path``."""
+
+    mode: str
+    kind: str
+    oid: str
+    path: str
+
+
+@dataclasses.dataclass
+class MergeResult:
+    """What ``git merge-tree --write-tree`` (merge-ort) made of three trees.
+
+    Attributes:
+        tree: the merged tree; a conflicted text file holds git's markers, and a
+            modify/delete conflict leaves the modified side in it.
+        clean: true when git reported no conflict.
+        stages: conflicted path -> ``{stage: (mode, oid)}``; stage 1 is the merge
+            base, 2 "ours", 3 "theirs"; a missing stage means that side lacks the path.
+        messages: ``(paths, type, message)`` for each of git's informational
+            messages, e.g. ``(["f"], "CONFLICT (modify/delete)", "CONFLICT ...")``;
+            ``type`` is git's stable short description.
+    """
+
+    tree: str
+    clean: bool
+    stages: dict[str, dict[int, tuple[str, str]]]
+    messages: list[tuple[list[str], str, str]]
+
+    def conflict_types(self, path: str) -> list[str]:
+        """git's conflict types that name ``path`` (``["CONFLICT (modify/delete)"]``)."""
+        return [
+            kind
+            for paths, kind, _ in self.messages
+            if path in paths and kind.startswith("CONFLICT")
+        ]
+
+
+def read_objects(git_dir: str, oids: Sequence[str]) -> Iterator[tuple[str, bytes]]:
+    """Read many objects known in advance, streamed, with one
+    ``git cat-file --batch --buffer``.
+
+    The names are handed to git in a file, so git writes its answers with normal
+    buffering instead of one flush per object, and there is no round trip per
+    object (an export reads a thousand blobs this way); only one object is held at a
+    time, so reading the whole tree never holds the tree (issue 14: peak memory).
+
+    Args:
+        git_dir: the repository.
+        oids: object names (40 or 64 hex).
+    Yields:
+        ``(type, content)`` per name, in order.
+    Raises:
+        GitError: an object is missing.
+    """
+    import tempfile
+
+    if not oids:
+        return
+    with tempfile.TemporaryFile() as names:
+        names.write("".join(f"{oid}\n" for oid in oids).encode())
+        names.seek(0)
+        proc = subprocess.Popen(
+            [git_executable(), *GIT_FLAGS, "cat-file", "--batch", "--buffer"],
+            stdin=names,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            cwd=git_dir,
+            env=git_env({"GIT_DIR": git_dir}),
+            bufsize=1 << 20,
+        )
+    assert proc.stdout is not None
+    try:
+        for oid in oids:
+            fields = proc.stdout.readline().split()
+            if len(fields) != 3:
+                raise GitError(f"object {oid} is missing from the git store")
+            data = proc.stdout.read(int(fields[2]))
+            proc.stdout.read(1)  # trailing LF
+            yield fields[1].decode(), data
+    finally:
+        proc.stdout.close()  # git stops (EPIPE) if the reader gave up early (a Ctrl-C)
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def parse_ls_tree(out: bytes) -> Iterator[tuple[str, str, str, str]]:
+    """``(mode, type, oid, path)`` per record of ``git ls-tree -z`` output."""
+    for rec in zsplit(out):
+        meta, path = rec.split("\t", 1)
+        mode, kind, oid = meta.split()
+        yield mode, kind, oid, path
+
+
+def parse_diff_tree(out: bytes) -> list[tuple[str, str, str, str, str, str]]:
+    """``git diff-tree -r -z --no-renames`` output of one tree pair as
+    ``[(old_mode, new_mode, old_oid, new_oid, status, path), ...]``."""
+    fields = zsplit(out)
+    rows = []
+    for i in range(0, len(fields), 2):
+        meta = fields[i].lstrip(":").split()
+        rows.append((meta[0], meta[1], meta[2], meta[3], meta[4][0], fields[i + 1]))
+    return rows
+
+
+def parse_merge_tree(out: bytes, clean: bool) -> MergeResult:
+    """``git merge-tree --write-tree -z`` output as a :class:`MergeResult`: the tree,
+    the conflicted stages, then git's informational messages (``clean``: git exited 0).
+    """
+    head, _, tail = out.partition(b"\0\0")
+    fields = zsplit(head)
+    stages: dict[str, dict[int, tuple[str, str]]] = {}
+    for rec in fields[1:]:
+        meta, path = rec.split("\t", 1)
+        mode, oid, stage = meta.split()
+        stages.setdefault(path, {})[int(stage)] = (mode, oid)
+    messages: list[tuple[list[str], str, str]] = []
+    rest = zsplit(tail)
+    i = 0
+    while i < len(rest):
+        try:
+            count = int(rest[i])
+        except ValueError:
+            break
+        paths = rest[i + 1 : i + 1 + count]
+        kind, text = rest[i + 1 + count], rest[i + 2 + count]
+        messages.append((paths, kind, text))
+        i += count + 3
+    return MergeResult(fields[0], clean, stages, messages)
+
+
+def synthetic_commits(
+    specs: Sequence[tuple[str, Sequence[str | int], str]],
+) -> list[tuple[str, bytes]]:
+    """The bodies and names of synthetic commits (the fixed identity and date of
+    :data:`overlay.gitrun.SYNTHETIC_IDENTITY`), computed without git.
+
+    Args:
+        specs: ``[(tree, parents, message), ...]``; a parent is a SHA, or the int
+            index of an earlier spec.
+    Returns:
+        ``[(sha, body), ...]`` in order (SHA-1 names).
+    """
+    import hashlib  # here, not at the top: only commands that merge need it
+
+    ident = (
+        f"{SYNTHETIC_IDENTITY['GIT_AUTHOR_NAME']} "
+        f"<{SYNTHETIC_IDENTITY['GIT_AUTHOR_EMAIL']}> "
+        f"{SYNTHETIC_IDENTITY['GIT_AUTHOR_DATE']}"
+    )
+    out: list[tuple[str, bytes]] = []
+    for tree, parents, message in specs:
+        lines = [f"tree {tree}"]
+        lines += [f"parent {out[p][0] if isinstance(p, int) else p}" for p in parents]
+        lines += [f"author {ident}", f"committer {ident}", "", message]
+        body = ("\n".join(lines) + "\n").encode()
+        out.append((hashlib.sha1(b"commit %d\0" % len(body) + body).hexdigest(), body))
+    return out

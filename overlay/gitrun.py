@@ -1,0 +1,210 @@
+"""How overlay runs git: the sanitized environment, the determinism flags, ``-z`` parsing.
+
+Every git process overlay starts goes through :func:`run_git` (or, for the
+long-lived readers of :mod:`overlay.gitobjects`, :func:`git_env` and
+:data:`GIT_FLAGS`), which
+
+* strips stray ``GIT_*`` variables (a hook or an outer ``git rebase`` must not
+  redirect us to another repository), keeping only transport helpers;
+* passes determinism flags with ``-c`` (no CRLF conversion, no quoting of
+  paths, no automatic gc) and ``LC_ALL=C`` so messages can be parsed;
+* raises :class:`~overlay.errors.GitError` with git's own first error line.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from collections.abc import Sequence
+
+from overlay.errors import GitError
+
+#: ``-c`` options passed to every git call (DESIGN 10: determinism flags).
+GIT_FLAGS: tuple[str, ...] = (
+    "-c",
+    "core.autocrlf=false",
+    "-c",
+    "core.safecrlf=false",
+    "-c",
+    "core.quotepath=false",
+    "-c",
+    "core.precomposeunicode=false",
+    "-c",
+    "gc.auto=0",
+    "-c",
+    "maintenance.auto=false",
+    "-c",
+    "apply.whitespace=nowarn",
+    "-c",
+    "merge.conflictstyle=merge",
+    "-c",
+    "diff.noprefix=false",
+    "-c",
+    "diff.mnemonicprefix=false",
+    "-c",
+    "init.defaultBranch=main",
+    "-c",
+    "advice.detachedHead=false",
+)
+
+#: Environment variables kept from the caller (credentials and transport only).
+_KEEP_GIT_VARS = frozenset(
+    {
+        "GIT_SSH",
+        "GIT_SSH_COMMAND",
+        "GIT_ASKPASS",
+        "GIT_TERMINAL_PROMPT",
+        "GIT_SSL_CAINFO",
+        "GIT_SSL_NO_VERIFY",
+        "GIT_HTTP_PROXY",
+        "GIT_EXEC_PATH",
+    }
+)
+
+#: Fixed identity and dates for the synthetic commits the layers are merged from,
+#: so the same inputs give the same object names.
+SYNTHETIC_IDENTITY = {
+    "GIT_AUTHOR_NAME": "overlay",
+    "GIT_AUTHOR_EMAIL": "overlay@localhost",
+    "GIT_AUTHOR_DATE": "1700000000 +0000",
+    "GIT_COMMITTER_NAME": "overlay",
+    "GIT_COMMITTER_EMAIL": "overlay@localhost",
+    "GIT_COMMITTER_DATE": "1700000000 +0000",
+}
+
+EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
+NULL_OID = "0" * 40
+_SHA_RE = re.compile(r"^[0-9a-f]{40}$")
+
+
+def is_sha(value: str) -> bool:
+    """True when ``value`` is a full 40-hex lowercase object name."""
+    return bool(_SHA_RE.match(value))
+
+
+#: git commands that talk to a remote: they keep the user's global configuration
+#: (credential helpers, proxies, ``url.<base>.insteadOf``); nothing they do changes a
+#: tree, a diff or a merge result.
+_TRANSPORT_COMMANDS = frozenset({"fetch", "ls-remote"})
+
+
+def git_env(
+    extra: dict[str, str] | None = None, *, user_config: bool = False
+) -> dict[str, str]:
+    """The environment for a git child: ours minus stray ``GIT_*``, plus ``extra``.
+
+    The system and global configuration files are hidden (``GIT_CONFIG_NOSYSTEM``,
+    ``GIT_CONFIG_GLOBAL=/dev/null``): a ``~/.gitconfig`` with ``diff.renameLimit=1``,
+    ``diff.algorithm=patience`` or ``merge.conflictStyle=zdiff3`` must not change a
+    refreshed patch or a merge (issue 12, item 11).
+
+    Args:
+        extra: variables to set on top (``GIT_DIR``, ``GIT_INDEX_FILE``, ...).
+        user_config: keep the user's global configuration (transport commands only).
+    Returns:
+        A new dict; ``os.environ`` is not modified.
+    """
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("GIT_") or k in _KEEP_GIT_VARS
+    }
+    env["LC_ALL"] = "C"
+    env["GIT_CONFIG_NOSYSTEM"] = "1"
+    if not user_config:
+        env["GIT_CONFIG_GLOBAL"] = os.devnull
+    env.setdefault("GIT_TERMINAL_PROMPT", "0")
+    if extra:
+        env.update(extra)
+    return env
+
+
+_WHICH: dict[str, str | None] = {}
+
+
+def git_executable() -> str:
+    """Path of ``git`` on PATH (looked up once per PATH value).
+
+    Raises:
+        GitError: git is not installed (exit 2).
+    """
+    key = os.environ.get("PATH", "")
+    if key not in _WHICH:
+        import shutil  # here, not at the top: start-up is the floor of every command (issue 14)
+
+        _WHICH[key] = shutil.which("git")
+    path = _WHICH[key]
+    if path is None:
+        raise GitError("git not found on PATH", hint="install git 2.38 or newer")
+    return path
+
+
+def run_git(
+    args: Sequence[str],
+    *,
+    git_dir: str | None = None,
+    cwd: str | None = None,
+    input: bytes | None = None,
+    env: dict[str, str] | None = None,
+    check: bool = True,
+) -> subprocess.CompletedProcess:
+    """Run one git command with the sanitized environment and determinism flags.
+
+    Args:
+        args: git arguments after the global options, e.g. ``["ls-tree", "-z", sha]``.
+        git_dir: repository to act on (sets ``GIT_DIR``).
+        cwd: working directory of the child; default: ``git_dir`` (or the temporary
+            directory). Never the caller's: ``git apply --3way`` and friends write
+            conflicted files relative to their cwd (issue 12).
+        input: bytes for stdin.
+        env: extra variables (see :func:`git_env`).
+        check: raise on a nonzero exit.
+    Returns:
+        The completed process with ``stdout``/``stderr`` as bytes.
+    Raises:
+        GitError: git is missing, or it exited nonzero and ``check`` is true; the
+        message is git's first ``error:``/``fatal:`` line.
+    """
+    extra = dict(env or {})
+    if git_dir is not None:
+        extra["GIT_DIR"] = git_dir
+    cmd = [git_executable(), *GIT_FLAGS, *args]
+    if cwd is None:
+        if git_dir is not None and os.path.isdir(git_dir):
+            cwd = git_dir
+        else:
+            import tempfile
+
+            cwd = tempfile.gettempdir()
+    proc = subprocess.run(
+        cmd,
+        input=input,
+        cwd=cwd,
+        env=git_env(extra, user_config=bool(args) and args[0] in _TRANSPORT_COMMANDS),
+        capture_output=True,
+    )
+    if check and proc.returncode != 0:
+        raise GitError(f"git {args[0]} failed: {first_error_line(proc.stderr)}")
+    return proc
+
+
+def first_error_line(stderr: bytes) -> str:
+    """The most telling line of git's stderr (``fatal:``/``error:`` first)."""
+    lines = [
+        ln.strip()
+        for ln in stderr.decode("utf-8", "replace").splitlines()
+        if ln.strip()
+    ]
+    for ln in lines:
+        if ln.startswith(("fatal:", "error:")):
+            return ln.split(":", 1)[1].strip()
+    return lines[0] if lines else "no message"
+
+
+def zsplit(data: bytes) -> list[str]:
+    """Split ``-z`` output into strings, dropping the trailing empty field."""
+    parts = data.decode("utf-8", "surrogateescape").split("\0")
+    if parts and parts[-1] == "":
+        parts.pop()
+    return parts
