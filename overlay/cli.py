@@ -881,24 +881,19 @@ def _rebase_action_locked(ctx: Context, action: str, fmt: str) -> None:
     if action == "status":
         st = rb.state
         click.echo(
-            f"{st['kind']} in progress: pin {st['old']['pin'][:12]} -> {st['new']['pin'][:12]}, "
-            f"fork {st['old']['fork'][:12]} -> {st['new']['fork'][:12]}"
+            f"{st.kind} in progress: pin {st.old.pin[:12]} -> {st.new.pin[:12]}, "
+            f"fork {st.old.fork[:12]} -> {st.new.fork[:12]}"
         )
-        for path, entry in sorted(st["resolutions"].items()):
-            click.echo(
-                f"  resolution {path}: {entry.get('status') if isinstance(entry, dict) else '?'}"
-            )
-        for path in st.get("stale", []):
+        for path, resolution in sorted(st.resolutions.items()):
+            click.echo(f"  resolution {path}: {resolution.status}")
+        for path in st.stale or []:
             click.echo(f"  resolution {path}: removed (no longer conflicts)")
-        for entry in st["patches"]:
-            if isinstance(entry, dict):
-                click.echo(f"  patch {entry.get('name')}: {entry.get('status')}")
-        stop = st.get("stop")
-        if stop:
-            what = stop.get("path") or stop.get("name")
+        for entry in st.patches:
+            click.echo(f"  patch {entry.name}: {entry.status}")
+        if st.stop is not None:
             click.echo(
-                f"stopped at {stop['type']} {what}: edit the files under .overlay/rebase/work/, "
-                "then --continue (or --skip a patch, or --abort)"
+                f"stopped at {st.stop.type} {st.stop.what}: edit the files under "
+                ".overlay/rebase/work/, then --continue (or --skip a patch, or --abort)"
             )
         return
     if action == "abort":
