@@ -28,7 +28,7 @@ import os
 import shutil
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Container, Iterator
 from typing import Any
 
 from overlay import fixes
@@ -397,6 +397,7 @@ class _RecordTemps:
     the series, the patches."""
 
     def __contains__(self, name: object) -> bool:
+        """Whether ``name`` is a record of ``patches-rocm/`` (its temps may go)."""
         return isinstance(name, str) and (
             name in ("overlay.toml", "series") or name.endswith(".patch")
         )
@@ -417,7 +418,8 @@ def sweep_killed_runs(root: str) -> list[str]:
     """
     removed: list[str] = []
 
-    def sweep(rel_dir: str, owners=None) -> None:
+    def sweep(rel_dir: str, owners: Container[str] | None = None) -> None:
+        """Remove the stale temps in ``rel_dir`` (of ``owners`` only, when given)."""
         for name in remove_stale_temps(os.path.join(root, rel_dir), owners):
             removed.append(os.path.join(rel_dir, name) if rel_dir else name)
 
