@@ -38,6 +38,13 @@ def _str(value: Any, what: str) -> str:
     return value
 
 
+def _int(value: Any, what: str) -> int:
+    """``value`` when it is an integer; ``ValueError`` naming ``what`` otherwise."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ValueError(f"{what} is not an integer")
+    return value
+
+
 def _opt_str(value: Any, what: str) -> str | None:
     """``value`` when it is a string or ``None``; ``ValueError`` naming ``what`` otherwise."""
     return None if value is None else _str(value, what)
@@ -372,5 +379,5 @@ class RunState:
             stale=None if stale is None else _str_list(stale, "the stale list"),
             merge_stats=None if stats is None else dict(stats),
             rr_recorded=_str_list(data.get("rr_recorded", []), "rr_recorded"),
-            format=int(data.get("format", STATE_FORMAT)),
+            format=_int(data.get("format", STATE_FORMAT), "the format"),
         )

@@ -176,6 +176,15 @@ def test_the_typed_state_reads_the_old_keys():
     assert isinstance(RunState.from_json(SHAPES["empty stop"]).stop, EmptyStop)
 
 
+@pytest.mark.parametrize(
+    "key, value",
+    [("format", []), ("patches", [42]), ("stop", {"type": "nonsense"})],
+)
+def test_a_malformed_state_is_refused_with_a_value_error(key, value):
+    with pytest.raises(ValueError):
+        RunState.from_json(old_state(**{key: value}))
+
+
 def test_a_state_with_a_malformed_entry_is_wedged(ov, w):
     add_patch(
         ov, "0001-ops.patch", {"mlx/ops.cpp": lines("ops", change={2: "ops 2 ours"})}
