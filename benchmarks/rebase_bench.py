@@ -118,7 +118,7 @@ def bump(root: str, store: Store) -> tuple[float, dict]:
         Bases(m.pin, m.fork_commit, m.merge_base),
     )
     report = rb.run()
-    return cpu_now() - start, report
+    return cpu_now() - start, report.to_json()
 
 
 def floor_commits(store: Store, m) -> tuple[str, str]:

@@ -1,17 +1,139 @@
-"""Render the report of a rebase or sync (text, JSON, Markdown for the PR body).
+"""The report of a rebase or sync, and its renderings (text, JSON, Markdown for the PR body).
 
-The report is plain data built by :meth:`overlay.rebase.Rebase.report`:
-``{kind, pins: {before, after}, merge, resolutions: [...], patches: [...],
-range_diff, next_steps}``; the Markdown comes from the jinja2 template
-``overlay/templates/rebase_report.md.j2``.
+The report is a :class:`RebaseReport` built by :meth:`overlay.rebase.Rebase.report`;
+its JSON form (:meth:`RebaseReport.to_json`, ``.overlay/last-rebase.json`` and
+``--format json``) is ``{kind, pins: {before, after}, merge, resolutions: [...],
+patches: [...], range_diff, next_steps}``, key for key as earlier versions wrote it.
+The Markdown comes from the jinja2 template ``overlay/templates/rebase_report.md.j2``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Sequence
+from typing import Any
 
+from overlay.rebase_state import Bases
 from overlay.templating import render_report, render_template
+
+
+@dataclasses.dataclass
+class ReportResolution:
+    """One line of the report's resolutions: a path and how it was settled.
+
+    ``status`` is a :class:`overlay.rebase_state.ResolutionOutcome` status, or
+    ``removed`` for a resolution whose path no longer conflicts.
+    """
+
+    path: str
+    status: str
+    note: str
+
+    def to_json(self) -> dict[str, str]:
+        """``{"path", "status", "note"}``."""
+        return {"path": self.path, "status": self.status, "note": self.note}
+
+
+@dataclasses.dataclass
+class ReportPatch:
+    """One line of the report's series: a patch, its Local-Fix number and outcome.
+
+    ``status`` is a :class:`overlay.rebase_state.PatchOutcome` status, with
+    ``merged (bytes unchanged)`` for a merged patch whose file keeps its bytes.
+    """
+
+    name: str
+    status: str
+    local_fix: int | None
+    note: str
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"name", "status", "local_fix", "note"}``."""
+        return {
+            "name": self.name,
+            "status": self.status,
+            "local_fix": self.local_fix,
+            "note": self.note,
+        }
+
+
+@dataclasses.dataclass
+class PinChange:
+    """The bases before and after the run (``pins`` in the JSON form)."""
+
+    before: Bases
+    after: Bases
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"before": {...}, "after": {...}}``."""
+        return {"before": self.before.to_json(), "after": self.after.to_json()}
+
+
+@dataclasses.dataclass
+class RebaseReport:
+    """What a completed rebase or sync did.
+
+    Attributes:
+        kind: ``"rebase"`` or ``"sync"``.
+        pins: the bases before and after.
+        merge: ``{"carried": n, "conflicts": n}`` of the fork-delta merge (``{}``
+            when the run did not count them).
+        resolutions: one entry per resolution kept, changed or removed, by path.
+        patches: one entry per patch of the series, in order.
+        range_diff: ``git range-diff`` of the old series against the new one,
+            patches named by :func:`patch_label`.
+        next_steps: commands and checks for the user, in order.
+    """
+
+    kind: str
+    pins: PinChange
+    merge: dict[str, int]
+    resolutions: list[ReportResolution]
+    patches: list[ReportPatch]
+    range_diff: str
+    next_steps: list[str]
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON object of ``.overlay/last-rebase.json`` and ``--format json``."""
+        return {
+            "kind": self.kind,
+            "pins": self.pins.to_json(),
+            "merge": dict(self.merge),
+            "resolutions": [r.to_json() for r in self.resolutions],
+            "patches": [p.to_json() for p in self.patches],
+            "range_diff": self.range_diff,
+            "next_steps": list(self.next_steps),
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RebaseReport:
+        """Read :meth:`to_json`'s form (a ``last-rebase.json``).
+
+        Raises:
+            KeyError, TypeError: a key is missing or not of its type.
+        """
+        return cls(
+            kind=data["kind"],
+            pins=PinChange(
+                Bases.from_json(data["pins"]["before"]),
+                Bases.from_json(data["pins"]["after"]),
+            ),
+            merge=dict(data.get("merge", {})),
+            resolutions=[
+                ReportResolution(r["path"], r["status"], r.get("note", ""))
+                for r in data["resolutions"]
+            ],
+            patches=[
+                ReportPatch(
+                    p["name"], p["status"], p.get("local_fix"), p.get("note", "")
+                )
+                for p in data["patches"]
+            ],
+            range_diff=data.get("range_diff", ""),
+            next_steps=list(data.get("next_steps", [])),
+        )
+
 
 #: A header line of ``git range-diff --no-color``: ``1:  abc1234 = 1:  def5678 subject``
 #: (``-:  -------`` on the side a patch is missing from).
@@ -61,33 +183,30 @@ def label_range_diff(text: str, old: Sequence[str], new: Sequence[str]) -> str:
     return "".join(out)
 
 
-def render_markdown(report: dict) -> str:
+def render_markdown(report: RebaseReport) -> str:
     """The report as a Markdown section (for ``.overlay/last-rebase.md`` and the PR body)."""
     return render_template("rebase_report.md.j2", r=report)
 
 
-def render_text(report: dict) -> str:
+def render_text(report: RebaseReport) -> str:
     """The report as plain lines for a terminal."""
-    before, after = report["pins"]["before"], report["pins"]["after"]
+    before, after = report.pins.before, report.pins.after
     out = [
-        f"{report['kind']} complete: pin {before['pin'][:12]} -> {after['pin'][:12]}, "
-        f"fork {before['fork'][:12]} -> {after['fork'][:12]}"
+        f"{report.kind} complete: pin {before.pin[:12]} -> {after.pin[:12]}, "
+        f"fork {before.fork[:12]} -> {after.fork[:12]}"
     ]
-    for x in report["resolutions"]:
+    for x in report.resolutions:
         out.append(
-            f"  resolution {x['path']}: {x['status']}"
-            + (f" ({x['note']})" if x["note"] else "")
+            f"  resolution {x.path}: {x.status}" + (f" ({x.note})" if x.note else "")
         )
-    for p in report["patches"]:
-        out.append(
-            f"  patch {p['name']}: {p['status']}"
-            + (f" ({p['note']})" if p["note"] else "")
-        )
-    out.append("next: " + "; ".join(report["next_steps"]))
+    for p in report.patches:
+        out.append(f"  patch {p.name}: {p.status}" + (f" ({p.note})" if p.note else ""))
+    out.append("next: " + "; ".join(report.next_steps))
     return "\n".join(out) + "\n"
 
 
-def render(report: dict, fmt: str) -> str:
-    """Dispatch on ``fmt``: ``text``, ``json`` or ``markdown``
-    (:func:`overlay.templating.render_report`)."""
-    return render_report(report, fmt, text=render_text, template="rebase_report.md.j2")
+def render(report: RebaseReport, fmt: str) -> str:
+    """The report as ``fmt``: ``text``, ``json`` (:meth:`RebaseReport.to_json`,
+    indented by two) or ``markdown`` (:func:`overlay.templating.render_report`)."""
+    data: Any = report.to_json() if fmt == "json" else report
+    return render_report(data, fmt, text=render_text, template="rebase_report.md.j2")

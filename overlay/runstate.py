@@ -28,7 +28,7 @@ import os
 import shutil
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Container, Iterator
 from typing import Any
 
 from overlay import fixes
@@ -44,6 +44,7 @@ from overlay.fsutil import (
 )
 from overlay.manifest import MANIFEST_PATH
 from overlay.paths import check_path
+from overlay.rebase_state import RunState
 
 STATE_DIR = os.path.join(".overlay", "rebase")
 STATE_FILE = os.path.join(STATE_DIR, "state.json")
@@ -72,12 +73,12 @@ class StateOnDisk:
         kind: ``"rebase"`` or ``"sync"`` (``"rebase"`` when ``state.json`` cannot say).
         state: the parsed ``state.json`` when it is there and well formed, else ``None``.
         problem: why the state is wedged, in words; ``None`` when it is whole.
-        missing: files of ``state["backup"]`` that have no copy under ``backup/``.
+        missing: files of ``state.backup`` that have no copy under ``backup/``.
     """
 
     present: bool
     kind: str = "rebase"
-    state: dict[str, Any] | None = None
+    state: RunState | None = None
     problem: str | None = None
     missing: list[str] = dataclasses.field(default_factory=list)
 
@@ -118,7 +119,7 @@ def _state_shape_error(state: Any) -> str | None:
 
 
 def inspect_state(root: str) -> StateOnDisk:
-    """Read ``.overlay/rebase/`` and say whether a run is in progress, and whether its state is whole.
+    """Read ``.overlay/rebase/``: is a run in progress, and is its state whole?
 
     A whole state is a valid ``state.json`` (read as a record: a regular file
     inside the repository, size-capped) with a ``backup/`` holding a copy of
@@ -146,47 +147,56 @@ def inspect_state(root: str) -> StateOnDisk:
         )
         return StateOnDisk(True, problem=f"{STATE_DIR} holds {left} but no state.json")
     try:
-        data = read_record(
+        raw = read_record(
             root,
             STATE_FILE.replace(os.sep, "/"),
             what="rebase state",
             allow_symlink=False,
         )
-        state = json.loads(data.decode("utf-8"))
+        data = json.loads(raw.decode("utf-8"))
     except RecordError as exc:
         return StateOnDisk(True, problem=exc.message)
     except (UnicodeDecodeError, ValueError, RecursionError):
         return StateOnDisk(
             True, problem=f"{STATE_FILE} is not valid JSON (half-written or damaged)"
         )
-    shape = _state_shape_error(state)
+    shape = _state_shape_error(data)
     if shape is not None:
         return StateOnDisk(True, problem=shape)
-    kind = state["kind"]
-    if not has_backup:
+    try:
+        state = RunState.from_json(data)
+    except ValueError as exc:
+        return StateOnDisk(True, problem=f"{STATE_FILE} is not a run state: {exc}")
+    return _backup_state(backup if has_backup else None, state)
+
+
+def _backup_state(backup: str | None, state: RunState) -> StateOnDisk:
+    """A run with a valid ``state``: whole when ``backup`` (``None``: not there) holds
+    a copy of every file the state lists, else wedged."""
+    if backup is None:
         return StateOnDisk(
             True,
-            kind,
+            state.kind,
             state,
             f"{STATE_FILE} is there but its backup ({STATE_DIR}/backup) is not",
-            list(state["backup"]),
+            list(state.backup),
         )
     missing = [
         rel
-        for rel in state["backup"]
+        for rel in state.backup
         if not os.path.isfile(os.path.join(backup, *rel.split("/")))
     ]
     if missing:
         return StateOnDisk(
             True,
-            kind,
+            state.kind,
             state,
-            f"the backup lacks {len(missing)} of the {len(state['backup'])} "
+            f"the backup lacks {len(missing)} of the {len(state.backup)} "
             f"file(s) it should hold ({', '.join(missing[:3])}"
             f"{' ...' if len(missing) > 3 else ''})",
             missing,
         )
-    return StateOnDisk(True, kind, state)
+    return StateOnDisk(True, state.kind, state)
 
 
 def run_in_progress(root: str) -> str | None:
@@ -205,8 +215,8 @@ def run_in_progress(root: str) -> str | None:
 def wedged_hint(kind: str) -> str:
     """What to do about a wedged state (the ``hint:`` line)."""
     return (
-        f"`overlay {kind} --abort` recovers it: it restores the records from the backup that is left, "
-        "keeps what it cannot restore, and removes the state"
+        f"`overlay {kind} --abort` recovers it: it restores the records from the "
+        "backup that is left, keeps what it cannot restore, and removes the state"
     )
 
 
@@ -253,15 +263,17 @@ def in_progress_note(root: str) -> str | None:
     kind = info.kind
     if info.problem:
         return f"the {kind} state in {STATE_DIR} is wedged ({info.problem}); {wedged_hint(kind)}"
-    if isinstance(info.state, dict) and info.state.get("commit_started"):
+    if info.state is not None and info.state.commit_started:
         # Only a kill can leave this (Ctrl-C is held back while the records are written).
         return (
-            f"a {kind} was ended while it wrote the records: some are new, some as before; "
-            f"`overlay {kind} --continue` finishes writing them, `overlay {kind} --abort` restores them"
+            f"a {kind} was ended while it wrote the records: some are new, some as "
+            f"before; `overlay {kind} --continue` finishes writing them, "
+            f"`overlay {kind} --abort` restores them"
         )
     return (
-        f"a {kind} is in progress (`overlay {kind} --status`): these are the records as they were before "
-        f"it; `overlay {kind} --continue` finishes it, `overlay {kind} --abort` undoes it"
+        f"a {kind} is in progress (`overlay {kind} --status`): these are the records "
+        f"as they were before it; `overlay {kind} --continue` finishes it, "
+        f"`overlay {kind} --abort` undoes it"
     )
 
 
@@ -362,11 +374,12 @@ def state_lock(root: str, command: str, *, shared: bool = False) -> Iterator[Non
             who = (
                 f"`overlay {holder[1]}` (pid {holder[0]}) is running on this overlay"
                 if holder
-                else "another overlay command (a verify or status reading the records) is running on this overlay"
+                else "another overlay command (a verify or status reading the records) "
+                "is running on this overlay"
             )
             raise StateBusy(
-                f"{who} and holds {LOCK_FILE}: `overlay {command}` is refused, so that the rebase state "
-                "and the records are never read or written half-changed",
+                f"{who} and holds {LOCK_FILE}: `overlay {command}` is refused, so that "
+                "the rebase state and the records are never read or written half-changed",
                 holder=holder,
                 hint=f"run `overlay {command}` again when it has finished",
             ) from None
@@ -380,9 +393,11 @@ def state_lock(root: str, command: str, *, shared: bool = False) -> Iterator[Non
 
 
 class _RecordTemps:
-    """The names whose temp files may be swept in ``patches-rocm/``: the manifest, the series, the patches."""
+    """The names whose temp files may be swept in ``patches-rocm/``: the manifest,
+    the series, the patches."""
 
     def __contains__(self, name: object) -> bool:
+        """Whether ``name`` is a record of ``patches-rocm/`` (its temps may go)."""
         return isinstance(name, str) and (
             name in ("overlay.toml", "series") or name.endswith(".patch")
         )
@@ -403,7 +418,8 @@ def sweep_killed_runs(root: str) -> list[str]:
     """
     removed: list[str] = []
 
-    def sweep(rel_dir: str, owners=None) -> None:
+    def sweep(rel_dir: str, owners: Container[str] | None = None) -> None:
+        """Remove the stale temps in ``rel_dir`` (of ``owners`` only, when given)."""
         for name in remove_stale_temps(os.path.join(root, rel_dir), owners):
             removed.append(os.path.join(rel_dir, name) if rel_dir else name)
 
@@ -445,8 +461,9 @@ def interrupt_note(root: str | None, kind: str, since: float) -> str:
     on_disk = run_in_progress(root)
     if on_disk is not None:
         return (
-            f"interrupted: the {on_disk} is stopped and resumable with `overlay {on_disk} --continue`, "
-            f"or undone with `overlay {on_disk} --abort` (`--status` shows where it stands)"
+            f"interrupted: the {on_disk} is stopped and resumable with "
+            f"`overlay {on_disk} --continue`, or undone with `overlay {on_disk} --abort` "
+            "(`--status` shows where it stands)"
         )
     try:
         completed = os.path.getmtime(os.path.join(root, REPORT_JSON)) >= since
@@ -454,8 +471,8 @@ def interrupt_note(root: str | None, kind: str, since: float) -> str:
         completed = False
     if completed:
         return (
-            f"interrupted after the {kind} had completed: its report is in .overlay/last-rebase.md; "
-            f"undo it with `{_UNDO}`"
+            f"interrupted after the {kind} had completed: its report is in "
+            f".overlay/last-rebase.md; undo it with `{_UNDO}`"
         )
     return f"interrupted before the {kind} started: nothing was changed"
 

@@ -26,6 +26,7 @@ from gitfixtures import (
 from overlay import edit as edit_mod
 from overlay import fixes
 from overlay.cli import main
+from overlay.edit import writes as edit_writes
 from overlay.gitstore import Store
 from overlay.layers import compute_layers
 from overlay.manifest import load_manifest
@@ -501,14 +502,14 @@ def test_an_error_while_writing_puts_back_what_was_written(clean, monkeypatch):
     cli(clean, "edit", "--new", "0002-x")
     (clean.root / ".overlay/edit/0002-x" / HEADER).write_text("#pragma once\n// x\n")
     before = records_hash(clean)
-    real = edit_mod.atomic_write
+    real = edit_writes.atomic_write
 
     def failing(path, data, **kw):
         if str(path).endswith("series"):
             raise OSError(28, "No space left on device")
         return real(path, data, **kw)
 
-    monkeypatch.setattr(edit_mod, "atomic_write", failing)
+    monkeypatch.setattr(edit_writes, "atomic_write", failing)
     result = cli(clean, "record", "-m", "rocm: x", "--description", "Why.")
     assert result.exit_code != 0
     assert records_hash(clean) == before  # the patch file and the entry are gone again

@@ -52,9 +52,10 @@ def _rebase_action(ctx: Workspace, action: str, fmt: str, kind: str) -> None:
 
 
 def _rebase_action_locked(ctx: Context, action: str, fmt: str) -> None:
+    """One action on the run in progress, under the lock: say there is none, handle a
+    wedged state, print the status, abort, or continue/skip/drop and print the report."""
     from overlay.rebase import Rebase
     from overlay.rebase_report import render
-    from overlay.runstate import wedged_hint
 
     rb = Rebase(ctx.root, _store(ctx))
     info = rb.inspect()
@@ -66,69 +67,84 @@ def _rebase_action_locked(ctx: Context, action: str, fmt: str) -> None:
 
         raise no_run_to_abort(ctx.root, action)
     if info.problem:
-        if action == "status":
-            click.echo(f"{info.kind} state is wedged: {info.problem}")
-            click.echo(f"  {wedged_hint(info.kind)}")
-        elif action == "abort":
-            rec = rb.recover_wedged()
-            click.echo(
-                f"aborted the wedged {rec.kind} state ({rec.problem}): {len(rec.restored)} file(s) restored "
-                "from its backup; the state is removed"
-            )
-            if rec.kept:
-                click.echo(
-                    f"warning: no backup copy, left as the run wrote them: {', '.join(rec.kept)}; "
-                    "check them with `git diff`",
-                    err=True,
-                )
-            if rec.note:
-                click.echo(f"note: {rec.note}")
-        else:
-            raise OverlayError(
-                f"the {info.kind} state is wedged: {info.problem}; --{action} cannot go on from it",
-                hint=wedged_hint(info.kind),
-            )
+        _wedged_action(rb, info, action)
         return
     rb.load()
     if action == "status":
-        st = rb.state
-        click.echo(
-            f"{st['kind']} in progress: pin {st['old']['pin'][:12]} -> {st['new']['pin'][:12]}, "
-            f"fork {st['old']['fork'][:12]} -> {st['new']['fork'][:12]}"
+        _print_status(rb.state)
+    elif action == "abort":
+        _print_aborted(rb.abort())
+    else:
+        report = (
+            rb.skip(drop=action == "drop")
+            if action in ("skip", "drop")
+            else rb.continue_()
         )
-        for path, entry in sorted(st["resolutions"].items()):
-            click.echo(
-                f"  resolution {path}: {entry.get('status') if isinstance(entry, dict) else '?'}"
-            )
-        for path in st.get("stale", []):
-            click.echo(f"  resolution {path}: removed (no longer conflicts)")
-        for entry in st["patches"]:
-            if isinstance(entry, dict):
-                click.echo(f"  patch {entry.get('name')}: {entry.get('status')}")
-        stop = st.get("stop")
-        if stop:
-            what = stop.get("path") or stop.get("name")
-            click.echo(
-                f"stopped at {stop['type']} {what}: edit the files under .overlay/rebase/work/, "
-                "then --continue (or --skip a patch, or --abort)"
-            )
+        click.echo(render(report, fmt), nl=False)
+        click.echo("report written to .overlay/last-rebase.md")
+
+
+def _wedged_action(rb, info, action: str) -> None:
+    """A wedged state: --status describes it, --abort recovers it, anything else is
+    refused with the way out."""
+    from overlay.runstate import wedged_hint
+
+    if action == "status":
+        click.echo(f"{info.kind} state is wedged: {info.problem}")
+        click.echo(f"  {wedged_hint(info.kind)}")
         return
-    if action == "abort":
-        restored = rb.abort()
-        if restored:
-            click.echo(
-                f"aborted: {len(restored)} file(s) restored; the overlay is as it was before the run"
-            )
-        else:
-            click.echo(
-                "aborted: nothing had been written yet; the overlay is as it was before the run"
-            )
-        return
-    report = (
-        rb.skip(drop=action == "drop") if action in ("skip", "drop") else rb.continue_()
+    if action != "abort":
+        raise OverlayError(
+            f"the {info.kind} state is wedged: {info.problem}; "
+            f"--{action} cannot go on from it",
+            hint=wedged_hint(info.kind),
+        )
+    rec = rb.recover_wedged()
+    click.echo(
+        f"aborted the wedged {rec.kind} state ({rec.problem}): "
+        f"{len(rec.restored)} file(s) restored from its backup; the state is removed"
     )
-    click.echo(render(report, fmt), nl=False)
-    click.echo("report written to .overlay/last-rebase.md")
+    if rec.kept:
+        click.echo(
+            "warning: no backup copy, left as the run wrote them: "
+            f"{', '.join(rec.kept)}; check them with `git diff`",
+            err=True,
+        )
+    if rec.note:
+        click.echo(f"note: {rec.note}")
+
+
+def _print_status(st) -> None:
+    """``--status`` of a run in progress: the move, each resolution and patch so far,
+    and where it stopped."""
+    click.echo(
+        f"{st.kind} in progress: pin {st.old.pin[:12]} -> {st.new.pin[:12]}, "
+        f"fork {st.old.fork[:12]} -> {st.new.fork[:12]}"
+    )
+    for path, resolution in sorted(st.resolutions.items()):
+        click.echo(f"  resolution {path}: {resolution.status}")
+    for path in st.stale or []:
+        click.echo(f"  resolution {path}: removed (no longer conflicts)")
+    for entry in st.patches:
+        click.echo(f"  patch {entry.name}: {entry.status}")
+    if st.stop is not None:
+        click.echo(
+            f"stopped at {st.stop.type} {st.stop.what}: edit the files under "
+            ".overlay/rebase/work/, then --continue (or --skip a patch, or --abort)"
+        )
+
+
+def _print_aborted(restored: list[str]) -> None:
+    """What ``--abort`` of a run in progress put back."""
+    if restored:
+        click.echo(
+            f"aborted: {len(restored)} file(s) restored; "
+            "the overlay is as it was before the run"
+        )
+    else:
+        click.echo(
+            "aborted: nothing had been written yet; the overlay is as it was before the run"
+        )
 
 
 def _rebase_options(fn):

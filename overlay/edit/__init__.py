@@ -1,0 +1,54 @@
+"""The quilt-like loop: ``overlay edit`` prepares a work tree, ``overlay record`` writes the patch.
+
+quilt users know ``quilt new``/``quilt edit``/``quilt refresh``/``quilt header -e``;
+here it is two commands (issue 17, item 1):
+
+* :func:`start_edit` makes ``.overlay/edit/<stem>/``, an ordinary git checkout of
+  the layer the patch is made on: for a new patch, the patched layer (or the layer
+  up to ``--after PATCH``); for an existing patch, the layer below it *with the
+  patch applied*, so the user edits the patch's result. The checkout has two
+  commits (the layer below, then the patch) so ``git diff`` there shows the edit
+  since ``overlay edit`` and ``git diff HEAD~1`` the whole patch. Its objects are
+  borrowed from the git store (``objects/info/alternates``): nothing is copied.
+* :func:`record` turns the work tree into the patch file, byte-stable exactly as
+  ``overlay refresh`` would write it, with ``Local-Fix: N`` (a new entry planned
+  by :func:`overlay.fixes.plan_entry`, the code of ``overlay fix new``, or a named
+  one) and ``Forwarded:``; a new patch's series line goes after the patch it was
+  made on. Patches later in the series are checked on the new tree: exactly when
+  they still sit on their recorded pre-images, else carried by the engine's
+  merge-ort cherry-pick (:func:`overlay.refresh.carry_series`) and rewritten; a
+  conflict refuses the record and writes nothing.
+
+Every check runs before the first write; the files are then written temp +
+rename, in the order that leaves the least to repair after a crash (patch files,
+``LOCAL_FIXES.md``, ``series`` last), and an error while writing puts back what
+was already written. One edit at a time per repository; ``.overlay/edit.json``
+says which, and the records' lock (``.overlay/rebase.lock``) keeps two commands from racing.
+"""
+
+from overlay.edit.record import NothingToRecord, Recorded, record, wrap_message
+from overlay.edit.session import (
+    EDIT_DIR,
+    STATE_FILE,
+    Session,
+    Started,
+    load_session,
+    patch_file_name,
+)
+from overlay.edit.start import abort_edit, changed_files, start_edit
+
+__all__ = [
+    "EDIT_DIR",
+    "STATE_FILE",
+    "NothingToRecord",
+    "Recorded",
+    "Session",
+    "Started",
+    "abort_edit",
+    "changed_files",
+    "load_session",
+    "patch_file_name",
+    "record",
+    "start_edit",
+    "wrap_message",
+]

@@ -1,0 +1,110 @@
+"""The work tree of an edit: a git checkout of the layer, with its objects borrowed
+from the git store, and its content read back as a tree of the store."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+
+from overlay.edit.session import BRANCH
+from overlay.errors import OverlayError
+from overlay.fsutil import atomic_write
+from overlay.gitstore import CatFile, Store, run_git
+from overlay.paths import check_path
+
+
+def wt_git(
+    workdir: str,
+    *args: str,
+    input: bytes | None = None,
+    index: str | None = None,
+    check: bool = True,
+) -> subprocess.CompletedProcess:
+    """git in the work tree's own repository (never the overlay repository's)."""
+    env = {"GIT_WORK_TREE": workdir}
+    if index is not None:
+        env["GIT_INDEX_FILE"] = index
+    return run_git(
+        list(args),
+        git_dir=os.path.join(workdir, ".git"),
+        cwd=workdir,
+        env=env,
+        input=input,
+        check=check,
+    )
+
+
+def make_worktree(
+    store: Store, workdir: str, base: str, start: str, subject: str
+) -> None:
+    """A git checkout of ``start`` at ``workdir`` whose history is base -> start."""
+    os.makedirs(os.path.dirname(workdir), exist_ok=True)
+    # .overlay/ is ignored by this repository's .gitignore; a repository without that
+    # line must not pick the checkout up either.
+    ignore = os.path.join(os.path.dirname(workdir), ".gitignore")
+    if not os.path.exists(ignore):
+        atomic_write(ignore, b"*\n")
+    run_git(["init", "-q", workdir])
+    alternates = os.path.join(workdir, ".git", "objects", "info", "alternates")
+    os.makedirs(os.path.dirname(alternates), exist_ok=True)
+    # Borrow the store's objects instead of copying a few thousand files' blobs.
+    with open(alternates, "w", encoding="utf-8") as fh:
+        fh.write(os.path.join(store.git_dir, "objects") + "\n")
+    commits = [store.commit_tree(base, (), "overlay: the layer below the patch")]
+    if start != base:
+        commits.append(
+            store.commit_tree(start, commits, subject or "overlay: the patch")
+        )
+    wt_git(workdir, "symbolic-ref", "HEAD", BRANCH)
+    wt_git(workdir, "update-ref", BRANCH, commits[-1])
+    wt_git(workdir, "reset", "-q", "--hard", commits[-1])
+
+
+def snapshot(store: Store, workdir: str, base: str) -> str:
+    """The work tree as a tree in the git store (every file, as ``git add -A`` sees it).
+
+    The user's own index in the work tree is left alone: a copy takes the adds.
+    """
+    if not os.path.isdir(os.path.join(workdir, ".git")):
+        raise OverlayError(
+            f"{os.path.basename(workdir)}: the work tree is gone or not a git checkout",
+            hint="throw the edit away with `overlay edit --abort` and start again",
+        )
+    index = os.path.join(workdir, ".git", "overlay-record.index")
+    try:
+        shutil.copyfile(os.path.join(workdir, ".git", "index"), index)
+    except FileNotFoundError:
+        pass
+    try:
+        wt_git(workdir, "add", "-A", "--", ".", index=index)
+        tree = wt_git(workdir, "write-tree", index=index).stdout.decode().strip()
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(index)
+    rows = wt_git(
+        workdir, "diff-tree", "-r", "-z", "--no-renames", base, tree
+    ).stdout.split(b"\0")
+    changes: dict[str, tuple[str, str] | None] = {}
+    with CatFile(os.path.join(workdir, ".git")) as cat:
+        for i in range(0, len(rows) - 1, 2):
+            meta = rows[i].decode().lstrip(":").split()
+            path = check_path(
+                rows[i + 1].decode("utf-8", "surrogateescape"), what="work tree path"
+            )
+            if meta[4] == "D":
+                changes[path] = None
+                continue
+            mode, oid = meta[1], meta[3]
+            if mode != "160000" and not store.has_object(oid, "blob"):
+                store.hash_blob(
+                    cat.read(oid)[1]
+                )  # the same bytes give the same name in the store
+            changes[path] = (mode, oid)
+    result = store.edit_tree(base, changes)
+    if result != tree:  # both repositories must agree on every byte
+        raise OverlayError(
+            f"internal: the work tree's tree {tree[:12]} is {result[:12]} in the git store"
+        )
+    return result

@@ -1,0 +1,361 @@
+"""The run's state on disk and the tools every step uses (:class:`RunBase`).
+
+:class:`RunBase` holds what the steps of a run share: the state (loaded, saved,
+started), the blob reader, ``git merge-file``, the rr-cache, the work files and
+the layers at the old bases. The steps themselves live beside it
+(:mod:`.forkdelta`, :mod:`.patches`, :mod:`.commit`, :mod:`.recover`) and
+:class:`overlay.rebase.Rebase` puts them together.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+from collections.abc import Mapping
+
+from overlay import fixes
+from overlay.errors import EXIT_FINDINGS, GitError, OverlayError
+from overlay.fsutil import atomic_write, kill_point, scratch_dir
+from overlay.gitstore import CatFile, Store
+from overlay.layers import Layers, read_resolutions
+from overlay.manifest import MANIFEST_PATH, Manifest, load_manifest
+from overlay.rebase_state import Bases, RunState
+from overlay.runstate import (
+    NEW_STATE_DIR,
+    OLD_STATE_DIR,
+    RR_CACHE,
+    STATE_DIR,
+    StateOnDisk,
+    inspect_state,
+    wedged_hint,
+)
+from overlay.series import PATCH_DIR, SERIES_PATH, Patch, parse_patch
+
+#: Where the fork delta's conflict resolutions are recorded (repository-relative).
+RESOLVED = "patches-rocm/resolved"
+
+#: git's conflict stages of one path: stage (1 base, 2 ours, 3 theirs) -> (mode, oid).
+Stages = Mapping[int, tuple[str, str]]
+
+
+class RebaseStopped(OverlayError):
+    """The run stopped at a conflict and waits for the user (exit 1)."""
+
+    exit_code = EXIT_FINDINGS
+
+
+# Test hook: OVERLAY_TEST_KILL_AT=<name> SIGKILLs the process there.
+_checkpoint = kill_point
+
+
+def tracked_files(root: str) -> list[str]:
+    """The overlay files a run may change (relative paths): manifest, series, patches,
+    resolutions, LOCAL_FIXES.md; only those that exist."""
+    out = [MANIFEST_PATH, SERIES_PATH, fixes.FILE_NAME]
+    pdir = os.path.join(root, PATCH_DIR)
+    if os.path.isdir(pdir):
+        out += [
+            f"{PATCH_DIR}/{fn}"
+            for fn in sorted(os.listdir(pdir))
+            if fn.endswith(".patch")
+        ]
+    for rel in read_resolutions(root):
+        out.append(f"{RESOLVED}/{rel}")
+    return [p for p in out if os.path.isfile(os.path.join(root, p))]
+
+
+class RunBase:
+    """A rebase or sync run's state and shared tools, persisted under ``.overlay/rebase/``.
+
+    Args:
+        root: overlay repository.
+        store: git store.
+    """
+
+    def __init__(self, root: str, store: Store):
+        self.root = os.path.abspath(root)
+        self.store = store
+        self.dir = os.path.join(self.root, STATE_DIR)
+        self.work = os.path.join(self.dir, "work")
+        self._state: RunState | None = None
+        self._cat: CatFile | None = None
+        self._patches: dict[str, Patch] = {}
+        self._old: Layers | None = None
+        self._old_done = False
+
+    # -- state ----------------------------------------------------------------------
+    @property
+    def state(self) -> RunState:
+        """The run's state (after :meth:`load` or :meth:`start`)."""
+        if self._state is None:
+            raise RuntimeError("no rebase state loaded: call load() or start() first")
+        return self._state
+
+    @state.setter
+    def state(self, value: RunState) -> None:
+        self._state = value
+
+    @property
+    def active(self) -> bool:
+        """True when a run is in progress, or its state is wedged (see :meth:`inspect`)."""
+        return self.inspect().present
+
+    def inspect(self) -> StateOnDisk:
+        """What the state directory holds (:func:`overlay.runstate.inspect_state`)."""
+        return inspect_state(self.root)
+
+    def load(self) -> None:
+        """Read the saved state.
+
+        Raises:
+            OverlayError: no run in progress, or its state is wedged (then the
+            message says why and the hint that ``--abort`` recovers it; exit 2).
+        """
+        info = self.inspect()
+        if not info.present:
+            raise OverlayError(
+                "no rebase or sync in progress",
+                hint="start one with `overlay rebase --onto SHA`",
+            )
+        if info.problem or info.state is None:
+            raise OverlayError(
+                f"the {info.kind} state is wedged: {info.problem}; "
+                "it cannot be continued",
+                hint=wedged_hint(info.kind),
+            )
+        self.state = info.state
+
+    def save(self) -> None:
+        """Write the state atomically.
+
+        Raises:
+            OverlayError: the state directory is gone (exit 2). It is never made
+            again here: a state without its backup is what a second command
+            removing the directory under a first one used to leave.
+        """
+        if not os.path.isdir(self.dir):
+            kind = self._state.kind if self._state is not None else "rebase"
+            raise OverlayError(
+                f"{STATE_DIR} vanished while the {kind} ran; "
+                "the state is not written again without its backup",
+                hint="check `git status`; restore the records with git if they changed",
+            )
+        # Rename-atomic, not fsynced: a killed process leaves the old or the new state,
+        # never a torn one; a power loss may cost the last step, which is redone.
+        atomic_write(
+            os.path.join(self.dir, "state.json"), self.state.dumps(), durable=False
+        )
+
+    def _discard_dir(self) -> None:
+        """Remove the state directory as one step: renamed away first, so a kill
+        during the removal leaves no half state (the sweep removes the rest)."""
+        old = os.path.join(self.root, OLD_STATE_DIR)
+        if os.path.lexists(old):
+            shutil.rmtree(old, ignore_errors=True)
+        os.rename(self.dir, old)
+        shutil.rmtree(old, ignore_errors=True)
+
+    def start(self, kind: str, new: Bases, old: Bases) -> None:
+        """Begin a run: back up every file it may change and save the plan.
+
+        Args:
+            kind: ``"rebase"`` (new pin) or ``"sync"`` (new fork commit).
+            new, old: the bases after and before.
+        Raises:
+            OverlayError: a run is already in progress (exit 2).
+        """
+        info = self.inspect()
+        if info.present:
+            raise OverlayError(
+                f"a {info.kind} is already in progress",
+                hint="finish it with --continue / --skip, or --abort it",
+            )
+        # Built beside its place and renamed into it: the state directory appears
+        # whole (backup and state.json) or not at all, whenever the process dies.
+        new_dir = os.path.join(self.root, NEW_STATE_DIR)
+        if os.path.lexists(new_dir):
+            shutil.rmtree(new_dir)
+        backup = os.path.join(new_dir, "backup")
+        os.makedirs(backup)
+        files = tracked_files(self.root)
+        for rel in files:
+            dst = os.path.join(backup, rel)
+            os.makedirs(os.path.dirname(dst), exist_ok=True)
+            shutil.copy2(os.path.join(self.root, rel), dst)
+        self.state = RunState(kind=kind, old=old, new=new, backup=files)
+        atomic_write(
+            os.path.join(new_dir, "state.json"), self.state.dumps(), durable=False
+        )
+        _checkpoint("start")
+        if os.path.isdir(self.dir):
+            shutil.rmtree(self.dir)  # an empty leftover (inspect found nothing in it)
+        os.rename(new_dir, self.dir)
+
+    # -- blobs and merges -------------------------------------------------------------
+    def _blob(self, oid: str) -> bytes:
+        """The bytes of blob ``oid`` (one persistent ``cat-file`` per run)."""
+        if self._cat is None:
+            self._cat = self.store.cat_file()
+        return self._cat.read(oid)[1]
+
+    def close(self) -> None:
+        """Stop the persistent blob reader."""
+        if self._cat is not None:
+            self._cat.close()
+            self._cat = None
+
+    def _merge_file(
+        self,
+        ours: bytes,
+        base: bytes,
+        theirs: bytes,
+        labels: tuple[str, str, str],
+        diff3: bool = False,
+    ) -> tuple[bytes, bool]:
+        """``git merge-file -p`` on three texts (``--diff3`` adds the base section);
+        returns ``(result, clean)``."""
+        with scratch_dir("merge") as tmp:
+            paths = []
+            for name, data in (("ours", ours), ("base", base), ("theirs", theirs)):
+                path = os.path.join(tmp, name)
+                with open(path, "wb") as fh:
+                    fh.write(data)
+                paths.append(path)
+            proc = self.store.git(
+                "merge-file",
+                "-p",
+                *(["--diff3"] if diff3 else []),
+                "-L",
+                labels[0],
+                "-L",
+                labels[1],
+                "-L",
+                labels[2],
+                *paths,
+                check=False,
+            )
+        if proc.returncode < 0 or proc.returncode > 127:
+            raise GitError(f"git merge-file failed: {proc.stderr.decode().strip()}")
+        return proc.stdout, proc.returncode == 0
+
+    def _stage_text(self, stages: Stages, n: int) -> bytes:
+        """The text of stage ``n`` (``b""`` when that side lacks the path)."""
+        entry = stages.get(n)
+        return self._blob(entry[1]) if entry else b""
+
+    def _labelled(self, stages: Stages, bases: Bases | None) -> bytes:
+        """git's conflicted text for one path; markers name the commits, or just the
+        sides when ``bases`` is ``None`` (so texts from two runs can be compared)."""
+        labels = (
+            ("pin", "merge base", "fork")
+            if bases is None
+            else (
+                f"pin {bases.pin[:8]}",
+                f"merge base {bases.merge_base[:8]}",
+                f"fork {bases.fork[:8]}",
+            )
+        )
+        text, _ = self._merge_file(
+            self._stage_text(stages, 2),
+            self._stage_text(stages, 1),
+            self._stage_text(stages, 3),
+            labels,
+            diff3=bases is not None,
+        )
+        return text
+
+    # -- the rr-cache -----------------------------------------------------------------
+    @staticmethod
+    def _conflict_key(text: bytes) -> str:
+        """rerere-like identity of a conflict: the whole conflicted text with the marker
+        labels stripped (the resolution is a whole file, so everything must match)."""
+        normalized = re.sub(rb"(?m)^(<{7}|>{7}|\|{7}) .*$", rb"\1", text)
+        return hashlib.sha256(normalized).hexdigest()
+
+    def _rr_get(self, key: str) -> bytes | None:
+        """The resolution recorded for conflict ``key``, or ``None``."""
+        path = os.path.join(self.root, RR_CACHE, key)
+        try:
+            with open(path, "rb") as fh:
+                return fh.read()
+        except FileNotFoundError:
+            return None
+
+    def _rr_put(self, key: str, data: bytes, path: str) -> None:
+        """Record a resolution for later runs; the run remembers it so ``--abort``
+        forgets it."""
+        os.makedirs(os.path.join(self.root, RR_CACHE), exist_ok=True)
+        atomic_write(os.path.join(self.root, RR_CACHE, key), data)
+        atomic_write(
+            os.path.join(self.root, RR_CACHE, key + ".path"),
+            path.encode("utf-8", "surrogateescape"),
+        )
+        self.state.rr_recorded.append(key)
+
+    # -- work files, manifest, old layers ---------------------------------------------
+    def _write_work(self, files: Mapping[str, bytes | None]) -> list[str]:
+        """Replace the work directory with ``files`` (``None``: only its directory)."""
+        if os.path.isdir(self.work):
+            shutil.rmtree(self.work)
+        written = []
+        for rel, data in files.items():
+            full = os.path.join(self.work, rel)
+            os.makedirs(os.path.dirname(full), exist_ok=True)
+            if data is not None:
+                atomic_write(full, data)
+                written.append(rel)
+        return written
+
+    def _manifest(self) -> Manifest:
+        """The manifest as it is on disk (unchanged until the run completes)."""
+        return load_manifest(self.root)
+
+    def _current_tree(self) -> str:
+        """The new layer's tree after the last patch carried so far."""
+        tree = self.state.forked
+        assert tree is not None, "the fork delta is settled before any patch"
+        for entry in self.state.patches:
+            if entry.landed:
+                assert entry.tree is not None
+                tree = entry.tree
+            elif entry.status == "pending":
+                break
+        return tree
+
+    def _backup_patch(self, name: str, *, header_only: bool = False) -> Patch:
+        """The patch as it was when the run started (parsed once per process; the diff
+        only when asked for)."""
+        cache = self._patches
+        if name not in cache or (not header_only and cache[name].changes == ()):
+            path = os.path.join(self.dir, "backup", PATCH_DIR, name)
+            with open(path, "rb") as fh:
+                cache[name] = parse_patch(
+                    fh.read(), name, path, header_only=header_only
+                )
+        return cache[name]
+
+    def _old_layers(self) -> Layers | None:
+        """The layers at the old bases with each patch's tree (computed once per process:
+        the merges and the range-diff both need them); ``None`` when they cannot be
+        computed."""
+        if not self._old_done:
+            from overlay.layers import compute_layers  # at call time: tests replace it
+
+            old = self.state.old
+            try:
+                self._old = compute_layers(
+                    self.store,
+                    self._manifest(),
+                    os.path.join(self.dir, "backup"),
+                    pin=old.pin,
+                    fork=old.fork,
+                    merge_base=old.merge_base,
+                    patches=[self._backup_patch(e.name) for e in self.state.patches],
+                    stepwise=True,
+                )
+            except OverlayError:
+                self._old = None
+            self._old_done = True
+        return self._old

@@ -1,0 +1,296 @@
+"""The end of a run: the records written whole, and the report.
+
+Nothing in ``patches-rocm/`` or ``LOCAL_FIXES.md`` changes until the whole run
+completes; then the manifest (every byte but the three commits kept), the
+resolutions, the refreshed patches (only those whose bytes changed), the series
+and the two pins named in ``LOCAL_FIXES.md`` are written, and the report goes to
+``.overlay/last-rebase.md`` and ``.overlay/last-rebase.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+
+from overlay import fixes
+from overlay.errors import OverlayError
+from overlay.fsutil import atomic_write
+from overlay.layers import read_resolutions
+from overlay.manifest import MANIFEST_PATH, Manifest, set_pins
+from overlay.rebase.base import RESOLVED, RunBase, _checkpoint
+from overlay.rebase.files import prune_empty, write_if_changed
+from overlay.rebase_report import (
+    PinChange,
+    RebaseReport,
+    ReportPatch,
+    ReportResolution,
+    label_range_diff,
+    patch_label,
+    render_markdown,
+)
+from overlay.rebase_state import Bases
+from overlay.runstate import REPORT_JSON, REPORT_MD
+from overlay.series import PATCH_DIR, SERIES_PATH
+
+#: The report's note on a resolution whose path no longer conflicts.
+_REMOVED_NOTE = (
+    "the path no longer conflicts; the resolution stays in the rr-cache, and a "
+    "later run that meets the same conflict reuses it"
+)
+
+
+class CommitSteps(RunBase):
+    """Write the records of a completed run, and its report."""
+
+    def _commit(self, manifest: Manifest, old: Bases, new: Bases) -> RebaseReport:
+        """Write every record, the report, and remove the state.
+
+        Args:
+            manifest: the manifest as the run started (unused: the file is re-read
+                so its comments survive).
+            old, new: the bases before and after.
+        Returns:
+            The report.
+        Raises:
+            OverlayError: a record was edited while the run was stopped (exit 2).
+        """
+        if not self.state.commit_started:
+            self._refuse_edited_records()
+            self.state.commit_started = True
+            self.save()
+        self._write_manifest(new)
+        _checkpoint("commit")
+        self._write_resolutions()
+        kept = self._write_patches()
+        self._write_series(kept)
+        self._write_fix_pins(new)
+        report = self.report(old, new)
+        self._write_report(report)
+        self._discard_dir()
+        return report
+
+    def _refuse_edited_records(self) -> None:
+        """Never overwrite what the user edited while the run was stopped: refuse when a
+        backed-up record differs from its backup (or is gone)."""
+        backup = os.path.join(self.dir, "backup")
+        edited = []
+        for rel in self.state.backup:
+            try:
+                with (
+                    open(os.path.join(self.root, rel), "rb") as a,
+                    open(os.path.join(backup, rel), "rb") as b,
+                ):
+                    if a.read() != b.read():
+                        edited.append(rel)
+            except FileNotFoundError:
+                edited.append(rel)
+        if edited:
+            raise OverlayError(
+                f"changed since the {self.state.kind} started: {', '.join(edited)}",
+                hint="move your edits aside and run --continue again (or --abort)",
+            )
+
+    def _write_manifest(self, new: Bases) -> None:
+        """The manifest with the new commits, comments preserved."""
+        mpath = os.path.join(self.root, MANIFEST_PATH)
+        with open(mpath, encoding="utf-8") as fh:
+            text = fh.read()
+        updated = set_pins(text, new.pin, new.fork, new.merge_base)
+        if updated is None:  # not the plain form: tomlkit keeps the rest of it
+            import tomlkit
+
+            doc = tomlkit.parse(text)
+            doc["upstream"]["pin"] = new.pin
+            doc["fork"]["commit"] = new.fork
+            doc["fork"]["merge-base"] = new.merge_base
+            updated = tomlkit.dumps(doc)
+        write_if_changed(mpath, updated.encode())
+
+    def _write_resolutions(self) -> None:
+        """``patches-rocm/resolved/`` holds exactly the decided resolutions."""
+        wanted = {p: e.blob for p, e in self.state.resolutions.items()}
+        for rel in list(read_resolutions(self.root)):
+            if rel not in wanted:
+                os.unlink(os.path.join(self.root, RESOLVED, rel))
+        for rel, oid in wanted.items():
+            full = os.path.join(self.root, RESOLVED, rel)
+            data = self._blob(oid)
+            os.makedirs(os.path.dirname(full), exist_ok=True)
+            write_if_changed(full, data)
+        prune_empty(os.path.join(self.root, RESOLVED))
+
+    def _write_patches(self) -> list[str]:
+        """Delete the dropped patches, write the refreshed ones; return the names kept."""
+        kept = []
+        for entry in self.state.patches:
+            full = os.path.join(self.root, PATCH_DIR, entry.name)
+            if entry.status in ("upstream", "skipped"):
+                if os.path.exists(full):
+                    os.unlink(full)
+                continue
+            kept.append(entry.name)
+            if entry.blob is None:
+                continue  # applied exactly: the file keeps its bytes
+            write_if_changed(full, self._blob(entry.blob))
+        return kept
+
+    def _write_series(self, kept: list[str]) -> None:
+        """The series without the lines of dropped patches (comments and blanks kept)."""
+        series_path = os.path.join(self.root, SERIES_PATH)
+        with open(series_path, "rb") as fh:
+            old_series = fh.read().decode()
+        new_series = "".join(
+            ln + "\n"
+            for ln in old_series.splitlines()
+            if ln.split("#", 1)[0].strip() in kept or not ln.split("#", 1)[0].strip()
+        )
+        if new_series != old_series:
+            atomic_write(series_path, new_series.encode())
+
+    def _write_fix_pins(self, new: Bases) -> None:
+        """The fork commit and the MLX pin named in ``LOCAL_FIXES.md``'s headings."""
+        lf = os.path.join(self.root, fixes.FILE_NAME)
+        if not os.path.isfile(lf):
+            return
+        with open(lf, "rb") as fh:
+            text = fh.read()
+        # Bytes, so a BOM and CRLF line ends survive; the title may follow a BOM.
+        updated = re.sub(
+            rb"^((?:\xef\xbb\xbf)?# Local changes relative to \S+@)[0-9a-fA-F]{8}",
+            lambda m: m.group(1) + new.fork[:8].encode(),
+            text,
+            count=1,
+            flags=re.M,
+        )
+        updated = re.sub(
+            rb"^(## Retarget onto the MLX pin \()[0-9a-fA-F]{8}\)",
+            lambda m: m.group(1) + new.pin[:8].encode() + b")",
+            updated,
+            count=1,
+            flags=re.M,
+        )
+        if updated != text:
+            atomic_write(lf, updated)
+
+    def _write_report(self, report: RebaseReport) -> None:
+        """``.overlay/last-rebase.md`` and ``.overlay/last-rebase.json``."""
+        os.makedirs(os.path.join(self.root, ".overlay"), exist_ok=True)
+        atomic_write(
+            os.path.join(self.root, REPORT_MD), render_markdown(report).encode()
+        )
+        atomic_write(
+            os.path.join(self.root, REPORT_JSON),
+            json.dumps(report.to_json(), indent=2).encode(),
+        )
+
+    # -- the report -------------------------------------------------------------------
+    def report(self, old: Bases, new: Bases) -> RebaseReport:
+        """The run's outcome (see :mod:`overlay.rebase_report`)."""
+        resolutions = [
+            ReportResolution(p, e.status, e.note)
+            for p, e in sorted(self.state.resolutions.items())
+        ]
+        resolutions += [
+            ReportResolution(p, "removed", _REMOVED_NOTE)
+            for p in self.state.stale or []
+        ]
+        patches = []
+        for entry in self.state.patches:
+            patch = self._backup_patch(entry.name, header_only=True)
+            status = entry.status
+            if status == "merged" and not entry.changed:
+                status = "merged (bytes unchanged)"
+            patches.append(
+                ReportPatch(entry.name, status, patch.local_fix, entry.note or "")
+            )
+        return RebaseReport(
+            kind=self.state.kind,
+            pins=PinChange(old, new),
+            merge=dict(self.state.merge_stats or {}),
+            resolutions=resolutions,
+            patches=patches,
+            range_diff=self._range_diff(),
+            next_steps=_next_steps(resolutions),
+        )
+
+    def _range_diff(self) -> str:
+        """``git range-diff`` of the old series (on the old layer) against the new one.
+
+        When every patch applied exactly and keeps its bytes there is nothing to
+        compare: the range-diff would pair each patch with itself (``=``), so it is
+        summarized without running git.
+        """
+        entries = self.state.patches
+        labels = {
+            e.name: patch_label(
+                e.name, self._backup_patch(e.name, header_only=True).local_fix
+            )
+            for e in entries
+        }
+        if all(e.status == "clean" and not e.changed for e in entries):
+            return "".join(f"{labels[e.name]} = {labels[e.name]}\n" for e in entries)
+        layers = self._old_layers()
+        if layers is None:
+            return ""
+        landed = [e for e in entries if e.tree and e.landed]
+        old_base, old_tip = self._chain(
+            layers.forked, [(r.patch.subject, r.tree) for r in layers.patches]
+        )
+        assert self.state.forked is not None
+        new_base, new_tip = self._chain(
+            self.state.forked,
+            [
+                (self._backup_patch(e.name, header_only=True).subject, e.tree)
+                for e in landed
+            ],
+        )
+        proc = self.store.git(
+            "range-diff",
+            "--no-color",
+            f"{old_base}..{old_tip}",
+            f"{new_base}..{new_tip}",
+            check=False,
+        )
+        return label_range_diff(
+            proc.stdout.decode("utf-8", "replace"),
+            [patch_label(r.patch.name, r.patch.local_fix) for r in layers.patches],
+            [labels[e.name] for e in landed],
+        )
+
+    def _chain(
+        self, base_tree: str, trees: list[tuple[str, str | None]]
+    ) -> tuple[str, str]:
+        """Synthetic commits for a layer and the patches on it: ``(base, tip)``."""
+        specs: list[tuple[str, list[str | int], str]] = [
+            (base_tree, [], "overlay: layer below the series")
+        ]
+        for i, (subject, tree) in enumerate(trees):
+            assert tree is not None
+            specs.append((tree, [i], subject))
+        shas = self.store.commit_chain(specs)
+        return shas[0], shas[-1]
+
+
+def _next_steps(resolutions: list[ReportResolution]) -> list[str]:
+    """What the user does after the run: review the changed resolutions' entries,
+    update those of removed ones, then verify, build and run the suites."""
+    steps = []
+    changed = [r.path for r in resolutions if r.status not in ("unchanged", "removed")]
+    removed = [r.path for r in resolutions if r.status == "removed"]
+    if changed:
+        steps.append(
+            "review the retarget entries of LOCAL_FIXES.md for "
+            + ", ".join(changed)
+            + " (new resolutions need an entry: overlay fix new --section retarget ...)"
+        )
+    if removed:
+        steps.append(
+            "update or drop the LOCAL_FIXES.md entries that name the removed "
+            "resolution(s) " + ", ".join(f"patches-rocm/resolved/{p}" for p in removed)
+        )
+    return steps + [
+        "overlay verify",
+        "overlay build --backend rocm",
+        "overlay suite run",
+    ]

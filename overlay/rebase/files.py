@@ -1,0 +1,98 @@
+"""File helpers of a run: restore from the backup, write only what changed, prune
+empty directories, and the rr-cache entries (``rebase --forget``)."""
+
+from __future__ import annotations
+
+import os
+
+from overlay.fsutil import atomic_write
+from overlay.paths import check_path
+from overlay.runstate import RR_CACHE
+
+
+def files_under(top: str) -> set[str]:
+    """Slash-separated paths of the regular files under ``top`` (symlinks not followed)."""
+    out = set()
+    for dirpath, _dirs, files in os.walk(top):
+        for name in files:
+            full = os.path.join(dirpath, name)
+            if os.path.isfile(full) and not os.path.islink(full):
+                out.add(os.path.relpath(full, top).replace(os.sep, "/"))
+    return out
+
+
+def restore(backup: str, root: str, rel: str) -> bool:
+    """Copy ``backup/rel`` to ``root/rel`` unless it already holds those bytes.
+
+    Returns:
+        True when the file was written.
+    Raises:
+        UnsafePath: ``rel`` would lead outside ``root``.
+    """
+    check_path(rel, what="backed-up file")
+    src = os.path.join(backup, *rel.split("/"))
+    dst = os.path.join(root, *rel.split("/"))
+    with open(src, "rb") as fh:
+        data = fh.read()
+    try:
+        with open(dst, "rb") as fh:
+            if fh.read() == data:
+                return False
+    except (FileNotFoundError, IsADirectoryError):
+        pass
+    os.makedirs(os.path.dirname(dst), exist_ok=True)
+    atomic_write(dst, data, mode=os.stat(src).st_mode & 0o7777)
+    return True
+
+
+def write_if_changed(path: str, data: bytes) -> None:
+    """Write ``data`` to ``path`` (temp + rename) unless it already holds exactly that."""
+    try:
+        with open(path, "rb") as fh:
+            if fh.read() == data:
+                return
+    except FileNotFoundError:
+        pass
+    atomic_write(path, data)
+
+
+def prune_empty(top: str) -> None:
+    """Remove the empty directories under ``top`` (``top`` too, when it ends empty)."""
+    if not os.path.isdir(top):
+        return
+    for dirpath, _dirnames, _filenames in sorted(
+        os.walk(top, topdown=False), key=lambda t: -len(t[0])
+    ):
+        if not os.listdir(dirpath):
+            os.rmdir(dirpath)
+
+
+def rr_remove(root: str, key: str) -> None:
+    """Remove rr-cache entry ``key`` (the resolution and its ``.path``), if there."""
+    for name in (key, key + ".path"):
+        try:
+            os.unlink(os.path.join(root, RR_CACHE, name))
+        except FileNotFoundError:
+            pass
+
+
+def forget_resolution(root: str, path: str) -> int:
+    """Forget every resolution recorded in the rr-cache for ``path`` (``rebase --forget``).
+
+    Args:
+        root: overlay repository.
+        path: repository path of the conflicted file, e.g. ``mlx/fast_primitives.h``.
+    Returns:
+        How many recorded resolutions were removed.
+    """
+    cache = os.path.join(root, RR_CACHE)
+    removed = 0
+    for name in sorted(os.listdir(cache)) if os.path.isdir(cache) else []:
+        if not name.endswith(".path"):
+            continue
+        with open(os.path.join(cache, name), "rb") as fh:
+            if fh.read().decode("utf-8", "surrogateescape") != path:
+                continue
+        rr_remove(root, name[: -len(".path")])
+        removed += 1
+    return removed

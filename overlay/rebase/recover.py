@@ -1,0 +1,169 @@
+"""Undoing a run: ``--abort`` restores every file as it was, and recovers a wedged state.
+
+``--abort`` restores every file the run may have changed, byte for byte, from the
+backup made at the start, and forgets the resolutions the run recorded. A state
+found in part (*wedged*, :func:`overlay.runstate.inspect_state`) is recovered
+from what is left of it (:meth:`AbortSteps.recover_wedged`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+
+from overlay.errors import OverlayError
+from overlay.rebase.base import RESOLVED, RunBase, tracked_files
+from overlay.rebase.files import files_under, prune_empty, restore, rr_remove
+from overlay.rebase_state import RunState
+from overlay.runstate import REPORT_JSON, interrupts_deferred
+
+
+@dataclasses.dataclass
+class Recovery:
+    """What :meth:`AbortSteps.recover_wedged` did.
+
+    Attributes:
+        kind: ``"rebase"`` or ``"sync"``.
+        problem: why the state was wedged.
+        restored: files restored from the backup, or removed as created by the run.
+        kept: files the run had begun writing that had no backup copy: left as they are.
+        note: one more sentence for the user (``""`` when none).
+    """
+
+    kind: str
+    problem: str
+    restored: list[str]
+    kept: list[str]
+    note: str
+
+
+class AbortSteps(RunBase):
+    """``--abort``: restore the records as before the run and remove its state."""
+
+    def abort(self) -> list[str]:
+        """Restore every file the run may have changed, byte for byte, and forget the run,
+        including the resolutions it recorded in the rr-cache (shared case 17).
+
+        Returns:
+            Relative paths restored or removed.
+        """
+        # Restored whole: "as it was before the run" must be true.
+        with interrupts_deferred():
+            return self._abort()
+
+    def _abort(self) -> list[str]:
+        """:meth:`abort` itself, with Ctrl-C held back."""
+        touched = self._remove_created(set(self.state.backup))
+        backup = os.path.join(self.dir, "backup")
+        for rel in sorted(self.state.backup):
+            if restore(backup, self.root, rel):
+                touched.append(rel)
+        prune_empty(os.path.join(self.root, RESOLVED))
+        for key in self.state.rr_recorded:
+            rr_remove(self.root, key)
+        self._discard_dir()
+        return sorted(touched)
+
+    def _remove_created(self, saved: set[str]) -> list[str]:
+        """Remove the records the run created (tracked now, not in its backup list)."""
+        removed = []
+        for rel in tracked_files(self.root):
+            if rel not in saved:
+                os.unlink(os.path.join(self.root, rel))
+                removed.append(rel)
+        return removed
+
+    def recover_wedged(self) -> Recovery:
+        """``--abort`` on a wedged state: restore the records from what is left, remove
+        the state.
+
+        What is restored depends on what is there (:func:`overlay.runstate.inspect_state`):
+
+        * a valid ``state.json`` whose backup is gone or short: every file with a
+          copy in the backup is restored; a file the run created (a tracked file
+          not in the state's backup list) is removed; a file without a copy is
+          kept as it is and named;
+        * a backup without a valid ``state.json``: the copies that differ are
+          restored, unless a run completed after the backup was made (its report
+          is newer), which makes the backup a leftover of that run: then nothing
+          is restored. Nothing is removed (without the state nobody knows which
+          files the run created).
+
+        Returns:
+            :class:`Recovery`.
+        Raises:
+            OverlayError: the state is not wedged (use :meth:`abort`), or there is none.
+        """
+        info = self.inspect()
+        if not info.present or not info.problem:
+            raise OverlayError("the rebase state is not wedged")
+        backup = os.path.join(self.dir, "backup")
+        copies = files_under(backup)
+        restored: list[str] = []
+        kept: list[str] = []
+        note = ""
+        if info.state is not None:
+            note = self._recover_from_state(info.state, backup, copies, restored, kept)
+        elif copies:
+            note = self._recover_from_backup(backup, copies, restored)
+        prune_empty(os.path.join(self.root, RESOLVED))
+        self._discard_dir()
+        return Recovery(info.kind, info.problem, sorted(restored), kept, note)
+
+    def _recover_from_state(
+        self,
+        state: RunState,
+        backup: str,
+        copies: set[str],
+        restored: list[str],
+        kept: list[str],
+    ) -> str:
+        """Recover with a valid state: created files go once the records were being
+        written, the copies are restored, files without one are kept; the run's
+        rr-cache entries are forgotten. Returns the note for the user."""
+        note = ""
+        saved = set(state.backup)
+        if state.commit_started:
+            restored += self._remove_created(saved)
+        else:
+            note = (
+                "the run had not begun writing the records, so they are as they were "
+                "before it"
+            )
+        for rel in sorted(saved):
+            if rel in copies:
+                if restore(backup, self.root, rel):
+                    restored.append(rel)
+            elif state.commit_started:
+                kept.append(rel)
+        for key in state.rr_recorded:
+            # inspect_state checked these are sha256 keys; checked again, as the
+            # names are removed from the rr-cache.
+            if re.fullmatch(r"[0-9a-f]{64}", key):
+                rr_remove(self.root, key)
+        return note
+
+    def _recover_from_backup(
+        self, backup: str, copies: set[str], restored: list[str]
+    ) -> str:
+        """Recover from a backup without a state: restore its copies, unless a run
+        completed after it was made. Returns the note for the user."""
+        try:
+            completed_after = os.path.getmtime(
+                os.path.join(self.root, REPORT_JSON)
+            ) > os.path.getmtime(backup)
+        except OSError:
+            completed_after = False
+        if completed_after:
+            return (
+                "a run completed after this backup was made (.overlay/last-rebase.json "
+                "is newer): the backup is its leftover, and nothing was restored from it"
+            )
+        for rel in sorted(copies):
+            if restore(backup, self.root, rel):
+                restored.append(rel)
+        return (
+            "without state.json the files the run may have created are not known: "
+            "check `git status` for new files under patches-rocm/"
+        )

@@ -1,0 +1,383 @@
+"""The state of a rebase or sync run, typed, and its JSON form (``state.json``).
+
+A run saves :class:`RunState` to ``.overlay/rebase/state.json`` before every next
+step (:meth:`overlay.rebase.Rebase.save`) and reads it back on ``--continue``,
+``--skip``, ``--drop``, ``--abort`` and ``--status``. The file's shape is a
+contract with runs stopped by earlier versions of overlay: :meth:`RunState.to_json`
+writes exactly the keys the untyped state of those versions had, and
+:meth:`RunState.from_json` reads them, so such a run is continued or aborted as if
+nothing had changed. Keys that appear only after a step (``stale``,
+``merge_stats``, ``rr_recorded``, ``commit_started``) are left out until then,
+and a field that is ``None`` here is a key that is absent there.
+
+This module imports nothing of overlay: :mod:`overlay.runstate` (which reads the
+file) and :mod:`overlay.rebase` (which writes it) both build on it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any, ClassVar
+
+#: The ``format`` a run writes; earlier versions wrote the same.
+STATE_FORMAT = 1
+
+
+def _str_list(value: Any, what: str) -> list[str]:
+    """``value`` as a list of strings; ``ValueError`` naming ``what`` otherwise."""
+    if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
+        raise ValueError(f"{what} is not a list of strings")
+    return list(value)
+
+
+def _str(value: Any, what: str) -> str:
+    """``value`` when it is a string; ``ValueError`` naming ``what`` otherwise."""
+    if not isinstance(value, str):
+        raise ValueError(f"{what} is not a string")
+    return value
+
+
+def _int(value: Any, what: str) -> int:
+    """``value`` when it is an integer; ``ValueError`` naming ``what`` otherwise."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ValueError(f"{what} is not an integer")
+    return value
+
+
+def _opt_str(value: Any, what: str) -> str | None:
+    """``value`` when it is a string or ``None``; ``ValueError`` naming ``what`` otherwise."""
+    return None if value is None else _str(value, what)
+
+
+@dataclasses.dataclass
+class Bases:
+    """The three commits a layer stack is built from (full SHAs)."""
+
+    pin: str
+    fork: str
+    merge_base: str
+
+    def to_json(self) -> dict[str, str]:
+        """``{"pin", "fork", "merge_base"}``, as the state and the report store it."""
+        return {"pin": self.pin, "fork": self.fork, "merge_base": self.merge_base}
+
+    @classmethod
+    def from_json(cls, data: Any) -> Bases:
+        """Read :meth:`to_json`'s form. Raises ``ValueError`` when a commit is missing."""
+        if not isinstance(data, dict):
+            raise ValueError("the pins are not an object")
+        return cls(
+            _str(data.get("pin"), "pin"),
+            _str(data.get("fork"), "fork"),
+            _str(data.get("merge_base"), "merge_base"),
+        )
+
+
+@dataclasses.dataclass
+class ResolutionOutcome:
+    """How a conflicted path of the fork delta was settled.
+
+    Attributes:
+        status: ``unchanged`` (same conflict, same resolution), ``carried`` (the
+            recorded resolution merged onto the new conflict), ``reused`` (the
+            rr-cache knew this conflict) or ``resolved`` (by hand).
+        blob: the resolution's blob id in the store.
+        note: one sentence for the report.
+    """
+
+    status: str
+    blob: str
+    note: str
+
+    def to_json(self) -> dict[str, str]:
+        """``{"status", "blob", "note"}``."""
+        return {"status": self.status, "blob": self.blob, "note": self.note}
+
+    @classmethod
+    def from_json(cls, data: Any) -> ResolutionOutcome:
+        """Read :meth:`to_json`'s form (``note`` may be absent). Raises ``ValueError``."""
+        if not isinstance(data, dict):
+            raise ValueError("a resolution is not an object")
+        return cls(
+            _str(data.get("status"), "a resolution's status"),
+            _str(data.get("blob"), "a resolution's blob"),
+            _str(data.get("note", ""), "a resolution's note"),
+        )
+
+
+@dataclasses.dataclass
+class PatchOutcome:
+    """Where one patch of the series stands in the run.
+
+    Attributes:
+        name: the patch's file name in ``patches-rocm/``.
+        status: ``pending``, ``stopped`` (the run waits on it), ``clean`` (applied
+            on its recorded pre-images), ``merged``, ``resolved`` (by hand),
+            ``upstream`` (carrying it changes nothing) or ``skipped`` (dropped).
+        tree: the layer's tree after the patch; set (with ``blob`` and
+            ``changed``) once the patch is carried, else ``None``.
+        blob: the refreshed patch file's blob id, ``None`` when the file keeps its
+            bytes (``clean``).
+        changed: the refreshed patch differs from the file.
+        note: one sentence for the report, ``None`` when the step made none.
+    """
+
+    name: str
+    status: str = "pending"
+    tree: str | None = None
+    blob: str | None = None
+    changed: bool = False
+    note: str | None = None
+
+    def carried(
+        self,
+        status: str,
+        tree: str,
+        blob: str | None,
+        changed: bool,
+        note: str | None = None,
+    ) -> None:
+        """Record that the patch landed on ``tree`` with ``status``."""
+        self.status, self.tree, self.blob, self.changed = status, tree, blob, changed
+        if note is not None:
+            self.note = note
+
+    @property
+    def landed(self) -> bool:
+        """The patch is in the new layer (its ``tree`` is the layer after it)."""
+        return self.status in ("clean", "merged", "resolved")
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"name", "status"}``, with ``tree``, ``blob`` and ``changed`` once carried
+        and ``note`` when there is one."""
+        out: dict[str, Any] = {"name": self.name, "status": self.status}
+        if self.tree is not None:
+            out.update(tree=self.tree, blob=self.blob, changed=self.changed)
+        if self.note is not None:
+            out["note"] = self.note
+        return out
+
+    @classmethod
+    def from_json(cls, data: Any) -> PatchOutcome:
+        """Read :meth:`to_json`'s form. Raises ``ValueError``."""
+        if not isinstance(data, dict):
+            raise ValueError("a patch entry is not an object")
+        return cls(
+            _str(data.get("name"), "a patch's name"),
+            _str(data.get("status"), "a patch's status"),
+            _opt_str(data.get("tree"), "a patch's tree"),
+            _opt_str(data.get("blob"), "a patch's blob"),
+            bool(data.get("changed", False)),
+            _opt_str(data.get("note"), "a patch's note"),
+        )
+
+
+@dataclasses.dataclass
+class ResolutionStop:
+    """The run waits for the user to resolve a fork-delta conflict at ``path``.
+
+    Attributes:
+        path: the conflicted path; its work file is ``.overlay/rebase/work/<path>``.
+        key: the conflict's rr-cache key (the resolution is recorded under it).
+        mode: the file mode of the path in the merge.
+        recorded: the path had a recorded resolution (it is beside the work file).
+    """
+
+    type: ClassVar[str] = "resolution"
+    path: str
+    key: str
+    mode: str
+    recorded: bool
+
+    @property
+    def what(self) -> str:
+        """The path or patch the run stopped at, for ``--status``."""
+        return self.path
+
+
+@dataclasses.dataclass
+class PatchStop:
+    """The run waits on a patch that conflicts with the new layer.
+
+    Attributes:
+        name: the patch's file name.
+        tree: the layer below the patch.
+        merged: merge-ort's tree (conflicted paths as it left them).
+        files: the conflicted paths the user edits under the work directory.
+        modes: their file modes.
+        gitlinks: conflicted submodule paths (kept as the new base has them);
+            ``None`` where the patch could not be merged at all (no such key).
+    """
+
+    type: ClassVar[str] = "patch"
+    name: str
+    tree: str
+    merged: str
+    files: list[str]
+    modes: dict[str, str]
+    gitlinks: list[str] | None = None
+
+    @property
+    def what(self) -> str:
+        """The path or patch the run stopped at, for ``--status``."""
+        return self.name
+
+
+@dataclasses.dataclass
+class EmptyStop:
+    """The user's edit left patch ``name`` empty: it goes only with ``--drop``/``--skip``."""
+
+    type: ClassVar[str] = "empty"
+    name: str
+
+    @property
+    def what(self) -> str:
+        """The path or patch the run stopped at, for ``--status``."""
+        return self.name
+
+
+#: Why a run waits for the user (``state.json``'s ``stop``, tagged by its ``type``).
+Stop = ResolutionStop | PatchStop | EmptyStop
+
+
+def stop_to_json(stop: Stop) -> dict[str, Any]:
+    """The ``stop`` object: ``type`` and the stop's fields (``gitlinks`` only when set)."""
+    out: dict[str, Any] = {"type": stop.type}
+    out.update((k, v) for k, v in dataclasses.asdict(stop).items() if v is not None)
+    return out
+
+
+def stop_from_json(data: Any) -> Stop:
+    """Read :func:`stop_to_json`'s form. Raises ``ValueError`` for an unknown type."""
+    if not isinstance(data, dict):
+        raise ValueError("the stop is not an object")
+    kind = data.get("type")
+    if kind == "resolution":
+        return ResolutionStop(
+            _str(data.get("path"), "the stop's path"),
+            _str(data.get("key"), "the stop's key"),
+            _str(data.get("mode"), "the stop's mode"),
+            bool(data.get("recorded")),
+        )
+    if kind == "patch":
+        modes = data.get("modes", {})
+        if not isinstance(modes, dict):
+            raise ValueError("the stop's modes are not an object")
+        gitlinks = data.get("gitlinks")
+        return PatchStop(
+            _str(data.get("name"), "the stop's patch"),
+            _str(data.get("tree"), "the stop's tree"),
+            _str(data.get("merged"), "the stop's merged tree"),
+            _str_list(data.get("files"), "the stop's files"),
+            {str(k): str(v) for k, v in modes.items()},
+            None if gitlinks is None else _str_list(gitlinks, "the stop's gitlinks"),
+        )
+    if kind == "empty":
+        return EmptyStop(_str(data.get("name"), "the stop's patch"))
+    raise ValueError(f"the stop's type {kind!r} is unknown")
+
+
+@dataclasses.dataclass
+class RunState:
+    """A rebase or sync in progress, as ``.overlay/rebase/state.json`` holds it.
+
+    Attributes:
+        kind: ``"rebase"`` (new pin) or ``"sync"`` (new fork commit).
+        old, new: the bases before and after.
+        backup: the overlay files backed up at the start (relative paths).
+        resolutions: path -> how its fork-delta conflict was settled.
+        forked: the fork layer's tree on the new pin, once settled.
+        patches: one entry per series patch, in order (filled once ``forked`` is).
+        stop: why the run waits for the user, ``None`` while it does not.
+        committing: the run has begun its write phase (Ctrl-C is held back).
+        commit_started: the records may be partly rewritten (only a kill leaves this).
+        stale: resolutions that no longer conflict (removed when the run completes);
+            ``None`` until the fork delta is settled.
+        merge_stats: ``{"carried": n, "conflicts": n}`` of the fork-delta merge.
+        rr_recorded: rr-cache keys this run recorded (``--abort`` forgets them).
+        format: :data:`STATE_FORMAT`.
+    """
+
+    kind: str
+    old: Bases
+    new: Bases
+    backup: list[str]
+    resolutions: dict[str, ResolutionOutcome] = dataclasses.field(default_factory=dict)
+    forked: str | None = None
+    patches: list[PatchOutcome] = dataclasses.field(default_factory=list)
+    stop: Stop | None = None
+    committing: bool = False
+    commit_started: bool = False
+    stale: list[str] | None = None
+    merge_stats: dict[str, int] | None = None
+    rr_recorded: list[str] = dataclasses.field(default_factory=list)
+    format: int = STATE_FORMAT
+
+    def patch(self, name: str) -> PatchOutcome:
+        """The entry of patch ``name``. Raises ``StopIteration`` when there is none."""
+        return next(e for e in self.patches if e.name == name)
+
+    def to_json(self) -> dict[str, Any]:
+        """The object ``state.json`` holds (keys as earlier versions wrote them)."""
+        out: dict[str, Any] = {
+            "format": self.format,
+            "kind": self.kind,
+            "old": self.old.to_json(),
+            "new": self.new.to_json(),
+            "backup": list(self.backup),
+            "resolutions": {p: r.to_json() for p, r in self.resolutions.items()},
+            "forked": self.forked,
+            "patches": [p.to_json() for p in self.patches],
+            "stop": None if self.stop is None else stop_to_json(self.stop),
+            "committing": self.committing,
+        }
+        if self.commit_started:
+            out["commit_started"] = True
+        if self.stale is not None:
+            out["stale"] = list(self.stale)
+        if self.merge_stats is not None:
+            out["merge_stats"] = dict(self.merge_stats)
+        if self.rr_recorded:
+            out["rr_recorded"] = list(self.rr_recorded)
+        return out
+
+    def dumps(self) -> bytes:
+        """The bytes of ``state.json``: :meth:`to_json`, indented by one, keys sorted."""
+        return json.dumps(self.to_json(), indent=1, sort_keys=True).encode()
+
+    @classmethod
+    def from_json(cls, data: Any) -> RunState:
+        """Read the object :meth:`to_json` (or an earlier version) wrote.
+
+        Raises:
+            ValueError: a key is missing or of the wrong type (the message says which).
+        """
+        if not isinstance(data, dict):
+            raise ValueError("state.json does not hold an object")
+        resolutions = data.get("resolutions")
+        patches = data.get("patches")
+        if not isinstance(resolutions, dict) or not isinstance(patches, list):
+            raise ValueError("state.json lacks the patches or the resolutions")
+        stale = data.get("stale")
+        stats = data.get("merge_stats")
+        if stats is not None and not isinstance(stats, dict):
+            raise ValueError("the merge stats are not an object")
+        return cls(
+            kind=_str(data.get("kind"), "the run kind"),
+            old=Bases.from_json(data.get("old")),
+            new=Bases.from_json(data.get("new")),
+            backup=_str_list(data.get("backup"), "the backup list"),
+            resolutions={
+                str(p): ResolutionOutcome.from_json(r) for p, r in resolutions.items()
+            },
+            forked=_opt_str(data.get("forked"), "the fork layer"),
+            patches=[PatchOutcome.from_json(p) for p in patches],
+            stop=None if data.get("stop") is None else stop_from_json(data["stop"]),
+            committing=bool(data.get("committing", False)),
+            commit_started=bool(data.get("commit_started", False)),
+            stale=None if stale is None else _str_list(stale, "the stale list"),
+            merge_stats=None if stats is None else dict(stats),
+            rr_recorded=_str_list(data.get("rr_recorded", []), "rr_recorded"),
+            format=_int(data.get("format", STATE_FORMAT), "the format"),
+        )
