@@ -421,3 +421,27 @@ def test_backwards_pin_warns_and_next_steps_name_resolutions(ov, w):
     )
     back = cli(ov, "rebase", "--onto", w.pin_clean)
     assert "does not descend from the current pin" in back.output
+
+
+def test_sigkill_after_the_stale_resolutions_are_remembered_keeps_the_series(ov, w):
+    """A kill between the save that remembers a removed resolution and the save of the
+    pending series left a state whose fork layer was done and whose series was empty:
+    --continue then wrote an empty series file."""
+    assert cli(ov, "rebase", "--onto", w.pin_conflict).exit_code == 1
+    work = ov.root / ".overlay" / "rebase" / "work" / "mlx" / "core.cpp"
+    work.write_text(lines("core", change={5: "core 5 both", 25: "core 25 upstream"}))
+    assert cli(ov, "rebase", "--continue").exit_code == 0
+    add_patch(
+        ov,
+        "0001-device.patch",
+        {"mlx/backend/rocm/device.cpp": lines("device", change={9: "d9"})},
+    )
+    series = (ov.root / "patches-rocm" / "series").read_text()
+    # Back to the base: core.cpp stops conflicting, so its resolution is removed.
+    proc = _run_killed(ov, "rebase", "--onto", w.base, kill_at="stale-remembered")
+    assert proc.returncode == -9, proc.stderr
+    done = cli(ov, "rebase", "--continue")
+    assert done.exit_code == 0, done.output
+    assert "patch 0001-device.patch: clean" in done.output
+    assert (ov.root / "patches-rocm" / "series").read_text() == series
+    assert not (ov.root / "patches-rocm" / "resolved" / "mlx" / "core.cpp").exists()

@@ -22,7 +22,13 @@ from overlay.layers import (
 )
 from overlay.manifest import Manifest
 from overlay.markers import marker_lines
-from overlay.rebase.base import RESOLVED, RebaseStopped, RunBase, Stages
+from overlay.rebase.base import (
+    RESOLVED,
+    RebaseStopped,
+    RunBase,
+    Stages,
+    _checkpoint,
+)
 from overlay.rebase_state import Bases, PatchOutcome, ResolutionOutcome, ResolutionStop
 from overlay.runstate import STATE_DIR
 from overlay.series import read_series
@@ -181,9 +187,10 @@ class ForkDeltaSteps(RunBase):
             for path, entry in self.state.resolutions.items()
             if path in merge.stages
         }
-        self.state.forked = self.store.edit_tree(merge.tree, changes)
+        forked = self.store.edit_tree(merge.tree, changes)
         self.state.stale = sorted(p for p in old_res if p not in merge.stages)
-        self._remember_stale(old_res, old_merge)
+        self._remember_stale(old_res, old_merge)  # saves the state
+        _checkpoint("stale-remembered")
         self.state.merge_stats = {
             "carried": len(merge.carried),
             "conflicts": len(merge.stages),
@@ -191,6 +198,10 @@ class ForkDeltaSteps(RunBase):
         self.state.patches = [
             PatchOutcome(name) for name, _line in read_series(self.root)
         ]
+        # ``forked`` last: a state that has it is past this step, so a save with it
+        # but without the pending series (a kill in between) would make --continue
+        # write an empty series.
+        self.state.forked = forked
         self.save()
 
     def _remember_stale(self, old_res: dict[str, bytes], old_merge: OldMerge) -> None:
