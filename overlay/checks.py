@@ -1,4 +1,4 @@
-"""``overlay verify``: every record check, as located findings (DESIGN 8).
+"""``overlay verify``: every record check, as located findings (docs/design.md §8).
 
 Families and their codes (documented in ``docs/findings.md``):
 

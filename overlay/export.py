@@ -1,4 +1,4 @@
-"""Incremental, resumable export of a layer tree into a directory (DESIGN 5).
+"""Incremental, resumable export of a layer tree into a directory (docs/design.md §5).
 
 Only paths that differ from the last export are written; deleted paths are
 removed (and directories left empty by them); unchanged files keep their

@@ -1,4 +1,4 @@
-"""What an export directory holds, and how export writes there (DESIGN 5).
+"""What an export directory holds, and how export writes there (docs/design.md §5).
 
 :func:`disk_state` says what DEST holds at a path (mode, git blob name, size and
 mtime), trusting the stamp's blob when size and mtime are unchanged;

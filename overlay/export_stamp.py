@@ -1,4 +1,4 @@
-"""The export's stamp ``DEST/.overlay-export.json``: its transaction record (DESIGN 5).
+"""The export's stamp ``DEST/.overlay-export.json``: its transaction record (docs/design.md §5).
 
 The stamp holds the tree last exported into DEST and each file's ``[size,
 mtime_ns, blob]`` as it was then; while a run is in progress, also ``pending``:

@@ -1,6 +1,6 @@
 """Located, machine-readable findings shared by every check family.
 
-A finding is ``{code, severity, path, line, message, hint}`` (DESIGN 8). Codes
+A finding is ``{code, severity, path, line, message, hint}`` (docs/design.md §8). Codes
 are stable strings ``<FAMILY><NNN>`` (for example ``FIX003``), listed with their
 meaning in ``docs/findings.md``; a code never changes meaning once released.
 """

@@ -121,7 +121,8 @@ def dir_lock(
     *,
     on_wait: Callable[[str], None] | None = None,
 ) -> Iterator[None]:
-    """Hold an exclusive lock on ``directory/name`` for the block, waiting for it (DESIGN 11).
+    """Hold an exclusive lock on ``directory/name`` for the block, waiting for it
+    (docs/design.md §11).
 
     Every process that wants the directory for itself (a build directory: one
     ninja at a time) takes this lock; a second one waits until the first is

@@ -1,6 +1,6 @@
 """Small file-system helpers shared by every module that reads records or writes files.
 
-DESIGN 11: every write is temp + rename (:func:`atomic_write`), so a reader (or a
+docs/design.md §11: every write is temp + rename (:func:`atomic_write`), so a reader (or a
 crash) never sees a half-written file; the temp names a killed writer leaves are
 found again (:func:`remove_stale_temps`), and so are the scratch directories of
 dead processes (:func:`sweep_scratch_dirs`).

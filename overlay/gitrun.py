@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 from overlay.errors import GitError
 
-#: ``-c`` options passed to every git call (DESIGN 10: determinism flags).
+#: ``-c`` options passed to every git call (docs/design.md §10: determinism flags).
 GIT_FLAGS: tuple[str, ...] = (
     "-c",
     "core.autocrlf=false",

@@ -1,4 +1,4 @@
-"""The three layers as git tree objects (DESIGN 5).
+"""The three layers as git tree objects (docs/design.md §5).
 
 * ``pin``: the tree of the MLX pin.
 * ``forked``: the fork delta (``merge-base..fork``, carried paths only) merged

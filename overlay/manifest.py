@@ -3,7 +3,7 @@
 Read with :mod:`tomllib` and validated on load: every missing or unknown key is
 named in one error; SHAs must be 40 lowercase hex; URLs must be ``https://``,
 ``http://``, ``ssh://``, ``git@host:path``, ``file://`` or an existing local
-path. The manifest is the one place the pin is written (DESIGN 4); the keys are
+path. The manifest is the one place the pin is written (docs/design.md §4); the keys are
 documented in ``docs/manifest.md``.
 """
 

@@ -1,4 +1,4 @@
-"""Byte-stable patch files (DESIGN 6).
+"""Byte-stable patch files (docs/design.md §6).
 
 A patch is written as ``git format-patch`` mail with everything that varies
 between runs removed: a zero commit id, no ``Date:``, no diffstat, no tool

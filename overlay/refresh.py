@@ -1,4 +1,4 @@
-"""Refresh: re-export each patch of the series byte-stable from the layers (DESIGN 6).
+"""Refresh: re-export each patch of the series byte-stable from the layers (docs/design.md §6).
 
 A refresh owns only these bytes of a patch file: the diff (from the first
 ``diff --git`` line on, regenerated from the tree before and after the patch,

@@ -1,7 +1,7 @@
 """Renderers for lists of :class:`~overlay.findings.Finding` (``overlay verify --format``).
 
 * ``text``   -- grouped by family, ``path:line: severity CODE message`` plus a hint
-  line, then one summary line (DESIGN 8);
+  line, then one summary line (docs/design.md §8);
 * ``json``   -- ``{"findings": [{code, severity, path, line, message, hint}, ...],
   "summary": {...}}``;
 * ``junit``  -- JUnit XML through :mod:`overlay.junit` (the schema Jenkins and
@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from overlay import junit
 from overlay.findings import SEVERITIES, Finding
 
-#: Known family prefixes, in report order, with their names (DESIGN 8).
+#: Known family prefixes, in report order, with their names (docs/design.md §8).
 FAMILIES = {
     "MAN": "manifest",
     "SER": "series",

@@ -2,7 +2,7 @@
 
 ``patches-rocm/series`` is quilt's format: one patch file name a line, ``#``
 starts a comment, blank lines are ignored. Patch files are ``git format-patch``
-mail (DESIGN 6): a ``Subject:`` header, a description, trailers
+mail (docs/design.md §6): a ``Subject:`` header, a description, trailers
 (``Local-Fix: N``, ``Forwarded: ...``), a ``---`` line, then git diffs.
 
 A patch is read as bytes end to end: :mod:`overlay.mailhead` reads its head (subject,

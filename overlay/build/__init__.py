@@ -1,5 +1,5 @@
 """``overlay build``: export the patched tree, configure CMake offline, build with ninja,
-and attribute every compiler error to the patch hunk, the fork or upstream (DESIGN 9).
+and attribute every compiler error to the patch hunk, the fork or upstream (docs/design.md §9).
 
 Layout under ``<build_root>/<backend>/`` (``build_root`` defaults to ``<root>/build``)::
 

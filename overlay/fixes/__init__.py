@@ -1,6 +1,6 @@
 """``LOCAL_FIXES.md``: model, parser, validator and new-entry rendering.
 
-The format is DESIGN 7::
+The format is docs/design.md §7::
 
     # Local changes relative to NripeshN/mlx@75915908
 

@@ -1,4 +1,4 @@
-"""Parsing ``LOCAL_FIXES.md`` (DESIGN 7) into a :class:`~overlay.fixes.model.Document`.
+"""Parsing ``LOCAL_FIXES.md`` (docs/design.md §7) into a :class:`~overlay.fixes.model.Document`.
 
 :func:`parse` reads the text line by line (:class:`_Parser`): a fence, a blank line, a
 heading, a numbered entry, a bullet, or a continuation of the item being built. It
@@ -333,7 +333,7 @@ class _Parser:
 
 
 def parse(text: str, path: str = FILE_NAME) -> Document:
-    """Parse ``LOCAL_FIXES.md`` text into a :class:`Document` (format: DESIGN 7).
+    """Parse ``LOCAL_FIXES.md`` text into a :class:`Document` (format: docs/design.md §7).
 
     Parsing never fails: whatever does not fit the format is kept where the
     checks can report it (unknown sections, malformed numbered lines, items

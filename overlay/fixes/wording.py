@@ -19,7 +19,8 @@ from overlay.fixes.structure import (
 )
 from overlay.markers import marker_lines
 
-#: Case-insensitive phrases that mark an entry as meant for upstream (DESIGN 7 forbids them).
+#: Case-insensitive phrases that mark an entry as meant for upstream
+#: (docs/design.md §7 forbids them).
 UPSTREAM_PATTERNS = (
     r"upstream(?:ing)?[\s-]+candidates?",
     r"candidates?\s+for\s+upstream(?:ing)?",
@@ -164,7 +165,8 @@ def check_closing_sentence(
 
 
 def check_upstream_marking(doc: Document) -> list[Finding]:
-    """No upstream marking anywhere in the file (DESIGN 7; phrases in :data:`UPSTREAM_PATTERNS`).
+    """No upstream marking anywhere in the file (docs/design.md §7; phrases in
+    :data:`UPSTREAM_PATTERNS`).
 
     Phrases wrapped across lines are found; the finding points at the line where
     the phrase starts.
@@ -188,7 +190,7 @@ def check_upstream_marking(doc: Document) -> list[Finding]:
 
 
 def check_upstream_packages(doc: Document, repo_paths: Iterable[str]) -> list[Finding]:
-    """No patch package under ``docs/**/upstream/`` (DESIGN 7).
+    """No patch package under ``docs/**/upstream/`` (docs/design.md §7).
 
     Args:
         doc: parsed document (unused but for symmetry; findings name the package file).
