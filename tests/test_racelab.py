@@ -439,6 +439,7 @@ def test_tally_counts_runs_per_reported_location(tmp_path):
     )
     assert done.returncode == 0, done.stderr
     assert "with fix: 1 runs, 0 location(s)" in done.stdout
+    assert "host model, not a GPU result" in done.stdout.splitlines()[0]
     assert (
         "  2 of 2 runs  ThreadSanitizer: data race at hipblaslt_gemm.cpp: mlx::core::rocm::get_handle"
         in done.stdout
