@@ -167,7 +167,8 @@ class ABResult:
                     out.append(
                         (
                             "acquitted",
-                            f"{_runs(a.n, 'clean ')} with the fix reach{'es' if a.n == 1 else ''} the "
+                            f"{_runs(a.n, 'clean ')} with the fix "
+                            f"reach{'es' if a.n == 1 else ''} the "
                             f"{plan['runs_at_lower95']} "
                             "that acquit it at 99% even if the fix-removed failure rate were only "
                             f"{plan['baseline_lower95']:.4f}, the lower end of its 95% interval "
@@ -198,7 +199,8 @@ class ABResult:
         lo = b.interval()[0]
         acquit = (
             f"Runs to acquit at 99% (seed 003): "
-            f"{_runs(runs_to_acquit(b.failed / b.n), 'clean ')} with the fix if the fix-removed rate were known to be {b.failed}/{b.n}; "
+            f"{_runs(runs_to_acquit(b.failed / b.n), 'clean ')} with the fix if the "
+            f"fix-removed rate were known to be {b.failed}/{b.n}; "
             f"from {_runs(b.n)} it is known only to be above {lo:.4f} (95%), where "
             + (
                 f"{_runs(runs_to_acquit(lo))} are needed."
