@@ -16,6 +16,10 @@ help:
 	@echo "                     a GPU the race lab's host-model suites (never a GPU result)"
 	@echo "ci                   the CI gate (overlay ci), reports in build/"
 	@echo "  OVERLAY_REQUIRE=\"verify check\"  (ci, verify-rocm) these stages must run and pass"
+	@echo "  OVERLAY_STAGES=\"verify host-model\"  (verify-rocm) run only these stages: stages are"
+	@echo "                     verify, build (a first one takes many minutes), suites, host-model"
+	@echo "  OVERLAY_HOST_MODEL_ARGS=\"--runs 3\"  (verify-rocm) options of the host-model stage;"
+	@echo "                     OVERLAY_HOST_MODELS=1 runs it on an AMD host too"
 	@echo "then: . .venv/bin/activate   puts overlay on PATH for the commands of the README"
 
 .venv/bin/overlay:
@@ -47,13 +51,19 @@ verify-rocm-overlay: .venv/bin/overlay
 # `make ci` (overlay ci --require) and `make verify-rocm` (tools/verify-rocm.sh).
 OVERLAY_REQUIRE ?=
 
-# verify-rocm: verify-rocm-overlay, then `overlay build --backend rocm`, then the suites,
-# then (without an AMD GPU) the race lab's host-model suites; each stage prints passed,
-# failed or skipped with the reason (tools/verify-rocm.sh). A host-model result is never
-# a GPU result (docs/race-lab.md).
-# OVERLAY_BUILD_ARGS="--arch gfx1030" passes options to `overlay build`.
+# verify-rocm: four stages (tools/verify-rocm.sh, docs/build.md): verify (verify-rocm-overlay),
+# build (`overlay build --backend rocm`: a first build takes many minutes), suites (GPU),
+# host-model (without an AMD GPU, or with OVERLAY_HOST_MODELS=1: the race lab's host-model
+# suites, never a GPU result, docs/race-lab.md). Each prints a start line, then passed,
+# failed or skipped with the reason.
+# OVERLAY_STAGES="verify host-model" runs only those stages (the others say skipped);
+# OVERLAY_REQUIRE also takes host-model.
+# OVERLAY_BUILD_ARGS="--arch gfx1030" passes options to `overlay build`;
+# OVERLAY_HOST_MODEL_ARGS="--runs 3" to `overlay suite run --host-models`.
+OVERLAY_STAGES ?=
 verify-rocm: .venv/bin/overlay
-	@OVERLAY="$(OVERLAY)" MAKE="$(MAKE)" OVERLAY_REQUIRE="$(OVERLAY_REQUIRE)" tools/verify-rocm.sh
+	@OVERLAY="$(OVERLAY)" MAKE="$(MAKE)" OVERLAY_REQUIRE="$(OVERLAY_REQUIRE)" \
+		OVERLAY_STAGES="$(OVERLAY_STAGES)" tools/verify-rocm.sh
 
 # ci: the CI gate; reports go to build/ (JUnit, JSON, Markdown for the PR body).
 # OVERLAY_CI_ARGS passes other options (e.g. "--only verify,check --arch gfx1030").

@@ -354,3 +354,79 @@ def test_verify_rocm_script_require_fails_a_skipped_stage(tmp_path):
     assert (
         bad.returncode == 2 and "unknown stage bogus in OVERLAY_REQUIRE" in bad.stderr
     )
+
+
+def test_verify_rocm_script_announces_stages_and_runs_only_those_asked(tmp_path):
+    """Each stage of tools/verify-rocm.sh prints a start line; OVERLAY_STAGES picks the
+    stages (a no-GPU user runs the race lab without the full ROCm build) and the others
+    say they were skipped, and why."""
+    import subprocess
+
+    script = Path(__file__).resolve().parent.parent / "tools" / "verify-rocm.sh"
+    calls = tmp_path / "calls"
+    stub = tmp_path / "overlay"
+    stub.write_text(
+        f'#!/bin/sh\necho "$*" >> {calls}\ncase "$1" in\n'
+        '  build) echo "overlay: no ROCm toolchain: none here" >&2; exit 2;;\n'
+        '  suite) case "$2" in\n    --help) echo "  build  Build the race lab";;\n'
+        '    run) echo "x  PASSED  0 of 3 failed"; echo "1 suite(s): 1 passed, 0 failed, 0 skipped; '
+        '0 of 3 runs failed";;\n  esac; exit 0;;\nesac\n'
+    )
+    make = tmp_path / "make"
+    make.write_text("#!/bin/sh\nexit 0\n")
+    for exe in (stub, make):
+        exe.chmod(0o755)
+
+    def run(**extra: str) -> subprocess.CompletedProcess:
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("OVERLAY_REQUIRE", "OVERLAY_STAGES", "OVERLAY_HOST"))
+        }
+        env.update(OVERLAY=str(stub), MAKE=str(make), OVERLAY_HOST_MODELS="1", **extra)
+        calls.write_text("")
+        return subprocess.run(
+            ["bash", str(script)],
+            env=env,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    every = run(OVERLAY_HOST_MODEL_ARGS="--runs 3")
+    assert every.returncode == 0, every.stdout + every.stderr
+    for line in (
+        "verify-rocm: overlay: running make verify-rocm-overlay",
+        "verify-rocm: build: running overlay build --backend rocm (a first build takes many minutes",
+        "verify-rocm: host-model: running overlay suite run --host-models --runs 3",
+    ):
+        assert line in every.stdout, every.stdout
+    assert "suite run --host-models --runs 3" in calls.read_text()
+
+    some = run(OVERLAY_STAGES="verify host-model")
+    assert some.returncode == 0, some.stdout + some.stderr
+    assert "build" not in calls.read_text().split()
+    assert (
+        "verify-rocm: build: skipped (not in OVERLAY_STAGES=verify host-model)"
+        in some.stdout
+    )
+    assert (
+        "verify-rocm: suites: skipped (not in OVERLAY_STAGES=verify host-model)"
+        in some.stdout
+    )
+    assert "verify-rocm: overlay: passed" in some.stdout
+    assert "verify-rocm: host-model: passed" in some.stdout
+
+    suites_alone = run(OVERLAY_STAGES="suites")
+    assert (
+        "verify-rocm: suites: skipped (the build stage is not in OVERLAY_STAGES)"
+        in suites_alone.stdout
+    )
+    required = run(OVERLAY_STAGES="host-model", OVERLAY_REQUIRE="build")
+    assert required.returncode == 1
+    assert (
+        "build: failed (required, but skipped: not in OVERLAY_STAGES" in required.stdout
+    )
+    bad = run(OVERLAY_STAGES="verify gpu")
+    assert bad.returncode == 2 and "unknown stage gpu in OVERLAY_STAGES" in bad.stderr

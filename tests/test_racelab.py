@@ -135,6 +135,55 @@ def test_a_missing_tree_source_is_named(tmp_path):
     assert err.value.exit_code == 1
 
 
+def test_a_second_layer_compiles_only_its_own_tree_objects(tmp_path):
+    """The model's objects (lab sources that do not include the tree) are shared
+    between the builds of two layers: the second compiles only what includes its tree.
+    A stand-in compiler writes each -o file."""
+    cxx = tmp_path / "cxx"
+    cxx.write_text(
+        '#!/bin/sh\nwhile [ $# -gt 0 ]; do [ "$1" = -o ] && echo "$*" > "$2"; shift; done\n'
+    )
+    cxx.chmod(0o755)
+    compiler = racelab.LabCompiler(
+        SimpleNamespace(kind="system", wrap=lambda argv, binds, cwd=None: list(argv)),
+        str(cxx),
+        [],
+        [],
+        "stand-in",
+    )
+    for layer in ("patched", "forked"):
+        for child in racelab.CHILDREN:
+            for src in child.tree_sources:
+                path = tmp_path / layer / "src" / src
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(f"// {layer}\n")
+
+    def build(layer: str, tree: str) -> racelab.LabBuild:
+        return racelab.build_tree(
+            str(ROOT),
+            str(tmp_path / layer / "src"),
+            str(tmp_path / layer),
+            tree=tree,
+            label=layer,
+            compiler=compiler,
+        )
+
+    first = build("patched", "1" * 40)
+    assert first.compiled == 24
+    second = build("forked", "2" * 40)
+    model = {
+        s
+        for c in racelab.CHILDREN
+        for s in c.lab_sources
+        if b'"mlx/' not in (ROOT / "patches-rocm/suites/racelab" / s).read_bytes()
+    }
+    assert model >= {"hip_stub.cpp", "gemm_model.cpp", "rocblas_stub.cpp"}
+    assert second.compiled == 24 - 2 * len(model) == 14
+    assert len(list((tmp_path / "model-objects" / "obj-tsan").iterdir())) == len(model)
+    assert build("forked", "2" * 40).compiled == 0
+    assert len(second.programs) == 6
+
+
 # --------------------------------------------------------------------------- the model, compiled
 
 
@@ -390,6 +439,7 @@ def test_tally_counts_runs_per_reported_location(tmp_path):
     )
     assert done.returncode == 0, done.stderr
     assert "with fix: 1 runs, 0 location(s)" in done.stdout
+    assert "host model, not a GPU result" in done.stdout.splitlines()[0]
     assert (
         "  2 of 2 runs  ThreadSanitizer: data race at hipblaslt_gemm.cpp: mlx::core::rocm::get_handle"
         in done.stdout

@@ -301,6 +301,50 @@ def test_ab_reproduction_with_fisher_p(tmp_path):
     assert (Path(ab.directory) / "without" / "result.json").is_file()
 
 
+def test_ab_inconclusive_says_the_runs_to_significance_and_reads_consistently(
+    tmp_path,
+):
+    """0 of 3 against 3 of 3 (p = 0.1): the verdict says 4 runs per column reach
+    p < 0.05, and puts seed 003's 1 clean run (at a known 3/3) beside the 14 needed at
+    the lower 95% bound, so 3 clean runs are not read as an acquittal."""
+    s = make_suite("race", child("flaky.py", 0.0), runs=3, markers=[DONE])
+    ab = run_ab(s, child("flaky.py", 1.0, "all"), str(tmp_path), platform=NO_GPU)
+    assert ab.table == [[0, 3], [3, 0]] and round(ab.fisher_p, 4) == 0.1
+    (code, text), *_ = ab.verdicts()
+    assert code == "inconclusive"
+    assert "4 runs per column reach p < 0.05" in text, text
+    assert (
+        "1 clean run with the fix if the fix-removed rate were known to be 3/3" in text
+    )
+    assert "above 0.2924 (95%), where 14 runs are needed" in text
+    assert "1 clean runs" not in text
+    assert "INCONCLUSIVE" in render_ab(ab) or "inconclusive" in render_ab(ab)
+
+
+def test_ab_text_table_stays_aligned_with_the_children_paths(tmp_path):
+    """The child row shows paths relative to the repository root, and its cells are
+    padded like every other row's, so the columns line up."""
+    s = make_suite("race", child("flaky.py", 0.0), runs=2, markers=[DONE])
+    ab = run_ab(s, child("flaky.py", 1.0, "all"), str(tmp_path), platform=NO_GPU)
+    root = str(CHILDREN.parent)
+    text = render_ab(ab, root=root)
+    lines = text.splitlines()
+    col = lines[1].index("fix removed")
+    table = lines[2:6]
+    assert [x.split("  ")[0] for x in table] == [
+        "failed",
+        "95% interval",
+        "kinds",
+        "child",
+    ]
+    for line in table:
+        assert line[col - 2 : col] == "  " and line[col] != " ", (col, text)
+    child_row = table[3]
+    assert f"{CHILDREN.name}/flaky.py" in child_row and root + os.sep not in child_row
+    md = render_ab(ab, "markdown", root=root)
+    assert root + os.sep not in md
+
+
 def test_ab_guard_not_reproduction(tmp_path):
     s = make_suite("race", child("flaky.py", 0.0), runs=4, markers=[DONE])
     ab = run_ab(s, child("flaky.py", 0.0, "other"), str(tmp_path), platform=NO_GPU)

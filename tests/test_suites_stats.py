@@ -118,3 +118,12 @@ def test_bad_arguments_are_usage_errors(call):
     with pytest.raises(OverlayError) as info:
         call()
     assert info.value.exit_code == EXIT_USAGE
+
+
+def test_runs_to_significance():
+    from overlay.suites.stats import runs_to_significance
+
+    # [[0, 3], [3, 0]] has p = 0.1; [[0, 4], [4, 0]] p = 0.0286.
+    assert runs_to_significance(0.0, 1.0) == 4
+    assert runs_to_significance(0.0, 0.7) == 5  # [[0, 5], [4, 1]]: p = 0.0476
+    assert runs_to_significance(0.3, 0.3) is None

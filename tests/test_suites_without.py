@@ -167,6 +167,32 @@ def test_removing_a_patch_a_later_one_needs_names_it(overlay):
     with pytest.raises(PatchApplyError) as err:
         layers_without(str(overlay.root), store, "0001-lock.patch")
     assert err.value.patch == "0002-lock-twice.patch"
+    # A what-if the series cannot express is a usage error (exit 2; 1 is "a with-fix
+    # run failed"), and the hint names what works, not refresh/rebase (they would
+    # rewrite the real series).
+    assert err.value.exit_code == 2
+    assert "depends on 0001-lock.patch" in err.value.message
+    hint = err.value.hint or ""
+    assert "--without-layer forked" in hint and "`overlay refresh`" not in hint
+    suites = overlay.root / "patches-rocm" / "suites"
+    suites.mkdir()
+    (suites / "suites.toml").write_text(
+        '[suites.probe]\nchild = "probe"\nbackend = "any"\nhardware = "none"\n'
+    )
+    done = CliRunner().invoke(
+        main,
+        [
+            "-C",
+            str(overlay.root),
+            "suite",
+            "ab",
+            "probe",
+            "--without",
+            "0001-lock.patch",
+        ],
+    )
+    assert done.exit_code == 2, done.output
+    assert "--without-layer forked" in done.output
 
 
 def test_ab_without_builds_from_the_commands_store(two_patches, tmp_path, monkeypatch):

@@ -58,8 +58,10 @@ def tally(column_dir: str) -> tuple[int, collections.Counter]:
             for line in fh:
                 m = _SUMMARY.match(line.rstrip("\n"))
                 if m:
-                    seen.add(f"{m.group(1)}: {m.group(2)} at {os.path.basename(m.group(3))}: "
-                             f"{_function(m.group(4))}")
+                    seen.add(
+                        f"{m.group(1)}: {m.group(2)} at {os.path.basename(m.group(3))}: "
+                        f"{_function(m.group(4))}"
+                    )
         counts.update(seen)
     return len(runs), counts
 
@@ -76,7 +78,7 @@ def main(argv: list[str]) -> int:
         except (OSError, ValueError, KeyError):
             print(f"race-lab-tally: {ab_dir}: no ab.json", file=sys.stderr)
             return 2
-        print(f"{suite} ({ab_dir})")
+        print(f"{suite} ({ab_dir}) [race-lab: host model, not a GPU result]")
         for column in ("with", "without"):
             n, counts = tally(os.path.join(ab_dir, column))
             label = "with fix" if column == "with" else "fix removed"

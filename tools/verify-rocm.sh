@@ -16,14 +16,22 @@
 #               OVERLAY_HOST_MODELS=1); skipped when its toolchain is absent. It
 #               is a host model: its result never stands for the GPU suites.
 #
+# Each stage prints a start line (`verify-rocm: <stage>: running ...`) before it
+# runs, then its result.
+#
 # Environment: OVERLAY (the overlay executable, default .venv/bin/overlay), MAKE,
 # OVERLAY_BUILD_ARGS (extra `overlay build` options, e.g. "--arch gfx1030"),
 # OVERLAY_SUITE_ARGS (extra `overlay suite run` options),
+# OVERLAY_STAGES (the stages to run, space- or comma-separated, default all; the
+# others are reported skipped, "not in OVERLAY_STAGES": e.g. OVERLAY_STAGES="verify
+# host-model" runs the race lab without the full ROCm build),
 # OVERLAY_REQUIRE (stages that must run and pass, space- or comma-separated; a
-# required stage that is skipped fails instead). The names of `overlay ci` are
-# accepted: verify (= overlay), check and build (= build: the full build compiles
-# every unit the check would), suites, and host-model. An unknown name is exit 2.
-# OVERLAY_HOST_MODEL_ARGS passes options to `overlay suite run --host-models`.
+# required stage that is skipped fails instead). Both take the names of `overlay
+# ci`: verify (= overlay), check and build (= build: the full build compiles every
+# unit the check would), suites, and host-model. An unknown name is exit 2.
+# OVERLAY_HOST_MODEL_ARGS passes options to `overlay suite run --host-models` (e.g.
+# "--runs 3"); OVERLAY_HOST_MODELS=1 runs the host-model stage on a machine with an
+# AMD GPU too.
 set -uo pipefail
 
 OVERLAY=${OVERLAY:-.venv/bin/overlay}
@@ -32,18 +40,27 @@ failed=0
 declare -a summary=()
 declare -A required=()
 
-IFS=$', \t' read -ra names <<< "${OVERLAY_REQUIRE:-}"
-for name in "${names[@]}"; do
-  case $name in
-    '') ;;
-    verify|overlay) required[overlay]=1 ;;
-    check|build) required[build]=1 ;;
-    suites) required[suites]=1 ;;
-    host-model) required[host-model]=1 ;;
-    *) printf 'verify-rocm: unknown stage %q in OVERLAY_REQUIRE (verify, check, build, suites, host-model)\n' "$name" >&2
-       exit 2 ;;
-  esac
-done
+stage_names() {  # VARIABLE VALUE: the stage of each name in VALUE, one a line
+  local name names
+  IFS=$', \t' read -ra names <<< "$2"
+  for name in "${names[@]}"; do
+    case $name in
+      '') ;;
+      verify|overlay) echo overlay ;;
+      check|build) echo build ;;
+      suites) echo suites ;;
+      host-model) echo host-model ;;
+      *) printf 'verify-rocm: unknown stage %q in %s (verify, check, build, suites, host-model)\n' "$name" "$1" >&2
+         return 2 ;;
+    esac
+  done
+}
+
+declare -A selected=()
+stages=$(stage_names OVERLAY_REQUIRE "${OVERLAY_REQUIRE:-}") || exit 2
+for stage in $stages; do required[$stage]=1; done
+stages=$(stage_names OVERLAY_STAGES "${OVERLAY_STAGES:-}") || exit 2
+for stage in ${stages:-overlay build suites host-model}; do selected[$stage]=1; done
 
 report() {  # STAGE STATE [REASON]
   local state=$2 reason=${3:-}
@@ -57,38 +74,59 @@ report() {  # STAGE STATE [REASON]
   return 0
 }
 
+starting() {  # STAGE WHAT: the start line of a stage
+  printf 'verify-rocm: %s: running %s\n' "$1" "$2"
+}
+
+runs() {  # STAGE: true when OVERLAY_STAGES selects it, else reports it skipped
+  [[ -n ${selected[$1]:-} ]] && return 0
+  report "$1" skipped "not in OVERLAY_STAGES=${OVERLAY_STAGES:-}"
+  return 1
+}
+
 # 1. the overlay's records
-if $MAKE --no-print-directory verify-rocm-overlay; then
-  report overlay passed
-else
-  report overlay failed "make verify-rocm-overlay exited $?"
+if runs overlay; then
+  starting overlay "make verify-rocm-overlay (overlay verify: every record of the overlay)"
+  if $MAKE --no-print-directory verify-rocm-overlay; then
+    report overlay passed
+  else
+    report overlay failed "make verify-rocm-overlay exited $?"
+  fi
 fi
 
 # 2. the ROCm build
 build_state=skipped
-errfile=$(mktemp)
-# shellcheck disable=SC2086
-$OVERLAY build --backend rocm ${OVERLAY_BUILD_ARGS:-} 2> >(tee "$errfile" >&2)
-rc=$?
-sleep 0.2
-reason=$(grep -m1 '^overlay: ' "$errfile" | sed 's/^overlay: //')
-rm -f "$errfile"
-if ((rc == 0)); then
-  build_state=passed; report build passed
-elif ((rc == 2)) && [[ $reason == "no ROCm toolchain"* || $reason == *"needs root"* ]]; then
-  report build skipped "$reason"
-else
-  build_state=failed; report build failed "overlay build exited $rc${reason:+: $reason}"
+if runs build; then
+  starting build "overlay build --backend rocm${OVERLAY_BUILD_ARGS:+ $OVERLAY_BUILD_ARGS} (a first build takes many minutes, over 15 on 2 cores, and prints little until it ends; OVERLAY_STAGES=\"verify host-model\" leaves it out)"
+  errfile=$(mktemp)
+  # shellcheck disable=SC2086
+  $OVERLAY build --backend rocm ${OVERLAY_BUILD_ARGS:-} 2> >(tee "$errfile" >&2)
+  rc=$?
+  sleep 0.2
+  reason=$(grep -m1 '^overlay: ' "$errfile" | sed 's/^overlay: //')
+  rm -f "$errfile"
+  if ((rc == 0)); then
+    build_state=passed; report build passed
+  elif ((rc == 2)) && [[ $reason == "no ROCm toolchain"* || $reason == *"needs root"* ]]; then
+    report build skipped "$reason"
+  else
+    build_state=failed; report build failed "overlay build exited $rc${reason:+: $reason}"
+  fi
 fi
 
 # 3. the suites
-if ! $OVERLAY suite --help >/dev/null 2>&1; then
+if ! runs suites; then
+  :
+elif ! $OVERLAY suite --help >/dev/null 2>&1; then
   report suites skipped "this overlay has no 'suite' command"
+elif [[ -z ${selected[build]:-} ]]; then
+  report suites skipped "the build stage is not in OVERLAY_STAGES"
 elif [[ $build_state != passed ]]; then
   report suites skipped "the build stage did not pass"
 elif [[ ! -e /dev/kfd ]]; then
   report suites skipped "no AMD GPU: /dev/kfd absent"
 else
+  starting suites "overlay suite run --backend rocm --child-dir build/rocm/suites${OVERLAY_SUITE_ARGS:+ $OVERLAY_SUITE_ARGS}"
   # shellcheck disable=SC2086
   if $OVERLAY suite run --backend rocm --child-dir build/rocm/suites ${OVERLAY_SUITE_ARGS:-}; then
     report suites passed
@@ -99,11 +137,14 @@ fi
 
 # 4. the host-model suites (race lab): not a GPU result, whatever they show
 model_note="race lab: a host model of HIP, hipBLASLt and rocBLAS, not a GPU result"
-if ! $OVERLAY suite --help 2>/dev/null | grep -q "  build "; then
+if ! runs host-model; then
+  :
+elif ! $OVERLAY suite --help 2>/dev/null | grep -q "  build "; then
   report host-model skipped "this overlay has no race lab ('suite build')"
 elif [[ -e /dev/kfd && -z ${OVERLAY_HOST_MODELS:-} ]]; then
   report host-model skipped "an AMD GPU is present: the GPU suites are the evidence (OVERLAY_HOST_MODELS=1 runs these too)"
 else
+  starting host-model "overlay suite run --host-models${OVERLAY_HOST_MODEL_ARGS:+ $OVERLAY_HOST_MODEL_ARGS} (the race lab: builds its children, then runs each suite; $model_note)"
   outfile=$(mktemp)
   # shellcheck disable=SC2086
   $OVERLAY suite run --host-models ${OVERLAY_HOST_MODEL_ARGS:-} 2>&1 | tee "$outfile"

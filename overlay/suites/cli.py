@@ -521,7 +521,7 @@ def ab_cmd(
     finally:
         progress.end()
         progress_b.end()
-    _emit(_report.render_ab(ab, fmt), output)
+    _emit(_report.render_ab(ab, fmt, root=ws.base), output)
     exit_with(EXIT_FINDINGS if ab.with_fix.failed else EXIT_OK)
 
 

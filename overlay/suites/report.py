@@ -288,7 +288,16 @@ def _p(p: float | None) -> str:
     return "n/a" if p is None else f"{p:.4g}"
 
 
-def _ab_rows(ab: ABResult) -> list[tuple[str, str, str]]:
+def _short_path(word: str, root: str | None) -> str:
+    """``word`` relative to ``root`` when it is an absolute path under it."""
+    if not root or not os.path.isabs(word):
+        return word
+    rel = os.path.relpath(word, root)
+    return word if rel.startswith("..") else rel
+
+
+def _ab_rows(ab: ABResult, root: str | None = None) -> list[tuple[str, str, str]]:
+    """The side-by-side rows; the children's paths relative to ``root`` when under it."""
     a, b = ab.with_fix, ab.without_fix
 
     def col(r: SuiteResult, what: str) -> str:
@@ -300,7 +309,7 @@ def _ab_rows(ab: ABResult) -> list[tuple[str, str, str]]:
             return format_interval(r.interval())
         if what == "kinds":
             return format_kinds(r)
-        return " ".join(r.argv)
+        return " ".join(_short_path(w, root) for w in r.argv)
 
     return [
         (label, col(a, key), col(b, key))
@@ -339,12 +348,14 @@ def _acquit_line(ab: ABResult) -> str:
     )
 
 
-def render_ab(ab: ABResult, fmt: str = "text") -> str:
+def render_ab(ab: ABResult, fmt: str = "text", root: str | None = None) -> str:
     """Render an A/B comparison with both columns side by side.
 
     Args:
         ab: the comparison.
         fmt: one of :data:`AB_FORMATS`.
+        root: the repository root: the children's paths under it are shown relative
+            to it (text and markdown), so the columns stay aligned.
 
     Returns:
         The report; it always carries Fisher's two-sided p and the verdict
@@ -368,9 +379,9 @@ def render_ab(ab: ABResult, fmt: str = "text") -> str:
     if fmt == "json":
         return json.dumps(dict(ab.to_dict(), directory=ab.directory), indent=2) + "\n"
     if fmt == "text":
-        rows = _ab_rows(ab)
+        rows = _ab_rows(ab, root)
         w0 = max(len(r[0]) for r in rows + [("", "", "")])
-        w1 = max([len(r[1]) for r in rows if r[0] != "child"] + [len("with fix")])
+        w1 = max([len(r[1]) for r in rows] + [len("with fix")])
         lines = [head, f"{'':<{w0}}  {'with fix':<{w1}}  fix removed"]
         lines += [f"{r[0]:<{w0}}  {r[1]:<{w1}}  {r[2]}" for r in rows]
         if reports:
@@ -388,7 +399,7 @@ def render_ab(ab: ABResult, fmt: str = "text") -> str:
         return "\n".join(lines) + "\n"
     if fmt == "markdown":
         out = [f"### {head}", "", "| | with fix | fix removed |", "|---|---|---|"]
-        for label, x, y in _ab_rows(ab):
+        for label, x, y in _ab_rows(ab, root):
             if label == "child":
                 x, y = f"`{x}`" if x != "-" else x, f"`{y}`" if y != "-" else y
             out.append(f"| {label} | {_md_cell(x)} | {_md_cell(y)} |")

@@ -255,3 +255,38 @@ def runs_to_acquit(baseline: float, confidence: float = 0.99) -> int:
     while survive**n > limit:
         n += 1
     return n
+
+
+def runs_to_significance(
+    with_rate: float, without_rate: float, alpha: float = 0.05, limit: int = 100_000
+) -> int | None:
+    """Runs per column at which two observed failure rates differ at Fisher p < ``alpha``.
+
+    The table of ``n`` runs per column is the rates' expected counts, rounded:
+    ``[[round(with_rate*n), ...], [round(without_rate*n), ...]]``. For ``n`` up to
+    200 the scan is exhaustive (the smallest such ``n``); above, ``n`` doubles to
+    an upper bound and bisects (p falls with ``n`` but for the rounding). Example:
+    0/3 against 3/3 (p = 0.1) needs 4 per column (``[[0, 4], [4, 0]]``, p = 0.0286).
+
+    Returns:
+        ``n``, or None when the rates are equal or ``n`` would pass ``limit``.
+    """
+
+    def p_at(n: int) -> float:
+        a, c = round(with_rate * n), round(without_rate * n)
+        return fisher_exact([[a, n - a], [c, n - c]])
+
+    if with_rate == without_rate:
+        return None
+    for n in range(1, 201):
+        if p_at(n) < alpha:
+            return n
+    lo, hi = 200, 400
+    while p_at(hi) >= alpha:
+        if hi >= limit:
+            return None
+        lo, hi = hi, min(limit, hi * 2)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if p_at(mid) < alpha else (mid, hi)
+    return hi

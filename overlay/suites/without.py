@@ -13,7 +13,8 @@ import os
 from collections.abc import Callable
 
 from overlay import layout
-from overlay.errors import OverlayError
+from overlay.engine import PatchApplyError
+from overlay.errors import EXIT_USAGE, OverlayError
 from overlay.gitstore import Store
 from overlay.layers import Layers, compute_layers
 from overlay.manifest import load_manifest
@@ -34,7 +35,8 @@ def layers_without(root: str, store: Store, patch: str) -> Layers:
 
     Raises:
         OverlayError: ``patch`` is not in the series (exit 2).
-        LayerError: a later patch needs the one left out (exit 1; the message names it).
+        PatchApplyError: a later patch needs the one left out (exit 2, a usage error:
+            the message names it, the hint the comparisons that work).
     """
     series = load_series(root)
     names = [p.name for p in series]
@@ -43,7 +45,30 @@ def layers_without(root: str, store: Store, patch: str) -> Layers:
             f"{patch} is not in {layout.SERIES}", hint="names: " + ", ".join(names)
         )
     kept = [p for p in series if p.name != patch]
-    return compute_layers(store, load_manifest(root), root, patches=kept, stepwise=True)
+    try:
+        return compute_layers(
+            store, load_manifest(root), root, patches=kept, stepwise=True
+        )
+    except PatchApplyError as exc:
+        raise _needs_the_patch(exc, patch) from None
+
+
+def _needs_the_patch(exc: PatchApplyError, patch: str) -> PatchApplyError:
+    """``exc`` (a later patch that does not apply without ``patch``) as a usage error
+    whose hint names the comparisons that work; the series itself is fine."""
+    err = PatchApplyError(
+        exc.patch,
+        exc.file,
+        exc.hunk,
+        f"{exc.reason} (it depends on {patch}, left out)",
+        hint=f"{exc.patch} depends on {patch}, so the series cannot drop {patch} "
+        "alone (--without takes one patch); compare against the fork's layer, no "
+        "local fix at all: `overlay suite ab NAME --without-layer forked` (`overlay "
+        "suite build --layer forked`), or give a fix-removed child with "
+        "--without-child. The series is fine: no refresh or rebase is needed",
+    )
+    err.exit_code = EXIT_USAGE
+    return err
 
 
 def layers_forked(root: str, store: Store) -> Layers:

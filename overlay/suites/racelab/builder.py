@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import dataclasses
 import datetime as _dt
 import hashlib
@@ -83,11 +84,17 @@ def build_tree(
     sanitizers: Sequence[str] = tuple(SANITIZERS),
     jobs: int | None = None,
     progress: Callable[[str], None] | None = None,
+    model_objects: str | None = None,
 ) -> LabBuild:
     """Compile and link the lab's children against an exported tree.
 
-    Objects are compiled again only when their source, the lab's header, the
+    Objects are compiled again only when their source, the lab's headers, the
     flags, the compiler or (for sources that include the tree) the tree changed.
+    The model's objects (lab sources that do not include the tree: the HIP,
+    hipBLASLt and rocBLAS models, the GEMM, the self-test) do not depend on the
+    layer: they are kept in ``model_objects`` under a name made of their key and
+    shared by every build, so a second layer compiles only the objects of its own
+    tree.
 
     Args:
         root: the overlay repository (the lab's sources are under it).
@@ -100,6 +107,8 @@ def build_tree(
         sanitizers: keys of :data:`SANITIZERS`.
         jobs: parallel compiles (default: the CPU count).
         progress: called with one line per compiled object.
+        model_objects: the shared cache of the model's objects (default
+            ``model-objects`` beside ``out_dir``: ``build/race-lab/model-objects``).
     Returns:
         A :class:`LabBuild`.
     Raises:
@@ -111,9 +120,13 @@ def build_tree(
     lab = lab_sources_dir(root)
     out_dir = os.path.abspath(out_dir)
     tree_dir = os.path.abspath(tree_dir)
+    shared = os.path.abspath(
+        model_objects or os.path.join(os.path.dirname(out_dir), "model-objects")
+    )
     os.makedirs(os.path.join(out_dir, "bin"), exist_ok=True)
+    os.makedirs(shared, exist_ok=True)
     binds = sorted(
-        {out_dir, lab}
+        {out_dir, lab, shared}
         | ({tree_dir} if not tree_dir.startswith(out_dir + os.sep) else set())
     )
     stamp = _load_stamp(out_dir)
@@ -123,12 +136,16 @@ def build_tree(
         else {}
     )
     units, links = _plan(
-        root, lab, tree_dir, out_dir, tree, compiler, children, sanitizers
+        root, lab, (tree_dir, tree), (out_dir, shared), compiler, children, sanitizers
     )
     todo = [
         (src, obj, key, flags)
         for (src, obj, key, flags) in units
-        if keys.get(os.path.relpath(obj, out_dir)) != key or not os.path.isfile(obj)
+        if not os.path.isfile(obj)
+        or (
+            not obj.startswith(shared + os.sep)  # a shared object's name is its key
+            and keys.get(os.path.relpath(obj, out_dir)) != key
+        )
     ]
     errors, first_error = _compile(compiler, todo, binds, out_dir, keys, jobs, progress)
     record: dict[str, object] = {
@@ -180,8 +197,10 @@ Unit = tuple[str, str, str, list[str]]
 Link = tuple[str, str, list[str]]
 
 
-def _flags(compiler: LabCompiler, san: str, lab: str, tree_dir: str) -> list[str]:
-    """The compile flags of one sanitizer's objects."""
+def _flags(
+    compiler: LabCompiler, san: str, lab: str, tree_dir: str | None
+) -> list[str]:
+    """The compile flags of one sanitizer's objects (``-I`` the tree when given)."""
     flags = [
         "-std=c++20",
         "-g",
@@ -196,30 +215,36 @@ def _flags(compiler: LabCompiler, san: str, lab: str, tree_dir: str) -> list[str
     return (
         flags
         + [f"-I{d}" for d in compiler.include_dirs]
-        + [f"-I{lab}", f"-I{tree_dir}"]
+        + [f"-I{lab}"]
+        + ([f"-I{tree_dir}"] if tree_dir else [])
     )
 
 
 def _plan(
     root: str,
     lab: str,
-    tree_dir: str,
-    out_dir: str,
-    tree: str,
+    tree_of: tuple[str, str],
+    dirs: tuple[str, str],
     compiler: LabCompiler,
     children: Sequence[LabChild],
     sanitizers: Sequence[str],
 ) -> tuple[list[Unit], list[Link]]:
     """Every object to have (keyed by what goes into it) and every child to link.
 
-    An object's key is its source, the lab's header, the flags, the compiler and,
-    for a source that includes the tree, the tree's SHA.
+    An object's key is its source, the lab's headers, the flags, the compiler and,
+    for a source that includes the tree, the tree's SHA. ``tree_of`` is ``(tree_dir,
+    tree SHA)``, ``dirs`` ``(out_dir, shared model objects)``: an object of the tree
+    is ``<out_dir>/obj-<san>/<name>.o``, one of the model (no tree in it, compiled
+    without ``-I`` the tree) ``<shared>/obj-<san>/<name>-<key>.o``.
 
     Raises:
         LabError: an unknown sanitizer (exit 2); a source missing from the lab or the
             exported layer (exit 1).
     """
-    header = _read(os.path.join(lab, "racelab.h"))
+    tree_dir, out_dir = tree_of[0], dirs[0]
+    headers = b"".join(
+        _read(os.path.join(lab, h)) for h in sorted(os.listdir(lab)) if h.endswith(".h")
+    )
     units: dict[tuple[str, str], Unit] = {}
     links: list[Link] = []
     for san in sanitizers:
@@ -227,38 +252,58 @@ def _plan(
             raise LabError(
                 f"unknown sanitizer {san!r} (use {', '.join(SANITIZERS)})", exit_code=2
             )
-        flags = _flags(compiler, san, lab, tree_dir)
         for child in children:
             objs = []
             for src, in_tree in [
                 (os.path.join(lab, s), False) for s in child.lab_sources
             ] + [(os.path.join(tree_dir, s), True) for s in child.tree_sources]:
-                if not os.path.isfile(src):
-                    where = "the exported layer" if in_tree else lab
-                    rel = os.path.relpath(src, tree_dir if in_tree else root)
-                    raise LabError(f"{rel} is not in {where}", exit_code=EXIT_FINDINGS)
-                obj = os.path.join(
-                    out_dir,
-                    f"obj-{san}",
-                    os.path.splitext(os.path.basename(src))[0] + ".o",
-                )
-                objs.append(obj)
                 if (san, src) not in units:
-                    # Lab sources may include the tree (mlx_shim, the drivers): key them
-                    # by it too.
-                    uses_tree = in_tree or b'"mlx/' in _read(src)
-                    key = _digest(
-                        compiler.description,
-                        " ".join(flags),
-                        _read(src),
-                        header,
-                        tree if uses_tree else "",
+                    units[(san, src)] = _unit(
+                        src, in_tree, san, compiler, (lab, headers), tree_of, dirs, root
                     )
-                    units[(san, src)] = (src, obj, key, flags)
+                objs.append(units[(san, src)][1])
             links.append(
                 (san, os.path.join(out_dir, "bin", f"{child.name}_{san}"), objs)
             )
     return list(units.values()), links
+
+
+def _unit(
+    src: str,
+    in_tree: bool,
+    san: str,
+    compiler: LabCompiler,
+    lab_of: tuple[str, bytes],
+    tree_of: tuple[str, str],
+    dirs: tuple[str, str],
+    root: str,
+) -> Unit:
+    """The compile unit of one source (see :func:`_plan`).
+
+    Raises:
+        LabError: the source is missing (exit 1).
+    """
+    (lab, headers), (tree_dir, tree), (out_dir, shared) = lab_of, tree_of, dirs
+    if not os.path.isfile(src):
+        where = "the exported layer" if in_tree else lab
+        rel = os.path.relpath(src, tree_dir if in_tree else root)
+        raise LabError(f"{rel} is not in {where}", exit_code=EXIT_FINDINGS)
+    # Lab sources may include the tree (mlx_shim, the drivers): key them by it too.
+    uses_tree = in_tree or b'"mlx/' in _read(src)
+    flags = _flags(compiler, san, lab, tree_dir if uses_tree else None)
+    key = _digest(
+        compiler.description,
+        " ".join(flags),
+        _read(src),
+        headers,
+        tree if uses_tree else "",
+    )
+    stem = os.path.splitext(os.path.basename(src))[0]
+    if uses_tree:
+        obj = os.path.join(out_dir, f"obj-{san}", f"{stem}.o")
+    else:
+        obj = os.path.join(shared, f"obj-{san}", f"{stem}-{key[:16]}.o")
+    return (src, obj, key, flags)
 
 
 def _compile(
@@ -280,12 +325,17 @@ def _compile(
     def compile_one(unit: Unit) -> tuple[str, subprocess.CompletedProcess[str]]:
         src, obj, _key, flags = unit
         os.makedirs(os.path.dirname(obj), exist_ok=True)
+        tmp = f"{obj}.tmp.{os.getpid()}"  # another build may share the object
         argv = compiler.argv(
-            [compiler.cxx, *flags, "-c", src, "-o", obj], binds, cwd=out_dir
+            [compiler.cxx, *flags, "-c", src, "-o", tmp], binds, cwd=out_dir
         )
-        return src, subprocess.run(
-            argv, capture_output=True, text=True, errors="replace"
-        )
+        proc = subprocess.run(argv, capture_output=True, text=True, errors="replace")
+        if proc.returncode == 0:
+            os.replace(tmp, obj)
+        else:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+        return src, proc
 
     errors: list[str] = []
     first_error = ""

@@ -17,10 +17,15 @@ from overlay.suites.runner.common import (
 from overlay.suites.runner.files import make_run_dir, resolve_child
 from overlay.suites.runner.hardware import Platform, detect_platform, skip_reason
 from overlay.suites.runner.suite import SuiteResult, run_suite
-from overlay.suites.stats import fisher_exact, runs_to_acquit
+from overlay.suites.stats import fisher_exact, runs_to_acquit, runs_to_significance
 
 #: Significance level under which an A/B difference counts as a reproduction.
 AB_ALPHA = 0.05
+
+
+def _runs(n: int, what: str = "") -> str:
+    """``1 run``, ``3 runs``, ``1 clean run`` (``what="clean "``)."""
+    return f"{n} {what}run" + ("" if n == 1 else "s")
 
 
 @dataclass
@@ -162,23 +167,51 @@ class ABResult:
                     out.append(
                         (
                             "acquitted",
-                            f"{a.n} clean runs with the fix reach the {plan['runs_at_lower95']} "
+                            f"{_runs(a.n, 'clean ')} with the fix "
+                            f"reach{'es' if a.n == 1 else ''} the "
+                            f"{plan['runs_at_lower95']} "
                             "that acquit it at 99% even if the fix-removed failure rate were only "
                             f"{plan['baseline_lower95']:.4f}, the lower end of its 95% interval "
                             f"({plan['runs']} at the observed {b.failed}/{b.n}).",
                         )
                     )
             else:
-                need = runs_to_acquit(b.failed / b.n, 0.99)
-                out.append(
-                    (
-                        "inconclusive",
-                        f"Failures without the fix ({b.failed} of {b.n}) and none with it, "
-                        f"but not significant at {AB_ALPHA} (Fisher p = {p:.4g}); at a baseline of "
-                        f"{b.failed}/{b.n}, {need} clean runs acquit the fix at 99%.",
-                    )
-                )
+                out.append(("inconclusive", self._inconclusive(p)))
         return out
+
+    def _inconclusive(self, p: float | None) -> str:
+        """The ``inconclusive`` sentence: failures without the fix, none with it, p >= alpha.
+
+        It gives the runs per column that reach p < :data:`AB_ALPHA` at the observed
+        rates, and seed 003's runs to acquit at the observed fix-removed rate beside
+        those at the lower end of its 95% interval (the rate is not yet known).
+        """
+        a, b = self.with_fix, self.without_fix
+        n = runs_to_significance(0.0, b.failed / b.n, AB_ALPHA)
+        more = (
+            f"at these rates ({a.failed}/{a.n} with the fix, {b.failed}/{b.n} without) "
+            + (
+                f"{_runs(n)} per column reach p < {AB_ALPHA}"
+                if n
+                else f"no feasible number of runs reaches p < {AB_ALPHA}"
+            )
+        )
+        lo = b.interval()[0]
+        acquit = (
+            f"Runs to acquit at 99% (seed 003): "
+            f"{_runs(runs_to_acquit(b.failed / b.n), 'clean ')} with the fix if the "
+            f"fix-removed rate were known to be {b.failed}/{b.n}; "
+            f"from {_runs(b.n)} it is known only to be above {lo:.4f} (95%), where "
+            + (
+                f"{_runs(runs_to_acquit(lo))} are needed."
+                if lo > 0
+                else "no number of runs acquits."
+            )
+        )
+        return (
+            f"Failures without the fix ({b.failed} of {b.n}) and none with it, but not "
+            f"significant at {AB_ALPHA} (Fisher p = {p:.4g}): {more}. {acquit}"
+        )
 
     def to_dict(self) -> dict:
         """JSON shape written to ``ab.json``."""
