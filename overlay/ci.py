@@ -21,6 +21,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from overlay import layout
 from overlay.ci_report import render_error, render_junit, render_markdown, render_text
 from overlay.errors import OverlayError
 from overlay.gitstore import Store
@@ -103,9 +104,7 @@ def _overlay_state(root: str, store: Store) -> tuple[dict, Any]:
         "pins_before": None,
     }
     try:
-        with open(
-            os.path.join(root, ".overlay", "last-rebase.json"), encoding="utf-8"
-        ) as fh:
+        with open(layout.under(root, layout.LAST_REBASE_JSON), encoding="utf-8") as fh:
             last = json.load(fh)
         if (
             last["pins"]["after"]["pin"] == manifest.pin
@@ -268,7 +267,7 @@ def stage_build(
             toolchain=toolchain,
             check=check,
             cmake_option=manifest.cmake_option,
-            suites_dir=os.path.join(root, "patches-rocm", "suites"),
+            suites_dir=layout.under(root, layout.SUITES_DIR),
             drift_range=drift_range,
         )
     except OverlayError as exc:
@@ -340,7 +339,7 @@ def stage_suites(
     from overlay.suites.runner import SuiteRunError
 
     start = time.perf_counter()
-    path = os.path.join(root, "patches-rocm", "suites", "suites.toml")
+    path = layout.under(root, layout.SUITES_TOML)
     if not os.path.isfile(path):
         return Stage("suites", "skipped", "no patches-rocm/suites/suites.toml")
     suites = _config.load_suites(path, root)

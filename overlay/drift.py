@@ -32,6 +32,7 @@ import re
 from collections.abc import Iterable, Sequence
 
 from overlay import diagnostics as _diagnostics
+from overlay import layout
 from overlay.diagnostics import Diagnostic, merge_same_place, prefix_locator
 from overlay.drift_declarations import (
     HEADER_GLOBS,
@@ -353,9 +354,7 @@ def last_rebase_pin(root: str, pin: str) -> str | None:
     import json
 
     try:
-        with open(
-            os.path.join(root, ".overlay", "last-rebase.json"), encoding="utf-8"
-        ) as fh:
+        with open(layout.under(root, layout.LAST_REBASE_JSON), encoding="utf-8") as fh:
             pins = json.load(fh)["pins"]
         before, after = pins["before"]["pin"], pins["after"]["pin"]
     except (OSError, ValueError, KeyError, TypeError):

@@ -35,6 +35,16 @@ LOCAL_FIXES = "LOCAL_FIXES.md"
 STATE_DIR = ".overlay"
 #: The state of a rebase or sync in progress.
 REBASE_STATE_DIR = f"{STATE_DIR}/rebase"
+#: The lock of the rebase state and the records (outside the state directory, which
+#: comes and goes).
+REBASE_LOCK = f"{STATE_DIR}/rebase.lock"
+#: Resolutions seen before, keyed on the conflict they resolved (as ``git rerere``).
+RR_CACHE = f"{STATE_DIR}/rr-cache"
+#: ``verify``'s verdict cache.
+VERIFY_CACHE = f"{STATE_DIR}/verify-cache"
+#: An ``overlay edit`` in progress: its checkout and its state.
+EDIT_DIR = f"{STATE_DIR}/edit"
+EDIT_STATE = f"{STATE_DIR}/edit.json"
 #: The last completed rebase or sync, as JSON (its ``pins.before.pin`` is where it started).
 LAST_REBASE_JSON = f"{STATE_DIR}/last-rebase.json"
 #: The last completed rebase or sync, as Markdown.

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import os
 
+from overlay import layout
 from overlay.errors import ManifestError
 
-MANIFEST_PATH = os.path.join("patches-rocm", "overlay.toml")
+MANIFEST_PATH = layout.MANIFEST
 
 
 def find_root(start: str) -> str:

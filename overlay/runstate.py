@@ -31,7 +31,7 @@ import threading
 from collections.abc import Container, Iterator
 from typing import Any
 
-from overlay import fixes
+from overlay import fixes, layout
 from overlay.errors import OverlayError, UnsafePath
 from overlay.fsutil import (
     LockBusy,
@@ -46,17 +46,17 @@ from overlay.manifest import MANIFEST_PATH
 from overlay.paths import check_path
 from overlay.rebase_state import RunState
 
-STATE_DIR = os.path.join(".overlay", "rebase")
+STATE_DIR = layout.REBASE_STATE_DIR
 STATE_FILE = os.path.join(STATE_DIR, "state.json")
 #: A start builds the state directory here, then renames it to :data:`STATE_DIR`.
-NEW_STATE_DIR = os.path.join(".overlay", "rebase.tmp-new")
+NEW_STATE_DIR = f"{layout.REBASE_STATE_DIR}.tmp-new"
 #: A run that ends (completed or aborted) renames its state directory here, then removes it.
-OLD_STATE_DIR = os.path.join(".overlay", "rebase.tmp-old")
+OLD_STATE_DIR = f"{layout.REBASE_STATE_DIR}.tmp-old"
 #: The lock of the rebase state and the records (outside :data:`STATE_DIR`, which comes and goes).
-LOCK_FILE = os.path.join(".overlay", "rebase.lock")
-REPORT_JSON = os.path.join(".overlay", "last-rebase.json")
-REPORT_MD = os.path.join(".overlay", "last-rebase.md")
-RR_CACHE = os.path.join(".overlay", "rr-cache")
+LOCK_FILE = layout.REBASE_LOCK
+REPORT_JSON = layout.LAST_REBASE_JSON
+REPORT_MD = layout.LAST_REBASE_MD
+RR_CACHE = layout.RR_CACHE
 #: What a completed run may change; the git commands below name these paths.
 RUN_PATHS = "patches-rocm LOCAL_FIXES.md"
 _DIFF = f"git diff --stat -- {RUN_PATHS}"
@@ -354,7 +354,7 @@ def state_lock(root: str, command: str, *, shared: bool = False) -> Iterator[Non
             when it is a writer (exit 2).
         OverlayError: an exclusive lock cannot be created (exit 2).
     """
-    meta = os.path.join(root, ".overlay")
+    meta = layout.under(root, layout.STATE_DIR)
     path = os.path.join(root, LOCK_FILE)
     with contextlib.ExitStack() as stack:
         try:
@@ -424,12 +424,12 @@ def sweep_killed_runs(root: str) -> list[str]:
             removed.append(os.path.join(rel_dir, name) if rel_dir else name)
 
     sweep("", {fixes.FILE_NAME})
-    sweep("patches-rocm", _RecordTemps())
-    resolved = os.path.join(root, "patches-rocm", "resolved")
+    sweep(layout.PATCH_DIR, _RecordTemps())
+    resolved = layout.under(root, layout.RESOLVED_DIR)
     # A temp file under resolved/ would be read as a resolution: every temp name there goes.
     for dirpath, _dirs, _files in os.walk(resolved):
         sweep(os.path.relpath(dirpath, root))
-    sweep(".overlay", {"last-rebase.md", "last-rebase.json"})
+    sweep(layout.STATE_DIR, {"last-rebase.md", "last-rebase.json"})
     sweep(RR_CACHE)
     sweep(STATE_DIR, {"state.json"})
     for rel in (NEW_STATE_DIR, OLD_STATE_DIR):
@@ -495,14 +495,14 @@ def _changed_files(report: dict) -> list[str]:
         elif status in ("merged", "resolved", "clean (refreshed)"):
             out.append(f"patches-rocm/{p['name']}")
     if dropped:
-        out.append("patches-rocm/series")
+        out.append(layout.SERIES)
     out += dropped
     for r in report.get("resolutions", []):
         status = r.get("status", "")
         if status == "removed":
-            out.append(f"patches-rocm/resolved/{r['path']} (deleted)")
+            out.append(f"{layout.RESOLVED_DIR}/{r['path']} (deleted)")
         elif status != "unchanged":
-            out.append(f"patches-rocm/resolved/{r['path']}")
+            out.append(f"{layout.RESOLVED_DIR}/{r['path']}")
     return out
 
 

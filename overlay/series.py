@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import os
 
+from overlay import layout
 from overlay.errors import PatchFormatError
 from overlay.fsutil import RecordMissing, read_record, read_record_text
 from overlay.gitdiff import FileChange as FileChange  # re-exported
@@ -26,7 +27,7 @@ from overlay.mailhead import is_patch_break as is_patch_break  # re-exported
 from overlay.mailhead import parse_head, split_patch
 from overlay.paths import check_path
 
-PATCH_DIR = "patches-rocm"
+PATCH_DIR = layout.PATCH_DIR
 SERIES_PATH = os.path.join(PATCH_DIR, "series")
 
 

@@ -48,9 +48,9 @@ import os
 import stat
 import sys
 
-from overlay import __version__
+from overlay import __version__, layout
 
-CACHE = os.path.join(".overlay", "verify-cache")
+CACHE = layout.VERIFY_CACHE
 _MAGIC = b"overlay verify cache 1\n"
 #: Reports kept for one set of inputs (one per combination of --format/--only/--skip).
 MAX_ENTRIES = 16
@@ -210,7 +210,9 @@ def repo_paths(root: str) -> list[str]:
     paths = []
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = [
-            d for d in dirnames if d not in (".git", ".venv", "build", ".overlay")
+            d
+            for d in dirnames
+            if d not in (".git", ".venv", layout.BUILD_DIR, layout.STATE_DIR)
         ]
         paths += [
             os.path.relpath(os.path.join(dirpath, f), root).replace(os.sep, "/")
@@ -292,7 +294,7 @@ def inputs(root: str, git_dir: str | None, offline: bool) -> bytes | None:
                     b"env",
                     f"{name}={os.environ[name]}".encode("utf-8", "surrogateescape"),
                 )
-        pdir = os.path.join(root, "patches-rocm")
+        pdir = layout.under(root, layout.PATCH_DIR)
         if not _real_dir(pdir):
             return None
         manifest = _read(os.path.join(pdir, "overlay.toml"))
@@ -312,8 +314,8 @@ def inputs(root: str, git_dir: str | None, offline: bool) -> bytes | None:
             "\0".join(sorted(os.listdir(pdir))).encode("utf-8", "surrogateescape"),
         )
         for rel in (
-            "LOCAL_FIXES.md",
-            os.path.join("patches-rocm", "suites", "suites.toml"),
+            layout.LOCAL_FIXES,
+            layout.SUITES_TOML,
         ):
             if os.path.dirname(rel):
                 _real_dir(os.path.join(root, os.path.dirname(rel)))
@@ -323,7 +325,7 @@ def inputs(root: str, git_dir: str | None, offline: bool) -> bytes | None:
         _field(
             out,
             b"rebase",
-            _stat(os.path.join(root, ".overlay", "rebase", "state.json")),
+            _stat(layout.under(root, f"{layout.REBASE_STATE_DIR}/state.json")),
         )
         _field(
             out, b"repo", "\0".join(repo_paths(root)).encode("utf-8", "surrogateescape")

@@ -224,6 +224,8 @@ def test_suites_toml_the_tool_and_the_store_are_in_the_key(
     assert verdict.inputs(root, None, False) != key
     monkeypatch.undo()
     store = Store()
+    store.ensure_commit(clean.world.pin_clean, ["upstream"])
+    key = verdict.inputs(root, None, False)
     store.git(
         "update-ref", "refs/remotes/upstream/main", clean.world.pin_clean
     )  # MAN004 reads these

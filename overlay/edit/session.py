@@ -10,14 +10,15 @@ import os
 import re
 from collections.abc import Iterator
 
+from overlay import layout
 from overlay.errors import OverlayError
 from overlay.fsutil import atomic_write
 from overlay.layers import Layers
 from overlay.runstate import run_in_progress
 from overlay.series import SERIES_PATH
 
-EDIT_DIR = os.path.join(".overlay", "edit")
-STATE_FILE = os.path.join(".overlay", "edit.json")
+EDIT_DIR = layout.EDIT_DIR
+STATE_FILE = layout.EDIT_STATE
 #: The work tree's branch.
 BRANCH = "refs/heads/overlay-edit"
 #: A new patch's name: one file name, letters, digits, ``.``, ``_``, ``-`` (quilt's habit).

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Iterator, Sequence
 
+from overlay import layout
 from overlay.findings import Finding
 from overlay.fixes.model import (
     BACKEND_PREFIX,
@@ -451,7 +452,7 @@ def check_dropped(
     return out
 
 
-RESOLVED_PREFIX = "patches-rocm/resolved/"
+RESOLVED_PREFIX = layout.RESOLVED_DIR + "/"
 
 
 def check_resolutions(doc: Document, resolved_paths: Iterable[str]) -> list[Finding]:

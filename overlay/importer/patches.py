@@ -7,7 +7,7 @@ import re
 import textwrap
 from collections.abc import Sequence
 
-from overlay import fixes
+from overlay import fixes, layout
 from overlay.gitstore import Store, TreeEntry
 from overlay.patchfmt import format_patch, tree_diff
 
@@ -85,7 +85,7 @@ def patch_message(
         if path in partial:
             text += (
                 f" The fork delta conflicts with the pin in `{path}`: "
-                f"patches-rocm/resolved/{path} holds git's merge with the overlay's lines "
+                f"{layout.RESOLVED_DIR}/{path} holds git's merge with the overlay's lines "
                 "in the conflict regions; this patch holds what the overlay changes "
                 "outside them."
             )

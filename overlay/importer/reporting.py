@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Sequence
 
+from overlay import layout
 from overlay.importer.planning import ImportPlan
 from overlay.templating import render_report, render_template
 
-REPORT_MD = os.path.join(".overlay", "last-import.md")
+REPORT_MD = layout.LAST_IMPORT_MD
 
 
 def report_data(

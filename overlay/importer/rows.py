@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from overlay import layout
 from overlay.importer.patches import PlannedPatch, numbers_text
 from overlay.importer.reading import WholeFile
 
@@ -60,7 +61,7 @@ def file_rows(
                 FileRow(path, "unchanged", "the pin's file", entries, "equals the pin")
             )
         elif path in resolutions:
-            result = f"patches-rocm/resolved/{path}"
+            result = f"{layout.RESOLVED_DIR}/{path}"
             note = "the fork delta conflicts with the pin here"
             if patch is not None:
                 result += f" + {patch.name}"

@@ -8,7 +8,7 @@ import shutil
 import tempfile
 import time
 
-from overlay import fixes
+from overlay import fixes, layout
 from overlay.errors import OverlayError
 from overlay.fsutil import (
     atomic_write,
@@ -47,7 +47,7 @@ def _nonempty_dir(path: str) -> bool:
 
 def _stage(tmp: str, plan: ImportPlan) -> None:
     """Write every record of the plan under ``tmp`` as the repository will hold them."""
-    pdir = os.path.join(tmp, "patches-rocm")
+    pdir = layout.under(tmp, layout.PATCH_DIR)
     os.makedirs(pdir)
     atomic_write(os.path.join(tmp, fixes.FILE_NAME), plan.fixes_data)
     atomic_write(os.path.join(tmp, MANIFEST_PATH), plan.manifest_text.encode("utf-8"))
@@ -121,13 +121,13 @@ def write_import(
     if not os.path.isdir(target):
         raise OverlayError(f"{target}: no such directory")
     pdir, lfix = (
-        os.path.join(target, "patches-rocm"),
+        layout.under(target, layout.PATCH_DIR),
         os.path.join(target, fixes.FILE_NAME),
     )
     from overlay.runstate import state_lock
 
     with state_lock(target, "import whole-file"):
-        state = os.path.join(target, ".overlay")
+        state = layout.under(target, layout.STATE_DIR)
         taken = _nonempty_dir(pdir) or os.path.islink(pdir)
         try:
             with open(lfix, "rb") as fh:
@@ -162,7 +162,7 @@ def write_import(
                 stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
                 backup = tempfile.mkdtemp(prefix=f"import-backup-{stamp}-", dir=state)
                 if taken:
-                    os.rename(pdir, os.path.join(backup, "patches-rocm"))
+                    os.rename(pdir, layout.under(backup, layout.PATCH_DIR))
                 if other_fixes:
                     os.rename(lfix, os.path.join(backup, fixes.FILE_NAME))
             os.replace(os.path.join(tmp, fixes.FILE_NAME), lfix)
@@ -170,7 +170,7 @@ def write_import(
                 os.rmdir(
                     pdir
                 )  # empty (checked above): the rename below needs the name free
-            os.rename(os.path.join(tmp, "patches-rocm"), pdir)
+            os.rename(layout.under(tmp, layout.PATCH_DIR), pdir)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     return Written(os.path.relpath(backup, target) if backup else None)

@@ -15,7 +15,7 @@ import re
 import shutil
 from collections.abc import Mapping
 
-from overlay import fixes
+from overlay import fixes, layout
 from overlay.errors import EXIT_FINDINGS, GitError, OverlayError
 from overlay.fsutil import atomic_write, kill_point, scratch_dir
 from overlay.gitstore import CatFile, Store
@@ -34,7 +34,7 @@ from overlay.runstate import (
 from overlay.series import PATCH_DIR, SERIES_PATH, Patch, parse_patch
 
 #: Where the fork delta's conflict resolutions are recorded (repository-relative).
-RESOLVED = "patches-rocm/resolved"
+RESOLVED = layout.RESOLVED_DIR
 
 #: git's conflict stages of one path: stage (1 base, 2 ours, 3 theirs) -> (mode, oid).
 Stages = Mapping[int, tuple[str, str]]

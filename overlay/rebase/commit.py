@@ -13,7 +13,7 @@ import json
 import os
 import re
 
-from overlay import fixes
+from overlay import fixes, layout
 from overlay.errors import OverlayError
 from overlay.fsutil import atomic_write
 from overlay.layers import read_resolutions
@@ -175,7 +175,7 @@ class CommitSteps(RunBase):
 
     def _write_report(self, report: RebaseReport) -> None:
         """``.overlay/last-rebase.md`` and ``.overlay/last-rebase.json``."""
-        os.makedirs(os.path.join(self.root, ".overlay"), exist_ok=True)
+        os.makedirs(layout.under(self.root, layout.STATE_DIR), exist_ok=True)
         atomic_write(
             os.path.join(self.root, REPORT_MD), render_markdown(report).encode()
         )
@@ -287,7 +287,7 @@ def _next_steps(resolutions: list[ReportResolution]) -> list[str]:
     if removed:
         steps.append(
             "update or drop the LOCAL_FIXES.md entries that name the removed "
-            "resolution(s) " + ", ".join(f"patches-rocm/resolved/{p}" for p in removed)
+            "resolution(s) " + ", ".join(f"{layout.RESOLVED_DIR}/{p}" for p in removed)
         )
     return steps + [
         "overlay verify",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import os
 
+from overlay import layout
 from overlay.errors import OverlayError
 
 #: The host model this module builds (the value of a suite's ``model`` key).
@@ -17,7 +18,7 @@ SANITIZERS = {"tsan": "thread", "asan": "address"}
 #: The build record in the output directory.
 STAMP = "racelab.json"
 
-_LAB_SUBDIR = os.path.join("patches-rocm", "suites", "racelab")
+_LAB_SUBDIR = layout.RACELAB_DIR
 
 
 class LabError(OverlayError):
