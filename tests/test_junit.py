@@ -100,9 +100,10 @@ def test_ci_render_junit_parses_with_bell_and_escape_in_stage_messages():
         ), messages
 
 
-def test_one_xml_writer_and_one_jinja_environment():
+def test_one_xml_writer_one_jinja_environment_one_progress_display():
     """Issue 15 item 3: XML is built only in overlay/junit.py, jinja2 set up only in
-    overlay/templating.py (a second writer is how the ci bug came about)."""
+    overlay/templating.py (a second writer is how the ci bug came about), a live
+    line drawn only by overlay/progress.py (suites had a raw-ANSI one of its own)."""
     import pathlib
     import re
 
@@ -111,6 +112,7 @@ def test_one_xml_writer_and_one_jinja_environment():
     pkg = pathlib.Path(overlay.__file__).parent
     xml = re.compile(r"xml\.etree|ElementTree|saxutils|xml\.dom|lxml|&lt;|&amp;")
     jinja = re.compile(r"jinja2\.(Environment|Template)\b|from jinja2 import")
+    live = re.compile(r"rich\.live|\\x1b\[2K|\\r\\x1b")
     for path in sorted(pkg.rglob("*.py")):
         rel = path.relative_to(pkg).as_posix()
         text = path.read_text(encoding="utf-8")
@@ -118,3 +120,5 @@ def test_one_xml_writer_and_one_jinja_environment():
             assert not xml.search(text), f"{rel} builds or escapes XML itself"
         if rel != "templating.py":
             assert not jinja.search(text), f"{rel} makes its own jinja2 environment"
+        if rel != "progress.py":
+            assert not live.search(text), f"{rel} draws its own live progress line"

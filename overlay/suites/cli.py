@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import sys
 from typing import TYPE_CHECKING
 
 import click
@@ -27,10 +26,12 @@ from overlay import layout
 from overlay.clitools import exit_with, handle_errors, workspace
 from overlay.errors import EXIT_FINDINGS, EXIT_OK, OverlayError
 from overlay.options import format_option, output_option, suite_backend_option
+from overlay.progress import LiveProgress
 from overlay.suites import config as _config
 from overlay.suites import report as _report
 from overlay.suites import runner as _runner
 from overlay.suites import stats as _stats
+from overlay.suites.runner.common import ProgressFn
 
 if TYPE_CHECKING:
     from overlay.workspace import Workspace
@@ -53,31 +54,14 @@ def _results_root(ws: Workspace, results_dir: str | None) -> str:
     return os.path.abspath(results_dir or layout.under(ws.base, RESULTS_DIR))
 
 
-class _Progress:
-    """A live ``suite: i/n runs, k failed`` line on stderr; silent unless stderr is a TTY."""
+def _runs_line(live: LiveProgress, prefix: str = "") -> ProgressFn:
+    """A runner ``progress`` callback ``(done, total, failures)`` that shows
+    ``prefix i/n runs, k failed`` on ``live`` (the one progress display)."""
 
-    def __init__(self, enabled: bool | None = None):
-        self.enabled = sys.stderr.isatty() if enabled is None else enabled
-        self.name = ""
-        self.shown = False
+    def show(done: int, total: int, failures: int) -> None:
+        live.show(f"{prefix}{done}/{total} runs, {failures} failed")
 
-    def start(self, name: str) -> None:
-        self.name = name
-
-    def __call__(self, done: int, total: int, failures: int) -> None:
-        if not self.enabled:
-            return
-        click.echo(
-            f"\r\x1b[2K{self.name}: {done}/{total} runs, {failures} failed",
-            err=True,
-            nl=False,
-        )
-        self.shown = True
-
-    def end(self) -> None:
-        if self.enabled and self.shown:
-            click.echo("\r\x1b[2K", err=True, nl=False)
-        self.shown = False
+    return show
 
 
 def _emit(text: str, output: str | None) -> None:
@@ -286,11 +270,9 @@ def run_cmd(
     for s in suites:
         if _runner.skip_reason(s, platform) is None:
             _runner.resolve_child(s.child, dirs[s.name], base_dir)
-    progress = _Progress()
     results = []
     for s in suites:
-        progress.start(s.name)
-        try:
+        with LiveProgress(s.name) as live:
             results.append(
                 _runner.run_suite(
                     s,
@@ -300,11 +282,9 @@ def run_cmd(
                     runs=runs,
                     deadline_s=deadline,
                     platform=platform,
-                    progress=progress,
+                    progress=_runs_line(live),
                 )
             )
-        finally:
-            progress.end()
     _emit(_report.render_results(results, fmt), output)
     exit_with(
         EXIT_FINDINGS
@@ -495,17 +475,7 @@ def ab_cmd(
         without_argv = [os.path.join(out_dir, s.child[0]), *s.child[1:]]
     child_dir = _lab_dirs(ws, [s], platform, child_dir)[s.name]
     results_dir = _results_root(ws, results_dir)
-    progress = _Progress()
-    progress.start(f"{s.name} (with fix)")
-    progress_b = _Progress(progress.enabled)
-    progress_b.start(f"{s.name} (fix removed)")
-
-    def first(done, total, failures):
-        progress(done, total, failures)
-        if done == total:
-            progress.end()
-
-    try:
+    with LiveProgress(s.name) as live:
         ab = _runner.run_ab(
             s,
             without_argv,
@@ -515,12 +485,9 @@ def ab_cmd(
             base_dir=os.path.dirname(ws.suites_path),
             deadline_s=deadline,
             platform=platform,
-            progress=first,
-            progress_b=progress_b,
+            progress=_runs_line(live, "with fix: "),
+            progress_b=_runs_line(live, "fix removed: "),
         )
-    finally:
-        progress.end()
-        progress_b.end()
     _emit(_report.render_ab(ab, fmt, root=ws.base), output)
     exit_with(EXIT_FINDINGS if ab.with_fix.failed else EXIT_OK)
 
