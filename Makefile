@@ -9,7 +9,7 @@ ACTIVATE = @echo "overlay is installed in .venv; put it on PATH with:  . .venv/b
 help:
 	@echo "install              create .venv and install overlay with its test extras"
 	@echo "run                  install, then assemble the overlay and export it to build/rocm/src"
-	@echo "lint                 ruff (format and rules) and mypy over overlay/, tests/, benchmarks/"
+	@echo "lint                 ruff (format and rules) over overlay/, tests/, benchmarks/; mypy over overlay/"
 	@echo "test                 make lint, then the test suite (pytest)"
 	@echo "verify-rocm-overlay  check every record of the overlay (offline-capable, no GPU)"
 	@echo "verify-rocm          verify-rocm-overlay, then build and run the suites (GPU), and without"

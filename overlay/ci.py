@@ -556,7 +556,7 @@ def _run_stage(
         )
     except OverlayError as exc:
         message = exc.message
-    except Exception as exc:  # noqa: BLE001 -- a gate reports every stage, whatever one of them hit
+    except Exception as exc:  # a gate reports every stage, whatever one of them hit
         message = f"internal error ({type(exc).__name__}: {exc})"
     return Stage(
         name,

@@ -108,7 +108,10 @@ def handle_errors(fn=None, *, on_interrupt: Callable[[], str | None] | None = No
             if on_interrupt is not None:
                 try:
                     note = on_interrupt()
-                except (Exception, KeyboardInterrupt):  # noqa: BLE001 - the generic line still goes out
+                except (
+                    Exception,
+                    KeyboardInterrupt,
+                ):  # the generic line still goes out
                     note = None
             click.echo(f"overlay: {one_line(note or 'interrupted')}", err=True)
             ctx.exit(EXIT_INTERRUPTED)
@@ -245,7 +248,11 @@ class OverlayGroup(click.Group):
             raise click.exceptions.Exit(_broken_pipe()) from None
         except OverlayError as exc:
             raise click.exceptions.Exit(report(exc, debug=_debug(ctx))) from None
-        except (Exception, MemoryError, RecursionError) as exc:  # noqa: BLE001 -- the last line of defence
+        except (
+            Exception,
+            MemoryError,
+            RecursionError,
+        ) as exc:  # the last line of defence
             raise click.exceptions.Exit(_internal(exc, _debug(ctx))) from None
 
     def main(
@@ -310,7 +317,7 @@ class OverlayGroup(click.Group):
             OverlayError
         ) as exc:  # raised before a subcommand ran (the root callback)
             return report(exc, debug=debug)
-        except (Exception, MemoryError, RecursionError) as exc:  # noqa: BLE001
+        except (Exception, MemoryError, RecursionError) as exc:
             return _internal(exc, debug)
         # Non-standalone click returns the code of ctx.exit(N), or the command's return value.
         return rv if isinstance(rv, int) and not isinstance(rv, bool) else 0

@@ -71,7 +71,7 @@ def run_checks(root: str, store: Store | None, *, network: bool = True) -> list[
         )
     try:
         manifest = load_manifest(root)
-    except Exception as exc:  # noqa: BLE001 - reported, not raised
+    except Exception as exc:  # reported, not raised
         checks.append(Check("manifest", "fail", getattr(exc, "message", str(exc))))
         manifest = None
     checks.append(
