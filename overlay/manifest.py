@@ -13,6 +13,7 @@ import dataclasses
 import os
 import re
 import tomllib
+from collections.abc import Mapping
 
 from overlay.errors import ManifestError
 from overlay.fsutil import RecordError, RecordMissing, read_record_text
@@ -92,11 +93,27 @@ class Manifest:
         Returns:
             ``{"upstream": url, "fork": url}``.
         """
-        env = os.environ if environ is None else environ
-        return {
-            "upstream": env.get("OVERLAY_UPSTREAM_URL") or self.upstream_url,
-            "fork": env.get("OVERLAY_FORK_URL") or self.fork_url,
-        }
+        return override_urls(self.upstream_url, self.fork_url, environ)
+
+
+def override_urls(
+    upstream_url: str, fork_url: str, environ: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """The remotes' URLs after the ``OVERLAY_UPSTREAM_URL`` / ``OVERLAY_FORK_URL``
+    overrides (mirrors, a machine without network): the one place they are read.
+
+    Args:
+        upstream_url, fork_url: the URLs a record names (the manifest, an import's
+            ``UPSTREAM`` file).
+        environ: the environment; ``None`` for :data:`os.environ`.
+    Returns:
+        ``{"upstream": url, "fork": url}``.
+    """
+    env = os.environ if environ is None else environ
+    return {
+        "upstream": env.get("OVERLAY_UPSTREAM_URL") or upstream_url,
+        "fork": env.get("OVERLAY_FORK_URL") or fork_url,
+    }
 
 
 def _valid_url(url: str) -> bool:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from overlay import layout
@@ -48,7 +49,19 @@ def point_remotes(store: Store, manifest: Manifest) -> None:
         store: the git store.
         manifest: the validated manifest.
     """
-    for name, url in manifest.remote_urls().items():
+    set_remotes(store, manifest.remote_urls())
+
+
+def set_remotes(store: Store, urls: Mapping[str, str]) -> None:
+    """Point the store's remotes at ``urls`` (``{"upstream": url, "fork": url}``, after
+    :func:`overlay.manifest.override_urls`): every remote overlay fetches from is set
+    here.
+
+    Args:
+        store: the git store.
+        urls: remote name to URL.
+    """
+    for name, url in urls.items():
         store.set_remote(name, url)
 
 

@@ -32,10 +32,11 @@ from overlay.layers import (
     compute_forked,
     merge_fork_delta,
 )
-from overlay.manifest import MANIFEST_PATH, Manifest, parse_manifest
+from overlay.manifest import MANIFEST_PATH, Manifest, override_urls, parse_manifest
 from overlay.markers import conflict_regions
 from overlay.patchfmt import DEFAULT_AUTHOR
 from overlay.paths import Carry, glob_match
+from overlay.workspace import set_remotes
 
 _OWNER_NAME = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
 
@@ -274,8 +275,7 @@ def _resolve_upstream(
         OverlayError: the merge base is the fork commit or not its ancestor (exit 2);
             GitError, OfflineMiss: a commit cannot be found or fetched.
     """
-    store.set_remote("upstream", os.environ.get("OVERLAY_UPSTREAM_URL") or upstream_url)
-    store.set_remote("fork", os.environ.get("OVERLAY_FORK_URL") or fork_url)
+    set_remotes(store, override_urls(upstream_url, fork_url))
     pin = store.resolve(up.pin, ["upstream", "fork"])
     fork = store.resolve(up.commit, ["fork"])
     base = store.resolve(up.merge_base, ["fork", "upstream"])
