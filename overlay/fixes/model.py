@@ -87,6 +87,10 @@ CODES = {
     ),
 }
 
+#: Retired ``FIXnnn`` codes -> what each meant (none yet). A code, once released, never
+#: changes meaning: none of these may be declared in :data:`CODES` again.
+RETIRED: dict[str, str] = {}
+
 
 @dataclasses.dataclass(frozen=True)
 class Entry:
