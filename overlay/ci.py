@@ -550,8 +550,11 @@ def _run_stage(
             )
         return stage_suites(
             root,
-            results_dir or os.path.join(root, "build", "suite-results"),
-            child_dir or os.path.join(root, "build", backend, "suites"),
+            results_dir or layout.under(root, layout.SUITE_RESULTS_DIR),
+            child_dir
+            or layout.under(
+                root, f"{layout.backend_dir(backend)}/{layout.BACKEND_SUITES}"
+            ),
             backend,
         )
     except OverlayError as exc:

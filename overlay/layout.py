@@ -58,6 +58,16 @@ BUILD_DIR = "build"
 EXPORTS_GLOB = f"{BUILD_DIR}/*/src"
 #: The suites' results root.
 SUITE_RESULTS_DIR = f"{BUILD_DIR}/suite-results"
+#: Inside a backend's build directory (``build/<backend>/``): the exported tree,
+#: CMake's build of MLX, and the suite children built against it.
+BACKEND_SRC = "src"
+BACKEND_OBJ = "obj"
+BACKEND_SUITES = "suites"
+
+
+def backend_dir(backend: str) -> str:
+    """``build/<backend>``, where ``overlay build --backend BACKEND`` works."""
+    return f"{BUILD_DIR}/{backend}"
 
 
 def under(root: str, rel: str) -> str:

@@ -58,7 +58,7 @@ REPORT_JSON = layout.LAST_REBASE_JSON
 REPORT_MD = layout.LAST_REBASE_MD
 RR_CACHE = layout.RR_CACHE
 #: What a completed run may change; the git commands below name these paths.
-RUN_PATHS = "patches-rocm LOCAL_FIXES.md"
+RUN_PATHS = f"{layout.PATCH_DIR} {layout.LOCAL_FIXES}"
 _DIFF = f"git diff --stat -- {RUN_PATHS}"
 _UNDO = f"git checkout -- {RUN_PATHS}"
 

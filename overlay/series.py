@@ -28,7 +28,7 @@ from overlay.mailhead import parse_head, split_patch
 from overlay.paths import check_path
 
 PATCH_DIR = layout.PATCH_DIR
-SERIES_PATH = os.path.join(PATCH_DIR, "series")
+SERIES_PATH = layout.SERIES
 
 
 @dataclasses.dataclass(frozen=True)

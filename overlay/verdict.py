@@ -297,11 +297,11 @@ def inputs(root: str, git_dir: str | None, offline: bool) -> bytes | None:
         pdir = layout.under(root, layout.PATCH_DIR)
         if not _real_dir(pdir):
             return None
-        manifest = _read(os.path.join(pdir, "overlay.toml"))
+        manifest = _read(layout.under(root, layout.MANIFEST))
         if manifest is None:
             return None
         _field(out, b"manifest", manifest)
-        series = _read(os.path.join(pdir, "series"))
+        series = _read(layout.under(root, layout.SERIES))
         _field(out, b"series", b"-" if series is None else b"+" + series)
         for name in dict.fromkeys(_series_names(series or b"")):
             data = _read(os.path.join(pdir, name))
@@ -321,7 +321,7 @@ def inputs(root: str, git_dir: str | None, offline: bool) -> bytes | None:
                 _real_dir(os.path.join(root, os.path.dirname(rel)))
             data = _read(os.path.join(root, rel))
             _field(out, rel.encode(), b"-" if data is None else b"+" + data)
-        _resolutions(out, os.path.join(pdir, "resolved"))
+        _resolutions(out, layout.under(root, layout.RESOLVED_DIR))
         _field(
             out,
             b"rebase",

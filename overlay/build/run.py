@@ -10,6 +10,7 @@ import re
 import time
 from collections.abc import Callable, Iterable, Sequence
 
+from overlay import layout
 from overlay.build.cache import cache_binds, resolve_cache, stop_sccache, write_launcher
 from overlay.build.check import check_tree
 from overlay.build.cmake import cmake_options, configure, json_source_dir
@@ -189,7 +190,8 @@ def _build_locked(
 ) -> BuildResult:
     """:func:`build` once the build directory's lock is held: export, configure,
     compile, check the link, attribute."""
-    src, obj = os.path.join(backend_dir, "src"), os.path.join(backend_dir, "obj")
+    src = os.path.join(backend_dir, layout.BACKEND_SRC)
+    obj = os.path.join(backend_dir, layout.BACKEND_OBJ)
     os.makedirs(obj, exist_ok=True)
     exported = export_tree(store, layers.patched, src)
     result = BuildResult(
@@ -292,7 +294,7 @@ def _only_changed(run: _Run, result: BuildResult, suites_dir: str | None) -> str
     """Compile the units the series changes, and the suite children's units when their
     build directory is configured; return the output."""
     extra = []
-    suites_obj = os.path.join(run.backend_dir, "suites")
+    suites_obj = os.path.join(run.backend_dir, layout.BACKEND_SUITES)
     if os.path.isfile(os.path.join(suites_obj, "compile_commands.json")):
         extra.append(suites_obj)
         if suites_dir:
@@ -478,7 +480,7 @@ def build_suites(
     """Install MLX into ``install/`` and build the suite children into ``suites/``."""
     backend_dir = os.path.dirname(result.obj)
     prefix = os.path.join(backend_dir, "install")
-    sobj = os.path.join(backend_dir, "suites")
+    sobj = os.path.join(backend_dir, layout.BACKEND_SUITES)
     suites_dir = os.path.abspath(suites_dir)
     b = [*binds, suites_dir]
     status, _ = run_logged(

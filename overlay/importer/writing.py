@@ -52,13 +52,13 @@ def _stage(tmp: str, plan: ImportPlan) -> None:
     atomic_write(os.path.join(tmp, fixes.FILE_NAME), plan.fixes_data)
     atomic_write(os.path.join(tmp, MANIFEST_PATH), plan.manifest_text.encode("utf-8"))
     atomic_write(
-        os.path.join(pdir, "series"),
+        layout.under(tmp, layout.SERIES),
         "".join(f"{p.name}\n" for p in plan.patches).encode(),
     )
     for patch in plan.patches:
         atomic_write(os.path.join(pdir, patch.name), patch.data)
     for path, data in plan.resolutions.items():
-        full = os.path.join(pdir, "resolved", *path.split("/"))
+        full = os.path.join(layout.under(tmp, layout.RESOLVED_DIR), *path.split("/"))
         os.makedirs(os.path.dirname(full), exist_ok=True)
         atomic_write(full, data, mode=0o644)
 

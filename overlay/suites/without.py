@@ -115,7 +115,9 @@ def real_builder(
                 f"the tree without the patch does not build; log: {result.log}",
                 exit_code=1,
             )
-        return os.path.join(build_root, backend, "suites")  # where build puts them
+        return os.path.join(
+            build_root, backend, layout.BACKEND_SUITES
+        )  # where build puts them
 
     return build
 
