@@ -18,7 +18,6 @@ from overlay.errors import OverlayError
 from overlay.export import STAMP, export_tree
 from overlay.gitstore import Store
 
-
 #: T1 with attributes git's checkout would convert its files by (CRLF line ends, $Id$):
 #: written by Python, byte for byte.
 TA = {
