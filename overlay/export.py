@@ -10,7 +10,10 @@ The export is a transaction recorded in the stamp ``DEST/.overlay-export.json``:
    tree and every path it will write (with its blob) or remove, next to the
    last finished tree and each file's ``[size, mtime_ns, blob]`` as it is on
    disk at that moment.
-2. Each file is written to ``.NAME.XXXXXXXX.tmp`` in its directory and renamed.
+2. Each file is written to ``.NAME.XXXXXXXX.tmp`` in its directory and renamed;
+   a first export into an empty directory writes them in place instead, with
+   one ``git checkout-index`` (:mod:`overlay.export_checkout`), or with Python
+   where git's attributes could change a byte.
 3. The stamp is rewritten last with the finished tree and no run in progress.
 
 A run killed anywhere leaves a stamp from which a plain re-export completes the
@@ -23,7 +26,8 @@ writes is not an edit.
 
 The export's parts: :mod:`overlay.export_stamp` (the stamp: read, written, the
 files edited by hand), :mod:`overlay.export_disk` (what DEST holds, the writers
-that stay inside it, the test checkpoints); this module holds the run itself, in
+that stay inside it, the test checkpoints), :mod:`overlay.export_checkout` (the
+blobs looked up, a first export written by git); this module holds the run itself, in
 the steps of :func:`_export_locked`.
 """
 
