@@ -10,7 +10,10 @@ The export is a transaction recorded in the stamp ``DEST/.overlay-export.json``:
    tree and every path it will write (with its blob) or remove, next to the
    last finished tree and each file's ``[size, mtime_ns, blob]`` as it is on
    disk at that moment.
-2. Each file is written to ``.NAME.XXXXXXXX.tmp`` in its directory and renamed.
+2. Each file is written to ``.NAME.XXXXXXXX.tmp`` in its directory and renamed;
+   a first export into an empty directory writes them in place instead, with
+   one ``git checkout-index`` (:mod:`overlay.export_checkout`), or with Python
+   where git's attributes could change a byte.
 3. The stamp is rewritten last with the finished tree and no run in progress.
 
 A run killed anywhere leaves a stamp from which a plain re-export completes the
@@ -23,7 +26,8 @@ writes is not an edit.
 
 The export's parts: :mod:`overlay.export_stamp` (the stamp: read, written, the
 files edited by hand), :mod:`overlay.export_disk` (what DEST holds, the writers
-that stay inside it, the test checkpoints); this module holds the run itself, in
+that stay inside it, the test checkpoints), :mod:`overlay.export_checkout` (the
+blobs looked up, a first export written by git); this module holds the run itself, in
 the steps of :func:`_export_locked`.
 """
 
@@ -34,7 +38,8 @@ import dataclasses
 import os
 import time
 
-from overlay.errors import GitError, OverlayError, UnsafePath
+from overlay.errors import OverlayError, UnsafePath
+from overlay.export_checkout import check_objects, check_out, scratch_checkout
 from overlay.export_disk import (
     Disk,
     arm_checkpoints,
@@ -177,28 +182,10 @@ def export_tree(
     # index and merge inputs of a run); the pid in each name keeps live ones.
     sweep_scratch_dirs()
     try:
-        with flocked(os.path.join(dest, LOCK)):
-            return _export_locked(store, tree, dest, force, started)
+        with flocked(os.path.join(dest, LOCK)) as lock_fd:
+            return _export_locked(store, tree, dest, force, started, lock_fd)
     except KeyboardInterrupt:
         raise interrupted_error(dest, tree) from None
-
-
-def _check_objects(store: Store, oids: list[str]) -> None:
-    """Every object is in the store (one ``git cat-file --batch-check``), one checkpoint each.
-
-    Raises:
-        GitError: one is missing (before anything is written; exit 2).
-    """
-    if not oids:
-        return
-    lines = store.git(
-        "cat-file", "--batch-check", input="".join(f"{oid}\n" for oid in oids).encode()
-    ).stdout
-    # One line per name, and the empty field after the last line end.
-    for oid, line in zip(oids, lines.split(b"\n"), strict=False):
-        if line.endswith(b" missing"):
-            raise GitError(f"object {oid} is missing from the git store")
-        checkpoint()
 
 
 @dataclasses.dataclass
@@ -217,6 +204,7 @@ class _Run:
         final: what the stamp records next, path -> ``[size, mtime_ns, blob]``.
         edited: files edited by hand that the run leaves as they are.
         actions: path -> ``(mode, blob)`` to write, or ``None`` to remove.
+        sizes: blob -> size of every blob to write.
     """
 
     store: Store
@@ -233,6 +221,7 @@ class _Run:
     final: dict[str, list]
     edited: list[str] = dataclasses.field(default_factory=list)
     actions: dict[str, tuple[str, str] | None] = dataclasses.field(default_factory=dict)
+    sizes: dict[str, int] = dataclasses.field(default_factory=dict)
 
     def result(
         self,
@@ -256,7 +245,7 @@ class _Run:
 
 
 def _export_locked(
-    store: Store, tree: str, dest: str, force: bool, started: float
+    store: Store, tree: str, dest: str, force: bool, started: float, lock_fd: int
 ) -> ExportResult:
     """The export under DEST's lock (see :func:`export_tree`): decide everything, check
     every object and link, then journal, remove, write, and stamp the finished tree."""
@@ -280,10 +269,20 @@ def _export_locked(
     ):
         unchanged = len(run.final) - len(run.edited)
         return run.result([], [], unchanged, sorted(run.edited))
-    if run.actions:
-        _journal(run)
-    removals = _remove_all(run, dest_real)
-    _write_all(run, dest_real, blobs)
+    # A direct run's files are written by git when it can (None: by Python).
+    git_entries = entries if run.direct and blobs else None
+    with scratch_checkout(store, tree, git_entries) as index:
+        if run.actions:
+            _journal(run)
+        removals = _remove_all(run, dest_real)
+        if index is not None:
+            run.final.update(
+                check_out(
+                    store, dest, index, blobs, run.sizes, lock_fd=lock_fd, mask=umask()
+                )
+            )
+        else:
+            _write_all(run, dest_real, blobs)
     write_stamp(dest, tree, run.final, None)
     unchanged = len(run.final) - len(blobs) - len(run.edited)
     return run.result(
@@ -474,7 +473,7 @@ def _check_before_writing(run: _Run, blobs: Entries, entries: Entries | None) ->
     Raises:
         GitError: an object is missing; UnsafePath: a link points outside the tree.
     """
-    _check_objects(run.store, [oid for _mode, oid in blobs.values()])
+    run.sizes = check_objects(run.store, [oid for _mode, oid in blobs.values()])
     if any(mode == "120000" for mode, _oid in blobs.values()):
         if entries is None:
             entries = _entries(run.store, run.tree)

@@ -148,6 +148,7 @@ def run_git(
     input: bytes | None = None,
     env: dict[str, str] | None = None,
     check: bool = True,
+    pass_fds: Sequence[int] = (),
 ) -> subprocess.CompletedProcess:
     """Run one git command with the sanitized environment and determinism flags.
 
@@ -160,6 +161,8 @@ def run_git(
         input: bytes for stdin.
         env: extra variables (see :func:`git_env`).
         check: raise on a nonzero exit.
+        pass_fds: descriptors the child inherits (a lock it must hold while it
+            runs, even when overlay is killed first).
     Returns:
         The completed process with ``stdout``/``stderr`` as bytes.
     Raises:
@@ -183,6 +186,7 @@ def run_git(
         cwd=cwd,
         env=git_env(extra, user_config=bool(args) and args[0] in _TRANSPORT_COMMANDS),
         capture_output=True,
+        pass_fds=tuple(pass_fds),
     )
     if check and proc.returncode != 0:
         raise GitError(f"git {args[0]} failed: {first_error_line(proc.stderr)}")

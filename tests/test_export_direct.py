@@ -1,5 +1,9 @@
 """Issue 14: a first export into an empty directory writes each file in place (no temp file
-and rename), streams the blobs, and stays a resumable transaction."""
+and rename), streams the blobs, and stays a resumable transaction.
+
+A first export is written by git (``checkout-index``, tests/test_export_checkout.py) unless
+the tree holds a ``.gitattributes``: ``TA`` is such a tree, and these tests of the files
+Python writes in place use it; those that hold for both writers run with both trees."""
 
 from __future__ import annotations
 
@@ -14,6 +18,14 @@ from overlay.errors import OverlayError
 from overlay.export import STAMP, export_tree
 from overlay.gitstore import Store
 
+#: T1 with attributes git's checkout would convert its files by (CRLF line ends, $Id$):
+#: written by Python, byte for byte.
+TA = {
+    **T1,
+    ".gitattributes": ("100644", b"* text eol=crlf ident\n"),
+    "dir/id.txt": ("100644", b"$Id$\n"),
+}
+
 
 @pytest.fixture
 def store(tmp_path):
@@ -21,17 +33,19 @@ def store(tmp_path):
 
 
 def _killed_direct(store, tree, dest, after_files: int) -> dict:
-    """A direct export of ``tree`` killed once ``after_files`` files are written; its stamp."""
-    n = len(T1)
+    """A direct export of ``tree`` (of TA) killed once ``after_files`` files are written by
+    Python; its stamp."""
+    n = len(TA)
     # n object checks, three stamp points, then two points per file
     assert killed_export(store, tree, dest, str(n + 3 + 2 * after_files)) == -9
     return json.loads((dest / STAMP).read_text())
 
 
+@pytest.mark.parametrize("files", [T1, TA], ids=["git", "python"])
 def test_a_cold_export_into_an_empty_directory_is_direct_and_uses_no_temp_file(
-    store, tmp_path, monkeypatch
+    store, tmp_path, monkeypatch, files
 ):
-    t1 = mktree(store, T1, tmp_path)
+    t1 = mktree(store, files, tmp_path)
     dest = tmp_path / "dest"
     stamp = _killed_direct(store, t1, dest, 0)
     assert stamp["pending"]["direct"] is True and stamp["tree"] is None
@@ -48,21 +62,21 @@ def test_a_cold_export_into_an_empty_directory_is_direct_and_uses_no_temp_file(
 
 
 def test_a_file_cut_short_by_a_kill_is_completed(store, tmp_path):
-    t1 = mktree(store, T1, tmp_path)
+    t1 = mktree(store, TA, tmp_path)
     dest = tmp_path / "dest"
     _killed_direct(store, t1, dest, 2)
-    written = sorted(p for p in T1 if T1[p][0] != "120000" and (dest / p).is_file())
+    written = sorted(p for p in TA if TA[p][0] != "120000" and (dest / p).is_file())
     assert written
     cut = dest / written[-1]
     cut.write_bytes(
-        T1[written[-1]][1][:1]
+        TA[written[-1]][1][:1]
     )  # as if the kill came in the middle of its write
     export_tree(store, t1, str(dest))
     assert_equals_tree(store, t1, dest)
 
 
 def test_a_hand_edit_in_an_interrupted_direct_export_is_refused(store, tmp_path):
-    t1 = mktree(store, T1, tmp_path)
+    t1 = mktree(store, TA, tmp_path)
     dest = tmp_path / "dest"
     _killed_direct(store, t1, dest, 2)
     (dest / "a.txt").write_bytes(b"not the start of a1\n")
@@ -73,8 +87,9 @@ def test_a_hand_edit_in_an_interrupted_direct_export_is_refused(store, tmp_path)
     assert_equals_tree(store, t1, dest)
 
 
-def test_direct_files_have_exact_modes_whatever_the_umask(store, tmp_path):
-    t1 = mktree(store, T1, tmp_path)
+@pytest.mark.parametrize("files", [T1, TA], ids=["git", "python"])
+def test_direct_files_have_exact_modes_whatever_the_umask(store, tmp_path, files):
+    t1 = mktree(store, files, tmp_path)
     old = os.umask(0o077)
     try:
         export_tree(store, t1, str(tmp_path / "dest"))
@@ -82,6 +97,8 @@ def test_direct_files_have_exact_modes_whatever_the_umask(store, tmp_path):
         os.umask(old)
     assert (tmp_path / "dest" / "a.txt").stat().st_mode & 0o777 == 0o644
     assert (tmp_path / "dest" / "run.sh").stat().st_mode & 0o777 == 0o755
+    # directories as the umask makes them, whichever writer made them
+    assert (tmp_path / "dest" / "dir" / "sub").stat().st_mode & 0o777 == 0o700
     assert_equals_tree(store, t1, tmp_path / "dest")
 
 
@@ -91,13 +108,14 @@ def test_a_directory_with_anything_in_it_is_not_direct(store, tmp_path):
     dest.mkdir()
     (dest / "mine.txt").write_text("mine\n")
     seen = []
-    real = export_mod.write_new
+    real, real_git = export_mod.write_new, export_mod.check_out
     export_mod.write_new = lambda *a: seen.append(a) or real(*a)
+    export_mod.check_out = lambda *a, **k: seen.append(a) or real_git(*a, **k)
     try:
         export_tree(store, t1, str(dest), force=True)
         export_tree(store, t2, str(dest))
     finally:
-        export_mod.write_new = real
+        export_mod.write_new, export_mod.check_out = real, real_git
     assert seen == []
     os.unlink(dest / "mine.txt")
     assert_equals_tree(store, t2, dest)
