@@ -91,6 +91,64 @@ class CatFile:
         self.close()
 
 
+class ObjectReader(CatFile):
+    """One persistent ``git cat-file --batch-command`` for every object question of a run
+    (:meth:`overlay.gitstore.Store.reading`): whether an object exists, a commit's tree,
+    a blob's bytes. It starts on the first question, so a run that asks none starts no
+    process; a run that asks ten starts one, where it started a ``cat-file -e`` or a
+    ``rev-parse`` per question and a ``cat-file --batch`` beside them (issue 14).
+    """
+
+    def __init__(self, git_dir: str):  # noqa: D107 (the class says it)
+        self._git_dir = git_dir
+        self._started: subprocess.Popen | None = None
+
+    @property
+    def _proc(self) -> subprocess.Popen:  # type: ignore[override]
+        if self._started is None:
+            self._started = subprocess.Popen(
+                [git_executable(), *GIT_FLAGS, "cat-file", "--batch-command"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                cwd=self._git_dir,
+                env=git_env({"GIT_DIR": self._git_dir}),
+            )
+        return self._started
+
+    def read(self, oid: str) -> tuple[str, bytes]:
+        """Read one object (see :meth:`CatFile.read`)."""
+        proc = self._proc
+        assert proc.stdin and proc.stdout
+        proc.stdin.write(b"contents " + oid.encode() + b"\n")
+        proc.stdin.flush()
+        fields = proc.stdout.readline().split()
+        if len(fields) != 3:
+            raise GitError(f"object {oid} is missing from the git store")
+        data = proc.stdout.read(int(fields[2]))
+        proc.stdout.read(1)  # trailing LF
+        return fields[1].decode(), data
+
+    def info(self, name: str) -> tuple[str, str] | None:
+        """``(object name, type)`` of what ``name`` names (``X^{tree}`` peels as
+        ``git cat-file -e`` and ``git rev-parse`` do), or ``None`` when nothing."""
+        assert "\n" not in name
+        proc = self._proc
+        assert proc.stdin and proc.stdout
+        proc.stdin.write(b"info " + name.encode("utf-8", "surrogateescape") + b"\n")
+        proc.stdin.flush()
+        fields = proc.stdout.readline().split()
+        if len(fields) != 3 or fields[1] == b"missing":
+            return None
+        return fields[0].decode(), fields[1].decode()
+
+    def close(self) -> None:
+        """Stop the child process, if it was started (see :meth:`CatFile.close`)."""
+        if self._started is not None:
+            super().close()
+            self._started = None
+
+
 @dataclasses.dataclass(frozen=True)
 class TreeEntry:
     """One row of ``git ls-tree``: ``mode`` (``100644``, ``160000`` ...), ``kind``
@@ -180,6 +238,50 @@ def read_objects(git_dir: str, oids: Sequence[str]) -> Iterator[tuple[str, bytes
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+#: One row of a recursive listing: ``(mode, kind, oid, path)`` as ``git ls-tree`` prints it.
+Row = tuple[str, str, str, str]
+
+
+class TreeListings:
+    """Recursive listings of trees (``ls-tree -r -t``) kept for a store's lifetime.
+
+    A tree's name is the hash of its content, so its listing can never change: a kept
+    one is never stale, whatever changed since (a run lists the same tree up to four
+    times; issue 14). Only the last :attr:`KEEP` trees are kept, to bound memory.
+    """
+
+    KEEP = 8
+
+    def __init__(self) -> None:
+        self._rows: dict[str, list[Row]] = {}
+        self._index: dict[str, dict[str, tuple[int, TreeEntry]]] = {}
+
+    def rows(self, tree: str) -> list[Row] | None:
+        """The listing of ``tree``, or ``None`` when it is not kept."""
+        return self._rows.get(tree)
+
+    def put(self, tree: str, rows: list[Row]) -> None:
+        """Keep the listing of ``tree`` (the oldest kept one goes past :attr:`KEEP`)."""
+        if tree not in self._rows and len(self._rows) >= self.KEEP:
+            oldest = next(iter(self._rows))
+            del self._rows[oldest]
+            self._index.pop(oldest, None)
+        self._rows[tree] = rows
+
+    def entries(self, tree: str, paths: Sequence[str]) -> dict[str, TreeEntry] | None:
+        """The entries at exactly ``paths`` of a kept listing, in git's order as a
+        path-limited ``ls-tree`` gives them; ``None`` when ``tree`` is not kept."""
+        rows = self._rows.get(tree)
+        if rows is None:
+            return None
+        index = self._index.get(tree)
+        if index is None:
+            index = {row[3]: (n, TreeEntry(*row)) for n, row in enumerate(rows)}
+            self._index[tree] = index
+        found = sorted(index[p] for p in set(paths) if p in index)
+        return {entry.path: entry for _n, entry in found}
 
 
 def parse_ls_tree(out: bytes) -> Iterator[tuple[str, str, str, str]]:

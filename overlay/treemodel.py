@@ -20,7 +20,7 @@ import struct
 import zlib
 from collections.abc import Iterable
 
-from overlay.gitstore import EMPTY_TREE, Store, zsplit
+from overlay.gitstore import EMPTY_TREE, Store
 
 _TREE_MODE = "40000"
 _TYPE_CODES = {"commit": 1, "tree": 2, "blob": 3, "tag": 4}
@@ -121,6 +121,35 @@ class TreeModel:
         del entries[name]
         self._touch(directory)
 
+    def rows(self) -> list[tuple[str, str, str, str]]:
+        """The listing of the tree as :meth:`write` left it, as ``git ls-tree -r -t -z
+        --full-tree`` gives it (same rows, git's order), so the store keeps it
+        (:meth:`Store.listing`) and the next step of a run does not ask git for it."""
+        assert not self._dirty, "rows() lists a written tree: call write() first"
+        out: list[tuple[str, str, str, str]] = []
+        self._rows_of("", out)
+        return out
+
+    def _rows_of(self, directory: str, out: list[tuple[str, str, str, str]]) -> None:
+        """Append the rows below ``directory``: a directory never edited as listed (its
+        rows are the listing's own), an edited one from its entries in git's order."""
+        prefix = f"{directory}/" if directory else ""
+        if directory not in self._dirs:
+            for mode, kind, oid, name in self._raw.get(directory, ()):
+                out.append((mode, kind, oid, prefix + name))
+                if kind == "tree":
+                    self._rows_of(prefix + name, out)
+            return
+        for name, (mode, oid, _key, _enc) in sorted(
+            self._dirs[directory].items(), key=lambda item: item[1][2]
+        ):
+            if mode == _TREE_MODE:
+                out.append(("040000", "tree", oid, prefix + name))
+                self._rows_of(prefix + name, out)
+            else:
+                kind = "commit" if mode == "160000" else "blob"
+                out.append((mode, kind, oid, prefix + name))
+
     def write(self) -> str:
         """The name of the tree as it is now; every new tree object is added to :attr:`objects`.
 
@@ -170,15 +199,8 @@ def _tree_object(
 
 def listing(store: Store, tree: str) -> list[tuple[str, str, str, str]]:
     """Every entry of ``tree``, directories included: ``[(mode, kind, oid, path), ...]``
-    (one ``git ls-tree -r -t -z``)."""
-    out = []
-    for rec in zsplit(
-        store.git("ls-tree", "-r", "-t", "-z", "--full-tree", tree).stdout
-    ):
-        meta, path = rec.split("\t", 1)
-        mode, kind, oid = meta.split()
-        out.append((mode, kind, oid, path))
-    return out
+    (one ``git ls-tree -r -t -z``, or none when the store keeps it: :meth:`Store.listing`)."""
+    return store.listing(tree)
 
 
 #: Fewer objects than this are written loose, more as one pack: git's own default for
@@ -189,14 +211,21 @@ UNPACK_LIMIT = 100
 
 def write_objects(store: Store, objects: dict[str, bytes], kind: str = "tree") -> None:
     """Write ``objects`` (name -> content, all of type ``kind``) into the store with one
-    git process: a pack of whole (undeltified) objects is made here and given to
-    ``git unpack-objects`` (loose objects, as ``git write-tree`` leaves them) or, from
-    :data:`UNPACK_LIMIT` objects on, to ``git index-pack --stdin`` (kept as a pack)."""
+    git process (:func:`write_typed`)."""
+    write_typed(store, {oid: (kind, body) for oid, body in objects.items()})
+
+
+def write_typed(store: Store, objects: dict[str, tuple[str, bytes]]) -> None:
+    """Write ``objects`` (name -> ``(type, content)``) into the store with one git
+    process: a pack of whole (undeltified) objects is made here and given to
+    ``git unpack-objects`` (loose objects, as ``git write-tree`` or ``git hash-object
+    -w`` leave them) or, from :data:`UNPACK_LIMIT` objects on, to ``git index-pack
+    --stdin`` (kept as a pack)."""
     if not objects:
         return
     parts = [b"PACK", struct.pack(">II", 2, len(objects))]
-    code = _TYPE_CODES[kind]
-    for body in objects.values():
+    for kind, body in objects.values():
+        code = _TYPE_CODES[kind]
         size = len(body)
         head = bytearray([(code << 4) | (size & 0x0F)])
         size >>= 4
@@ -215,3 +244,49 @@ def write_objects(store: Store, objects: dict[str, bytes], kind: str = "tree") -
         store.git("unpack-objects", "-q", input=pack)
     else:
         store.git("index-pack", "--stdin", input=pack)
+
+
+def blob_name(data: bytes) -> str:
+    """The SHA-1 name git gives ``data`` as a blob (``git hash-object --no-filters``)."""
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def edit_tree(
+    store: Store,
+    tree: str,
+    changes: dict[str, tuple[str, str] | None],
+    blobs: dict[str, bytes],
+) -> str:
+    """:meth:`Store.edit_tree` computed here: ``tree`` with ``changes`` (path -> ``(mode,
+    oid)``, or ``None`` to delete), its new tree objects and the new ``blobs`` (name ->
+    content) written by one git process, where the index way takes three (``read-tree``,
+    ``update-index``, ``write-tree``) and a ``hash-object`` per blob (issue 14).
+
+    The new tree's listing is kept in the store (:meth:`Store.listing`). A store that is
+    not SHA-1, or an edit git's index would refuse (a file where a directory is), goes
+    the index way, so git says what it says there.
+
+    Returns:
+        The new tree's name (the one ``git write-tree`` gives for the same index).
+    """
+    if not changes and not blobs:
+        return tree
+    typed = {oid: ("blob", data) for oid, data in blobs.items()}
+    model = TreeModel(store.listing(tree), tree) if len(tree) == 40 else None
+    try:
+        if model is None:
+            raise TreeConflict("not a SHA-1 store")
+        for path, entry in changes.items():
+            if entry is None:
+                model.remove(path)
+            else:
+                model.set(path, *entry)
+        new = model.write()
+    except TreeConflict:
+        for data in blobs.values():
+            store.hash_blob(data)
+        return store.edit_tree(tree, changes)
+    typed.update((oid, ("tree", body)) for oid, body in model.objects.items())
+    write_typed(store, typed)
+    store.listings.put(new, model.rows())
+    return new
