@@ -102,6 +102,12 @@ class ObjectReader(CatFile):
     def __init__(self, git_dir: str):  # noqa: D107 (the class says it)
         self._git_dir = git_dir
         self._started: subprocess.Popen | None = None
+        # Tree objects read or written in the block, parsed: a tree's name is the hash
+        # of its content, so a kept one is never stale.
+        self._trees: dict[str, list[Row]] = {}
+        self._written: dict[
+            str, bytes
+        ] = {}  # bodies of trees the caller wrote, unparsed
 
     @property
     def _proc(self) -> subprocess.Popen:  # type: ignore[override]
@@ -141,6 +147,50 @@ class ObjectReader(CatFile):
         if len(fields) != 3 or fields[1] == b"missing":
             return None
         return fields[0].decode(), fields[1].decode()
+
+    def tree(self, oid: str) -> list[Row]:
+        """The entries of tree ``oid`` (:func:`parse_tree_object`), read once per block.
+
+        Raises:
+            GitError: it is missing, or not a tree.
+        """
+        rows = self._trees.get(oid)
+        if rows is None:
+            body = self._written.get(oid)
+            if body is None:
+                kind, body = self.read(oid)
+                if kind != "tree":
+                    raise GitError(f"object {oid} is a {kind}, not a tree")
+            rows = self._trees[oid] = parse_tree_object(body)
+        return rows
+
+    def remember_trees(self, objects: dict[str, bytes]) -> None:
+        """Keep tree objects the caller wrote (name -> content; parsed when asked for):
+        no read asks git for them."""
+        self._written.update(objects)
+
+    def entries(self, tree: str, paths: Sequence[str]) -> dict[str, TreeEntry]:
+        """What ``git ls-tree -r -t --full-tree TREE -- PATHS`` gives for exactly ``paths``
+        (in its order), read from the tree objects on the way to each path: a few
+        reads of this process instead of a git process (issue 14)."""
+        found = []
+        for path in set(paths):
+            rows, key = self.tree(tree), []
+            parts = path.split("/")
+            for depth, part in enumerate(parts):
+                row = next((r for r in rows if r[3] == part), None)
+                if row is None:
+                    break
+                # git's order: a directory sorts as if its name ended in "/".
+                raw = part.encode("utf-8", "surrogateescape")
+                key.append(raw + b"/" if row[1] == "tree" else raw)
+                if depth == len(parts) - 1:
+                    found.append((key, TreeEntry(row[0], row[1], row[2], path)))
+                elif row[1] != "tree":
+                    break
+                else:
+                    rows = self.tree(row[2])
+        return {entry.path: entry for _key, entry in sorted(found)}
 
     def close(self) -> None:
         """Stop the child process, if it was started (see :meth:`CatFile.close`)."""
@@ -240,48 +290,36 @@ def read_objects(git_dir: str, oids: Sequence[str]) -> Iterator[tuple[str, bytes
             proc.wait()
 
 
-#: One row of a recursive listing: ``(mode, kind, oid, path)`` as ``git ls-tree`` prints it.
+#: One row of a listing: ``(mode, kind, oid, path)`` as ``git ls-tree`` prints it.
 Row = tuple[str, str, str, str]
 
 
-class TreeListings:
-    """Recursive listings of trees (``ls-tree -r -t``) kept for a store's lifetime.
+def parse_tree_object(body: bytes) -> list[Row]:
+    """The entries of a raw tree object as ``git ls-tree -z`` (no ``-r``) prints them:
+    ``(mode, kind, oid, name)`` in the object's order, the mode canonical as git's tree
+    walk makes it (``040000``; ``100644`` or ``100755``; ``120000``; ``160000``)."""
+    rows = []
+    pos, end = 0, len(body)
+    while pos < end:
+        space = body.index(b" ", pos)
+        nul = body.index(b"\0", space)
+        mode = int(body[pos:space], 8)
+        oid = body[nul + 1 : nul + 21].hex()
+        name = body[space + 1 : nul].decode("utf-8", "surrogateescape")
+        pos = nul + 21
+        kind = _MODE_KINDS.get(mode & 0o170000, "blob")
+        if kind == "tree":
+            rows.append(("040000", kind, oid, name))
+        elif kind == "commit":
+            rows.append(("160000", kind, oid, name))
+        elif mode & 0o170000 == 0o120000:
+            rows.append(("120000", kind, oid, name))
+        else:
+            rows.append(("100755" if mode & 0o100 else "100644", kind, oid, name))
+    return rows
 
-    A tree's name is the hash of its content, so its listing can never change: a kept
-    one is never stale, whatever changed since (a run lists the same tree up to four
-    times; issue 14). Only the last :attr:`KEEP` trees are kept, to bound memory.
-    """
 
-    KEEP = 8
-
-    def __init__(self) -> None:
-        self._rows: dict[str, list[Row]] = {}
-        self._index: dict[str, dict[str, tuple[int, TreeEntry]]] = {}
-
-    def rows(self, tree: str) -> list[Row] | None:
-        """The listing of ``tree``, or ``None`` when it is not kept."""
-        return self._rows.get(tree)
-
-    def put(self, tree: str, rows: list[Row]) -> None:
-        """Keep the listing of ``tree`` (the oldest kept one goes past :attr:`KEEP`)."""
-        if tree not in self._rows and len(self._rows) >= self.KEEP:
-            oldest = next(iter(self._rows))
-            del self._rows[oldest]
-            self._index.pop(oldest, None)
-        self._rows[tree] = rows
-
-    def entries(self, tree: str, paths: Sequence[str]) -> dict[str, TreeEntry] | None:
-        """The entries at exactly ``paths`` of a kept listing, in git's order as a
-        path-limited ``ls-tree`` gives them; ``None`` when ``tree`` is not kept."""
-        rows = self._rows.get(tree)
-        if rows is None:
-            return None
-        index = self._index.get(tree)
-        if index is None:
-            index = {row[3]: (n, TreeEntry(*row)) for n, row in enumerate(rows)}
-            self._index[tree] = index
-        found = sorted(index[p] for p in set(paths) if p in index)
-        return {entry.path: entry for _n, entry in found}
+_MODE_KINDS = {0o040000: "tree", 0o160000: "commit"}
 
 
 def parse_ls_tree(out: bytes) -> Iterator[tuple[str, str, str, str]]:

@@ -28,7 +28,6 @@ from overlay.gitobjects import (
     MergeResult,
     ObjectReader,
     TreeEntry,
-    TreeListings,
     parse_diff_tree,
     parse_ls_tree,
     parse_merge_tree,
@@ -88,7 +87,6 @@ class Store(RememberedAncestry):
             None  # remembered ancestry answers (overlay-ancestry.json)
         )
         self._lock_depth = 0
-        self.listings = TreeListings()  # trees are immutable: see TreeListings
         self._reader: ObjectReader | None = None  # inside reading() only
         if not os.path.isfile(os.path.join(self.git_dir, "HEAD")):
             os.makedirs(self.git_dir, exist_ok=True)
@@ -346,19 +344,9 @@ class Store(RememberedAncestry):
         out = self.git("ls-tree", "-r", "-z", "--full-tree", tree).stdout
         return list(parse_ls_tree(out))
 
-    def listing(self, tree: str) -> list[tuple[str, str, str, str]]:
-        """Every entry of ``tree``, directories included: ``[(mode, kind, oid, path), ...]``
-        in git's order (one ``git ls-tree -r -t -z``, kept: :class:`TreeListings`)."""
-        rows = self.listings.rows(tree)
-        if rows is None:
-            out = self.git("ls-tree", "-r", "-t", "-z", "--full-tree", tree).stdout
-            rows = list(parse_ls_tree(out))
-            self.listings.put(tree, rows)
-        return rows
-
     def entries(self, tree: str, paths: Sequence[str]) -> dict[str, TreeEntry]:
-        """The entries of ``tree`` at exactly ``paths`` (one ``ls-tree`` for all of them,
-        none when the tree's whole listing is kept: :meth:`listing`).
+        """The entries of ``tree`` at exactly ``paths`` (one ``ls-tree`` for all of them;
+        inside :meth:`reading`, none: :meth:`ObjectReader.entries`).
 
         Args:
             tree: tree SHA.
@@ -368,9 +356,8 @@ class Store(RememberedAncestry):
         """
         if not paths:
             return {}
-        known = self.listings.entries(tree, paths)
-        if known is not None:
-            return known
+        if self._reader is not None:
+            return self._reader.entries(tree, paths)
         wanted = set(paths)
         out: dict[str, TreeEntry] = {}
         # ``-r -t`` lists the trees on the way, so a directory (or a gitlink) standing

@@ -2,12 +2,15 @@
 
 The stepwise apply needs the tree after every patch of the series. Asking git for
 each one (``git write-tree`` on an index) costs a process per patch; here the
-trees are computed from one ``git ls-tree -r -t`` listing of the tree below the
-series and the entries git's apply produced, and every new tree object is
-written to the store in one go (:func:`write_objects`, one ``git
-unpack-objects`` or ``git index-pack``). The objects are git's own format, so
-their names are the ones ``git write-tree`` gives for the same index
-(``tests/test_chain_apply.py`` compares them).
+trees are computed from the tree below the series (one ``git ls-tree -r -t``
+listing, or, inside :meth:`overlay.gitstore.Store.reading`, only the directories
+on the way to an edit, read by the store's ``cat-file``) and the entries git's
+apply produced, and every new tree object is written to the store in one go
+(:func:`write_objects`, one ``git unpack-objects`` or ``git index-pack``). The
+objects are git's own format, so their names are the ones ``git write-tree``
+gives for the same index (``tests/test_chain_apply.py`` and
+``tests/test_rebase_processes.py`` compare them). A rebase builds its fork layer
+the same way (:func:`edit_tree`), its resolution blobs in the same write.
 
 Only SHA-1 stores are handled (the object names are computed here); a caller
 falls back to git for anything else.
@@ -18,8 +21,9 @@ from __future__ import annotations
 import hashlib
 import struct
 import zlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
+from overlay.gitobjects import parse_ls_tree
 from overlay.gitstore import EMPTY_TREE, Store
 
 _TREE_MODE = "40000"
@@ -37,9 +41,18 @@ class TreeModel:
         listing: ``(mode, kind, oid, path)`` for every entry of the tree, directories
             included (``git ls-tree -r -t -z --full-tree``; see :func:`listing`).
         root: the tree's own name.
+        loader: instead of a listing, reads one directory's entries by its tree name
+            (:meth:`overlay.gitobjects.ObjectReader.tree`): only the directories on the
+            way to an edit are read (see :func:`tree_model`).
     """
 
-    def __init__(self, listing: Iterable[tuple[str, str, str, str]], root: str):
+    def __init__(
+        self,
+        listing: Iterable[tuple[str, str, str, str]],
+        root: str,
+        loader: Callable[[str], list[tuple[str, str, str, str]]] | None = None,
+    ):
+        self._loader = loader
         self._raw: dict[str, list[tuple[str, str, str, str]]] = {}
         for mode, kind, oid, path in listing:
             parent, _, name = path.rpartition("/")
@@ -55,7 +68,10 @@ class TreeModel:
         entries = self._dirs.get(path)
         if entries is None:
             entries = {}
-            for mode, kind, oid, name in self._raw.pop(path, ()):
+            raw = self._raw.pop(path, None)
+            if raw is None and self._loader is not None and self._oid.get(path):
+                raw = self._loader(self._oid[path])  # type: ignore[arg-type]
+            for mode, kind, oid, name in raw or ():
                 entries[name] = _entry(
                     name, _TREE_MODE if kind == "tree" else mode, oid
                 )
@@ -121,35 +137,6 @@ class TreeModel:
         del entries[name]
         self._touch(directory)
 
-    def rows(self) -> list[tuple[str, str, str, str]]:
-        """The listing of the tree as :meth:`write` left it, as ``git ls-tree -r -t -z
-        --full-tree`` gives it (same rows, git's order), so the store keeps it
-        (:meth:`Store.listing`) and the next step of a run does not ask git for it."""
-        assert not self._dirty, "rows() lists a written tree: call write() first"
-        out: list[tuple[str, str, str, str]] = []
-        self._rows_of("", out)
-        return out
-
-    def _rows_of(self, directory: str, out: list[tuple[str, str, str, str]]) -> None:
-        """Append the rows below ``directory``: a directory never edited as listed (its
-        rows are the listing's own), an edited one from its entries in git's order."""
-        prefix = f"{directory}/" if directory else ""
-        if directory not in self._dirs:
-            for mode, kind, oid, name in self._raw.get(directory, ()):
-                out.append((mode, kind, oid, prefix + name))
-                if kind == "tree":
-                    self._rows_of(prefix + name, out)
-            return
-        for name, (mode, oid, _key, _enc) in sorted(
-            self._dirs[directory].items(), key=lambda item: item[1][2]
-        ):
-            if mode == _TREE_MODE:
-                out.append(("040000", "tree", oid, prefix + name))
-                self._rows_of(prefix + name, out)
-            else:
-                kind = "commit" if mode == "160000" else "blob"
-                out.append((mode, kind, oid, prefix + name))
-
     def write(self) -> str:
         """The name of the tree as it is now; every new tree object is added to :attr:`objects`.
 
@@ -199,8 +186,28 @@ def _tree_object(
 
 def listing(store: Store, tree: str) -> list[tuple[str, str, str, str]]:
     """Every entry of ``tree``, directories included: ``[(mode, kind, oid, path), ...]``
-    (one ``git ls-tree -r -t -z``, or none when the store keeps it: :meth:`Store.listing`)."""
-    return store.listing(tree)
+    (one ``git ls-tree -r -t -z``)."""
+    return list(
+        parse_ls_tree(
+            store.git("ls-tree", "-r", "-t", "-z", "--full-tree", tree).stdout
+        )
+    )
+
+
+def tree_model(store: Store, tree: str) -> TreeModel:
+    """A :class:`TreeModel` of ``tree``: inside :meth:`Store.reading`, reading only the
+    directories it needs through the store's reader (no git process: a run edits a few
+    directories of a tree of a thousand files; issue 14), else from :func:`listing`."""
+    reader = store.reader
+    if reader is not None:
+        return TreeModel((), tree, loader=reader.tree)
+    return TreeModel(listing(store, tree), tree)
+
+
+def remember_trees(store: Store, objects: dict[str, bytes]) -> None:
+    """Tell the store's reader (inside :meth:`Store.reading`) about trees just written."""
+    if store.reader is not None:
+        store.reader.remember_trees(objects)
 
 
 #: Fewer objects than this are written loose, more as one pack: git's own default for
@@ -262,7 +269,8 @@ def edit_tree(
     content) written by one git process, where the index way takes three (``read-tree``,
     ``update-index``, ``write-tree``) and a ``hash-object`` per blob (issue 14).
 
-    The new tree's listing is kept in the store (:meth:`Store.listing`). A store that is
+    Inside :meth:`Store.reading` only the directories on the way to an edit are read,
+    and the new trees are told to the reader (:func:`tree_model`). A store that is
     not SHA-1, or an edit git's index would refuse (a file where a directory is), goes
     the index way, so git says what it says there.
 
@@ -272,7 +280,7 @@ def edit_tree(
     if not changes and not blobs:
         return tree
     typed = {oid: ("blob", data) for oid, data in blobs.items()}
-    model = TreeModel(store.listing(tree), tree) if len(tree) == 40 else None
+    model = tree_model(store, tree) if len(tree) == 40 else None
     try:
         if model is None:
             raise TreeConflict("not a SHA-1 store")
@@ -288,5 +296,5 @@ def edit_tree(
         return store.edit_tree(tree, changes)
     typed.update((oid, ("tree", body)) for oid, body in model.objects.items())
     write_typed(store, typed)
-    store.listings.put(new, model.rows())
+    remember_trees(store, model.objects)
     return new

@@ -70,10 +70,6 @@ class ForkDeltaSteps(RunBase):
             )
         )
         decided = self.state.resolutions
-        if merge.stages:
-            # The fork layer is built from the merged tree's whole listing; the notes on
-            # each resolution read their entries from it too (one ls-tree for both).
-            self.store.listing(merge.tree)
         for path in sorted(merge.stages):
             if path in decided:
                 continue
