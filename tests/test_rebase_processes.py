@@ -15,6 +15,7 @@ from overlay.gitindex import read_index, write_index
 from overlay.gitobjects import parse_ls_tree, parse_tree_object
 from overlay.gitstore import EMPTY_TREE, Store
 from overlay.rebase.base import RunBase
+from overlay.rebase_state import Bases
 from overlay.treemodel import blob_name, edit_tree, listing
 
 FILES = {
@@ -159,6 +160,14 @@ def test_a_kept_conflict_text_follows_every_input(store, tmp_path):
     assert b"b3" in changed and b"b2" not in changed
     # A side missing: the empty text there.
     assert run._labelled({1: stages[1], 2: stages[2]}, None) != first
+    # Other labels and the diff3 style: merged again.
+    bases = Bases("1" * 40, "2" * 40, "3" * 40)
+    labelled = run._labelled(stages, bases)
+    assert (
+        b"<<<<<<< pin 11111111" in labelled
+        and b"||||||| merge base 33333333" in labelled
+    )
+    assert run._labelled(stages, None) == first
     run.close()
 
 
