@@ -6,10 +6,8 @@ the whole series with one ``git apply --cached``: the series is re-emitted
 (:func:`chain_sections`) so that every patch's result lands at a path of its own
 (``k/<path>`` for patch ``k``), each patch still meeting exactly the content the
 patches before it left. The trees after each patch are then computed in Python
-from the layer below (:mod:`overlay.treemodel`) and written in one go: at most
-five git processes for any length of series (two in a rebase run, where the scratch
-index is written and read by :mod:`overlay.gitindex` and the trees read through the
-run's ``cat-file``).
+from the layer below (:mod:`overlay.treemodel`) and written in one go: six git
+processes for any length of series.
 
 Anything not exactly as recorded gives ``None``, and the caller
 (:func:`overlay.engine.apply_series`) applies one patch at a time, which names
@@ -203,13 +201,12 @@ def apply_chained(
     The series is applied by one ``git apply --cached`` as a chain of copies
     (:func:`chain_sections`): each patch meets exactly the content the patches
     before it left at its paths, as in a one-at-a-time apply, and every patch's
-    result stays in the index, which is then read (:func:`overlay.gitindex.read_index`,
-    else one ``ls-files``); each must be the post-image the patch records. The tree
-    after each patch is then computed from the layer below (:mod:`overlay.treemodel`:
-    in a run the directories it edits are read by the store's reader, else one
-    ``ls-tree`` lists the tree) and written with one ``unpack-objects``: at most five
-    git processes for any length of series, where the one-at-a-time path starts two
-    per patch.
+    result stays in the index. One ``ls-files`` reads them all; each must be the
+    post-image the patch records. The tree after each patch is then computed from
+    the layer below (:mod:`overlay.treemodel`: in a run the directories it edits are
+    read by the store's reader, else one ``ls-tree`` lists the tree) and written with
+    one ``unpack-objects``: at most six git processes for any length of series, where
+    the one-at-a-time path starts two per patch.
 
     Args:
         store: git store; base_tree: the layer below.
