@@ -23,7 +23,6 @@ from collections.abc import Sequence
 from overlay.engine_gitapply import OFFSET_RE
 from overlay.errors import PatchFormatError
 from overlay.fsutil import scratch_dir
-from overlay.gitindex import read_index, write_index
 from overlay.gitstore import Store, TreeEntry, zsplit
 from overlay.series import FileChange, Patch, diff_pieces, split_patch
 
@@ -240,10 +239,7 @@ def _run_chain(
     # A scratch index, swept after a kill as every other.
     with scratch_dir("idx") as tmp:
         env = {"GIT_INDEX_FILE": os.path.join(tmp, "index")}
-        # The scratch index and, after the apply, its entries are git's index format,
-        # written and read here (overlay.gitindex: two processes fewer); git is asked
-        # when that module declines.
-        if lines and not write_index(env["GIT_INDEX_FILE"], lines):
+        if lines:
             store.git(
                 "update-index",
                 "-z",
@@ -270,13 +266,11 @@ def _run_chain(
         err = proc.stderr.decode("utf-8", "replace")
         if proc.returncode != 0 or "Skipped patch" in err or OFFSET_RE.search(err):
             return None
-        index = read_index(env["GIT_INDEX_FILE"])
-        if index is None:
-            index = {}
-            for rec in zsplit(store.git("ls-files", "-s", "-z", env=env).stdout):
-                meta, path = rec.split("\t", 1)
-                mode, oid, _stage = meta.split()
-                index[path] = (mode, oid)
+        index: IndexEntries = {}
+        for rec in zsplit(store.git("ls-files", "-s", "-z", env=env).stdout):
+            meta, path = rec.split("\t", 1)
+            mode, oid, _stage = meta.split()
+            index[path] = (mode, oid)
         return index
 
 

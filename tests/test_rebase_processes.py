@@ -11,7 +11,6 @@ from __future__ import annotations
 import pytest
 from gitfixtures import cli, git, lines
 
-from overlay.gitindex import read_index, write_index
 from overlay.gitobjects import parse_ls_tree, parse_tree_object
 from overlay.gitstore import EMPTY_TREE, Store
 from overlay.rebase.base import RunBase
@@ -210,64 +209,3 @@ def test_resolutions_at_commit_unwanted_deleted_ignored_kept(ov, w):
     assert back.exit_code == 0 and "resolution mlx/core.cpp: removed" in back.output
     assert not (resolved / "mlx" / "core.cpp").exists()
     assert (resolved / ".DS_Store").read_bytes() == b"finder\n"
-
-
-INDEX_LINES = [
-    "100644 {a}\t0/a/b.c",
-    "100755 {b}\t0/a/run.sh",
-    "120000 {a}\t0/link",
-    "100644 {b}\t0/a-b.txt",
-    "100644 {a}\t0/" + "long/" * 900 + "name.txt",  # past the 12-bit name length
-]
-
-
-def test_scratch_index_is_the_bytes_update_index_writes(store, tmp_path):
-    a, b = store.hash_blob(b"a\n"), store.hash_blob(b"b\n")
-    lines = [line.format(a=a, b=b) for line in INDEX_LINES]
-    ours, gits = tmp_path / "ours", tmp_path / "gits"
-    assert write_index(str(ours), lines)
-    store.git(
-        "update-index",
-        "-z",
-        "--index-info",
-        input=("\0".join(lines) + "\0").encode(),
-        env={"GIT_INDEX_FILE": str(gits)},
-    )
-    assert ours.read_bytes() == gits.read_bytes()
-
-
-@pytest.mark.parametrize(
-    "line",
-    [
-        "100644 {a}\t0/.git/config",
-        "100644 {a}\t0/a/../b",
-        "100644 {a}\t0/git~1",
-        "100644 {a}\t0/trailing.",
-        "100644 {a}\t0/na\u00efve.hip",
-        "160000 {a}\t0/mod",
-        "100644 " + "e" * 64 + "\t0/sha256",
-    ],
-)
-def test_a_path_git_might_refuse_is_left_to_update_index(store, tmp_path, line):
-    a = store.hash_blob(b"a\n")
-    assert not write_index(str(tmp_path / "index"), [line.format(a=a)])
-    assert not (tmp_path / "index").exists()
-
-
-def test_entries_read_are_what_ls_files_gives(store, tmp_path):
-    a, b = store.hash_blob(b"a\n"), store.hash_blob(b"b\n")
-    lines = [line.format(a=a, b=b) for line in INDEX_LINES]
-    index = tmp_path / "index"
-    assert write_index(str(index), lines)
-    env = {"GIT_INDEX_FILE": str(index)}
-    # git rewrites it (another entry, the version it chooses), then both read it.
-    store.git("update-index", "--add", "--cacheinfo", f"100644,{b},0/zz", env=env)
-    want = {}
-    for rec in store.git("ls-files", "-s", "-z", env=env).stdout.split(b"\0")[:-1]:
-        meta, path = rec.decode().split("\t", 1)
-        mode, oid, _stage = meta.split()
-        want[path] = (mode, oid)
-    assert read_index(str(index)) == want and len(want) == len(lines) + 1
-    # A damaged file is not read (git is asked instead).
-    index.write_bytes(index.read_bytes()[:-1] + b"\0")
-    assert read_index(str(index)) is None
