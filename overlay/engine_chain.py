@@ -202,9 +202,10 @@ def apply_chained(
     before it left at its paths, as in a one-at-a-time apply, and every patch's
     result stays in the index. One ``ls-files`` reads them all; each must be the
     post-image the patch records. The tree after each patch is then computed from
-    the layer below (:mod:`overlay.treemodel`, one ``ls-tree``) and written with one
-    ``unpack-objects``: six git processes for any length of series, where the
-    one-at-a-time path starts two per patch.
+    the layer below (:mod:`overlay.treemodel`: in a run the directories it edits are
+    read by the store's reader, else one ``ls-tree`` lists the tree) and written with
+    one ``unpack-objects``: at most six git processes for any length of series, where
+    the one-at-a-time path starts two per patch.
 
     Args:
         store: git store; base_tree: the layer below.
@@ -302,9 +303,14 @@ def _write_trees(
     in one go; ``None`` when a file would stand where a directory is (or the reverse):
     git says that best, one patch at a time."""
     # Here, not at the top: only a stepwise apply needs the tree model.
-    from overlay.treemodel import TreeConflict, TreeModel, listing, write_objects
+    from overlay.treemodel import (
+        TreeConflict,
+        remember_trees,
+        tree_model,
+        write_objects,
+    )
 
-    model = TreeModel(listing(store, base_tree), base_tree)
+    model = tree_model(store, base_tree)
     trees = []
     try:
         for steps in plan:
@@ -319,4 +325,5 @@ def _write_trees(
     except TreeConflict:
         return None
     write_objects(store, model.objects)
+    remember_trees(store, model.objects)
     return trees

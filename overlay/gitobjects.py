@@ -91,6 +91,114 @@ class CatFile:
         self.close()
 
 
+class ObjectReader(CatFile):
+    """One persistent ``git cat-file --batch-command`` for every object question of a run
+    (:meth:`overlay.gitstore.Store.reading`): whether an object exists, a commit's tree,
+    a blob's bytes. It starts on the first question, so a run that asks none starts no
+    process; a run that asks ten starts one, where it started a ``cat-file -e`` or a
+    ``rev-parse`` per question and a ``cat-file --batch`` beside them (issue 14).
+    """
+
+    def __init__(self, git_dir: str):  # noqa: D107 (the class says it)
+        self._git_dir = git_dir
+        self._started: subprocess.Popen | None = None
+        # Tree objects read or written in the block, parsed: a tree's name is the hash
+        # of its content, so a kept one is never stale.
+        self._trees: dict[str, list[Row]] = {}
+        self._written: dict[
+            str, bytes
+        ] = {}  # bodies of trees the caller wrote, unparsed
+
+    @property
+    def _proc(self) -> subprocess.Popen:  # type: ignore[override]
+        if self._started is None:
+            self._started = subprocess.Popen(
+                [git_executable(), *GIT_FLAGS, "cat-file", "--batch-command"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                cwd=self._git_dir,
+                env=git_env({"GIT_DIR": self._git_dir}),
+            )
+        return self._started
+
+    def read(self, oid: str) -> tuple[str, bytes]:
+        """Read one object (see :meth:`CatFile.read`)."""
+        proc = self._proc
+        assert proc.stdin and proc.stdout
+        proc.stdin.write(b"contents " + oid.encode() + b"\n")
+        proc.stdin.flush()
+        fields = proc.stdout.readline().split()
+        if len(fields) != 3:
+            raise GitError(f"object {oid} is missing from the git store")
+        data = proc.stdout.read(int(fields[2]))
+        proc.stdout.read(1)  # trailing LF
+        return fields[1].decode(), data
+
+    def info(self, name: str) -> tuple[str, str] | None:
+        """``(object name, type)`` of what ``name`` names (``X^{tree}`` peels as
+        ``git cat-file -e`` and ``git rev-parse`` do), or ``None`` when nothing."""
+        assert "\n" not in name
+        proc = self._proc
+        assert proc.stdin and proc.stdout
+        proc.stdin.write(b"info " + name.encode("utf-8", "surrogateescape") + b"\n")
+        proc.stdin.flush()
+        fields = proc.stdout.readline().split()
+        if len(fields) != 3 or fields[1] == b"missing":
+            return None
+        return fields[0].decode(), fields[1].decode()
+
+    def tree(self, oid: str) -> list[Row]:
+        """The entries of tree ``oid`` (:func:`parse_tree_object`), read once per block.
+
+        Raises:
+            GitError: it is missing, or not a tree.
+        """
+        rows = self._trees.get(oid)
+        if rows is None:
+            body = self._written.get(oid)
+            if body is None:
+                kind, body = self.read(oid)
+                if kind != "tree":
+                    raise GitError(f"object {oid} is a {kind}, not a tree")
+            rows = self._trees[oid] = parse_tree_object(body)
+        return rows
+
+    def remember_trees(self, objects: dict[str, bytes]) -> None:
+        """Keep tree objects the caller wrote (name -> content; parsed when asked for):
+        no read asks git for them."""
+        self._written.update(objects)
+
+    def entries(self, tree: str, paths: Sequence[str]) -> dict[str, TreeEntry]:
+        """What ``git ls-tree -r -t --full-tree TREE -- PATHS`` gives for exactly ``paths``
+        (in its order), read from the tree objects on the way to each path: a few
+        reads of this process instead of a git process (issue 14)."""
+        found = []
+        for path in set(paths):
+            rows, key = self.tree(tree), []
+            parts = path.split("/")
+            for depth, part in enumerate(parts):
+                row = next((r for r in rows if r[3] == part), None)
+                if row is None:
+                    break
+                # git's order: a directory sorts as if its name ended in "/".
+                raw = part.encode("utf-8", "surrogateescape")
+                key.append(raw + b"/" if row[1] == "tree" else raw)
+                if depth == len(parts) - 1:
+                    found.append((key, TreeEntry(row[0], row[1], row[2], path)))
+                elif row[1] != "tree":
+                    break
+                else:
+                    rows = self.tree(row[2])
+        return {entry.path: entry for _key, entry in sorted(found)}
+
+    def close(self) -> None:
+        """Stop the child process, if it was started (see :meth:`CatFile.close`)."""
+        if self._started is not None:
+            super().close()
+            self._started = None
+
+
 @dataclasses.dataclass(frozen=True)
 class TreeEntry:
     """One row of ``git ls-tree``: ``mode`` (``100644``, ``160000`` ...), ``kind``
@@ -180,6 +288,38 @@ def read_objects(git_dir: str, oids: Sequence[str]) -> Iterator[tuple[str, bytes
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+#: One row of a listing: ``(mode, kind, oid, path)`` as ``git ls-tree`` prints it.
+Row = tuple[str, str, str, str]
+
+
+def parse_tree_object(body: bytes) -> list[Row]:
+    """The entries of a raw tree object as ``git ls-tree -z`` (no ``-r``) prints them:
+    ``(mode, kind, oid, name)`` in the object's order, the mode canonical as git's tree
+    walk makes it (``040000``; ``100644`` or ``100755``; ``120000``; ``160000``)."""
+    rows = []
+    pos, end = 0, len(body)
+    while pos < end:
+        space = body.index(b" ", pos)
+        nul = body.index(b"\0", space)
+        mode = int(body[pos:space], 8)
+        oid = body[nul + 1 : nul + 21].hex()
+        name = body[space + 1 : nul].decode("utf-8", "surrogateescape")
+        pos = nul + 21
+        kind = _MODE_KINDS.get(mode & 0o170000, "blob")
+        if kind == "tree":
+            rows.append(("040000", kind, oid, name))
+        elif kind == "commit":
+            rows.append(("160000", kind, oid, name))
+        elif mode & 0o170000 == 0o120000:
+            rows.append(("120000", kind, oid, name))
+        else:
+            rows.append(("100755" if mode & 0o100 else "100644", kind, oid, name))
+    return rows
+
+
+_MODE_KINDS = {0o040000: "tree", 0o160000: "commit"}
 
 
 def parse_ls_tree(out: bytes) -> Iterator[tuple[str, str, str, str]]:

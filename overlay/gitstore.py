@@ -22,9 +22,11 @@ from collections.abc import Iterator, Sequence
 
 from overlay.errors import GitError, OfflineMiss
 from overlay.fsutil import flocked, scratch_dir
+from overlay.gitancestry import RememberedAncestry
 from overlay.gitobjects import (
     CatFile,
     MergeResult,
+    ObjectReader,
     TreeEntry,
     parse_diff_tree,
     parse_ls_tree,
@@ -65,7 +67,7 @@ __all__ = [
 ]
 
 
-class Store:
+class Store(RememberedAncestry):
     """The bare git store holding every object the layers are made of.
 
     Args:
@@ -85,6 +87,7 @@ class Store:
             None  # remembered ancestry answers (overlay-ancestry.json)
         )
         self._lock_depth = 0
+        self._reader: ObjectReader | None = None  # inside reading() only
         if not os.path.isfile(os.path.join(self.git_dir, "HEAD")):
             os.makedirs(self.git_dir, exist_ok=True)
             run_git(["init", "-q", "--bare", self.git_dir])
@@ -113,6 +116,26 @@ class Store:
     def cat_file(self) -> CatFile:
         """A persistent blob reader on the store (close it, or use ``with``)."""
         return CatFile(self.git_dir)
+
+    @contextlib.contextmanager
+    def reading(self) -> Iterator[ObjectReader]:
+        """One persistent ``cat-file --batch-command`` answers :meth:`has_object`,
+        :meth:`tree_of` and the yielded reader's blob reads in the block (started on the
+        first question, stopped when the block ends); re-entrant."""
+        if self._reader is not None:
+            yield self._reader
+            return
+        self._reader = ObjectReader(self.git_dir)
+        try:
+            yield self._reader
+        finally:
+            self._reader.close()
+            self._reader = None
+
+    @property
+    def reader(self) -> ObjectReader | None:
+        """The reader of the enclosing :meth:`reading` block, or ``None`` outside one."""
+        return self._reader
 
     def read_objects(self, oids: Sequence[str]) -> Iterator[tuple[str, bytes]]:
         """Read many objects known in advance, streamed, with one
@@ -180,81 +203,10 @@ class Store:
             urls[key[len("remote.") : -len(".url")]] = value.strip()
         return urls
 
-    # -- ancestry, remembered -------------------------------------------------
-    def is_ancestor(self, a: str, b: str) -> bool:
-        """``git merge-base --is-ancestor a b``, remembered in the store for full commit names.
-
-        The answer for two commits never changes, and it is a walk of history each time
-        (12 ms of every uncached verify of the real overlay for MAN003 alone; issue 14).
-        An answer git could not give (a missing object) is not remembered.
-
-        Returns:
-            True when ``a`` is an ancestor of (or equal to) ``b``.
-        """
-        key = f"is-ancestor {a} {b}"
-        known = self._ancestry().get(key)
-        if known is not None:
-            return bool(known)
-        code = self.git("merge-base", "--is-ancestor", a, b, check=False).returncode
-        if code in (0, 1) and is_sha(a) and is_sha(b):
-            self._remember(key, code == 0)
-        return code == 0
-
-    def merge_base(self, a: str, b: str) -> str | None:
-        """``git merge-base a b`` (the best common ancestor), remembered like :meth:`is_ancestor`.
-
-        Returns:
-            Its name, or ``None`` when the two have no common ancestor.
-        """
-        key = f"merge-base {a} {b}"
-        known = self._ancestry().get(key)
-        if known is not None:
-            return known or None
-        proc = self.git("merge-base", a, b, check=False)
-        base = proc.stdout.decode().strip()
-        if proc.returncode in (0, 1) and is_sha(a) and is_sha(b):
-            self._remember(key, base)
-        return base or None
-
-    _ANCESTRY = "overlay-ancestry.json"
-    _ANCESTRY_MAX = 2000
-
-    def _ancestry(self) -> dict:
-        """The remembered ancestry answers, read from the store once."""
-        if self._known is None:
-            import json
-
-            try:
-                with open(
-                    os.path.join(self.git_dir, self._ANCESTRY), encoding="utf-8"
-                ) as fh:
-                    data = json.load(fh)
-                self._known = data if isinstance(data, dict) else {}
-            except (OSError, ValueError):
-                self._known = {}
-        return self._known
-
-    def _remember(self, key: str, value: bool | str) -> None:
-        """Remember one ancestry answer in the store (best effort)."""
-        import json
-
-        from overlay.fsutil import atomic_write
-
-        known = self._ancestry()
-        if len(known) >= self._ANCESTRY_MAX:
-            known.clear()  # upstream tips move with every fetch: keep the file small, not complete
-        known[key] = value
-        try:
-            atomic_write(
-                os.path.join(self.git_dir, self._ANCESTRY),
-                json.dumps(known).encode(),
-                durable=False,
-            )
-        except OSError:
-            pass  # only costs the walk next time
-
     def has_object(self, oid: str, kind: str = "commit") -> bool:
         """True when ``oid`` names an object of type ``kind`` in the store."""
+        if self._reader is not None:
+            return self._reader.info(f"{oid}^{{{kind}}}") is not None
         return (
             self.git("cat-file", "-e", f"{oid}^{{{kind}}}", check=False).returncode == 0
         )
@@ -377,6 +329,10 @@ class Store:
     # -- trees ------------------------------------------------------------------
     def tree_of(self, commit: str) -> str:
         """The tree object name of ``commit``."""
+        found = self._reader.info(f"{commit}^{{tree}}") if self._reader else None
+        if found is not None:
+            return found[0]
+        # Outside reading(), or for a bad name: git's own answer (and error).
         return self.out("rev-parse", f"{commit}^{{tree}}")
 
     def ls_tree(self, tree: str) -> list[tuple[str, str, str, str]]:
@@ -389,7 +345,8 @@ class Store:
         return list(parse_ls_tree(out))
 
     def entries(self, tree: str, paths: Sequence[str]) -> dict[str, TreeEntry]:
-        """The entries of ``tree`` at exactly ``paths`` (one ``ls-tree`` for all of them).
+        """The entries of ``tree`` at exactly ``paths`` (one ``ls-tree`` for all of them;
+        inside :meth:`reading`, none: :meth:`ObjectReader.entries`).
 
         Args:
             tree: tree SHA.
@@ -399,6 +356,8 @@ class Store:
         """
         if not paths:
             return {}
+        if self._reader is not None:
+            return self._reader.entries(tree, paths)
         wanted = set(paths)
         out: dict[str, TreeEntry] = {}
         # ``-r -t`` lists the trees on the way, so a directory (or a gitlink) standing

@@ -2,12 +2,15 @@
 
 The stepwise apply needs the tree after every patch of the series. Asking git for
 each one (``git write-tree`` on an index) costs a process per patch; here the
-trees are computed from one ``git ls-tree -r -t`` listing of the tree below the
-series and the entries git's apply produced, and every new tree object is
-written to the store in one go (:func:`write_objects`, one ``git
-unpack-objects`` or ``git index-pack``). The objects are git's own format, so
-their names are the ones ``git write-tree`` gives for the same index
-(``tests/test_chain_apply.py`` compares them).
+trees are computed from the tree below the series (one ``git ls-tree -r -t``
+listing, or, inside :meth:`overlay.gitstore.Store.reading`, only the directories
+on the way to an edit, read by the store's ``cat-file``) and the entries git's
+apply produced, and every new tree object is written to the store in one go
+(:func:`write_objects`, one ``git unpack-objects`` or ``git index-pack``). The
+objects are git's own format, so their names are the ones ``git write-tree``
+gives for the same index (``tests/test_chain_apply.py`` and
+``tests/test_rebase_processes.py`` compare them). A rebase builds its fork layer
+the same way (:func:`edit_tree`), its resolution blobs in the same write.
 
 Only SHA-1 stores are handled (the object names are computed here); a caller
 falls back to git for anything else.
@@ -18,9 +21,10 @@ from __future__ import annotations
 import hashlib
 import struct
 import zlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
-from overlay.gitstore import EMPTY_TREE, Store, zsplit
+from overlay.gitobjects import parse_ls_tree
+from overlay.gitstore import EMPTY_TREE, Store
 
 _TREE_MODE = "40000"
 _TYPE_CODES = {"commit": 1, "tree": 2, "blob": 3, "tag": 4}
@@ -37,9 +41,18 @@ class TreeModel:
         listing: ``(mode, kind, oid, path)`` for every entry of the tree, directories
             included (``git ls-tree -r -t -z --full-tree``; see :func:`listing`).
         root: the tree's own name.
+        loader: instead of a listing, reads one directory's entries by its tree name
+            (:meth:`overlay.gitobjects.ObjectReader.tree`): only the directories on the
+            way to an edit are read (see :func:`tree_model`).
     """
 
-    def __init__(self, listing: Iterable[tuple[str, str, str, str]], root: str):
+    def __init__(
+        self,
+        listing: Iterable[tuple[str, str, str, str]],
+        root: str,
+        loader: Callable[[str], list[tuple[str, str, str, str]]] | None = None,
+    ):
+        self._loader = loader
         self._raw: dict[str, list[tuple[str, str, str, str]]] = {}
         for mode, kind, oid, path in listing:
             parent, _, name = path.rpartition("/")
@@ -55,7 +68,10 @@ class TreeModel:
         entries = self._dirs.get(path)
         if entries is None:
             entries = {}
-            for mode, kind, oid, name in self._raw.pop(path, ()):
+            raw = self._raw.pop(path, None)
+            if raw is None and self._loader is not None and self._oid.get(path):
+                raw = self._loader(self._oid[path])  # type: ignore[arg-type]
+            for mode, kind, oid, name in raw or ():
                 entries[name] = _entry(
                     name, _TREE_MODE if kind == "tree" else mode, oid
                 )
@@ -171,14 +187,27 @@ def _tree_object(
 def listing(store: Store, tree: str) -> list[tuple[str, str, str, str]]:
     """Every entry of ``tree``, directories included: ``[(mode, kind, oid, path), ...]``
     (one ``git ls-tree -r -t -z``)."""
-    out = []
-    for rec in zsplit(
-        store.git("ls-tree", "-r", "-t", "-z", "--full-tree", tree).stdout
-    ):
-        meta, path = rec.split("\t", 1)
-        mode, kind, oid = meta.split()
-        out.append((mode, kind, oid, path))
-    return out
+    return list(
+        parse_ls_tree(
+            store.git("ls-tree", "-r", "-t", "-z", "--full-tree", tree).stdout
+        )
+    )
+
+
+def tree_model(store: Store, tree: str) -> TreeModel:
+    """A :class:`TreeModel` of ``tree``: inside :meth:`Store.reading`, reading only the
+    directories it needs through the store's reader (no git process: a run edits a few
+    directories of a tree of a thousand files; issue 14), else from :func:`listing`."""
+    reader = store.reader
+    if reader is not None:
+        return TreeModel((), tree, loader=reader.tree)
+    return TreeModel(listing(store, tree), tree)
+
+
+def remember_trees(store: Store, objects: dict[str, bytes]) -> None:
+    """Tell the store's reader (inside :meth:`Store.reading`) about trees just written."""
+    if store.reader is not None:
+        store.reader.remember_trees(objects)
 
 
 #: Fewer objects than this are written loose, more as one pack: git's own default for
@@ -189,14 +218,21 @@ UNPACK_LIMIT = 100
 
 def write_objects(store: Store, objects: dict[str, bytes], kind: str = "tree") -> None:
     """Write ``objects`` (name -> content, all of type ``kind``) into the store with one
-    git process: a pack of whole (undeltified) objects is made here and given to
-    ``git unpack-objects`` (loose objects, as ``git write-tree`` leaves them) or, from
-    :data:`UNPACK_LIMIT` objects on, to ``git index-pack --stdin`` (kept as a pack)."""
+    git process (:func:`write_typed`)."""
+    write_typed(store, {oid: (kind, body) for oid, body in objects.items()})
+
+
+def write_typed(store: Store, objects: dict[str, tuple[str, bytes]]) -> None:
+    """Write ``objects`` (name -> ``(type, content)``) into the store with one git
+    process: a pack of whole (undeltified) objects is made here and given to
+    ``git unpack-objects`` (loose objects, as ``git write-tree`` or ``git hash-object
+    -w`` leave them) or, from :data:`UNPACK_LIMIT` objects on, to ``git index-pack
+    --stdin`` (kept as a pack)."""
     if not objects:
         return
     parts = [b"PACK", struct.pack(">II", 2, len(objects))]
-    code = _TYPE_CODES[kind]
-    for body in objects.values():
+    for kind, body in objects.values():
+        code = _TYPE_CODES[kind]
         size = len(body)
         head = bytearray([(code << 4) | (size & 0x0F)])
         size >>= 4
@@ -215,3 +251,50 @@ def write_objects(store: Store, objects: dict[str, bytes], kind: str = "tree") -
         store.git("unpack-objects", "-q", input=pack)
     else:
         store.git("index-pack", "--stdin", input=pack)
+
+
+def blob_name(data: bytes) -> str:
+    """The SHA-1 name git gives ``data`` as a blob (``git hash-object --no-filters``)."""
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def edit_tree(
+    store: Store,
+    tree: str,
+    changes: dict[str, tuple[str, str] | None],
+    blobs: dict[str, bytes],
+) -> str:
+    """:meth:`Store.edit_tree` computed here: ``tree`` with ``changes`` (path -> ``(mode,
+    oid)``, or ``None`` to delete), its new tree objects and the new ``blobs`` (name ->
+    content) written by one git process, where the index way takes three (``read-tree``,
+    ``update-index``, ``write-tree``) and a ``hash-object`` per blob (issue 14).
+
+    Inside :meth:`Store.reading` only the directories on the way to an edit are read,
+    and the new trees are told to the reader (:func:`tree_model`). A store that is
+    not SHA-1, or an edit git's index would refuse (a file where a directory is), goes
+    the index way, so git says what it says there.
+
+    Returns:
+        The new tree's name (the one ``git write-tree`` gives for the same index).
+    """
+    if not changes and not blobs:
+        return tree
+    typed = {oid: ("blob", data) for oid, data in blobs.items()}
+    model = tree_model(store, tree) if len(tree) == 40 else None
+    try:
+        if model is None:
+            raise TreeConflict("not a SHA-1 store")
+        for path, entry in changes.items():
+            if entry is None:
+                model.remove(path)
+            else:
+                model.set(path, *entry)
+        new = model.write()
+    except TreeConflict:
+        for data in blobs.values():
+            store.hash_blob(data)
+        return store.edit_tree(tree, changes)
+    typed.update((oid, ("tree", body)) for oid, body in model.objects.items())
+    write_typed(store, typed)
+    remember_trees(store, model.objects)
+    return new

@@ -238,6 +238,14 @@ def _start_run(ws: Workspace, kind: str, fmt: str, **kwargs) -> None:
 def _start_run_locked(ws: Workspace, kind: str, fmt: str, **kwargs) -> None:
     """Plan the run (:func:`overlay.runplan.plan_run`), say its warnings, run it and
     print its report; ``kwargs`` are :func:`~overlay.runplan.plan_run`'s options."""
+    # One cat-file answers the plan's commit checks and the run's object questions
+    # (Store.reading), where each check started a `cat-file -e` (issue 14).
+    with ws.store.reading():
+        _plan_and_run(ws, kind, fmt, **kwargs)
+
+
+def _plan_and_run(ws: Workspace, kind: str, fmt: str, **kwargs) -> None:
+    """:func:`_start_run_locked` inside the store's reader."""
     from overlay.rebase import Rebase
     from overlay.rebase_report import render
     from overlay.runplan import plan_run, start_checks

@@ -40,6 +40,14 @@ RESOLVED = layout.RESOLVED_DIR
 Stages = Mapping[int, tuple[str, str]]
 
 
+def stage_oids(stages: Stages) -> tuple[str, str, str]:
+    """The blob names of stages 1, 2 and 3 (``""`` for a missing one): all that
+    :meth:`RunBase._labelled`'s text depends on besides its labels. Two conflicts with
+    the same names have the same text (a missing stage and the empty blob both give
+    ``b""``, so equal names are enough, not needed)."""
+    return tuple(stages[n][1] if n in stages else "" for n in (1, 2, 3))  # type: ignore[return-value]
+
+
 class RebaseStopped(OverlayError):
     """The run stopped at a conflict and waits for the user (exit 1)."""
 
@@ -50,9 +58,16 @@ class RebaseStopped(OverlayError):
 _checkpoint = kill_point
 
 
-def tracked_files(root: str) -> list[str]:
+def tracked_files(
+    root: str, resolutions: Mapping[str, bytes] | None = None
+) -> list[str]:
     """The overlay files a run may change (relative paths): manifest, series, patches,
-    resolutions, LOCAL_FIXES.md; only those that exist."""
+    resolutions, LOCAL_FIXES.md; only those that exist.
+
+    Args:
+        root: the overlay repository.
+        resolutions: :func:`read_resolutions` of ``root`` when the caller has it.
+    """
     out = [MANIFEST_PATH, SERIES_PATH, fixes.FILE_NAME]
     pdir = os.path.join(root, PATCH_DIR)
     if os.path.isdir(pdir):
@@ -61,7 +76,7 @@ def tracked_files(root: str) -> list[str]:
             for fn in sorted(os.listdir(pdir))
             if fn.endswith(".patch")
         ]
-    for rel in read_resolutions(root):
+    for rel in read_resolutions(root) if resolutions is None else resolutions:
         out.append(f"{RESOLVED}/{rel}")
     return [p for p in out if os.path.isfile(os.path.join(root, p))]
 
@@ -84,6 +99,14 @@ class RunBase:
         self._patches: dict[str, Patch] = {}
         self._old: Layers | None = None
         self._old_done = False
+        # The resolutions as :meth:`start` read them (and backed them up): the run's
+        # input, read once; ``None`` in a process that did not start the run.
+        self._start_resolutions: dict[str, bytes] | None = None
+        # Blobs named (SHA-1, in Python) but not yet written: they go to the store with
+        # the fork layer's trees in one process (see :meth:`_blob_name`).
+        self._new_blobs: dict[str, bytes] = {}
+        # merge-file results of this process, keyed on every input (see _labelled).
+        self._merged: dict[tuple, bytes] = {}
 
     # -- state ----------------------------------------------------------------------
     @property
@@ -179,7 +202,8 @@ class RunBase:
             shutil.rmtree(new_dir)
         backup = os.path.join(new_dir, "backup")
         os.makedirs(backup)
-        files = tracked_files(self.root)
+        resolutions = read_resolutions(self.root)
+        files = tracked_files(self.root, resolutions)
         for rel in files:
             dst = os.path.join(backup, rel)
             os.makedirs(os.path.dirname(dst), exist_ok=True)
@@ -192,13 +216,43 @@ class RunBase:
         if os.path.isdir(self.dir):
             shutil.rmtree(self.dir)  # an empty leftover (inspect found nothing in it)
         os.rename(new_dir, self.dir)
+        self._start_resolutions = resolutions
 
     # -- blobs and merges -------------------------------------------------------------
     def _blob(self, oid: str) -> bytes:
-        """The bytes of blob ``oid`` (one persistent ``cat-file`` per run)."""
+        """The bytes of blob ``oid`` (one persistent ``cat-file`` per run: the store's
+        reader inside :meth:`Store.reading`, which :meth:`Rebase.run` opens)."""
+        reader = self.store.reader
+        if reader is not None:
+            return reader.read(oid)[1]
         if self._cat is None:
             self._cat = self.store.cat_file()
         return self._cat.read(oid)[1]
+
+    def _blob_name(self, data: bytes) -> str:
+        """The name of ``data`` as a blob of the store. In a SHA-1 store it is computed
+        here and the write waits for :meth:`_flush_blobs` (or the fork layer's one write,
+        :func:`overlay.treemodel.edit_tree`): one git process for every blob of the run
+        instead of one ``hash-object`` each (issue 14). Every save of a state that names
+        such a blob comes after that write, so a kill never leaves a state naming a blob
+        the store lacks."""
+        if len(self.state.new.pin) != 40:
+            return self.store.hash_blob(data)
+        from overlay.treemodel import blob_name
+
+        oid = blob_name(data)
+        self._new_blobs[oid] = data
+        return oid
+
+    def _flush_blobs(self) -> None:
+        """Write the blobs :meth:`_blob_name` named and did not write yet (one process)."""
+        if self._new_blobs:
+            from overlay.treemodel import write_typed
+
+            write_typed(
+                self.store, {oid: ("blob", d) for oid, d in self._new_blobs.items()}
+            )
+            self._new_blobs = {}
 
     def close(self) -> None:
         """Stop the persistent blob reader."""
@@ -257,13 +311,19 @@ class RunBase:
                 f"fork {bases.fork[:8]}",
             )
         )
-        text, _ = self._merge_file(
-            self._stage_text(stages, 2),
-            self._stage_text(stages, 1),
-            self._stage_text(stages, 3),
-            labels,
-            diff3=bases is not None,
-        )
+        # Kept for the process, keyed on every input of the merge: the three blob names
+        # (a missing stage is the empty text), the labels and the style.
+        key = (stage_oids(stages), labels, bases is not None)
+        text = self._merged.get(key)
+        if text is None:
+            text, _ = self._merge_file(
+                self._stage_text(stages, 2),
+                self._stage_text(stages, 1),
+                self._stage_text(stages, 3),
+                labels,
+                diff3=bases is not None,
+            )
+            self._merged[key] = text
         return text
 
     # -- the rr-cache -----------------------------------------------------------------

@@ -15,6 +15,7 @@ import re
 
 from overlay import fixes, layout
 from overlay.errors import OverlayError
+from overlay.fsrecords import scan_record_dir
 from overlay.fsutil import atomic_write
 from overlay.layers import read_resolutions
 from overlay.manifest import MANIFEST_PATH, Manifest, set_pins
@@ -107,10 +108,26 @@ class CommitSteps(RunBase):
             updated = tomlkit.dumps(doc)
         write_if_changed(mpath, updated.encode())
 
+    def _present_resolutions(self, wanted: dict[str, str]) -> list[str]:
+        """The resolutions on disk, as :func:`read_resolutions` names them (and with its
+        errors), for :meth:`_write_resolutions` to delete those not ``wanted``.
+
+        git's ignore rules (one ``check-ignore``) only decide which unwanted files are
+        records: when every file there is wanted and readable, none is deleted whatever
+        git says about them, and git is not asked (issue 14). Anything else (a file not
+        wanted, a refused entry) is read the full way.
+        """
+        found, errors = scan_record_dir(
+            self.root, RESOLVED, what="resolution", skip_ignored=False
+        )
+        if not errors and all(rel in wanted for rel in found):
+            return list(found)
+        return list(read_resolutions(self.root))
+
     def _write_resolutions(self) -> None:
         """``patches-rocm/resolved/`` holds exactly the decided resolutions."""
         wanted = {p: e.blob for p, e in self.state.resolutions.items()}
-        for rel in list(read_resolutions(self.root)):
+        for rel in self._present_resolutions(wanted):
             if rel not in wanted:
                 os.unlink(os.path.join(self.root, RESOLVED, rel))
         for rel, oid in wanted.items():

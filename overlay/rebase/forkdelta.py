@@ -28,13 +28,17 @@ from overlay.rebase.base import (
     RunBase,
     Stages,
     _checkpoint,
+    stage_oids,
 )
 from overlay.rebase_state import Bases, PatchOutcome, ResolutionOutcome, ResolutionStop
 from overlay.runstate import STATE_DIR
 from overlay.series import read_series
+from overlay.treemodel import edit_tree
 
 #: The fork-delta merge at the old bases, computed at most once and only when needed.
 OldMerge = Callable[[], ForkMerge]
+#: git's conflicted text of a path at the new bases, computed at most once, when needed.
+NewAuto = Callable[[], bytes]
 
 
 def _mode(stages: Stages) -> str:
@@ -55,7 +59,11 @@ class ForkDeltaSteps(RunBase):
         merge = merge_fork_delta(
             self.store, new.merge_base, new.pin, new.fork, manifest.carry
         )
-        old_res = read_resolutions(self.root)
+        old_res = (
+            read_resolutions(self.root)
+            if self._start_resolutions is None
+            else self._start_resolutions
+        )
         old_merge: OldMerge = functools.cache(
             lambda: merge_fork_delta(
                 self.store, old.merge_base, old.pin, old.fork, manifest.carry
@@ -65,12 +73,16 @@ class ForkDeltaSteps(RunBase):
         for path in sorted(merge.stages):
             if path in decided:
                 continue
-            new_auto = self._labelled(merge.stages[path], None)
+            new_auto = functools.cache(
+                functools.partial(self._labelled, merge.stages[path], None)
+            )
             outcome = self._settled(path, merge, old_res, old_merge, new_auto)
             if outcome is None:
-                self._stop_for_resolution(path, merge, old_res, new_auto, new)
+                self._flush_blobs()  # the stop saves the outcomes decided so far
+                self._stop_for_resolution(path, merge, old_res, new_auto(), new)
+            # Saved with the fork layer (its blobs are written with its trees): a kill
+            # before then settles these paths again, to the same outcomes.
             decided[path] = outcome
-            self.save()
         self._build_fork_layer(merge, old_res, old_merge)
 
     def _settled(
@@ -79,7 +91,7 @@ class ForkDeltaSteps(RunBase):
         merge: ForkMerge,
         old_res: dict[str, bytes],
         old_merge: OldMerge,
-        new_auto: bytes,
+        new_auto: NewAuto,
     ) -> ResolutionOutcome | None:
         """How ``path`` is settled without the user: its recorded resolution carried,
         or one the rr-cache knows; ``None`` when neither works."""
@@ -89,7 +101,7 @@ class ForkDeltaSteps(RunBase):
             )
             if carried is not None:
                 return carried
-        return self._reuse_recorded(path, merge, new_auto)
+        return self._reuse_recorded(path, merge, new_auto())
 
     def _carry_recorded(
         self,
@@ -97,7 +109,7 @@ class ForkDeltaSteps(RunBase):
         merge: ForkMerge,
         recorded: bytes,
         old_merge: OldMerge,
-        new_auto: bytes,
+        new_auto: NewAuto,
     ) -> ResolutionOutcome | None:
         """The recorded resolution on the new conflict: as is when the conflict is the
         same, else merged 3-way; ``None`` when that merge is not clean (or the old
@@ -105,24 +117,27 @@ class ForkDeltaSteps(RunBase):
         old_stages = old_merge().stages.get(path, {})
         if not old_stages:
             return None
-        old_auto = self._labelled(old_stages, None)
-        if old_auto == new_auto:
+        # The same three blobs give the same conflicted text: no merge-file for either
+        # (the common case of a bump: upstream did not touch the file).
+        same = stage_oids(old_stages) == stage_oids(merge.stages[path])
+        old_auto = b"" if same else self._labelled(old_stages, None)
+        if same or old_auto == new_auto():
             return ResolutionOutcome(
                 "unchanged",
-                self.store.hash_blob(recorded),
+                self._blob_name(recorded),
                 "same conflict as before: the recorded resolution applies as is",
             )
         carried, clean = self._merge_file(
             recorded,
             old_auto,
-            new_auto,
+            new_auto(),
             ("recorded resolution", "old auto-merge", "new auto-merge"),
         )
         if not clean or marker_lines(carried):
             return None
         return ResolutionOutcome(
             "carried",
-            self.store.hash_blob(carried),
+            self._blob_name(carried),
             "recorded resolution carried by a 3-way merge"
             + self._outside_note(merge, path, carried),
         )
@@ -137,7 +152,7 @@ class ForkDeltaSteps(RunBase):
             return None
         return ResolutionOutcome(
             "reused",
-            self.store.hash_blob(recorded),
+            self._blob_name(recorded),
             "resolution recorded for the same conflict in an earlier run (rr-cache "
             f"{key[:12]}): review it; `overlay rebase --forget {path}` forgets it"
             + self._outside_note(merge, path, recorded),
@@ -187,7 +202,10 @@ class ForkDeltaSteps(RunBase):
             for path, entry in self.state.resolutions.items()
             if path in merge.stages
         }
-        forked = self.store.edit_tree(merge.tree, changes)
+        # Computed in Python from the merged tree's listing; its trees and this run's
+        # resolution blobs are written by one git process (treemodel.edit_tree).
+        forked = edit_tree(self.store, merge.tree, changes, self._new_blobs)
+        self._new_blobs = {}
         self.state.stale = sorted(p for p in old_res if p not in merge.stages)
         self._remember_stale(old_res, old_merge)  # saves the state
         _checkpoint("stale-remembered")

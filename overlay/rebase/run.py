@@ -7,6 +7,7 @@ import os
 import shutil
 
 from overlay.errors import OverlayError
+from overlay.manifest import Manifest
 from overlay.markers import marker_lines
 from overlay.rebase.base import RebaseStopped
 from overlay.rebase.commit import CommitSteps
@@ -15,6 +16,7 @@ from overlay.rebase.patches import PatchSteps
 from overlay.rebase.recover import AbortSteps
 from overlay.rebase_report import RebaseReport
 from overlay.rebase_state import (
+    Bases,
     EmptyStop,
     PatchStop,
     ResolutionOutcome,
@@ -48,6 +50,12 @@ class Rebase(ForkDeltaSteps, PatchSteps, CommitSteps, AbortSteps):
         """
         manifest = self._manifest()
         new, old = self.state.new, self.state.old
+        # One cat-file for every object question of the run (Store.reading).
+        with self.store.reading():
+            return self._run(manifest, new, old)
+
+    def _run(self, manifest: Manifest, new: Bases, old: Bases) -> RebaseReport:
+        """:meth:`run` inside the store's reader."""
         try:
             if not self.state.committing:
                 if self.state.forked is None:

@@ -1,0 +1,96 @@
+"""The git store's remembered ancestry answers (``overlay-ancestry.json``): a mixin of
+:class:`overlay.gitstore.Store`, kept apart so that module stays a readable size."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+from overlay.gitrun import is_sha
+
+
+class RememberedAncestry:
+    """``merge-base`` questions whose answers never change, remembered in the store.
+
+    Needs ``git_dir``, ``git(...)`` and ``_known`` (``None`` until read) of the store.
+    """
+
+    git_dir: str
+    _known: dict | None
+
+    def git(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+        """Run git against the store (:meth:`overlay.gitstore.Store.git`)."""
+        raise NotImplementedError
+
+    # -- ancestry, remembered -------------------------------------------------
+    def is_ancestor(self, a: str, b: str) -> bool:
+        """``git merge-base --is-ancestor a b``, remembered in the store for full commit names.
+
+        The answer for two commits never changes, and it is a walk of history each time
+        (12 ms of every uncached verify of the real overlay for MAN003 alone; issue 14).
+        An answer git could not give (a missing object) is not remembered.
+
+        Returns:
+            True when ``a`` is an ancestor of (or equal to) ``b``.
+        """
+        key = f"is-ancestor {a} {b}"
+        known = self._ancestry().get(key)
+        if known is not None:
+            return bool(known)
+        code = self.git("merge-base", "--is-ancestor", a, b, check=False).returncode
+        if code in (0, 1) and is_sha(a) and is_sha(b):
+            self._remember(key, code == 0)
+        return code == 0
+
+    def merge_base(self, a: str, b: str) -> str | None:
+        """``git merge-base a b`` (the best common ancestor), remembered like :meth:`is_ancestor`.
+
+        Returns:
+            Its name, or ``None`` when the two have no common ancestor.
+        """
+        key = f"merge-base {a} {b}"
+        known = self._ancestry().get(key)
+        if known is not None:
+            return known or None
+        proc = self.git("merge-base", a, b, check=False)
+        base = proc.stdout.decode().strip()
+        if proc.returncode in (0, 1) and is_sha(a) and is_sha(b):
+            self._remember(key, base)
+        return base or None
+
+    _ANCESTRY = "overlay-ancestry.json"
+    _ANCESTRY_MAX = 2000
+
+    def _ancestry(self) -> dict:
+        """The remembered ancestry answers, read from the store once."""
+        if self._known is None:
+            import json
+
+            try:
+                with open(
+                    os.path.join(self.git_dir, self._ANCESTRY), encoding="utf-8"
+                ) as fh:
+                    data = json.load(fh)
+                self._known = data if isinstance(data, dict) else {}
+            except (OSError, ValueError):
+                self._known = {}
+        return self._known
+
+    def _remember(self, key: str, value: bool | str) -> None:
+        """Remember one ancestry answer in the store (best effort)."""
+        import json
+
+        from overlay.fsutil import atomic_write
+
+        known = self._ancestry()
+        if len(known) >= self._ANCESTRY_MAX:
+            known.clear()  # upstream tips move with every fetch: keep the file small, not complete
+        known[key] = value
+        try:
+            atomic_write(
+                os.path.join(self.git_dir, self._ANCESTRY),
+                json.dumps(known).encode(),
+                durable=False,
+            )
+        except OSError:
+            pass  # only costs the walk next time
