@@ -328,6 +328,36 @@ def test_keep_leaves_the_work_tree_for_another_round(clean):
     verify_clean(clean)
 
 
+def test_an_edit_in_the_same_second_as_the_index_is_recorded(clean):
+    """git trusts an entry's stat data only when the entry is older than its index
+    file; a same-size rewrite in the same second as the index is "racily clean" and
+    compared by content. The record read a copy of the index stamped later, so such
+    an edit (seen under load, right after ``--keep``) said "nothing to record"."""
+    cli(clean, "edit", "--new", "0002-x")
+    work = clean.root / ".overlay" / "edit" / "0002-x"
+    header = work / HEADER
+    header.write_text("#pragma once\n// one\n")
+    first = cli(clean, "record", "-m", "rocm: x", "--description", "Why.", "--keep")
+    assert first.exit_code == 0, first.output
+
+    def git(*args):
+        return subprocess.run(["git", *args], cwd=work, capture_output=True)
+
+    # One second S for the file, the index entry and the index file; ctime cannot be
+    # set back, so git is told to leave it out, as it may within one second.
+    git("config", "core.trustctime", "false")
+    second = int(header.stat().st_mtime) - 100
+    os.utime(header, (second, second))
+    assert git("update-index", "--refresh").returncode == 0
+    os.utime(work / ".git" / "index", (second, second))
+    header.write_text("#pragma once\n// two\n")  # the same size
+    os.utime(header, (second, second))
+    assert git("diff", "--quiet").returncode == 1  # git itself sees the edit
+    again = cli(clean, "record")
+    assert again.exit_code == 0, again.output
+    assert "+// two" in (clean.root / PDIR / "0002-x.patch").read_text()
+
+
 def test_message_from_the_editor_when_a_terminal_is_there(clean, monkeypatch):
     cli(clean, "edit", "--new", "0002-ed")
     (clean.root / ".overlay/edit/0002-ed" / HEADER).write_text("#pragma once\n// ed\n")

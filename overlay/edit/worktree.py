@@ -74,7 +74,11 @@ def snapshot(store: Store, workdir: str, base: str) -> str:
         )
     index = os.path.join(workdir, ".git", "overlay-record.index")
     try:
-        shutil.copyfile(os.path.join(workdir, ".git", "index"), index)
+        # copy2: the copy keeps the index's mtime. git (which compares whole seconds)
+        # reads an entry whose mtime is not older than its index as "racily clean"
+        # and compares content; a copy stamped "now" made a same-size edit in the
+        # same second as the index look unchanged ("nothing to record").
+        shutil.copy2(os.path.join(workdir, ".git", "index"), index)
     except FileNotFoundError:
         pass
     try:
