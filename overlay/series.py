@@ -159,19 +159,27 @@ def parse_patch(
     except PatchFormatError as exc:
         raise PatchFormatError(f"{name}: {exc.message}") from None
     subject, description, trailers, trailer_lines, author = parse_head(head)
-    if header_only:
-        return Patch(
-            name=name,
-            path=path,
-            data=data,
-            subject=subject,
-            description=description,
-            trailers=trailers,
-            trailer_lines=trailer_lines,
-            changes=(),
-            author=author,
-        )
-    first_line = head.count(b"\n") + 1
+    changes = [] if header_only else _file_changes(name, diff, head.count(b"\n") + 1)
+    return Patch(
+        name=name,
+        path=path,
+        data=data,
+        subject=subject,
+        description=description,
+        trailers=trailers,
+        trailer_lines=trailer_lines,
+        changes=tuple(changes),
+        author=author,
+    )
+
+
+def _file_changes(name: str, diff: bytes, first_line: int) -> list[FileChange]:
+    """Each file's diff of a patch's diff part, which starts at line ``first_line``.
+
+    Raises:
+        PatchFormatError: a combined diff, a piece that is not a ``diff --git``, or no
+            file at all.
+    """
     changes = []
     line = first_line
     for piece in diff_pieces(diff):
@@ -187,17 +195,7 @@ def parse_patch(
         line += piece.count(b"\n") + 1
     if not changes:
         raise PatchFormatError(f"{name}: the diff names no file")
-    return Patch(
-        name=name,
-        path=path,
-        data=data,
-        subject=subject,
-        description=description,
-        trailers=trailers,
-        trailer_lines=trailer_lines,
-        changes=tuple(changes),
-        author=author,
-    )
+    return changes
 
 
 def load_patch(root: str, name: str) -> Patch:
