@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import tempfile
 
+from overlay import fixes
 from overlay.gitstore import Store
 from overlay.layers import compute_layers
 from overlay.manifest import load_manifest
@@ -118,6 +119,8 @@ def make_overlay(store: Store, src_root: str, dest: str, n: int) -> dict:
             store.git("update-index", "--cacheinfo", f"100644,{blob},{path}", env=env)
             trees.append(store.out("write-tree", env=env))
     diffs = _diffs(store, list(zip(trees, trees[1:], strict=False)))
+    # The next free entry number (the real series takes new entries as it grows).
+    number = fixes.next_number(fixes.load(os.path.join(dest, "LOCAL_FIXES.md")))
     series_path = os.path.join(dest, "patches-rocm", "series")
     with open(series_path, "a", encoding="utf-8") as series:
         for i, (path, diff) in enumerate(zip(order, diffs, strict=True), 1):
@@ -127,7 +130,7 @@ def make_overlay(store: Store, src_root: str, dest: str, n: int) -> dict:
             body = format_patch(
                 f"bench: touch {path}",
                 f"Benchmark patch {i} of the long series.",
-                [("Local-Fix", "12"), ("Forwarded", "not-needed")],
+                [("Local-Fix", str(number)), ("Forwarded", "not-needed")],
                 diff,
                 author="overlay local fixes <overlay@localhost>",
             )
@@ -138,7 +141,7 @@ def make_overlay(store: Store, src_root: str, dest: str, n: int) -> dict:
     with open(fixes_path, encoding="utf-8") as fh:
         text = fh.read()
     entry = (
-        "12. **Benchmark series.** Synthetic patches of the long-series benchmark append "
+        f"{number}. **Benchmark series.** Synthetic patches of the long-series benchmark append "
         "one comment line each to "
         + ", ".join(f"`{p}`" for p in touched)
         + f". {CLOSING}\n\n"
