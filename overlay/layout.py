@@ -35,6 +35,13 @@ LOCAL_FIXES = "LOCAL_FIXES.md"
 STATE_DIR = ".overlay"
 #: The state of a rebase or sync in progress.
 REBASE_STATE_DIR = f"{STATE_DIR}/rebase"
+#: Inside it: the run's state, the records as they were before it (``--abort``
+#: restores them), and the files a stop leaves for the user to edit.
+STATE_JSON = "state.json"
+BACKUP = "backup"
+WORK = "work"
+#: Where a stopped run's files are edited.
+REBASE_WORK_DIR = f"{REBASE_STATE_DIR}/{WORK}"
 #: The lock of the rebase state and the records (outside the state directory, which
 #: comes and goes).
 REBASE_LOCK = f"{STATE_DIR}/rebase.lock"

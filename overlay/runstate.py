@@ -47,7 +47,7 @@ from overlay.paths import check_path
 from overlay.rebase_state import RunState
 
 STATE_DIR = layout.REBASE_STATE_DIR
-STATE_FILE = os.path.join(STATE_DIR, "state.json")
+STATE_FILE = os.path.join(STATE_DIR, layout.STATE_JSON)
 #: A start builds the state directory here, then renames it to :data:`STATE_DIR`.
 NEW_STATE_DIR = f"{layout.REBASE_STATE_DIR}.tmp-new"
 #: A run that ends (completed or aborted) renames its state directory here, then removes it.
@@ -137,9 +137,9 @@ def inspect_state(root: str) -> StateOnDisk:
         return StateOnDisk(False)
     if not names:
         return StateOnDisk(False)
-    backup = os.path.join(sdir, "backup")
+    backup = os.path.join(sdir, layout.BACKUP)
     has_backup = os.path.isdir(backup) and not os.path.islink(backup)
-    if not os.path.lexists(os.path.join(sdir, "state.json")):
+    if not os.path.lexists(os.path.join(sdir, layout.STATE_JSON)):
         left = (
             "its backup"
             if has_backup
@@ -431,7 +431,7 @@ def sweep_killed_runs(root: str) -> list[str]:
         sweep(os.path.relpath(dirpath, root))
     sweep(layout.STATE_DIR, {"last-rebase.md", "last-rebase.json"})
     sweep(RR_CACHE)
-    sweep(STATE_DIR, {"state.json"})
+    sweep(STATE_DIR, {layout.STATE_JSON})
     for rel in (NEW_STATE_DIR, OLD_STATE_DIR):
         full = os.path.join(root, rel)
         if os.path.islink(full) or os.path.isfile(full):

@@ -325,7 +325,7 @@ def inputs(root: str, git_dir: str | None, offline: bool) -> bytes | None:
         _field(
             out,
             b"rebase",
-            _stat(layout.under(root, f"{layout.REBASE_STATE_DIR}/state.json")),
+            _stat(layout.under(root, f"{layout.REBASE_STATE_DIR}/{layout.STATE_JSON}")),
         )
         _field(
             out, b"repo", "\0".join(repo_paths(root)).encode("utf-8", "surrogateescape")

@@ -130,7 +130,7 @@ def _print_status(st) -> None:
     if st.stop is not None:
         click.echo(
             f"stopped at {st.stop.type} {st.stop.what}: edit the files under "
-            ".overlay/rebase/work/, then --continue (or --skip a patch, or --abort)"
+            f"{layout.REBASE_WORK_DIR}/, then --continue (or --skip a patch, or --abort)"
         )
 
 

@@ -93,7 +93,7 @@ class RunBase:
         self.root = os.path.abspath(root)
         self.store = store
         self.dir = os.path.join(self.root, STATE_DIR)
-        self.work = os.path.join(self.dir, "work")
+        self.work = os.path.join(self.dir, layout.WORK)
         self._state: RunState | None = None
         self._cat: CatFile | None = None
         self._patches: dict[str, Patch] = {}
@@ -168,7 +168,7 @@ class RunBase:
         # Rename-atomic, not fsynced: a killed process leaves the old or the new state,
         # never a torn one; a power loss may cost the last step, which is redone.
         atomic_write(
-            os.path.join(self.dir, "state.json"), self.state.dumps(), durable=False
+            os.path.join(self.dir, layout.STATE_JSON), self.state.dumps(), durable=False
         )
 
     def _discard_dir(self) -> None:
@@ -200,7 +200,7 @@ class RunBase:
         new_dir = os.path.join(self.root, NEW_STATE_DIR)
         if os.path.lexists(new_dir):
             shutil.rmtree(new_dir)
-        backup = os.path.join(new_dir, "backup")
+        backup = os.path.join(new_dir, layout.BACKUP)
         os.makedirs(backup)
         resolutions = read_resolutions(self.root)
         files = tracked_files(self.root, resolutions)
@@ -210,7 +210,7 @@ class RunBase:
             shutil.copy2(os.path.join(self.root, rel), dst)
         self.state = RunState(kind=kind, old=old, new=new, backup=files)
         atomic_write(
-            os.path.join(new_dir, "state.json"), self.state.dumps(), durable=False
+            os.path.join(new_dir, layout.STATE_JSON), self.state.dumps(), durable=False
         )
         _checkpoint("start")
         if os.path.isdir(self.dir):
@@ -389,7 +389,7 @@ class RunBase:
         only when asked for)."""
         cache = self._patches
         if name not in cache or (not header_only and cache[name].changes == ()):
-            path = os.path.join(self.dir, "backup", PATCH_DIR, name)
+            path = os.path.join(self.dir, layout.BACKUP, PATCH_DIR, name)
             with open(path, "rb") as fh:
                 cache[name] = parse_patch(
                     fh.read(), name, path, header_only=header_only
@@ -408,7 +408,7 @@ class RunBase:
                 self._old = compute_layers(
                     self.store,
                     self._manifest(),
-                    os.path.join(self.dir, "backup"),
+                    os.path.join(self.dir, layout.BACKUP),
                     pin=old.pin,
                     fork=old.fork,
                     merge_base=old.merge_base,

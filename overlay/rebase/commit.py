@@ -74,7 +74,7 @@ class CommitSteps(RunBase):
     def _refuse_edited_records(self) -> None:
         """Never overwrite what the user edited while the run was stopped: refuse when a
         backed-up record differs from its backup (or is gone)."""
-        backup = os.path.join(self.dir, "backup")
+        backup = os.path.join(self.dir, layout.BACKUP)
         edited = []
         for rel in self.state.backup:
             try:

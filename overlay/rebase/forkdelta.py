@@ -14,6 +14,7 @@ import os
 from collections.abc import Callable
 from typing import NoReturn
 
+from overlay import layout
 from overlay.layers import (
     ForkMerge,
     changes_outside_conflicts,
@@ -168,7 +169,7 @@ class ForkDeltaSteps(RunBase):
     ) -> NoReturn:
         """Write the work file (and the recorded resolution beside it), save the stop and
         raise :class:`RebaseStopped` saying what to edit."""
-        work_path = os.path.join(STATE_DIR, "work", path)
+        work_path = os.path.join(STATE_DIR, layout.WORK, path)
         work = {path: self._labelled(merge.stages[path], new)}
         previous = ""
         if path in old_res:

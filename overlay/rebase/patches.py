@@ -13,6 +13,7 @@ import os
 import shutil
 from typing import NoReturn
 
+from overlay import layout
 from overlay.engine import (
     Carried,
     CarryError,
@@ -35,7 +36,7 @@ from overlay.series import Patch, split_patch
 Changes = dict[str, tuple[str, str] | None]
 
 #: The work directory, as messages name it.
-WORK = os.path.join(STATE_DIR, "work")
+WORK = os.path.join(STATE_DIR, layout.WORK)
 
 
 class PatchSteps(RunBase):

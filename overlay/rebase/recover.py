@@ -12,6 +12,7 @@ import dataclasses
 import os
 import re
 
+from overlay import layout
 from overlay.errors import OverlayError
 from overlay.rebase.base import RESOLVED, RunBase, tracked_files
 from overlay.rebase.files import files_under, prune_empty, restore, rr_remove
@@ -55,7 +56,7 @@ class AbortSteps(RunBase):
     def _abort(self) -> list[str]:
         """:meth:`abort` itself, with Ctrl-C held back."""
         touched = self._remove_created(set(self.state.backup))
-        backup = os.path.join(self.dir, "backup")
+        backup = os.path.join(self.dir, layout.BACKUP)
         for rel in sorted(self.state.backup):
             if restore(backup, self.root, rel):
                 touched.append(rel)
@@ -98,7 +99,7 @@ class AbortSteps(RunBase):
         info = self.inspect()
         if not info.present or not info.problem:
             raise OverlayError("the rebase state is not wedged")
-        backup = os.path.join(self.dir, "backup")
+        backup = os.path.join(self.dir, layout.BACKUP)
         copies = files_under(backup)
         restored: list[str] = []
         kept: list[str] = []
