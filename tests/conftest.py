@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import signal
+import tempfile
 
 import pytest
 from gitfixtures import PATCH, Overlay, build_world, lines, local_fixes, make_patch
@@ -69,6 +70,13 @@ def isolated_git(tmp_path_factory):
     env.setenv("GIT_CONFIG_NOSYSTEM", "1")
     env.setenv("XDG_CACHE_HOME", str(home / "cache"))
     env.setenv("OVERLAY_GIT_DIR", str(home / "store.git"))
+    # A temp directory of the test's own: overlay sweeps the scratch directories of
+    # dead processes from it (fsutil.sweep_scratch_dirs), which must not reach those of
+    # another test run on the machine (a killed test child's git still using its index).
+    tmp = home / "tmp"
+    tmp.mkdir()
+    env.setenv("TMPDIR", str(tmp))
+    env.setattr(tempfile, "tempdir", str(tmp))
     for var in ("GIT_AUTHOR_DATE", "GIT_COMMITTER_DATE"):
         env.setenv(var, "1600000000 +0000")
     try:
