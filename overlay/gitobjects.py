@@ -109,6 +109,8 @@ class ObjectReader(CatFile):
             str, bytes
         ] = {}  # bodies of trees the caller wrote, unparsed
 
+    # CatFile's ``_proc`` is a plain attribute set at start; this reader starts git on
+    # the first question instead, so the name becomes a property (mypy: override).
     @property
     def _proc(self) -> subprocess.Popen:  # type: ignore[override]
         if self._started is None:

@@ -291,9 +291,7 @@ def load_manifest(root: str) -> Manifest:
             named) or invalid (exit 2).
     """
     try:
-        text = read_record_text(
-            root, MANIFEST_PATH.replace(os.sep, "/"), what="manifest"
-        )
+        text = read_record_text(root, MANIFEST_PATH, what="manifest")
     except RecordMissing:
         raise ManifestError(
             f"{MANIFEST_PATH} not found under {root}",

@@ -47,7 +47,7 @@ from overlay.paths import check_path
 from overlay.rebase_state import RunState
 
 STATE_DIR = layout.REBASE_STATE_DIR
-STATE_FILE = os.path.join(STATE_DIR, layout.STATE_JSON)
+STATE_FILE = f"{STATE_DIR}/{layout.STATE_JSON}"
 #: A start builds the state directory here, then renames it to :data:`STATE_DIR`.
 NEW_STATE_DIR = f"{layout.REBASE_STATE_DIR}.tmp-new"
 #: A run that ends (completed or aborted) renames its state directory here, then removes it.
@@ -149,7 +149,7 @@ def inspect_state(root: str) -> StateOnDisk:
     try:
         raw = read_record(
             root,
-            STATE_FILE.replace(os.sep, "/"),
+            STATE_FILE,
             what="rebase state",
             allow_symlink=False,
         )
@@ -483,7 +483,7 @@ def _changed_files(report: dict) -> list[str]:
     listed = report.get("files")
     if isinstance(listed, list) and all(isinstance(x, str) for x in listed):
         return list(listed)
-    out = [MANIFEST_PATH.replace(os.sep, "/")]
+    out = [MANIFEST_PATH]
     pins = report.get("pins", {})
     if pins.get("before") != pins.get("after"):
         out.append("LOCAL_FIXES.md (the pins in its headings)")

@@ -109,7 +109,7 @@ def read_series(root: str) -> list[tuple[str, int]]:
             lists more than :data:`MAX_SERIES_ENTRIES` patches (exit 2).
     """
     try:
-        text = read_record_text(root, SERIES_PATH.replace(os.sep, "/"), what="series")
+        text = read_record_text(root, SERIES_PATH, what="series")
     except RecordMissing:
         return []
     out = []

@@ -69,8 +69,9 @@ class TreeModel:
         if entries is None:
             entries = {}
             raw = self._raw.pop(path, None)
-            if raw is None and self._loader is not None and self._oid.get(path):
-                raw = self._loader(self._oid[path])  # type: ignore[arg-type]
+            oid = self._oid.get(path)
+            if raw is None and self._loader is not None and oid:
+                raw = self._loader(oid)
             for mode, kind, oid, name in raw or ():
                 entries[name] = _entry(
                     name, _TREE_MODE if kind == "tree" else mode, oid

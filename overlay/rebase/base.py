@@ -45,7 +45,11 @@ def stage_oids(stages: Stages) -> tuple[str, str, str]:
     :meth:`RunBase._labelled`'s text depends on besides its labels. Two conflicts with
     the same names have the same text (a missing stage and the empty blob both give
     ``b""``, so equal names are enough, not needed)."""
-    return tuple(stages[n][1] if n in stages else "" for n in (1, 2, 3))  # type: ignore[return-value]
+
+    def oid(n: int) -> str:
+        return stages[n][1] if n in stages else ""
+
+    return oid(1), oid(2), oid(3)
 
 
 class RebaseStopped(OverlayError):
