@@ -7,8 +7,9 @@ holds the commits (OVERLAY_GIT_DIR or the default store; they are fetched once).
 Each run starts from a copy of the overlay's records (patches-rocm/, LOCAL_FIXES.md)
 as they were on v0.32.1 (taken from this repository's history)
 and a fresh store that borrows the warm store's objects (objects/info/alternates), in
-which the current layers were computed once, untimed: the state a `verify` before the
-bump leaves. Timed, as CPU (user + system, children included), interleaved, medians:
+which the current layers were computed once, untimed, as `overlay verify` computes
+them (a tree per patch, for its refresh check): the state a `verify` before the bump
+leaves. Timed, as CPU (user + system, children included), interleaved, medians:
 
 * the bump: `Rebase.start` + `Rebase.run` in this process, to the end (three
   resolutions settled, ten patches carried, records and report written);
@@ -96,7 +97,7 @@ def prepared(base: Store, tmp: str, name: str) -> tuple[str, Store]:
     """A copy of the overlay and a fresh store in which its layers were computed once."""
     root = copy_overlay(os.path.join(tmp, name), start_records())
     store = Store(fresh_store(base.git_dir, os.path.join(tmp, name + ".git")))
-    compute_layers(store, load_manifest(root), root)
+    compute_layers(store, load_manifest(root), root, stepwise=True)
     return root, store
 
 

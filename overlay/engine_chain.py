@@ -16,6 +16,7 @@ the patch, the file and the reason.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from collections.abc import Sequence
@@ -23,11 +24,13 @@ from collections.abc import Sequence
 from overlay.engine_gitapply import OFFSET_RE
 from overlay.errors import PatchFormatError
 from overlay.fsutil import scratch_dir
-from overlay.gitstore import Store, TreeEntry, zsplit
+from overlay.gitstore import Store, TreeEntry, is_sha, zsplit
 from overlay.series import FileChange, Patch, diff_pieces, split_patch
 
 #: The blob of an empty file: what a deletion, re-emitted as a copy, must leave.
 _EMPTY_BLOB = "e69de29bb2d1d6434b8b29ae775ad8c2e48c5391"
+#: The modes a blob entry of the chain's index can have.
+_MODES = frozenset({"100644", "100755", "120000"})
 _NEEDS_QUOTE = re.compile(rb'[\x00-\x20"\\\x7f-\xff]')
 
 #: One file change of a patch and the path (``k/<path>``) its result is at.
@@ -231,11 +234,75 @@ def apply_chained(
     return _write_trees(store, base_tree, plan, index)
 
 
+#: The store's directory of proven applies (:func:`_run_chain`).
+APPLIES = "overlay-applies"
+#: Bump when the git input of a chain (lines, sections, the flags of ``_apply``)
+#: changes meaning, so older proofs are not read.
+APPLIES_VERSION = 1
+
+
+def chain_key(lines: Sequence[str], sections: Sequence[bytes]) -> str:
+    """The key of a chain's proof: SHA-256 of everything git is given (the index lines,
+    each section's bytes with its length, the version of the flags)."""
+    h = hashlib.sha256(b"overlay apply-chain %d\0" % APPLIES_VERSION)
+    for line in lines:
+        h.update(line.encode("utf-8", "surrogateescape") + b"\0")
+    for text in sections:
+        h.update(b"\0%d\0" % len(text) + text)
+    return h.hexdigest()
+
+
+def _recalled(store: Store, key: str) -> IndexEntries | None:
+    """The index a chain with this key left when git last applied it, or ``None`` (never
+    run, a record of another shape, or a blob it names is gone from the store)."""
+    record = store.cache_read(APPLIES, key)
+    rows = record.get("index") if record else None
+    if not isinstance(rows, list):
+        return None
+    index: IndexEntries = {}
+    for row in rows:
+        if not (
+            isinstance(row, list)
+            and len(row) == 3
+            and all(isinstance(x, str) for x in row)
+            and row[1] in _MODES
+            and is_sha(row[2])
+        ):
+            return None
+        index[row[0]] = (row[1], row[2])
+    if store.missing_objects(sorted({oid for _mode, oid in index.values()})):
+        return None
+    return index
+
+
 def _run_chain(
     store: Store, lines: list[str], sections: list[bytes]
 ) -> IndexEntries | None:
-    """Apply the chain on a scratch index: every entry it leaves, or ``None`` when git
-    fails, skips a file or places a hunk at an offset."""
+    """The entries git's apply of the chain leaves, or ``None`` when git fails, skips a
+    file or places a hunk at an offset.
+
+    ``git apply`` is a function of its input: the same index lines and sections give the
+    same entries. So a chain git applied once is kept in the store, keyed on that whole
+    input (:func:`chain_key`), and read back instead of applied again (a pin bump that
+    leaves the patched files alone meets the very chain the verify before it applied;
+    issue 14). What is read back is then checked against the records exactly as git's
+    output is. A failure is not kept: git says again what is wrong.
+    """
+    key = chain_key(lines, sections)
+    index = _recalled(store, key)
+    if index is None:
+        index = _apply(store, lines, sections)
+        if index is not None:
+            store.cache_write(
+                APPLIES, key, {"index": [[p, *e] for p, e in sorted(index.items())]}
+            )
+    return index
+
+
+def _apply(
+    store: Store, lines: list[str], sections: list[bytes]
+) -> IndexEntries | None:
+    """Apply the chain on a scratch index (see :func:`_run_chain`)."""
     # A scratch index, swept after a kill as every other.
     with scratch_dir("idx") as tmp:
         env = {"GIT_INDEX_FILE": os.path.join(tmp, "index")}

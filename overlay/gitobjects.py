@@ -150,6 +150,23 @@ class ObjectReader(CatFile):
             return None
         return fields[0].decode(), fields[1].decode()
 
+    def infos(self, oids: Sequence[str]) -> list[bool]:
+        """Whether each of ``oids`` names an object, asked in chunks written at once (one
+        round trip per chunk, not per object). A chunk's questions and answers stay
+        below the pipes' 64 KiB, so neither side blocks the other."""
+        proc = self._proc
+        assert proc.stdin and proc.stdout
+        found: list[bool] = []
+        for start in range(0, len(oids), 500):
+            chunk = oids[start : start + 500]
+            assert not any("\n" in oid for oid in chunk)
+            proc.stdin.write(b"".join(b"info " + o.encode() + b"\n" for o in chunk))
+            proc.stdin.flush()
+            for _ in chunk:
+                fields = proc.stdout.readline().split()
+                found.append(len(fields) == 3 and fields[1] != b"missing")
+        return found
+
     def tree(self, oid: str) -> list[Row]:
         """The entries of tree ``oid`` (:func:`parse_tree_object`), read once per block.
 

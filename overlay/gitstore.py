@@ -15,13 +15,14 @@ the one import a caller needs.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import subprocess
 import sys
 from collections.abc import Iterator, Sequence
 
 from overlay.errors import GitError, OfflineMiss
-from overlay.fsutil import flocked, scratch_dir
+from overlay.fsutil import atomic_write, flocked, scratch_dir
 from overlay.gitancestry import RememberedAncestry
 from overlay.gitobjects import (
     CatFile,
@@ -210,6 +211,53 @@ class Store(RememberedAncestry):
         return (
             self.git("cat-file", "-e", f"{oid}^{{{kind}}}", check=False).returncode == 0
         )
+
+    def missing_objects(self, oids: Sequence[str]) -> list[str]:
+        """The names among ``oids`` the store has no object for, in order.
+
+        Inside :meth:`reading` the reader is asked for all of them in one round trip;
+        outside, one ``git cat-file --batch-check`` answers.
+        """
+        if not oids:
+            return []
+        if self._reader is not None:
+            found = self._reader.infos(oids)
+        else:
+            proc = self.git(
+                "cat-file", "--batch-check", input=("\n".join(oids) + "\n").encode()
+            )
+            found = [line.split()[1] != b"missing" for line in proc.stdout.splitlines()]
+        return [oid for oid, there in zip(oids, found, strict=True) if not there]
+
+    # -- what overlay computed, kept beside the objects -------------------------
+    def _record_path(self, kind: str, key: str) -> str:
+        return os.path.join(self.git_dir, kind, key[:2], key[2:] + ".json")
+
+    def cache_read(self, kind: str, key: str) -> dict | None:
+        """A record overlay kept in the store (:meth:`cache_write`), or ``None`` when it
+        is absent or unreadable (the caller then computes it again).
+
+        Args:
+            kind: the directory of the store it lives in (``overlay-layers``, ...).
+            key: 64-hex key of everything the record depends on.
+        """
+        try:
+            with open(self._record_path(kind, key), encoding="utf-8") as fh:
+                record = json.load(fh)
+        except (OSError, ValueError):
+            return None
+        return record if isinstance(record, dict) else None
+
+    def cache_write(self, kind: str, key: str, record: dict) -> None:
+        """Keep ``record`` (JSON) under ``<store>/<kind>/<key[:2]>/<key[2:]>.json``,
+        replaced atomically; a failure is ignored (a record that cannot be kept only
+        costs time)."""
+        path = self._record_path(kind, key)
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            atomic_write(path, json.dumps(record).encode(), durable=False)
+        except OSError:
+            pass
 
     def ensure_commit(self, sha: str, remotes: Sequence[str]) -> None:
         """Make sure commit ``sha`` is in the store, fetching it by SHA if needed.

@@ -8,10 +8,13 @@ Each is compared with the way it replaced: one ``git apply`` + ``write-tree`` pe
 
 from __future__ import annotations
 
+import json
+import os
+
 import pytest
 from gitfixtures import make_patch
 
-from overlay import engine, engine_records
+from overlay import engine, engine_chain, engine_records
 from overlay.engine import PatchApplyError, apply_series
 from overlay.gitstore import EMPTY_TREE, Store
 from overlay.patchfmt import tree_diff, tree_diffs
@@ -70,7 +73,7 @@ def series(
 def sequential(store: Store, tree: str, patches) -> tuple[str, list]:
     """The one-patch-at-a-time path, the chain switched off."""
     saved = engine.apply_chained
-    engine.apply_chained = lambda *args: None
+    engine.apply_chained = lambda *args, **kw: None
     try:
         return apply_series(store, tree, patches, stepwise=True)
     finally:
@@ -106,7 +109,9 @@ def test_chain_gives_the_trees_of_one_patch_at_a_time(store, tmp_path, monkeypat
     )  # the rename is seen as one
     calls = []
     real = engine.apply_chained
-    monkeypatch.setattr(engine, "apply_chained", lambda *a: calls.append(1) or real(*a))
+    monkeypatch.setattr(
+        engine, "apply_chained", lambda *a, **kw: calls.append(1) or real(*a, **kw)
+    )
     chained, results = apply_series(store, tree, patches, stepwise=True)
     assert (
         calls
@@ -225,3 +230,96 @@ def test_tree_diffs_are_the_bytes_of_one_diff_per_pair(store, tmp_path):
     ]
     assert tree_diffs(store, pairs) == [tree_diff(store, a, b) for a, b in pairs]
     assert tree_diffs(store, []) == []
+
+
+# -- the applies kept in the store (engine_chain._run_chain) ---------------------------
+
+
+def _git_calls(monkeypatch) -> list[str]:
+    seen: list[str] = []
+    real_git = Store.git
+    monkeypatch.setattr(
+        Store, "git", lambda self, *a, **k: seen.append(a[0]) or real_git(self, *a, **k)
+    )
+    return seen
+
+
+def _kept(store: Store) -> list[str]:
+    top = os.path.join(store.git_dir, engine_chain.APPLIES)
+    return sorted(os.path.join(d, f) for d, _dirs, files in os.walk(top) for f in files)
+
+
+def test_a_chain_git_applied_once_is_read_back_not_applied_again(
+    store, tmp_path, monkeypatch
+):
+    tree = base_tree(store)
+    patches, trees = series(store, tmp_path, tree, STEPS)
+    seen = _git_calls(monkeypatch)
+    # The first run (a verify's refresh check) applies the chain and keeps git's result
+    _tree, results = apply_series(store, tree, patches, stepwise=True)
+    assert [r.tree for r in results] == trees and "apply" in seen
+    assert len(_kept(store)) == 1
+    # ... which the next (a rebase's) reads instead of applying.
+    seen.clear()
+    _tree, results = apply_series(store, tree, patches, stepwise=True)
+    assert [r.tree for r in results] == trees
+    assert not {"apply", "update-index", "ls-files"} & set(seen), seen
+
+
+def test_a_changed_patch_is_applied_by_git_again(store, tmp_path, monkeypatch):
+    tree = base_tree(store)
+    patches, _trees = series(store, tmp_path, tree, STEPS[:2])
+    apply_series(store, tree, patches, stepwise=True)
+    # A hand edit of an added line (the index line still names the old post-image):
+    # another input, so git runs and its result is refused, as on a first run.
+    data = patches[1].data.replace(b"+int c;\n", b"+int d;\n")
+    path = tmp_path / "0002-edited.patch"
+    path.write_bytes(data)
+    edited = [patches[0], parse_patch(data, "0002.patch", str(path))]
+    seen = _git_calls(monkeypatch)
+    with pytest.raises(PatchApplyError) as err:
+        apply_series(store, tree, edited, stepwise=True)
+    assert "apply" in seen and "0002.patch" in err.value.message
+    # A change below at a path no patch touches (a pin bump's upstream changes): the
+    # same chain, read back, and the tree holds the new content there.
+    seen.clear()
+    blob = store.hash_blob(b"upstream moved on\n")
+    other = store.edit_tree(tree, {"gone.txt": ("100644", blob)})
+    final, _ = apply_series(store, other, patches, stepwise=True)
+    assert "apply" not in seen
+    assert store.entries(final, ["gone.txt"])["gone.txt"].oid == blob
+
+
+@pytest.mark.parametrize("damage", ["garbage", "shape", "missing-blob", "lie"])
+def test_a_damaged_or_lying_record_never_gives_another_tree(
+    store, tmp_path, monkeypatch, damage
+):
+    tree = base_tree(store)
+    patches, trees = series(store, tmp_path, tree, STEPS)
+    apply_series(store, tree, patches, stepwise=True)
+    (record,) = _kept(store)
+    with open(record, encoding="utf-8") as fh:
+        rows = json.load(fh)["index"]
+    if damage == "garbage":
+        text = "{not json"
+    elif damage == "shape":
+        text = json.dumps({"index": [[r[0], r[1]] for r in rows]})
+    elif damage == "missing-blob":
+        rows[0][2] = "1" * 40
+        text = json.dumps({"index": rows})
+    else:  # every result swapped for another blob of the store: not the records
+        blobs = [r[2] for r in rows]
+        text = json.dumps(
+            {
+                "index": [
+                    [r[0], r[1], blobs[(i + 1) % len(blobs)]]
+                    for i, r in enumerate(rows)
+                ]
+            }
+        )
+    with open(record, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    seen = _git_calls(monkeypatch)
+    _tree, results = apply_series(store, tree, patches, stepwise=True)
+    assert [r.tree for r in results] == trees
+    assert "apply" in seen
