@@ -7,9 +7,8 @@ holds the commits (OVERLAY_GIT_DIR or the default store; they are fetched once).
 Each run starts from a copy of the overlay's records (patches-rocm/, LOCAL_FIXES.md)
 as they were on v0.32.1 (taken from this repository's history)
 and a fresh store that borrows the warm store's objects (objects/info/alternates), in
-which the current layers were computed once, untimed, as `overlay verify` computes
-them (a tree per patch, for its refresh check): the state a `verify` before the bump
-leaves. Timed, as CPU (user + system, children included), interleaved, medians:
+which `overlay --offline verify` ran once, untimed: the state a `verify` before the
+bump leaves. Timed, as CPU (user + system, children included), interleaved, medians:
 
 * the bump: `Rebase.start` + `Rebase.run` in this process, to the end (three
   resolutions settled, ten patches carried, records and report written);
@@ -40,7 +39,7 @@ from _cpu import bench_env, cpu_run, fresh_store, median, overlay_cmd  # noqa: E
 from _record import mirrors_missing, record  # noqa: E402
 
 from overlay.gitstore import Store  # noqa: E402
-from overlay.layers import _carried_delta, compute_layers, ensure_commits  # noqa: E402
+from overlay.layers import _carried_delta, ensure_commits  # noqa: E402
 from overlay.manifest import load_manifest  # noqa: E402
 from overlay.rebase import Bases, Rebase  # noqa: E402
 
@@ -94,10 +93,15 @@ def copy_overlay(dest: str, rev: str) -> str:
 
 
 def prepared(base: Store, tmp: str, name: str) -> tuple[str, Store]:
-    """A copy of the overlay and a fresh store in which its layers were computed once."""
+    """A copy of the overlay and a fresh store in which `overlay verify` ran once."""
     root = copy_overlay(os.path.join(tmp, name), start_records())
     store = Store(fresh_store(base.git_dir, os.path.join(tmp, name + ".git")))
-    compute_layers(store, load_manifest(root), root, stepwise=True)
+    subprocess.run(
+        overlay_cmd("-C", root, "--offline", "verify"),
+        env=bench_env(OVERLAY_GIT_DIR=store.git_dir),
+        check=True,
+        capture_output=True,
+    )
     return root, store
 
 

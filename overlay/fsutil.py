@@ -124,7 +124,9 @@ def kill_point(name: str) -> None:
 
 
 #: Kinds of scratch directory overlay makes under the temp directory
-#: (``overlay-<kind>-<pid>-XXXXXXXX``).
+#: (``overlay-<kind>-<pid>-XXXXXXXX``). ``commits`` is no longer made (the synthetic
+#: commits are written from memory) but still swept: an older overlay killed while
+#: writing them left one.
 SCRATCH_KINDS = ("idx", "commits", "merge")
 _SCRATCH_RE = re.compile(
     r"^overlay-(?:idx|commits|merge)-(?:(?P<pid>\d{1,9})-)?[a-z0-9_]{8}$"
@@ -143,8 +145,8 @@ def scratch_dir(kind: str) -> Iterator[str]:
     of a later run remove it once that process is gone, and never a live one's.
 
     Args:
-        kind: one of :data:`SCRATCH_KINDS` (``idx`` for a scratch index, ``commits``
-            for synthetic commits, ``merge`` for ``git merge-file`` inputs).
+        kind: one of :data:`SCRATCH_KINDS` (``idx`` for a scratch index, ``merge``
+            for ``git merge-file`` inputs).
     Yields:
         The directory's path.
     """

@@ -540,36 +540,23 @@ class Store(RememberedAncestry):
         """Write several synthetic commits with one git process.
 
         Each commit has the fixed identity and date of :data:`SYNTHETIC_IDENTITY`, so
-        its name is the same as :meth:`commit_tree` would give.
+        its name is the same as :meth:`commit_tree` would give. The bodies and names are
+        computed here and written as one pack (:func:`overlay.treemodel.write_typed`):
+        no scratch files (issue 14).
 
         Args:
             specs: ``[(tree, parents, message), ...]``; a parent is a SHA, or the int
                 index of an earlier spec.
         Returns:
             The commit SHAs, in order.
+        Raises:
+            GitError: git refused the pack (a store of another object format).
         """
+        from overlay.treemodel import write_typed  # here: treemodel imports this module
+
         made = synthetic_commits(specs)
-        shas = [sha for sha, _body in made]
-        with scratch_dir("commits") as tmp:
-            paths = []
-            for i, (_sha, body) in enumerate(made):
-                path = os.path.join(tmp, str(i))
-                with open(path, "wb") as fh:
-                    fh.write(body)
-                paths.append(path)
-            written = self.out(
-                "hash-object",
-                "-t",
-                "commit",
-                "-w",
-                "--stdin-paths",
-                input=("\n".join(paths) + "\n").encode(),
-            ).split()
-        if written != shas:
-            raise GitError(
-                "git wrote other commit names than expected for the synthetic commits"
-            )
-        return shas
+        write_typed(self, {sha: ("commit", body) for sha, body in made})
+        return [sha for sha, _body in made]
 
     def commit_tree(
         self, tree: str, parents: Sequence[str] = (), message: str = "overlay"
