@@ -75,6 +75,7 @@ def read_record(
     max_bytes: int = RECORD_MAX_BYTES,
     what: str = "record",
     allow_symlink: bool = True,
+    resolved: dict[str, str] | None = None,
 ) -> bytes:
     """Read one record of the overlay repository, refusing anything but a regular file inside it.
 
@@ -93,6 +94,9 @@ def read_record(
         max_bytes: size cap (default :data:`RECORD_MAX_BYTES`).
         what: how to name the record in messages (``"patch"``, ``"series"``...).
         allow_symlink: whether the last component may be a symlink to a file inside ``root``.
+        resolved: directories already resolved in this batch of reads (path -> real
+            path), kept by a caller that reads many records of one directory (the
+            series: a thousand patches resolve ``patches-rocm/`` once; issue 14).
     Returns:
         The file's bytes.
     Raises:
@@ -101,8 +105,10 @@ def read_record(
             a loop, not a regular file, bigger than ``max_bytes``, a name too
             long, or any other read error; one line naming ``rel`` (exit 2).
     """
-    root_real = os.path.realpath(os.fspath(root))
-    real = _resolve_record(root_real, rel, what, allow_symlink)
+    if resolved is None:
+        resolved = {}
+    root_real = _real_dir(os.fspath(root), resolved)
+    real = _resolve_record(root_real, rel, what, allow_symlink, resolved)
     flags = (
         os.O_RDONLY
         | os.O_NONBLOCK
@@ -123,10 +129,22 @@ def read_record(
         os.close(fd)
 
 
-def _resolve_record(root_real: str, rel: str, what: str, allow_symlink: bool) -> str:
+def _real_dir(path: str, resolved: dict[str, str]) -> str:
+    """``os.path.realpath(path)``, kept in ``resolved`` for the rest of the batch."""
+    real = resolved.get(path)
+    if real is None:
+        real = resolved[path] = os.path.realpath(path)
+    return real
+
+
+def _resolve_record(
+    root_real: str, rel: str, what: str, allow_symlink: bool, resolved: dict[str, str]
+) -> str:
     """The real path of record ``rel``: it exists, is a symlink only where allowed,
     and resolves inside ``root_real``. Raises :class:`RecordError` (or
-    :class:`RecordMissing`) otherwise."""
+    :class:`RecordMissing`) otherwise. A last component that is no symlink resolves to
+    its directory's real path joined with its name: the directory is resolved once
+    per batch (``resolved``)."""
     full = os.path.join(root_real, *rel.split("/"))
     try:
         lst = os.lstat(full)
@@ -143,7 +161,12 @@ def _resolve_record(root_real: str, rel: str, what: str, allow_symlink: bool) ->
             hint="replace the link by the file it points at",
         )
     try:
-        real = os.path.realpath(full, strict=True)
+        if stat.S_ISLNK(lst.st_mode):
+            real = os.path.realpath(full, strict=True)
+        else:
+            real = os.path.join(
+                _real_dir(os.path.dirname(full), resolved), os.path.basename(full)
+            )
     except FileNotFoundError:
         raise RecordError(rel, f"{what} is a dangling symlink") from None
     except OSError as exc:

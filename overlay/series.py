@@ -198,13 +198,17 @@ def _file_changes(name: str, diff: bytes, first_line: int) -> list[FileChange]:
     return changes
 
 
-def load_patch(root: str, name: str) -> Patch:
+def load_patch(root: str, name: str, resolved: dict[str, str] | None = None) -> Patch:
     """Read and parse ``<root>/patches-rocm/<name>``.
 
     The file is read with :func:`overlay.fsutil.read_record`: a regular file
     inside the repository, not a symlink (``refresh`` rewrites patches in place,
     which would replace a link by a file), at most 16 MiB.
 
+    Args:
+        root: the overlay repository; name: the patch's file name.
+        resolved: the directories resolved so far in this batch of reads (see
+            :func:`overlay.fsrecords.read_record`).
     Raises:
         PatchFormatError: the file is missing or unparsable; a diff whose numbers
             overflow the parser (``ValueError``) or that nests too deep
@@ -215,7 +219,9 @@ def load_patch(root: str, name: str) -> Patch:
     """
     rel = f"{PATCH_DIR}/{name}"
     try:
-        data = read_record(root, rel, what="patch", allow_symlink=False)
+        data = read_record(
+            root, rel, what="patch", allow_symlink=False, resolved=resolved
+        )
     except RecordMissing:
         raise PatchFormatError(
             f"{PATCH_DIR}/{name} is listed in series but does not exist"
@@ -233,4 +239,5 @@ def load_patch(root: str, name: str) -> Patch:
 
 def load_series(root: str) -> list[Patch]:
     """Every patch of the series, parsed, in order (see :func:`read_series`)."""
-    return [load_patch(root, name) for name, _ in read_series(root)]
+    resolved: dict[str, str] = {}  # the repository and patches-rocm/, resolved once
+    return [load_patch(root, name, resolved) for name, _ in read_series(root)]

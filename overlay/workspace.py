@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from overlay import layout
@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from overlay.gitstore import Store
     from overlay.layers import Layers
     from overlay.manifest import Manifest
+    from overlay.series import Patch
 
 
 def point_remotes(store: Store, manifest: Manifest) -> None:
@@ -187,6 +188,7 @@ class Workspace:
         fork: str | None = None,
         stepwise: bool = False,
         empty_series: bool = False,
+        series: Sequence[Patch] | None = None,
     ) -> Layers:
         """The layers, computed on first use for these options and kept.
 
@@ -195,6 +197,9 @@ class Workspace:
             fork: preview with another fork commit (resolved against ``fork``).
             stepwise: keep each patch's tree (see :func:`overlay.layers.apply_series`).
             empty_series: leave the series out (``patched`` is then ``forked``).
+            series: the series as the caller just read it
+                (:func:`overlay.series.load_series`), so it is not read and parsed a
+                second time; by default it is read here.
         Returns:
             :class:`overlay.layers.Layers`.
         Raises:
@@ -214,6 +219,6 @@ class Workspace:
                 pin=store.resolve(pin, ["upstream"]) if pin is not None else None,
                 fork=store.resolve(fork, ["fork"]) if fork is not None else None,
                 stepwise=stepwise,
-                patches=[] if empty_series else None,
+                patches=[] if empty_series else series,
             )
         return self._layers[key]

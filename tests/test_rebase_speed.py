@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import tomlkit
-from gitfixtures import MANIFEST
+from gitfixtures import MANIFEST, PATCH
 
 from overlay import layers
 from overlay.gitstore import Store
@@ -157,3 +157,45 @@ def test_ancestry_answers_are_remembered(overlay, monkeypatch, tmp_path):
     missing = "e" * 40  # git cannot answer: nothing is remembered
     assert not again.is_ancestor(missing, m.fork_commit)
     assert f"is-ancestor {missing} {m.fork_commit}" not in again._ancestry()
+
+
+def test_refresh_reads_and_parses_each_patch_once(clean, monkeypatch):
+    """The series is read once per `refresh` (it was read again for the layers, the
+    second read as costly as the first: issue 14), and a batch of reads resolves the
+    patches' directory once, not once per patch."""
+    from gitfixtures import cli
+
+    from overlay import series
+
+    parsed: list[str] = []
+    real_parse = series.parse_patch
+    monkeypatch.setattr(
+        series,
+        "parse_patch",
+        lambda data, name, *a, **k: (
+            parsed.append(name) or real_parse(data, name, *a, **k)
+        ),
+    )
+    assert cli(clean, "refresh", "--check").exit_code == 0
+    assert parsed == [PATCH]
+
+    resolved: list[str] = []
+    real_realpath = os.path.realpath
+    monkeypatch.setattr(
+        os.path,
+        "realpath",
+        lambda p, *a, **k: resolved.append(p) or real_realpath(p, *a, **k),
+    )
+    series.load_series(str(clean.root))
+    one = len(resolved)
+    for k in range(2, 6):  # the same patch under four more names
+        (clean.root / "patches-rocm" / f"000{k}-copy.patch").write_bytes(
+            (clean.root / "patches-rocm" / PATCH).read_bytes()
+        )
+    names = [f"000{k}-copy.patch" for k in range(2, 6)]
+    (clean.root / "patches-rocm" / "series").write_text(
+        "\n".join([PATCH, *names]) + "\n"
+    )
+    resolved.clear()
+    assert [p.name for p in series.load_series(str(clean.root))] == [PATCH, *names]
+    assert len(resolved) == one, resolved

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 import click
 
@@ -12,6 +13,9 @@ from overlay.clitools import exit_with, handle_errors
 from overlay.errors import OverlayError
 from overlay.options import format_option, output_option
 from overlay.workspace import Workspace
+
+if TYPE_CHECKING:
+    from overlay.series import Patch
 
 
 @click.command("verify")
@@ -150,19 +154,18 @@ def _refuse_binary_turns(turns) -> None:
     )
 
 
-def _refreshed(ws: Workspace) -> list:
-    """Every patch of the series refreshed from the layers; a series no longer on its
-    recorded pre-images is carried (exactly where it can, 3-way by merge-ort from the
-    recorded blobs where it must)."""
+def _refreshed(ws: Workspace, series: list[Patch]) -> list:
+    """Every patch of ``series`` (the series just read) refreshed from the layers; a
+    series no longer on its recorded pre-images is carried (exactly where it can, 3-way
+    by merge-ort from the recorded blobs where it must)."""
     from overlay.engine import PatchApplyError
     from overlay.refresh import carry_series, refresh_series
-    from overlay.series import load_series
 
     try:
-        return refresh_series(ws.store, ws.layers(stepwise=True))
+        return refresh_series(ws.store, ws.layers(stepwise=True, series=series))
     except PatchApplyError:
         forked = ws.layers(empty_series=True).forked
-        return carry_series(ws.store, forked, load_series(ws.root))
+        return carry_series(ws.store, forked, series)
 
 
 def _refresh_locked(ws: Workspace, patches: tuple[str, ...], check: bool) -> None:
@@ -172,10 +175,11 @@ def _refresh_locked(ws: Workspace, patches: tuple[str, ...], check: bool) -> Non
 
     # A NUL byte in a text hunk refuses the refresh before any layer is computed: the
     # carry path would otherwise stop on a "binary conflict" that hides the cause.
-    early = [t for patch in load_series(ws.root) for t in nul_turns(patch)]
+    series = load_series(ws.root)  # read and parsed once for the whole command
+    early = [t for patch in series for t in nul_turns(patch)]
     if early:
         _refuse_binary_turns(early)
-    refreshed = _refreshed(ws)
+    refreshed = _refreshed(ws, series)
     known = {r.patch.name for r in refreshed}
     unknown = [p for p in patches if p not in known]
     if unknown:
