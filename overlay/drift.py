@@ -90,7 +90,7 @@ class DriftItem:
         return out
 
 
-def parse_log(text: str, strip_prefixes: Sequence[str] = ()) -> list[Diagnostic]:
+def log_errors(text: str, strip_prefixes: Sequence[str] = ()) -> list[Diagnostic]:
     """Every error (with notes) and undefined symbol in a build log, deduplicated
     (:func:`overlay.diagnostics.parse_log`, one diagnostic per tree line).
 
@@ -182,7 +182,7 @@ def attribute(
     Args:
         store: git store holding both pins.
         old_pin, new_pin: commit SHAs (the bump).
-        diagnostics: from :func:`parse_log`.
+        diagnostics: from :func:`log_errors`.
         fork_paths: repository paths of the patched tree, to name the fork file of
             an undefined symbol.
         read_source: ``(path, line) -> str`` giving the offending line and the two after
@@ -365,7 +365,7 @@ def last_rebase_pin(root: str, pin: str) -> str | None:
 def attribute_log(
     store: Store, old_pin: str, new_pin: str, text: str, prefixes: Sequence[str]
 ) -> list[DriftItem]:
-    """:func:`parse_log` then :func:`attribute` on a build log, with the source lines and
+    """:func:`log_errors` then :func:`attribute` on a build log, with the source lines and
     the fork files read from the exported trees under ``prefixes``.
 
     Args:
@@ -375,7 +375,7 @@ def attribute_log(
     Returns:
         One :class:`DriftItem` per error and undefined symbol, in log order.
     """
-    diags = parse_log(text, strip_prefixes=prefixes)
+    diags = log_errors(text, strip_prefixes=prefixes)
     if not diags:
         return []
     readers = [source_reader(p) for p in prefixes]
@@ -477,9 +477,9 @@ __all__ = [
     "declaring_headers",
     "identifiers",
     "last_rebase_pin",
+    "log_errors",
     "member_reference",
     "owners_from_tree",
-    "parse_log",
     "ranked_identifiers",
     "render_markdown",
     "render_text",

@@ -549,7 +549,7 @@ def test_check_passes_a_clean_tree_without_writing_objects(mini):
 
 @needs_cmake
 def test_check_finds_a_definition_that_no_longer_matches_its_declaration(mini):
-    from overlay.drift import parse_log
+    from overlay.drift import log_errors
 
     ov, store = mini
     _device_def_series(ov, store)
@@ -569,7 +569,7 @@ def test_check_finds_a_definition_that_no_longer_matches_its_declaration(mini):
     report = "\n".join(result.report())
     assert "mlx/backend/rocm/device.cpp:35:" in report and "cpu check failed:" in report
     # the log reads as a build log for `overlay drift --log`
-    drift = parse_log(Path(result.log).read_text(), strip_prefixes=[result.src])
+    drift = log_errors(Path(result.log).read_text(), strip_prefixes=[result.src])
     assert [
         (d.path, d.line) for d in drift if "no declaration matches" in d.message
     ] == [("mlx/backend/rocm/device.cpp", 35)]

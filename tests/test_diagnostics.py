@@ -15,8 +15,7 @@ from gitfixtures import lines, make_patch
 
 from overlay.build import parse_diagnostics
 from overlay.diagnostics import Diagnostic, merge_same_place, parse_log, prefix_locator
-from overlay.drift import identifiers
-from overlay.drift import parse_log as drift_parse_log
+from overlay.drift import identifiers, log_errors
 from overlay.gitstore import Store
 from overlay.layers import compute_layers
 from overlay.manifest import load_manifest
@@ -49,7 +48,7 @@ def _instantiated_log(src: str = SRC) -> str:
 def test_build_and_drift_place_a_system_header_error_at_the_instantiating_line():
     log = _instantiated_log()
     built, other = parse_diagnostics(log, SRC, OBJ)
-    drifted = drift_parse_log(log, strip_prefixes=[SRC])
+    drifted = log_errors(log, strip_prefixes=[SRC])
     assert [(d.path, d.line, d.in_tree) for d in built] == [(DEVICE, 25, True)]
     assert [(d.path, d.line) for d in drifted] == [(DEVICE, 25)]
     assert other == []
@@ -117,7 +116,7 @@ def _clang_log(src: str = SRC) -> str:
 def test_build_and_drift_place_a_clang_system_header_error_at_the_instantiating_line():
     log = _clang_log()
     built, other = parse_diagnostics(log, SRC, OBJ)
-    drifted = drift_parse_log(log, strip_prefixes=[SRC])
+    drifted = log_errors(log, strip_prefixes=[SRC])
     assert [(d.path, d.line, d.col, d.in_tree) for d in built] == [
         (KERNEL, 6, 17, True)
     ]
@@ -151,7 +150,7 @@ def test_clang_chain_moves_to_the_first_tree_frame_only_on_requested_here_notes(
         "specialization 'outer<K>' requested here\n"
     )
     built, _ = parse_diagnostics(log, SRC, OBJ)
-    drifted = drift_parse_log(log, strip_prefixes=[SRC])
+    drifted = log_errors(log, strip_prefixes=[SRC])
     assert [(d.path, d.line, d.col) for d in built] == [(KERNEL, 20, 5)]
     assert [(d.path, d.line) for d in drifted] == [(KERNEL, 20)]
     assert built[0].notes[1] == "candidate constructor not viable"
@@ -205,7 +204,7 @@ def test_a_clang_header_error_without_a_tree_frame_stays_in_the_header():
         f"{SRC}/mlx/ops.cpp:4:2: error: use of undeclared identifier 'y'\n"
     )
     built, _ = parse_diagnostics(log, SRC, OBJ)
-    drifted = drift_parse_log(log, strip_prefixes=[SRC])
+    drifted = log_errors(log, strip_prefixes=[SRC])
     expected = [(f"{CXX}/bits/stl_construct.h", 133), ("mlx/ops.cpp", 4)]
     assert [(d.path, d.line) for d in built] == expected
     assert [(d.path, d.line) for d in drifted] == expected
@@ -225,7 +224,7 @@ def test_a_clang_tree_error_with_notes_is_not_moved():
         f"{SRC}/{KERNEL}:2:8: note: 'K' declared here\n"
     )
     built, _ = parse_diagnostics(log, SRC, OBJ)
-    drifted = drift_parse_log(log, strip_prefixes=[SRC])
+    drifted = log_errors(log, strip_prefixes=[SRC])
     assert [(d.path, d.line, d.col) for d in built] == [(KERNEL, 12, 3)]
     assert [(d.path, d.line) for d in drifted] == [(KERNEL, 12)]
     for d in (built[0], drifted[0]):
@@ -277,7 +276,7 @@ def test_a_later_header_error_without_instantiation_stays_in_the_header():
         "/usr/include/x.h:9:2: error: 'foo' does not name a type\n"
     )
     built, _ = parse_diagnostics(log, SRC, OBJ)
-    drifted = drift_parse_log(log, strip_prefixes=[SRC])
+    drifted = log_errors(log, strip_prefixes=[SRC])
     expected = [(DEVICE, 25), ("/usr/include/x.h", 9)]
     assert [(d.path, d.line) for d in built] == expected
     assert [(d.path, d.line) for d in drifted] == expected
@@ -314,7 +313,7 @@ def test_linker_undefined_references_in_both_views():
         "ld.lld: error: undefined symbol: mlx::core::NewOp::eval_gpu(int)",
         "clang: error: linker command failed with exit code 1",
     ]
-    assert drift_parse_log(log) == [
+    assert log_errors(log) == [
         Diagnostic(
             "undefined", None, None, "mlx::core::Event::error() const", in_tree=False
         ),
@@ -343,7 +342,7 @@ def test_real_gcc_output_lands_on_the_tree_line_in_both(tmp_path):
     )
     assert proc.returncode != 0
     built, _ = parse_diagnostics(proc.stderr, str(src), str(tmp_path / "obj"))
-    drifted = drift_parse_log(proc.stderr, strip_prefixes=[str(src)])
+    drifted = log_errors(proc.stderr, strip_prefixes=[str(src)])
     assert {(d.path, d.line) for d in built} == {("mlx/k.cpp", 4)}
     assert [(d.path, d.line) for d in drifted] == [("mlx/k.cpp", 4)]
     assert all(d.in_tree and d.reported_at for d in built)

@@ -8,7 +8,7 @@ import subprocess
 import pytest
 from gitfixtures import WorkRepo
 
-from overlay.drift import attribute, identifiers, parse_log, render_text
+from overlay.drift import attribute, identifiers, log_errors, render_text
 from overlay.gitstore import Store
 
 API_V1 = """#pragma once
@@ -89,7 +89,7 @@ def test_renamed_function_and_new_pure_virtual_are_attributed(upstream, tmp_path
         text=True,
     )
     assert proc.returncode != 0
-    diags = parse_log(proc.stdout, strip_prefixes=[str(src)])
+    diags = log_errors(proc.stdout, strip_prefixes=[str(src)])
     assert all(d.path == "mlx/backend/rocm/fork.cpp" for d in diags)
     items = attribute(store, old, new, diags)
     by_commit = {i.commit: i for i in items if i.commit}
@@ -107,7 +107,7 @@ def test_undefined_symbol_from_a_link_log(upstream):
         "fork.cpp:(.text+0x1c): undefined reference to `mlx::core::RocmBackend::synchronize_stream()'\n"
         "fork.cpp:(.text+0x1c): undefined reference to `mlx::core::RocmBackend::synchronize_stream()'\n"
     )
-    diags = parse_log(log)
+    diags = log_errors(log)
     assert [(d.kind, d.message) for d in diags] == [
         ("undefined", "mlx::core::RocmBackend::synchronize_stream()")
     ]
@@ -118,7 +118,7 @@ def test_undefined_symbol_from_a_link_log(upstream):
 
 def test_unattributable_error_says_so(upstream):
     store, old, new, *_ = upstream
-    diags = parse_log(
+    diags = log_errors(
         "mlx/backend/rocm/x.cpp:3:1: error: expected ';' before '}' token\n"
     )
     (item,) = attribute(store, old, new, diags)
@@ -167,7 +167,7 @@ def test_errors_in_system_headers_land_where_they_were_instantiated():
         "/usr/include/c++/16/bits/stl_construct.h:133:7: error: no matching function for call to "
         "'mlx::core::fast::CustomKernel::CustomKernel(int)'\n"
     )
-    (diag,) = parse_log(log, strip_prefixes=["/src"])
+    (diag,) = log_errors(log, strip_prefixes=["/src"])
     assert (diag.path, diag.line) == ("mlx/backend/rocm/custom_kernel.cpp", 246)
     assert any("CompileOptions::Data" in n for n in diag.notes)
     names = identifiers(diag)
@@ -309,7 +309,7 @@ def test_no_declaration_matches_goes_to_the_commit_that_changed_the_declaration(
         text=True,
     )
     assert proc.returncode != 0
-    diags = parse_log(proc.stdout, strip_prefixes=[str(src)])
+    diags = log_errors(proc.stdout, strip_prefixes=[str(src)])
     decl = next(d for d in diags if "no declaration matches" in d.message)
     assert (decl.path, decl.line) == ("mlx/backend/rocm/sdpa.cpp", 3)
     assert "Stream" in decl.message  # the rarer quoted name is right there on the line
@@ -342,7 +342,7 @@ def test_clang_and_gcc_member_messages_use_the_declaration(sdpa_range):
         "\u2018mlx::core::fast::ScaledDotProductAttention::use_fallback(mlx::core::array&, mlx::core::Stream&)\u2019\n"
         "mlx/backend/rocm/event.cpp:4:5: error: no member named 'index' in 'mlx::core::Stream'\n"
     )
-    items = attribute(store, old, new, parse_log(log))
+    items = attribute(store, old, new, log_errors(log))
     assert [(i.diagnostic.line, i.commit, i.identifier) for i in items] == [
         (3, b, "use_fallback"),
         (9, b, "use_fallback"),
@@ -442,7 +442,7 @@ def test_a_parameter_added_on_its_own_line_goes_to_the_commit_that_added_it(tmp_
         "\u2018bool mlx::core::fast::ScaledDotProductAttention::use_fallback(const mlx::core::array&, bool, "
         "mlx::core::Stream)\u2019\n"
     )
-    (item,) = attribute(store, old, new, parse_log(log))
+    (item,) = attribute(store, old, new, log_errors(log))
     assert item.commit == b, (
         item
     )  # not a, via the quoted 'Stream'; not the commit after it in the header
