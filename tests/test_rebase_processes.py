@@ -15,7 +15,7 @@ from overlay.gitobjects import parse_ls_tree, parse_tree_object
 from overlay.gitstore import EMPTY_TREE, Store
 from overlay.rebase.base import RunBase
 from overlay.rebase_state import Bases
-from overlay.treemodel import blob_name, edit_tree, listing
+from overlay.treemodel import blob_name, edit_tree, listing, write_typed
 
 FILES = {
     "a.txt": (b"one\n", "100644"),
@@ -106,6 +106,20 @@ def test_object_questions_inside_reading_answer_as_git_does(store):
         assert [store.has_object(oid, kind) for oid, kind in questions] == outside
         assert store.tree_of(commit) == tree
     assert store.tree_of(commit) == tree and store.reader is None
+
+
+def test_missing_objects_inside_reading_answer_as_git_does(store):
+    tree = make_tree(store)
+    blobs = {blob_name(b"%d\n" % k): ("blob", b"%d\n" % k) for k in range(1200)}
+    write_typed(store, blobs)  # more names than one chunk of the reader's questions
+    names = list(blobs)
+    absent = ["f" * 40, "0123456789" * 4]
+    asked = [tree, *names[:600], absent[0], *names[600:], absent[1]]
+    assert store.missing_objects(asked) == absent  # one cat-file --batch-check
+    with store.reading():
+        assert store.missing_objects(asked) == absent  # the reader, chunk by chunk
+        assert store.has_object(tree, "tree")  # still in step after the chunks
+    assert store.missing_objects([]) == []
 
 
 EDITS: list[dict[str, tuple[str, str] | None]] = [
