@@ -215,8 +215,14 @@ class Store(RememberedAncestry):
     def missing_objects(self, oids: Sequence[str]) -> list[str]:
         """The names among ``oids`` the store has no object for, in order.
 
-        Inside :meth:`reading` the reader is asked for all of them in one round trip;
-        outside, one ``git cat-file --batch-check`` answers.
+        Inside :meth:`reading` the reader is asked, one round trip per 500 names
+        (:meth:`ObjectReader.infos`); outside, one ``git cat-file --batch-check``
+        answers for all of them.
+
+        Args:
+            oids: full object names (40 or 64 hex).
+        Returns:
+            The missing ones; empty when the store has every object.
         """
         if not oids:
             return []
