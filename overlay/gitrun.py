@@ -19,6 +19,7 @@ import subprocess
 from collections.abc import Sequence
 
 from overlay.errors import GitError
+from overlay.gitenv import git_env
 
 #: ``-c`` options passed to every git call (docs/design.md §10: determinism flags).
 GIT_FLAGS: tuple[str, ...] = (
@@ -48,20 +49,6 @@ GIT_FLAGS: tuple[str, ...] = (
     "advice.detachedHead=false",
 )
 
-#: Environment variables kept from the caller (credentials and transport only).
-_KEEP_GIT_VARS = frozenset(
-    {
-        "GIT_SSH",
-        "GIT_SSH_COMMAND",
-        "GIT_ASKPASS",
-        "GIT_TERMINAL_PROMPT",
-        "GIT_SSL_CAINFO",
-        "GIT_SSL_NO_VERIFY",
-        "GIT_HTTP_PROXY",
-        "GIT_EXEC_PATH",
-    }
-)
-
 #: Fixed identity and dates for the synthetic commits the layers are merged from,
 #: so the same inputs give the same object names.
 SYNTHETIC_IDENTITY = {
@@ -87,37 +74,6 @@ def is_sha(value: str) -> bool:
 #: (credential helpers, proxies, ``url.<base>.insteadOf``); nothing they do changes a
 #: tree, a diff or a merge result.
 _TRANSPORT_COMMANDS = frozenset({"fetch", "ls-remote"})
-
-
-def git_env(
-    extra: dict[str, str] | None = None, *, user_config: bool = False
-) -> dict[str, str]:
-    """The environment for a git child: ours minus stray ``GIT_*``, plus ``extra``.
-
-    The system and global configuration files are hidden (``GIT_CONFIG_NOSYSTEM``,
-    ``GIT_CONFIG_GLOBAL=/dev/null``): a ``~/.gitconfig`` with ``diff.renameLimit=1``,
-    ``diff.algorithm=patience`` or ``merge.conflictStyle=zdiff3`` must not change a
-    refreshed patch or a merge (issue 12, item 11).
-
-    Args:
-        extra: variables to set on top (``GIT_DIR``, ``GIT_INDEX_FILE``, ...).
-        user_config: keep the user's global configuration (transport commands only).
-    Returns:
-        A new dict; ``os.environ`` is not modified.
-    """
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith("GIT_") or k in _KEEP_GIT_VARS
-    }
-    env["LC_ALL"] = "C"
-    env["GIT_CONFIG_NOSYSTEM"] = "1"
-    if not user_config:
-        env["GIT_CONFIG_GLOBAL"] = os.devnull
-    env.setdefault("GIT_TERMINAL_PROMPT", "0")
-    if extra:
-        env.update(extra)
-    return env
 
 
 _WHICH: dict[str, str | None] = {}

@@ -223,7 +223,12 @@ def repo_paths(root: str) -> list[str]:
 
 def _ls_files(root: str) -> bytes:
     """stdout of ``git -C root ls-files -z --cached --others --exclude-standard``; empty when
-    git fails or cannot be started."""
+    git fails or cannot be started. The environment is every git child's
+    (:func:`overlay.gitenv.git_env`, the user's configuration kept for its ignore rules):
+    a ``GIT_DIR`` or ``GIT_INDEX_FILE`` of a hook that runs overlay must not make git
+    list another repository's files."""
+    from overlay.gitenv import git_env
+
     read_fd, write_fd = os.pipe()
     try:
         pid = os.posix_spawnp(
@@ -238,7 +243,7 @@ def _ls_files(root: str) -> bytes:
                 "--others",
                 "--exclude-standard",
             ],
-            os.environ,
+            git_env(user_config=True),
             file_actions=[
                 (os.POSIX_SPAWN_DUP2, write_fd, 1),
                 (os.POSIX_SPAWN_CLOSE, read_fd),

@@ -260,6 +260,23 @@ def test_repository_paths_are_git_s_list(clean, monkeypatch):
     assert after[2] is False and "FIX015" not in after[1]
 
 
+def test_repository_paths_ignore_a_hook_s_git_variables(clean, monkeypatch, tmp_path):
+    """Run from a hook of another repository (GIT_DIR and GIT_INDEX_FILE set), the
+    paths are still the overlay repository's own, as for every other git child."""
+    subprocess.run(["git", "init", "-q", str(clean.root)], check=True)
+    subprocess.run(["git", "-C", str(clean.root), "add", "-A"], check=True)
+    other = tmp_path / "other"
+    subprocess.run(["git", "init", "-q", str(other)], check=True)
+    (other / "elsewhere.txt").write_text("x\n")
+    subprocess.run(["git", "-C", str(other), "add", "-A"], check=True)
+    own = set(verdict._ls_files(str(clean.root)).split(b"\0"))
+    monkeypatch.setenv("GIT_DIR", str(other / ".git"))
+    monkeypatch.setenv("GIT_INDEX_FILE", str(other / ".git" / "index"))
+    listed = set(verdict._ls_files(str(clean.root)).split(b"\0"))
+    assert b"patches-rocm/series" in listed and b"elsewhere.txt" not in listed
+    assert listed == own
+
+
 def test_what_a_missing_object_decides_is_not_cached(clean, monkeypatch, tmp_path):
     run = Runs(clean, monkeypatch)
     monkeypatch.setenv("OVERLAY_GIT_DIR", str(tmp_path / "empty.git"))

@@ -1,0 +1,58 @@
+"""The environment of a git child: the caller's, without stray ``GIT_*`` variables.
+
+Its own module, with nothing but :mod:`os` to import, so that the cached ``overlay
+verify`` (:mod:`overlay.verdict`), which starts its one git process without
+:mod:`subprocess`, sanitizes the environment the same way every other git child of
+overlay gets it (:func:`overlay.gitrun.run_git`).
+"""
+
+from __future__ import annotations
+
+import os
+
+#: Environment variables kept from the caller (credentials and transport only).
+_KEEP_GIT_VARS = frozenset(
+    {
+        "GIT_SSH",
+        "GIT_SSH_COMMAND",
+        "GIT_ASKPASS",
+        "GIT_TERMINAL_PROMPT",
+        "GIT_SSL_CAINFO",
+        "GIT_SSL_NO_VERIFY",
+        "GIT_HTTP_PROXY",
+        "GIT_EXEC_PATH",
+    }
+)
+
+
+def git_env(
+    extra: dict[str, str] | None = None, *, user_config: bool = False
+) -> dict[str, str]:
+    """The environment for a git child: ours minus stray ``GIT_*``, plus ``extra``.
+
+    The system and global configuration files are hidden (``GIT_CONFIG_NOSYSTEM``,
+    ``GIT_CONFIG_GLOBAL=/dev/null``): a ``~/.gitconfig`` with ``diff.renameLimit=1``,
+    ``diff.algorithm=patience`` or ``merge.conflictStyle=zdiff3`` must not change a
+    refreshed patch or a merge (issue 12, item 11).
+
+    Args:
+        extra: variables to set on top (``GIT_DIR``, ``GIT_INDEX_FILE``, ...).
+        user_config: keep the user's global configuration: for transport commands
+            (credentials, proxies) and for questions about the user's own repository
+            (its ignore rules may live in ``core.excludesFile``).
+    Returns:
+        A new dict; ``os.environ`` is not modified.
+    """
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("GIT_") or k in _KEEP_GIT_VARS
+    }
+    env["LC_ALL"] = "C"
+    env["GIT_CONFIG_NOSYSTEM"] = "1"
+    if not user_config:
+        env["GIT_CONFIG_GLOBAL"] = os.devnull
+    env.setdefault("GIT_TERMINAL_PROMPT", "0")
+    if extra:
+        env.update(extra)
+    return env
