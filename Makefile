@@ -34,8 +34,10 @@ run: .venv/bin/overlay
 	$(OVERLAY) export build/rocm/src
 	$(ACTIVATE)
 
-# A .venv made before ruff and mypy joined the test extra gets them here.
-.venv/bin/ruff .venv/bin/mypy: .venv/bin/overlay
+# A .venv made before ruff and mypy joined the test extra gets them here. Order-only
+# (after the |): pip rewrites .venv/bin/overlay on every install, so a normal
+# prerequisite would make every `make lint` install again.
+.venv/bin/ruff .venv/bin/mypy &: | .venv/bin/overlay
 	$(PYTHON) -m pip install -q -e '.[test]'
 
 lint: .venv/bin/ruff .venv/bin/mypy
