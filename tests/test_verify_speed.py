@@ -340,3 +340,20 @@ def test_a_cached_verdict_still_says_a_run_is_stopped(clean, world, monkeypatch)
     code, report, _hit = run()
     assert code == 0 and "in progress" not in report
     assert run()[2] is True  # cached again once no run is in progress
+
+
+def test_a_skip_of_a_code_no_finding_has_is_warned_about(clean):
+    from click.testing import CliRunner
+
+    from overlay.cli import main
+
+    result = CliRunner().invoke(
+        main, ["-C", str(clean.root), "verify", "--skip", "SER01O", "--skip", "SER010"]
+    )
+    assert result.exit_code == 0, result.output
+    assert result.stderr.count("overlay: warning:") == 1
+    assert "--skip SER01O: no finding has this code" in result.stderr
+    retired = CliRunner().invoke(
+        main, ["-C", str(clean.root), "verify", "--skip", "SER009"]
+    )
+    assert retired.exit_code == 0 and "warning" not in retired.stderr
