@@ -142,13 +142,20 @@ def peak_rss_mb(git_dir: str, tree: str | None, dest: str) -> float:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repeat", type=int, default=15)
+    ap = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    ap.add_argument(
+        "--repeat", type=int, default=15, help="timed runs of each, interleaved"
+    )
     ap.add_argument(
         "--patches", type=int, default=1000, help="synthetic patches of the memory run"
     )
     ap.add_argument(
-        "--out", default=os.path.join(ROOT, "benchmarks", "results", "export.json")
+        "--out",
+        default=os.path.join(ROOT, "benchmarks", "results", "export.json"),
+        help="where the JSON result is recorded",
     )
     args = ap.parse_args()
     if mirrors_missing():

@@ -147,10 +147,17 @@ def floor_commits(store: Store, m) -> tuple[str, str]:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repeat", type=int, default=7)
+    ap = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
     ap.add_argument(
-        "--out", default=os.path.join(ROOT, "benchmarks", "results", "rebase.json")
+        "--repeat", type=int, default=7, help="timed runs of each, interleaved"
+    )
+    ap.add_argument(
+        "--out",
+        default=os.path.join(ROOT, "benchmarks", "results", "rebase.json"),
+        help="where the JSON result is recorded",
     )
     args = ap.parse_args()
     if mirrors_missing():
@@ -203,7 +210,10 @@ def main() -> int:
         "repeat": args.repeat,
         "outcome": {
             "resolutions": {r["path"]: r["status"] for r in report["resolutions"]},
-            "patches": sorted({p["status"] for p in report["patches"]}),
+            "patches": {
+                status: sum(p["status"] == status for p in report["patches"])
+                for status in sorted({p["status"] for p in report["patches"]})
+            },
         },
         "bump_median_s": round(median(ours_t), 4),
         "merge_tree_floor_median_s": round(median(floor_t), 4),

@@ -65,11 +65,18 @@ def floor_cmd(root: str, forked: str) -> str:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--patches", type=int, default=1000)
-    ap.add_argument("--repeat", type=int, default=5)
+    ap = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    ap.add_argument("--patches", type=int, default=1000, help="synthetic patches (N)")
     ap.add_argument(
-        "--out", default=os.path.join(ROOT, "benchmarks", "results", "series.json")
+        "--repeat", type=int, default=5, help="timed runs of each, interleaved"
+    )
+    ap.add_argument(
+        "--out",
+        default=os.path.join(ROOT, "benchmarks", "results", "series.json"),
+        help="where the JSON result is recorded",
     )
     args = ap.parse_args()
     if mirrors_missing():

@@ -63,10 +63,13 @@ def time_runner(n: int, true: str, results: str, markers: bool) -> float:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--runs", type=int, default=200)
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--out", default=None)
+    ap = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    ap.add_argument("--runs", type=int, default=200, help="runs of the child per round")
+    ap.add_argument("--rounds", type=int, default=5, help="rounds; the best is kept")
+    ap.add_argument("--out", default=None, help="also write the JSON here")
     args = ap.parse_args(argv)
     true = shutil.which("true") if not os.path.exists("/bin/true") else "/bin/true"
     n = args.runs

@@ -37,10 +37,17 @@ TARGETS = {
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repeat", type=int, default=31)
+    ap = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
     ap.add_argument(
-        "--out", default=os.path.join(ROOT, "benchmarks", "results", "verify.json")
+        "--repeat", type=int, default=31, help="timed runs of each, interleaved"
+    )
+    ap.add_argument(
+        "--out",
+        default=os.path.join(ROOT, "benchmarks", "results", "verify.json"),
+        help="where the JSON result is recorded",
     )
     args = ap.parse_args()
     if mirrors_missing():
