@@ -68,10 +68,11 @@ def main() -> int:
     ap = argparse.ArgumentParser(
         description=__doc__.splitlines()[0],
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        epilog="Needs OVERLAY_UPSTREAM_URL and OVERLAY_FORK_URL (the real mirrors).",
     )
     ap.add_argument("--patches", type=int, default=1000, help="synthetic patches (N)")
     ap.add_argument(
-        "--repeat", type=int, default=5, help="timed runs of each, interleaved"
+        "--repeat", type=int, default=9, help="timed runs of each, interleaved"
     )
     ap.add_argument(
         "--out",

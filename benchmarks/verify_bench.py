@@ -40,6 +40,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(
         description=__doc__.splitlines()[0],
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        epilog="Needs OVERLAY_UPSTREAM_URL and OVERLAY_FORK_URL (the real mirrors).",
     )
     ap.add_argument(
         "--repeat", type=int, default=31, help="timed runs of each, interleaved"

@@ -119,11 +119,15 @@ def whole_file_cmd(
         click.echo(f"report written to {REPORT_MD}")
         from overlay.fsutil import git_ignored
 
-        if not git_ignored(target, [layout.LAST_IMPORT_MD]):
-            # .overlay/ is this clone's state (locks, reports, rr-cache), not a record to commit.
-            click.echo(
-                f"next: add `/{layout.STATE_DIR}/` to .gitignore (overlay's per-clone "
-                f"state); commit {layout.PATCH_DIR}/ and {layout.LOCAL_FIXES}"
-            )
+        # .overlay/ is this clone's state (locks, reports, rr-cache), not a record to
+        # commit; its own .gitignore (layout.make_state_dir) hides it, unless a rule of
+        # the repository brings it back.
+        ignore = (
+            ""
+            if git_ignored(target, [layout.LAST_IMPORT_MD])
+            else f"add `/{layout.STATE_DIR}/` to .gitignore (overlay's per-clone "
+            "state); "
+        )
+        click.echo(f"next: {ignore}commit {layout.PATCH_DIR}/ and {layout.LOCAL_FIXES}")
     errors = [f for f in report["findings"] or [] if f["severity"] == "error"]
     exit_with(1 if errors else 0)

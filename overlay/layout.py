@@ -1,8 +1,9 @@
 """Where things live in an overlay repository: every record and state path, named once.
 
 Paths are relative to the repository root and written with ``/`` (as findings and
-messages name them); :func:`under` joins one onto a root for the file system.
-Importing this module costs nothing: it holds only names.
+messages name them); :func:`under` joins one onto a root for the file system, and
+:func:`make_state_dir` makes ``.overlay/``. Importing this module costs nothing: it
+holds only names and those two.
 
 Records (committed): the manifest, the series and its patches, the resolutions, the
 suites, ``LOCAL_FIXES.md``. Per-clone state (git-ignored): everything under
@@ -87,3 +88,29 @@ def under(root: str, rel: str) -> str:
         The joined path, with the platform's separator.
     """
     return os.path.join(root, *rel.split("/"))
+
+
+#: The one line of ``.overlay/.gitignore`` that matters: everything in it.
+STATE_GITIGNORE = "# made by overlay: this clone's state, never a record\n*\n"
+
+
+def make_state_dir(root: str) -> str:
+    """``<root>/.overlay``, made when absent, with a ``.gitignore`` of ``*`` in it (as a
+    virtual environment or pytest's cache holds): ``git status`` of any repository then
+    leaves the clone's state out, with no line in the repository's own ``.gitignore``.
+
+    Args:
+        root: the overlay repository.
+    Returns:
+        The directory's path.
+    Raises:
+        OSError: it cannot be made.
+    """
+    path = under(root, STATE_DIR)
+    os.makedirs(path, exist_ok=True)
+    try:
+        with open(os.path.join(path, ".gitignore"), "x", encoding="utf-8") as fh:
+            fh.write(STATE_GITIGNORE)
+    except FileExistsError:
+        pass
+    return path

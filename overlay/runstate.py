@@ -359,7 +359,7 @@ def state_lock(root: str, command: str, *, shared: bool = False) -> Iterator[Non
     with contextlib.ExitStack() as stack:
         try:
             if not shared:
-                os.makedirs(meta, exist_ok=True)
+                layout.make_state_dir(root)
             if not shared or os.path.isdir(meta):
                 stack.enter_context(
                     flocked(

@@ -491,6 +491,7 @@ def remember(
             parts += [b"%d\n" % len(piece), piece]
     path = os.path.join(root, CACHE)
     try:
+        layout.make_state_dir(root)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         atomic_write(path, b"".join(parts), durable=False)
     except OSError:

@@ -428,12 +428,28 @@ def test_an_import_while_another_command_holds_the_records_is_refused(team):
     assert team.run().exit_code == 0
 
 
-def test_the_report_says_to_ignore_the_state_directory_until_it_is(team):
+def test_the_state_directory_hides_itself_from_git(team):
+    """.overlay/ holds its own `.gitignore` of `*`, so a records repository's `git
+    status` never lists it; only where a rule of the repository brings it back does
+    the import say to ignore it."""
+    subprocess.run(["git", "init", "-q", str(team.root)], check=True)
     first = team.run()
-    assert first.exit_code == 0 and "add `/.overlay/` to .gitignore" in first.output
-    (team.root / ".gitignore").write_text(".DS_Store\n/.overlay/\n")
+    assert first.exit_code == 0, first.output
+    assert "next: commit patches-rocm/ and LOCAL_FIXES.md" in first.output
+    assert ".gitignore" not in first.output
+    assert (team.root / ".overlay" / ".gitignore").read_text().endswith("*\n")
+    status = subprocess.run(
+        ["git", "-C", str(team.root), "status", "--porcelain", "--untracked-files=all"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    assert status and ".overlay" not in status, status
+    (team.root / ".overlay" / ".gitignore").unlink()  # a clone made by an older overlay
     again = team.run("--force")
-    assert again.exit_code == 0 and ".gitignore" not in again.output
+    assert again.exit_code == 0, again.output
+    assert "add `/.overlay/` to .gitignore" not in again.output
+    assert (team.root / ".overlay" / ".gitignore").exists()
 
 
 def test_a_merge_base_that_is_not_an_ancestor_of_the_fork_is_refused(team):
@@ -469,7 +485,11 @@ def test_a_failed_check_or_a_killed_import_leaves_nothing(team, monkeypatch):
         not (team.root / "patches-rocm").exists()
         and not (team.root / "LOCAL_FIXES.md").exists()
     )
-    assert [n for n in os.listdir(team.root / ".overlay") if n != "rebase.lock"] == []
+    assert [
+        n
+        for n in os.listdir(team.root / ".overlay")
+        if n not in ("rebase.lock", ".gitignore")
+    ] == []
     monkeypatch.undo()
     # a temp directory a killed import left behind is removed by the next import
     stale = team.root / ".overlay" / "import-killed12.tmp"

@@ -3,6 +3,8 @@ exactly the findings of a full run of those families."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from gitfixtures import CLOSING, PATCH, local_fixes
 
@@ -352,8 +354,27 @@ def test_a_skip_of_a_code_no_finding_has_is_warned_about(clean):
     )
     assert result.exit_code == 0, result.output
     assert result.stderr.count("overlay: warning:") == 1
-    assert "--skip SER01O: no finding has this code" in result.stderr
+    assert "--skip SER01O: not a finding code" in result.stderr
     retired = CliRunner().invoke(
         main, ["-C", str(clean.root), "verify", "--skip", "SER009"]
     )
-    assert retired.exit_code == 0 and "warning" not in retired.stderr
+    assert retired.exit_code == 0
+    assert "--skip SER009: a retired code" in retired.stderr
+
+
+def test_skip_takes_a_comma_separated_list(clean):
+    from click.testing import CliRunner
+
+    from overlay.cli import main
+
+    # Two errors (SER002, and SER008 with SER011), then all skipped in one list.
+    _unlisted(clean)
+    _abbreviate(clean)
+    plain = CliRunner().invoke(main, ["-C", str(clean.root), "verify"])
+    codes = sorted(set(re.findall(r" error ([A-Z]{3}\d{3}) ", plain.output)))
+    assert plain.exit_code == 1 and codes == ["SER002", "SER008", "SER011"], codes
+    listed = CliRunner().invoke(
+        main, ["-C", str(clean.root), "verify", "--skip", ",".join(codes)]
+    )
+    assert listed.exit_code == 0, listed.output
+    assert "warning" not in listed.stderr

@@ -27,7 +27,10 @@ if TYPE_CHECKING:
     help="Run only this family (MAN, SER, LAY, FIX).",
 )
 @click.option(
-    "--skip", multiple=True, metavar="CODE", help="Drop findings with this code."
+    "--skip",
+    multiple=True,
+    metavar="CODE",
+    help="Drop findings with this code (repeat it, or give a comma-separated list).",
 )
 @output_option("Write the report here too.", short_first=True)
 @click.option(
@@ -49,6 +52,7 @@ def verify_cmd(
     from overlay import verdict
 
     if skip:
+        skip = tuple(c.strip() for item in skip for c in item.split(",") if c.strip())
         _warn_unknown_codes(skip)
     # The verdict cache (issue 14): with every input as it was at an earlier verify, its
     # report is printed again without importing, reading or computing anything else.
@@ -69,18 +73,20 @@ def verify_cmd(
 
 
 def _warn_unknown_codes(skip: Iterable[str]) -> None:
-    """One warning line per ``--skip`` code no finding has (a typo skips nothing). The run
-    goes on: a code of a newer overlay, in a CI line shared by two versions, is no error."""
+    """One warning line per ``--skip`` code that is no finding code, or a retired one (a
+    typo skips nothing). The run goes on: a code of a newer overlay, in a CI line shared
+    by two versions, is no error."""
     from overlay.check_codes import CODES, RETIRED
     from overlay.fixes.model import CODES as FIX_CODES
 
     for code in skip:
-        if code not in CODES and code not in FIX_CODES and code not in RETIRED:
-            click.echo(
-                f"overlay: warning: --skip {code}: no finding has this code "
-                "(docs/findings.md lists them)",
-                err=True,
-            )
+        if code in RETIRED:
+            why = "a retired code, which no finding has"
+        elif code not in CODES and code not in FIX_CODES:
+            why = "not a finding code (docs/findings.md lists them)"
+        else:
+            continue
+        click.echo(f"overlay: warning: --skip {code}: {why}", err=True)
 
 
 def _note_run_in_progress(ws: Workspace) -> None:

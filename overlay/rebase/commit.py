@@ -192,7 +192,7 @@ class CommitSteps(RunBase):
 
     def _write_report(self, report: RebaseReport) -> None:
         """``.overlay/last-rebase.md`` and ``.overlay/last-rebase.json``."""
-        os.makedirs(layout.under(self.root, layout.STATE_DIR), exist_ok=True)
+        layout.make_state_dir(self.root)
         atomic_write(
             os.path.join(self.root, REPORT_MD), render_markdown(report).encode()
         )
