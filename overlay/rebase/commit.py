@@ -191,14 +191,19 @@ class CommitSteps(RunBase):
             atomic_write(lf, updated)
 
     def _write_report(self, report: RebaseReport) -> None:
-        """``.overlay/last-rebase.md`` and ``.overlay/last-rebase.json``."""
+        """``.overlay/last-rebase.md`` and ``.overlay/last-rebase.json``: renamed into
+        place whole, not fsynced: the records are, while a report that a power loss
+        takes is only the run's summary, not worth two waits for the disk."""
         layout.make_state_dir(self.root)
         atomic_write(
-            os.path.join(self.root, REPORT_MD), render_markdown(report).encode()
+            os.path.join(self.root, REPORT_MD),
+            render_markdown(report).encode(),
+            durable=False,
         )
         atomic_write(
             os.path.join(self.root, REPORT_JSON),
             json.dumps(report.to_json(), indent=2).encode(),
+            durable=False,
         )
 
     # -- the report -------------------------------------------------------------------
