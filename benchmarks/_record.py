@@ -1,10 +1,43 @@
-"""Shared tail of the benchmark scripts: print the result and record it."""
+"""Shared head and tail of the benchmark scripts: their options, then print the result
+and record it."""
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import json
 import os
+
+RESULTS = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks", "results"
+)
+
+
+def mirror_bench_parser(doc: str, result: str, repeat: int) -> argparse.ArgumentParser:
+    """The options every benchmark on the real mirrors takes: ``--repeat`` (timed runs of
+    each command, interleaved) and ``--out`` (default ``benchmarks/results/<result>``).
+
+    Args:
+        doc: the script's docstring (its first line describes the script).
+        result: the result file's name.
+        repeat: the default of ``--repeat`` (the recorded run's).
+    Returns:
+        The parser; a script adds its own options.
+    """
+    ap = argparse.ArgumentParser(
+        description=doc.splitlines()[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        epilog="Needs OVERLAY_UPSTREAM_URL and OVERLAY_FORK_URL (the real mirrors).",
+    )
+    ap.add_argument(
+        "--repeat", type=int, default=repeat, help="timed runs of each, interleaved"
+    )
+    ap.add_argument(
+        "--out",
+        default=os.path.join(RESULTS, result),
+        help="where the JSON result is recorded",
+    )
+    return ap
 
 
 def record(out: dict, path: str) -> int:

@@ -27,7 +27,6 @@ Usage: python benchmarks/export_bench.py [--repeat N] [--out FILE]
 
 from __future__ import annotations
 
-import argparse
 import os
 import resource
 import shutil
@@ -41,7 +40,7 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from _cpu import bench_env, cpu_run, fresh_store, median, overlay_cmd  # noqa: E402
-from _record import mirrors_missing, record  # noqa: E402
+from _record import mirror_bench_parser, mirrors_missing, record  # noqa: E402
 from _synth import make_overlay  # noqa: E402
 
 from overlay.export import export_tree  # noqa: E402
@@ -142,21 +141,9 @@ def peak_rss_mb(git_dir: str, tree: str | None, dest: str) -> float:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(
-        description=__doc__.splitlines()[0],
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-        epilog="Needs OVERLAY_UPSTREAM_URL and OVERLAY_FORK_URL (the real mirrors).",
-    )
-    ap.add_argument(
-        "--repeat", type=int, default=15, help="timed runs of each, interleaved"
-    )
+    ap = mirror_bench_parser(__doc__, "export.json", repeat=15)
     ap.add_argument(
         "--patches", type=int, default=1000, help="synthetic patches of the memory run"
-    )
-    ap.add_argument(
-        "--out",
-        default=os.path.join(ROOT, "benchmarks", "results", "export.json"),
-        help="where the JSON result is recorded",
     )
     args = ap.parse_args()
     if mirrors_missing():

@@ -24,7 +24,6 @@ Usage: python benchmarks/rebase_bench.py [--repeat N] [--out FILE]
 
 from __future__ import annotations
 
-import argparse
 import os
 import resource
 import subprocess
@@ -36,7 +35,7 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from _cpu import bench_env, cpu_run, fresh_store, median, overlay_cmd  # noqa: E402
-from _record import mirrors_missing, record  # noqa: E402
+from _record import mirror_bench_parser, mirrors_missing, record  # noqa: E402
 
 from overlay.gitstore import Store  # noqa: E402
 from overlay.layers import _carried_delta, ensure_commits  # noqa: E402
@@ -147,19 +146,7 @@ def floor_commits(store: Store, m) -> tuple[str, str]:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(
-        description=__doc__.splitlines()[0],
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-        epilog="Needs OVERLAY_UPSTREAM_URL and OVERLAY_FORK_URL (the real mirrors).",
-    )
-    ap.add_argument(
-        "--repeat", type=int, default=15, help="timed runs of each, interleaved"
-    )
-    ap.add_argument(
-        "--out",
-        default=os.path.join(ROOT, "benchmarks", "results", "rebase.json"),
-        help="where the JSON result is recorded",
-    )
+    ap = mirror_bench_parser(__doc__, "rebase.json", repeat=15)
     args = ap.parse_args()
     if mirrors_missing():
         return 2

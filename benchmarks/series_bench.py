@@ -33,7 +33,6 @@ Usage: python benchmarks/series_bench.py [--patches N] [--repeat N] [--out FILE]
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import sys
@@ -44,7 +43,7 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from _cpu import GitCounter, bench_env, cpu_run, fresh_store, median, overlay_cmd  # noqa: E402
-from _record import mirrors_missing, record  # noqa: E402
+from _record import mirror_bench_parser, mirrors_missing, record  # noqa: E402
 from _synth import make_overlay  # noqa: E402
 
 from overlay.gitstore import Store  # noqa: E402
@@ -65,20 +64,8 @@ def floor_cmd(root: str, forked: str) -> str:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(
-        description=__doc__.splitlines()[0],
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-        epilog="Needs OVERLAY_UPSTREAM_URL and OVERLAY_FORK_URL (the real mirrors).",
-    )
+    ap = mirror_bench_parser(__doc__, "series.json", repeat=9)
     ap.add_argument("--patches", type=int, default=1000, help="synthetic patches (N)")
-    ap.add_argument(
-        "--repeat", type=int, default=9, help="timed runs of each, interleaved"
-    )
-    ap.add_argument(
-        "--out",
-        default=os.path.join(ROOT, "benchmarks", "results", "series.json"),
-        help="where the JSON result is recorded",
-    )
     args = ap.parse_args()
     if mirrors_missing():
         return 2

@@ -20,7 +20,6 @@ Usage: python benchmarks/verify_bench.py [--repeat N] [--out FILE]
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
@@ -28,7 +27,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from _cpu import bench_env, cpu_run, median, overlay_cmd  # noqa: E402
-from _record import mirrors_missing, record  # noqa: E402
+from _record import mirror_bench_parser, mirrors_missing, record  # noqa: E402
 
 TARGETS = {
     "cached_verify_to_cli_import_max": 1.2,
@@ -37,19 +36,7 @@ TARGETS = {
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(
-        description=__doc__.splitlines()[0],
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-        epilog="Needs OVERLAY_UPSTREAM_URL and OVERLAY_FORK_URL (the real mirrors).",
-    )
-    ap.add_argument(
-        "--repeat", type=int, default=31, help="timed runs of each, interleaved"
-    )
-    ap.add_argument(
-        "--out",
-        default=os.path.join(ROOT, "benchmarks", "results", "verify.json"),
-        help="where the JSON result is recorded",
-    )
+    ap = mirror_bench_parser(__doc__, "verify.json", repeat=31)
     args = ap.parse_args()
     if mirrors_missing():
         return 2
