@@ -35,8 +35,8 @@ from collections.abc import Callable, Sequence
 
 from overlay.engine_chain import apply_chained
 from overlay.engine_gitapply import (
-    OFFSET_RE,
     PatchApplyError,
+    applied_exactly,
     check_result,
     explain_git_failure,
     git_apply,
@@ -168,9 +168,7 @@ def _apply_batch(
     """The fast path: the whole series in one ``git apply``; its tree when git applied
     every hunk where stated and the result is the last recorded state ``final``, else
     ``None`` (the caller then goes patch by patch)."""
-    proc = git_apply(store, env, patches)
-    err = proc.stderr.decode("utf-8", "replace")
-    if proc.returncode != 0 or "Skipped patch" in err or OFFSET_RE.search(err):
+    if not applied_exactly(git_apply(store, env, patches)):
         return None
     tree = store.out("write-tree", env=env)
     actual: dict[str, TreeEntry | None] = dict.fromkeys(final)

@@ -21,7 +21,7 @@ import os
 import re
 from collections.abc import Sequence
 
-from overlay.engine_gitapply import OFFSET_RE
+from overlay.engine_gitapply import applied_exactly, git_apply
 from overlay.errors import PatchFormatError
 from overlay.fsutil import scratch_dir
 from overlay.gitstore import Store, TreeEntry, is_sha, zsplit
@@ -236,8 +236,9 @@ def apply_chained(
 
 #: The store's directory of proven applies (:func:`_run_chain`).
 APPLIES = "overlay-applies"
-#: Bump when the git input of a chain (lines, sections, the flags of ``_apply``)
-#: changes meaning, so older proofs are not read.
+#: Bump when the git input of a chain (lines, sections, the flags of
+#: :func:`overlay.engine_gitapply.git_apply`) changes meaning, so older proofs are not
+#: read.
 APPLIES_VERSION = 1
 
 
@@ -321,17 +322,7 @@ def _apply(
             names.append(os.path.join(tmp, f"{k}.patch"))
             with open(names[-1], "wb") as fh:
                 fh.write(text)
-        proc = store.git(
-            "apply",
-            "--cached",
-            "-v",
-            "--whitespace=nowarn",
-            *names,
-            env=env,
-            check=False,
-        )
-        err = proc.stderr.decode("utf-8", "replace")
-        if proc.returncode != 0 or "Skipped patch" in err or OFFSET_RE.search(err):
+        if not applied_exactly(git_apply(store, env, names)):
             return None
         index: IndexEntries = {}
         for rec in zsplit(store.git("ls-files", "-s", "-z", env=env).stdout):

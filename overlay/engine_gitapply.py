@@ -72,18 +72,30 @@ def refuse_binary_without_data(patches: Iterable[Patch]) -> None:
 
 
 def git_apply(
-    store: Store, env: dict[str, str], patches: Sequence[Patch]
+    store: Store, env: dict[str, str], patches: Sequence[Patch | str]
 ) -> subprocess.CompletedProcess:
-    """``git apply --cached -v`` of ``patches`` (their files, in order) on the index of
-    ``env``; never raises on git's exit status (the caller reads it and stderr)."""
+    """``git apply --cached -v`` of ``patches`` (their files, or paths of patch files,
+    in order) on the index of ``env``; never raises on git's exit status (the caller
+    reads it and stderr, with :func:`applied_exactly`)."""
     return store.git(
         "apply",
         "--cached",
         "-v",
         "--whitespace=nowarn",
-        *[p.path for p in patches],
+        *[p if isinstance(p, str) else p.path for p in patches],
         env=env,
         check=False,
+    )
+
+
+def applied_exactly(proc: subprocess.CompletedProcess) -> bool:
+    """Whether a :func:`git_apply` applied every hunk where its header says: git
+    succeeded, skipped no file and placed no hunk at an offset."""
+    err = proc.stderr.decode("utf-8", "replace")
+    return (
+        proc.returncode == 0
+        and "Skipped patch" not in err
+        and not OFFSET_RE.search(err)
     )
 
 
