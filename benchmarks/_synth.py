@@ -22,45 +22,12 @@ from overlay import fixes
 from overlay.gitstore import Store
 from overlay.layers import compute_layers
 from overlay.manifest import load_manifest
-from overlay.patchfmt import format_patch
+from overlay.patchfmt import format_patch, tree_diffs
 
 CLOSING = (
     "Applies to the fork; kept in mlxcelverse under the 2026-10-06 fork policy, "
     "not proposed there."
 )
-
-
-def _diffs(store: Store, pairs: list[tuple[str, str]]) -> list[bytes]:
-    """The byte-stable diff of each tree pair (one ``diff-tree --stdin`` for all)."""
-    args = [
-        "-c",
-        "diff.algorithm=myers",
-        "diff-tree",
-        "--stdin",
-        "-r",
-        "-p",
-        "-M",
-        "--full-index",
-        "--binary",
-        "--no-color",
-        "--src-prefix=a/",
-        "--dst-prefix=b/",
-    ]
-    out = store.git(
-        *args, input="".join(f"{a} {b}\n" for a, b in pairs).encode()
-    ).stdout
-    result, pos = [], 0
-    for i, (a, b) in enumerate(pairs):
-        echo = f"{a} {b}\n".encode()
-        assert out.startswith(echo, pos), (i, out[pos : pos + 100])
-        start = pos + len(echo)
-        if i + 1 < len(pairs):
-            nxt = f"{pairs[i + 1][0]} {pairs[i + 1][1]}\n".encode()
-            pos = out.index(nxt, start)
-            result.append(out[start:pos])
-        else:
-            result.append(out[start:])
-    return result
 
 
 def make_overlay(store: Store, src_root: str, dest: str, n: int) -> dict:
@@ -118,7 +85,7 @@ def make_overlay(store: Store, src_root: str, dest: str, n: int) -> dict:
         for path, blob in zip(order, blobs, strict=True):
             store.git("update-index", "--cacheinfo", f"100644,{blob},{path}", env=env)
             trees.append(store.out("write-tree", env=env))
-    diffs = _diffs(store, list(zip(trees, trees[1:], strict=False)))
+    diffs = tree_diffs(store, list(zip(trees, trees[1:], strict=False)))
     # The next free entry number (the real series takes new entries as it grows).
     number = fixes.next_number(fixes.load(os.path.join(dest, "LOCAL_FIXES.md")))
     series_path = os.path.join(dest, "patches-rocm", "series")
