@@ -358,6 +358,7 @@ def scan_record_dir(
             # kept under build/): the rules then say nothing about single records in it.
             skip = set()
     out: dict[str, bytes] = {}
+    resolved: dict[str, str] = {}  # each directory of the scan resolved once
     for entry in sorted(found):
         if entry.rel in skip:
             if ignored is not None:
@@ -370,7 +371,7 @@ def scan_record_dir(
             )
             break
         else:
-            _read_entry(root_real, entry, what, max_bytes, out, errors)
+            _read_entry(root_real, entry, what, max_bytes, out, errors, resolved)
     if len(found) > 2 * max_files and len(out) < max_files:
         errors.append(
             RecordError(
@@ -431,9 +432,11 @@ def _read_entry(
     max_bytes: int,
     out: dict[str, bytes],
     errors: list[RecordError],
+    resolved: dict[str, str],
 ) -> None:
     """Read one entry into ``out``, or append why it is refused (a symlink, not a
-    regular file, or what :func:`read_record` refuses) to ``errors``."""
+    regular file, or what :func:`read_record` refuses) to ``errors``; ``resolved`` is
+    the scan's batch of resolved directories (see :func:`read_record`)."""
     if stat.S_ISLNK(entry.mode):
         errors.append(
             RecordError(
@@ -455,6 +458,7 @@ def _read_entry(
                 max_bytes=max_bytes,
                 what=what,
                 allow_symlink=False,
+                resolved=resolved,
             )
         except RecordError as exc:
             errors.append(exc)
