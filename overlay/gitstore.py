@@ -18,12 +18,12 @@ import contextlib
 import json
 import os
 import subprocess
-import sys
 from collections.abc import Iterator, Sequence
 
-from overlay.errors import GitError, OfflineMiss
+from overlay.errors import GitError
 from overlay.fsutil import atomic_write, flocked, scratch_dir
 from overlay.gitancestry import RememberedAncestry
+from overlay.gitfetch import Fetching
 from overlay.gitobjects import (
     CatFile,
     MergeResult,
@@ -68,7 +68,7 @@ __all__ = [
 ]
 
 
-class Store(RememberedAncestry):
+class Store(Fetching, RememberedAncestry):
     """The bare git store holding every object the layers are made of.
 
     Args:
@@ -235,6 +235,37 @@ class Store(RememberedAncestry):
             found = [line.split()[1] != b"missing" for line in proc.stdout.splitlines()]
         return [oid for oid, there in zip(oids, found, strict=True) if not there]
 
+    def resolve_blobs(self, names: Sequence[str]) -> dict[str, str]:
+        """The full name of each abbreviated blob name that names exactly one blob here.
+
+        docs/engine.md, the truth model: an abbreviated ``index`` name (``git
+        format-patch`` writes 7 hex by default) is the blob it abbreviates when the
+        store holds exactly one blob it can name; a name of no blob, or of several
+        (``core.disambiguate=blob``: commits and trees do not count), stays unresolved.
+        One ``git cat-file --batch-check`` answers for every name.
+
+        Args:
+            names: abbreviated hex names (4 to 39 digits).
+        Returns:
+            ``{name: full name}`` for the names that resolved; the others are absent.
+        """
+        if not names:
+            return {}
+        proc = self.git(
+            "-c",
+            "core.disambiguate=blob",
+            "cat-file",
+            "--batch-check=%(objectname) %(objecttype)",
+            input=("\n".join(names) + "\n").encode(),
+            check=False,
+        )
+        out = {}
+        for name, line in zip(names, proc.stdout.splitlines(), strict=False):
+            full, _, kind = line.decode("ascii", "replace").partition(" ")
+            if kind == "blob" and full.startswith(name):
+                out[name] = full
+        return out
+
     # -- what overlay computed, kept beside the objects -------------------------
     def _record_path(self, kind: str, key: str) -> str:
         return os.path.join(self.git_dir, kind, key[:2], key[2:] + ".json")
@@ -264,121 +295,6 @@ class Store(RememberedAncestry):
             atomic_write(path, json.dumps(record).encode(), durable=False)
         except OSError:
             pass
-
-    def ensure_commit(self, sha: str, remotes: Sequence[str]) -> None:
-        """Make sure commit ``sha`` is in the store, fetching it by SHA if needed.
-
-        Tries each remote in order: a fetch of the exact SHA first, then (for
-        servers that refuse unadvertised SHAs) all branches and tags.
-
-        Args:
-            sha: full 40-hex commit name.
-            remotes: remote names to try, e.g. ``["fork", "upstream"]``.
-        Raises:
-            OfflineMiss: the commit is missing and the store is offline.
-            GitError: no remote has the commit.
-        """
-        if self.has_object(sha):
-            return
-        where = ", ".join(f"{r} ({self._remote_urls.get(r, '?')})" for r in remotes)
-        if self.offline:
-            raise OfflineMiss(
-                f"commit {sha} is not in the git store and --offline forbids fetching",
-                hint=f"run once online to fetch it from {where}",
-            )
-        if sys.stderr.isatty():
-            print(
-                f"overlay: fetching {sha[:12]} from {where} ...",
-                file=sys.stderr,
-                flush=True,
-            )
-        with self.lock():
-            for remote in remotes:
-                keep = f"refs/overlay/keep/{sha}"
-                if self.git(
-                    "fetch", "-q", "--no-tags", remote, f"{sha}:{keep}", check=False
-                ).returncode == 0 and self.has_object(sha):
-                    return
-            for remote in remotes:
-                self.git(
-                    "fetch",
-                    "-q",
-                    "--tags",
-                    remote,
-                    f"+refs/heads/*:refs/remotes/{remote}/*",
-                    check=False,
-                )
-                if self.has_object(sha):
-                    self.git("update-ref", f"refs/overlay/keep/{sha}", sha)
-                    return
-        raise GitError(
-            f"commit {sha} not found in {where}",
-            hint="check that the remotes are reachable (`overlay doctor`); on a machine without "
-            "network set OVERLAY_UPSTREAM_URL / OVERLAY_FORK_URL to local mirrors",
-        )
-
-    def resolve(self, ref: str, remotes: Sequence[str] = ("upstream", "fork")) -> str:
-        """Resolve a user-given ref (SHA, tag, ``remote/branch``) to a commit SHA.
-
-        Args:
-            ref: what the user typed; must not start with ``-``.
-            remotes: where to fetch a missing full SHA from.
-        Returns:
-            The 40-hex commit name.
-        Raises:
-            GitError: the ref starts with ``-``, or names no commit.
-        """
-        if not ref or ref.startswith("-"):
-            raise GitError(
-                f"refusing ref {ref!r}: a ref may not be empty or start with '-'"
-            )
-        if is_sha(ref):
-            self.ensure_commit(ref, remotes)
-            return ref
-        if not self.offline:
-            # A name (branch, tag) means what the remote says now: refresh first.
-            with self.lock():
-                for remote in remotes:
-                    self.git(
-                        "fetch",
-                        "-q",
-                        "--tags",
-                        "--prune",
-                        remote,
-                        f"+refs/heads/*:refs/remotes/{remote}/*",
-                        check=False,
-                    )
-        sha = self._rev_parse_any(ref, remotes)
-        if sha is None:
-            raise GitError(
-                f"unknown ref {ref!r}: no such commit, tag or branch in "
-                + " or ".join(remotes)
-                + (
-                    " (offline: only the git store was searched)"
-                    if self.offline
-                    else ""
-                )
-            )
-        return sha
-
-    def _rev_parse_any(self, ref: str, remotes: Sequence[str]) -> str | None:
-        """The commit ``ref`` names as a remote branch, a tag, or as given; ``None``."""
-        for candidate in (
-            *(f"refs/remotes/{r}/{ref}" for r in remotes),
-            f"refs/tags/{ref}",
-            ref,
-        ):
-            proc = self.git(
-                "rev-parse",
-                "--verify",
-                "--quiet",
-                "--end-of-options",
-                f"{candidate}^{{commit}}",
-                check=False,
-            )
-            if proc.returncode == 0:
-                return proc.stdout.decode().strip()
-        return None
 
     # -- trees ------------------------------------------------------------------
     def tree_of(self, commit: str) -> str:

@@ -19,6 +19,13 @@ from overlay import fixes
 from overlay.errors import GitError, OverlayError, PatchFormatError, UnsafePath
 from overlay.gitstore import Store
 
+#: The refs of the git store that say what upstream holds: its branches as fetched and
+#: the tags (tags come from ``upstream`` only: the fork's fetches take none). With the
+#: pin's history, the one definition of "an upstream commit" (:func:`fork_ahead`,
+#: :func:`check_new_pin`, MAN004; docs/engine.md).
+UPSTREAM_SCOPES = ("refs/remotes/upstream/", "refs/tags/")
+
+
 #: An abbreviated or full commit name in prose (8 to 40 hex digits, whole word).
 _SHA_RE = re.compile(r"(?<![0-9A-Za-z])[0-9a-f]{8,40}(?![0-9A-Za-z])")
 
@@ -88,7 +95,7 @@ def upstream_refs_containing(
     """
     if fetch:
         fetch_upstream_refs(store)
-    scopes = ("refs/remotes/upstream/", "refs/tags/")
+    scopes = UPSTREAM_SCOPES
     if not store.git(
         "for-each-ref", "--count=1", "--format=%(refname)", *scopes
     ).stdout.strip():
@@ -104,15 +111,21 @@ def check_new_pin(
     new_pin: str,
     *,
     fork_commits: tuple[str, ...] = (),
+    old_pin: str | None = None,
     force: bool = False,
     fetch: bool = True,
 ) -> list[str]:
     """Refuse a new pin that is not an upstream commit, unless ``force``.
 
+    An upstream commit is one the old pin's history holds, or one that an upstream
+    branch or tag of the store contains (:data:`UPSTREAM_SCOPES`, the definition
+    :func:`fork_ahead` uses too).
+
     Args:
         store: git store with ``upstream`` and ``fork`` remotes.
         new_pin: full commit name of the proposed pin (in the store).
         fork_commits: the fork commits in play (current and new); the pin may not be one.
+        old_pin: the current pin, whose history is upstream's.
         force: accept anyway (the refusal becomes a warning).
         fetch: see :func:`upstream_refs_containing`.
     Returns:
@@ -128,6 +141,8 @@ def check_new_pin(
             "it is the fork commit, not an upstream MLX commit "
             "(the fork delta would be carried onto itself)"
         )
+    elif old_pin is not None and store.is_ancestor(new_pin, old_pin):
+        pass  # the pin's own history is upstream's
     else:
         refs = upstream_refs_containing(store, new_pin, fetch=fetch)
         if refs is None:
@@ -221,41 +236,50 @@ def backwards_citations(
 
 
 def fork_ahead(store: Store, fork: str, pin: str) -> list[str]:
-    """Upstream commits that the fork's history holds and the pin does not.
+    """The upstream commits that the fork's history holds and the pin's does not.
 
-    The fork delta is ``merge-base..fork``; when the fork merged upstream commits
-    newer than the pin, those would be carried as if they were the fork's own
-    (shared case 18). Upstream is known by the store's ``refs/remotes/upstream/*``
-    (fetched when a name is resolved or by :func:`fetch_upstream_refs`).
+    An upstream commit is one that an upstream branch or tag of the store contains
+    (:data:`UPSTREAM_SCOPES`, any branch, not only ``main``) or that the pin's history
+    holds: the one definition every command uses. The fork delta is ``merge-base..fork``;
+    a fork that merged upstream commits newer than the pin would carry them as if they
+    were its own (shared case 18).
 
     Args:
-        store: git store.
-        fork, pin: commit SHAs.
+        store: git store (its upstream refs fetched by :func:`fetch_upstream_refs`).
+        fork: the fork commit whose history is asked; pin: the pin.
     Returns:
-        ``["<sha12> <subject>", ...]``, newest first; empty when the fork holds no
-        upstream commit past the pin, or when no upstream branch is known.
+        ``["<sha12> <subject>", ...]``, newest first; empty when there is none, or when
+        the store holds no upstream branch or tag (nothing to tell upstream by). Four git
+        processes at most.
     """
-    rows = store.out(
-        "for-each-ref",
-        "--format=%(refname:lstrip=3) %(objectname)",
-        "refs/remotes/upstream/",
+    tips = sorted(
+        set(
+            store.out(
+                "for-each-ref", "--format=%(objectname)", *UPSTREAM_SCOPES
+            ).split()
+        )
     )
-    tips = dict(line.split(" ", 1) for line in rows.splitlines() if " " in line)
-    # The default branch answers the question; other branches only when it is unknown.
-    refs = [tips[b] for b in ("main", "master") if b in tips][:1] or list(
-        tips.values()
-    )[:20]
-    ahead: list[str] = []
-    for tip in refs:
-        base = store.merge_base(fork, tip)
-        if not base or store.is_ancestor(base, pin):
-            continue
-        for line in store.out(
-            "log", "--format=%h %s", "--abbrev=12", f"{base}", f"^{pin}"
-        ).splitlines():
-            if line not in ahead:
-                ahead.append(line)
-    return ahead
+    if not tips:
+        return []
+    ours = store.out("rev-list", fork, f"^{pin}").split()
+    if not ours:
+        return []
+    upstream = set(
+        store.out(
+            "rev-list", "--stdin", input=("\n".join([*tips, f"^{pin}"]) + "\n").encode()
+        ).split()
+    )
+    ahead = [c for c in ours if c in upstream]
+    if not ahead:
+        return []
+    return store.out(
+        "log",
+        "--no-walk=unsorted",
+        "--stdin",
+        "--format=%h %s",
+        "--abbrev=12",
+        input=("\n".join(ahead) + "\n").encode(),
+    ).splitlines()
 
 
 def refuse_fork_ahead(store: Store, fork: str, pin: str) -> None:
@@ -275,4 +299,24 @@ def refuse_fork_ahead(store: Store, fork: str, pin: str) -> None:
             f"{pin[:12]} lacks ({shown}): they would be carried as fork delta",
             hint="rebase onto a pin that holds them first (`overlay rebase --onto`), or pass "
             "--allow-fork-ahead to carry them anyway",
+        )
+
+
+def refuse_broken_ancestry(store: Store, merge_base: str, fork: str) -> None:
+    """Refuse to rewrite records on a manifest whose merge base is not an ancestor of
+    its fork commit (MAN003): the fork delta from it undoes upstream work, and a patch
+    carried onto that layer would be recorded against it.
+
+    Args:
+        store: git store holding both commits.
+        merge_base, fork: the manifest's ``[fork] merge-base`` and ``commit``.
+    Raises:
+        OverlayError: naming both commits and ``overlay sync`` (exit 2).
+    """
+    if not store.is_ancestor(merge_base, fork):
+        raise OverlayError(
+            f"merge-base {merge_base[:12]} is not an ancestor of fork commit "
+            f"{fork[:12]} (MAN003): no patch is rewritten on top of it",
+            hint="run `overlay sync --fork "
+            f"{fork[:12]}` to recompute the merge base, or correct [fork] merge-base",
         )

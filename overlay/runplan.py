@@ -3,8 +3,9 @@
 The rules a run must pass before :class:`overlay.rebase.Rebase` starts it:
 
 * a sync's fork commit descends from the current one (``--force`` accepts a
-  rewritten fork, or a move backwards on purpose), and holds no upstream commit
-  newer than the pin (``--allow-fork-ahead`` accepts it);
+  rewritten fork, or a move backwards on purpose);
+* the fork commit holds no upstream commit the (new) pin lacks, for a sync and a
+  rebase alike (``--allow-fork-ahead`` accepts it);
 * the merge base is an ancestor of the pin (``--force`` accepts it);
 * a pin that does not descend from the current one is said (a warning);
 * no run is in progress; a new pin is an upstream commit (``--force`` turns the
@@ -95,12 +96,18 @@ def plan_run(
         new_base = _sync_base(store, old, new_pin, new_fork, merge_base)
         if not force:
             _refuse_fork_not_descending(store, old.fork, new_fork)
-        if not allow_fork_ahead:
-            from overlay.pins import refuse_fork_ahead
-
-            refuse_fork_ahead(store, new_fork, new_pin)
     else:
         new_base = old.merge_base
+        if not force:
+            from overlay.pins import refuse_broken_ancestry
+
+            refuse_broken_ancestry(store, new_base, new_fork)
+    if not allow_fork_ahead and (new_fork, new_pin) != (old.fork, old.pin):
+        # A rebase asks it too: a pin moved below what the fork merged carries those
+        # upstream commits as fork delta just as a sync to such a fork does.
+        from overlay.pins import refuse_fork_ahead
+
+        refuse_fork_ahead(store, new_fork, new_pin)
     if not force and not store.is_ancestor(new_base, new_pin):
         raise OverlayError(
             f"merge base {new_base[:12]} is not an ancestor of pin {new_pin[:12]}",
@@ -172,7 +179,11 @@ def start_checks(ws: Workspace, kind: str, plan: RunPlan, force: bool) -> list[s
     if kind != "rebase" or new.pin == old.pin:
         return []
     warnings = check_new_pin(
-        ws.store, new.pin, fork_commits=(old.fork, new.fork), force=force
+        ws.store,
+        new.pin,
+        fork_commits=(old.fork, new.fork),
+        old_pin=old.pin,
+        force=force,
     )
     warnings += [
         citation.describe()

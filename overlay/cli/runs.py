@@ -240,6 +240,10 @@ def _start_run_locked(ws: Workspace, kind: str, fmt: str, **kwargs) -> None:
     print its report; ``kwargs`` are :func:`~overlay.runplan.plan_run`'s options."""
     # One cat-file answers the plan's commit checks and the run's object questions
     # (Store.reading), where each check started a `cat-file -e` (issue 14).
+    from overlay.runstate import refuse_if_in_progress
+
+    # Before anything is resolved or fetched: a run in progress refuses a new one at once.
+    refuse_if_in_progress(ws.root)
     with ws.store.reading():
         _plan_and_run(ws, kind, fmt, **kwargs)
 
@@ -324,7 +328,9 @@ def rebase_cmd(
         raise OverlayError(
             "give --onto SHA, or one of --continue, --skip, --abort, --status"
         )
-    _start_run(ws, "rebase", fmt, pin=onto, force=force)
+    _start_run(
+        ws, "rebase", fmt, pin=onto, force=force, allow_fork_ahead=allow_fork_ahead
+    )
 
 
 @click.command("sync")

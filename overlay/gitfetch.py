@@ -1,0 +1,157 @@
+"""Fetching into the git store: a mixin of :class:`overlay.gitstore.Store`, kept apart so
+that module stays a readable size (the remotes themselves are set there)."""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import sys
+from collections.abc import Sequence
+
+from overlay.errors import GitError, OfflineMiss
+from overlay.gitrun import is_sha
+
+
+class Fetching:
+    """Commits fetched on demand by SHA, user-given refs resolved.
+
+    Needs ``offline``, ``_remote_urls``, ``git(...)``, ``lock()`` and ``has_object`` of
+    the store.
+    """
+
+    offline: bool
+    _remote_urls: dict[str, str]
+
+    def git(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+        """Run git against the store (:meth:`overlay.gitstore.Store.git`)."""
+        raise NotImplementedError
+
+    def lock(self) -> contextlib.AbstractContextManager[None]:
+        """The store's writer lock (:meth:`overlay.gitstore.Store.lock`)."""
+        raise NotImplementedError
+
+    def has_object(self, oid: str, kind: str = "commit") -> bool:
+        """:meth:`overlay.gitstore.Store.has_object`."""
+        raise NotImplementedError
+
+    def ensure_commit(self, sha: str, remotes: Sequence[str]) -> None:
+        """Make sure commit ``sha`` is in the store, fetching it by SHA if needed.
+
+        Tries each remote in order: a fetch of the exact SHA first, then (for
+        servers that refuse unadvertised SHAs) all branches and tags.
+
+        Args:
+            sha: full 40-hex commit name.
+            remotes: remote names to try, e.g. ``["fork", "upstream"]``.
+        Raises:
+            OfflineMiss: the commit is missing and the store is offline.
+            GitError: no remote has the commit.
+        """
+        if self.has_object(sha):
+            return
+        where = ", ".join(f"{r} ({self._remote_urls.get(r, '?')})" for r in remotes)
+        if self.offline:
+            raise OfflineMiss(
+                f"commit {sha} is not in the git store and --offline forbids fetching",
+                hint=f"run once online to fetch it from {where}",
+            )
+        if sys.stderr.isatty():
+            print(
+                f"overlay: fetching {sha[:12]} from {where} ...",
+                file=sys.stderr,
+                flush=True,
+            )
+        with self.lock():
+            for remote in remotes:
+                keep = f"refs/overlay/keep/{sha}"
+                if self.git(
+                    "fetch", "-q", "--no-tags", remote, f"{sha}:{keep}", check=False
+                ).returncode == 0 and self.has_object(sha):
+                    return
+            for remote in remotes:
+                self.git(
+                    "fetch",
+                    "-q",
+                    _tags_option(remote),
+                    remote,
+                    f"+refs/heads/*:refs/remotes/{remote}/*",
+                    check=False,
+                )
+                if self.has_object(sha):
+                    self.git("update-ref", f"refs/overlay/keep/{sha}", sha)
+                    return
+        raise GitError(
+            f"commit {sha} not found in {where}",
+            hint="check that the remotes are reachable (`overlay doctor`); on a machine without "
+            "network set OVERLAY_UPSTREAM_URL / OVERLAY_FORK_URL to local mirrors",
+        )
+
+    def resolve(self, ref: str, remotes: Sequence[str] = ("upstream", "fork")) -> str:
+        """Resolve a user-given ref (SHA, tag, ``remote/branch``) to a commit SHA.
+
+        Args:
+            ref: what the user typed; must not start with ``-``.
+            remotes: where to fetch a missing full SHA from.
+        Returns:
+            The 40-hex commit name.
+        Raises:
+            GitError: the ref starts with ``-``, or names no commit.
+        """
+        if not ref or ref.startswith("-"):
+            raise GitError(
+                f"refusing ref {ref!r}: a ref may not be empty or start with '-'"
+            )
+        if is_sha(ref):
+            self.ensure_commit(ref, remotes)
+            return ref
+        if not self.offline:
+            # A name (branch, tag) means what the remote says now: refresh first.
+            with self.lock():
+                for remote in remotes:
+                    self.git(
+                        "fetch",
+                        "-q",
+                        _tags_option(remote),
+                        "--prune",
+                        remote,
+                        f"+refs/heads/*:refs/remotes/{remote}/*",
+                        check=False,
+                    )
+        sha = self._rev_parse_any(ref, remotes)
+        if sha is None:
+            raise GitError(
+                f"unknown ref {ref!r}: no such commit, tag or branch in "
+                + " or ".join(remotes)
+                + (
+                    " (offline: only the git store was searched)"
+                    if self.offline
+                    else ""
+                )
+            )
+        return sha
+
+    def _rev_parse_any(self, ref: str, remotes: Sequence[str]) -> str | None:
+        """The commit ``ref`` names as a remote branch, a tag, or as given; ``None``."""
+        for candidate in (
+            *(f"refs/remotes/{r}/{ref}" for r in remotes),
+            f"refs/tags/{ref}",
+            ref,
+        ):
+            proc = self.git(
+                "rev-parse",
+                "--verify",
+                "--quiet",
+                "--end-of-options",
+                f"{candidate}^{{commit}}",
+                check=False,
+            )
+            if proc.returncode == 0:
+                return proc.stdout.decode().strip()
+        return None
+
+
+def _tags_option(remote: str) -> str:
+    """``--tags`` for the upstream remote, ``--no-tags`` for any other: the store's
+    tags are upstream's (:data:`overlay.pins.UPSTREAM_SCOPES`), and a fork's tag of a
+    fork-only commit must not make that commit "upstream"."""
+    return "--tags" if remote == "upstream" else "--no-tags"
