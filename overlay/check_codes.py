@@ -55,6 +55,12 @@ CODES: dict[str, tuple[str, str]] = {
         "error",
         "a patch adds or changes a symlink that points outside the tree (export refuses it)",
     ),
+    "SER017": (
+        "error",
+        "a patch's recorded blob cannot be found: a full `index` name the git store "
+        "lacks, an abbreviation of no blob or of several, or no `index` line at all: "
+        "the patch is unverifiable",
+    ),
     "LAY001": (
         "error",
         "the fork delta conflicts with the pin and no resolution exists",
@@ -70,6 +76,11 @@ CODES: dict[str, tuple[str, str]] = {
         "error",
         "a resolution is refused as a record (symlink, not a regular file, over 16 MiB, "
         "unreadable): layer checks skipped",
+    ),
+    "LAY007": (
+        "error",
+        "the patched tree holds a submodule (gitlink), which `overlay export` and so "
+        "every build refuse to write",
     ),
 }
 

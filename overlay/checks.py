@@ -149,6 +149,8 @@ def _fork_ahead_findings(store: Store, manifest: Manifest) -> list[Finding]:
     """
     from overlay.pins import fetch_upstream_refs, fork_ahead
 
+    if store.missing_objects([manifest.pin, manifest.fork_commit]):
+        return []
     if not store.out(
         "for-each-ref", "--count=1", "--format=%(refname)", "refs/remotes/upstream/"
     ):
@@ -189,6 +191,7 @@ def _fix_findings(
     patches: list[Patch],
     unparsed: set[int],
     layers,
+    listing: list[tuple[str, str, str, str]] | None = None,
 ) -> list[Finding]:
     """The FIX family: ``LOCAL_FIXES.md`` as a document, against the repository's paths, the
     resolutions and, when the layers could be computed, the series and the patched tree."""
@@ -219,7 +222,10 @@ def _fix_findings(
             )
             for p in patches
         ]
-        patched_paths = {e[3] for e in store.ls_tree(layers.patched)}
+        patched_paths = {
+            e[3]
+            for e in (listing if listing is not None else store.ls_tree(layers.patched))
+        }
         findings += fixes.check_patch_entries(
             doc,
             records,
@@ -286,9 +292,23 @@ def _verify(
         stepwise="SER" in families,
     )
     findings += layer_findings
+    # The ancestry findings ask the manifest's commits, not the layers: a manifest that
+    # breaks them is often why the layers fail (MAN003 must not hide behind SER010).
+    man003 = (
+        _merge_base_findings(store, manifest)
+        if cacheable and families & {"MAN", "SER"}
+        else []
+    )
+    if man003:
+        findings = [_no_rewrite_hint(f) for f in findings]
+    if "MAN" in families and cacheable:
+        findings += man003 + _fork_ahead_findings(store, manifest)
+    listing = None
     if layers is not None:
-        if "MAN" in families:
-            findings += _ancestry_findings(store, manifest)
+        # One listing of the patched tree for LAY007 and the FIX cross-checks.
+        if families & {"LAY", "FIX"}:
+            listing = store.ls_tree(layers.patched)
+            findings += _gitlink_findings(listing)
         findings += _layer_findings(layers)
         if "SER" in families:
             findings += _applied_series_findings(store, layers)
@@ -297,7 +317,7 @@ def _verify(
     doc = fixes.load(os.path.join(root, fixes.FILE_NAME))
     if "FIX" in families:
         findings += _fix_findings(
-            root, store, manifest, doc, resolutions, patches, unparsed, layers
+            root, store, manifest, doc, resolutions, patches, unparsed, layers, listing
         )
     return _result(findings, families, skip, layers, cacheable)
 
@@ -336,16 +356,67 @@ def _layers_or_findings(
             f" hunk #{exc.hunk}" if exc.hunk else ""
         )
         rel = f"{PATCH_DIR}/{exc.patch}"
-        return None, [_f("SER010", rel, None, f"{where}: {exc.reason}", exc.hint)], True
+        names = [p.name for p in patches]
+        reached = patches[: names.index(exc.patch) + 1] if exc.patch in names else []
+        return (
+            None,
+            [_f("SER010", rel, None, f"{where}: {exc.reason}", exc.hint)]
+            + _unverifiable_findings(store, reached, failed=True),
+            True,
+        )
     except LayerError as exc:
         return None, [_f("LAY001", MANIFEST, None, exc.message, exc.hint)], True
     except GitError as exc:
         return None, [_f("MAN001", MANIFEST, None, exc.message)], False
-    return layers, [], True
+    return layers, _unverifiable_findings(store, patches, failed=False), True
 
 
-def _ancestry_findings(store: Store, manifest: Manifest) -> list[Finding]:
-    """MAN003 (the merge base is not an ancestor of the fork commit) and MAN004."""
+def _unverifiable_findings(
+    store: Store, patches: list[Patch], *, failed: bool
+) -> list[Finding]:
+    """SER017: each recorded blob of the patches the layers reached that cannot be found
+    (:func:`overlay.engine_records.missing_records`); ``failed``: the last of them did
+    not apply, so only its pre-images are asked for (git never wrote its post-images)."""
+    from overlay.engine_records import missing_records
+
+    return [
+        _f(
+            "SER017",
+            f"{PATCH_DIR}/{patch.name}",
+            None,
+            f"{path}: {reason}: the patch is unverifiable, its text cannot be checked "
+            "against its record",
+            "restore the patch from version control, or apply it where it was made and "
+            f"refresh it there; to take its text as the truth: `overlay refresh "
+            f"--accept-text {patch.name}`",
+        )
+        for patch, path, _side, reason in missing_records(
+            store, patches, last_pre_only=failed
+        )
+    ]
+
+
+def _no_rewrite_hint(finding: Finding) -> Finding:
+    """``finding`` with a hint that sends nobody to a command that rewrites records:
+    on a manifest whose merge base is not an ancestor of its fork commit (MAN003), a
+    refresh or rebase would carry the patches onto a fork delta that undoes upstream."""
+    if not finding.hint or not any(
+        cmd in finding.hint for cmd in ("overlay refresh", "overlay rebase")
+    ):
+        return finding
+    return dataclasses.replace(
+        finding,
+        hint="fix the manifest first (MAN003: `overlay sync` recomputes the merge "
+        "base); a refresh or rebase on it would carry the patches onto a wrong layer",
+    )
+
+
+def _merge_base_findings(store: Store, manifest: Manifest) -> list[Finding]:
+    """MAN003: the merge base is not an ancestor of the fork commit; nothing when a
+    manifest commit is not in the store (MAN001 or MAN002 says so)."""
+    commits = [manifest.pin, manifest.fork_commit, manifest.merge_base]
+    if store.missing_objects(commits):
+        return []
     findings = []
     if not store.is_ancestor(manifest.merge_base, manifest.fork_commit):
         findings.append(
@@ -358,7 +429,25 @@ def _ancestry_findings(store: Store, manifest: Manifest) -> list[Finding]:
                 "run `overlay sync` to recompute it",
             )
         )
-    return findings + _fork_ahead_findings(store, manifest)
+    return findings
+
+
+def _gitlink_findings(listing: list[tuple[str, str, str, str]]) -> list[Finding]:
+    """LAY007: each submodule (gitlink) of the patched tree, which ``overlay export``
+    refuses (it writes files, not other repositories), so no build can run."""
+    return [
+        _f(
+            "LAY007",
+            MANIFEST,
+            None,
+            f"{path} is a submodule (gitlink {oid[:12]}) in the patched tree: "
+            "`overlay export` and every build refuse it",
+            f'leave it out of the carried paths (`[carry] exclude` "{path}") and list '
+            "it under Dropped in LOCAL_FIXES.md, or vendor its files in the fork",
+        )
+        for mode, _kind, oid, path in listing
+        if mode == "160000"
+    ]
 
 
 def _layer_findings(layers: Layers) -> list[Finding]:

@@ -43,22 +43,22 @@ from overlay.engine_gitapply import (
     mismatch_error,
     refuse_binary_without_data,
 )
+from overlay.engine_made import CarryError, made_on
 from overlay.engine_records import (
     blob_checker,
     fully_recorded,
     postimage_mismatches,
     preimage_mismatches,
+    resolve_records,
     same_entry,
     touched_paths,
+    unverified_paths,
     walk_records,
 )
-from overlay.errors import LayerError
 from overlay.gitstore import (
     MergeResult,
     Store,
     TreeEntry,
-    first_error_line,
-    is_sha,
     zsplit,
 )
 from overlay.series import Patch
@@ -70,8 +70,11 @@ class PatchResult:
 
     Attributes:
         patch: the parsed patch.
-        state: ``"exact"`` (on its recorded pre-image), or, from :func:`carry_patch`
-            only, ``"merged"`` (a clean cherry-pick by merge-ort).
+        state: ``"exact"`` (on its recorded pre-image, its result the recorded
+            post-image), ``"unverified"`` (a recorded blob is not in the git store, or
+            not recorded at all: applied at its stated lines, its result unchecked;
+            SER017), or, from :func:`carry_patch` only, ``"merged"`` (a clean
+            cherry-pick by merge-ort).
         tree: the tree after this patch, or ``None`` when the series was applied in
             one batch (the fast path).
     """
@@ -109,24 +112,34 @@ def apply_series(
     if not patches:
         return base_tree, []
     refuse_binary_without_data(patches)
+    patches = resolve_records(store, patches)
     initial, expected_after = _recorded_states(store, base_tree, patches)
+    states = [
+        "unverified" if unverified_paths(p, after) else "exact"
+        for p, after in zip(patches, expected_after, strict=True)
+    ]
     if stepwise:
         trees = apply_chained(store, base_tree, patches, initial, expected_after)
         if trees is not None:
             return trees[-1], [
-                PatchResult(p, "exact", t) for p, t in zip(patches, trees, strict=True)
+                PatchResult(p, s, t)
+                for p, s, t in zip(patches, states, trees, strict=True)
             ]
     with store.scratch_index(base_tree) as env:
         if not stepwise:
             tree = _apply_batch(store, env, patches, expected_after[-1])
             if tree is not None:
-                return tree, [PatchResult(p, "exact") for p in patches]
+                return tree, [
+                    PatchResult(p, s) for p, s in zip(patches, states, strict=True)
+                ]
             # Something is off: go patch by patch to say which and why.
             store.git("read-tree", base_tree, env=env)
         results = _apply_one_by_one(
             store, env, base_tree, patches, initial, expected_after
         )
-        return results[-1][0], [PatchResult(p, "exact", t) for t, p in results]
+        return results[-1][0], [
+            PatchResult(p, s, t) for (t, p), s in zip(results, states, strict=True)
+        ]
 
 
 def _recorded_states(
@@ -273,6 +286,9 @@ class Carried:
         merge: git's merge result when a merge ran, else ``None``.
         base, theirs: the trees the cherry-pick ran from (the tree the patch was made
             on and the tree it produced), when a merge ran.
+        text_disagrees: the patch sat on its recorded pre-images, but its text did not
+            produce its recorded post-images (a hand-edited hunk header): it was carried
+            by its recorded blobs, and its text is re-rendered from them.
     """
 
     status: str
@@ -280,73 +296,7 @@ class Carried:
     merge: MergeResult | None = None
     base: str | None = None
     theirs: str | None = None
-
-
-class CarryError(LayerError):
-    """A patch cannot even be merged: the 3-way fallback has nothing to run from (exit 1)."""
-
-
-def made_on(store: Store, patch: Patch, new_tree: str) -> tuple[str, str]:
-    """The tree ``patch`` was made on and the tree it produced, rebuilt from its records.
-
-    Every touched path takes its recorded pre-image blob on top of ``new_tree``
-    (a created path is removed); the patch is then applied exactly there.
-
-    Args:
-        store: git store.
-        patch: the patch (full 40-hex ``index`` lines needed).
-        new_tree: the tree it is to be carried onto.
-    Returns:
-        ``(base_tree, theirs_tree)``.
-    Raises:
-        CarryError: a pre-image blob is not recorded in full or not in the git store
-            (the patch was made elsewhere): the reason names the path and the blob.
-    """
-    changes: dict[str, tuple[str, str] | None] = {}
-    current = store.entries(new_tree, sorted(patch.touched))
-    for change in patch.changes:
-        if change.source is None:
-            changes[change.path] = None
-            continue
-        oid = change.old_oid
-        if not oid or not is_sha(oid):
-            have = current.get(change.source)
-            if (
-                oid is None
-                and have is not None
-                and have.kind == "blob"
-                and not change.hunks
-            ):
-                # A mode-only change or a pure rename: no content recorded.
-                oid = have.oid
-            else:
-                raise CarryError(
-                    f"patch {patch.name}: {change.source}: the 3-way fallback cannot run: the "
-                    "pre-image is not recorded as a full blob name (abbreviated `index` line)",
-                    hint="refresh the patch where it applies, so the index lines are full",
-                )
-        if not store.has_object(oid, "blob"):
-            raise CarryError(
-                f"patch {patch.name}: {change.source}: the 3-way fallback cannot run: pre-image "
-                f"blob {oid[:12]} is not in the git store (the patch was made elsewhere)",
-                hint="apply it where it was made and refresh it there, or edit it by hand",
-            )
-        mode = change.old_mode or (
-            current[change.source].mode if change.source in current else "100644"
-        )
-        changes[change.source] = (mode, oid)
-        if change.rename and change.target:
-            changes[change.target] = None
-    with store.scratch_index(new_tree) as env:
-        base = store.edit_tree_in(env, changes)
-        proc = git_apply(store, env, [patch])
-        if proc.returncode != 0:
-            raise CarryError(
-                f"patch {patch.name}: does not apply even to its own recorded pre-image: "
-                + first_error_line(proc.stderr)
-            )
-        theirs = store.out("write-tree", env=env)
-    return base, theirs
+    text_disagrees: bool = False
 
 
 def carry_patch(
@@ -355,6 +305,7 @@ def carry_patch(
     new_tree: str,
     *,
     made: tuple[str, str] | Callable[[], tuple[str, str] | None] | None = None,
+    accept_text: bool = False,
 ) -> Carried:
     """Carry ``patch`` onto ``new_tree``: exactly when its pre-images are there, else 3-way.
 
@@ -366,6 +317,7 @@ def carry_patch(
             produced, when known (the old layer of a rebase: merge-ort then follows
             upstream's renames), or a function giving them only when a merge is needed
             (``None`` from it, or no ``made``: rebuilt from the recorded blobs, :func:`made_on`).
+        accept_text: see :func:`made_on`.
     Returns:
         :class:`Carried`.
     Raises:
@@ -373,29 +325,59 @@ def carry_patch(
         PatchApplyError: a binary change without data.
     """
     refuse_binary_without_data([patch])
+    patch = resolve_records(store, [patch])[0]
+    text_disagrees = False
     if exact_prefix(store, new_tree, [patch]):
         try:
             tree, _results = apply_series(store, new_tree, [patch])
             return Carried("exact", tree)
         except PatchApplyError:
-            pass  # git disagrees with the records: let merge-ort decide
+            # On its recorded pre-images, yet git's result from the text is not the
+            # recorded post-image: the blobs decide (the merge below is theirs).
+            text_disagrees = True
     pair = made() if callable(made) else made
-    base, theirs = pair if pair is not None else made_on(store, patch, new_tree)
+    base, theirs = (
+        pair
+        if pair is not None
+        else made_on(store, patch, new_tree, accept_text=accept_text)
+    )
     merge = store.merge_trees(
         base,
         new_tree,
         theirs,
         labels=("patch pre-image", "new base", f"patch {patch.name}"),
     )
-    if not merge.clean:
-        return Carried("conflict", merge.tree, merge, base, theirs)
-    return Carried(
-        "upstream" if merge.tree == new_tree else "merged",
-        merge.tree,
-        merge,
-        base,
-        theirs,
+    status = (
+        "conflict"
+        if not merge.clean
+        else "upstream"
+        if merge.tree == new_tree
+        else "merged"
     )
+    return Carried(status, merge.tree, merge, base, theirs, text_disagrees)
+
+
+def apply_text(store: Store, tree: str, patch: Patch) -> str:
+    """``patch``'s text applied on ``tree`` at its stated lines, its records not asked:
+    what ``--accept-text`` takes as the truth (no offset, no fuzz, nothing skipped).
+
+    Returns:
+        The tree after it.
+    Raises:
+        PatchApplyError: git refuses it, skips a file or places a hunk elsewhere.
+    """
+    refuse_binary_without_data([patch])
+    with store.scratch_index(tree) as env:
+        proc = git_apply(store, env, [patch])
+        if not applied_exactly(proc):
+            err = proc.stderr.decode("utf-8", "replace")
+            if proc.returncode != 0:
+                raise explain_git_failure(store, patch, err)
+            check_result(patch, err, {}, {})
+            raise PatchApplyError(
+                patch.name, None, None, "git did not apply it exactly"
+            )
+        return store.out("write-tree", env=env)
 
 
 def exact_prefix(store: Store, tree: str, patches: Sequence[Patch]) -> int:
@@ -481,6 +463,7 @@ __all__ = [
     "PatchApplyError",
     "PatchResult",
     "apply_series",
+    "apply_text",
     "carry_patch",
     "made_on",
     "postimage_mismatches",

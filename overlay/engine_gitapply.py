@@ -46,8 +46,8 @@ class PatchApplyError(LayerError):
         super().__init__(
             f"patch {patch} does not apply: {where}: {reason}",
             hint=hint
-            or "carry it onto the layer below with `overlay refresh` (a 3-way "
-            "merge from its recorded pre-image), or with `overlay rebase`",
+            or "`overlay refresh` carries it onto the layer below from its recorded "
+            "blobs (a 3-way merge by merge-ort), or `overlay rebase` does",
         )
         self.patch, self.file, self.hunk, self.reason = patch, file, hunk, reason
 
@@ -147,7 +147,7 @@ def mismatch_error(
     """The error for a patch whose recorded pre-image is not in the layer below.
 
     git is asked, without effect, whether the context would still match (then
-    ``overlay refresh`` can carry it by a merge), or which hunk differs; a patch
+    a 3-way merge can carry it), or which hunk differs; a patch
     with LF lines against a CRLF target (or the reverse) is named as such.
     """
     path, why = first
@@ -166,12 +166,13 @@ def mismatch_error(
         )
         err = proc.stderr.decode("utf-8", "replace")
         hunk = None
-        if proc.returncode == 0:
+        if proc.returncode == 0 and "other content" in why:
             why += (
-                "; its context still matches there, so `overlay refresh` can carry "
-                "it by a 3-way merge"
-                if "other content" in why
-                else ""
+                "; its context still matches there, but its recorded pre-image is "
+                "missing, so no 3-way merge can carry it"
+                if "not in the git store" in why
+                else "; its context still matches there, so a 3-way merge from its "
+                "recorded pre-image can carry it"
             )
         else:
             m = _FAILED_AT_RE.search(err)
@@ -190,7 +191,13 @@ def mismatch_error(
                 ).stdout
                 if b"\r\n" in target:
                     why += " (the target has CRLF line endings, the patch LF)"
-    return PatchApplyError(patch.name, path, hunk, why)
+    hint = (
+        "the patch was made elsewhere: restore it from version control, or take its "
+        f"text with `overlay refresh --accept-text {patch.name}`"
+        if "not in the git store" in why
+        else None
+    )
+    return PatchApplyError(patch.name, path, hunk, why, hint)
 
 
 def _hunk_number(patch: Patch, file: str, line: int) -> int | None:

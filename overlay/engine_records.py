@@ -11,6 +11,7 @@ recorded post-images. Nothing here starts a git process except :func:`blob_check
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from overlay.gitstore import Store, TreeEntry, is_sha
@@ -18,12 +19,14 @@ from overlay.series import FileChange, Patch
 
 
 def oid_matches(recorded: str | None, actual: str | None) -> bool:
-    """A recorded (possibly abbreviated) blob name against the blob in a tree."""
+    """A recorded (possibly abbreviated) blob name against the blob in a tree, or
+    against the name an earlier patch recorded there (which may be the abbreviated
+    one: the same blob under both names)."""
     if recorded is None or actual is None:
         return recorded is None and actual is None
     if set(recorded) == {"0"}:
         return False  # the null id stands for "no file"
-    return actual.startswith(recorded)
+    return actual.startswith(recorded) or recorded.startswith(actual)
 
 
 def _describe(entry: TreeEntry | None) -> str:
@@ -35,6 +38,48 @@ def _describe(entry: TreeEntry | None) -> str:
     if entry.kind == "tree":
         return "a directory"
     return f"blob {entry.oid[:12]}"
+
+
+def resolve_records(store: Store, patches: Sequence[Patch]) -> list[Patch]:
+    """The series with every abbreviated ``index`` name that names exactly one blob of
+    the store replaced by that blob's full name (docs/engine.md, the truth model: an
+    abbreviation is the blob it abbreviates); the patch bytes are not touched.
+
+    Args:
+        store: git store; patches: the parsed series.
+    Returns:
+        The patches, the same objects where nothing was abbreviated; one ``git
+        cat-file --batch-check`` when something was, none otherwise.
+    """
+    short = sorted(
+        {
+            oid
+            for patch in patches
+            for change in patch.changes
+            for oid in (change.old_oid, change.new_oid)
+            if oid and not is_sha(oid) and set(oid) != {"0"}
+        }
+    )
+    if not short:
+        return list(patches)
+    full = store.resolve_blobs(short)
+    if not full:
+        return list(patches)
+
+    def resolved(change: FileChange) -> FileChange:
+        old, new = change.old_oid, change.new_oid
+        return dataclasses.replace(
+            change,
+            old_oid=full.get(old, old) if old else old,
+            new_oid=full.get(new, new) if new else new,
+        )
+
+    return [
+        dataclasses.replace(patch, changes=tuple(resolved(c) for c in patch.changes))
+        if any(c.old_oid in full or c.new_oid in full for c in patch.changes)
+        else patch
+        for patch in patches
+    ]
 
 
 def touched_paths(patches: Iterable[Patch]) -> list[str]:
@@ -87,14 +132,20 @@ def preimage_mismatches(
                 )
             )
         elif change.old_oid is not None and not oid_matches(change.old_oid, entry.oid):
-            if is_sha(change.old_oid) and not known(change.old_oid):
+            if not known(change.old_oid) and not _known_result(change, known):
+                # Made in another clone (shared case 7) and nothing recorded here to
+                # check its result against: applied at its stated lines, unverified.
                 foreign = True
             else:
+                missing = (
+                    "" if known(change.old_oid) else ", which is not in the git store"
+                )
                 out.append(
                     (
                         change.source,
                         f"made against other content (the layer below has blob "
-                        f"{entry.oid[:12]}, the patch records {change.old_oid[:12]})",
+                        f"{entry.oid[:12]}, the patch records {change.old_oid[:12]}"
+                        f"{missing})",
                     )
                 )
         if change.rename and change.target and state.get(change.target) is not None:
@@ -107,6 +158,13 @@ def preimage_mismatches(
             )
         _advance(state, change, unknown_result=foreign)
     return out
+
+
+def _known_result(change: FileChange, known: Callable[[str], bool]) -> bool:
+    """Whether the post-image ``change`` records is a blob of the store: then no other
+    pre-image than the recorded one can give it, and a differing pre-image is a
+    mismatch even when the recorded one is missing (docs/engine.md, the truth model)."""
+    return bool(change.target and change.new_oid and known(change.new_oid))
 
 
 def unchanged_paths(
@@ -153,6 +211,17 @@ def _advance(
         else:
             oid = "?"
         state[change.target] = TreeEntry(mode, "blob", oid, change.target)
+
+
+def unverified_paths(patch: Patch, after: dict[str, TreeEntry | None]) -> list[str]:
+    """The paths whose content after ``patch`` its records do not determine (``"?"`` in
+    ``after``, the state :func:`walk_records` left after it): a recorded blob that is
+    not in the git store, or none recorded. Sorted."""
+    return sorted(
+        c.target
+        for c in patch.changes
+        if c.target and (e := after.get(c.target)) is not None and e.oid == "?"
+    )
 
 
 def postimage_mismatches(
@@ -229,3 +298,55 @@ def same_entry(want: TreeEntry | None, got: TreeEntry | None) -> bool:
     if want is None or got is None:
         return want is None and got is None
     return (want.oid == "?" or oid_matches(want.oid, got.oid)) and want.mode == got.mode
+
+
+def missing_records(
+    store: Store, patches: Sequence[Patch], *, last_pre_only: bool = False
+) -> list[tuple[Patch, str, str, str]]:
+    """The recorded blobs of ``patches`` that cannot be found (docs/engine.md, the truth
+    model): a full name the store lacks, an abbreviation that names no blob or several
+    (:meth:`overlay.gitstore.Store.resolve_blobs`), or a content change with no
+    ``index`` line.
+
+    Args:
+        store: git store; patches: the series as far as the layers were computed (each
+            patch applied, so git wrote its post-images).
+        last_pre_only: the last patch did not apply: only its pre-images are asked for.
+    Returns:
+        ``(patch, path, side, reason)`` per blob, ``side`` ``"pre-image"`` or
+        ``"post-image"``, in series order; at most two ``git cat-file`` round trips.
+    """
+    asked: list[tuple[Patch, str, str, str | None]] = []
+    for k, patch in enumerate(patches):
+        post = not (last_pre_only and k == len(patches) - 1)
+        for c in patch.changes:
+            content = bool(c.hunks) or c.binary
+            if c.source is not None and (c.old_oid or content):
+                asked.append((patch, c.source, "pre-image", c.old_oid))
+            if post and c.target is not None and (c.new_oid or content):
+                asked.append((patch, c.target, "post-image", c.new_oid))
+    names = [n for *_r, n in asked if n and set(n) != {"0"}]
+    short: dict[str, str] = {}
+    if any(not is_sha(n) for n in names):
+        short = store.resolve_blobs(sorted({n for n in names if not is_sha(n)}))
+    absent = set(store.missing_objects(sorted({n for n in names if is_sha(n)})))
+    out = []
+    for patch, path, side, name in asked:
+        if name is None:
+            out.append((patch, path, side, f"no `index` line records the {side}"))
+        elif set(name) == {"0"}:
+            continue
+        elif is_sha(name) and name in absent:
+            out.append(
+                (patch, path, side, f"{side} blob {name} is not in the git store")
+            )
+        elif not is_sha(name) and name not in short:
+            out.append(
+                (
+                    patch,
+                    path,
+                    side,
+                    f"{side} {name} names no blob of the git store, or several",
+                )
+            )
+    return out

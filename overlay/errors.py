@@ -70,8 +70,19 @@ class PatchFormatError(OverlayError):
         message, exit_code, hint: as :class:`OverlayError`.
         line: the 1-based line of the patch file at fault, when one is known
             (``overlay verify`` puts it in the SER004 finding).
+        kind: what is wrong when it is not a diff that fails to parse: ``"empty"``
+            (no diff at all) or ``"combined"`` (a ``diff --cc``); ``None`` otherwise
+            (the SER004 hint depends on it).
     """
 
-    def __init__(self, message: str, *, line: int | None = None, **kwargs):
+    def __init__(
+        self,
+        message: str,
+        *,
+        line: int | None = None,
+        kind: str | None = None,
+        **kwargs,
+    ):
         super().__init__(message, **kwargs)
         self.line = line
+        self.kind = kind

@@ -471,7 +471,7 @@ def compute_layers(
 
 
 #: Bump when the layer algorithm changes what a tree would be for the same inputs.
-LAYER_CACHE_VERSION = 2
+LAYER_CACHE_VERSION = 3
 
 
 def _cache_key(
@@ -542,6 +542,10 @@ def _cache_read(
 
 
 def _cache_write(store: Store, key: str, layers: Layers, stepwise: bool) -> None:
+    if any(r.state == "unverified" for r in layers.patches):
+        # It depends on what the store lacks, which the key does not hold: a missing
+        # blob fetched later makes the same patch bytes verifiable (or refused).
+        return
     rec = {
         "pin": layers.pin,
         "forked": layers.forked,

@@ -80,11 +80,21 @@ def split_patch(data: bytes) -> tuple[bytes, bytes]:
     ``overlay refresh`` rewrites only the diff (issue 12, item 9).
 
     Raises:
-        PatchFormatError: no ``diff --git`` line.
+        PatchFormatError: no ``diff --git`` line: a combined diff (``diff --cc``) or
+            an empty patch, each named as such (its ``kind`` says which).
     """
     at = 0 if data.startswith(b"diff --git ") else data.find(b"\ndiff --git ")
     if at < 0:
-        raise PatchFormatError("no 'diff --git' section found")
+        if re.search(rb"(?m)^diff --(?:cc|combined) ", data):
+            raise PatchFormatError(
+                "a combined diff ('diff --cc', a merge commit's diff) cannot be applied "
+                "as a patch",
+                kind="combined",
+            )
+        raise PatchFormatError(
+            "no 'diff --git' section found: an empty patch changes nothing",
+            kind="empty",
+        )
     at = at if at == 0 else at + 1
     return data[:at], data[at:]
 

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 
-from overlay.engine import carry_patch
+from overlay.engine import apply_text, carry_patch
 from overlay.errors import LayerError, OverlayError
 from overlay.fsutil import atomic_write, kill_point
 from overlay.gitstore import Store
@@ -164,10 +164,13 @@ class Refreshed:
     Attributes:
         patch: the patch as read.
         data: its refreshed bytes.
+        note: what the refresh had to decide, in words (``""``: nothing), e.g. that
+            the text was re-rendered from the recorded blobs it disagreed with.
     """
 
     patch: Patch
     data: bytes
+    note: str = ""
 
     @property
     def changed(self) -> bool:
@@ -181,20 +184,31 @@ class Refreshed:
         return binary_turns(self.patch, self.data)
 
 
-def refresh_series(store: Store, layers: Layers) -> list[Refreshed]:
+def refresh_series(
+    store: Store, layers: Layers, accept_text: Collection[str] | None = None
+) -> list[Refreshed]:
     """The refreshed bytes of every patch.
 
     Args:
         store: git store.
         layers: layers computed with ``stepwise=True`` (each patch's tree recorded).
+        accept_text: the names of unverified patches (a recorded blob the store lacks,
+            SER017) whose text the user takes as the truth; ``None``: no refusal
+            (``verify``'s comparison, which writes nothing).
     Returns:
         One :class:`Refreshed` per patch, in series order.
     Raises:
         ValueError: ``layers`` was computed without ``stepwise``.
+        LayerError: an unverified patch not in ``accept_text``: its text alone would
+            be written as its record (docs/engine.md, the truth model).
     """
     trees = [result.tree for result in layers.patches if result.tree is not None]
     if len(trees) != len(layers.patches):
         raise ValueError("refresh needs layers computed with stepwise=True")
+    if accept_text is not None:
+        refuse_unverified(
+            [r.patch for r in layers.patches if r.state == "unverified"], accept_text
+        )
     # Every patch's diff from one `git diff-tree --stdin` (issue 14: one process per
     # patch was three quarters of a warm verify of a long series).
     olds = [layers.forked, *trees][: len(trees)]  # each patch's tree below it
@@ -206,8 +220,31 @@ def refresh_series(store: Store, layers: Layers) -> list[Refreshed]:
     ]
 
 
+def refuse_unverified(
+    unverified: Sequence[Patch], accept_text: Collection[str]
+) -> None:
+    """Refuse to rewrite an unverified patch (a recorded blob cannot be found) on the
+    strength of its text alone, unless its name is in ``accept_text``.
+
+    Raises:
+        LayerError: naming the first such patch and ``--accept-text`` (exit 1).
+    """
+    for patch in unverified:
+        if patch.name not in accept_text:
+            raise LayerError(
+                f"patch {patch.name} is unverifiable: a blob its `index` lines record is "
+                "not in the git store (`overlay verify` names it, SER017), so its text "
+                "cannot be checked against its record; nothing was written",
+                hint=f"`overlay refresh --accept-text {patch.name}` takes its text as the "
+                "truth; or restore the patch from version control",
+            )
+
+
 def carry_series(
-    store: Store, forked: str, patches: Sequence[Patch]
+    store: Store,
+    forked: str,
+    patches: Sequence[Patch],
+    accept_text: Collection[str] = (),
 ) -> list[Refreshed]:
     """Refresh a series whose patches no longer sit on their recorded pre-images.
 
@@ -220,6 +257,8 @@ def carry_series(
         store: git store.
         forked: the ``forked`` tree.
         patches: the series.
+        accept_text: names of patches whose text the user takes as the truth where
+            their records cannot be checked: applied at their stated lines.
     Returns:
         One :class:`Refreshed` per patch.
     Raises:
@@ -231,6 +270,17 @@ def carry_series(
     out = []
     tree = forked
     for patch in patches:
+        if patch.name in accept_text:
+            new_tree = _text_or_carry(store, patch, tree)
+            out.append(
+                Refreshed(
+                    patch,
+                    refreshed_bytes(patch.data, tree_diff(store, tree, new_tree)),
+                    "its text taken as the truth (--accept-text)",
+                )
+            )
+            tree = new_tree
+            continue
         carried = carry_patch(store, patch, tree)
         if carried.status == "conflict":
             assert carried.merge is not None
@@ -250,13 +300,41 @@ def carry_series(
                 hint="remove it from patches-rocm/series yourself if that is right; "
                 "refresh never deletes a patch",
             )
+        note = (
+            "re-rendered from its recorded blobs (its text did not produce them)"
+            if carried.text_disagrees
+            else ""
+        )
         out.append(
             Refreshed(
-                patch, refreshed_bytes(patch.data, tree_diff(store, tree, carried.tree))
+                patch,
+                refreshed_bytes(patch.data, tree_diff(store, tree, carried.tree)),
+                note,
             )
         )
         tree = carried.tree
     return out
+
+
+def _text_or_carry(store: Store, patch: Patch, tree: str) -> str:
+    """The tree after ``patch``, whose text the user accepted: its text applied at its
+    stated lines where it applies there, else carried by merge-ort from the tree its
+    text gives on its recorded pre-images (``made_on(accept_text=True)``).
+
+    Raises:
+        LayerError: neither can run, or the carry conflicts.
+    """
+    try:
+        return apply_text(store, tree, patch)
+    except LayerError:
+        carried = carry_patch(store, patch, tree, accept_text=True)
+    if carried.status != "merged":
+        raise LayerError(
+            f"patch {patch.name}: its text does not apply on the layer below "
+            f"({carried.status})",
+            hint="carry the series with `overlay rebase`, or edit the patch by hand",
+        )
+    return carried.tree
 
 
 def write_refreshed(

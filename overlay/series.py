@@ -157,7 +157,7 @@ def parse_patch(
     try:
         head, diff = split_patch(data)
     except PatchFormatError as exc:
-        raise PatchFormatError(f"{name}: {exc.message}") from None
+        raise PatchFormatError(f"{name}: {exc.message}", kind=exc.kind) from None
     subject, description, trailers, trailer_lines, author = parse_head(head)
     changes = [] if header_only else _file_changes(name, diff, head.count(b"\n") + 1)
     return Patch(
@@ -188,6 +188,7 @@ def _file_changes(name: str, diff: bytes, first_line: int) -> list[FileChange]:
                 f"{name}:{line}: a combined diff ('diff --cc', a merge commit's diff) "
                 "cannot be applied as a patch",
                 line=line,
+                kind="combined",
             )
         if not piece.startswith(b"diff --git "):
             raise PatchFormatError(f"{name}:{line}: expected 'diff --git'", line=line)

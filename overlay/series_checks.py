@@ -69,6 +69,16 @@ SER004_HINT = (
 )
 
 
+#: The SER004 hints of the patches that parse as what they are, just not as a patch.
+_SER004_KIND_HINTS = {
+    "empty": "an empty patch changes nothing: remove its line from the series and the "
+    "file ({path}), or put back the change it was meant to hold",
+    "combined": "a merge's combined diff has no single pre-image: make the change an "
+    "ordinary diff on the layer below (`overlay edit --new NAME`, then `overlay "
+    "record`), or restore the file from git (`git checkout -- {path}`)",
+}
+
+
 def _unparsable(
     root: str, name: str, exc: PatchFormatError | UnsafePath
 ) -> tuple[Finding, int | None]:
@@ -97,8 +107,10 @@ def _unparsable(
             fix = parse_patch(data, name, header_only=True).local_fix
         except (PatchFormatError, UnsafePath, ValueError):
             fix = None
+    kind = getattr(exc, "kind", None)
+    hint = _SER004_KIND_HINTS.get(kind, SER004_HINT) if kind else SER004_HINT
     return _f(
-        "SER004", rel, getattr(exc, "line", None), message, SER004_HINT.format(path=rel)
+        "SER004", rel, getattr(exc, "line", None), message, hint.format(path=rel)
     ), fix
 
 

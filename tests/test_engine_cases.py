@@ -398,8 +398,13 @@ def test_case13_directory_becomes_a_submodule(ov, w):
     fork3, stop = submodule_stop(ov, w, outputs)
     # The stop names the conflict: the directory became a submodule; the patch's file is modify/delete.
     assert (
-        "CONFLICT (file/directory): a submodule" in stop.output and KDIR in stop.output
+        f"{KDIR} (CONFLICT (file/directory): the new base has a submodule there)"
+        in stop.output
     )
+    assert (
+        "~" not in stop.output.split(KDIR, 1)[1][:1]
+    )  # git's internal name is not shown
+    assert "keep it to keep it" not in stop.output and "cannot be kept" in stop.output
     assert f"{GEMM} (CONFLICT (modify/delete)" in stop.output
     assert work_file(ov, GEMM).is_file()
     # --continue with the patch's file left in place: refused, the run stays stopped.
@@ -429,14 +434,26 @@ def test_case13_directory_becomes_a_submodule(ov, w):
         "| `0001-gemm.patch` | 1 | skipped |"
         in (ov.root / ".overlay" / "last-rebase.md").read_text()
     )
-    # verify right after the sync: the only error is the one the skip announced (entry 1 stays
-    # for the user to move or delete, and it names a file that is gone): FIX021. Once the
-    # user deletes the entry, verify is clean.
+    # verify right after the sync: the errors the run announced: entry 1 stays for the
+    # user to move or delete, and it names a file that is gone (FIX021); the patched tree
+    # holds the fork's submodule, which export refuses (LAY007). Once the user deletes the
+    # entry and stops carrying the submodule, verify is clean.
+    assert "LAY007" in done.output, done.output
     result = cli(ov, "verify")
     assert result.exit_code == 1 and set(
         re.findall(r"error (\w+\d{3})", result.output)
-    ) == {"FIX021"}, result.output
+    ) == {"FIX021", "LAY007"}, result.output
+    assert f"{KDIR} is a submodule" in result.output
+    manifest = ov.root / PDIR / "overlay.toml"
+    manifest.write_text(
+        manifest.read_text().replace(
+            'exclude = ["mlx/backend/cuda/**"',
+            f'exclude = ["{KDIR}", "mlx/backend/cuda/**"',
+        )
+    )
     write_fixes(ov)
+    with (ov.root / "LOCAL_FIXES.md").open("a") as fh:
+        fh.write(f"- `{KDIR}`: a submodule in the fork.\n")
     assert_verify_clean(ov)
 
 
@@ -552,14 +569,12 @@ def test_case15_fix_follows_an_upstream_rename(ov, w, upstream_edit):
         and b"mlx/ops.cpp" not in data.split(b"\n---\n", 1)[1]
     )
     assert "followed a rename: now changes mlx/operations.cpp" in done.output
-    # verify right after: the patch applies and is refresh-stable (no SER010/SER011). The
-    # LOCAL_FIXES entry still names the old path, which is the user's to update: verify says
-    # so with FIX020 (entry does not name mlx/operations.cpp) and FIX021 (names a gone file).
-    result = cli(ov, "verify")
-    found = set(re.findall(r"(?:error|warning) (\w+\d{3})", result.output))
-    assert not {"SER010", "SER011"} & found, result.output
-    assert found == {"FIX020", "FIX021"}, result.output
-    write_fixes(ov, [("Fix ops 20.", ["mlx/operations.cpp"])])
+    # The run owns the entry's file names it moved: the entry names the new path, and
+    # verify is clean right after (issue 25, item 7), with no hand edit.
+    assert "LOCAL_FIXES.md entry 1 now names mlx/operations.cpp" in done.output
+    assert (ov.root / "LOCAL_FIXES.md").read_text() == fixes_text(
+        ov, [("Fix ops 20.", ["mlx/operations.cpp"])]
+    )
     assert_verify_clean(ov)
 
 

@@ -147,17 +147,32 @@ def _verify_now(
     is_flag=True,
     help="Change nothing; exit 1 when a refresh would change bytes.",
 )
+@click.option(
+    "--accept-text",
+    "accept_text",
+    multiple=True,
+    metavar="PATCH",
+    help="Take this patch's text as the truth where its recorded blobs disagree with "
+    "it or cannot be found (SER017); repeat it for several.",
+)
 @click.pass_obj
 @handle_errors
-def refresh_cmd(ws: Workspace, patches: tuple[str, ...], check: bool) -> None:
-    """Re-export patches byte-stable from the layers (only changed files are written)."""
+def refresh_cmd(
+    ws: Workspace, patches: tuple[str, ...], check: bool, accept_text: tuple[str, ...]
+) -> None:
+    """Re-export patches byte-stable from the layers (only changed files are written).
+
+    A patch's recorded blobs decide (docs/engine.md, the truth model): a text that
+    disagrees with them is re-rendered from them, and a patch whose blobs cannot be
+    found is not rewritten unless ``--accept-text`` names it.
+    """
     from overlay.runstate import state_lock, sweep_killed_runs
 
     # Exclusive: refresh rewrites patches that a rebase also writes, and the sweep of
     # a killed refresh's temp files must not race a live writer's.
     with state_lock(ws.root, "refresh"):
         sweep_killed_runs(ws.root)
-        _refresh_locked(ws, patches, check)
+        _refresh_locked(ws, patches, check, accept_text)
 
 
 def _refuse_binary_turns(turns) -> None:
@@ -177,36 +192,45 @@ def _refuse_binary_turns(turns) -> None:
     )
 
 
-def _refreshed(ws: Workspace, series: list[Patch]) -> list:
+def _refreshed(ws: Workspace, series: list[Patch], accept_text: set[str]) -> list:
     """Every patch of ``series`` (the series just read) refreshed from the layers; a
-    series no longer on its recorded pre-images is carried (exactly where it can, 3-way
-    by merge-ort from the recorded blobs where it must)."""
+    series no longer on its recorded pre-images, or whose text disagrees with its
+    recorded blobs, is carried (exactly where it can, 3-way by merge-ort from the
+    recorded blobs where it must)."""
     from overlay.engine import PatchApplyError
     from overlay.refresh import carry_series, refresh_series
 
     try:
-        return refresh_series(ws.store, ws.layers(stepwise=True, series=series))
+        return refresh_series(
+            ws.store, ws.layers(stepwise=True, series=series), accept_text
+        )
     except PatchApplyError:
         forked = ws.layers(empty_series=True).forked
-        return carry_series(ws.store, forked, series)
+        return carry_series(ws.store, forked, series, accept_text)
 
 
-def _refresh_locked(ws: Workspace, patches: tuple[str, ...], check: bool) -> None:
+def _refresh_locked(
+    ws: Workspace, patches: tuple[str, ...], check: bool, accept_text: tuple[str, ...]
+) -> None:
     """Refresh (or with ``check``, only compare) the named patches, all when none."""
+    from overlay.pins import refuse_broken_ancestry
     from overlay.refresh import nul_turns, write_refreshed
     from overlay.series import load_series
 
+    manifest = ws.manifest
+    for sha in (manifest.fork_commit, manifest.merge_base):
+        ws.store.ensure_commit(sha, ["fork", "upstream"])
+    refuse_broken_ancestry(ws.store, manifest.merge_base, manifest.fork_commit)
     # A NUL byte in a text hunk refuses the refresh before any layer is computed: the
     # carry path would otherwise stop on a "binary conflict" that hides the cause.
     series = load_series(ws.root)  # read and parsed once for the whole command
+    unknown = [p for p in (*patches, *accept_text) if p not in {s.name for s in series}]
+    if unknown:
+        raise OverlayError(f"not in series: {', '.join(dict.fromkeys(unknown))}")
     early = [t for patch in series for t in nul_turns(patch)]
     if early:
         _refuse_binary_turns(early)
-    refreshed = _refreshed(ws, series)
-    known = {r.patch.name for r in refreshed}
-    unknown = [p for p in patches if p not in known]
-    if unknown:
-        raise OverlayError(f"not in series: {', '.join(unknown)}")
+    refreshed = _refreshed(ws, series, set(accept_text))
     turns = [t for r in refreshed for t in r.turns]
     if turns:
         _refuse_binary_turns(
@@ -214,14 +238,17 @@ def _refresh_locked(ws: Workspace, patches: tuple[str, ...], check: bool) -> Non
         )  # the whole series: the next patch on that file turns too
     selected = [r for r in refreshed if not patches or r.patch.name in patches]
     drift = [r.patch.name for r in selected if r.changed]
+    notes = {r.patch.name: r.note for r in selected if r.note}
     if check:
         for name in drift:
-            click.echo(f"would rewrite {name}")
+            click.echo(
+                f"would rewrite {name}" + (f": {notes[name]}" if name in notes else "")
+            )
         click.echo(f"{len(drift)} of {len(selected)} patch(es) would change")
         exit_with(1 if drift else 0)
     written = write_refreshed(selected)
     for name in written:
-        click.echo(f"rewrote {name}")
+        click.echo(f"rewrote {name}" + (f": {notes[name]}" if name in notes else ""))
     click.echo(f"{len(written)} of {len(selected)} patch(es) rewritten")
 
 

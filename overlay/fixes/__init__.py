@@ -40,7 +40,9 @@ The package's modules, in the order the work flows:
   :func:`check_document`, which runs every textual check;
 * :mod:`~overlay.fixes.cross_checks` -- checks against the series and the trees
   (FIX017..FIX025);
-* :mod:`~overlay.fixes.new` -- ``overlay fix list`` and ``overlay fix new``.
+* :mod:`~overlay.fixes.new` -- ``overlay fix list`` and ``overlay fix new``;
+* :mod:`~overlay.fixes.rewrite` -- what a completed rebase or sync rewrites in it (the
+  headings' commits, the paths an entry names after a followed rename).
 
 Callers import from the package (``from overlay import fixes; fixes.parse(...)``);
 every name below is re-exported here.
@@ -90,6 +92,7 @@ from overlay.fixes.new import (
     render_new_entry,
 )
 from overlay.fixes.parser import fork_repo_from_url, load, looks_like_path, parse
+from overlay.fixes.rewrite import rename_entry_paths, set_heading_pins
 from overlay.fixes.structure import (
     check_items,
     check_numbering,
@@ -110,6 +113,8 @@ from overlay.fixes.wording import (
 )
 
 __all__ = [
+    "rename_entry_paths",
+    "set_heading_pins",
     "ARTEFACT_DIRS",
     "BACKEND_PREFIX",
     "CODES",

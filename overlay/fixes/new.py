@@ -276,8 +276,12 @@ def plan_entry(
         OverlayError: as :func:`render_new_entry`, or the file cannot be read.
     """
     p = Path(path)
+    bom = ""
     if p.exists():
         doc = load(p)
+        with open(p, "rb") as fh:
+            # The document is read without its byte-order mark; the file keeps it.
+            bom = "\ufeff" if fh.read(3) == b"\xef\xbb\xbf" else ""
     else:
         if not (fork_repo and fork_commit):
             raise OverlayError(
@@ -288,7 +292,7 @@ def plan_entry(
         doc, section, title, files, body, closing_sentence=closing_sentence, pin=pin
     )
     # Through a symlink (load refused one that leaves the repository), so the link stays a link.
-    return PlannedEntry(os.path.realpath(p), text, number)
+    return PlannedEntry(os.path.realpath(p), bom + text, number)
 
 
 def add_entry(

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 
 from overlay import fixes, layout
 from overlay.errors import OverlayError
@@ -32,7 +31,7 @@ from overlay.rebase_report import (
 )
 from overlay.rebase_state import Bases
 from overlay.runstate import REPORT_JSON, REPORT_MD
-from overlay.series import PATCH_DIR, SERIES_PATH
+from overlay.series import PATCH_DIR, SERIES_PATH, parse_patch
 
 #: The report's note on a resolution whose path no longer conflicts.
 _REMOVED_NOTE = (
@@ -166,29 +165,82 @@ class CommitSteps(RunBase):
             atomic_write(series_path, new_series.encode())
 
     def _write_fix_pins(self, new: Bases) -> None:
-        """The fork commit and the MLX pin named in ``LOCAL_FIXES.md``'s headings."""
+        """The two commits ``LOCAL_FIXES.md``'s headings name, and the paths its entries
+        name where the run followed an upstream rename (:mod:`overlay.fixes.rewrite`);
+        each entry so changed is said in its patch's note."""
         lf = os.path.join(self.root, fixes.FILE_NAME)
         if not os.path.isfile(lf):
             return
         with open(lf, "rb") as fh:
             text = fh.read()
-        # Bytes, so a BOM and CRLF line ends survive; the title may follow a BOM.
-        updated = re.sub(
-            rb"^((?:\xef\xbb\xbf)?# Local changes relative to \S+@)[0-9a-fA-F]{8}",
-            lambda m: m.group(1) + new.fork[:8].encode(),
-            text,
-            count=1,
-            flags=re.M,
-        )
-        updated = re.sub(
-            rb"^(## Retarget onto the MLX pin \()[0-9a-fA-F]{8}\)",
-            lambda m: m.group(1) + new.pin[:8].encode() + b")",
-            updated,
-            count=1,
-            flags=re.M,
-        )
+        updated = fixes.set_heading_pins(text, new.fork, new.pin)
+        for entry in self.state.patches:
+            renames = self._followed_renames(entry) if entry.status == "merged" else {}
+            if not renames:
+                continue
+            numbers = [
+                int(n)
+                for n in self._backup_patch(entry.name, header_only=True).trailers.get(
+                    "Local-Fix", []
+                )
+                if n.strip().isdigit()
+            ]
+            updated, changed = fixes.rename_entry_paths(updated, numbers, renames)
+            if changed:
+                entry.note = (entry.note or "") + (
+                    f"; LOCAL_FIXES.md entry {', '.join(map(str, changed))} now names "
+                    + ", ".join(sorted(renames.values()))
+                )
         if updated != text:
             atomic_write(lf, updated)
+
+    def _followed_renames(self, entry) -> dict[str, str]:
+        """Old path -> new path for each file a merged patch moved with an upstream
+        rename: the paths its old bytes touch and its new bytes do not, paired by git's
+        rename detection between its old and new results (one pair needs none)."""
+        if entry.blob is None or entry.tree is None:
+            return {}
+        old = self._backup_patch(entry.name)
+        new = parse_patch(self._blob(entry.blob), entry.name)
+        gone = sorted(old.touched - new.touched)
+        moved = sorted(new.touched - old.touched)
+        if not gone or not moved:
+            return {}
+        if len(gone) == len(moved) == 1:
+            return {gone[0]: moved[0]}
+        layers = self._old_layers()
+        before = (
+            next((r.tree for r in layers.patches if r.patch.name == entry.name), None)
+            if layers is not None
+            else None
+        )
+        if before is None:
+            return {}
+        fields = (
+            self.store.git(
+                "diff-tree",
+                "-r",
+                "-z",
+                "-M",
+                "--name-status",
+                before,
+                entry.tree,
+                "--",
+                *gone,
+                *moved,
+            )
+            .stdout.decode("utf-8", "surrogateescape")
+            .split("\0")
+        )
+        pairs = {}
+        i = 0
+        while i < len(fields) - 1:
+            if fields[i].startswith("R"):
+                pairs[fields[i + 1]] = fields[i + 2]
+                i += 3
+            else:
+                i += 2
+        return {a: b for a, b in pairs.items() if a in gone and b in moved}
 
     def _write_report(self, report: RebaseReport) -> None:
         """``.overlay/last-rebase.md`` and ``.overlay/last-rebase.json``: renamed into
@@ -233,8 +285,27 @@ class CommitSteps(RunBase):
             resolutions=resolutions,
             patches=patches,
             range_diff=self._range_diff(),
-            next_steps=_next_steps(resolutions),
+            next_steps=self._submodule_steps() + _next_steps(resolutions),
         )
+
+    def _submodule_steps(self) -> list[str]:
+        """A first next step per submodule (gitlink) the new patched tree holds, which
+        ``overlay export`` refuses (LAY007 of ``verify``); empty when there is none."""
+        landed = [e.tree for e in self.state.patches if e.landed and e.tree]
+        tree = landed[-1] if landed else self.state.forked
+        if tree is None:
+            return []
+        out = self.store.git("ls-tree", "-r", "-z", "--full-tree", tree).stdout
+        links = [
+            rec.split(b"\t", 1)[1].decode("utf-8", "surrogateescape")
+            for rec in out.split(b"\0")
+            if rec.startswith(b"160000 ")
+        ]
+        return [
+            f"exclude the submodule {path} from [carry] and list it under Dropped "
+            "(LAY007: export refuses it)"
+            for path in links
+        ]
 
     def _range_diff(self) -> str:
         """``git range-diff`` of the old series (on the old layer) against the new one.

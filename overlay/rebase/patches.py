@@ -10,6 +10,7 @@ stops for the user with diff3 work files (:class:`~overlay.rebase_state.PatchSto
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from typing import NoReturn
 
@@ -128,6 +129,14 @@ class PatchSteps(RunBase):
         """Put a carried patch's outcome in its entry: upstream, exact (bytes kept) or
         merged (refreshed bytes, and the paths a followed rename moved it to)."""
         if carried.status == "upstream":
+            entry.status = "upstream"
+            twin = self._same_change_before(patch, entry)
+            if twin is not None:
+                entry.note = (
+                    f"carrying it changes nothing: {twin}, earlier in the series, "
+                    "already makes the same change"
+                )
+                return
             old, new = self.state.old, self.state.new
             commit = upstream_commit(
                 self.store,
@@ -135,7 +144,6 @@ class PatchSteps(RunBase):
                 [(old.pin, new.pin), (old.fork, new.fork)],
                 sorted(patch.touched),
             )
-            entry.status = "upstream"
             entry.note = "already upstream: carrying it changes nothing" + (
                 f' (upstream {commit[:12]} "{commit[41:]}")' if commit else ""
             )
@@ -158,6 +166,34 @@ class PatchSteps(RunBase):
                 if moved
                 else "",
             )
+
+    def _same_change_before(self, patch: Patch, entry: PatchOutcome) -> str | None:
+        """The earlier patch of the series whose change is ``patch``'s (the same ``git
+        patch-id --stable``), so an empty carry is said to be that patch's doing, not
+        upstream's; ``None`` when none is (one ``patch-id`` process for them all)."""
+        earlier = []
+        for other in self.state.patches:
+            if other is entry:
+                break
+            if other.landed:
+                earlier.append(other.name)
+        if not earlier:
+            return None
+        # "commit <n>" lines number the diffs: patch-id echoes them beside each id.
+        feed = [b"commit %040x\n" % 0 + split_patch(patch.data)[1]]
+        for i, name in enumerate(earlier, 1):
+            feed.append(
+                b"commit %040x\n" % i + split_patch(self._backup_patch(name).data)[1]
+            )
+        rows = self.store.git(
+            "patch-id", "--stable", input=b"\n".join(feed), check=False
+        ).stdout.split()
+        ids = {int(c, 16): pid for pid, c in zip(rows[::2], rows[1::2], strict=False)}
+        mine = ids.get(0)
+        for i, name in enumerate(earlier, 1):
+            if mine is not None and ids.get(i) == mine:
+                return name
+        return None
 
     def _changed(self, old: str, new: str) -> set[str]:
         """Paths that differ between two trees."""
@@ -182,14 +218,33 @@ class PatchSteps(RunBase):
         edit: list[str] = []
         modes: dict[str, str] = {}
         gitlinks: list[str] = []
+        submodules = sorted(
+            _git_side_name(p)
+            for p, st in merge.stages.items()
+            if any(mode == "160000" for mode, _oid in st.values())
+        )
         for path, st in sorted(merge.stages.items()):
             kinds = ", ".join(merge.conflict_types(path)) or "CONFLICT"
             if any(mode == "160000" for mode, _oid in st.values()):
                 gitlinks.append(path)
-                what.append(f"{path} ({kinds}: a submodule)")
+                # merge-ort stages the gitlink under "<path>~<commit>" when a file or
+                # directory is in its way: the user's name for it is <path>.
+                what.append(
+                    f"{_git_side_name(path)} ({kinds}: the new base has a submodule there)"
+                )
                 continue
             modes[path] = (st.get(2) or st.get(3) or st[1])[0]
             edit.append(path)
+            under = next((d for d in submodules if path.startswith(d + "/")), None)
+            if under is not None:
+                files[path] = self._blob((st.get(3) or st.get(2) or st[1])[1])
+                what.append(
+                    f"{path} ({kinds}: it lies under {under}, a submodule in the new "
+                    "base, so it cannot be kept there; the file holds the patch's version "
+                    "for reference: `--drop` leaves the patch out, or delete the file and "
+                    "`--continue`)"
+                )
+                continue
             what.append(self._work_file(patch, path, st, kinds, files))
         what += _other_conflicts(merge)
         fix = patch.local_fix
@@ -316,6 +371,12 @@ class PatchSteps(RunBase):
             else:
                 changes[rel] = None
         return changes
+
+
+def _git_side_name(path: str) -> str:
+    """``path`` without the ``~<commit>`` suffix merge-ort gives an entry it moved out of
+    the way of a file/directory conflict."""
+    return re.sub(r"~[0-9a-f]{40}(?:[0-9a-f]{24})?$", "", path)
 
 
 def _other_conflicts(merge: MergeResult) -> list[str]:
