@@ -44,6 +44,7 @@ from overlay.gitrun import (
     git_env,
     git_executable,
     is_sha,
+    missing_commit,
     run_git,
     zsplit,
 )
@@ -292,6 +293,7 @@ class Store(RememberedAncestry):
                 file=sys.stderr,
                 flush=True,
             )
+        answered = []  # the remotes whose branches could be fetched
         with self.lock():
             for remote in remotes:
                 keep = f"refs/overlay/keep/{sha}"
@@ -300,22 +302,22 @@ class Store(RememberedAncestry):
                 ).returncode == 0 and self.has_object(sha):
                     return
             for remote in remotes:
-                self.git(
-                    "fetch",
-                    "-q",
-                    "--tags",
-                    remote,
-                    f"+refs/heads/*:refs/remotes/{remote}/*",
-                    check=False,
-                )
+                if (
+                    self.git(
+                        "fetch",
+                        "-q",
+                        "--tags",
+                        remote,
+                        f"+refs/heads/*:refs/remotes/{remote}/*",
+                        check=False,
+                    ).returncode
+                    == 0
+                ):
+                    answered.append(remote)
                 if self.has_object(sha):
                     self.git("update-ref", f"refs/overlay/keep/{sha}", sha)
                     return
-        raise GitError(
-            f"commit {sha} not found in {where}",
-            hint="check that the remotes are reachable (`overlay doctor`); on a machine without "
-            "network set OVERLAY_UPSTREAM_URL / OVERLAY_FORK_URL to local mirrors",
-        )
+        raise missing_commit(sha, remotes, answered, where)
 
     def resolve(self, ref: str, remotes: Sequence[str] = ("upstream", "fork")) -> str:
         """Resolve a user-given ref (SHA, tag, ``remote/branch``) to a commit SHA.
