@@ -96,10 +96,12 @@ def _stage_names(
 ) -> tuple[str, ...]:
     """``--only``/``--require`` values: repeatable, each a comma- or space-separated list."""
     from overlay.ci import STAGES
+    from overlay.ci_gate import AUTO
 
     names = [n for value in values for n in value.replace(",", " ").split()]
+    allowed = (*STAGES, AUTO) if param.name == "require" else STAGES
     for name in names:
-        if name not in STAGES:
+        if name not in allowed:
             raise click.BadParameter(
                 f"unknown stage {name!r} (stages: {', '.join(STAGES)})", ctx, param
             )
@@ -123,7 +125,8 @@ def _stage_names(
     metavar="STAGE[,STAGE]",
     callback=_stage_names,
     help="These stages must run and pass: one this machine cannot run (skipped) fails "
-    "the gate.",
+    "the gate. `auto` (what `make ci` passes): verify, and check where a toolchain is "
+    "found or $CI is set (docs/build.md).",
 )
 @backend_option(default="rocm")
 @click.option(
@@ -189,6 +192,7 @@ def ci_cmd(
         render_text,
         run_ci,
     )
+    from overlay.ci_gate import required_stages
     from overlay.fsutil import atomic_write
 
     def write(texts: tuple[str, str, str]) -> None:
@@ -197,6 +201,9 @@ def ci_cmd(
                 atomic_write(os.path.abspath(path), text.encode())
 
     try:
+        require, note = required_stages(require, backend, ws.root)
+        if note:
+            click.echo(f"overlay ci: {note}", err=True)
         result = run_ci(
             ws.root,
             ws.store,
