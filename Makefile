@@ -2,7 +2,7 @@
 PYTHON ?= .venv/bin/python
 OVERLAY ?= .venv/bin/overlay
 
-.PHONY: help install run lint test verify-rocm-overlay verify-rocm ci
+.PHONY: help install run lint test test-real verify-rocm-overlay verify-rocm ci
 # After any target that installs, this line says how to put `overlay` on PATH.
 ACTIVATE = @echo "overlay is installed in .venv; put it on PATH with:  . .venv/bin/activate"
 
@@ -10,7 +10,8 @@ help:
 	@echo "install              create .venv and install overlay with its test extras"
 	@echo "run                  install, then assemble the overlay and export it to build/rocm/src"
 	@echo "lint                 ruff (format and rules) over overlay/, tests/, benchmarks/; mypy over overlay/"
-	@echo "test                 make lint, then the test suite (pytest)"
+	@echo "test                 make lint, then the test suite (pytest), without the real-mirror tests"
+	@echo "test-real            the tests on the real mirrors (needs OVERLAY_UPSTREAM_URL, OVERLAY_FORK_URL)"
 	@echo "verify-rocm-overlay  check every record of the overlay (offline-capable, no GPU)"
 	@echo "verify-rocm          verify-rocm-overlay, then build and run the suites (GPU), and without"
 	@echo "                     a GPU the race lab's host-model suites (never a GPU result)"
@@ -47,9 +48,17 @@ lint: .venv/bin/ruff .venv/bin/mypy
 	.venv/bin/ruff check overlay tests benchmarks
 	.venv/bin/mypy
 
+# test leaves out the tests on the real mirrors (marker real_mirrors), also where
+# OVERLAY_UPSTREAM_URL / OVERLAY_FORK_URL are exported for `make run`; test-real runs
+# only those, and needs the two variables (README: how long each takes).
 test: lint
-	$(PYTHON) -m pytest -q
+	$(PYTHON) -m pytest -q -m "not real_mirrors"
 	$(ACTIVATE)
+
+test-real: .venv/bin/overlay
+	@test -n "$$OVERLAY_UPSTREAM_URL" -a -n "$$OVERLAY_FORK_URL" || { \
+		echo "make test-real: set OVERLAY_UPSTREAM_URL and OVERLAY_FORK_URL to the real mirrors" >&2; exit 2; }
+	$(PYTHON) -m pytest -q -m real_mirrors
 
 verify-rocm-overlay: .venv/bin/overlay
 	$(OVERLAY) verify

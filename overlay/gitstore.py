@@ -18,7 +18,6 @@ import contextlib
 import json
 import os
 import subprocess
-import sys
 from collections.abc import Iterator, Sequence
 
 from overlay.errors import GitError, OfflineMiss
@@ -49,6 +48,7 @@ from overlay.gitrun import (
     zsplit,
 )
 from overlay.locate import default_store_dir
+from overlay.progress import LiveProgress
 
 __all__ = [
     "EMPTY_TREE",
@@ -287,21 +287,23 @@ class Store(RememberedAncestry):
                 f"commit {sha} is not in the git store and --offline forbids fetching",
                 hint=f"run once online to fetch it from {where}",
             )
-        if sys.stderr.isatty():
-            print(
-                f"overlay: fetching {sha[:12]} from {where} ...",
-                file=sys.stderr,
-                flush=True,
-            )
         answered = []  # the remotes whose branches could be fetched
-        with self.lock():
+        # A first fetch of a large mirror takes minutes: say what, from where, how long.
+        with self.lock(), LiveProgress("fetch") as live:
             for remote in remotes:
                 keep = f"refs/overlay/keep/{sha}"
+                live.show(
+                    f"commit {sha[:12]} from {remote} ({self._remote_urls.get(remote, '?')})"
+                )
                 if self.git(
                     "fetch", "-q", "--no-tags", remote, f"{sha}:{keep}", check=False
                 ).returncode == 0 and self.has_object(sha):
                     return
             for remote in remotes:
+                live.show(
+                    f"every branch and tag of {remote} ({self._remote_urls.get(remote, '?')}), "
+                    f"looking for {sha[:12]}"
+                )
                 if (
                     self.git(
                         "fetch",
@@ -339,8 +341,9 @@ class Store(RememberedAncestry):
             return ref
         if not self.offline:
             # A name (branch, tag) means what the remote says now: refresh first.
-            with self.lock():
+            with self.lock(), LiveProgress("fetch") as live:
                 for remote in remotes:
+                    live.show(f"branches and tags of {remote} to resolve {ref!r}")
                     self.git(
                         "fetch",
                         "-q",

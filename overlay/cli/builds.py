@@ -194,6 +194,7 @@ def ci_cmd(
     )
     from overlay.ci_gate import required_stages
     from overlay.fsutil import atomic_write
+    from overlay.progress import LiveProgress
 
     def write(texts: tuple[str, str, str]) -> None:
         for path, text in zip((junit, json_path, markdown), texts, strict=True):
@@ -204,16 +205,18 @@ def ci_cmd(
         require, note = required_stages(require, backend, ws.root)
         if note:
             click.echo(f"overlay ci: {note}", err=True)
-        result = run_ci(
-            ws.root,
-            ws.store,
-            stages=only or STAGES,
-            require=require,
-            backend=backend,
-            arch=arch,
-            child_dir=child_dir,
-            drift_from=drift_from,
-        )
+        with LiveProgress("ci") as progress:
+            result = run_ci(
+                ws.root,
+                ws.store,
+                stages=only or STAGES,
+                require=require,
+                backend=backend,
+                arch=arch,
+                child_dir=child_dir,
+                drift_from=drift_from,
+                progress=progress,
+            )
     except OverlayError as exc:
         write(render_error(exc.message))  # the reports exist whenever asked for
         raise
