@@ -18,7 +18,7 @@ import glob
 import json
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from overlay import layout
@@ -201,6 +201,7 @@ def stage_build(
     *,
     check: bool = False,
     drift_range: tuple[str, str] | None = None,
+    progress: Callable[[int, int, str], None] | None = None,
 ) -> Stage:
     """Build the patched tree (``check``: every unit through the front end only, see
     ``overlay build --check``); skipped with the reason when no toolchain exists.
@@ -214,6 +215,7 @@ def stage_build(
         drift_range: ``(old pin, new pin)``: a failure's errors and undefined symbols are
             attributed to the upstream commits of that range (``data["drift"]``; the
             reason names the commit behind the first one).
+        progress: ``(done, total, text)`` of the units compiled (``n/N``).
     Returns:
         The :class:`Stage`; a configure or environment failure is a failed stage whose
         reason is the error's one line (for CMake: the first ``CMake Error`` body and
@@ -269,6 +271,7 @@ def stage_build(
             cmake_option=manifest.cmake_option,
             suites_dir=layout.under(root, layout.SUITES_DIR),
             drift_range=drift_range,
+            progress=progress,
         )
     except OverlayError as exc:
         data["first_error"] = exc.message
@@ -433,6 +436,7 @@ def run_ci(
     results_dir: str | None = None,
     child_dir: str | None = None,
     drift_from: str | None = None,
+    progress: Any = None,
 ) -> CiResult:
     """Run the requested stages; the others are reported skipped ("not requested").
 
@@ -451,6 +455,8 @@ def run_ci(
             the upstream commit of ``drift_from..pin`` behind its errors. Default: the pin
             the last rebase started from, when it moved to the manifest's pin (a fresh
             clone has none: pass the base branch's pin).
+        progress: a :class:`~overlay.progress.LiveProgress`: each stage's start as a
+            note, the check or build stage's units as ``n/N`` (issue 30 item 3).
     Returns:
         :class:`CiResult`. A stage that raises becomes a failed stage with the
         error's line; nothing a stage does escapes this function.
@@ -470,6 +476,8 @@ def run_ci(
         if name not in run:
             stage = Stage(name, "skipped", "not requested")
         else:
+            if progress is not None:
+                progress.note(f"{name}: running")
             stage = _run_stage(
                 name,
                 root,
@@ -481,6 +489,7 @@ def run_ci(
                 child_dir,
                 out,
                 drift_range,
+                progress,
             )
         if name in require:
             stage.required = True
@@ -524,15 +533,24 @@ def _run_stage(
     child_dir: str | None,
     before: Sequence[Stage],
     drift_range: tuple[str, str] | None = None,
+    progress: Any = None,
 ) -> Stage:
     """One stage; any exception becomes its failure (one line)."""
     start = time.perf_counter()
+    units = (lambda d, t, text: progress(d, t, f"{name}: {text}")) if progress else None
     try:
         if name == "verify":
             return stage_verify(root, store)
         if name == "check":
             return stage_build(
-                root, store, layers, backend, arch, check=True, drift_range=drift_range
+                root,
+                store,
+                layers,
+                backend,
+                arch,
+                check=True,
+                drift_range=drift_range,
+                progress=units,
             )
         if name == "build":
             check = next((s for s in before if s.name == "check"), None)
@@ -546,7 +564,13 @@ def _run_stage(
                     "build", "skipped", "the check stage failed: fix those errors first"
                 )
             return stage_build(
-                root, store, layers, backend, arch, drift_range=drift_range
+                root,
+                store,
+                layers,
+                backend,
+                arch,
+                drift_range=drift_range,
+                progress=units,
             )
         return stage_suites(
             root,

@@ -152,9 +152,35 @@ def _first_lower(text: str) -> str:
     return text[:1].lower() + text[1:] if text[:2] != text[:2].upper() else text
 
 
-def _usage_line(exc: click.UsageError) -> tuple[str, str]:
+def _named_path(group: click.Group, args: list[str]) -> list[str]:
+    """The command path ``args`` name (``["overlay", "rebase"]``), parsed as click
+    parses them but without errors, callbacks or prompts (resilient parsing).
+
+    click's parser raises some usage errors (an option missing its value) with no
+    context, so the error alone cannot say which command's help to point to.
+    """
+    path = ["overlay"]
+    try:
+        ctx = group.make_context("overlay", list(args), resilient_parsing=True)
+        rest = [*ctx._protected_args, *ctx.args]
+        command: click.Command = group
+        while isinstance(command, click.Group) and rest:
+            name, sub, rest = command.resolve_command(ctx, rest)
+            if sub is None or name is None:
+                break
+            path.append(name)
+            ctx = sub.make_context(name, rest, parent=ctx, resilient_parsing=True)
+            rest, command = [*ctx._protected_args, *ctx.args], sub
+    except (click.ClickException, click.exceptions.Exit):
+        pass  # the path so far
+    return path
+
+
+def _usage_line(
+    exc: click.UsageError, named: list[str] | None = None
+) -> tuple[str, str]:
     message = " ".join(_first_lower(exc.format_message()).split())
-    path = exc.ctx.command_path.split() if exc.ctx is not None else []
+    path = exc.ctx.command_path.split() if exc.ctx is not None else (named or [])
     command = " ".join(["overlay", *path[1:]])
     option = getattr(exc, "option_name", None)
     if option in _GLOBAL_OPTIONS and len(path) > 1:
@@ -294,7 +320,10 @@ class OverlayGroup(click.Group):
             exc.show()
             return exc.exit_code
         except click.UsageError as exc:
-            message, hint = _usage_line(exc)
+            named = None
+            if exc.ctx is None:
+                named = _named_path(self, sys.argv[1:] if args is None else list(args))
+            message, hint = _usage_line(exc, named)
             click.echo(f"overlay: {one_line(message)}", err=True)
             click.echo(f"hint: {hint}", err=True)
             return EXIT_USAGE

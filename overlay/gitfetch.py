@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import contextlib
 import subprocess
-import sys
 from collections.abc import Sequence
 
 from overlay.errors import GitError, OfflineMiss
-from overlay.gitrun import is_sha
+from overlay.gitrun import is_sha, missing_commit
+from overlay.progress import LiveProgress
 
 
 class Fetching:
@@ -55,36 +55,39 @@ class Fetching:
                 f"commit {sha} is not in the git store and --offline forbids fetching",
                 hint=f"run once online to fetch it from {where}",
             )
-        if sys.stderr.isatty():
-            print(
-                f"overlay: fetching {sha[:12]} from {where} ...",
-                file=sys.stderr,
-                flush=True,
-            )
-        with self.lock():
+        answered = []  # the remotes whose branches could be fetched
+        # A first fetch of a large mirror takes minutes: say what, from where, how long.
+        with self.lock(), LiveProgress("fetch") as live:
             for remote in remotes:
                 keep = f"refs/overlay/keep/{sha}"
+                live.show(
+                    f"commit {sha[:12]} from {remote} ({self._remote_urls.get(remote, '?')})"
+                )
                 if self.git(
                     "fetch", "-q", "--no-tags", remote, f"{sha}:{keep}", check=False
                 ).returncode == 0 and self.has_object(sha):
                     return
             for remote in remotes:
-                self.git(
-                    "fetch",
-                    "-q",
-                    _tags_option(remote),
-                    remote,
-                    f"+refs/heads/*:refs/remotes/{remote}/*",
-                    check=False,
+                live.show(
+                    f"every branch of {remote} ({self._remote_urls.get(remote, '?')}), "
+                    f"looking for {sha[:12]}"
                 )
+                if (
+                    self.git(
+                        "fetch",
+                        "-q",
+                        _tags_option(remote),
+                        remote,
+                        f"+refs/heads/*:refs/remotes/{remote}/*",
+                        check=False,
+                    ).returncode
+                    == 0
+                ):
+                    answered.append(remote)
                 if self.has_object(sha):
                     self.git("update-ref", f"refs/overlay/keep/{sha}", sha)
                     return
-        raise GitError(
-            f"commit {sha} not found in {where}",
-            hint="check that the remotes are reachable (`overlay doctor`); on a machine without "
-            "network set OVERLAY_UPSTREAM_URL / OVERLAY_FORK_URL to local mirrors",
-        )
+        raise missing_commit(sha, remotes, answered, where)
 
     def resolve(self, ref: str, remotes: Sequence[str] = ("upstream", "fork")) -> str:
         """Resolve a user-given ref (SHA, tag, ``remote/branch``) to a commit SHA.
@@ -106,8 +109,9 @@ class Fetching:
             return ref
         if not self.offline:
             # A name (branch, tag) means what the remote says now: refresh first.
-            with self.lock():
+            with self.lock(), LiveProgress("fetch") as live:
                 for remote in remotes:
+                    live.show(f"branches of {remote} to resolve {ref!r}")
                     self.git(
                         "fetch",
                         "-q",

@@ -149,6 +149,37 @@ def run_git(
     return proc
 
 
+def missing_commit(
+    sha: str, remotes: Sequence[str], answered: Sequence[str], where: str
+) -> GitError:
+    """The error for a commit that no remote gave when fetched by SHA.
+
+    A network hint only where a remote did not answer: a mirror that answered without
+    the commit means a wrong SHA, not a missing network (issue 30 item 8).
+
+    Args:
+        sha: the commit asked for.
+        remotes: the remotes tried, in order.
+        answered: those whose branches and tags could be fetched.
+        where: the remotes with their URLs, as the message shows them.
+    Returns:
+        The error to raise (exit 2).
+    """
+    silent = [r for r in remotes if r not in answered]
+    if not silent:
+        return GitError(
+            f"commit {sha} is not in {' or '.join(remotes)}: {where} answered, "
+            "and no branch or tag there holds it",
+            hint="check the SHA (a typo, or a commit of another repository?); "
+            "`git ls-remote URL` lists what a remote has",
+        )
+    return GitError(
+        f"commit {sha} not found: {', '.join(silent)} could not be reached ({where})",
+        hint="check that the remotes are reachable (`overlay doctor`); on a machine "
+        "without network set OVERLAY_UPSTREAM_URL / OVERLAY_FORK_URL to local mirrors",
+    )
+
+
 def first_error_line(stderr: bytes) -> str:
     """The most telling line of git's stderr (``fatal:``/``error:`` first)."""
     lines = [

@@ -30,6 +30,26 @@ REAL_MIRRORS = {
 }
 
 
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers",
+        "real_mirrors: runs against the real upstream and fork mirrors "
+        "(OVERLAY_UPSTREAM_URL, OVERLAY_FORK_URL); `make test` leaves these out, "
+        "`make test-real` runs only these",
+    )
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark every test that uses the ``real_mirrors`` fixture, so that ``make test``
+    (``-m "not real_mirrors"``) does not grow from minutes to half an hour when the
+    mirror variables are exported for ``make run`` (issue 30 item 3)."""
+    for item in items:
+        names = set(getattr(item, "fixturenames", ()))
+        # layer_builds (test_racelab.py) is module-scoped and reads the mirrors itself
+        if names & {"real_mirrors", "layer_builds"}:
+            item.add_marker(pytest.mark.real_mirrors)
+
+
 @pytest.fixture(autouse=True)
 def sigint_restored():
     """Give each test the SIGINT handler the session started with.

@@ -269,7 +269,7 @@ def test_unknown_commit_is_a_clear_error(overlay, world):
     overlay.write_manifest("f" * 40)
     with pytest.raises(GitError) as err:
         layers_for(overlay)
-    assert f"commit {'f' * 40} not found in upstream" in err.value.message
+    assert f"commit {'f' * 40} is not in upstream" in err.value.message
 
 
 def test_remote_url_change_in_manifest_is_applied(overlay, world):

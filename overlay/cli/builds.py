@@ -96,10 +96,12 @@ def _stage_names(
 ) -> tuple[str, ...]:
     """``--only``/``--require`` values: repeatable, each a comma- or space-separated list."""
     from overlay.ci import STAGES
+    from overlay.ci_gate import AUTO
 
     names = [n for value in values for n in value.replace(",", " ").split()]
+    allowed = (*STAGES, AUTO) if param.name == "require" else STAGES
     for name in names:
-        if name not in STAGES:
+        if name not in allowed:
             raise click.BadParameter(
                 f"unknown stage {name!r} (stages: {', '.join(STAGES)})", ctx, param
             )
@@ -123,7 +125,8 @@ def _stage_names(
     metavar="STAGE[,STAGE]",
     callback=_stage_names,
     help="These stages must run and pass: one this machine cannot run (skipped) fails "
-    "the gate.",
+    "the gate. `auto` (what `make ci` passes): verify, and check where a toolchain is "
+    "found or $CI is set (docs/build.md).",
 )
 @backend_option(default="rocm")
 @click.option(
@@ -189,7 +192,9 @@ def ci_cmd(
         render_text,
         run_ci,
     )
+    from overlay.ci_gate import required_stages
     from overlay.fsutil import atomic_write
+    from overlay.progress import LiveProgress
 
     def write(texts: tuple[str, str, str]) -> None:
         for path, text in zip((junit, json_path, markdown), texts, strict=True):
@@ -197,16 +202,21 @@ def ci_cmd(
                 atomic_write(os.path.abspath(path), text.encode())
 
     try:
-        result = run_ci(
-            ws.root,
-            ws.store,
-            stages=only or STAGES,
-            require=require,
-            backend=backend,
-            arch=arch,
-            child_dir=child_dir,
-            drift_from=drift_from,
-        )
+        require, note = required_stages(require, backend, ws.root)
+        if note:
+            click.echo(f"overlay ci: {note}", err=True)
+        with LiveProgress("ci") as progress:
+            result = run_ci(
+                ws.root,
+                ws.store,
+                stages=only or STAGES,
+                require=require,
+                backend=backend,
+                arch=arch,
+                child_dir=child_dir,
+                drift_from=drift_from,
+                progress=progress,
+            )
     except OverlayError as exc:
         write(render_error(exc.message))  # the reports exist whenever asked for
         raise

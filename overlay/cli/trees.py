@@ -7,7 +7,7 @@ import contextlib
 import click
 
 from overlay import layout
-from overlay.clitools import handle_errors
+from overlay.clitools import exit_with, handle_errors
 from overlay.errors import OverlayError
 from overlay.workspace import Workspace
 
@@ -149,11 +149,22 @@ def _echo_exports(ws: Workspace, dest: tuple[str, ...], patched: str) -> None:
     is_flag=True,
     help="Take over a non-empty directory / discard hand edits.",
 )
+@click.option(
+    "--strict",
+    is_flag=True,
+    help="Exit 1 when DEST keeps files edited by hand (a build would not be of the "
+    "layer); they are still left as they are.",
+)
 @click.pass_obj
 @handle_errors
-def export_cmd(ws: Workspace, dest: str, layer: str, force: bool) -> None:
+def export_cmd(ws: Workspace, dest: str, layer: str, force: bool, strict: bool) -> None:
     """Write a layer into DEST incrementally (only changed paths); completes an
-    interrupted export."""
+    interrupted export.
+
+    A file edited by hand since the last export, which the layer leaves as it was
+    exported, is kept and reported as a warning (exit 0: the edit is the user's work
+    in progress); ``--strict`` makes it exit 1 (a build or CI job must not build a
+    tree that is not the layer's)."""
     from overlay.errors import EXIT_INTERRUPTED
     from overlay.export import edited_note, export_tree
 
@@ -173,7 +184,15 @@ def export_cmd(ws: Workspace, dest: str, layer: str, force: bool) -> None:
         f"({result.seconds:.2f} s)"
     )
     if result.edited:
-        click.echo(f"warning: {dest}: {edited_note(result.edited)}", err=True)
+        kind = "error" if strict else "warning"
+        click.echo(f"{kind}: {dest}: {edited_note(result.edited)}", err=True)
+        if strict:
+            click.echo(
+                "hint: move the edits into a patch (`overlay edit`), or pass --force "
+                "to restore the layer's files",
+                err=True,
+            )
+            exit_with(1)
 
 
 @click.command("diff")

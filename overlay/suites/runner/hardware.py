@@ -227,6 +227,19 @@ def skip_reason(suite: Suite, platform: Platform) -> str | None:
     if suite.hardware != "none" and suite.hardware not in platform.hardware:
         why = platform.reasons.get(suite.hardware, "not detected")
         return f"needs {suite.hardware}: {why}"
+    if (
+        suite.model is not None
+        and suite.backend != "any"
+        and suite.backend not in platform.backends
+    ):
+        # A gate for GPU children (`overlay ci`, `suite run --backend rocm`) does not
+        # run the host models; "needs the cpu backend" would send the user to build MLX
+        # for the CPU, which is not what runs them.
+        return (
+            f"a {suite.model} host-model suite (not a GPU result): run it with "
+            "`overlay suite run --host-models` (or `make verify-rocm "
+            "OVERLAY_STAGES=host-model`)"
+        )
     if suite.backend != "any" and suite.backend not in platform.backends:
         have = ", ".join(sorted(platform.backends)) or "none"
         return f"needs the {suite.backend} backend; available: {have} ({platform.backend_source})"

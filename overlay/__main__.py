@@ -1,0 +1,39 @@
+"""The console script's entry point (``overlay``, and ``python -m overlay``).
+
+It imports nothing but :mod:`sys` before it guards the import of the CLI: a Ctrl-C
+in the first half second lands while click, rich and the command modules are being
+imported, before :class:`overlay.clitools.OverlayGroup` handles interrupts, and
+Python would print a traceback (issue 30 item 8). Here it is one
+``overlay: interrupted`` line and exit 130, as everywhere else.
+"""
+
+import sys
+
+#: :data:`overlay.errors.EXIT_INTERRUPTED`, repeated: importing that module is part
+#: of the window this module guards.
+_EXIT_INTERRUPTED = 130
+
+
+def main() -> None:
+    """Run the ``overlay`` command line and exit with its status.
+
+    Raises:
+        SystemExit: always (the command's status; 130 when interrupted).
+    """
+    try:
+        from overlay.cli import main as cli
+
+        cli()
+    except KeyboardInterrupt:
+        # Only an interrupt outside the group's own handler gets here (during the
+        # imports, or in the instant before click starts).
+        import signal
+
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C: no traceback
+        sys.stderr.write("overlay: interrupted\n")
+        sys.stderr.flush()
+        sys.exit(_EXIT_INTERRUPTED)
+
+
+if __name__ == "__main__":
+    main()

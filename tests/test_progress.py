@@ -1,0 +1,145 @@
+"""Long work shows progress (issue 30 item 3): fetches, ``ci`` stages, compiled units.
+
+Before, a first ``verify`` on a fresh store fetched for 87 s printing nothing, and
+``ci --only verify,check`` printed nothing for 22 minutes.
+"""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+from test_ci import make_clean_overlay
+
+from overlay.cli import main
+from overlay.errors import OverlayError
+from overlay.gitstore import Store
+from overlay.manifest import load_manifest
+from overlay.progress import PLAIN_INTERVAL, LiveProgress, progress_mode
+from overlay.workspace import point_remotes
+
+
+@pytest.mark.parametrize(
+    "environ,tty,mode",
+    [
+        ({}, True, "live"),
+        ({}, False, "off"),
+        ({"CI": "true"}, False, "plain"),
+        ({"CI": "false"}, False, "off"),
+        ({"OVERLAY_PROGRESS": "plain"}, True, "plain"),
+        ({"OVERLAY_PROGRESS": "off", "CI": "1"}, True, "off"),
+    ],
+)
+def test_the_mode_follows_the_terminal_ci_and_the_variable(environ, tty, mode):
+    assert progress_mode(environ, tty) == mode
+
+
+def test_plain_lines_are_few_and_carry_time_and_an_estimate(capsys):
+    now = [100.0]
+    with LiveProgress("check rocm", mode="plain", clock=lambda: now[0]) as live:
+        live(0, 4, "a.cpp")  # the first status goes out at once
+        now[0] += 3
+        live(1, 4, "b.cpp")  # within the interval: not printed
+        now[0] += PLAIN_INTERVAL
+        live(2, 4, "c.cpp")
+        live.note("a line that stays")
+    err = capsys.readouterr().err.splitlines()
+    assert err == [
+        "overlay: check rocm: [0/4] a.cpp (0 s)",
+        "overlay: check rocm: [2/4] c.cpp (13 s, about 13 s left)",
+        "overlay: check rocm: a line that stays",
+    ]
+
+
+def test_off_prints_nothing(capsys):
+    with LiveProgress("x", mode="off") as live:
+        live(1, 2, "a")
+        live.note("b")
+    assert capsys.readouterr().err == ""
+
+
+def test_a_live_display_inside_another_borrows_its_line():
+    """rich allows one live display at a time: a fetch inside ``ci`` must not raise."""
+    with LiveProgress("ci", mode="live") as outer:
+        with LiveProgress("fetch", mode="live") as inner:
+            inner.show("commit 123")
+            assert "fetch: commit 123" in outer.__rich__().plain
+        outer.show("verify")
+        assert "ci: verify" in outer.__rich__().plain
+
+
+def test_a_fetch_says_what_it_fetches_and_from_where(
+    overlay, world, monkeypatch, capsys
+):
+    monkeypatch.setenv("OVERLAY_PROGRESS", "plain")
+    store = Store()
+    point_remotes(store, load_manifest(str(overlay.root)))
+    store.ensure_commit(world.fork_commit, ["fork"])
+    err = capsys.readouterr().err
+    assert f"overlay: fetch: commit {world.fork_commit[:12]} from fork (" in err
+
+
+def test_ci_shows_each_stage_and_the_units_of_its_check(overlay, world, monkeypatch):
+    from overlay import build as _build
+    from overlay.build import Toolchain
+
+    make_clean_overlay(overlay, world)
+    monkeypatch.setenv("OVERLAY_PROGRESS", "plain")
+
+    def fake_build(*args, progress=None, **kwargs):
+        if progress is not None:
+            progress(1, 3, "mlx/backend/rocm/device.cpp")
+        raise OverlayError("stopped after one unit")
+
+    monkeypatch.setattr(
+        _build, "find_toolchain", lambda *a, **k: Toolchain("host", "host tools")
+    )
+    monkeypatch.setattr(_build, "build", fake_build)
+    result = CliRunner().invoke(
+        main,
+        ["-C", str(overlay.root), "ci", "--only", "verify,check", "--backend", "cpu"],
+    )
+    assert "overlay: ci: verify: running" in result.output
+    assert "overlay: ci: check: running" in result.output
+    assert "[1/3] check: mlx/backend/rocm/device.cpp" in result.output
+    assert "check   FAILED   stopped after one unit" in result.output
+
+
+def test_make_test_leaves_the_real_mirror_tests_to_make_test_real(tmp_path):
+    """With the mirror variables exported for ``make run``, ``make test`` took 30
+    minutes instead of 3-5: the real-mirror tests are ``make test-real``'s."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    dry = subprocess.run(
+        ["make", "-n", "-C", str(root), "test", "test-real"],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, MAKEFLAGS=""),
+    )
+    assert dry.returncode == 0, dry.stderr
+    assert '-m pytest -q -m "not real_mirrors"' in dry.stdout
+    assert "-m pytest -q -m real_mirrors" in dry.stdout
+    env = dict(os.environ, OVERLAY_UPSTREAM_URL="/x", OVERLAY_FORK_URL="/y")
+    collected = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "--collect-only",
+            "-q",
+            "-m",
+            "not real_mirrors",
+            "-p",
+            "no:cacheprovider",
+            "tests/test_real_mirrors.py",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=root,
+        env=env,
+    )
+    assert "no tests collected" in collected.stdout or " deselected" in collected.stdout
+    assert "test_real_tree_status_and_export" not in collected.stdout
