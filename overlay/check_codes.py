@@ -55,6 +55,10 @@ CODES: dict[str, tuple[str, str]] = {
         "error",
         "a patch adds or changes a symlink that points outside the tree (export refuses it)",
     ),
+    "SER017": (
+        "error",
+        "a patch lacks its mail head's mbox `From <sha>` line or its `From:` author header",
+    ),
     "LAY001": (
         "error",
         "the fork delta conflicts with the pin and no resolution exists",
