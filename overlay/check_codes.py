@@ -61,6 +61,10 @@ CODES: dict[str, tuple[str, str]] = {
         "lacks, an abbreviation of no blob or of several, or no `index` line at all: "
         "the patch is unverifiable",
     ),
+    "SER018": (
+        "error",
+        "a patch lacks its mail head's mbox `From <sha>` line or its `From:` author header",
+    ),
     "LAY001": (
         "error",
         "the fork delta conflicts with the pin and no resolution exists",

@@ -54,6 +54,7 @@ __all__ = [
     "dir_lock",
     "flocked",
     "git_ignored",
+    "counted_kill_point",
     "kill_point",
     "pid_alive",
     "read_record",
@@ -120,6 +121,29 @@ def kill_point(name: str) -> None:
         name: the point's name.
     """
     if os.environ.get("OVERLAY_TEST_KILL_AT") == name:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+#: Checkpoints of each family passed in this process (see :func:`counted_kill_point`).
+_passed: dict[str, int] = {}
+
+
+def counted_kill_point(family: str) -> None:
+    """Test hook: ``OVERLAY_TEST_KILL_AT=<family>:N`` SIGKILLs the process at the Nth
+    checkpoint of ``family`` it passes (``record:3``, ``import:2``).
+
+    A kill-point sweep (``tools/fuzz_kills.py``) runs a command with N = 1, 2, ...
+    until it is no longer killed: every write point is reached without naming them.
+
+    Args:
+        family: the command's family of checkpoints.
+    """
+    spec = os.environ.get("OVERLAY_TEST_KILL_AT", "")
+    head, _, count = spec.partition(":")
+    if head != family or not count.isdigit():
+        return
+    _passed[family] = _passed.get(family, 0) + 1
+    if _passed[family] == int(count):
         os.kill(os.getpid(), signal.SIGKILL)
 
 

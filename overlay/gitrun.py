@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import tempfile
 from collections.abc import Sequence
 
 from overlay.errors import GitError
@@ -199,3 +200,43 @@ def zsplit(data: bytes) -> list[str]:
     if parts and parts[-1] == "":
         parts.pop()
     return parts
+
+
+def create_bare_repo(git_dir: str) -> None:
+    """Make the bare repository ``git_dir`` (the git store), safe against another
+    process making it at the same moment (two repositories' first commands on one
+    new store).
+
+    Two ``git init`` in one directory race on its ``config`` (``could not lock config
+    file``, ``File exists``); so the store is made beside its place, under a name of
+    this process's own, and renamed into place whole. The loser of the rename finds
+    the winner's store and throws its own away. An empty directory at ``git_dir`` (a
+    user's ``mkdir``) is replaced by the rename; a non-empty one that is not a
+    repository is initialised in place, as git would.
+
+    Args:
+        git_dir: the repository's path (absolute).
+    Raises:
+        GitError: git cannot make the repository.
+        OSError: the parent directory cannot be made.
+    """
+    parent = os.path.dirname(git_dir)
+    os.makedirs(parent, exist_ok=True)
+    with tempfile.TemporaryDirectory(
+        prefix=f".{os.path.basename(git_dir)}.init-{os.getpid()}-", dir=parent
+    ) as scratch:
+        made = os.path.join(scratch, "store.git")
+        run_git(["init", "-q", "--bare", made])
+        try:
+            os.rename(made, git_dir)
+            return
+        except OSError:
+            if os.path.isfile(os.path.join(git_dir, "HEAD")):
+                return  # another process made it meanwhile
+    # A non-empty directory that is not a repository: initialised in place, under a
+    # lock of its own so that two such inits do not race either.
+    from overlay.fslocks import flocked
+
+    with flocked(os.path.join(parent, f".{os.path.basename(git_dir)}.init.lock")):
+        if not os.path.isfile(os.path.join(git_dir, "HEAD")):
+            run_git(["init", "-q", "--bare", git_dir])

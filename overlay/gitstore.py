@@ -40,6 +40,7 @@ from overlay.gitrun import (
     GIT_FLAGS,
     NULL_OID,
     SYNTHETIC_IDENTITY,
+    create_bare_repo,
     first_error_line,
     git_env,
     git_executable,
@@ -90,8 +91,7 @@ class Store(Fetching, RememberedAncestry):
         self._lock_depth = 0
         self._reader: ObjectReader | None = None  # inside reading() only
         if not os.path.isfile(os.path.join(self.git_dir, "HEAD")):
-            os.makedirs(self.git_dir, exist_ok=True)
-            run_git(["init", "-q", "--bare", self.git_dir])
+            create_bare_repo(self.git_dir)
 
     # -- plumbing ---------------------------------------------------------------
     def git(

@@ -157,9 +157,9 @@ def _refuse_fork_not_descending(store: Store, old_fork: str, new_fork: str) -> N
 def start_checks(ws: Workspace, kind: str, plan: RunPlan, force: bool) -> list[str]:
     """The checks right before a run starts (and before "nothing to do").
 
-    Refuse while a run is in progress; for a rebase to a new pin, refuse one that is
-    not an upstream commit unless ``force``, and on a move backwards name the
-    retarget entries citing commits the new pin lacks.
+    Refuse while a run is in progress or an edit is open; for a rebase to a new
+    pin, refuse one that is not an upstream commit unless ``force``, and on a move
+    backwards name the retarget entries citing commits the new pin lacks.
 
     Args:
         ws: the workspace.
@@ -169,12 +169,15 @@ def start_checks(ws: Workspace, kind: str, plan: RunPlan, force: bool) -> list[s
     Returns:
         Warning lines for the user.
     Raises:
-        OverlayError: a run is in progress or wedged, or the pin is refused (exit 2).
+        OverlayError: a run is in progress or wedged, an edit is open, or the pin is
+            refused (exit 2).
     """
+    from overlay.edit.session import refuse_during_edit
     from overlay.pins import backwards_citations, check_new_pin
     from overlay.runstate import refuse_if_in_progress
 
     refuse_if_in_progress(ws.root)
+    refuse_during_edit(ws.root, kind)
     old, new = plan.old, plan.new
     if kind != "rebase" or new.pin == old.pin:
         return []

@@ -22,6 +22,7 @@ from overlay.fsutil import RecordError, git_ignored, read_record
 from overlay.gitstore import Store, first_error_line, run_git
 from overlay.manifest import Manifest
 from overlay.markers import marker_lines
+from overlay.patchfmt import ZERO_FROM
 from overlay.refresh import BinaryTurn, nul_turns
 from overlay.series import (
     PATCH_DIR,
@@ -300,6 +301,7 @@ def _patch_text_findings(patch: Patch, manifest: Manifest) -> list[Finding]:
                 "say why the change is needed, what was shared and how it is owned now",
             )
         )
+    findings += _mail_head_findings(patch, rel)
     findings += [
         _f(
             "SER007",
@@ -333,6 +335,35 @@ def _patch_text_findings(patch: Patch, manifest: Manifest) -> list[Finding]:
         for number, text in _added_markers(patch.data)
     ]
     return findings + binary_turn_findings(nul_turns(patch))
+
+
+def _mail_head_findings(patch: Patch, rel: str) -> list[Finding]:
+    """SER018: the mbox ``From <sha> <date>`` line and the ``From:`` header that
+    ``git format-patch`` writes and ``git am`` needs (docs/patch-format.md)."""
+    findings = []
+    head = patch.data.split(b"\n", 1)[0]
+    if not head.startswith(b"From ") or head.startswith(b"From:"):
+        findings.append(
+            _f(
+                "SER018",
+                rel,
+                1,
+                "no mbox `From <sha> <date>` line before the mail headers",
+                f"put back `{ZERO_FROM.strip()}` as the first line (`overlay "
+                "refresh` does not invent it)",
+            )
+        )
+    if not patch.author:
+        findings.append(
+            _f(
+                "SER018",
+                rel,
+                None,
+                "no `From:` author header",
+                "add `From: Name <email>` to the mail headers (git am needs an author)",
+            )
+        )
+    return findings
 
 
 def _unlisted_findings(root: str, listed: set[str]) -> list[Finding]:

@@ -66,6 +66,31 @@ class ExportState:
     edited: list[str] = dataclasses.field(default_factory=list)
 
 
+def unsafe_links_added(store: Store, forked: str, patched: str) -> list[str]:
+    """The symlinks the series makes that point out of the tree, in words: the one
+    check of ``overlay export`` and ``verify``'s SER016 (:func:`overlay.paths.unsafe_links`);
+    a link already unsafe in the forked layer is not the series' doing.
+
+    Args:
+        store: git store.
+        forked: the layer below the series.
+        patched: the patched layer.
+    Returns:
+        One line per link (``symlink 'mlx/evil' -> '/etc': absolute target``), in
+        path order; empty when there is none.
+    """
+    from overlay.export import unsafe_tree_links
+
+    if patched == forked:
+        return []
+    below = unsafe_tree_links(store, forked)
+    return [
+        exc.message.replace("refusing symlink", "symlink", 1)
+        for path, exc in unsafe_tree_links(store, patched).items()
+        if path not in below
+    ]
+
+
 def export_dirs(root: str, dests: Sequence[str]) -> list[str]:
     """``dests`` when given, else the repository's ``build/*/src``, sorted."""
     return list(dests) or sorted(glob.glob(layout.under(root, layout.EXPORTS_GLOB)))

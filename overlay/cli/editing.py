@@ -94,17 +94,33 @@ def edit_cmd(
         _start_edit(ws, patch, new_name, after)
 
 
-def _abort_edit(ws: Workspace) -> None:
-    """``edit --abort``: say what the abort throws away, then throw it away."""
-    from overlay.edit import abort_edit, changed_files, load_session
+def _echo_completed(done) -> None:
+    """Say that a record a kill had interrupted was completed (and what stays)."""
+    if done is None:
+        return
+    click.echo(
+        f"completed the interrupted `overlay record` of {done.name}: "
+        f"{layout.PATCH_DIR}/{done.name} and the records are as it wrote them"
+    )
+    if done.why_kept == "changed":
+        click.echo(
+            f"kept the work tree {done.directory}: it changed after the record, "
+            "`overlay record` records that change too"
+        )
+    elif done.why_kept == "unreadable":
+        click.echo(
+            f"kept the work tree {done.directory}: git cannot read it, so nothing "
+            "there was removed"
+        )
 
-    lost: list[str] = []
-    try:  # said before it goes (an unreadable state: nothing to say)
-        current = load_session(ws.root)
-        lost = changed_files(ws.store, ws.root, current) if current is not None else []
-    except OverlayError:
-        pass
-    dropped = abort_edit(ws.root)
+
+def _abort_edit(ws: Workspace) -> None:
+    """``edit --abort``: throw the edit away and say what went with it."""
+    from overlay.edit import abort_edit
+
+    aborted = abort_edit(ws.root, ws.store)
+    _echo_completed(aborted.completed)
+    dropped, lost = aborted.session, aborted.lost
     if dropped is None:
         click.echo("no edit in progress: nothing to throw away")
         return
@@ -124,15 +140,17 @@ def _abort_edit(ws: Workspace) -> None:
 
 def _show_edit(ws: Workspace) -> None:
     """Plain ``edit``: where the edit in progress is and what it changed."""
-    from overlay.edit import changed_files, load_session
+    from overlay.edit import show_edit
 
-    current = load_session(ws.root)
+    completed, current, changed = show_edit(ws.root, ws.store)
+    _echo_completed(completed)
     if current is None:
+        if completed is not None:
+            return
         raise OverlayError(
             "give a PATCH of the series to edit, or --new NAME for a new one",
             hint="`overlay status` lists the series",
         )
-    changed = changed_files(ws.store, ws.root, current)
     listed = ": " + ", ".join(changed[:5]) if changed else ""
     more = " ..." if len(changed) > 5 else ""
     click.echo(
@@ -151,6 +169,7 @@ def _start_edit(
     started = start_edit(
         ws.root, ws.store, ws.manifest, patch=patch, new=new_name, after=after
     )
+    _echo_completed(started.completed)
     s = started.session
     where = _shown(started.workdir)
     if started.resumed:
@@ -232,8 +251,15 @@ def record_cmd(
 ) -> None:
     """Write the edit in progress into its patch file, LOCAL_FIXES.md entry and series
     line."""
-    from overlay.edit import load_session, record
+    from overlay.edit import load_session, record, resume_record
 
+    completed = resume_record(ws.root, ws.store)
+    if completed is not None:
+        # The interrupted record was this command's work: done, unless the work tree
+        # changed after it (then that change is the edit that stays).
+        _echo_completed(completed)
+        click.echo("next: overlay verify; overlay export DEST (e.g. build/rocm/src)")
+        return
     session = load_session(ws.root)
     if (
         session is not None

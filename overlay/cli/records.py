@@ -192,6 +192,31 @@ def _refuse_binary_turns(turns) -> None:
     )
 
 
+def _refuse_unsafe_links(ws: Workspace, series: list[Patch]) -> None:
+    """Refuse (exit 1, SER016 findings printed) a series that makes a symlink out of
+    the tree: ``export`` refuses that tree and ``verify`` reports it, so ``refresh``
+    must not end as if all were well. The check is verify's own (``link_findings``,
+    on :func:`overlay.paths.unsafe_links`). A series that no longer applies where it
+    is recorded is carried, not checked here: its layers are not computed."""
+    from overlay.checks import link_findings
+    from overlay.errors import EXIT_FINDINGS, LayerError
+    from overlay.render import render
+
+    try:
+        layers = ws.layers(stepwise=True, series=series)
+    except LayerError:
+        return
+    findings = link_findings(ws.store, layers.forked, layers.patches)
+    if findings:
+        click.echo(render(findings, "text"), nl=False)
+        raise OverlayError(
+            f"refresh refused: {len(findings)} symlink(s) of the series point out of "
+            "the tree (`overlay export` refuses it); no patch was written",
+            exit_code=EXIT_FINDINGS,
+            hint="make each link relative and inside the tree, or drop it from its patch",
+        )
+
+
 def _refreshed(ws: Workspace, series: list[Patch], accept_text: set[str]) -> list:
     """Every patch of ``series`` (the series just read) refreshed from the layers; a
     series no longer on its recorded pre-images, or whose text disagrees with its
@@ -236,6 +261,7 @@ def _refresh_locked(
         _refuse_binary_turns(
             turns
         )  # the whole series: the next patch on that file turns too
+    _refuse_unsafe_links(ws, series)
     selected = [r for r in refreshed if not patches or r.patch.name in patches]
     drift = [r.patch.name for r in selected if r.changed]
     notes = {r.patch.name: r.note for r in selected if r.note}

@@ -64,14 +64,19 @@ def status_cmd(ws: Workspace, dest: tuple[str, ...]) -> None:
 
     root = ws.found  # without one, the layers say where it looked
     with state_lock(root, "status", shared=True) if root else contextlib.nullcontext():
-        _status_locked(ws, dest)  # one consistent snapshot of the records
+        unsafe = _status_locked(ws, dest)  # one consistent snapshot of the records
         note = in_progress_note(root) if root else None
         if note:
             click.echo(f"note: {note}")
+    if unsafe:
+        exit_with(1)  # export refuses this tree: status must not say all is well
 
 
-def _status_locked(ws: Workspace, dest: tuple[str, ...]) -> None:
-    """Print the status from one snapshot of the records (under the shared lock)."""
+def _status_locked(ws: Workspace, dest: tuple[str, ...]) -> bool:
+    """Print the status from one snapshot of the records (under the shared lock);
+    true when the series makes a symlink out of the tree (then the exit is 1)."""
+    from overlay.status import unsafe_links_added
+
     layers = ws.layers()
     _echo_bases(ws)
     click.echo(f"layers    pin {layers.pin}")
@@ -101,6 +106,12 @@ def _status_locked(ws: Workspace, dest: tuple[str, ...]) -> None:
             )
             click.echo(f"      {name}  +{change.added} -{change.removed}")
     _echo_exports(ws, dest, layers.patched)
+    unsafe = unsafe_links_added(ws.store, layers.forked, layers.patched)
+    for line in unsafe:
+        click.echo(
+            f"error: {line}: `overlay export` refuses this tree (verify: SER016)"
+        )
+    return bool(unsafe)
 
 
 def _echo_bases(ws: Workspace) -> None:

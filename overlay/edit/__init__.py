@@ -19,13 +19,18 @@ here it is two commands (issue 17, item 1):
   merge-ort cherry-pick (:func:`overlay.refresh.carry_series`) and rewritten; a
   conflict refuses the record and writes nothing.
 
-Every check runs before the first write; the files are then written temp +
-rename, in the order that leaves the least to repair after a crash (patch files,
-``LOCAL_FIXES.md``, ``series`` last), and an error while writing puts back what
-was already written. One edit at a time per repository; ``.overlay/edit.json``
-says which, and the records' lock (``.overlay/rebase.lock``) keeps two commands from racing.
+Every check runs before the first write; then a journal of the record is committed
+(``.overlay/record-journal/``, :mod:`overlay.edit.writes`), the files are written
+temp + rename, the edit is ended, and the journal goes last. A record killed after
+the commit point is completed by the next ``record``, ``edit`` or ``edit --abort``
+(:func:`complete_interrupted`), so the records end exactly as before or exactly as
+recorded, with one entry; an error while writing puts back what was already written.
+One edit at a time per repository; ``.overlay/edit.json`` says which, and the
+records' lock (``.overlay/rebase.lock``) keeps two commands from racing; a rebase or
+sync is not started while an edit is open (:func:`refuse_during_edit`).
 """
 
+from overlay.edit.finish import Completed, complete_interrupted, resume_record
 from overlay.edit.record import NothingToRecord, Recorded, record, wrap_message
 from overlay.edit.session import (
     EDIT_DIR,
@@ -34,10 +39,19 @@ from overlay.edit.session import (
     Started,
     load_session,
     patch_file_name,
+    refuse_during_edit,
 )
-from overlay.edit.start import abort_edit, changed_files, start_edit
+from overlay.edit.start import (
+    Aborted,
+    abort_edit,
+    changed_files,
+    show_edit,
+    start_edit,
+)
 
 __all__ = [
+    "Aborted",
+    "Completed",
     "EDIT_DIR",
     "STATE_FILE",
     "NothingToRecord",
@@ -46,9 +60,13 @@ __all__ = [
     "Started",
     "abort_edit",
     "changed_files",
+    "complete_interrupted",
     "load_session",
     "patch_file_name",
     "record",
+    "refuse_during_edit",
+    "resume_record",
+    "show_edit",
     "start_edit",
     "wrap_message",
 ]

@@ -2,31 +2,29 @@
 
 Every check runs before the first write (the layer below unchanged, a change that
 is carried, a message, the later patches still applying, the entry naming every
-touched file); then the records are written together (:class:`~.writes.Writes`).
+touched file); then the records are written all or nothing: a journal first, then
+the files, then the end of the edit (:mod:`overlay.edit.writes`,
+:mod:`overlay.edit.finish`).
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import hashlib
 import os
-import shutil
 
 from overlay import fixes
+from overlay.edit.finish import complete_interrupted, finish_record
 from overlay.edit.message import one_line, series_author, title_from, wrap_message
 from overlay.edit.session import (
-    BRANCH,
-    STATE_FILE,
     Session,
     load_session,
     records_locked,
     refuse_during_run,
-    save_session,
     where,
 )
-from overlay.edit.worktree import snapshot, wt_git
-from overlay.edit.writes import Writes, series_with
+from overlay.edit.worktree import snapshot
+from overlay.edit.writes import Journal, save_journal, series_with, sha256
 from overlay.engine import PatchApplyError, apply_series
 from overlay.errors import EXIT_FINDINGS, LayerError, OverlayError
 from overlay.gitstore import Store
@@ -177,6 +175,7 @@ def record(
         LayerError: a later patch conflicts with the change (exit 1); nothing is written.
     """
     with records_locked(root, "record"):
+        complete_interrupted(root, store)  # the CLI has said so; an API caller too
         session = _session_to_record(root)
         layers = compute_layers(store, manifest, root, stepwise=True)
         edit = _check_edit(store, manifest, root, session, layers)
@@ -200,11 +199,12 @@ def record(
                 "nothing to record",
                 hint="edit files there first, or end the edit with `overlay edit --abort`",
             )
-        _write_records(root, session, head, carried)
+        journal = _journal(root, store, edit, head, carried, keep)
+        save_journal(root, journal)
+        finish_record(root, store, journal)
         after = session.after if session.new else None
         if session.new and after is None and edit.first_later > 0:
             after = layers.patches[edit.first_later - 1].patch.name
-        _end_or_keep(root, store, edit, head, keep)
         return Recorded(
             name=session.name,
             new=edit.old is None,
@@ -440,48 +440,57 @@ def _check_entry_names(
         )
 
 
-def _write_records(
-    root: str, session: Session, head: _Head, carried: list[tuple[Patch, bytes]]
-) -> None:
-    """Everything is checked: the patch, the carried later patches, the new entry and
-    (a new patch) the series, written together, the series last."""
-    writes = Writes()
-    writes.add(os.path.join(root, PATCH_DIR, session.name), head.data)
-    for patch, new_data in carried:
-        writes.add(patch.path, new_data)
+def _journal(
+    root: str,
+    store: Store,
+    edit: _Edit,
+    head: _Head,
+    carried: list[tuple[Patch, bytes]],
+    keep: bool,
+) -> Journal:
+    """Everything is checked: the journal of the record, the patch, the carried later
+    patches, the new entry and (a new patch) the series, in the order they are written,
+    with how the edit ends (:mod:`overlay.edit.writes`)."""
+    session = edit.session
+    planned: list[tuple[str, bytes]] = [
+        (os.path.join(PATCH_DIR, session.name), head.data)
+    ]
+    planned += [(os.path.relpath(p.path, root), data) for p, data in carried]
     if head.planned is not None:
-        writes.add(head.planned.path, head.planned.text.encode("utf-8"))
-    if session.new:
-        writes.add(
-            os.path.join(root, SERIES_PATH),
-            series_with(root, session.name, session.after),
+        planned.append(
+            (os.path.relpath(head.planned.path, root), head.planned.text.encode())
         )
-    writes.commit()
-
-
-def _end_or_keep(root: str, store: Store, edit: _Edit, head: _Head, keep: bool) -> None:
-    """End the edit (work tree and state removed), or with ``keep`` move the work tree
-    and the state to the recorded patch for another round."""
-    workdir = edit.session.workdir(root)
-    if not keep:
-        shutil.rmtree(workdir, ignore_errors=True)
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(os.path.join(root, STATE_FILE))
-        return
+    if session.new:
+        planned.append((SERIES_PATH, series_with(root, session.name, session.after)))
+    files = []
+    for rel, data in planned:
+        try:
+            with open(os.path.join(root, rel), "rb") as fh:
+                old: bytes | None = fh.read()
+        except FileNotFoundError:
+            old = None
+        if old != data:
+            files.append((rel, old, data))
+    # The work tree's history at the recorded patch (kept with --keep, or when it
+    # changed after a kill): the layer below, then the patch.
     start_commit = store.commit_tree(
         edit.tree,
         [store.commit_tree(edit.base, (), "overlay: the layer below the patch")],
         head.subject,
     )
-    wt_git(workdir, "update-ref", BRANCH, start_commit)
-    wt_git(workdir, "reset", "-q", "--mixed", start_commit)
-    save_session(
-        root,
-        dataclasses.replace(
-            edit.session,
-            new=False,
-            after=None,
-            start=edit.tree,
-            patch_sha256=hashlib.sha256(head.data).hexdigest(),
-        ),
+    kept = dataclasses.replace(
+        session,
+        new=False,
+        after=None,
+        start=edit.tree,
+        patch_sha256=sha256(head.data),
+    )
+    return Journal(
+        name=session.name,
+        files=files,
+        directory=session.directory,
+        tree=edit.tree,
+        keep=keep,
+        kept_session=dataclasses.asdict(kept),
+        start_commit=start_commit,
     )

@@ -9,6 +9,7 @@ import json
 import os
 import re
 from collections.abc import Iterator
+from typing import Any
 
 from overlay import layout
 from overlay.errors import OverlayError
@@ -62,12 +63,15 @@ class Started:
         workdir: the work tree (absolute).
         below: patches the work tree holds below the edited one (names).
         resumed: true when the same edit was already prepared (nothing was redone).
+        completed: a record a kill had interrupted, completed first
+            (:class:`overlay.edit.finish.Completed`), or ``None``.
     """
 
     session: Session
     workdir: str
     below: list[str]
     resumed: bool = False
+    completed: Any = None
 
 
 # -- state and lock -----------------------------------------------------------------------
@@ -127,6 +131,37 @@ def refuse_during_run(root: str) -> None:
             hint=f"finish it with `overlay {kind} --continue` (or undo it with "
             f"`overlay {kind} --abort`) first",
         )
+
+
+def refuse_during_edit(root: str, command: str) -> None:
+    """Refuse to start a rebase or sync while an edit is open (exit 2): the run would
+    move the layer under the edit, and ``record`` would then refuse it.
+
+    Args:
+        root: overlay repository.
+        command: the refused command, as the user typed it (``rebase``, ``sync``).
+    Raises:
+        OverlayError: an edit is in progress, or a record of one was interrupted.
+    """
+    from overlay.edit.writes import JOURNAL_DIR
+
+    current = None
+    try:
+        current = load_session(root)
+        name = current.name if current is not None else None
+    except OverlayError:
+        name = "a patch (its state file is unreadable)"
+    if name is None and os.path.isdir(os.path.join(root, JOURNAL_DIR)):
+        name = "a patch (its `overlay record` was interrupted)"
+    if name is None:
+        return
+    where = f" in {current.directory}" if current is not None else ""
+    raise OverlayError(
+        f"an edit of {name} is open{where}: `overlay {command}` is not started under "
+        "it (it would move the layer the edit is made on)",
+        hint="finish the edit with `overlay record`, or throw it away with "
+        f"`overlay edit --abort`; then run `overlay {command}` again",
+    )
 
 
 # -- positions in the series ----------------------------------------------------------------

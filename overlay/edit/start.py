@@ -1,13 +1,16 @@
 """``overlay edit``: prepare the work tree (:func:`start_edit`), show what it changes
-(:func:`changed_files`), throw it away (:func:`abort_edit`)."""
+(:func:`show_edit`, :func:`changed_files`), throw it away (:func:`abort_edit`). Each
+first completes a record a kill interrupted (:func:`~.finish.complete_interrupted`)."""
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import os
 import shutil
 
+from overlay.edit.finish import Completed, complete_interrupted
 from overlay.edit.session import (
     EDIT_DIR,
     STATE_FILE,
@@ -22,6 +25,7 @@ from overlay.edit.session import (
     where,
 )
 from overlay.edit.worktree import make_worktree, snapshot
+from overlay.edit.writes import remove_worktree
 from overlay.errors import OverlayError
 from overlay.gitstore import Store
 from overlay.layers import compute_layers
@@ -65,6 +69,7 @@ def start_edit(
         )
     with records_locked(root, "edit"):
         refuse_during_run(root)
+        completed = complete_interrupted(root, store)
         if new is not None:
             name = patch_file_name(new)
         else:
@@ -80,7 +85,13 @@ def start_edit(
                 and current.after == after
                 and os.path.isdir(current.workdir(root))
             ):
-                return Started(current, current.workdir(root), [], resumed=True)
+                return Started(
+                    current,
+                    current.workdir(root),
+                    [],
+                    resumed=True,
+                    completed=completed,
+                )
             raise OverlayError(
                 f"an edit of {current.name} is in progress in {current.directory}",
                 hint="record it with `overlay record`, or throw it away with "
@@ -126,30 +137,101 @@ def start_edit(
             r.patch.name
             for r in layers.patches[: first_later - (0 if new is not None else 1)]
         ]
-        return Started(session, workdir, below)
+        return Started(session, workdir, below, completed=completed)
 
 
-def abort_edit(root: str) -> Session | None:
+@dataclasses.dataclass
+class Aborted:
+    """What :func:`abort_edit` did.
+
+    Attributes:
+        session: the edit thrown away (``None``: there was none, or its state was
+            unreadable and only the state file went).
+        lost: the unrecorded changes thrown away with its work tree (paths).
+        completed: a record a kill had interrupted, completed first (the records end
+            as that record wrote them), or ``None``.
+    """
+
+    session: Session | None
+    lost: list[str]
+    completed: Completed | None = None
+
+
+def abort_edit(root: str, store: Store) -> Aborted:
     """``overlay edit --abort``: throw the work tree and the edit state away.
+
+    A record a kill interrupted is completed first (its journal had passed every
+    check; completing it is what ``overlay record`` would do). An unreadable state
+    file is removed too: ``--abort`` is the way out of it. A work tree whose changes
+    git cannot read is never removed: the user's edit may be in it.
 
     Args:
         root: overlay repository.
-    An unreadable state file is removed too: ``--abort`` is the way out of it.
-
+        store: git store.
     Returns:
-        The session that was thrown away, or ``None`` when there was none (or its
-        state could not be read).
+        :class:`Aborted`.
+    Raises:
+        OverlayError: the work tree's changes cannot be read (nothing is thrown away;
+            exit 2); an interrupted record cannot be completed (exit 2).
     """
     with records_locked(root, "edit --abort"):
+        completed = complete_interrupted(root, store)
         try:
             session = load_session(root)
         except OverlayError:
             session = None
+        lost: list[str] = []
         if session is not None:
-            shutil.rmtree(session.workdir(root), ignore_errors=True)
+            lost = _readable_changes(store, root, session)
+            remove_worktree(root, session.directory)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(os.path.join(root, STATE_FILE))
-        return session
+        return Aborted(session, lost, completed)
+
+
+def _readable_changes(store: Store, root: str, session: Session) -> list[str]:
+    """The changes ``--abort`` would throw away; refused when they cannot be read."""
+    workdir = session.workdir(root)
+    if not os.path.lexists(workdir):
+        return []
+    try:
+        if not os.path.isdir(os.path.join(workdir, ".git")):
+            if os.path.isdir(workdir) and not os.listdir(workdir):
+                return []
+            raise OverlayError("it is not a git checkout any more")
+        return changed_files(store, root, session)
+    except OverlayError as exc:
+        raise OverlayError(
+            f"cannot read the changes in the work tree {session.directory} "
+            f"({exc.message}): the edit of {session.name} is not thrown away, so that "
+            "no change of yours is lost",
+            hint=f"copy what you want to keep out of {session.directory}, remove that "
+            "directory yourself, then run `overlay edit --abort` again",
+        ) from None
+    except OSError as exc:
+        raise OverlayError(
+            f"cannot read the work tree {session.directory}: {exc.strerror or exc}; "
+            "nothing is thrown away"
+        ) from None
+
+
+def show_edit(
+    root: str, store: Store
+) -> tuple[Completed | None, Session | None, list[str]]:
+    """Plain ``overlay edit``: an interrupted record completed, then the edit in
+    progress and the paths it changes.
+
+    Returns:
+        ``(completed, session, changed)``; ``session`` is ``None`` when no edit is in
+        progress.
+    Raises:
+        OverlayError: the state, the journal or the work tree cannot be read (exit 2).
+    """
+    with records_locked(root, "edit"):
+        completed = complete_interrupted(root, store)
+        session = load_session(root)
+        changed = changed_files(store, root, session) if session is not None else []
+        return completed, session, changed
 
 
 def changed_files(store: Store, root: str, session: Session) -> list[str]:
@@ -162,6 +244,8 @@ def changed_files(store: Store, root: str, session: Session) -> list[str]:
         session: the edit in progress.
     Returns:
         Sorted paths (empty when the work tree is gone).
+    Raises:
+        OverlayError: git cannot read the work tree (exit 2).
     """
     workdir = session.workdir(root)
     if not os.path.isdir(os.path.join(workdir, ".git")):

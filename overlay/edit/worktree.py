@@ -5,14 +5,50 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import subprocess
 
 from overlay.edit.session import BRANCH
 from overlay.errors import OverlayError
-from overlay.fsutil import atomic_write
+from overlay.fsutil import atomic_write, pid_alive
 from overlay.gitstore import CatFile, Store, run_git
 from overlay.paths import check_path
+
+#: The private index a snapshot adds the work tree to, and its git lock:
+#: ``overlay-record-<pid>.index[.lock]`` (``overlay-record.index`` before names had a pid).
+_PRIVATE_INDEX_RE = re.compile(
+    r"^overlay-record(?:-(?P<pid>\d{1,9}))?\.index(?:\.lock)?$"
+)
+
+
+def sweep_worktree_locks(workdir: str) -> list[str]:
+    """Remove the private indexes and their ``.lock`` files that dead processes left in
+    the work tree's ``.git`` (a record killed as a process group during ``git add``
+    leaves the lock, and git then refuses every later add).
+
+    Only files of :data:`_PRIVATE_INDEX_RE` are touched, and only when the pid in the
+    name names no process (a name without a pid is an older overlay's, always stale
+    under the records' lock); the user's own ``index`` and ``index.lock`` never.
+
+    Args:
+        workdir: the work tree.
+    Returns:
+        The names removed, sorted.
+    """
+    gitdir = os.path.join(workdir, ".git")
+    removed = []
+    with contextlib.suppress(OSError):
+        for name in os.listdir(gitdir):
+            match = _PRIVATE_INDEX_RE.match(name)
+            if not match:
+                continue
+            pid = match.group("pid")
+            if pid is None or (int(pid) != os.getpid() and not pid_alive(int(pid))):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(os.path.join(gitdir, name))
+                    removed.append(name)
+    return sorted(removed)
 
 
 def wt_git(
@@ -72,7 +108,9 @@ def snapshot(store: Store, workdir: str, base: str) -> str:
             f"{os.path.basename(workdir)}: the work tree is gone or not a git checkout",
             hint="throw the edit away with `overlay edit --abort` and start again",
         )
-    index = os.path.join(workdir, ".git", "overlay-record.index")
+    # A name of this process's own: a lock a killed record left on another name never
+    # blocks this one (sweep_worktree_locks removes it).
+    index = os.path.join(workdir, ".git", f"overlay-record-{os.getpid()}.index")
     try:
         # copy2: the copy keeps the index's mtime. git (which compares whole seconds)
         # reads an entry whose mtime is not older than its index as "racily clean"

@@ -1,49 +1,207 @@
-"""Writing the records of ``overlay record`` together: each file temp + rename, and an
-error while writing puts back what was already written."""
+"""Writing the records of ``overlay record`` all or nothing: a journal first, then the
+files, then the end of the edit; a killed record is completed by the next command of
+the edit loop.
+
+A record changes up to four files (the patch, carried later patches, ``LOCAL_FIXES.md``,
+``series``) and then ends the edit. No rename makes several files change at once, so
+the record writes a *journal* first (:func:`save_journal`): every file's old and new
+bytes and how the edit ends, built in ``.overlay/record-journal.tmp-new`` and renamed
+to ``.overlay/record-journal`` (the commit point). Then each file is written temp +
+rename, the edit is ended, and the journal's ``journal.json`` is removed last. A kill
+before the commit point leaves the records as before (the temp directory is swept);
+a kill after it leaves a journal that :func:`complete_interrupted` finishes (every
+file at its new bytes, the edit ended), so a re-run of ``record`` never adds a
+second entry. An error (not a kill) while writing puts back what was written.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import hashlib
+import json
 import os
+import shutil
 
-from overlay.fsutil import atomic_write
+from overlay import layout
+from overlay.errors import OverlayError
+from overlay.fsutil import atomic_write, counted_kill_point
+from overlay.paths import check_path
 from overlay.series import SERIES_PATH
 
+#: The journal of a record in progress, and where it is built before the commit point.
+JOURNAL_DIR = f"{layout.STATE_DIR}/record-journal"
+NEW_JOURNAL_DIR = f"{JOURNAL_DIR}.tmp-new"
+JOURNAL_FILE = "journal.json"
+#: A work tree being removed is renamed here first (``<stem>`` appended): a kill
+#: inside the removal never leaves a half-deleted tree where the edit was.
+REMOVING_PREFIX = ".removing-"
 
-class Writes:
-    """Files to write together: each temp + rename; an error while writing puts back
-    what was already written (a crash in between leaves at worst the earlier files)."""
 
-    def __init__(self) -> None:
-        self.items: list[tuple[str, bytes]] = []
+def checkpoint() -> None:
+    """A write point of ``record`` (``OVERLAY_TEST_KILL_AT=record:N`` kills at the Nth)."""
+    counted_kill_point("record")
 
-    def add(self, path: str, data: bytes) -> None:
-        """Plan to write ``data`` to ``path``."""
-        self.items.append((path, data))
 
-    def commit(self) -> None:
-        """Write every planned file that changes, in order; on an error put the earlier
-        ones back (a created file is removed) and re-raise."""
-        done: list[tuple[str, bytes | None]] = []
-        try:
-            for path, data in self.items:
-                try:
-                    with open(path, "rb") as fh:
-                        old: bytes | None = fh.read()
-                except FileNotFoundError:
-                    old = None
-                if old == data:
-                    continue
-                atomic_write(path, data)
-                done.append((path, old))
-        except BaseException:
-            for path, old in reversed(done):
+@dataclasses.dataclass
+class Journal:
+    """What a record writes and how it ends the edit.
+
+    Attributes:
+        name: the patch recorded.
+        files: ``(path relative to the root, old bytes or None for a new file, new bytes)``.
+        directory: the edit's work tree, relative to the root.
+        tree: the work tree's content that was recorded (a tree of the store).
+        keep: ``--keep``: the work tree stays, moved to the recorded patch.
+        kept_session: the edit state for a kept work tree (``.overlay/edit.json``'s
+            fields), also used when the work tree changed after the kill.
+        start_commit: the work tree's commit at the recorded patch.
+    """
+
+    name: str
+    files: list[tuple[str, bytes | None, bytes]]
+    directory: str
+    tree: str
+    keep: bool
+    kept_session: dict
+    start_commit: str
+
+
+def _read(path: str) -> bytes | None:
+    """The file's bytes, ``None`` when it does not exist."""
+    try:
+        with open(path, "rb") as fh:
+            return fh.read()
+    except FileNotFoundError:
+        return None
+
+
+def save_journal(root: str, journal: Journal) -> None:
+    """Write the journal whole: built beside its place, then renamed (the commit point).
+
+    Raises:
+        OSError: it cannot be written; nothing of the records has changed.
+    """
+    new = os.path.join(root, NEW_JOURNAL_DIR)
+    shutil.rmtree(new, ignore_errors=True)
+    os.makedirs(new)
+    rows = []
+    for i, (rel, old, data) in enumerate(journal.files):
+        if old is not None:
+            atomic_write(os.path.join(new, f"{i}.old"), old)
+        atomic_write(os.path.join(new, f"{i}.new"), data)
+        rows.append({"path": rel, "old": old is not None})
+    meta = dataclasses.asdict(journal)
+    meta["files"] = rows
+    atomic_write(os.path.join(new, JOURNAL_FILE), json.dumps(meta, indent=1).encode())
+    checkpoint()
+    os.rename(new, os.path.join(root, JOURNAL_DIR))
+
+
+def load_journal(root: str) -> Journal | None:
+    """The journal of an interrupted record, or ``None``.
+
+    A journal directory without ``journal.json`` is the leftover of a record that had
+    finished (the file goes first) and is removed; so is a journal being built.
+
+    Raises:
+        OverlayError: the journal is unreadable (exit 2).
+    """
+    shutil.rmtree(os.path.join(root, NEW_JOURNAL_DIR), ignore_errors=True)
+    top = os.path.join(root, JOURNAL_DIR)
+    try:
+        with open(os.path.join(top, JOURNAL_FILE), encoding="utf-8") as fh:
+            meta = json.load(fh)
+        files = []
+        for i, row in enumerate(meta["files"]):
+            rel = check_path(row["path"], what="journal path")
+            old = _read(os.path.join(top, f"{i}.old")) if row["old"] else None
+            data = _read(os.path.join(top, f"{i}.new"))
+            if data is None or (row["old"] and old is None):
+                raise ValueError("a file's bytes are missing")
+            files.append((rel, old, data))
+        meta["files"] = files
+        return Journal(**meta)
+    except FileNotFoundError:
+        shutil.rmtree(top, ignore_errors=True)
+        return None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise OverlayError(
+            f"{JOURNAL_DIR} (an interrupted `overlay record`) is unreadable: {exc}",
+            hint=f"see what it holds, put the records right with git, then remove {JOURNAL_DIR}",
+        ) from None
+
+
+def remove_journal(root: str) -> None:
+    """The last step of a record: ``journal.json`` first (then nothing is pending)."""
+    top = os.path.join(root, JOURNAL_DIR)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(os.path.join(top, JOURNAL_FILE))
+    shutil.rmtree(top, ignore_errors=True)
+
+
+def write_files(root: str, journal: Journal, *, resume: bool = False) -> None:
+    """Bring every file of the journal to its new bytes, in order.
+
+    Args:
+        root: overlay repository.
+        journal: the record's journal.
+        resume: completing an interrupted record: a file already at its new bytes is
+            left alone, and an error leaves the journal for the next try. Otherwise an
+            error puts back the files already written, removes the journal and re-raises.
+    Raises:
+        OverlayError: (``resume``) a file is neither as before nor as recorded: someone
+            changed it after the kill; nothing is overwritten (exit 2).
+        OSError: a file cannot be written.
+    """
+    done: list[tuple[str, bytes | None]] = []
+    try:
+        for rel, old, data in journal.files:
+            path = os.path.join(root, rel)
+            now = _read(path)
+            if now == data:
+                continue
+            if resume and now != old:
+                raise OverlayError(
+                    f"{rel} changed after `overlay record` of {journal.name} was "
+                    "interrupted: it is not overwritten",
+                    hint=f"undo that change (`git diff -- {rel}`), then run `overlay "
+                    "record` again to complete the record",
+                )
+            atomic_write(path, data, before_replace=checkpoint)
+            done.append((path, now))
+    except BaseException:
+        if not resume:
+            for path, before in reversed(done):
                 with contextlib.suppress(OSError):
-                    if old is None:
+                    if before is None:
                         os.unlink(path)
                     else:
-                        atomic_write(path, old)
-            raise
+                        atomic_write(path, before)
+            remove_journal(root)
+        raise
+
+
+def removing_dir(root: str, directory: str) -> str:
+    """Where the work tree ``directory`` goes while it is removed."""
+    parent, name = os.path.split(os.path.join(root, directory))
+    return os.path.join(parent, REMOVING_PREFIX + name)
+
+
+def remove_worktree(root: str, directory: str) -> None:
+    """Remove an edit's work tree: renamed aside first, so it is whole or gone."""
+    workdir = os.path.join(root, directory)
+    aside = removing_dir(root, directory)
+    shutil.rmtree(aside, ignore_errors=True)
+    if os.path.lexists(workdir):
+        os.rename(workdir, aside)
+        checkpoint()
+    shutil.rmtree(aside, ignore_errors=True)
+
+
+def sha256(data: bytes) -> str:
+    """The hex sha256 of ``data`` (the edit state's ``patch_sha256``)."""
+    return hashlib.sha256(data).hexdigest()
 
 
 def series_with(root: str, name: str, after: str | None) -> bytes:

@@ -140,6 +140,48 @@ class WholeFile:
     outside: list[str]
 
 
+def git_quoted(path: str) -> str:
+    """``path`` as git prints a name it must quote: in double quotes, each byte that is
+    not printable ASCII (and ``"``, ``\\``) as a C escape or three octal digits
+    (``mlx/caf\\351.cpp`` for the Latin-1 byte 0xE9); a plain name stays as it is.
+
+    Args:
+        path: a name read from the file system (``surrogateescape`` for bad bytes).
+    Returns:
+        The name as ``git ls-files`` (``core.quotePath``) shows it.
+    """
+    raw = path.encode("utf-8", "surrogateescape")
+    named = {0x22: '\\"', 0x5C: "\\\\", 0x09: "\\t", 0x0A: "\\n", 0x0D: "\\r"}
+    out = []
+    for byte in raw:
+        if byte in named:
+            out.append(named[byte])
+        elif 0x20 <= byte < 0x7F:
+            out.append(chr(byte))
+        else:
+            out.append(f"\\{byte:03o}")
+    quoted = "".join(out)
+    return quoted if quoted == path else f'"{quoted}"'
+
+
+def _check_utf8_name(directory: str, path: str) -> None:
+    """Refuse an overlay file whose name is not UTF-8: a patch's headers, the
+    report and ``LOCAL_FIXES.md`` name files as UTF-8 text (docs/import.md).
+
+    Raises:
+        OverlayError: naming the file as git quotes it (exit 2).
+    """
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        raise OverlayError(
+            f"{directory}: the overlay file {git_quoted(path)} has a name that is not "
+            "UTF-8; nothing was imported",
+            hint="rename it to its UTF-8 spelling (e.g. `convmv -f latin1 -t utf8`), "
+            "then import again",
+        ) from None
+
+
 def read_whole_file(directory: str) -> WholeFile:
     """Read a whole-file overlay directory, every file as a record (``docs/records.md``).
 
@@ -152,7 +194,8 @@ def read_whole_file(directory: str) -> WholeFile:
         OverlayError: no such directory, no ``UPSTREAM`` or ``LOCAL_FIXES.md``, an
             invalid ``UPSTREAM``, ``LOCAL_FIXES.md`` not UTF-8, no overlay file at all;
             RecordError (an OverlayError): an overlay file that is a symlink, a FIFO,
-            over 16 MiB or unreadable; UnsafePath: a hostile name (exit 2 each).
+            over 16 MiB or unreadable; UnsafePath: a hostile name; a name that is
+            not UTF-8 (exit 2 each).
     """
     d = os.path.abspath(directory)
     if not os.path.isdir(d):
@@ -191,6 +234,7 @@ def read_whole_file(directory: str) -> WholeFile:
     files = {}
     for path, data in sorted(raw.items()):
         check_path(path, what="overlay file")
+        _check_utf8_name(directory, path)
         executable = os.stat(os.path.join(d, *path.split("/"))).st_mode & 0o100
         files[path] = ("100755" if executable else "100644", data)
     if not files:

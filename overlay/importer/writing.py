@@ -12,6 +12,7 @@ from overlay import fixes, layout
 from overlay.errors import OverlayError
 from overlay.fsutil import (
     atomic_write,
+    counted_kill_point,
 )
 from overlay.gitstore import Store
 from overlay.importer.planning import ImportPlan
@@ -61,6 +62,40 @@ def _stage(tmp: str, plan: ImportPlan) -> None:
         full = os.path.join(layout.under(tmp, layout.RESOLVED_DIR), *path.split("/"))
         os.makedirs(os.path.dirname(full), exist_ok=True)
         atomic_write(full, data, mode=0o644)
+
+
+def _staged_files(plan: ImportPlan) -> dict[str, bytes]:
+    """What :func:`_stage` writes under ``patches-rocm/``, by path relative to it."""
+    files = {
+        os.path.relpath(MANIFEST_PATH, layout.PATCH_DIR): plan.manifest_text.encode(
+            "utf-8"
+        ),
+        os.path.relpath(layout.SERIES, layout.PATCH_DIR): "".join(
+            f"{p.name}\n" for p in plan.patches
+        ).encode(),
+    }
+    files.update({p.name: p.data for p in plan.patches})
+    resolved = os.path.relpath(layout.RESOLVED_DIR, layout.PATCH_DIR)
+    files.update(
+        {f"{resolved}/{path}": data for path, data in plan.resolutions.items()}
+    )
+    return files
+
+
+def _already_imported(pdir: str, plan: ImportPlan) -> bool:
+    """Whether ``patches-rocm/`` holds exactly what this import writes (a killed run
+    of it got that far): the re-run then has nothing left to write."""
+    if os.path.islink(pdir) or not os.path.isdir(pdir):
+        return False
+    found: dict[str, bytes] = {}
+    for top, _dirs, names in os.walk(pdir):
+        for name in names:
+            full = os.path.join(top, name)
+            if os.path.islink(full) or len(found) > len(plan.patches) + 10_000:
+                return False
+            with open(full, "rb") as fh:
+                found[os.path.relpath(full, pdir).replace(os.sep, "/")] = fh.read()
+    return found == _staged_files(plan)
 
 
 def _self_check(store: Store, plan: ImportPlan, tmp: str) -> None:
@@ -128,6 +163,11 @@ def write_import(
 
     with state_lock(target, "import whole-file"):
         state = layout.under(target, layout.STATE_DIR)
+        for name in os.listdir(state):
+            if name.startswith(_TEMP_PREFIX) and name.endswith(_TEMP_SUFFIX):
+                shutil.rmtree(
+                    os.path.join(state, name), ignore_errors=True
+                )  # a killed import's
         taken = _nonempty_dir(pdir) or os.path.islink(pdir)
         try:
             with open(lfix, "rb") as fh:
@@ -136,6 +176,8 @@ def write_import(
             other_fixes = False
         except OSError:
             other_fixes = True
+        if taken and not other_fixes and _already_imported(pdir, plan):
+            return Written(None)  # a killed run of this import had written everything
         if not force and taken:
             raise OverlayError(
                 "patches-rocm/ is not empty: the import writes a new one",
@@ -148,29 +190,33 @@ def write_import(
                 "the import carries the overlay's over",
                 hint="pass --force to move it aside to .overlay/import-backup-<time>-<random>/",
             )
-        for name in os.listdir(state):
-            if name.startswith(_TEMP_PREFIX) and name.endswith(_TEMP_SUFFIX):
-                shutil.rmtree(
-                    os.path.join(state, name), ignore_errors=True
-                )  # a killed import's
         tmp = tempfile.mkdtemp(prefix=_TEMP_PREFIX, suffix=_TEMP_SUFFIX, dir=state)
+        # Write points (OVERLAY_TEST_KILL_AT=import:N kills at the Nth): a kill at any
+        # of them is completed by the same import run again (tools/fuzz_kills.py).
+        kill = lambda: counted_kill_point("import")  # noqa: E731
         try:
             _stage(tmp, plan)
             _self_check(store, plan, tmp)
+            kill()
             backup = None
             if taken or other_fixes:
                 stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
                 backup = tempfile.mkdtemp(prefix=f"import-backup-{stamp}-", dir=state)
                 if taken:
                     os.rename(pdir, layout.under(backup, layout.PATCH_DIR))
+                    kill()
                 if other_fixes:
                     os.rename(lfix, os.path.join(backup, fixes.FILE_NAME))
+                    kill()
             os.replace(os.path.join(tmp, fixes.FILE_NAME), lfix)
+            kill()
             if os.path.isdir(pdir) and not os.path.islink(pdir):
                 os.rmdir(
                     pdir
                 )  # empty (checked above): the rename below needs the name free
+                kill()
             os.rename(layout.under(tmp, layout.PATCH_DIR), pdir)
+            kill()
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     return Written(os.path.relpath(backup, target) if backup else None)

@@ -45,8 +45,20 @@ RESULTS_DIR = layout.SUITE_RESULTS_DIR
 
 
 def _load(ws: Workspace) -> dict:
-    """The suites of :attr:`Workspace.suites_path`, by name."""
-    return _config.load_suites(ws.suites_path, ws.base)
+    """The suites of :attr:`Workspace.suites_path`, by name.
+
+    Raises:
+        SuiteConfigError: the file cannot be read or is invalid, or it declares no
+            suite (an empty or truncated file: listing or running nothing must not
+            look like success; exit 2).
+    """
+    suites = _config.load_suites(ws.suites_path, ws.base)
+    if not suites:
+        raise _config.SuiteConfigError(
+            f"{ws.suites_path}: declares no suite (no [suites.<name>] table)",
+            hint="add a suite (docs/suites.md), or pass --suites PATH to another file",
+        )
+    return suites
 
 
 def _results_root(ws: Workspace, results_dir: str | None) -> str:

@@ -1,0 +1,144 @@
+"""The end of a record: the journal's files written, the edit ended or kept, the journal
+removed (:func:`finish_record`); and the completion of a record a kill interrupted
+(:func:`complete_interrupted`), which every command of the edit loop runs first."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import shutil
+
+from overlay.edit.session import BRANCH, EDIT_DIR, STATE_FILE, Session, save_session
+from overlay.edit.worktree import snapshot, sweep_worktree_locks, wt_git
+from overlay.edit.writes import (
+    REMOVING_PREFIX,
+    Journal,
+    checkpoint,
+    load_journal,
+    remove_journal,
+    remove_worktree,
+    write_files,
+)
+from overlay.errors import OverlayError
+from overlay.fsutil import remove_stale_temps
+from overlay.gitstore import Store
+
+
+@dataclasses.dataclass
+class Completed:
+    """A record that a kill had interrupted, completed by a later command.
+
+    Attributes:
+        name: the patch recorded.
+        kept: the work tree stays, at the recorded patch.
+        why_kept: ``"keep"`` (``--keep`` was given), ``"changed"`` (it changed after
+            the kill: those changes are still to record), ``"unreadable"`` (git could
+            not read it: never removed then), or ``None``.
+        directory: the work tree, relative to the repository.
+    """
+
+    name: str
+    kept: bool
+    why_kept: str | None
+    directory: str
+
+
+def finish_record(
+    root: str, store: Store, journal: Journal, *, resume: bool = False
+) -> Completed:
+    """Write the journal's files, end (or keep) the edit, remove the journal.
+
+    Args:
+        root: overlay repository.
+        store: git store.
+        journal: the record's journal, already saved (:func:`~.writes.save_journal`).
+        resume: completing an interrupted record (see :func:`~.writes.write_files`);
+            then a work tree that no longer holds what was recorded is kept, never
+            removed.
+    Returns:
+        :class:`Completed`.
+    Raises:
+        OverlayError: (``resume``) a record changed after the kill (exit 2).
+        OSError: a file cannot be written.
+    """
+    write_files(root, journal, resume=resume)
+    workdir = os.path.join(root, journal.directory)
+    why = "keep" if journal.keep else None
+    if resume and why is None and os.path.isdir(workdir):
+        why = _changed_since(store, workdir, journal)
+    if why is None:
+        remove_worktree(root, journal.directory)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(root, STATE_FILE))
+    else:
+        if why != "unreadable" and os.path.isdir(workdir):
+            wt_git(workdir, "update-ref", BRANCH, journal.start_commit)
+            wt_git(workdir, "reset", "-q", "--mixed", journal.start_commit)
+        save_session(root, Session(**journal.kept_session))
+    checkpoint()
+    remove_journal(root)
+    return Completed(journal.name, why is not None, why, journal.directory)
+
+
+def _changed_since(store: Store, workdir: str, journal: Journal) -> str | None:
+    """``None`` when the work tree still holds what was recorded, else why it is kept."""
+    try:
+        tree = snapshot(store, workdir, journal.kept_session["base"])
+    except OverlayError:
+        return "unreadable"
+    return None if tree == journal.tree else "changed"
+
+
+def sweep_edit_leftovers(root: str) -> None:
+    """Remove what killed commands of the edit loop left: temp files of the records
+    and of the edit state, work trees half removed, stale private index locks.
+
+    Call it holding the records' lock (then no live overlay command writes there).
+    """
+    from overlay.runstate import sweep_killed_runs
+
+    sweep_killed_runs(root)
+    remove_stale_temps(os.path.join(root, os.path.dirname(STATE_FILE)), {"edit.json"})
+    edits = os.path.join(root, EDIT_DIR)
+    with contextlib.suppress(OSError):
+        for name in os.listdir(edits):
+            full = os.path.join(edits, name)
+            if name.startswith(REMOVING_PREFIX):
+                shutil.rmtree(full, ignore_errors=True)
+            elif os.path.isdir(os.path.join(full, ".git")):
+                sweep_worktree_locks(full)
+
+
+def complete_interrupted(root: str, store: Store) -> Completed | None:
+    """Complete a record a kill interrupted, and sweep what killed commands left.
+
+    Args:
+        root: overlay repository.
+        store: git store.
+    Returns:
+        :class:`Completed` when a record was completed, else ``None``.
+    Raises:
+        OverlayError: the journal is unreadable, or a record changed after the kill
+            (exit 2; nothing is overwritten).
+    """
+    sweep_edit_leftovers(root)
+    journal = load_journal(root)
+    if journal is None:
+        return None
+    return finish_record(root, store, journal, resume=True)
+
+
+def resume_record(root: str, store: Store) -> Completed | None:
+    """``overlay record`` first: under the records' lock, complete a record a kill
+    interrupted (:func:`complete_interrupted`).
+
+    Returns:
+        :class:`Completed`, or ``None`` when no record was interrupted.
+    Raises:
+        OverlayError: as :func:`complete_interrupted`; the lock is taken (exit 2).
+    """
+    from overlay.edit.session import records_locked
+
+    with records_locked(root, "record"):
+        return complete_interrupted(root, store)

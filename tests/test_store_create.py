@@ -1,0 +1,81 @@
+"""A new git store made by two processes at once (issue 26, item 6).
+
+Two repositories' first commands on one new store used to run two ``git init`` in
+one directory, and one of them failed in 2 of 5 tries (``could not lock config
+file``, ``File exists``). The store is now made beside its place and renamed in
+whole (``gitrun.create_bare_repo``). No network; no timing assertion: the processes
+are only started together, and each must succeed.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from overlay import gitrun
+from overlay.gitstore import EMPTY_TREE, Store
+
+ROOT = Path(__file__).resolve().parent.parent
+
+#: Wait on a shared pipe so that every child calls Store() at the same moment.
+_CHILD = """
+import sys
+sys.stdin.read()
+from overlay.gitstore import Store
+Store(sys.argv[1]).git("rev-parse", "--git-dir")
+"""
+
+
+def test_processes_creating_one_new_store_at_once_all_succeed(tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    for attempt in range(5):
+        git_dir = tmp_path / f"cache{attempt}" / "store.git"
+        children = [
+            subprocess.Popen(
+                [sys.executable, "-c", _CHILD, str(git_dir)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=env,
+            )
+            for _ in range(6)
+        ]
+        for child in children:  # every child is ready to go; release them together
+            child.stdin.close()
+        results = [(c.wait(), c.stderr.read().decode()) for c in children]
+        for child in children:
+            child.stdout.close()
+            child.stderr.close()
+        assert all(rc == 0 for rc, _ in results), results
+        assert (git_dir / "HEAD").is_file()
+        leftovers = [p.name for p in git_dir.parent.iterdir() if p.name != "store.git"]
+        assert leftovers == [], leftovers
+
+
+def test_the_loser_of_the_rename_keeps_the_winners_store(tmp_path, monkeypatch):
+    git_dir = str(tmp_path / "store.git")
+    real = os.rename
+
+    def another_process_first(src, dst):
+        if dst == git_dir:
+            monkeypatch.setattr(gitrun.os, "rename", real)
+            Store(git_dir).git("update-ref", "refs/overlay/winner", _a_commit(git_dir))
+        return real(src, dst)
+
+    monkeypatch.setattr(gitrun.os, "rename", another_process_first)
+    store = Store(git_dir)
+    assert store.git("rev-parse", "refs/overlay/winner").returncode == 0
+    assert sorted(os.listdir(tmp_path)) == ["store.git"]
+
+
+def test_an_empty_directory_becomes_the_store(tmp_path):
+    git_dir = tmp_path / "store.git"
+    git_dir.mkdir()
+    Store(str(git_dir))
+    assert (git_dir / "HEAD").is_file()
+
+
+def _a_commit(git_dir: str) -> str:
+    return Store(git_dir).commit_tree(EMPTY_TREE, (), "x")
