@@ -24,6 +24,11 @@ CODES: dict[str, tuple[str, str]] = {
         "the fork commit holds upstream commits that the pin lacks: they are carried as "
         "fork delta",
     ),
+    "MAN005": (
+        "info",
+        "the fork changed paths the overlay does not carry since the commit whose such "
+        "changes were last reviewed",
+    ),
     "SER001": ("error", "series lists a patch file that does not exist"),
     "SER002": ("error", "a patch file in patches-rocm/ is not listed in series"),
     "SER003": ("error", "series lists the same patch twice"),

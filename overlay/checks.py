@@ -174,6 +174,34 @@ def _fork_ahead_findings(store: Store, manifest: Manifest) -> list[Finding]:
     ]
 
 
+def _uncarried_findings(store: Store, manifest: Manifest) -> list[Finding]:
+    """MAN005 (info): what the fork changed outside ``[carry]`` since ``[fork]
+    uncarried-reviewed`` (a sync that brought such changes wrote it), until ``overlay
+    sync --ack-uncarried`` says they were reviewed."""
+    from overlay.pins import uncarried_changes
+
+    reviewed = manifest.uncarried_reviewed
+    if reviewed is None or store.missing_objects([reviewed, manifest.fork_commit]):
+        return []
+    changes = uncarried_changes(store, manifest.carry, reviewed, manifest.fork_commit)
+    if not changes:
+        return []
+    shown = "; ".join(f"{p} ({c[0]})" if c else p for p, c in changes[:5]) + (
+        f"; and {len(changes) - 5} more" if len(changes) > 5 else ""
+    )
+    return [
+        _f(
+            "MAN005",
+            MANIFEST,
+            None,
+            f"the fork changed {len(changes)} path(s) outside [carry] from "
+            f"{reviewed[:12]} to {manifest.fork_commit[:12]}: {shown}",
+            "review what the overlay does not take (carry a path, or list it under "
+            "Dropped), then `overlay sync --ack-uncarried`",
+        )
+    ]
+
+
 def _repo_paths(root: str) -> list[str]:
     """The repository's paths for FIX015 and FIX021: :func:`overlay.verdict.repo_paths`,
     the very list the verdict cache's key holds."""
@@ -302,7 +330,11 @@ def _verify(
     if man003:
         findings = [_no_rewrite_hint(f) for f in findings]
     if "MAN" in families and cacheable:
-        findings += man003 + _fork_ahead_findings(store, manifest)
+        findings += (
+            man003
+            + _fork_ahead_findings(store, manifest)
+            + _uncarried_findings(store, manifest)
+        )
     listing = None
     if layers is not None:
         # One listing of the patched tree for LAY007 and the FIX cross-checks.

@@ -34,6 +34,7 @@ SCHEMA: dict[str, dict[str, type]] = {
 #: ``older-closing-sentences`` and ``closing-sentence-required-from`` come together:
 #: a team that adopts the policy sentence late keeps its older entries as written.
 OPTIONAL: dict[str, dict[str, type]] = {
+    "fork": {"uncarried-reviewed": str},
     "policy": {
         "older-closing-sentences": list,
         "closing-sentence-required-from": int,
@@ -64,6 +65,9 @@ class Manifest:
         outside_tree: globs of names ``LOCAL_FIXES.md`` may mention that are not in
             the MLX tree by design (the team's own repository, third-party sources);
             FIX021 does not report them.
+        uncarried_reviewed: ``[fork] uncarried-reviewed``: the fork commit up to which
+            the fork's changes outside ``[carry]`` were reviewed; a sync that brings
+            new ones writes it, ``overlay sync --ack-uncarried`` removes it (MAN005).
     """
 
     path: str
@@ -81,6 +85,7 @@ class Manifest:
     older_closing_sentences: tuple[str, ...] = ()
     closing_sentence_required_from: int | None = None
     outside_tree: tuple[str, ...] = ()
+    uncarried_reviewed: str | None = None
 
     @property
     def carry(self) -> Carry:
@@ -185,6 +190,7 @@ def parse_manifest(text: str, path: str = MANIFEST_PATH) -> Manifest:
         older_closing_sentences=tuple(policy.get("older-closing-sentences", ())),
         closing_sentence_required_from=policy.get("closing-sentence-required-from"),
         outside_tree=tuple(policy.get("outside-tree", ())),
+        uncarried_reviewed=fork.get("uncarried-reviewed"),
     )
 
 
@@ -237,6 +243,11 @@ def _value_problems(data: dict) -> list[str]:
         ("upstream.pin", up["pin"]),
         ("fork.commit", fork["commit"]),
         ("fork.merge-base", fork["merge-base"]),
+        *[
+            ("fork.uncarried-reviewed", v)
+            for v in [fork.get("uncarried-reviewed")]
+            if v
+        ],
     ):
         if not is_sha(value):
             problems.append(
@@ -354,3 +365,24 @@ def set_pins(text: str, pin: str, fork_commit: str, merge_base: str) -> str | No
     for (t, k), value in new.items():
         before[t][k] = value
     return out if before == after else None
+
+
+def set_uncarried_reviewed(text: str, sha: str | None) -> str:
+    """The manifest ``text`` with ``[fork] uncarried-reviewed`` set to ``sha``, or
+    removed for ``None``; every other byte kept (tomlkit keeps comments and layout).
+
+    Args:
+        text: the manifest as it is; sha: a full commit name, or ``None``.
+    Returns:
+        The new text.
+    """
+    import tomlkit  # only a run that changes the key pays for tomlkit
+
+    doc = tomlkit.parse(text)
+    fork = doc["fork"]
+    assert isinstance(fork, dict)
+    if sha is None:
+        fork.pop("uncarried-reviewed", None)
+    else:
+        fork["uncarried-reviewed"] = sha
+    return tomlkit.dumps(doc)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+from collections.abc import Callable
 
 from overlay import fixes
 from overlay.errors import GitError, OverlayError, PatchFormatError, UnsafePath
@@ -320,3 +321,53 @@ def refuse_broken_ancestry(store: Store, merge_base: str, fork: str) -> None:
             hint="run `overlay sync --fork "
             f"{fork[:12]}` to recompute the merge base, or correct [fork] merge-base",
         )
+
+
+def uncarried_changes(
+    store: Store, carry: Callable[[str], bool], old: str, new: str
+) -> list[tuple[str, list[str]]]:
+    """The paths the fork changed from ``old`` to ``new`` that the overlay does not
+    carry (``[carry]``: excluded, or never included), each with the fork commits that
+    changed it: what a sync does not take, which a team must see.
+
+    Args:
+        store: git store holding both commits.
+        carry: the manifest's carried-path predicate (``Manifest.carry``).
+        old, new: fork commits, ``old`` an ancestor of ``new`` (else the paths that
+            differ, with no commits named).
+    Returns:
+        ``[(path, ["<sha12> <subject>", ...]), ...]`` sorted by path, commits newest
+        first; two git processes when there is anything to say.
+    """
+    if old == new:
+        return []
+    out = store.git(
+        "diff-tree", "-r", "-z", "--name-only", "--no-renames", old, new
+    ).stdout
+    paths = sorted(
+        p
+        for p in out.decode("utf-8", "surrogateescape").split("\0")
+        if p and not carry(p)
+    )
+    if not paths:
+        return []
+    log = store.git(
+        "log",
+        "-z",
+        "--name-only",
+        "--no-renames",
+        "--format=%x01%h %s",
+        "--abbrev=12",
+        f"{old}..{new}",
+        "--",
+        *paths,
+        check=False,
+    ).stdout.decode("utf-8", "surrogateescape")
+    by_path: dict[str, list[str]] = {p: [] for p in paths}
+    # "\x01<sha> <subject>\0\n<path>\0<path>\0" per commit.
+    for record in log.split("\x01")[1:]:
+        head, _, names = record.partition("\0")
+        for name in names.lstrip("\n").split("\0"):
+            if name in by_path:
+                by_path[name].append(head)
+    return [(p, by_path[p]) for p in paths]

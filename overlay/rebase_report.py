@@ -84,6 +84,9 @@ class RebaseReport:
         range_diff: ``git range-diff`` of the old series against the new one,
             patches named by :func:`patch_label`.
         next_steps: commands and checks for the user, in order.
+        uncarried: what the fork changed between the two fork commits that the
+            overlay does not carry: ``(path, ["<sha12> <subject>", ...])`` pairs
+            (:func:`overlay.pins.uncarried_changes`); empty for a rebase.
     """
 
     kind: str
@@ -93,6 +96,7 @@ class RebaseReport:
     patches: list[ReportPatch]
     range_diff: str
     next_steps: list[str]
+    uncarried: list[tuple[str, list[str]]] = dataclasses.field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         """The JSON object of ``.overlay/last-rebase.json`` and ``--format json``."""
@@ -104,7 +108,11 @@ class RebaseReport:
             "patches": [p.to_json() for p in self.patches],
             "range_diff": self.range_diff,
             "next_steps": list(self.next_steps),
-        }
+        } | (
+            {"uncarried": [{"path": p, "commits": c} for p, c in self.uncarried]}
+            if self.uncarried
+            else {}
+        )
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> RebaseReport:
@@ -132,6 +140,9 @@ class RebaseReport:
             ],
             range_diff=data.get("range_diff", ""),
             next_steps=list(data.get("next_steps", [])),
+            uncarried=[
+                (u["path"], list(u["commits"])) for u in data.get("uncarried", [])
+            ],
         )
 
 
@@ -201,6 +212,20 @@ def render_text(report: RebaseReport) -> str:
         )
     for p in report.patches:
         out.append(f"  patch {p.name}: {p.status}" + (f" ({p.note})" if p.note else ""))
+    if report.uncarried:
+        shown = [
+            f"{path} ({commits[0]}"
+            + (f" and {len(commits) - 1} more" if commits[1:] else "")
+            + ")"
+            if commits
+            else path
+            for path, commits in report.uncarried[:5]
+        ]
+        more = len(report.uncarried) - len(shown)
+        out.append(
+            f"  not carried: the fork changed {len(report.uncarried)} path(s) outside "
+            f"[carry]: {'; '.join(shown)}" + (f"; and {more} more" if more else "")
+        )
     out.append("next: " + "; ".join(report.next_steps))
     return "\n".join(out) + "\n"
 

@@ -102,24 +102,50 @@ def plan_run(
             from overlay.pins import refuse_broken_ancestry
 
             refuse_broken_ancestry(store, new_base, new_fork)
-    if not allow_fork_ahead and (new_fork, new_pin) != (old.fork, old.pin):
+    ahead_note = None
+    if (new_fork, new_pin) != (old.fork, old.pin):
         # A rebase asks it too: a pin moved below what the fork merged carries those
         # upstream commits as fork delta just as a sync to such a fork does.
-        from overlay.pins import refuse_fork_ahead
-
-        refuse_fork_ahead(store, new_fork, new_pin)
+        ahead_note = _fork_ahead_note(store, new_fork, new_pin, allow_fork_ahead)
     if not force and not store.is_ancestor(new_base, new_pin):
         raise OverlayError(
             f"merge base {new_base[:12]} is not an ancestor of pin {new_pin[:12]}",
             hint="pass --force to accept it, or give --merge-base",
         )
     plan = RunPlan(old, Bases(new_pin, new_fork, new_base))
+    if ahead_note:
+        plan.warnings.append(ahead_note)
     if new_pin != old.pin and not store.is_ancestor(old.pin, new_pin):
         plan.warnings.append(
             f"pin {new_pin[:12]} does not descend from the current pin {old.pin[:12]} "
             "(moving backwards or sideways)"
         )
     return plan
+
+
+def _fork_ahead_note(
+    store: Store, fork: str, pin: str, allow_fork_ahead: bool
+) -> str | None:
+    """Refuse a fork that holds upstream commits the pin lacks; with
+    ``allow_fork_ahead``, the warning that says what verify will report instead.
+
+    Raises:
+        OverlayError: the fork is ahead and it was not allowed (exit 2).
+    """
+    from overlay.pins import fetch_upstream_refs, fork_ahead, refuse_fork_ahead
+
+    if not allow_fork_ahead:
+        refuse_fork_ahead(store, fork, pin)
+        return None
+    fetch_upstream_refs(store)
+    ahead = fork_ahead(store, fork, pin)
+    if not ahead:
+        return None
+    return (
+        f"--allow-fork-ahead: {len(ahead)} upstream commit(s) the pin lacks are "
+        "carried as fork delta; verify reports them (MAN004) until the pin holds "
+        "them (`--skip MAN004` where that is deliberate)"
+    )
 
 
 def _sync_base(

@@ -345,3 +345,35 @@ def test_fix_new_keeps_the_byte_order_mark_and_crlf(ov):
     data = path.read_bytes()
     assert data.startswith(b"\xef\xbb\xbf# Local changes"), data[:40]
     assert b"**Lock it.**" in data and b"\n" not in data.replace(b"\r\n", b"")
+
+
+# -- item 6: what a sync does not take is said, and stays said until acknowledged ---------
+def test_sync_names_fork_changes_outside_carry_until_acknowledged(ov, w):
+    device = "mlx/backend/rocm/device.cpp"
+    add_patch(ov, "0001-device.patch", {device: lines("device", change={9: "d9"})})
+    write_fixes(ov, [("Device.", [device])])
+    assert_verify_clean(ov)
+    fork2 = w.fork.commit(
+        {"docs/rocm.md": "fork docs, new page\n", "python/rocm.py": "x = 1\n"},
+        "fork documents and binds",
+    )
+    done = cli(ov, "sync", "--fork", fork2)
+    assert done.exit_code == 0, done.output
+    assert "not carried: the fork changed 2 path(s) outside [carry]" in done.output
+    assert f"docs/rocm.md ({fork2[:12]} fork documents and binds)" in done.output
+    assert "overlay sync --ack-uncarried" in done.output
+    report = (ov.root / ".overlay" / "last-rebase.md").read_text()
+    assert "### Not carried" in report and "`python/rocm.py`" in report
+    manifest = (ov.root / PDIR / "overlay.toml").read_text()
+    assert f'uncarried-reviewed = "{w.fork_commit}"' in manifest
+    # verify says it (info: it does not fail) until the team acknowledges it.
+    found = cli(ov, "verify", "--only", "MAN")
+    assert found.exit_code == 0 and "MAN005" in found.output, found.output
+    assert "2 path(s) outside [carry]" in found.output
+    ack = cli(ov, "sync", "--ack-uncarried")
+    assert ack.exit_code == 0 and "acknowledged" in ack.output, ack.output
+    assert "uncarried-reviewed" not in (ov.root / PDIR / "overlay.toml").read_text()
+    assert "# test manifest" in (ov.root / PDIR / "overlay.toml").read_text()
+    assert "MAN005" not in cli(ov, "verify", "--only", "MAN").output
+    again = cli(ov, "sync", "--ack-uncarried")
+    assert again.exit_code == 0 and "nothing to acknowledge" in again.output

@@ -224,6 +224,31 @@ def _forget(ws: Workspace, path: str, kind: str) -> None:
     )
 
 
+def _ack_uncarried(ws: Workspace) -> None:
+    """``sync --ack-uncarried``: remove ``[fork] uncarried-reviewed`` (the fork's changes
+    outside ``[carry]`` up to its commit are reviewed), under the records lock."""
+    from overlay.fsutil import atomic_write
+    from overlay.manifest import set_uncarried_reviewed
+    from overlay.runstate import refuse_if_in_progress, state_lock
+
+    with state_lock(ws.root, "sync --ack-uncarried"):
+        refuse_if_in_progress(ws.root)
+        manifest = ws.manifest
+        if manifest.uncarried_reviewed is None:
+            click.echo(
+                "nothing to acknowledge: no fork change outside [carry] awaits review"
+            )
+            return
+        path = ws.path(layout.MANIFEST)
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+        atomic_write(path, set_uncarried_reviewed(text, None).encode())
+    click.echo(
+        f"acknowledged the fork's changes outside [carry] from "
+        f"{manifest.uncarried_reviewed[:12]} to {manifest.fork_commit[:12]}"
+    )
+
+
 def _start_run(ws: Workspace, kind: str, fmt: str, **kwargs) -> None:
     """Start a rebase or sync under the rebase lock, from reading the manifest to the end
     of the run: a second start, --continue or --abort at the same time is refused, and
@@ -344,6 +369,12 @@ def rebase_cmd(
     default=None,
     help="The fork's merge base (default: computed against the pin).",
 )
+@click.option(
+    "--ack-uncarried",
+    "ack_uncarried",
+    is_flag=True,
+    help="Say the fork's changes outside [carry] were reviewed (clears MAN005).",
+)
 @_rebase_options
 @click.pass_obj
 @handle_errors(on_interrupt=_run_interrupted)
@@ -351,6 +382,7 @@ def sync_cmd(
     ws: Workspace,
     fork_ref: str | None,
     merge_base: str | None,
+    ack_uncarried: bool,
     action: str | None,
     force: bool,
     fmt: str,
@@ -360,6 +392,9 @@ def sync_cmd(
     """Carry the overlay onto a newer fork commit."""
     if forget:
         return _forget(ws, forget, "sync")
+    if ack_uncarried:
+        _no_target_with("ack-uncarried", "--fork", fork_ref)
+        return _ack_uncarried(ws)
     if action:
         _no_target_with(action, "--fork", fork_ref)
         _no_target_with(action, "--merge-base", merge_base)

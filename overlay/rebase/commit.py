@@ -17,7 +17,8 @@ from overlay.errors import OverlayError
 from overlay.fsrecords import scan_record_dir
 from overlay.fsutil import atomic_write
 from overlay.layers import read_resolutions
-from overlay.manifest import MANIFEST_PATH, Manifest, set_pins
+from overlay.manifest import MANIFEST_PATH, Manifest, set_pins, set_uncarried_reviewed
+from overlay.pins import uncarried_changes
 from overlay.rebase.base import RESOLVED, RunBase, _checkpoint
 from overlay.rebase.files import prune_empty, write_if_changed
 from overlay.rebase_report import (
@@ -43,6 +44,9 @@ _REMOVED_NOTE = (
 class CommitSteps(RunBase):
     """Write the records of a completed run, and its report."""
 
+    #: What the fork changed outside [carry] in this run (set by :meth:`_commit`).
+    _uncarried: list[tuple[str, list[str]]] = []
+
     def _commit(self, manifest: Manifest, old: Bases, new: Bases) -> RebaseReport:
         """Write every record, the report, and remove the state.
 
@@ -59,6 +63,9 @@ class CommitSteps(RunBase):
             self._refuse_edited_records()
             self.state.commit_started = True
             self.save()
+        self._uncarried = uncarried_changes(
+            self.store, self._manifest().carry, old.fork, new.fork
+        )
         self._write_manifest(new)
         _checkpoint("commit")
         self._write_resolutions()
@@ -105,6 +112,10 @@ class CommitSteps(RunBase):
             doc["fork"]["commit"] = new.fork
             doc["fork"]["merge-base"] = new.merge_base
             updated = tomlkit.dumps(doc)
+        if self._uncarried and self._manifest().uncarried_reviewed is None:
+            # What the fork changed outside [carry] from here on awaits review (MAN005
+            # of verify, until `overlay sync --ack-uncarried`).
+            updated = set_uncarried_reviewed(updated, self.state.old.fork)
         write_if_changed(mpath, updated.encode())
 
     def _present_resolutions(self, wanted: dict[str, str]) -> list[str]:
@@ -285,8 +296,37 @@ class CommitSteps(RunBase):
             resolutions=resolutions,
             patches=patches,
             range_diff=self._range_diff(),
-            next_steps=self._submodule_steps() + _next_steps(resolutions),
+            next_steps=self._submodule_steps()
+            + self._uncarried_steps()
+            + _dropped_patch_steps(patches)
+            + _next_steps(resolutions),
+            uncarried=self._uncarried,
         )
+
+    def _uncarried_steps(self) -> list[str]:
+        """The next steps for the fork's changes outside ``[carry]`` in this run: review
+        them (MAN005), and list under Dropped those no bullet covers (FIX022)."""
+        if not self._uncarried:
+            return []
+        steps = [
+            f"review the fork's {len(self._uncarried)} change(s) outside [carry] "
+            "(listed under Not carried; MAN005), then overlay sync --ack-uncarried"
+        ]
+        lf = os.path.join(self.root, fixes.FILE_NAME)
+        if os.path.isfile(lf):
+            paths = [p for p, _c in self._uncarried]
+            found = [
+                f.message
+                for f in fixes.check_dropped(fixes.load(lf), paths)
+                if f.code == "FIX022"
+            ]
+            unlisted = [p for p in paths if any(f"path {p} is not" in m for m in found)]
+            if unlisted:
+                steps.append(
+                    "list under Dropped in LOCAL_FIXES.md (FIX022): "
+                    + ", ".join(unlisted)
+                )
+        return steps
 
     def _submodule_steps(self) -> list[str]:
         """A first next step per submodule (gitlink) the new patched tree holds, which
@@ -365,6 +405,16 @@ class CommitSteps(RunBase):
         return shas[0], shas[-1]
 
 
+def _dropped_patch_steps(patches: list[ReportPatch]) -> list[str]:
+    """A next step per patch the run left out (``--skip``/``--drop``) whose entry stays."""
+    return [
+        f"move or delete LOCAL_FIXES.md entry {p.local_fix}: its patch {p.name} is "
+        "gone (FIX024; FIX021 where it names a file the tree no longer has)"
+        for p in patches
+        if p.status == "skipped" and p.local_fix is not None
+    ]
+
+
 def _next_steps(resolutions: list[ReportResolution]) -> list[str]:
     """What the user does after the run: review the changed resolutions' entries,
     update those of removed ones, then verify, build and run the suites."""
@@ -375,12 +425,15 @@ def _next_steps(resolutions: list[ReportResolution]) -> list[str]:
         steps.append(
             "review the retarget entries of LOCAL_FIXES.md for "
             + ", ".join(changed)
-            + " (new resolutions need an entry: overlay fix new --section retarget ...)"
+            + " (a new resolution needs an entry, FIX023: overlay fix new --section "
+            "retarget ...)"
         )
     if removed:
         steps.append(
             "update or drop the LOCAL_FIXES.md entries that name the removed "
-            "resolution(s) " + ", ".join(f"{layout.RESOLVED_DIR}/{p}" for p in removed)
+            "resolution(s) "
+            + ", ".join(f"{layout.RESOLVED_DIR}/{p}" for p in removed)
+            + " (FIX021)"
         )
     return steps + [
         "overlay verify",
