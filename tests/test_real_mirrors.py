@@ -234,3 +234,26 @@ def test_real_whole_file_import_round_trip(real_mirrors, tmp_path):
     assert verified.exit_code == 0 and "no findings" in verified.output.lower(), (
         verified.output
     )
+
+
+def test_real_abbreviated_index_lines_refresh_back_to_the_original(real_mirrors, tmp_path):
+    """Issue 25, item 3: 0003's `index` lines cut to git format-patch's 7 hex: SER008 and
+    SER011 for it alone (no false SER010 for the later patches on its files), and
+    `overlay refresh` gives the original bytes back."""
+    root = _scratch_overlay(tmp_path)
+    patch = root / "patches-rocm" / "0003-pinned-host-arena.patch"
+    original = patch.read_bytes()
+    short = re.sub(
+        rb"^index ([0-9a-f]{7})[0-9a-f]{33}\.\.([0-9a-f]{7})[0-9a-f]{33}",
+        rb"index \1..\2",
+        original,
+        flags=re.M,
+    )
+    assert short != original
+    patch.write_bytes(short)
+    # SER011 is right too: a refresh writes the full names.
+    assert _codes(root) == {"SER008", "SER011"}
+    done = CliRunner().invoke(main, ["-C", str(root), "refresh"])
+    assert done.exit_code == 0, done.output
+    assert patch.read_bytes() == original
+    assert _codes(root) == set()

@@ -377,3 +377,35 @@ def test_sync_names_fork_changes_outside_carry_until_acknowledged(ov, w):
     assert "MAN005" not in cli(ov, "verify", "--only", "MAN").output
     again = cli(ov, "sync", "--ack-uncarried")
     assert again.exit_code == 0 and "nothing to acknowledge" in again.output
+
+
+def test_edit_refuses_to_rest_on_an_unverified_patch(ov, w, tmp_path):
+    from overlay.gitstore import EMPTY_TREE, Store
+    from overlay.patchfmt import format_patch, tree_diff
+
+    device = "mlx/backend/rocm/device.cpp"
+    other = Store(str(tmp_path / "elsewhere.git"))
+    trees = [
+        other.edit_tree(EMPTY_TREE, {device: ("100644", other.hash_blob(t.encode()))})
+        for t in (
+            lines("device", change={1: "elsewhere 1"}),
+            lines("device", change={1: "elsewhere 1", 20: "d20"}),
+        )
+    ]
+    ov.add_patch(
+        "0001-elsewhere.patch",
+        format_patch(
+            "rocm: made elsewhere",
+            "Why.",
+            [("Local-Fix", "1"), ("Forwarded", "not-needed")],
+            tree_diff(other, *trees),
+        ),
+    )
+    write_fixes(ov, [("Elsewhere.", [device])])
+    for args in (("edit", "0001-elsewhere.patch"), ("edit", "--new", "0002-more.patch")):
+        refused = cli(ov, *args)
+        assert refused.exit_code == 2, refused.output
+        assert "unverifiable" in refused.output and "--accept-text" in refused.output
+    assert not (ov.root / ".overlay" / "edit").exists() or not any(
+        (ov.root / ".overlay" / "edit").iterdir()
+    )

@@ -106,6 +106,7 @@ def start_edit(
                 )
         layers = compute_layers(store, manifest, root, stepwise=True)
         base, start, first_later = where(layers, name, new is not None, after)
+        _refuse_unverified_below(layers.patches[:first_later])
         subject = ""
         digest = None
         if new is None:
@@ -138,6 +139,26 @@ def start_edit(
             for r in layers.patches[: first_later - (0 if new is not None else 1)]
         ]
         return Started(session, workdir, below, completed=completed)
+
+
+def _refuse_unverified_below(results) -> None:
+    """Refuse an edit whose work tree would rest on an unverifiable patch's text alone
+    (SER017): ``record`` would then write that text as the record (docs/engine.md, the
+    truth model), which only ``refresh --accept-text`` may do.
+
+    Raises:
+        OverlayError: naming the first such patch and the way out (exit 2).
+    """
+    for result in results:
+        if result.state == "unverified":
+            name = result.patch.name
+            raise OverlayError(
+                f"patch {name} is unverifiable (a blob its `index` lines record is not "
+                "in the git store, SER017): an edit on it would record its text alone "
+                "as the truth",
+                hint=f"take its text first with `overlay refresh --accept-text {name}`, "
+                "or restore it from version control",
+            )
 
 
 @dataclasses.dataclass
