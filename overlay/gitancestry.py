@@ -58,6 +58,15 @@ class RememberedAncestry:
             self._remember(key, base)
         return base or None
 
+    def remembered(self, key: str) -> bool | str | None:
+        """An answer :meth:`remember` kept for ``key`` (``None``: none is kept)."""
+        return self._ancestry().get(key)
+
+    def remember(self, key: str, value: bool | str) -> None:
+        """Keep the answer ``value`` for ``key``: only for questions whose answer never
+        changes for the same key (the key must name every input, commits in full)."""
+        self._remember(key, value)
+
     _ANCESTRY = "overlay-ancestry.json"
     _ANCESTRY_MAX = 2000
 

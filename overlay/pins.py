@@ -12,13 +12,14 @@ pin lacks (shared case 18).
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 import re
 from collections.abc import Callable
 
 from overlay import fixes
 from overlay.errors import GitError, OverlayError, PatchFormatError, UnsafePath
-from overlay.gitstore import Store
+from overlay.gitstore import Store, is_sha
 
 #: The refs of the git store that say what upstream holds: its branches as fetched and
 #: the tags (tags come from ``upstream`` only: the fork's fetches take none). With the
@@ -262,6 +263,22 @@ def fork_ahead(store: Store, fork: str, pin: str) -> list[str]:
     )
     if not tips:
         return []
+    # The answer depends on the two commits and upstream's tips only: kept in the
+    # store, a later question about the same three costs the one for-each-ref above.
+    digest = hashlib.sha256("\n".join(tips).encode()).hexdigest()
+    key = f"fork-ahead {fork} {pin} {digest}"
+    known = store.remembered(key)
+    if isinstance(known, str):
+        return known.splitlines()
+    ahead = _fork_ahead_of(store, fork, pin, tips)
+    if is_sha(fork) and is_sha(pin):
+        store.remember(key, "\n".join(ahead))
+    return ahead
+
+
+def _fork_ahead_of(store: Store, fork: str, pin: str, tips: list[str]) -> list[str]:
+    """:func:`fork_ahead` asked of git: the fork's commits the pin lacks that an
+    upstream tip of ``tips`` holds."""
     ours = store.out("rev-list", fork, f"^{pin}").split()
     if not ours:
         return []

@@ -103,7 +103,9 @@ def plan_run(
 
             refuse_broken_ancestry(store, new_base, new_fork)
     ahead_note = None
-    if (new_fork, new_pin) != (old.fork, old.pin):
+    if (new_fork, new_pin) != (old.fork, old.pin) and not _clear_forward(
+        store, old, new_fork, new_pin
+    ):
         # A rebase asks it too: a pin moved below what the fork merged carries those
         # upstream commits as fork delta just as a sync to such a fork does.
         ahead_note = _fork_ahead_note(store, new_fork, new_pin, allow_fork_ahead)
@@ -121,6 +123,20 @@ def plan_run(
             "(moving backwards or sideways)"
         )
     return plan
+
+
+def _clear_forward(store: Store, old: Bases, new_fork: str, new_pin: str) -> bool:
+    """True when the pin moves forward with the same fork and the old pin had nothing
+    of the fork's ahead of it: the new pin holds all the old one held, so nothing can
+    be ahead of it either, and the common bump needs no walk of history (the old
+    pin's answer is the one ``verify`` keeps, :func:`overlay.pins.fork_ahead`)."""
+    from overlay.pins import fork_ahead
+
+    return (
+        new_fork == old.fork
+        and store.is_ancestor(old.pin, new_pin)
+        and not fork_ahead(store, old.fork, old.pin)
+    )
 
 
 def _fork_ahead_note(
