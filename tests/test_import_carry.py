@@ -223,3 +223,38 @@ def test_a_carry_that_conflicts_keeps_the_whole_file_and_names_upstreams_lines(
         }
     ]
     assert data["round_trip"]["conflicts"] == ["mlx/array.cpp"]
+
+
+def test_a_conflicted_file_copied_from_the_fork_keeps_upstreams_line_outside(
+    tmp_path, w
+):
+    """A path where the fork delta conflicts with the pin, copied from the fork before
+    upstream rewrote line 25: the resolution holds the overlay's hook in the conflict
+    region, and the patch on top carries the local line 15 alone (the old import's
+    patch also turned "core 25 upstream" back into "core 25")."""
+    from test_import import Team
+
+    team = Team(tmp_path, w)
+    team.write(
+        "mlx/core.cpp",
+        lines("core", change={5: "core 5 // rocm hook", 15: "core 15 local fix"}),
+    )
+    result = team.run("--format", "json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert report["removed"] == [] and report["findings"] == []
+    assert {"path": "mlx/core.cpp", "from": "the fork commit's file"} in report[
+        "round_trip"
+    ]["carried"]
+    done = invoke("-C", str(team.root), "export", str(tmp_path / "export"))
+    assert done.exit_code == 0, done.output
+    assert (tmp_path / "export" / "mlx" / "core.cpp").read_text() == lines(
+        "core",
+        change={
+            5: "core 5 // rocm hook",
+            15: "core 15 local fix",
+            25: "core 25 upstream",
+        },
+    )
+    first = (team.root / "patches-rocm" / "0001-fixes-1-8.patch").read_text()
+    assert "+core 15 local fix" in first and "core 25" not in first
