@@ -162,7 +162,7 @@ def test_a_copy_made_before_upstream_added_a_line_keeps_the_line(tmp_path):
     )
     md = (c.root / ".overlay" / "last-import.md").read_text()
     assert "`mlx/array.cpp` (copied from the merge base's file)" in md
-    assert "Upstream lines the series removes" not in md
+    assert "Upstream lines the records remove" not in md
 
 
 def test_a_carry_that_conflicts_keeps_the_whole_file_and_names_upstreams_lines(
@@ -203,7 +203,7 @@ def test_a_carry_that_conflicts_keeps_the_whole_file_and_names_upstreams_lines(
     assert "ops 24b upstream added\n" in files["mlx/ops.cpp"]
 
     md = (c.root / ".overlay" / "last-import.md").read_text()
-    assert "### Upstream lines the series removes" in md
+    assert "### Upstream lines the records remove" in md
     assert (
         "| `mlx/array.cpp` | `0001-array-fix-line-3.patch` | the merge base's file "
         "(the carry conflicts) | 12 | `array 11b upstream added` |" in md
@@ -213,7 +213,8 @@ def test_a_carry_that_conflicts_keeps_the_whole_file_and_names_upstreams_lines(
     assert data["removed"] == [
         {
             "path": "mlx/array.cpp",
-            "patch": "0001-array-fix-line-3.patch",
+            "kind": "patch",
+            "record": "0001-array-fix-line-3.patch",
             "from": "the merge base's file",
             "conflict": True,
             "lines": [
@@ -230,8 +231,9 @@ def test_a_conflicted_file_copied_from_the_fork_keeps_upstreams_line_outside(
 ):
     """A path where the fork delta conflicts with the pin, copied from the fork before
     upstream rewrote line 25: the resolution holds the overlay's hook in the conflict
-    region, and the patch on top carries the local line 15 alone (the old import's
-    patch also turned "core 25 upstream" back into "core 25")."""
+    region (and the report names upstream's line 5 it drops there), and the patch on
+    top carries the local line 15 alone (the old import's patch also turned "core 25
+    upstream" back into "core 25")."""
     from test_import import Team
 
     team = Team(tmp_path, w)
@@ -242,7 +244,21 @@ def test_a_conflicted_file_copied_from_the_fork_keeps_upstreams_line_outside(
     result = team.run("--format", "json")
     assert result.exit_code == 0, result.output
     report = json.loads(result.output)
-    assert report["removed"] == [] and report["findings"] == []
+    assert report["findings"] == []
+    # in the conflict region the resolution holds the copy's line: upstream's rewrite
+    # of line 5 is gone, and the report says so (LAY005 looks outside the regions only)
+    assert report["removed"] == [
+        {
+            "path": "mlx/core.cpp",
+            "kind": "resolution",
+            "record": "patches-rocm/resolved/mlx/core.cpp",
+            "from": "the pin's file",
+            "conflict": True,
+            "lines": [{"line": 5, "text": "core 5 upstream rewrite"}],
+        }
+    ]
+    row = next(f for f in report["files"] if f["path"] == "mlx/core.cpp")
+    assert "the resolution changes or drops 1 upstream line(s)" in row["note"]
     assert {"path": "mlx/core.cpp", "from": "the fork commit's file"} in report[
         "round_trip"
     ]["carried"]

@@ -22,6 +22,7 @@ from overlay.gitstore import Store, TreeEntry
 #: What a copy was made from, by the report's words.
 FROM_FORK = "the fork commit's file"
 FROM_BASE = "the merge base's file"
+FROM_PIN = "the pin's file"
 
 #: How many removed upstream lines one path lists before it says "and N more".
 SHOWN_LINES = 8
@@ -39,24 +40,34 @@ class Removed:
             (one the forked layer has and the copy's base lacks) the patch deletes;
             ``(0, "binary file")`` for a binary file upstream changed.
         conflict: true when the carry conflicted and the patch is the whole file.
+        kind: ``patch`` (an imported patch deletes them) or ``resolution`` (the
+            resolution holds the overlay's lines in a conflict region instead; the
+            lines are then the pin's file's, and ``source`` is :data:`FROM_PIN`).
     """
 
     path: str
     source: str
     lines: list[tuple[int, str]]
     conflict: bool
+    kind: str = "patch"
 
-    def describe(self, patch: str) -> str:
-        """One sentence for the report's notes: the path, the patch, the lines."""
+    def describe(self, record: str) -> str:
+        """One sentence for the report's notes: the path, the record, the lines."""
         if self.lines and self.lines[0][0] == 0:
             shown = "the binary file upstream changed"
         else:
             shown = ", ".join(f"{n} {text!r}" for n, text in self.lines[:SHOWN_LINES])
             if len(self.lines) > SHOWN_LINES:
                 shown += f" and {len(self.lines) - SHOWN_LINES} more"
+            where = "the pin's" if self.kind == "resolution" else "the forked layer's"
             shown = (
-                f"{len(self.lines)} upstream line(s) (lines of the forked layer's file: "
-                f"{shown})"
+                f"{len(self.lines)} upstream line(s) (lines of {where} file: {shown})"
+            )
+        if self.kind == "resolution":
+            return (
+                f"{self.path}: {record} changes or drops {shown}: in the fork delta's "
+                "conflict regions it holds the overlay's lines; check that the overlay's "
+                "copy was not made before upstream wrote them"
             )
         why = (
             f"the overlay's change against {self.source} does not merge onto the pin's "
@@ -65,7 +76,7 @@ class Removed:
             else f"the overlay's change against {self.source} deletes them"
         )
         return (
-            f"{self.path}: {patch} removes {shown} ({why}); check them, and keep "
+            f"{self.path}: {record} removes {shown} ({why}); check them, and keep "
             "upstream's lines by editing the patch where they should stay"
         )
 
@@ -216,6 +227,42 @@ def _hunks(store: Store, old: str, new: str, paths: Sequence[str]) -> dict:
     return found
 
 
+def _lost_lines(
+    store: Store, below: str, above: str, result: str, paths: Sequence[str]
+) -> dict[str, list[tuple[int, str]]]:
+    """path -> the lines ``above`` adds to ``below`` that ``result`` deletes again.
+
+    Both diffs are git's (``-U0``); only their line numbers are compared here, and the
+    text is ``above``'s. A binary file both diffs change is ``[(0, "binary file")]``.
+    """
+    added = _hunks(store, below, above, paths)
+    deleted = _hunks(store, above, result, [p for p in paths if p in added])
+    out: dict[str, list[tuple[int, str]]] = {}
+    with store.cat_file() as cat:
+        for path in sorted(deleted):
+            ups, gone = added[path], deleted[path]
+            if ups is None or gone is None:
+                out[path] = [(0, "binary file")]
+                continue
+            new = {
+                n
+                for h in ups
+                for n in range(h.target_start, h.target_start + h.target_length)
+            }
+            lost = sorted(
+                n
+                for h in gone
+                for n in range(h.source_start, h.source_start + h.source_length)
+                if n in new
+            )
+            if lost:
+                text = cat.read(store.entries(above, [path])[path].oid)[1].split(b"\n")
+                out[path] = [
+                    (n, text[n - 1][:60].decode("utf-8", "replace")) for n in lost
+                ]
+    return out
+
+
 def removed_upstream_lines(
     store: Store,
     forked: str,
@@ -229,8 +276,7 @@ def removed_upstream_lines(
     An upstream line of a path is one the forked layer's file has and its copy's base
     lacks (git's diff from the base to the forked layer adds it: the pin's later work,
     or the fork's merge onto it); the patch removes it when git's diff from the forked
-    layer to the target deletes that line. Both diffs are git's; only the line numbers
-    are compared here.
+    layer to the target deletes that line.
 
     Args:
         store: the git store; forked, target: the layers the series goes between.
@@ -245,29 +291,34 @@ def removed_upstream_lines(
     base = store.edit_tree(
         forked, {p: (sources[p][0].mode, sources[p][0].oid) for p in known}
     )
-    added = _hunks(store, base, forked, known)
-    deleted = _hunks(store, forked, target, [p for p in known if p in added])
-    out = []
-    with store.cat_file() as cat:
-        for path in sorted(deleted):
-            ups, gone = added[path], deleted[path]
-            if ups is None or gone is None:
-                lines = [(0, "binary file")]
-            else:
-                new = {
-                    n
-                    for h in ups
-                    for n in range(h.target_start, h.target_start + h.target_length)
-                }
-                lost = sorted(
-                    n
-                    for h in gone
-                    for n in range(h.source_start, h.source_start + h.source_length)
-                    if n in new
-                )
-                if not lost:
-                    continue
-                text = cat.read(store.entries(forked, [path])[path].oid)[1].split(b"\n")
-                lines = [(n, text[n - 1][:60].decode("utf-8", "replace")) for n in lost]
-            out.append(Removed(path, sources[path][1], lines, path in conflicts))
-    return out
+    return [
+        Removed(path, sources[path][1], lines, path in conflicts)
+        for path, lines in _lost_lines(store, base, forked, target, known).items()
+    ]
+
+
+def resolution_losses(
+    store: Store, forked: str, stages: dict[str, dict[int, tuple[str, str]]]
+) -> list[Removed]:
+    """The pin's own lines (upstream's since the merge base) each resolution lacks.
+
+    A resolution may choose anything inside git's conflict regions, and the import
+    takes the overlay's lines there; a copy made before upstream moved on then drops
+    upstream's side of the region without a word (LAY005 looks outside the regions
+    only). Named in the report so the team can check them.
+
+    Args:
+        store: the git store; forked: the forked layer (with the resolutions).
+        stages: the fork delta's conflicted paths and their stages.
+    Returns:
+        One :class:`Removed` (``kind`` ``resolution``) per path that loses one.
+    """
+    paths = sorted(p for p, st in stages.items() if 1 in st and 2 in st)
+    if not paths:
+        return []
+    below = store.edit_tree(forked, {p: stages[p][1] for p in paths})
+    pinned = store.edit_tree(forked, {p: stages[p][2] for p in paths})
+    return [
+        Removed(path, FROM_PIN, lines, True, kind="resolution")
+        for path, lines in _lost_lines(store, below, pinned, forked, paths).items()
+    ]

@@ -8,7 +8,7 @@ import os
 import re
 from collections.abc import Sequence
 
-from overlay import fixes
+from overlay import fixes, layout
 from overlay.errors import OverlayError
 from overlay.gitstore import Store, TreeEntry
 from overlay.importer.carry import (
@@ -17,6 +17,7 @@ from overlay.importer.carry import (
     carry_files,
     copy_sources,
     removed_upstream_lines,
+    resolution_losses,
 )
 from overlay.importer.manifest_text import (
     DEFAULT_ARCHITECTURES,
@@ -262,8 +263,8 @@ def plan_import(
         sources,
         carry.conflicts,
     )
-    patch_of = {p: patch.name for patch in patches for p in patch.files}
-    notes += [r.describe(patch_of[r.path]) for r in removed]
+    removed += resolution_losses(store, forked, merge.stages)
+    notes += [r.describe(record_of(r, patches)) for r in removed]
 
     manifest_text = render_manifest(
         upstream,
@@ -414,6 +415,13 @@ def _resolutions(
     return resolutions, partial
 
 
+def record_of(removed: Removed, patches: Sequence[PlannedPatch]) -> str:
+    """The record that removes ``removed``'s lines: the patch, or the resolution."""
+    if removed.kind == "resolution":
+        return f"{layout.RESOLVED_DIR}/{removed.path}"
+    return next(p.name for p in patches if removed.path in p.files)
+
+
 def _carry_onto_pin(
     store: Store, upstream: Upstream, forked: str, whole_tree: str, fork_carried
 ) -> tuple[CarriedFiles, dict]:
@@ -441,25 +449,33 @@ def _carry_notes(
     rows: list[FileRow], carry: CarriedFiles, removed: list[Removed]
 ) -> None:
     """Say in each row what the carry onto the pin did to its file."""
-    losing = {r.path: r for r in removed}
+    losing: dict[str, list[str]] = {}
+    for r in removed:
+        record = "the resolution" if r.kind == "resolution" else "it"
+        verb = "changes or drops" if r.kind == "resolution" else "removes"
+        losing.setdefault(r.path, []).append(
+            f"{record} {verb} {len(r.lines)} upstream line(s)"
+        )
     for row in rows:
         if row.kind not in ("unchanged", "patch", "resolution"):
             continue
-        extra = ""
-        if row.path in carry.carried:
-            extra = (
+        extra = []
+        if row.path in carry.carried and row.kind == "unchanged":
+            extra.append(
+                f"the overlay holds {carry.carried[row.path]}, upstream's later lines "
+                "kept"
+            )
+        elif row.path in carry.carried:
+            extra.append(
                 f"the overlay's change against {carry.carried[row.path]} carried onto "
                 "the pin: upstream's later lines kept"
             )
         elif row.path in carry.conflicts:
-            extra = (
+            extra.append(
                 f"the overlay's change against {carry.sources[row.path]} conflicts with "
                 "the pin's file: the patch is the whole file"
             )
         if row.path in losing:
-            extra += (
-                f"{'; it' if extra else 'it'} removes "
-                f"{len(losing[row.path].lines)} upstream line(s) (see the notes)"
-            )
+            extra.append(" and ".join(losing[row.path]) + " (see the notes)")
         if extra:
-            row.note = f"{row.note}; {extra}" if row.note else extra
+            row.note = "; ".join([row.note, *extra] if row.note else extra)

@@ -6,7 +6,7 @@ import dataclasses
 from collections.abc import Sequence
 
 from overlay import layout
-from overlay.importer.planning import ImportPlan
+from overlay.importer.planning import ImportPlan, record_of
 from overlay.templating import render_report, render_template
 
 REPORT_MD = layout.LAST_IMPORT_MD
@@ -37,7 +37,6 @@ def report_data(
     from overlay.render import summary_line
 
     up = plan.upstream
-    patch_of = {p: patch.name for patch in plan.patches for p in patch.files}
     counts: dict[str, int] = {}
     for row in plan.rows:
         counts[row.kind] = counts.get(row.kind, 0) + 1
@@ -86,7 +85,8 @@ def report_data(
         "removed": [
             {
                 "path": r.path,
-                "patch": patch_of.get(r.path, ""),
+                "kind": r.kind,
+                "record": record_of(r, plan.patches),
                 "from": r.source,
                 "conflict": r.conflict,
                 "lines": [{"line": n, "text": text} for n, text in r.lines],
@@ -144,7 +144,8 @@ def render_text(report: dict) -> str:
     )
     for r in report["removed"]:
         out.append(
-            f"removes upstream lines: {r['path']} ({r['patch']}): "
+            f"{'removes' if r['kind'] == 'patch' else 'changes or drops'} upstream "
+            f"lines: {r['path']} ({r['record']}): "
             + ", ".join(
                 f"line {x['line']}" if x["line"] else "the binary file"
                 for x in r["lines"]
