@@ -13,9 +13,13 @@ The import writes into the target repository ``patches-rocm/overlay.toml`` (from
 ``UPSTREAM``), ``patches-rocm/resolved/``, the series of byte-stable patches, and
 ``LOCAL_FIXES.md`` carried over byte for byte. The rules (``docs/import.md``):
 
-* the *target* is the pin's tree with every overlay file written over it; the
-  patched layer of the imported records must equal it, and does before anything
-  is written (the records are computed again from a temporary directory);
+* the *target* is the pin's tree with each overlay file's change against the file
+  it was copied from (the fork commit's, or the merge base's for a core file the fork
+  does not touch) carried onto it by merge-ort, so upstream's later lines are kept
+  (:mod:`~overlay.importer.carry`); where that carry conflicts, the overlay's whole
+  file, and the report names the upstream lines the patch removes. The patched layer
+  of the imported records must equal the target, and does before anything is written
+  (the records are computed again from a temporary directory);
 * the forked layer is the carried fork delta merged onto the pin with the layer
   code (:mod:`overlay.layers`); a fork change that the target does not hold (the
   overlay has no file there, or the pin's) is not carried: its path joins
@@ -38,6 +42,7 @@ The package follows the import's steps (each module's names are re-exported here
 
 * :mod:`~overlay.importer.reading` -- the ``UPSTREAM`` record and the overlay directory;
 * :mod:`~overlay.importer.planning` -- the plan: carried paths, resolutions, the series;
+* :mod:`~overlay.importer.carry` -- each copy carried onto the pin; upstream lines removed;
 * :mod:`~overlay.importer.patches` -- each imported patch's name and message;
 * :mod:`~overlay.importer.rows` -- what each path became (the report's rows);
 * :mod:`~overlay.importer.manifest_text` -- the manifest's defaults and TOML text;

@@ -8,9 +8,17 @@ import os
 import re
 from collections.abc import Sequence
 
-from overlay import fixes
+from overlay import fixes, layout
 from overlay.errors import OverlayError
 from overlay.gitstore import Store, TreeEntry
+from overlay.importer.carry import (
+    CarriedFiles,
+    Removed,
+    carry_files,
+    copy_sources,
+    removed_upstream_lines,
+    resolution_losses,
+)
 from overlay.importer.manifest_text import (
     DEFAULT_ARCHITECTURES,
     DEFAULT_EXCLUDE,
@@ -54,7 +62,13 @@ class ImportPlan:
         resolutions: path -> resolution bytes.
         patches: the series.
         rows: what every path became.
-        target, forked, patched: tree SHAs (``patched == target`` always).
+        target, forked, patched: tree SHAs (``patched == target`` always): the
+            target is the pin with each overlay file's change carried onto it.
+        whole: the pin's tree with every overlay file written over it as it is.
+        carried: path -> what its copy was made from, for each path where the target
+            keeps upstream's later lines instead of the overlay's file as is.
+        conflicts: paths whose carry conflicted: the patch holds the whole file.
+        removed: the upstream lines an imported patch removes, by path.
         dropped_by_import: fork changes excluded because the overlay does not hold them.
         uncarried: other fork changes the default ``[carry]`` leaves out.
         notes: things the user should know.
@@ -74,6 +88,10 @@ class ImportPlan:
     dropped_by_import: list[str]
     uncarried: list[str]
     notes: list[str]
+    whole: str = ""
+    carried: dict[str, str] = dataclasses.field(default_factory=dict)
+    conflicts: list[str] = dataclasses.field(default_factory=list)
+    removed: list[Removed] = dataclasses.field(default_factory=list)
 
 
 def fork_url_of(source: str) -> str:
@@ -180,7 +198,9 @@ def plan_import(
         author: the ``From:`` header of the patches.
         architectures: ``[backend] architectures`` of the manifest.
     Returns:
-        :class:`ImportPlan`, whose patched tree equals the target tree.
+        :class:`ImportPlan`, whose patched tree equals the target tree: the pin with
+        each overlay file's change against the file it was copied from carried onto
+        it (:mod:`overlay.importer.carry`).
     Raises:
         OverlayError: no closing sentence can be found, a manifest value is invalid
             (exit 2); GitError, OfflineMiss: a commit cannot be found or fetched (exit 2).
@@ -196,24 +216,24 @@ def plan_import(
     blobs: dict[str, tuple[str, str] | None] = {
         p: (mode, store.hash_blob(data)) for p, (mode, data) in whole.files.items()
     }
-    target = store.edit_tree(pin_tree, blobs)
+    whole_tree = store.edit_tree(pin_tree, blobs)
     at_pin = store.entries(pin_tree, list(blobs))
     differs = {p for p, blob in blobs.items() if _key(at_pin.get(p)) != blob}
 
     globs, dropped, merge = _settle_carry(store, upstream, pin_tree, differs)
     exclude = [*globs, *sorted(dropped)]
     resolutions, partial = _resolutions(store, merge, whole, notes)
-    forked, _carried, uncarried, _conflicts, stale = compute_forked(
+    forked, fork_carried, uncarried, _conflicts, stale = compute_forked(
         store, base, pin, fork, Carry(DEFAULT_INCLUDE, exclude), resolutions
     )
     if stale:
         raise OverlayError(
             f"internal: resolutions for paths that do not conflict: {', '.join(stale)}"
         )
+    carry, sources = _carry_onto_pin(store, upstream, forked, whole_tree, fork_carried)
+    target = carry.target
 
     changes = store.diff_tree(forked, target)
-    if any(status == "D" for *_r, status, _p in changes):
-        raise OverlayError("internal: the forked layer holds a path the target lacks")
     changed = [path for *_r, path in changes]
     created = {path for _om, _nm, _oo, _no, status, path in changes if status == "A"}
     named_by, titles = entries_by_path(store, target, doc)
@@ -227,11 +247,24 @@ def plan_import(
         partial=partial,
         author=author,
     )
-    if tree != target:
+    if tree != target or {p for *_r, p in store.diff_tree(target, whole_tree)} != set(
+        carry.carried
+    ):
         raise OverlayError(
-            f"internal: the imported series makes tree {tree[:12]}, "
-            f"not the target {target[:12]}"
+            f"internal: the imported series makes tree {tree[:12]}, not the target "
+            f"{target[:12]}, or the target differs from the overlay's files elsewhere "
+            "than where they were carried onto the pin"
         )
+    removed = removed_upstream_lines(
+        store,
+        forked,
+        target,
+        [p for p in changed if p not in created],
+        sources,
+        carry.conflicts,
+    )
+    removed += resolution_losses(store, forked, merge.stages)
+    notes += [r.describe(record_of(r, patches)) for r in removed]
 
     manifest_text = render_manifest(
         upstream,
@@ -245,6 +278,7 @@ def plan_import(
     rows = file_rows(
         whole, differs, dropped, resolutions, patches, named_by, changed, partial
     )
+    _carry_notes(rows, carry, removed)
     if upstream.other:
         notes.append("UPSTREAM keys not used: " + ", ".join(sorted(upstream.other)))
     return ImportPlan(
@@ -262,6 +296,10 @@ def plan_import(
         sorted(dropped),
         sorted(set(uncarried) - dropped),
         notes,
+        whole_tree,
+        carry.carried,
+        carry.conflicts,
+        removed,
     )
 
 
@@ -375,3 +413,69 @@ def _resolutions(
                     "those changes into a patch"
                 )
     return resolutions, partial
+
+
+def record_of(removed: Removed, patches: Sequence[PlannedPatch]) -> str:
+    """The record that removes ``removed``'s lines: the patch, or the resolution."""
+    if removed.kind == "resolution":
+        return f"{layout.RESOLVED_DIR}/{removed.path}"
+    return next(p.name for p in patches if removed.path in p.files)
+
+
+def _carry_onto_pin(
+    store: Store, upstream: Upstream, forked: str, whole_tree: str, fork_carried
+) -> tuple[CarriedFiles, dict]:
+    """Each overlay file's change carried onto the forked layer, and the files the
+    copies were taken from (:func:`~overlay.importer.carry.copy_sources`).
+
+    Raises:
+        OverlayError: the forked layer holds a path the overlay's tree lacks (a bug).
+    """
+    first = store.diff_tree(forked, whole_tree)
+    if any(status == "D" for *_r, status, _p in first):
+        raise OverlayError("internal: the forked layer holds a path the target lacks")
+    modified = [path for *_r, status, path in first if status != "A"]
+    sources = copy_sources(
+        store,
+        modified,
+        fork_tree=store.tree_of(upstream.commit),
+        base_tree=store.tree_of(upstream.merge_base),
+        fork_carried=set(fork_carried),
+    )
+    return carry_files(store, forked, whole_tree, modified, sources), sources
+
+
+def _carry_notes(
+    rows: list[FileRow], carry: CarriedFiles, removed: list[Removed]
+) -> None:
+    """Say in each row what the carry onto the pin did to its file."""
+    losing: dict[str, list[str]] = {}
+    for r in removed:
+        record = "the resolution" if r.kind == "resolution" else "it"
+        verb = "changes or drops" if r.kind == "resolution" else "removes"
+        losing.setdefault(r.path, []).append(
+            f"{record} {verb} {len(r.lines)} upstream line(s)"
+        )
+    for row in rows:
+        if row.kind not in ("unchanged", "patch", "resolution"):
+            continue
+        extra = []
+        if row.path in carry.carried and row.kind == "unchanged":
+            extra.append(
+                f"the overlay holds {carry.carried[row.path]}, upstream's later lines "
+                "kept"
+            )
+        elif row.path in carry.carried:
+            extra.append(
+                f"the overlay's change against {carry.carried[row.path]} carried onto "
+                "the pin: upstream's later lines kept"
+            )
+        elif row.path in carry.conflicts:
+            extra.append(
+                f"the overlay's change against {carry.sources[row.path]} conflicts with "
+                "the pin's file: the patch is the whole file"
+            )
+        if row.path in losing:
+            extra.append(" and ".join(losing[row.path]) + " (see the notes)")
+        if extra:
+            row.note = "; ".join([row.note, *extra] if row.note else extra)

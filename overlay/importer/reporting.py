@@ -6,7 +6,7 @@ import dataclasses
 from collections.abc import Sequence
 
 from overlay import layout
-from overlay.importer.planning import ImportPlan
+from overlay.importer.planning import ImportPlan, record_of
 from overlay.templating import render_report, render_template
 
 REPORT_MD = layout.LAST_IMPORT_MD
@@ -28,7 +28,11 @@ def report_data(
         backup: where ``--force`` moved the previous records.
     Returns:
         ``{directory, upstream, closing_sentence, carry, files, patches, resolutions,
-        uncarried, round_trip, findings, summary, counts, backup, notes}``.
+        uncarried, round_trip, removed, findings, summary, counts, backup, notes}``;
+        ``round_trip`` holds the target (the overlay's changes carried onto the pin),
+        the overlay's files written over the pin as they are (``whole``), the paths
+        where the two differ (``carried``) and those whose carry conflicted;
+        ``removed`` the upstream lines each patch removes.
     """
     from overlay.render import summary_line
 
@@ -72,7 +76,23 @@ def report_data(
             "forked": plan.forked,
             "patched": plan.patched,
             "equal": plan.patched == plan.target,
+            "whole": plan.whole,
+            "carried": [
+                {"path": p, "from": words} for p, words in sorted(plan.carried.items())
+            ],
+            "conflicts": list(plan.conflicts),
         },
+        "removed": [
+            {
+                "path": r.path,
+                "kind": r.kind,
+                "record": record_of(r, plan.patches),
+                "from": r.source,
+                "conflict": r.conflict,
+                "lines": [{"line": n, "text": text} for n, text in r.lines],
+            }
+            for r in plan.removed
+        ],
         "findings": None if findings is None else [f.as_dict() for f in findings],
         "summary": None if findings is None else summary_line(list(findings)),
         "counts": counts,
@@ -112,8 +132,25 @@ def render_text(report: dict) -> str:
     rt = report["round_trip"]
     out.append(
         f"round trip: patched {rt['patched'][:12]} {'==' if rt['equal'] else '!='} "
-        f"pin + overlay {rt['target'][:12]}"
+        f"target {rt['target'][:12]}"
+        + (
+            f" (pin + overlay {rt['whole'][:12]} with {len(rt['carried'])} file(s) "
+            "carried onto the pin, upstream's later lines kept: "
+            + ", ".join(c["path"] for c in rt["carried"])
+            + ")"
+            if rt["carried"]
+            else " (pin + overlay)"
+        )
     )
+    for r in report["removed"]:
+        out.append(
+            f"{'removes' if r['kind'] == 'patch' else 'changes or drops'} upstream "
+            f"lines: {r['path']} ({r['record']}): "
+            + ", ".join(
+                f"line {x['line']}" if x["line"] else "the binary file"
+                for x in r["lines"]
+            )
+        )
     for note in report["notes"]:
         out.append(f"note: {note}")
     if report["backup"]:

@@ -101,9 +101,15 @@ def _already_imported(pdir: str, plan: ImportPlan) -> bool:
 def _self_check(store: Store, plan: ImportPlan, tmp: str) -> None:
     """Compute the layers from the staged records, as every command will, and compare.
 
+    The patched layer must be the plan's target, and differ from the overlay's files
+    written over the pin at exactly the paths the plan carried onto the pin (where
+    upstream's later lines are kept): any other difference would be a byte of the
+    overlay the records lost.
+
     Raises:
-        OverlayError: the patched layer is not the target, a resolution is stale, or a
-            refresh would change a patch (a bug: nothing has been written).
+        OverlayError: the patched layer is not the target, differs from the overlay
+            elsewhere than at the carried paths, a resolution is stale, or a refresh
+            would change a patch (a bug: nothing has been written).
     """
     from overlay.refresh import refresh_series
 
@@ -112,6 +118,15 @@ def _self_check(store: Store, plan: ImportPlan, tmp: str) -> None:
     if layers.patched != plan.target:
         problems.append(
             f"the patched layer is {layers.patched[:12]}, the target {plan.target[:12]}"
+        )
+    elsewhere = sorted(
+        {path for *_r, path in store.diff_tree(layers.patched, plan.whole)}
+        ^ set(plan.carried)
+    )
+    if elsewhere:
+        problems.append(
+            "the patched layer and the overlay's files differ at other paths than the "
+            "carried ones: " + ", ".join(elsewhere[:5])
         )
     if layers.stale_resolutions:
         problems.append("stale resolutions " + ", ".join(layers.stale_resolutions))
