@@ -1,12 +1,16 @@
-"""The engine's records, checked without git (issue 12).
+"""The engine's records: a patch's recorded blobs, checked without applying it.
 
 A patch records, per file change, the blob it was made from (``index`` line, left)
-and the blob it produces (right). Before git runs, :func:`walk_records` follows the
-series on those records alone: each patch's pre-images against the layer below
-(and the post-images of the patches before it); after git ran,
-:func:`postimage_mismatches` and :func:`same_entry` compare git's result with the
-recorded post-images. Nothing here starts a git process except :func:`blob_checker`'s
-``known``, asked only for a pre-image that differs.
+and the blob it produces (right); those blobs are the truth, its text a rendering of
+them (docs/engine.md, the truth model). :func:`resolve_records` gives abbreviated
+names in full where each names one blob of the store. Before git applies anything,
+:func:`walk_records` follows the series on those records alone: each patch's
+pre-images against the layer below (and the post-images of the patches before it);
+after git ran, :func:`postimage_mismatches` and :func:`same_entry` compare git's
+result with the recorded post-images, and :func:`missing_records` names the recorded
+blobs that cannot be found (SER017). The only git processes started here are object
+look-ups: :func:`blob_checker`'s ``known`` (asked only for a pre-image that differs),
+:func:`resolve_records` (only for abbreviated names) and :func:`missing_records`.
 """
 
 from __future__ import annotations

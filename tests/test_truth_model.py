@@ -412,3 +412,30 @@ def test_edit_refuses_to_rest_on_an_unverified_patch(ov, w, tmp_path):
     assert not (ov.root / ".overlay" / "edit").exists() or not any(
         (ov.root / ".overlay" / "edit").iterdir()
     )
+
+
+def test_rebase_never_carries_an_unverified_patch_by_its_text(ov, w, tmp_path):
+    from overlay.gitstore import EMPTY_TREE, Store
+    from overlay.patchfmt import format_patch, tree_diff
+
+    core = "mlx/core.cpp"
+    other = Store(str(tmp_path / "elsewhere.git"))
+    base = lines("core", change={1: "elsewhere 1", 5: "core 5 // rocm hook"})
+    trees = [
+        other.edit_tree(EMPTY_TREE, {core: ("100644", other.hash_blob(t.encode()))})
+        for t in (base, base.replace("core 20\n", "core 20 fixed\n"))
+    ]
+    data = format_patch(
+        "rocm: made elsewhere",
+        "Why.",
+        [("Local-Fix", "1"), ("Forwarded", "not-needed")],
+        tree_diff(other, *trees),
+    )
+    ov.add_patch("0001-elsewhere.patch", data)
+    write_fixes(ov, [("Elsewhere.", [core])])
+    stopped = cli(ov, "rebase", "--onto", w.pin_clean)
+    assert stopped.exit_code == 1, stopped.output
+    assert "not in the git store" in stopped.output, stopped.output
+    assert "--accept-text" in stopped.output
+    assert cli(ov, "rebase", "--abort").exit_code == 0
+    assert patch_bytes(ov, "0001-elsewhere.patch") == data

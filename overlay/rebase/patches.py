@@ -55,7 +55,9 @@ class PatchSteps(RunBase):
             # compute_layers(stepwise=True) gives every patch its tree.
             assert result.tree is not None
             if result.patch.name == name:
-                return before, result.tree
+                # An unverifiable patch's old tree is its text's, not its record's: the
+                # carry must not rest on it (the engine's own rebuild says why not).
+                return None if result.state == "unverified" else (before, result.tree)
             before = result.tree
         return None
 
@@ -119,7 +121,7 @@ class PatchSteps(RunBase):
                 patch,
                 PatchStop(name=patch.name, tree=tree, merged=tree, files=[], modes={}),
                 f"patch {patch.name} does not apply to the new layer and cannot be "
-                f"merged: {exc.message}",
+                f"merged: {exc.message}" + (f"; {exc.hint}" if exc.hint else ""),
                 {},
             )
 
