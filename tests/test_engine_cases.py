@@ -880,7 +880,9 @@ def two_blocks(inserted: int = 0, second: str = "state = 1;") -> str:
     )
 
 
-def test_context_matching_another_block_is_never_placed_there_through_a_rebase(ov, w):
+def blocks_overlay(ov, w) -> tuple[str, bytes]:
+    """An overlay whose one patch changes the second of two identical blocks, made on a
+    new pin ``pin_a``; returns ``(pin_a, the patch's bytes)``."""
     upstream_branch(w, "blocks", w.base)
     pin_a = w.upstream.commit(
         {"mlx/blocks.cpp": two_blocks()}, "upstream adds two identical blocks"
@@ -893,6 +895,11 @@ def test_context_matching_another_block_is_never_placed_there_through_a_rebase(o
         fix=1,
     )
     write_fixes(ov, [("Second block.", ["mlx/blocks.cpp"])], pin=pin_a)
+    return pin_a, data
+
+
+def test_context_matching_another_block_is_never_placed_there_through_a_rebase(ov, w):
+    _pin_a, data = blocks_overlay(ov, w)
     assert_verify_clean(ov)
     # The pin inserts 7 lines above the first block: the first block now sits exactly where the
     # hunk says (the blocks are 7 lines apart), so `git apply` alone would change the first block.

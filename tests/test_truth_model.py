@@ -16,6 +16,7 @@ from gitfixtures import cli, lines
 from test_engine_cases import (
     add_patch,
     assert_verify_clean,
+    blocks_overlay,
     patch_bytes,
     patched_blob,
     two_blocks,
@@ -37,21 +38,33 @@ def _shift_hunk_headers(data: bytes, by: int) -> bytes:
 
 
 def _blocks_overlay(ov, w):
-    """An overlay whose one patch changes the second of two identical blocks, made on
-    ``pin_a``; returns ``(pin_a, patch bytes as made)``."""
-    upstream_branch(w, "blocks", w.base)
-    pin_a = w.upstream.commit(
-        {"mlx/blocks.cpp": two_blocks()}, "upstream adds two identical blocks"
-    )
-    ov.write_manifest(pin_a)
-    data = add_patch(
-        ov,
-        "0001-second-block.patch",
-        {"mlx/blocks.cpp": two_blocks(second="state = 2;")},
-    )
-    write_fixes(ov, [("Second block.", ["mlx/blocks.cpp"])], pin=pin_a)
+    """:func:`test_engine_cases.blocks_overlay`, verified clean first."""
+    pin_a, data = blocks_overlay(ov, w)
     assert_verify_clean(ov)
     return pin_a, data
+
+
+def _made_elsewhere(ov, tmp_path, path: str, before: str, after: str) -> bytes:
+    """A patch of ``path`` from ``before`` to ``after`` made in another clone (its blobs
+    are in no store of this test's), added to the series with a verify-clean entry;
+    returns its bytes."""
+    from overlay.gitstore import EMPTY_TREE, Store
+    from overlay.patchfmt import format_patch, tree_diff
+
+    other = Store(str(tmp_path / "elsewhere.git"))
+    trees = [
+        other.edit_tree(EMPTY_TREE, {path: ("100644", other.hash_blob(t.encode()))})
+        for t in (before, after)
+    ]
+    data = format_patch(
+        "rocm: made elsewhere",
+        "Made in another clone.",
+        [("Local-Fix", "1"), ("Forwarded", "not-needed")],
+        tree_diff(other, *trees),
+    )
+    ov.add_patch("0001-elsewhere.patch", data)
+    write_fixes(ov, [("Elsewhere.", [path])])
+    return data
 
 
 # -- item 1: an @@ header edited to point at an identical block elsewhere -------------------
@@ -165,26 +178,15 @@ def test_abbreviated_index_lines_block_no_later_patch_and_refresh_restores_them(
 
 # -- shared case 7 under the truth model: made elsewhere, unverifiable until accepted -------
 def test_patch_made_elsewhere_is_unverified_until_its_text_is_accepted(ov, w, tmp_path):
-    from overlay.gitstore import EMPTY_TREE, Store
-    from overlay.patchfmt import format_patch, tree_diff
-
     device = "mlx/backend/rocm/device.cpp"
-    other = Store(str(tmp_path / "elsewhere.git"))
     # Elsewhere the file differed at line 1, far from the hunk.
-    before = lines("device", change={1: "elsewhere 1"})
-    after = lines("device", change={1: "elsewhere 1", 20: "d20 fixed"})
-    trees = [
-        other.edit_tree(EMPTY_TREE, {device: ("100644", other.hash_blob(t.encode()))})
-        for t in (before, after)
-    ]
-    data = format_patch(
-        "rocm: made elsewhere",
-        "Made in another clone.",
-        [("Local-Fix", "1"), ("Forwarded", "not-needed")],
-        tree_diff(other, *trees),
+    data = _made_elsewhere(
+        ov,
+        tmp_path,
+        device,
+        lines("device", change={1: "elsewhere 1"}),
+        lines("device", change={1: "elsewhere 1", 20: "d20 fixed"}),
     )
-    ov.add_patch("0001-elsewhere.patch", data)
-    write_fixes(ov, [("Elsewhere.", [device])])
     status = cli(ov, "status")
     assert "[unverified]" in status.output, status.output
     verify = cli(ov, "verify")
@@ -380,28 +382,13 @@ def test_sync_names_fork_changes_outside_carry_until_acknowledged(ov, w):
 
 
 def test_edit_refuses_to_rest_on_an_unverified_patch(ov, w, tmp_path):
-    from overlay.gitstore import EMPTY_TREE, Store
-    from overlay.patchfmt import format_patch, tree_diff
-
-    device = "mlx/backend/rocm/device.cpp"
-    other = Store(str(tmp_path / "elsewhere.git"))
-    trees = [
-        other.edit_tree(EMPTY_TREE, {device: ("100644", other.hash_blob(t.encode()))})
-        for t in (
-            lines("device", change={1: "elsewhere 1"}),
-            lines("device", change={1: "elsewhere 1", 20: "d20"}),
-        )
-    ]
-    ov.add_patch(
-        "0001-elsewhere.patch",
-        format_patch(
-            "rocm: made elsewhere",
-            "Why.",
-            [("Local-Fix", "1"), ("Forwarded", "not-needed")],
-            tree_diff(other, *trees),
-        ),
+    _made_elsewhere(
+        ov,
+        tmp_path,
+        "mlx/backend/rocm/device.cpp",
+        lines("device", change={1: "elsewhere 1"}),
+        lines("device", change={1: "elsewhere 1", 20: "d20"}),
     )
-    write_fixes(ov, [("Elsewhere.", [device])])
     for args in (
         ("edit", "0001-elsewhere.patch"),
         ("edit", "--new", "0002-more.patch"),
@@ -415,24 +402,10 @@ def test_edit_refuses_to_rest_on_an_unverified_patch(ov, w, tmp_path):
 
 
 def test_rebase_never_carries_an_unverified_patch_by_its_text(ov, w, tmp_path):
-    from overlay.gitstore import EMPTY_TREE, Store
-    from overlay.patchfmt import format_patch, tree_diff
-
-    core = "mlx/core.cpp"
-    other = Store(str(tmp_path / "elsewhere.git"))
     base = lines("core", change={1: "elsewhere 1", 5: "core 5 // rocm hook"})
-    trees = [
-        other.edit_tree(EMPTY_TREE, {core: ("100644", other.hash_blob(t.encode()))})
-        for t in (base, base.replace("core 20\n", "core 20 fixed\n"))
-    ]
-    data = format_patch(
-        "rocm: made elsewhere",
-        "Why.",
-        [("Local-Fix", "1"), ("Forwarded", "not-needed")],
-        tree_diff(other, *trees),
+    data = _made_elsewhere(
+        ov, tmp_path, "mlx/core.cpp", base, base.replace("core 20\n", "core 20 fixed\n")
     )
-    ov.add_patch("0001-elsewhere.patch", data)
-    write_fixes(ov, [("Elsewhere.", [core])])
     stopped = cli(ov, "rebase", "--onto", w.pin_clean)
     assert stopped.exit_code == 1, stopped.output
     assert "not in the git store" in stopped.output, stopped.output
