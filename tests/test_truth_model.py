@@ -412,3 +412,25 @@ def test_rebase_never_carries_an_unverified_patch_by_its_text(ov, w, tmp_path):
     assert "--accept-text" in stopped.output
     assert cli(ov, "rebase", "--abort").exit_code == 0
     assert patch_bytes(ov, "0001-elsewhere.patch") == data
+
+
+def test_a_sync_killed_after_its_manifest_write_completes_with_one_review_mark(ov, w):
+    from gitfixtures import overlay_process
+
+    device = "mlx/backend/rocm/device.cpp"
+    add_patch(ov, "0001-device.patch", {device: lines("device", change={9: "d9"})})
+    write_fixes(ov, [("Device.", [device])])
+    fork2 = w.fork.commit({"docs/rocm.md": "fork docs, new page\n"}, "fork docs")
+    killed = overlay_process(
+        ov, "sync", "--fork", fork2, env={"OVERLAY_TEST_KILL_AT": "commit"}
+    )
+    assert killed.returncode == -9, killed.stderr
+    manifest = (ov.root / PDIR / "overlay.toml").read_text()
+    assert manifest.count("uncarried-reviewed") == 1, manifest
+    done = cli(ov, "sync", "--continue")
+    assert done.exit_code == 0, done.output
+    assert "not carried: the fork changed 1 path(s)" in done.output, done.output
+    manifest = (ov.root / PDIR / "overlay.toml").read_text()
+    assert manifest.count("uncarried-reviewed") == 1
+    assert f'uncarried-reviewed = "{w.fork_commit}"' in manifest
+    assert f'commit = "{fork2}"' in manifest
