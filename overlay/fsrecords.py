@@ -16,12 +16,10 @@ from __future__ import annotations
 import errno
 import os
 import stat
-import subprocess
-import tempfile
-from collections.abc import Sequence
 from typing import NamedTuple
 
 from overlay.errors import OverlayError
+from overlay.gitrun import git_ignored
 
 #: Largest record overlay reads, in bytes (16 MiB). The largest real record, a
 #: patch of the v0.32.1 series, is well under 1 MiB; the cap only has to stop
@@ -267,45 +265,6 @@ def read_record_text(
     )
 
 
-def git_ignored(root: str | os.PathLike, rels: Sequence[str]) -> set[str]:
-    """The paths among ``rels`` that git's ignore rules exclude in the work tree at ``root``.
-
-    One ``git -C ROOT check-ignore --stdin -z`` for all of them, so ``.gitignore``
-    files, ``.git/info/exclude`` and the user's ``core.excludesFile`` all count (a
-    ``.DS_Store`` is usually ignored by the last). A tracked file is never ignored
-    (git applies ignore rules to untracked files only).
-
-    Args:
-        root: a directory inside a git work tree; the paths are relative to it.
-        rels: slash-separated paths.
-    Returns:
-        The ignored subset; empty when ``root`` is in no work tree, git is missing
-        or fails (then nothing is ignored, as without git).
-    """
-    if not rels:
-        return set()
-    from overlay.errors import GitError
-    from overlay.gitstore import git_env, git_executable, zsplit
-
-    try:
-        exe = git_executable()
-    except GitError:
-        return set()
-    # The user's configuration stays visible (user_config): core.excludesFile lives there.
-    proc = subprocess.run(
-        [exe, "-C", os.fspath(root), "check-ignore", "--stdin", "-z"],
-        input=("\0".join(rels) + "\0").encode("utf-8", "surrogateescape"),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        cwd=tempfile.gettempdir(),
-        env=git_env(user_config=True),
-        check=False,
-    )
-    if proc.returncode not in (0, 1):
-        return set()
-    return set(zsplit(proc.stdout)) & set(rels)
-
-
 def scan_record_dir(
     root: str | os.PathLike,
     rel_dir: str,
@@ -321,7 +280,7 @@ def scan_record_dir(
     Nothing under the directory may be a symlink (file or directory) or a
     special file; symlinked directories are not entered. Each file is read with
     :func:`read_record` (``allow_symlink=False``), so the same cap applies.
-    Entries git ignores (:func:`git_ignored`: a ``.DS_Store`` beside the
+    Entries git ignores (:func:`overlay.gitrun.git_ignored`: a ``.DS_Store`` beside the
     resolutions) are no records: they are neither read nor refused; where the
     directory itself is ignored, its entries are all read.
 

@@ -12,7 +12,10 @@ Neither starts a process per object (an export reads a thousand blobs).
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import struct
 import subprocess
+import zlib
 from collections.abc import Iterator, Sequence
 
 from overlay.errors import GitError
@@ -21,6 +24,7 @@ from overlay.gitrun import (
     SYNTHETIC_IDENTITY,
     git_env,
     git_executable,
+    run_git,
     zsplit,
 )
 
@@ -413,3 +417,42 @@ def synthetic_commits(
         body = ("\n".join(lines) + "\n").encode()
         out.append((hashlib.sha1(b"commit %d\0" % len(body) + body).hexdigest(), body))
     return out
+
+
+#: The pack format's object type codes.
+_TYPE_CODES = {"commit": 1, "tree": 2, "blob": 3, "tag": 4}
+#: Fewer objects than this are written loose, more as one pack: git's own default for
+#: a fetch (``fetch.unpackLimit``, 100). A thousand loose trees cost a file each (about
+#: 1 s of CPU for the 4,400 trees of a 1,000-patch series, against 0.09 s as a pack).
+UNPACK_LIMIT = 100
+
+
+def write_typed(git_dir: str, objects: dict[str, tuple[str, bytes]]) -> None:
+    """Write ``objects`` (name -> ``(type, content)``) into the store at ``git_dir`` with one git
+    process: a pack of whole (undeltified) objects is made here and given to
+    ``git unpack-objects`` (loose objects, as ``git write-tree`` or ``git hash-object
+    -w`` leave them) or, from :data:`UNPACK_LIMIT` objects on, to ``git index-pack
+    --stdin`` (kept as a pack)."""
+    if not objects:
+        return
+    parts = [b"PACK", struct.pack(">II", 2, len(objects))]
+    for kind, body in objects.values():
+        code = _TYPE_CODES[kind]
+        size = len(body)
+        head = bytearray([(code << 4) | (size & 0x0F)])
+        size >>= 4
+        while size:
+            head[-1] |= 0x80
+            head.append(size & 0x7F)
+            size >>= 7
+        parts.append(bytes(head))
+        # Stored, not deflated: the trees of a long series are megabytes (a new copy of a
+        # large directory per patch), and deflating them cost more than the rest of the
+        # apply (0.25 s of 1.3 s for 1,000 patches); git's next repack compresses them.
+        parts.append(zlib.compress(body, 0))
+    pack = b"".join(parts)
+    pack += hashlib.sha1(pack).digest()
+    if len(objects) < UNPACK_LIMIT:
+        run_git(["unpack-objects", "-q"], git_dir=git_dir, input=pack)
+    else:
+        run_git(["index-pack", "--stdin"], git_dir=git_dir, input=pack)

@@ -240,3 +240,39 @@ def create_bare_repo(git_dir: str) -> None:
     with flocked(os.path.join(parent, f".{os.path.basename(git_dir)}.init.lock")):
         if not os.path.isfile(os.path.join(git_dir, "HEAD")):
             run_git(["init", "-q", "--bare", git_dir])
+
+
+def git_ignored(root: str | os.PathLike, rels: Sequence[str]) -> set[str]:
+    """The paths among ``rels`` that git's ignore rules exclude in the work tree at ``root``.
+
+    One ``git -C ROOT check-ignore --stdin -z`` for all of them, so ``.gitignore``
+    files, ``.git/info/exclude`` and the user's ``core.excludesFile`` all count (a
+    ``.DS_Store`` is usually ignored by the last). A tracked file is never ignored
+    (git applies ignore rules to untracked files only).
+
+    Args:
+        root: a directory inside a git work tree; the paths are relative to it.
+        rels: slash-separated paths.
+    Returns:
+        The ignored subset; empty when ``root`` is in no work tree, git is missing
+        or fails (then nothing is ignored, as without git).
+    """
+    if not rels:
+        return set()
+    try:
+        exe = git_executable()
+    except GitError:
+        return set()
+    # The user's configuration stays visible (user_config): core.excludesFile lives there.
+    proc = subprocess.run(
+        [exe, "-C", os.fspath(root), "check-ignore", "--stdin", "-z"],
+        input=("\0".join(rels) + "\0").encode("utf-8", "surrogateescape"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        cwd=tempfile.gettempdir(),
+        env=git_env(user_config=True),
+        check=False,
+    )
+    if proc.returncode not in (0, 1):
+        return set()
+    return set(zsplit(proc.stdout)) & set(rels)

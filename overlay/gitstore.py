@@ -18,7 +18,7 @@ import contextlib
 import json
 import os
 import subprocess
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 from overlay.errors import GitError
 from overlay.fsutil import atomic_write, flocked, scratch_dir
@@ -34,6 +34,7 @@ from overlay.gitobjects import (
     parse_merge_tree,
     read_objects,
     synthetic_commits,
+    write_typed,
 )
 from overlay.gitrun import (
     EMPTY_TREE,
@@ -189,6 +190,15 @@ class Store(Fetching, RememberedAncestry):
             self.git("config", f"remote.{name}.url", url)
         self._config_urls[name] = url
         return old or None
+
+    def set_remotes(self, urls: Mapping[str, str]) -> None:
+        """Point the remotes at ``urls`` (``{"upstream": url, "fork": url}``: a manifest's
+        ``remote_urls()``, or :func:`overlay.manifest.override_urls`): every remote
+        overlay fetches from is set here. Cheap when they already point there (the
+        configuration is read once per store).
+        """
+        for name, url in urls.items():
+            self.set_remote(name, url)
 
     def _read_remote_urls(self) -> dict[str, str]:
         """Every ``remote.<name>.url`` of the store's configuration, from one ``git config``
@@ -463,7 +473,7 @@ class Store(Fetching, RememberedAncestry):
 
         Each commit has the fixed identity and date of :data:`SYNTHETIC_IDENTITY`, so
         its name is the same as :meth:`commit_tree` would give. The bodies and names are
-        computed here and written as one pack (:func:`overlay.treemodel.write_typed`):
+        computed here and written as one pack (:func:`overlay.gitobjects.write_typed`):
         no scratch files (issue 14).
 
         Args:
@@ -474,10 +484,9 @@ class Store(Fetching, RememberedAncestry):
         Raises:
             GitError: git refused the pack (a store of another object format).
         """
-        from overlay.treemodel import write_typed  # here: treemodel imports this module
 
         made = synthetic_commits(specs)
-        write_typed(self, {sha: ("commit", body) for sha, body in made})
+        write_typed(self.git_dir, {sha: ("commit", body) for sha, body in made})
         return [sha for sha, _body in made]
 
     def commit_tree(

@@ -29,7 +29,6 @@ from overlay.manifest import Manifest
 from overlay.markers import conflict_regions
 from overlay.paths import Carry, check_path
 from overlay.series import Patch, load_series
-from overlay.workspace import point_remotes
 
 #: The resolutions' directory (see :mod:`overlay.layout`).
 RESOLVED_DIR = layout.RESOLVED_DIR
@@ -402,7 +401,7 @@ def ensure_commits(
     Raises:
         OfflineMiss, GitError: a commit is missing and cannot be fetched (exit 2).
     """
-    point_remotes(store, manifest)
+    store.set_remotes(manifest.remote_urls())
     pin = pin or manifest.pin
     fork = fork or manifest.fork_commit
     merge_base = merge_base or manifest.merge_base
@@ -447,7 +446,7 @@ def compute_layers(
         key = _cache_key(manifest, pin, fork, merge_base, resolutions, series)
         cached = _cache_read(store, key, series, stepwise)
         if cached is not None:
-            point_remotes(store, manifest)  # later steps of the command fetch by them
+            store.set_remotes(manifest.remote_urls())  # later steps fetch by them
             return cached
         pin, fork, merge_base = ensure_commits(
             store, manifest, pin=pin, fork=fork, merge_base=merge_base

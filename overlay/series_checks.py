@@ -18,7 +18,8 @@ from typing import Any
 from overlay.check_codes import finding as _f
 from overlay.errors import PatchFormatError, UnsafePath
 from overlay.findings import Finding
-from overlay.fsutil import RecordError, git_ignored, read_record
+from overlay.fsutil import RecordError, read_record
+from overlay.gitrun import git_ignored
 from overlay.gitstore import Store, first_error_line, run_git
 from overlay.manifest import Manifest
 from overlay.markers import marker_lines

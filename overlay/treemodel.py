@@ -19,15 +19,12 @@ falls back to git for anything else.
 from __future__ import annotations
 
 import hashlib
-import struct
-import zlib
 from collections.abc import Callable, Iterable
 
-from overlay.gitobjects import parse_ls_tree
+from overlay.gitobjects import parse_ls_tree, write_typed
 from overlay.gitstore import EMPTY_TREE, Store
 
 _TREE_MODE = "40000"
-_TYPE_CODES = {"commit": 1, "tree": 2, "blob": 3, "tag": 4}
 
 
 class TreeConflict(Exception):
@@ -211,47 +208,10 @@ def remember_trees(store: Store, objects: dict[str, bytes]) -> None:
         store.reader.remember_trees(objects)
 
 
-#: Fewer objects than this are written loose, more as one pack: git's own default for
-#: a fetch (``fetch.unpackLimit``, 100). A thousand loose trees cost a file each (about
-#: 1 s of CPU for the 4,400 trees of a 1,000-patch series, against 0.09 s as a pack).
-UNPACK_LIMIT = 100
-
-
 def write_objects(store: Store, objects: dict[str, bytes], kind: str = "tree") -> None:
     """Write ``objects`` (name -> content, all of type ``kind``) into the store with one
-    git process (:func:`write_typed`)."""
-    write_typed(store, {oid: (kind, body) for oid, body in objects.items()})
-
-
-def write_typed(store: Store, objects: dict[str, tuple[str, bytes]]) -> None:
-    """Write ``objects`` (name -> ``(type, content)``) into the store with one git
-    process: a pack of whole (undeltified) objects is made here and given to
-    ``git unpack-objects`` (loose objects, as ``git write-tree`` or ``git hash-object
-    -w`` leave them) or, from :data:`UNPACK_LIMIT` objects on, to ``git index-pack
-    --stdin`` (kept as a pack)."""
-    if not objects:
-        return
-    parts = [b"PACK", struct.pack(">II", 2, len(objects))]
-    for kind, body in objects.values():
-        code = _TYPE_CODES[kind]
-        size = len(body)
-        head = bytearray([(code << 4) | (size & 0x0F)])
-        size >>= 4
-        while size:
-            head[-1] |= 0x80
-            head.append(size & 0x7F)
-            size >>= 7
-        parts.append(bytes(head))
-        # Stored, not deflated: the trees of a long series are megabytes (a new copy of a
-        # large directory per patch), and deflating them cost more than the rest of the
-        # apply (0.25 s of 1.3 s for 1,000 patches); git's next repack compresses them.
-        parts.append(zlib.compress(body, 0))
-    pack = b"".join(parts)
-    pack += hashlib.sha1(pack).digest()
-    if len(objects) < UNPACK_LIMIT:
-        store.git("unpack-objects", "-q", input=pack)
-    else:
-        store.git("index-pack", "--stdin", input=pack)
+    git process (:func:`overlay.gitobjects.write_typed`)."""
+    write_typed(store.git_dir, {oid: (kind, body) for oid, body in objects.items()})
 
 
 def blob_name(data: bytes) -> str:
@@ -296,6 +256,6 @@ def edit_tree(
             store.hash_blob(data)
         return store.edit_tree(tree, changes)
     typed.update((oid, ("tree", body)) for oid, body in model.objects.items())
-    write_typed(store, typed)
+    write_typed(store.git_dir, typed)
     remember_trees(store, model.objects)
     return new

@@ -10,8 +10,8 @@ command:
   directory as git finds its root;
 * :attr:`Workspace.manifest` -- ``patches-rocm/overlay.toml``, validated;
 * :attr:`Workspace.store` -- the git store; its ``upstream`` and ``fork`` remotes
-  point at the manifest's URLs as soon as both are known (:func:`point_remotes`,
-  the one place that does it);
+  point at the manifest's URLs as soon as both are known
+  (:meth:`overlay.gitstore.Store.set_remotes`, the one place remotes are set);
 * :meth:`Workspace.layers` -- the three layers, computed on demand and cached per
   set of options;
 * :meth:`Workspace.path` -- a record or state path (:mod:`overlay.layout`) under
@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from overlay import layout
@@ -38,32 +38,6 @@ if TYPE_CHECKING:
     from overlay.layers import Layers
     from overlay.manifest import Manifest
     from overlay.series import Patch
-
-
-def point_remotes(store: Store, manifest: Manifest) -> None:
-    """Point the store's remotes at the manifest's URLs (after the ``OVERLAY_UPSTREAM_URL``
-    / ``OVERLAY_FORK_URL`` overrides): the one place a manifest sets the remotes.
-
-    Cheap when they already point there (the store reads its configuration once).
-
-    Args:
-        store: the git store.
-        manifest: the validated manifest.
-    """
-    set_remotes(store, manifest.remote_urls())
-
-
-def set_remotes(store: Store, urls: Mapping[str, str]) -> None:
-    """Point the store's remotes at ``urls`` (``{"upstream": url, "fork": url}``, after
-    :func:`overlay.manifest.override_urls`): every remote overlay fetches from is set
-    here.
-
-    Args:
-        store: the git store.
-        urls: remote name to URL.
-    """
-    for name, url in urls.items():
-        store.set_remote(name, url)
 
 
 class Workspace:
@@ -162,7 +136,7 @@ class Workspace:
 
             self._manifest = load_manifest(self.root)
             if self._store is not None:
-                point_remotes(self._store, self._manifest)
+                self._store.set_remotes(self._manifest.remote_urls())
         return self._manifest
 
     @property
@@ -178,7 +152,7 @@ class Workspace:
 
             self._store = Store(self.git_dir, offline=self.offline)
             if self._manifest is not None:
-                point_remotes(self._store, self._manifest)
+                self._store.set_remotes(self._manifest.remote_urls())
         return self._store
 
     def layers(

@@ -209,9 +209,9 @@ def test_tree_model_matches_write_tree(store):
 
 
 def test_many_objects_go_in_one_pack(store, monkeypatch):
-    from overlay import treemodel
+    from overlay import gitobjects
 
-    monkeypatch.setattr(treemodel, "UNPACK_LIMIT", 2)
+    monkeypatch.setattr(gitobjects, "UNPACK_LIMIT", 2)
     tree = base_tree(store)
     model = TreeModel(listing(store, tree), tree)
     for i in range(5):

@@ -72,10 +72,9 @@ def test_an_option_without_its_value_names_the_commands_help(tmp_path, args, hin
 
 def test_a_wrong_full_sha_says_the_remotes_lack_it(overlay, world):
     from overlay.manifest import load_manifest
-    from overlay.workspace import point_remotes
 
     store = Store()
-    point_remotes(store, load_manifest(str(overlay.root)))
+    store.set_remotes(load_manifest(str(overlay.root)).remote_urls())
     with pytest.raises(GitError) as err:
         store.resolve("0123456789abcdef0123456789abcdef01234567")
     assert "is not in upstream" in err.value.message
@@ -83,11 +82,9 @@ def test_a_wrong_full_sha_says_the_remotes_lack_it(overlay, world):
 
 
 def test_a_wrong_full_sha_with_unreachable_remotes_keeps_the_network_hint(tmp_path):
-    from overlay.workspace import set_remotes
-
     store = Store()
-    set_remotes(
-        store, {"upstream": str(tmp_path / "gone"), "fork": str(tmp_path / "gone")}
+    store.set_remotes(
+        {"upstream": str(tmp_path / "gone"), "fork": str(tmp_path / "gone")}
     )
     with pytest.raises(GitError) as err:
         store.resolve("0123456789abcdef0123456789abcdef01234567")

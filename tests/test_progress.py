@@ -15,7 +15,6 @@ from overlay.errors import OverlayError
 from overlay.gitstore import Store
 from overlay.manifest import load_manifest
 from overlay.progress import PLAIN_INTERVAL, LiveProgress, progress_mode
-from overlay.workspace import point_remotes
 
 
 @pytest.mark.parametrize(
@@ -72,7 +71,7 @@ def test_a_fetch_says_what_it_fetches_and_from_where(
 ):
     monkeypatch.setenv("OVERLAY_PROGRESS", "plain")
     store = Store()
-    point_remotes(store, load_manifest(str(overlay.root)))
+    store.set_remotes(load_manifest(str(overlay.root)).remote_urls())
     store.ensure_commit(world.fork_commit, ["fork"])
     err = capsys.readouterr().err
     assert f"overlay: fetch: commit {world.fork_commit[:12]} from fork (" in err

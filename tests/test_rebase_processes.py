@@ -11,11 +11,11 @@ from __future__ import annotations
 import pytest
 from gitfixtures import cli, git, lines
 
-from overlay.gitobjects import parse_ls_tree, parse_tree_object
+from overlay.gitobjects import parse_ls_tree, parse_tree_object, write_typed
 from overlay.gitstore import EMPTY_TREE, Store
 from overlay.rebase.base import RunBase
 from overlay.rebase_state import Bases
-from overlay.treemodel import blob_name, edit_tree, listing, write_typed
+from overlay.treemodel import blob_name, edit_tree, listing
 
 FILES = {
     "a.txt": (b"one\n", "100644"),
@@ -111,7 +111,9 @@ def test_object_questions_inside_reading_answer_as_git_does(store):
 def test_missing_objects_inside_reading_answer_as_git_does(store):
     tree = make_tree(store)
     blobs = {blob_name(b"%d\n" % k): ("blob", b"%d\n" % k) for k in range(1200)}
-    write_typed(store, blobs)  # more names than one chunk of the reader's questions
+    write_typed(
+        store.git_dir, blobs
+    )  # more names than one chunk of the reader's questions
     names = list(blobs)
     absent = ["f" * 40, "0123456789" * 4]
     asked = [tree, *names[:600], absent[0], *names[600:], absent[1]]

@@ -44,7 +44,6 @@ from overlay.manifest import MANIFEST_PATH, Manifest, override_urls, parse_manif
 from overlay.markers import conflict_regions
 from overlay.patchfmt import DEFAULT_AUTHOR
 from overlay.paths import Carry, glob_match
-from overlay.workspace import set_remotes
 
 _OWNER_NAME = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
 
@@ -313,7 +312,7 @@ def _resolve_upstream(
         OverlayError: the merge base is the fork commit or not its ancestor (exit 2);
             GitError, OfflineMiss: a commit cannot be found or fetched.
     """
-    set_remotes(store, override_urls(upstream_url, fork_url))
+    store.set_remotes(override_urls(upstream_url, fork_url))
     pin = store.resolve(up.pin, ["upstream", "fork"])
     fork = store.resolve(up.commit, ["fork"])
     base = store.resolve(up.merge_base, ["fork", "upstream"])

@@ -13,11 +13,11 @@ from overlay.errors import OverlayError
 from overlay.fsutil import (
     RecordMissing,
     decode_record,
-    git_ignored,
     read_record,
     read_record_text,
     scan_record_dir,
 )
+from overlay.gitrun import git_ignored
 from overlay.paths import check_path
 
 UPSTREAM_FILE = "UPSTREAM"

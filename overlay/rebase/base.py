@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from overlay import fixes, layout
 from overlay.errors import EXIT_FINDINGS, GitError, OverlayError
 from overlay.fsutil import atomic_write, kill_point, scratch_dir
+from overlay.gitobjects import write_typed
 from overlay.gitstore import CatFile, Store
 from overlay.layers import Layers, read_resolutions
 from overlay.manifest import MANIFEST_PATH, Manifest, load_manifest
@@ -251,10 +252,9 @@ class RunBase:
     def _flush_blobs(self) -> None:
         """Write the blobs :meth:`_blob_name` named and did not write yet (one process)."""
         if self._new_blobs:
-            from overlay.treemodel import write_typed
-
             write_typed(
-                self.store, {oid: ("blob", d) for oid, d in self._new_blobs.items()}
+                self.store.git_dir,
+                {oid: ("blob", d) for oid, d in self._new_blobs.items()},
             )
             self._new_blobs = {}
 
