@@ -58,6 +58,7 @@ def _rebase_action_locked(ctx: Context, action: str, fmt: str) -> None:
     from overlay.rebase_report import render
 
     rb = Rebase(ctx.root, _store(ctx))
+    rb.say = click.echo
     info = rb.inspect()
     if not info.present:
         if action == "status":
@@ -266,6 +267,7 @@ def _plan_and_run(ws: Workspace, kind: str, fmt: str, **kwargs) -> None:
         )
         return
     rb = Rebase(ws.root, ws.store)
+    rb.say = click.echo
     rb.start(kind, plan.new, plan.old)
     report = rb.run()
     click.echo(render(report, fmt), nl=False)
