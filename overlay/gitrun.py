@@ -240,3 +240,29 @@ def create_bare_repo(git_dir: str) -> None:
     with flocked(os.path.join(parent, f".{os.path.basename(git_dir)}.init.lock")):
         if not os.path.isfile(os.path.join(git_dir, "HEAD")):
             run_git(["init", "-q", "--bare", git_dir])
+
+
+def user_identity(repo: str) -> str | None:
+    """``Name <email>`` from ``git config user.name``/``user.email`` as the user's git
+    reads them in ``repo`` (its own config, then the global one), the identity ``git
+    format-patch`` writes; ``None`` when either is unset or git cannot say.
+
+    Args:
+        repo: a directory (the overlay repository; it need not be a git checkout).
+    """
+    values = []
+    for key in ("user.name", "user.email"):
+        try:
+            proc = subprocess.run(
+                [git_executable(), "config", "--get", key],
+                cwd=repo,
+                env=git_env(user_config=True),
+                capture_output=True,
+            )
+        except (OSError, GitError):
+            return None
+        value = proc.stdout.decode("utf-8", "replace").strip()
+        if proc.returncode != 0 or not value or "\n" in value:
+            return None
+        values.append(value)
+    return f"{values[0]} <{values[1]}>"
