@@ -28,6 +28,7 @@ from overlay.errors import OverlayError
 from overlay.gitstore import MergeResult, TreeEntry
 from overlay.patchfmt import tree_diff
 from overlay.rebase.base import RebaseStopped, _checkpoint
+from overlay.rebase.formatting import FormatSteps
 from overlay.rebase.rerere import RerereSteps
 from overlay.rebase_state import EmptyStop, PatchOutcome, PatchStop, Stop
 from overlay.refresh import refreshed_bytes
@@ -41,7 +42,7 @@ Changes = dict[str, tuple[str, str] | None]
 WORK = os.path.join(STATE_DIR, layout.WORK)
 
 
-class PatchSteps(RerereSteps):
+class PatchSteps(RerereSteps, FormatSteps):
     """Carry the series onto the new layer; stop on a conflict; take the user's edit."""
 
     def _made_on(self, name: str) -> tuple[str, str] | None:
@@ -293,7 +294,7 @@ class PatchSteps(RerereSteps):
                     "`--continue`)"
                 )
                 continue
-            what.append(self._work_file(patch, path, st, kinds, files))
+            what.append(self._work_file(patch, path, st, kinds, files, tree))
             if path in found:
                 files[path] = found[path][0]
                 line = self._replay_line(path, patch.name, keys[path], found[path][1])
@@ -331,19 +332,24 @@ class PatchSteps(RerereSteps):
         st: dict[int, tuple[str, str]],
         kinds: str,
         files: dict[str, bytes | None],
+        tree: str,
     ) -> str:
         """Put the work file(s) of one conflicted path into ``files``; return what the
         stop message says of it (a 3-way text, or which side deleted it)."""
         s1, s2, s3 = st.get(1), st.get(2), st.get(3)
         if s2 and s3:
-            files[path], _ = self._merge_file(
+            texts = (
                 self._blob(s2[1]),
                 self._blob(s1[1]) if s1 else b"",
                 self._blob(s3[1]),
+            )
+            files[path], _ = self._merge_file(
+                *texts,
                 ("new base", "patch pre-image", f"patch {patch.name}"),
                 diff3=True,
             )
-            return f"{path} ({kinds})"
+            note = self._formatting_note(path, tree, texts, files)
+            return f"{path} ({kinds}" + (f": {note})" if note else ")")
         if s3:
             files[path] = self._blob(s3[1])
             return (
