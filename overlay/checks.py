@@ -263,7 +263,32 @@ def _fix_findings(
             outside_tree=manifest.outside_tree,
         )
         findings += fixes.check_dropped(doc, layers.dropped_changes)
+        findings += _pin_citation_findings(root, store, manifest)
     return findings
+
+
+def _pin_citation_findings(
+    root: str, store: Store, manifest: Manifest
+) -> list[Finding]:
+    """FIX027: the retarget entries citing an upstream commit the pin lacks (the
+    warning of a rebase that moved the pin back, kept while it holds; issue 30)."""
+    from overlay.fixes.model import finding
+    from overlay.pins import pin_lacks_citations
+
+    return [
+        finding(
+            fixes.FILE_NAME,
+            "FIX027",
+            line or None,
+            citation.describe(f"the pin {manifest.pin[:8]}"),
+            hint="the patch follows API the pin does not have, so the tree may not "
+            "build: move the pin to a commit that has it (`overlay rebase --onto`), "
+            "or change the patch and the entry's citation",
+        )
+        for line, citation in pin_lacks_citations(
+            store, root, manifest.pin, manifest.fork_commit
+        )
+    ]
 
 
 def verify(

@@ -276,3 +276,29 @@ def git_ignored(root: str | os.PathLike, rels: Sequence[str]) -> set[str]:
     if proc.returncode not in (0, 1):
         return set()
     return set(zsplit(proc.stdout)) & set(rels)
+
+
+def user_identity(repo: str) -> str | None:
+    """``Name <email>`` from ``git config user.name``/``user.email`` as the user's git
+    reads them in ``repo`` (its own config, then the global one), the identity ``git
+    format-patch`` writes; ``None`` when either is unset or git cannot say.
+
+    Args:
+        repo: a directory (the overlay repository; it need not be a git checkout).
+    """
+    values = []
+    for key in ("user.name", "user.email"):
+        try:
+            proc = subprocess.run(
+                [git_executable(), "-C", repo, "config", "--get", key],
+                cwd=tempfile.gettempdir(),
+                env=git_env(user_config=True),
+                capture_output=True,
+            )
+        except (OSError, GitError):
+            return None
+        value = proc.stdout.decode("utf-8", "replace").strip()
+        if proc.returncode != 0 or not value or "\n" in value:
+            return None
+        values.append(value)
+    return f"{values[0]} <{values[1]}>"

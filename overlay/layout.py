@@ -48,6 +48,8 @@ REBASE_WORK_DIR = f"{REBASE_STATE_DIR}/{WORK}"
 REBASE_LOCK = f"{STATE_DIR}/rebase.lock"
 #: Resolutions seen before, keyed on the conflict they resolved (as ``git rerere``).
 RR_CACHE = f"{STATE_DIR}/rr-cache"
+#: The team's shared rr-cache of patch-conflict resolutions: used only when it exists.
+SHARED_RR_CACHE = f"{PATCH_DIR}/rr-cache"
 #: ``verify``'s verdict cache.
 VERIFY_CACHE = f"{STATE_DIR}/verify-cache"
 #: An ``overlay edit`` in progress: its checkout and its state.

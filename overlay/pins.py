@@ -47,16 +47,14 @@ class Citation:
     patches: tuple[str, ...]
     commits: tuple[str, ...]
 
-    def describe(self) -> str:
-        """One line: who follows which commits the new pin lacks."""
+    def describe(self, pin: str = "the new pin") -> str:
+        """One line: who follows which commits ``pin`` (as the line names it) lacks."""
         who = (
             ", ".join(self.patches) + f" (LOCAL_FIXES entry {self.entry})"
             if self.patches
             else f"LOCAL_FIXES entry {self.entry} (no patch)"
         )
-        return (
-            f"{who} follows upstream {', '.join(self.commits)}, which the new pin lacks"
-        )
+        return f"{who} follows upstream {', '.join(self.commits)}, which {pin} lacks"
 
 
 def _ancestor(store: Store, a: str, b: str) -> bool:
@@ -189,6 +187,53 @@ def backwards_citations(
     """
     if new_pin == old_pin or not _ancestor(store, new_pin, old_pin):
         return []
+    return _citations(
+        store,
+        root,
+        lambda full: (
+            _ancestor(store, full, old_pin) and not _ancestor(store, full, new_pin)
+        ),
+    )
+
+
+def pin_lacks_citations(
+    store: Store, root: str, pin: str, fork: str
+) -> list[tuple[int, Citation]]:
+    """The retarget entries citing an upstream commit that the pin's history lacks
+    (verify's FIX027): the run's backwards warning, kept while it holds.
+
+    A cited commit counts when it resolves in the git store, is not an ancestor of
+    the pin, and is an upstream commit: an upstream branch or tag of the store
+    contains it, or (a store with none of those) the fork commit does not (a fork
+    commit cited for its own reasons is not upstream API the pin lacks).
+
+    Args:
+        store: git store.
+        root: overlay repository.
+        pin, fork: the manifest's pin and fork commit (full names).
+    Returns:
+        ``(line of the entry, citation)`` per entry with such commits, in entry order.
+    """
+    lines: dict[int, int] = {}
+
+    def lacks(full: str) -> bool:
+        if _ancestor(store, full, pin):
+            return False
+        refs = upstream_refs_containing(store, full, fetch=False)
+        return bool(refs) if refs is not None else not _ancestor(store, full, fork)
+
+    found = _citations(store, root, lacks, lines)
+    return [(lines.get(c.entry, 0), c) for c in found]
+
+
+def _citations(
+    store: Store,
+    root: str,
+    lacks: Callable[[str], bool],
+    lines: dict[int, int] | None = None,
+) -> list[Citation]:
+    """The retarget entries of ``root``'s ``LOCAL_FIXES.md`` citing a commit that
+    ``lacks`` (given its full name) picks; ``lines`` gets each entry's line."""
     path = os.path.join(root, fixes.FILE_NAME)
     if not os.path.isfile(path):
         return []
@@ -210,31 +255,37 @@ def backwards_citations(
         by_fix.setdefault(number, []).append(patch.name)
     out = []
     for entry in section.entries:
-        lacking = []
-        for word in dict.fromkeys(_SHA_RE.findall(f"{entry.title} {entry.text}")):
-            try:
-                proc = store.git(
-                    "rev-parse",
-                    "--verify",
-                    "--quiet",
-                    "--end-of-options",
-                    f"{word}^{{commit}}",
-                    check=False,
-                )
-            except GitError:
-                continue
-            full = proc.stdout.decode().strip()
-            if proc.returncode != 0 or not full:
-                continue
-            if _ancestor(store, full, old_pin) and not _ancestor(store, full, new_pin):
-                lacking.append(word)
+        lacking = [
+            word
+            for word in dict.fromkeys(_SHA_RE.findall(f"{entry.title} {entry.text}"))
+            if (full := _commit_named(store, word)) is not None and lacks(full)
+        ]
         if lacking:
+            if lines is not None:
+                lines[entry.number] = entry.line
             out.append(
                 Citation(
                     entry.number, tuple(by_fix.get(entry.number, ())), tuple(lacking)
                 )
             )
     return out
+
+
+def _commit_named(store: Store, word: str) -> str | None:
+    """The full name of the commit ``word`` names in the store, else ``None``."""
+    try:
+        proc = store.git(
+            "rev-parse",
+            "--verify",
+            "--quiet",
+            "--end-of-options",
+            f"{word}^{{commit}}",
+            check=False,
+        )
+    except GitError:
+        return None
+    full = proc.stdout.decode().strip()
+    return full if proc.returncode == 0 and full else None
 
 
 def fork_ahead(store: Store, fork: str, pin: str) -> list[str]:

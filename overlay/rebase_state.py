@@ -18,10 +18,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from typing import Any, ClassVar
 
 #: The ``format`` a run writes; earlier versions wrote the same.
 STATE_FORMAT = 1
+
+#: An rr-cache key.
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 def _str_list(value: Any, what: str) -> list[str]:
@@ -208,6 +212,9 @@ class PatchStop:
         modes: their file modes.
         gitlinks: conflicted submodule paths (kept as the new base has them);
             ``None`` where the patch could not be merged at all (no such key).
+        keys: path -> the rr-cache key of its content conflict, for the paths whose
+            resolution ``--continue`` records (:mod:`overlay.rebase.rerere`);
+            ``None`` when there are none (no such key).
     """
 
     type: ClassVar[str] = "patch"
@@ -217,6 +224,7 @@ class PatchStop:
     files: list[str]
     modes: dict[str, str]
     gitlinks: list[str] | None = None
+    keys: dict[str, str] | None = None
 
     @property
     def what(self) -> str:
@@ -265,6 +273,16 @@ def stop_from_json(data: Any) -> Stop:
         if not isinstance(modes, dict):
             raise ValueError("the stop's modes are not an object")
         gitlinks = data.get("gitlinks")
+        keys = data.get("keys")
+        if keys is not None and not (
+            isinstance(keys, dict)
+            and all(
+                isinstance(k, str) and isinstance(v, str) and _SHA256.fullmatch(v)
+                for k, v in keys.items()
+            )
+        ):
+            # --continue writes rr-cache files by these names: nothing else may be named.
+            raise ValueError("the stop's keys are not sha256 keys by path")
         return PatchStop(
             _str(data.get("name"), "the stop's patch"),
             _str(data.get("tree"), "the stop's tree"),
@@ -272,6 +290,7 @@ def stop_from_json(data: Any) -> Stop:
             _str_list(data.get("files"), "the stop's files"),
             {str(k): str(v) for k, v in modes.items()},
             None if gitlinks is None else _str_list(gitlinks, "the stop's gitlinks"),
+            None if keys is None else dict(keys),
         )
     if kind == "empty":
         return EmptyStop(_str(data.get("name"), "the stop's patch"))

@@ -241,8 +241,13 @@ def _hand_written_patch_stop(ov, w, seen: dict) -> dict:
 
 def test_an_old_patch_stop_is_written_alike_and_continued(ov, w):
     path, seen = _stopped_on_a_patch(ov, w)
-    old = old_bytes(_hand_written_patch_stop(ov, w, seen))
-    assert path.read_bytes() == old  # the new code writes what the old one did
+    hand = _hand_written_patch_stop(ov, w, seen)
+    old = old_bytes(hand)
+    # The new code writes what the old one did, plus the rr-cache key of the conflict
+    # (issue 30 item 1), a key the old code never read; a stop without it is continued.
+    assert list(seen["stop"]["keys"]) == ["mlx/ops.cpp"]
+    with_keys = {**hand, "stop": {**hand["stop"], "keys": seen["stop"]["keys"]}}
+    assert path.read_bytes() == old_bytes(with_keys)
     path.write_bytes(old)
     status = cli(ov, "rebase", "--status")
     assert "patch 0001-ops.patch: stopped" in status.output

@@ -71,6 +71,14 @@ def _message_from_editor(
     help="With --new: the series entry the new patch follows.",
 )
 @click.option(
+    "--rename",
+    "rename",
+    metavar="NAME",
+    default=None,
+    help="Rename PATCH to NAME (.patch is added): its file and series line, every "
+    "other byte kept.",
+)
+@click.option(
     "--abort", "abort", is_flag=True, help="Throw the work tree and the edit away."
 )
 @click.pass_obj
@@ -80,18 +88,47 @@ def edit_cmd(
     patch: str | None,
     new_name: str | None,
     after: str | None,
+    rename: str | None,
     abort: bool,
 ) -> None:
-    """Prepare a work tree to edit PATCH (or a --new one); `overlay record` writes
-    the patch."""
+    """Prepare a work tree to edit PATCH (a unique prefix such as 0002 will do, or a
+    --new one); `overlay record` writes the patch."""
     if abort:
-        if patch or new_name or after:
-            raise OverlayError("--abort takes no PATCH, --new or --after")
+        if patch or new_name or after or rename:
+            raise OverlayError("--abort takes no PATCH, --new, --after or --rename")
         _abort_edit(ws)
+    elif rename is not None:
+        if patch is None or new_name or after:
+            raise OverlayError("--rename NAME takes the PATCH to rename, and no --new")
+        _rename(ws, patch, rename)
     elif patch is None and new_name is None:
         _show_edit(ws)
     else:
         _start_edit(ws, patch, new_name, after)
+
+
+def _rename(ws: Workspace, patch: str, rename: str) -> None:
+    """``edit --rename NAME PATCH``: an edit of PATCH recorded at once under NAME
+    (the record's all-or-nothing write); the edit goes again if the record fails."""
+    from overlay.edit import abort_edit, load_session, record, start_edit
+
+    current = load_session(ws.root)
+    if current is not None:
+        raise OverlayError(
+            f"an edit of {current.name} is in progress in {current.directory}",
+            hint="`overlay record --name NAME` renames the patch being edited as it "
+            "records it; or `overlay edit --abort` first",
+        )
+    start_edit(ws.root, ws.store, ws.manifest, patch=patch)
+    try:
+        done = record(ws.root, ws.store, ws.manifest, rename=rename)
+    except BaseException:
+        abort_edit(ws.root, ws.store)
+        raise
+    click.echo(
+        f"renamed {layout.PATCH_DIR}/{done.renamed_from or done.name} to "
+        f"{layout.PATCH_DIR}/{done.name} (its series line too; every other byte kept)"
+    )
 
 
 def _echo_completed(done) -> None:
@@ -233,7 +270,16 @@ def _start_edit(
     "--author",
     default=None,
     metavar="'NAME <EMAIL>'",
-    help="From: of a new patch (default: the last patch's author).",
+    help="From: of a new patch (default: your git identity, user.name and "
+    "user.email, as git format-patch writes it; else the last patch's author).",
+)
+@click.option(
+    "--name",
+    "rename",
+    metavar="NAME",
+    default=None,
+    help="Record the patch under NAME (.patch is added): the file and its series "
+    "line are renamed in the same write.",
 )
 @click.option("--keep", is_flag=True, help="Keep the work tree for another round.")
 @click.pass_obj
@@ -247,6 +293,7 @@ def record_cmd(
     section: str,
     title: str | None,
     author: str | None,
+    rename: str | None,
     keep: bool,
 ) -> None:
     """Write the edit in progress into its patch file, LOCAL_FIXES.md entry and series
@@ -280,6 +327,7 @@ def record_cmd(
         title=title,
         author=author,
         keep=keep,
+        rename=rename,
     )
     _echo_recorded(ws, done, section)
 
@@ -288,6 +336,10 @@ def _echo_recorded(ws: Workspace, done, section: str) -> None:
     """What ``record`` wrote, carried and kept, and what to run next."""
     files = ", ".join(f"{p} +{a} -{r}" for p, a, r in done.files)
     click.echo(f"recorded {layout.PATCH_DIR}/{done.name}: {files}")
+    if done.renamed_from:
+        click.echo(
+            f"renamed from {layout.PATCH_DIR}/{done.renamed_from} (its series line too)"
+        )
     trailers = f"Local-Fix: {done.fix}, Forwarded: {done.forwarded}"
     if done.entry_created:
         click.echo(

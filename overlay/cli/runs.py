@@ -25,7 +25,9 @@ def _store(ctx: Workspace):
     return ctx.store
 
 
-def _rebase_action(ctx: Workspace, action: str, fmt: str, kind: str) -> None:
+def _rebase_action(
+    ctx: Workspace, action: str, fmt: str, kind: str, take_formatted: bool = False
+) -> None:
     """Shared driver of ``rebase`` and ``sync`` for --continue/--skip/--abort/--status,
     under the rebase lock (shared for --status): a second command at the same time is
     refused with one line; --status then says which command is running."""
@@ -36,7 +38,7 @@ def _rebase_action(ctx: Workspace, action: str, fmt: str, kind: str) -> None:
             if action != "status":
                 # temp files of a killed command, before --abort says "as before"
                 sweep_killed_runs(ctx.root)
-            _rebase_action_locked(ctx, action, fmt)
+            _rebase_action_locked(ctx, action, fmt, take_formatted)
     except StateBusy as busy:
         if action != "status":
             raise
@@ -51,13 +53,16 @@ def _rebase_action(ctx: Workspace, action: str, fmt: str, kind: str) -> None:
         )
 
 
-def _rebase_action_locked(ctx: Context, action: str, fmt: str) -> None:
+def _rebase_action_locked(
+    ctx: Context, action: str, fmt: str, take_formatted: bool = False
+) -> None:
     """One action on the run in progress, under the lock: say there is none, handle a
     wedged state, print the status, abort, or continue/skip/drop and print the report."""
     from overlay.rebase import Rebase
     from overlay.rebase_report import render
 
     rb = Rebase(ctx.root, _store(ctx))
+    rb.say = click.echo
     info = rb.inspect()
     if not info.present:
         if action == "status":
@@ -78,7 +83,7 @@ def _rebase_action_locked(ctx: Context, action: str, fmt: str) -> None:
         report = (
             rb.skip(drop=action == "drop")
             if action in ("skip", "drop")
-            else rb.continue_()
+            else rb.continue_(take_formatted=take_formatted)
         )
         click.echo(render(report, fmt), nl=False)
         click.echo("report written to .overlay/last-rebase.md")
@@ -156,6 +161,12 @@ def _rebase_options(fn):
                 "action",
                 flag_value="continue",
                 help="Take your edit and go on.",
+            ),
+            click.option(
+                "--take-formatted",
+                is_flag=True,
+                help="With --continue: take the clean merge of the clang-formatted "
+                "sides that the stop offers (PATH.formatted).",
             ),
             click.option(
                 "--skip",
@@ -291,6 +302,7 @@ def _plan_and_run(ws: Workspace, kind: str, fmt: str, **kwargs) -> None:
         )
         return
     rb = Rebase(ws.root, ws.store)
+    rb.say = click.echo
     rb.start(kind, plan.new, plan.old)
     report = rb.run()
     click.echo(render(report, fmt), nl=False)
@@ -323,6 +335,16 @@ def _no_target_with(action: str, option: str, value: str | None) -> None:
         )
 
 
+def _formatted_with_continue(take_formatted: bool, action: str | None) -> None:
+    """Refuse ``--take-formatted`` without ``--continue``.
+
+    Raises:
+        click.UsageError: exit 2, one line.
+    """
+    if take_formatted and action != "continue":
+        raise click.UsageError("--take-formatted goes with --continue")
+
+
 @click.command("rebase")
 @click.option(
     "--onto",
@@ -342,13 +364,15 @@ def rebase_cmd(
     fmt: str,
     forget: str | None,
     allow_fork_ahead: bool,
+    take_formatted: bool,
 ) -> None:
     """Carry the fork delta and the series onto a new MLX pin."""
     if forget:
         return _forget(ws, forget, "rebase")
+    _formatted_with_continue(take_formatted, action)
     if action:
         _no_target_with(action, "--onto", onto)
-        return _rebase_action(ws, action, fmt, "rebase")
+        return _rebase_action(ws, action, fmt, "rebase", take_formatted)
     if not onto:
         raise OverlayError(
             "give --onto SHA, or one of --continue, --skip, --abort, --status"
@@ -388,6 +412,7 @@ def sync_cmd(
     fmt: str,
     forget: str | None,
     allow_fork_ahead: bool,
+    take_formatted: bool,
 ) -> None:
     """Carry the overlay onto a newer fork commit."""
     if forget:
@@ -395,10 +420,11 @@ def sync_cmd(
     if ack_uncarried:
         _no_target_with("ack-uncarried", "--fork", fork_ref)
         return _ack_uncarried(ws)
+    _formatted_with_continue(take_formatted, action)
     if action:
         _no_target_with(action, "--fork", fork_ref)
         _no_target_with(action, "--merge-base", merge_base)
-        return _rebase_action(ws, action, fmt, "sync")
+        return _rebase_action(ws, action, fmt, "sync", take_formatted)
     if not fork_ref:
         raise OverlayError(
             "give --fork SHA, or one of --continue, --skip, --abort, --status"

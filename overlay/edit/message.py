@@ -57,8 +57,16 @@ def one_line(value: str, what: str) -> str:
     return value
 
 
-def series_author(layers: Layers) -> str:
-    """The author of the last patch of the series (a team writes as one), else overlay's."""
+def series_author(layers: Layers, root: str | None = None) -> str:
+    """The author of a new patch: the user's git identity in ``root`` (as ``git
+    format-patch`` writes it), else the author of the last patch of the series (a
+    team writes as one), else overlay's placeholder."""
+    if root is not None:
+        from overlay.gitrun import user_identity
+
+        who = user_identity(root)
+        if who is not None:
+            return who
     for result in reversed(layers.patches):
         if result.patch.author:
             return result.patch.author

@@ -19,12 +19,19 @@ from overlay.edit.message import one_line, series_author, title_from, wrap_messa
 from overlay.edit.session import (
     Session,
     load_session,
+    patch_file_name,
     records_locked,
     refuse_during_run,
     where,
 )
 from overlay.edit.worktree import snapshot
-from overlay.edit.writes import Journal, save_journal, series_with, sha256
+from overlay.edit.writes import (
+    Journal,
+    save_journal,
+    series_renamed,
+    series_with,
+    sha256,
+)
 from overlay.engine import PatchApplyError, apply_series
 from overlay.errors import EXIT_FINDINGS, LayerError, OverlayError
 from overlay.gitstore import Store
@@ -32,7 +39,7 @@ from overlay.layers import Layers, compute_layers
 from overlay.manifest import Manifest
 from overlay.patchfmt import format_patch, tree_diff
 from overlay.refresh import carry_series, refreshed_bytes
-from overlay.series import PATCH_DIR, SERIES_PATH, Patch, parse_patch
+from overlay.series import PATCH_DIR, SERIES_PATH, Patch, parse_patch, read_series
 
 
 class NothingToRecord(OverlayError):
@@ -48,6 +55,7 @@ class Recorded:
     Attributes:
         name: the patch file written.
         new: true when it was added to the series.
+        renamed_from: the patch's name before a rename (``--name``), else ``None``.
         after: the series entry it went after (new patch; ``None``: appended or first).
         files: ``(path, added, removed)`` for each file the patch changes.
         fix: the ``Local-Fix`` number in the patch.
@@ -68,6 +76,7 @@ class Recorded:
     carried: list[str]
     kept: bool
     workdir: str
+    renamed_from: str | None = None
 
 
 @dataclasses.dataclass
@@ -137,6 +146,7 @@ def record(
     title: str | None = None,
     author: str | None = None,
     keep: bool = False,
+    rename: str | None = None,
 ) -> Recorded:
     """``overlay record``: write the edit in progress into its patch file.
 
@@ -165,6 +175,8 @@ def record(
         author: ``Name <email>`` for a new patch (default: the author of the last
             patch of the series, else overlay's).
         keep: keep the work tree (at the recorded patch) for another round.
+        rename: the patch's new name (``--name``; ``.patch`` added): the file and
+            its series line take it in the same all-or-nothing write.
     Returns:
         :class:`Recorded`.
     Raises:
@@ -177,6 +189,8 @@ def record(
     with records_locked(root, "record"):
         complete_interrupted(root, store)  # the CLI has said so; an API caller too
         session = _session_to_record(root)
+        new_name = _new_name(root, session, rename)
+        name = new_name or session.name
         layers = compute_layers(store, manifest, root, stepwise=True)
         edit = _check_edit(store, manifest, root, session, layers)
         diff = tree_diff(store, edit.base, edit.tree)
@@ -185,28 +199,31 @@ def record(
         # The one promise of the format: refresh would write the very same bytes.
         if refreshed_bytes(head.data, diff) != head.data:
             raise OverlayError(
-                f"internal: {session.name} would not be byte-stable under refresh"
+                f"internal: {name} would not be byte-stable under refresh"
             )
-        new_patch = parse_patch(
-            head.data, session.name, os.path.join(root, PATCH_DIR, session.name)
-        )
+        new_patch = parse_patch(head.data, name, os.path.join(root, PATCH_DIR, name))
         carried = _carry_later(store, edit)
         if head.planned is None:
             _check_entry_names(root, store, edit, head.number, new_patch)
-        if edit.old is not None and edit.old.data == head.data and not carried:
+        if (
+            edit.old is not None
+            and edit.old.data == head.data
+            and not carried
+            and new_name is None
+        ):
             raise NothingToRecord(
                 f"{session.name} already records the work tree {session.directory}: "
                 "nothing to record",
                 hint="edit files there first, or end the edit with `overlay edit --abort`",
             )
-        journal = _journal(root, store, edit, head, carried, keep)
+        journal = _journal(root, store, edit, head, carried, keep, name)
         save_journal(root, journal)
         finish_record(root, store, journal)
         after = session.after if session.new else None
         if session.new and after is None and edit.first_later > 0:
             after = layers.patches[edit.first_later - 1].patch.name
         return Recorded(
-            name=session.name,
+            name=name,
             new=edit.old is None,
             after=after,
             files=[(c.path, c.added, c.removed) for c in new_patch.changes],
@@ -216,7 +233,28 @@ def record(
             carried=[p.name for p, _ in carried],
             kept=keep,
             workdir=session.workdir(root),
+            renamed_from=edit.old.name if new_name and edit.old else None,
         )
+
+
+def _new_name(root: str, session: Session, rename: str | None) -> str | None:
+    """The patch's new name for ``--name``, ``None`` when it keeps its name.
+
+    Raises:
+        OverlayError: a bad name, or one a patch of the series or a file has (exit 2).
+    """
+    if rename is None:
+        return None
+    name = patch_file_name(rename)
+    if name == session.name:
+        return None
+    listed = {n for n, _line in read_series(root)}
+    if name in listed or os.path.lexists(os.path.join(root, PATCH_DIR, name)):
+        raise OverlayError(
+            f"{PATCH_DIR}/{name} already exists: {session.name} is not renamed to it",
+            hint="choose another name",
+        )
+    return name
 
 
 def _session_to_record(root: str) -> Session:
@@ -375,7 +413,7 @@ def _new_head(
     who = (
         msg.author
         or (old.author if old is not None and old.author else None)
-        or series_author(edit.layers)
+        or series_author(edit.layers, os.path.dirname(lf_path))
     )
     data = format_patch(subject, description, trailers, diff, author=who)
     return _Head(data, number, subject, forwarded, planned)
@@ -447,13 +485,15 @@ def _journal(
     head: _Head,
     carried: list[tuple[Patch, bytes]],
     keep: bool,
+    name: str,
 ) -> Journal:
     """Everything is checked: the journal of the record, the patch, the carried later
     patches, the new entry and (a new patch) the series, in the order they are written,
-    with how the edit ends (:mod:`overlay.edit.writes`)."""
+    with how the edit ends (:mod:`overlay.edit.writes`). A patch renamed to ``name``
+    is written there, its old file removed and its series line renamed."""
     session = edit.session
-    planned: list[tuple[str, bytes]] = [
-        (os.path.join(PATCH_DIR, session.name), head.data)
+    planned: list[tuple[str, bytes | None]] = [
+        (os.path.join(PATCH_DIR, name), head.data)
     ]
     planned += [(os.path.relpath(p.path, root), data) for p, data in carried]
     if head.planned is not None:
@@ -461,7 +501,10 @@ def _journal(
             (os.path.relpath(head.planned.path, root), head.planned.text.encode())
         )
     if session.new:
-        planned.append((SERIES_PATH, series_with(root, session.name, session.after)))
+        planned.append((SERIES_PATH, series_with(root, name, session.after)))
+    elif name != session.name:
+        planned.append((os.path.join(PATCH_DIR, session.name), None))
+        planned.append((SERIES_PATH, series_renamed(root, session.name, name)))
     files = []
     for rel, data in planned:
         try:
@@ -480,13 +523,14 @@ def _journal(
     )
     kept = dataclasses.replace(
         session,
+        name=name,
         new=False,
         after=None,
         start=edit.tree,
         patch_sha256=sha256(head.data),
     )
     return Journal(
-        name=session.name,
+        name=name,
         files=files,
         directory=session.directory,
         tree=edit.tree,

@@ -70,11 +70,12 @@ def start_edit(
     with records_locked(root, "edit"):
         refuse_during_run(root)
         completed = complete_interrupted(root, store)
+        listed = [n for n, _ in read_series(root)]
         if new is not None:
             name = patch_file_name(new)
         else:
             assert patch is not None
-            name = patch if patch.endswith(".patch") else patch + ".patch"
+            name = resolve_patch_name(listed, patch)
         if after is not None and not after.endswith(".patch"):
             after = after + ".patch"
         current = load_session(root)
@@ -97,7 +98,6 @@ def start_edit(
                 hint="record it with `overlay record`, or throw it away with "
                 "`overlay edit --abort`",
             )
-        listed = [n for n, _ in read_series(root)]
         if new is not None:
             if name in listed or os.path.lexists(os.path.join(root, PATCH_DIR, name)):
                 raise OverlayError(
@@ -159,6 +159,35 @@ def _refuse_unverified_below(results) -> None:
                 hint=f"take its text first with `overlay refresh --accept-text {name}`, "
                 "or restore it from version control",
             )
+
+
+def resolve_patch_name(listed: list[str], given: str) -> str:
+    """The series patch ``given`` names: its file name (``.patch`` optional), or a
+    unique prefix of one (``0002``), as quilt and git accept unique prefixes.
+
+    Args:
+        listed: the series' patch names, in order.
+        given: what the user typed.
+    Returns:
+        The patch's file name; ``given`` with ``.patch`` when it names none (the
+        caller then says it is not in the series).
+    Raises:
+        OverlayError: ``given`` is the prefix of several patches (exit 2); the
+            message names them.
+    """
+    name = given if given.endswith(".patch") else given + ".patch"
+    if name in listed:
+        return name
+    hits = [n for n in listed if n.startswith(given)] if given else []
+    if len(hits) == 1:
+        return hits[0]
+    if hits:
+        raise OverlayError(
+            f"{given!r} is the start of {len(hits)} patches of the series: "
+            f"{', '.join(sorted(hits))}",
+            hint="give more of the name",
+        )
+    return name
 
 
 @dataclasses.dataclass

@@ -49,7 +49,8 @@ class Journal:
 
     Attributes:
         name: the patch recorded.
-        files: ``(path relative to the root, old bytes or None for a new file, new bytes)``.
+        files: ``(path relative to the root, old bytes or None for a new file, new
+            bytes or None for a file the record removes: a renamed patch's old name)``.
         directory: the edit's work tree, relative to the root.
         tree: the work tree's content that was recorded (a tree of the store).
         keep: ``--keep``: the work tree stays, moved to the recorded patch.
@@ -59,7 +60,7 @@ class Journal:
     """
 
     name: str
-    files: list[tuple[str, bytes | None, bytes]]
+    files: list[tuple[str, bytes | None, bytes | None]]
     directory: str
     tree: str
     keep: bool
@@ -89,8 +90,9 @@ def save_journal(root: str, journal: Journal) -> None:
     for i, (rel, old, data) in enumerate(journal.files):
         if old is not None:
             atomic_write(os.path.join(new, f"{i}.old"), old)
-        atomic_write(os.path.join(new, f"{i}.new"), data)
-        rows.append({"path": rel, "old": old is not None})
+        if data is not None:
+            atomic_write(os.path.join(new, f"{i}.new"), data)
+        rows.append({"path": rel, "old": old is not None, "gone": data is None})
     meta = dataclasses.asdict(journal)
     meta["files"] = rows
     atomic_write(os.path.join(new, JOURNAL_FILE), json.dumps(meta, indent=1).encode())
@@ -116,8 +118,9 @@ def load_journal(root: str) -> Journal | None:
         for i, row in enumerate(meta["files"]):
             rel = check_path(row["path"], what="journal path")
             old = _read(os.path.join(top, f"{i}.old")) if row["old"] else None
-            data = _read(os.path.join(top, f"{i}.new"))
-            if data is None or (row["old"] and old is None):
+            gone = bool(row.get("gone", False))
+            data = None if gone else _read(os.path.join(top, f"{i}.new"))
+            if (data is None and not gone) or (row["old"] and old is None):
                 raise ValueError("a file's bytes are missing")
             files.append((rel, old, data))
         meta["files"] = files
@@ -168,7 +171,11 @@ def write_files(root: str, journal: Journal, *, resume: bool = False) -> None:
                     hint=f"undo that change (`git diff -- {rel}`), then run `overlay "
                     "record` again to complete the record",
                 )
-            atomic_write(path, data, before_replace=checkpoint)
+            if data is None:
+                checkpoint()
+                os.unlink(path)
+            else:
+                atomic_write(path, data, before_replace=checkpoint)
             done.append((path, now))
     except BaseException:
         if not resume:
@@ -202,6 +209,21 @@ def remove_worktree(root: str, directory: str) -> None:
 def sha256(data: bytes) -> str:
     """The hex sha256 of ``data`` (the edit state's ``patch_sha256``)."""
     return hashlib.sha256(data).hexdigest()
+
+
+def series_renamed(root: str, old: str, new: str) -> bytes:
+    """``series`` with the entry ``old`` named ``new`` (its comment and line ending kept).
+
+    Raises:
+        OverlayError: ``old`` is not an entry of the series (exit 2).
+    """
+    with open(os.path.join(root, SERIES_PATH), "rb") as fh:
+        lines = fh.read().decode("utf-8").splitlines(keepends=True)
+    for i, line in enumerate(lines):
+        if line.split("#", 1)[0].strip() == old:
+            lines[i] = line.replace(old, new, 1)
+            return "".join(lines).encode("utf-8")
+    raise OverlayError(f"{old} is not in {SERIES_PATH}")
 
 
 def series_with(root: str, name: str, after: str | None) -> bytes:

@@ -85,6 +85,7 @@ CODES = {
         "error",
         "a line looks like a known section heading but is not written as it",
     ),
+    "FIX027": ("error", "a patch follows an upstream commit the pin lacks"),
 }
 
 #: Retired ``FIXnnn`` codes -> what each meant (none yet). A code, once released, never

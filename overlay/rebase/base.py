@@ -13,7 +13,7 @@ import hashlib
 import os
 import re
 import shutil
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from overlay import fixes, layout
 from overlay.errors import EXIT_FINDINGS, GitError, OverlayError
@@ -112,6 +112,9 @@ class RunBase:
         self._new_blobs: dict[str, bytes] = {}
         # merge-file results of this process, keyed on every input (see _labelled).
         self._merged: dict[tuple, bytes] = {}
+        #: Where the run says what it did on its own as it does it (a replayed
+        #: resolution): the CLI prints each line; quiet by default.
+        self.say: Callable[[str], None] = lambda _line: None
 
     # -- state ----------------------------------------------------------------------
     @property
@@ -271,9 +274,10 @@ class RunBase:
         theirs: bytes,
         labels: tuple[str, str, str],
         diff3: bool = False,
+        marker_size: int | None = None,
     ) -> tuple[bytes, bool]:
-        """``git merge-file -p`` on three texts (``--diff3`` adds the base section);
-        returns ``(result, clean)``."""
+        """``git merge-file -p`` on three texts (``--diff3`` adds the base section,
+        ``marker_size`` longer markers); returns ``(result, clean)``."""
         with scratch_dir("merge") as tmp:
             paths = []
             for name, data in (("ours", ours), ("base", base), ("theirs", theirs)):
@@ -285,6 +289,7 @@ class RunBase:
                 "merge-file",
                 "-p",
                 *(["--diff3"] if diff3 else []),
+                *([f"--marker-size={marker_size}"] if marker_size else []),
                 "-L",
                 labels[0],
                 "-L",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 
+from overlay import layout
 from overlay.fsutil import atomic_write
 from overlay.paths import check_path
 from overlay.runstate import RR_CACHE
@@ -67,13 +68,19 @@ def prune_empty(top: str) -> None:
             os.rmdir(dirpath)
 
 
+#: The rr-caches an entry may be in: the clone's and the team's shared one.
+RR_CACHES = (RR_CACHE, layout.SHARED_RR_CACHE)
+
+
 def rr_remove(root: str, key: str) -> None:
-    """Remove rr-cache entry ``key`` (the resolution and its ``.path``), if there."""
-    for name in (key, key + ".path"):
-        try:
-            os.unlink(os.path.join(root, RR_CACHE, name))
-        except FileNotFoundError:
-            pass
+    """Remove rr-cache entry ``key`` (the resolution, its ``.path`` and, for a patch
+    conflict, its ``.patch``) from every rr-cache it is in."""
+    for cache in RR_CACHES:
+        for name in (key, key + ".path", key + ".patch"):
+            try:
+                os.unlink(os.path.join(root, cache, name))
+            except FileNotFoundError:
+                pass
 
 
 def forget_resolution(root: str, path: str) -> int:
@@ -83,16 +90,18 @@ def forget_resolution(root: str, path: str) -> int:
         root: overlay repository.
         path: repository path of the conflicted file, e.g. ``mlx/fast_primitives.h``.
     Returns:
-        How many recorded resolutions were removed.
+        How many recorded resolutions were removed (one entry in both rr-caches
+        counts once).
     """
-    cache = os.path.join(root, RR_CACHE)
-    removed = 0
-    for name in sorted(os.listdir(cache)) if os.path.isdir(cache) else []:
-        if not name.endswith(".path"):
-            continue
-        with open(os.path.join(cache, name), "rb") as fh:
-            if fh.read().decode("utf-8", "surrogateescape") != path:
+    keys = set()
+    for rel in RR_CACHES:
+        cache = os.path.join(root, rel)
+        for name in sorted(os.listdir(cache)) if os.path.isdir(cache) else []:
+            if not name.endswith(".path"):
                 continue
-        rr_remove(root, name[: -len(".path")])
-        removed += 1
-    return removed
+            with open(os.path.join(cache, name), "rb") as fh:
+                if fh.read().decode("utf-8", "surrogateescape") == path:
+                    keys.add(name[: -len(".path")])
+    for key in sorted(keys):
+        rr_remove(root, key)
+    return len(keys)

@@ -27,7 +27,9 @@ from overlay.engine import (
 from overlay.errors import OverlayError
 from overlay.gitstore import MergeResult, TreeEntry
 from overlay.patchfmt import tree_diff
-from overlay.rebase.base import RebaseStopped, RunBase, _checkpoint
+from overlay.rebase.base import RebaseStopped, _checkpoint
+from overlay.rebase.formatting import FormatSteps
+from overlay.rebase.rerere import RerereSteps
 from overlay.rebase_state import EmptyStop, PatchOutcome, PatchStop, Stop
 from overlay.refresh import refreshed_bytes
 from overlay.runstate import STATE_DIR
@@ -40,7 +42,7 @@ Changes = dict[str, tuple[str, str] | None]
 WORK = os.path.join(STATE_DIR, layout.WORK)
 
 
-class PatchSteps(RunBase):
+class PatchSteps(RerereSteps, FormatSteps):
     """Carry the series onto the new layer; stop on a conflict; take the user's edit."""
 
     def _made_on(self, name: str) -> tuple[str, str] | None:
@@ -99,8 +101,9 @@ class PatchSteps(RunBase):
             tree = self._current_tree()
             carried = self._carry(patch, tree)
             if carried.status == "conflict":
-                self._stop_on_patch(patch, tree, carried)
-            self._record_carried(entry, patch, tree, carried)
+                self._replay_or_stop(entry, patch, tree, carried)
+            else:
+                self._record_carried(entry, patch, tree, carried)
             self.save()
             _checkpoint("patch")
             if carried.status != "exact":
@@ -169,6 +172,43 @@ class PatchSteps(RunBase):
                 else "",
             )
 
+    def _replay_or_stop(
+        self, entry: PatchOutcome, patch: Patch, tree: str, carried: Carried
+    ) -> None:
+        """A conflicted carry: land it with the recorded resolutions when every
+        conflicted path has one (each named as it is replayed), else stop.
+
+        Raises:
+            RebaseStopped: a conflicted path has no recorded resolution, or the
+                replayed resolutions leave the patch empty (exit 1).
+        """
+        merge = carried.merge
+        assert merge is not None, "a conflict comes from a merge"
+        keys = self._patch_conflict_keys(merge.stages)
+        found = {
+            path: hit
+            for path, key in keys.items()
+            if (hit := self._recorded_patch_resolution(key)) is not None
+        }
+        if not found or set(found) != set(merge.stages) or _other_conflicts(merge):
+            self._stop_on_patch(patch, tree, carried, keys, found)
+        said = [
+            self._replay_line(path, patch.name, keys[path], where)
+            for path, (_data, where) in sorted(found.items())
+        ]
+        for line in said:
+            self.say(line)
+        entry.status = "stopped"  # until the replayed edit lands (an empty one stops)
+        stop = PatchStop(
+            name=patch.name,
+            tree=tree,
+            merged=carried.tree,
+            files=sorted(found),
+            modes={p: (merge.stages[p].get(2) or merge.stages[p][3])[0] for p in found},
+        )
+        self._take_patch_edit(stop, {path: data for path, (data, _w) in found.items()})
+        entry.note = "; ".join(said)
+
     def _same_change_before(self, patch: Patch, entry: PatchOutcome) -> str | None:
         """The earlier patch of the series whose change is ``patch``'s (the same ``git
         patch-id --stable``), so an empty carry is said to be that patch's doing, not
@@ -211,8 +251,17 @@ class PatchSteps(RunBase):
         self.save()
         raise RebaseStopped(message)
 
-    def _stop_on_patch(self, patch: Patch, tree: str, carried: Carried) -> NoReturn:
-        """Stop on a conflict of merge-ort: diff3 work files for each conflicted path."""
+    def _stop_on_patch(
+        self,
+        patch: Patch,
+        tree: str,
+        carried: Carried,
+        keys: dict[str, str],
+        found: dict[str, tuple[bytes, str]],
+    ) -> NoReturn:
+        """Stop on a conflict of merge-ort: diff3 work files for each conflicted path,
+        the recorded resolution instead where there is one (``found``, said so), and
+        the conflicts' rr-cache ``keys`` in the stop for ``--continue`` to record."""
         merge = carried.merge
         assert merge is not None, "a conflict comes from a merge"
         files: dict[str, bytes | None] = {}
@@ -247,7 +296,12 @@ class PatchSteps(RunBase):
                     "`--continue`)"
                 )
                 continue
-            what.append(self._work_file(patch, path, st, kinds, files))
+            what.append(self._work_file(patch, path, st, kinds, files, tree))
+            if path in found:
+                files[path] = found[path][0]
+                line = self._replay_line(path, patch.name, keys[path], found[path][1])
+                self.say(line)
+                what[-1] = f"{path} ({kinds}: {line})"
         what += _other_conflicts(merge)
         fix = patch.local_fix
         stop = PatchStop(
@@ -257,6 +311,7 @@ class PatchSteps(RunBase):
             files=edit,
             modes=modes,
             gitlinks=gitlinks,
+            keys={p: k for p, k in keys.items() if p not in found} or None,
         )
         self._stop(
             patch,
@@ -279,19 +334,24 @@ class PatchSteps(RunBase):
         st: dict[int, tuple[str, str]],
         kinds: str,
         files: dict[str, bytes | None],
+        tree: str,
     ) -> str:
         """Put the work file(s) of one conflicted path into ``files``; return what the
         stop message says of it (a 3-way text, or which side deleted it)."""
         s1, s2, s3 = st.get(1), st.get(2), st.get(3)
         if s2 and s3:
-            files[path], _ = self._merge_file(
+            texts = (
                 self._blob(s2[1]),
                 self._blob(s1[1]) if s1 else b"",
                 self._blob(s3[1]),
+            )
+            files[path], _ = self._merge_file(
+                *texts,
                 ("new base", "patch pre-image", f"patch {patch.name}"),
                 diff3=True,
             )
-            return f"{path} ({kinds})"
+            note = self._formatting_note(path, tree, texts, files)
+            return f"{path} ({kinds}" + (f": {note})" if note else ")")
         if s3:
             files[path] = self._blob(s3[1])
             return (
@@ -325,8 +385,12 @@ class PatchSteps(RunBase):
             + "), `--abort` restores everything as before the run"
         )
 
-    def _take_patch_edit(self, stop: PatchStop) -> None:
-        """The patch the run stopped on, as the user's work files make it.
+    def _take_patch_edit(
+        self, stop: PatchStop, replayed: dict[str, bytes | None] | None = None
+    ) -> None:
+        """The patch the run stopped on, as the user's work files make it (or, for a
+        carry settled by recorded resolutions, as ``replayed`` makes it); the user's
+        resolutions of the stop's keyed conflicts are recorded for later runs.
 
         Raises:
             RebaseStopped: the edit leaves the patch empty (an :class:`EmptyStop`).
@@ -334,7 +398,10 @@ class PatchSteps(RunBase):
         """
         store = self.store
         base = stop.tree
-        changes = self._edited_changes(stop)
+        contents = self._work_contents(stop) if replayed is None else replayed
+        if replayed is None:
+            self._record_patch_resolutions(stop.name, stop.keys or {}, contents)
+        changes = self._edited_changes(stop, contents)
         _refuse_file_under_non_tree(store.entries(base, _parents(changes)), changes)
         new_tree = store.edit_tree(base, changes)
         patch = self._backup_patch(stop.name)
@@ -349,9 +416,23 @@ class PatchSteps(RunBase):
             "resolved", new_tree, store.hash_blob(data), data != patch.data
         )
 
-    def _edited_changes(self, stop: PatchStop) -> Changes:
-        """What merge-ort merged cleanly, then the user's files for the conflicted paths
-        (a deleted work file deletes the path)."""
+    def _work_contents(self, stop: PatchStop) -> dict[str, bytes | None]:
+        """The user's work file of each conflicted path (``None``: deleted)."""
+        out: dict[str, bytes | None] = {}
+        for rel in stop.files:
+            full = os.path.join(self.work, rel)
+            if os.path.isfile(full):
+                with open(full, "rb") as fh:
+                    out[rel] = fh.read()
+            else:
+                out[rel] = None
+        return out
+
+    def _edited_changes(
+        self, stop: PatchStop, contents: dict[str, bytes | None]
+    ) -> Changes:
+        """What merge-ort merged cleanly, then ``contents`` for the conflicted paths
+        (``None`` deletes the path)."""
         conflicted = set(stop.files) | set(stop.gitlinks or [])
         changes: Changes = {}
         for old_mode, new_mode, _oo, new_oid, status, path in self.store.diff_tree(
@@ -363,15 +444,12 @@ class PatchSteps(RunBase):
                 continue
             changes[path] = None if status == "D" else (new_mode, new_oid)
         for rel in stop.files:
-            full = os.path.join(self.work, rel)
-            if os.path.isfile(full):
-                with open(full, "rb") as fh:
-                    changes[rel] = (
-                        stop.modes.get(rel, "100644"),
-                        self.store.hash_blob(fh.read()),
-                    )
-            else:
-                changes[rel] = None
+            data = contents.get(rel)
+            changes[rel] = (
+                None
+                if data is None
+                else (stop.modes.get(rel, "100644"), self.store.hash_blob(data))
+            )
         return changes
 
 

@@ -70,8 +70,13 @@ class Rebase(ForkDeltaSteps, PatchSteps, CommitSteps, AbortSteps):
         finally:
             self.close()
 
-    def continue_(self) -> RebaseReport:
+    def continue_(self, *, take_formatted: bool = False) -> RebaseReport:
         """Take the user's edit for the current stop and go on (see :meth:`run`).
+
+        Args:
+            take_formatted: ``--take-formatted``: each conflicted file that has a
+                clean formatted merge (``PATH.formatted``, :mod:`.formatting`) is
+                taken as that merge first.
 
         Raises:
             RebaseStopped: markers remain (exit 1, naming path and line), the edit
@@ -80,6 +85,8 @@ class Rebase(ForkDeltaSteps, PatchSteps, CommitSteps, AbortSteps):
             OverlayError: the edit would put a file where the new base has a submodule.
         """
         stop = self.state.stop
+        if take_formatted:
+            self._take_formatted(stop)
         if stop is not None:
             self._take_edit(stop)
             self.state.stop = None
@@ -107,6 +114,30 @@ class Rebase(ForkDeltaSteps, PatchSteps, CommitSteps, AbortSteps):
             )
         else:
             self._take_patch_edit(stop)
+
+    def _take_formatted(self, stop: Stop | None) -> None:
+        """Put each ``PATH.formatted`` of the stop in place of its work file.
+
+        Raises:
+            OverlayError: the stop offers no formatted merge (exit 2; nothing changed).
+        """
+        from overlay.rebase.formatting import FORMATTED_SUFFIX
+
+        paths = stop.files if isinstance(stop, PatchStop) else []
+        offered = [
+            rel
+            for rel in paths
+            if os.path.isfile(os.path.join(self.work, rel + FORMATTED_SUFFIX))
+        ]
+        if not offered:
+            raise OverlayError(
+                "--take-formatted: this stop offers no formatted merge (no clean "
+                "merge of the clang-formatted sides)",
+                hint="edit the work files and `--continue`",
+            )
+        for rel in offered:
+            full = os.path.join(self.work, rel)
+            os.replace(full + FORMATTED_SUFFIX, full)
 
     def _refuse_markers(self, paths: list[str]) -> None:
         """Raise :class:`RebaseStopped` at the first conflict marker left in a work file."""
