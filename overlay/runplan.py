@@ -231,7 +231,7 @@ def start_checks(ws: Workspace, kind: str, plan: RunPlan, force: bool) -> list[s
         force=force,
     )
     warnings += [
-        citation.describe()
+        citation.describe() + " (verify says so as FIX027 while it holds)"
         for citation in backwards_citations(ws.store, ws.root, old.pin, new.pin)
     ]
     return warnings
