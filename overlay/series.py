@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Collection, Sequence
 
 from overlay import layout
-from overlay.errors import PatchFormatError
+from overlay.errors import OverlayError, PatchFormatError
 from overlay.fsutil import RecordMissing, read_record, read_record_text
 from overlay.gitdiff import FileChange as FileChange  # re-exported
 from overlay.gitdiff import Hunk as Hunk  # re-exported
@@ -242,3 +243,79 @@ def load_series(root: str) -> list[Patch]:
     """Every patch of the series, parsed, in order (see :func:`read_series`)."""
     resolved: dict[str, str] = {}  # the repository and patches-rocm/, resolved once
     return [load_patch(root, name, resolved) for name, _ in read_series(root)]
+
+
+# -- every writer of the series (quilt's patchfns: insert, remove, rename in one file) --
+def series_text(root: str) -> str:
+    """The series file's text as it is (``""`` when there is none), for the writers
+    below; read as a record (:func:`overlay.fsutil.read_record_text`).
+
+    Raises:
+        RecordError: the file is refused or not UTF-8 (exit 2).
+    """
+    try:
+        return read_record_text(root, SERIES_PATH, what="series")
+    except RecordMissing:
+        return ""
+
+
+def _line_end(text: str) -> str:
+    """The series' own line ending (CRLF when it has one, else LF): every writer keeps
+    it, so no command turns a CRLF series into LF or the reverse."""
+    return "\r\n" if "\r\n" in text else "\n"
+
+
+def _entry(line: str) -> str:
+    """The patch name a series line lists (``""`` for a comment or a blank line)."""
+    return line.split("#", 1)[0].strip()
+
+
+def series_listing(names: Sequence[str]) -> str:
+    """A new series listing ``names`` in order, one a line (LF)."""
+    return "".join(f"{name}\n" for name in names)
+
+
+def series_with(text: str, name: str, after: str | None) -> str:
+    """``text`` (a series) with ``name`` on a new line after the entry ``after`` (the
+    end when ``None``: after the last entry or comment, before trailing blank lines).
+
+    Raises:
+        OverlayError: ``after`` is not an entry of the series (exit 2).
+    """
+    nl = _line_end(text)
+    lines = text.splitlines()
+    if after is None:
+        at = len(lines)
+        while at and not lines[at - 1].strip():
+            at -= 1
+    else:
+        at = next((i + 1 for i, ln in enumerate(lines) if _entry(ln) == after), -1)
+        if at < 0:
+            raise OverlayError(f"{after} is not in {SERIES_PATH}")
+    lines.insert(at, name)
+    return nl.join(lines) + nl
+
+
+def series_renamed(text: str, old: str, new: str) -> str:
+    """``text`` (a series) with the entry ``old`` named ``new``, its comment and line
+    ending kept.
+
+    Raises:
+        OverlayError: ``old`` is not an entry of the series (exit 2).
+    """
+    lines = text.splitlines(keepends=True)
+    for i, line in enumerate(lines):
+        if _entry(line) == old:
+            lines[i] = line.replace(old, new, 1)
+            return "".join(lines)
+    raise OverlayError(f"{old} is not in {SERIES_PATH}")
+
+
+def series_keeping(text: str, kept: Collection[str]) -> str:
+    """``text`` (a series) without the entries not in ``kept`` (comments, blank lines
+    and the line ending kept)."""
+    return "".join(
+        line
+        for line in text.splitlines(keepends=True)
+        if not _entry(line) or _entry(line) in kept
+    )

@@ -28,8 +28,6 @@ from overlay.edit.worktree import snapshot
 from overlay.edit.writes import (
     Journal,
     save_journal,
-    series_renamed,
-    series_with,
     sha256,
 )
 from overlay.engine import PatchApplyError, apply_series
@@ -39,7 +37,16 @@ from overlay.layers import Layers, compute_layers
 from overlay.manifest import Manifest
 from overlay.patchfmt import format_patch, tree_diff
 from overlay.refresh import carry_series, refreshed_bytes
-from overlay.series import PATCH_DIR, SERIES_PATH, Patch, parse_patch, read_series
+from overlay.series import (
+    PATCH_DIR,
+    SERIES_PATH,
+    Patch,
+    parse_patch,
+    read_series,
+    series_renamed,
+    series_text,
+    series_with,
+)
 
 
 class NothingToRecord(OverlayError):
@@ -501,10 +508,17 @@ def _journal(
             (os.path.relpath(head.planned.path, root), head.planned.text.encode())
         )
     if session.new:
-        planned.append((SERIES_PATH, series_with(root, name, session.after)))
+        planned.append(
+            (SERIES_PATH, series_with(series_text(root), name, session.after).encode())
+        )
     elif name != session.name:
         planned.append((os.path.join(PATCH_DIR, session.name), None))
-        planned.append((SERIES_PATH, series_renamed(root, session.name, name)))
+        planned.append(
+            (
+                SERIES_PATH,
+                series_renamed(series_text(root), session.name, name).encode(),
+            )
+        )
     files = []
     for rel, data in planned:
         try:

@@ -27,7 +27,6 @@ from overlay import layout
 from overlay.errors import OverlayError
 from overlay.fsutil import atomic_write, counted_kill_point
 from overlay.paths import check_path
-from overlay.series import SERIES_PATH
 
 #: The journal of a record in progress, and where it is built before the commit point.
 JOURNAL_DIR = f"{layout.STATE_DIR}/record-journal"
@@ -209,40 +208,3 @@ def remove_worktree(root: str, directory: str) -> None:
 def sha256(data: bytes) -> str:
     """The hex sha256 of ``data`` (the edit state's ``patch_sha256``)."""
     return hashlib.sha256(data).hexdigest()
-
-
-def series_renamed(root: str, old: str, new: str) -> bytes:
-    """``series`` with the entry ``old`` named ``new`` (its comment and line ending kept).
-
-    Raises:
-        OverlayError: ``old`` is not an entry of the series (exit 2).
-    """
-    with open(os.path.join(root, SERIES_PATH), "rb") as fh:
-        lines = fh.read().decode("utf-8").splitlines(keepends=True)
-    for i, line in enumerate(lines):
-        if line.split("#", 1)[0].strip() == old:
-            lines[i] = line.replace(old, new, 1)
-            return "".join(lines).encode("utf-8")
-    raise OverlayError(f"{old} is not in {SERIES_PATH}")
-
-
-def series_with(root: str, name: str, after: str | None) -> bytes:
-    """``series`` with ``name`` on a new line after ``after`` (the end when ``None``)."""
-    path = os.path.join(root, SERIES_PATH)
-    try:
-        with open(path, "rb") as fh:
-            text = fh.read().decode("utf-8")
-    except FileNotFoundError:
-        text = ""
-    nl = "\r\n" if "\r\n" in text else "\n"
-    lines = text.splitlines()
-    if after is None:
-        at = len(lines)
-        while at and not lines[at - 1].strip():
-            at -= 1  # before trailing blank lines, after the last entry or comment
-    else:
-        at = next(
-            i + 1 for i, ln in enumerate(lines) if ln.split("#", 1)[0].strip() == after
-        )
-    lines.insert(at, name)
-    return (nl.join(lines) + nl).encode("utf-8")

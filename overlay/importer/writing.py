@@ -20,6 +20,7 @@ from overlay.layers import (
     compute_layers,
 )
 from overlay.manifest import MANIFEST_PATH
+from overlay.series import series_listing
 
 _TEMP_PREFIX = "import-"
 _TEMP_SUFFIX = ".tmp"
@@ -54,7 +55,7 @@ def _stage(tmp: str, plan: ImportPlan) -> None:
     atomic_write(os.path.join(tmp, MANIFEST_PATH), plan.manifest_text.encode("utf-8"))
     atomic_write(
         layout.under(tmp, layout.SERIES),
-        "".join(f"{p.name}\n" for p in plan.patches).encode(),
+        series_listing([p.name for p in plan.patches]).encode(),
     )
     for patch in plan.patches:
         atomic_write(os.path.join(pdir, patch.name), patch.data)
@@ -70,8 +71,8 @@ def _staged_files(plan: ImportPlan) -> dict[str, bytes]:
         os.path.relpath(MANIFEST_PATH, layout.PATCH_DIR): plan.manifest_text.encode(
             "utf-8"
         ),
-        os.path.relpath(layout.SERIES, layout.PATCH_DIR): "".join(
-            f"{p.name}\n" for p in plan.patches
+        os.path.relpath(layout.SERIES, layout.PATCH_DIR): series_listing(
+            [p.name for p in plan.patches]
         ).encode(),
     }
     files.update({p.name: p.data for p in plan.patches})

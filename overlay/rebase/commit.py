@@ -32,7 +32,13 @@ from overlay.rebase_report import (
 )
 from overlay.rebase_state import Bases
 from overlay.runstate import REPORT_JSON, REPORT_MD
-from overlay.series import PATCH_DIR, SERIES_PATH, parse_patch
+from overlay.series import (
+    PATCH_DIR,
+    SERIES_PATH,
+    parse_patch,
+    series_keeping,
+    series_text,
+)
 
 #: The report's note on a resolution whose path no longer conflicts.
 _REMOVED_NOTE = (
@@ -163,17 +169,12 @@ class CommitSteps(RunBase):
         return kept
 
     def _write_series(self, kept: list[str]) -> None:
-        """The series without the lines of dropped patches (comments and blanks kept)."""
-        series_path = os.path.join(self.root, SERIES_PATH)
-        with open(series_path, "rb") as fh:
-            old_series = fh.read().decode()
-        new_series = "".join(
-            ln + "\n"
-            for ln in old_series.splitlines()
-            if ln.split("#", 1)[0].strip() in kept or not ln.split("#", 1)[0].strip()
-        )
+        """The series without the lines of dropped patches (comments, blanks and its
+        line ending kept: :func:`overlay.series.series_keeping`)."""
+        old_series = series_text(self.root)
+        new_series = series_keeping(old_series, kept)
         if new_series != old_series:
-            atomic_write(series_path, new_series.encode())
+            atomic_write(os.path.join(self.root, SERIES_PATH), new_series.encode())
 
     def _write_fix_pins(self, new: Bases) -> None:
         """The two commits ``LOCAL_FIXES.md``'s headings name, and the paths its entries
