@@ -367,6 +367,28 @@ def set_pins(text: str, pin: str, fork_commit: str, merge_base: str) -> str | No
     return out if before == after else None
 
 
+def with_pins(text: str, pin: str, fork_commit: str, merge_base: str) -> str:
+    """The manifest ``text`` with its three commits replaced, every other byte kept:
+    :func:`set_pins` for the plain form, else tomlkit (which keeps comments and
+    layout); what a completed ``rebase`` or ``sync`` writes.
+
+    Args:
+        text: the manifest as it is; pin, fork_commit, merge_base: 40 hex.
+    Returns:
+        The new text.
+    """
+    updated = set_pins(text, pin, fork_commit, merge_base)
+    if updated is not None:
+        return updated
+    import tomlkit  # only a manifest not in the plain form pays for tomlkit
+
+    doc = tomlkit.parse(text)
+    doc["upstream"]["pin"] = pin
+    doc["fork"]["commit"] = fork_commit
+    doc["fork"]["merge-base"] = merge_base
+    return tomlkit.dumps(doc)
+
+
 def set_uncarried_reviewed(text: str, sha: str | None) -> str:
     """The manifest ``text`` with ``[fork] uncarried-reviewed`` set to ``sha``, or
     removed for ``None``; every other byte kept (tomlkit keeps comments and layout).

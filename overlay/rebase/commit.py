@@ -17,7 +17,12 @@ from overlay.errors import OverlayError
 from overlay.fsrecords import scan_record_dir
 from overlay.fsutil import atomic_write
 from overlay.layers import read_resolutions
-from overlay.manifest import MANIFEST_PATH, Manifest, set_pins, set_uncarried_reviewed
+from overlay.manifest import (
+    MANIFEST_PATH,
+    Manifest,
+    set_uncarried_reviewed,
+    with_pins,
+)
 from overlay.pins import uncarried_changes
 from overlay.rebase.base import RESOLVED, RunBase, _checkpoint
 from overlay.rebase.files import prune_empty, write_if_changed
@@ -109,15 +114,7 @@ class CommitSteps(RunBase):
         mpath = os.path.join(self.root, MANIFEST_PATH)
         with open(mpath, encoding="utf-8") as fh:
             text = fh.read()
-        updated = set_pins(text, new.pin, new.fork, new.merge_base)
-        if updated is None:  # not the plain form: tomlkit keeps the rest of it
-            import tomlkit
-
-            doc = tomlkit.parse(text)
-            doc["upstream"]["pin"] = new.pin
-            doc["fork"]["commit"] = new.fork
-            doc["fork"]["merge-base"] = new.merge_base
-            updated = tomlkit.dumps(doc)
+        updated = with_pins(text, new.pin, new.fork, new.merge_base)
         if self._uncarried and self._manifest().uncarried_reviewed is None:
             # What the fork changed outside [carry] from here on awaits review (MAN005
             # of verify, until `overlay sync --ack-uncarried`).
