@@ -14,6 +14,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from overlay import layout
 from overlay.rebase_state import Bases
 from overlay.templating import render_report, render_template
 
@@ -144,6 +145,36 @@ class RebaseReport:
                 (u["path"], list(u["commits"])) for u in data.get("uncarried", [])
             ],
         )
+
+
+def read_last_json(root: str) -> dict[str, Any] | None:
+    """``.overlay/last-rebase.json`` as written (:meth:`RebaseReport.to_json`, or an
+    older run's shape): the one reader of the last completed run's report; ``None``
+    when there is none or it cannot be read as a JSON object.
+
+    Args:
+        root: the overlay repository.
+    """
+    import json
+
+    try:
+        with open(layout.under(root, layout.LAST_REBASE_JSON), encoding="utf-8") as fh:
+            data = json.load(fh)
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def last_run_pins(root: str) -> dict[str, Any] | None:
+    """The ``pins`` of the last completed rebase or sync: ``{"before": {"pin", "fork",
+    ...}, "after": {...}}``, or ``None`` when there is no such report or it does not
+    say (:func:`read_last_json`)."""
+    pins = (read_last_json(root) or {}).get("pins")
+    if not isinstance(pins, dict):
+        return None
+    if not all(isinstance(pins.get(k), dict) for k in ("before", "after")):
+        return None
+    return pins
 
 
 #: A header line of ``git range-diff --no-color``: ``1:  abc1234 = 1:  def5678 subject``

@@ -19,7 +19,6 @@ started from, the old end of the range ``drift`` and ``build`` attribute errors 
 from __future__ import annotations
 
 import dataclasses
-import json
 from typing import TYPE_CHECKING
 
 from overlay import layout
@@ -237,22 +236,6 @@ def start_checks(ws: Workspace, kind: str, plan: RunPlan, force: bool) -> list[s
     return warnings
 
 
-def last_run_pins(root: str) -> dict | None:
-    """The ``pins`` of the last completed rebase or sync (``.overlay/last-rebase.json``):
-    ``{"before": {"pin", "fork", ...}, "after": {...}}``, or ``None`` when there is no
-    such report or it cannot be read.
-
-    The one reader of the report's pins for the commands; :mod:`overlay.rebase` writes
-    it (``runstate.REPORT_JSON``).
-    """
-    try:
-        with open(layout.under(root, layout.LAST_REBASE_JSON), encoding="utf-8") as fh:
-            pins = json.load(fh)["pins"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    return pins if isinstance(pins, dict) else None
-
-
 def last_run_start(root: str) -> str:
     """The pin the last completed rebase or sync started from (``pins.before.pin`` of
     ``.overlay/last-rebase.json``), whatever the manifest says now.
@@ -260,6 +243,8 @@ def last_run_start(root: str) -> str:
     Raises:
         OverlayError: no such report, or it does not say (exit 2).
     """
+    from overlay.rebase_report import last_run_pins
+
     before = (last_run_pins(root) or {}).get("before")
     if isinstance(before, dict) and "pin" in before:
         return str(before["pin"])

@@ -533,9 +533,12 @@ def no_run_to_abort(root: str, action: str = "abort") -> OverlayError:
             message,
             hint="start one with `overlay rebase --onto SHA` or `overlay sync --fork SHA`",
         )
+    from overlay.rebase_report import read_last_json
+
     try:
-        with open(os.path.join(root, REPORT_JSON), encoding="utf-8") as fh:
-            report = json.load(fh)
+        report = read_last_json(root)
+        if report is None:
+            raise ValueError("no report")
         pins = report["pins"]
         kind = report.get("kind", "rebase")
         run = (
