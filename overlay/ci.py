@@ -13,7 +13,6 @@ body (jinja2 template ``overlay/templates/ci_summary.md.j2``).
 
 from __future__ import annotations
 
-import dataclasses
 import glob
 import json
 import os
@@ -22,7 +21,14 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from overlay import layout
-from overlay.ci_report import render_error, render_junit, render_markdown, render_text
+from overlay.ci_report import (
+    CiResult,
+    Stage,
+    render_error,
+    render_junit,
+    render_markdown,
+    render_text,
+)
 from overlay.errors import OverlayError
 from overlay.gitstore import Store
 
@@ -46,50 +52,6 @@ __all__ = [
 STAGES = ("verify", "check", "build", "suites")
 #: How the reason of a required stage that could not run begins.
 REQUIRED_SKIPPED = "required, but skipped: "
-
-
-@dataclasses.dataclass
-class Stage:
-    """One stage of the gate.
-
-    Attributes:
-        name: one of :data:`STAGES`.
-        status: ``passed``, ``failed`` or ``skipped``.
-        reason: why it failed or was skipped (one line), else ``""``.
-        seconds: wall time.
-        cases: JUnit test cases ``[{"name", "status", "message"}]``.
-        data: stage-specific details for the Markdown template.
-        required: the caller required it (``--require``): skipped counts as failed.
-    """
-
-    name: str
-    status: str
-    reason: str = ""
-    seconds: float = 0.0
-    cases: list[dict] = dataclasses.field(default_factory=list)
-    data: dict = dataclasses.field(default_factory=dict)
-    required: bool = False
-
-
-@dataclasses.dataclass
-class CiResult:
-    """The whole gate: the overlay's state plus each stage."""
-
-    overlay: dict
-    stages: list[Stage]
-
-    @property
-    def failed(self) -> bool:
-        """True when any stage failed."""
-        return any(s.status == "failed" for s in self.stages)
-
-    def as_dict(self) -> dict:
-        """JSON summary."""
-        return {
-            "overlay": self.overlay,
-            "failed": self.failed,
-            "stages": [dataclasses.asdict(s) for s in self.stages],
-        }
 
 
 def _overlay_state(root: str, store: Store) -> tuple[dict, Any]:

@@ -1,6 +1,8 @@
 """The reports of ``overlay ci``: JUnit XML, the PR-body Markdown, the text summary.
 
-Each is a pure function of a :class:`~overlay.ci.CiResult`; JUnit goes through the
+Each is a pure function of a :class:`CiResult` (defined here with its :class:`Stage`:
+the gate's result is what its reports render, so :mod:`overlay.ci` imports both and
+this module needs nothing of it); JUnit goes through the
 one writer :mod:`overlay.junit`, the Markdown through the one jinja2 environment
 (:mod:`overlay.templating`, template ``ci_summary.md.j2``). :mod:`overlay.ci`
 re-exports them.
@@ -8,14 +10,55 @@ re-exports them.
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from typing import TYPE_CHECKING
 
 from overlay import junit
 from overlay.templating import render_template
 
-if TYPE_CHECKING:
-    from overlay.ci import CiResult
+
+@dataclasses.dataclass
+class Stage:
+    """One stage of the gate.
+
+    Attributes:
+        name: one of :data:`STAGES`.
+        status: ``passed``, ``failed`` or ``skipped``.
+        reason: why it failed or was skipped (one line), else ``""``.
+        seconds: wall time.
+        cases: JUnit test cases ``[{"name", "status", "message"}]``.
+        data: stage-specific details for the Markdown template.
+        required: the caller required it (``--require``): skipped counts as failed.
+    """
+
+    name: str
+    status: str
+    reason: str = ""
+    seconds: float = 0.0
+    cases: list[dict] = dataclasses.field(default_factory=list)
+    data: dict = dataclasses.field(default_factory=dict)
+    required: bool = False
+
+
+@dataclasses.dataclass
+class CiResult:
+    """The whole gate: the overlay's state plus each stage."""
+
+    overlay: dict
+    stages: list[Stage]
+
+    @property
+    def failed(self) -> bool:
+        """True when any stage failed."""
+        return any(s.status == "failed" for s in self.stages)
+
+    def as_dict(self) -> dict:
+        """JSON summary."""
+        return {
+            "overlay": self.overlay,
+            "failed": self.failed,
+            "stages": [dataclasses.asdict(s) for s in self.stages],
+        }
 
 
 def render_junit(result: CiResult) -> str:
