@@ -13,7 +13,8 @@ import dataclasses
 import re
 import subprocess
 
-from overlay.gitstore import Store, git_env
+from overlay.gitrun import git_version, remote_reachable
+from overlay.gitstore import Store
 from overlay.manifest import load_manifest
 
 #: Oldest git whose ``merge-tree --write-tree`` the layer engine uses (git 2.38).
@@ -36,7 +37,6 @@ def _out(argv: list[str], timeout: float = 10.0) -> str | None:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             timeout=timeout,
-            env=git_env() if argv[0] == "git" else None,
         )
     except (OSError, subprocess.TimeoutExpired):
         return None
@@ -56,7 +56,7 @@ def run_checks(root: str, store: Store | None, *, network: bool = True) -> list[
         The checks.
     """
     checks: list[Check] = []
-    version = _out(["git", "--version"])
+    version = git_version()
     if version is None:
         checks.append(Check("git", "fail", "git not found on PATH"))
     else:
@@ -104,9 +104,7 @@ def run_checks(root: str, store: Store | None, *, network: bool = True) -> list[
             if not network:
                 checks.append(Check(f"remote {name}", "ok", f"{url} (not probed)"))
                 continue
-            reachable = (
-                _out(["git", "ls-remote", "--heads", url], timeout=10.0) is not None
-            )
+            reachable = remote_reachable(url, timeout=10.0)
             # Unreachable matters only while pinned objects are missing: then nothing can work.
             status = "ok" if reachable else ("fail" if missing else "warn")
             checks.append(

@@ -1,9 +1,9 @@
 """The environment of a git child: the caller's, without stray ``GIT_*`` variables.
 
 Its own module, with nothing but :mod:`os` to import, so that the cached ``overlay
-verify`` (:mod:`overlay.verdict`), which starts its one git process without
-:mod:`subprocess`, sanitizes the environment the same way every other git child of
-overlay gets it (:func:`overlay.gitrun.run_git`).
+verify`` (:mod:`overlay.verdict`) starts its one git process (:func:`ls_files_z`)
+without :mod:`subprocess`, with the environment every other git child of overlay gets
+(:func:`overlay.gitrun.run_git`).
 """
 
 from __future__ import annotations
@@ -56,3 +56,49 @@ def git_env(
     if extra:
         env.update(extra)
     return env
+
+
+def ls_files_z(root: str) -> bytes:
+    """stdout of ``git -C root ls-files -z --cached --others --exclude-standard``; empty when
+    git fails or cannot be started. Started with ``os.posix_spawnp``, not
+    :mod:`subprocess` (a cached ``verify`` loads nothing it need not, issue 14); ``-C``
+    moves it into ``root`` before git reads anything. The environment is every git
+    child's (:func:`git_env`, the user's configuration kept for its ignore rules):
+    a ``GIT_DIR`` or ``GIT_INDEX_FILE`` of a hook that runs overlay must not make git
+    list another repository's files."""
+    read_fd, write_fd = os.pipe()
+    try:
+        pid = os.posix_spawnp(
+            "git",
+            [
+                "git",
+                "-C",
+                root,
+                "ls-files",
+                "-z",
+                "--cached",
+                "--others",
+                "--exclude-standard",
+            ],
+            git_env(user_config=True),
+            file_actions=[
+                (os.POSIX_SPAWN_DUP2, write_fd, 1),
+                (os.POSIX_SPAWN_CLOSE, read_fd),
+                (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0),
+                (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+            ],
+        )
+    except OSError:
+        os.close(read_fd)
+        os.close(write_fd)
+        return b""
+    os.close(write_fd)
+    chunks = []
+    with os.fdopen(read_fd, "rb") as pipe:
+        while True:
+            chunk = pipe.read(1 << 16)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    _pid, status = os.waitpid(pid, 0)
+    return b"".join(chunks) if os.waitstatus_to_exitcode(status) == 0 else b""

@@ -302,3 +302,36 @@ def user_identity(repo: str) -> str | None:
             return None
         values.append(value)
     return f"{values[0]} <{values[1]}>"
+
+
+def git_version() -> str | None:
+    """``git --version`` (``"git version 2.39.5"``), or ``None`` when git cannot be run."""
+    try:
+        proc = subprocess.run(
+            [git_executable(), "--version"],
+            capture_output=True,
+            cwd=tempfile.gettempdir(),
+            env=git_env(),
+            timeout=10.0,
+        )
+    except (OSError, GitError, subprocess.TimeoutExpired):
+        return None
+    return (
+        proc.stdout.decode("utf-8", "replace").strip() if proc.returncode == 0 else None
+    )
+
+
+def remote_reachable(url: str, *, timeout: float = 10.0) -> bool:
+    """Whether ``git ls-remote --heads URL`` answers within ``timeout`` seconds (the
+    user's configuration kept, as for every transport command: credentials, proxies)."""
+    try:
+        proc = subprocess.run(
+            [git_executable(), "ls-remote", "--heads", "--end-of-options", url],
+            capture_output=True,
+            cwd=tempfile.gettempdir(),
+            env=git_env(user_config=True),
+            timeout=timeout,
+        )
+    except (OSError, GitError, subprocess.TimeoutExpired):
+        return False
+    return proc.returncode == 0

@@ -49,6 +49,7 @@ import stat
 import sys
 
 from overlay import __version__, layout
+from overlay.gitenv import ls_files_z
 
 CACHE = layout.VERIFY_CACHE
 _MAGIC = b"overlay verify cache 1\n"
@@ -190,12 +191,13 @@ def repo_paths(root: str) -> list[str]:
 
     verify's FIX015 and FIX021 read this list (:func:`overlay.checks._repo_paths`), and
     the verdict key holds it, so the two are the same list by construction. git is
-    started with ``os.posix_spawnp`` (the ``subprocess`` module is not loaded for it).
+    started by :func:`overlay.gitenv.ls_files_z` (``os.posix_spawnp``: the ``subprocess``
+    module is not loaded for it).
 
     Returns:
         Repository-relative paths, ``/``-separated, in git's order (or the walk's).
     """
-    out = _ls_files(root)
+    out = ls_files_z(root)
     if out:
         # --cached still lists a tracked file deleted from the work tree: keep what exists.
         # overlay's own state (.overlay/, where this cache lives) is never a repository path,
@@ -219,52 +221,6 @@ def repo_paths(root: str) -> list[str]:
             for f in filenames
         ]
     return paths
-
-
-def _ls_files(root: str) -> bytes:
-    """stdout of ``git -C root ls-files -z --cached --others --exclude-standard``; empty when
-    git fails or cannot be started. The environment is every git child's
-    (:func:`overlay.gitenv.git_env`, the user's configuration kept for its ignore rules):
-    a ``GIT_DIR`` or ``GIT_INDEX_FILE`` of a hook that runs overlay must not make git
-    list another repository's files."""
-    from overlay.gitenv import git_env
-
-    read_fd, write_fd = os.pipe()
-    try:
-        pid = os.posix_spawnp(
-            "git",
-            [
-                "git",
-                "-C",
-                root,
-                "ls-files",
-                "-z",
-                "--cached",
-                "--others",
-                "--exclude-standard",
-            ],
-            git_env(user_config=True),
-            file_actions=[
-                (os.POSIX_SPAWN_DUP2, write_fd, 1),
-                (os.POSIX_SPAWN_CLOSE, read_fd),
-                (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0),
-                (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-            ],
-        )
-    except OSError:
-        os.close(read_fd)
-        os.close(write_fd)
-        return b""
-    os.close(write_fd)
-    chunks = []
-    with os.fdopen(read_fd, "rb") as pipe:
-        while True:
-            chunk = pipe.read(1 << 16)
-            if not chunk:
-                break
-            chunks.append(chunk)
-    _pid, status = os.waitpid(pid, 0)
-    return b"".join(chunks) if os.waitstatus_to_exitcode(status) == 0 else b""
 
 
 def inputs(root: str, git_dir: str | None, offline: bool) -> bytes | None:

@@ -93,3 +93,66 @@ def test_the_import_graph_has_no_cycle():
 
 def test_the_cycle_finder_finds_one():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+#: The modules that may start a git process themselves (the git layer); everything
+#: else goes through them (``Store.git``, ``run_git``, ``git_ignored``, ...).
+GIT_MODULES = {
+    "overlay/gitenv.py",
+    "overlay/gitrun.py",
+    "overlay/gitobjects.py",
+    "overlay/gitstore.py",
+    "overlay/gitfetch.py",
+    "overlay/gitancestry.py",
+}
+
+_SPAWNS = {
+    "run",
+    "Popen",
+    "call",
+    "check_call",
+    "check_output",
+    "posix_spawn",
+    "posix_spawnp",
+    "execvp",
+    "execv",
+}
+
+
+def _starts_git(tree: ast.AST) -> list[int]:
+    """Lines of process starts (subprocess, os.posix_spawn*, os.exec*) whose arguments
+    name git: the string ``"git"`` or ``git_executable()``."""
+    hits = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+        if name not in _SPAWNS:
+            continue
+        inner = [n for a in node.args for n in ast.walk(a)]
+        if any(isinstance(n, ast.Constant) and n.value == "git" for n in inner) or any(
+            isinstance(n, ast.Call) and getattr(n.func, "id", "") == "git_executable"
+            for n in inner
+        ):
+            hits.append(node.lineno)
+    return hits
+
+
+def test_git_is_started_only_from_the_git_modules():
+    found = {}
+    for path in sorted((ROOT / "overlay").rglob("*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        if rel in GIT_MODULES:
+            continue
+        hits = _starts_git(ast.parse(path.read_text()))
+        if hits:
+            found[rel] = hits
+    assert found == {}, (
+        f"start git through the git layer ({sorted(GIT_MODULES)}): {found}"
+    )
+
+
+def test_the_git_start_finder_finds_one():
+    code = 'import subprocess\nsubprocess.run(["git", "status"])\nos.posix_spawnp("git", [])\n'
+    assert _starts_git(ast.parse(code)) == [2, 3]

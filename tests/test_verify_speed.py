@@ -10,6 +10,7 @@ from gitfixtures import CLOSING, PATCH, local_fixes
 
 from overlay import checks
 from overlay.checks import FAMILIES, verify
+from overlay.gitenv import ls_files_z
 from overlay.gitstore import Store
 
 
@@ -271,10 +272,10 @@ def test_repository_paths_ignore_a_hook_s_git_variables(clean, monkeypatch, tmp_
     subprocess.run(["git", "init", "-q", str(other)], check=True)
     (other / "elsewhere.txt").write_text("x\n")
     subprocess.run(["git", "-C", str(other), "add", "-A"], check=True)
-    own = set(verdict._ls_files(str(clean.root)).split(b"\0"))
+    own = set(ls_files_z(str(clean.root)).split(b"\0"))
     monkeypatch.setenv("GIT_DIR", str(other / ".git"))
     monkeypatch.setenv("GIT_INDEX_FILE", str(other / ".git" / "index"))
-    listed = set(verdict._ls_files(str(clean.root)).split(b"\0"))
+    listed = set(ls_files_z(str(clean.root)).split(b"\0"))
     assert b"patches-rocm/series" in listed and b"elsewhere.txt" not in listed
     assert listed == own
 
