@@ -165,6 +165,32 @@ def read_last_json(root: str) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
+def write_last_report(root: str, report: RebaseReport) -> None:
+    """``.overlay/last-rebase.md`` and ``.overlay/last-rebase.json`` of a completed run:
+    the one writer of both. Renamed into place whole, not fsynced: the records are,
+    while a report that a power loss takes is only the run's summary, not worth two
+    waits for the disk.
+
+    Args:
+        root: the overlay repository; report: the run's outcome.
+    """
+    import json
+
+    from overlay.fsutil import atomic_write
+
+    layout.make_state_dir(root)
+    atomic_write(
+        layout.under(root, layout.LAST_REBASE_MD),
+        render_markdown(report).encode(),
+        durable=False,
+    )
+    atomic_write(
+        layout.under(root, layout.LAST_REBASE_JSON),
+        json.dumps(report.to_json(), indent=2).encode(),
+        durable=False,
+    )
+
+
 def last_run_pins(root: str) -> dict[str, Any] | None:
     """The ``pins`` of the last completed rebase or sync: ``{"before": {"pin", "fork",
     ...}, "after": {...}}``, or ``None`` when there is no such report or it does not

@@ -9,7 +9,6 @@ and the two pins named in ``LOCAL_FIXES.md`` are written, and the report goes to
 
 from __future__ import annotations
 
-import json
 import os
 
 from overlay import fixes, layout
@@ -33,10 +32,9 @@ from overlay.rebase_report import (
     ReportResolution,
     label_range_diff,
     patch_label,
-    render_markdown,
+    write_last_report,
 )
 from overlay.rebase_state import Bases
-from overlay.runstate import REPORT_JSON, REPORT_MD
 from overlay.series import (
     PATCH_DIR,
     SERIES_PATH,
@@ -252,20 +250,8 @@ class CommitSteps(RunBase):
         return {a: b for a, b in pairs.items() if a in gone and b in moved}
 
     def _write_report(self, report: RebaseReport) -> None:
-        """``.overlay/last-rebase.md`` and ``.overlay/last-rebase.json``: renamed into
-        place whole, not fsynced: the records are, while a report that a power loss
-        takes is only the run's summary, not worth two waits for the disk."""
-        layout.make_state_dir(self.root)
-        atomic_write(
-            os.path.join(self.root, REPORT_MD),
-            render_markdown(report).encode(),
-            durable=False,
-        )
-        atomic_write(
-            os.path.join(self.root, REPORT_JSON),
-            json.dumps(report.to_json(), indent=2).encode(),
-            durable=False,
-        )
+        """The run's report (:func:`overlay.rebase_report.write_last_report`)."""
+        write_last_report(self.root, report)
 
     # -- the report -------------------------------------------------------------------
     def report(self, old: Bases, new: Bases) -> RebaseReport:
