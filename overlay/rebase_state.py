@@ -17,12 +17,41 @@ file) and :mod:`overlay.rebase` (which writes it) both build on it.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import json
 import re
 from typing import Any, ClassVar
 
 #: The ``format`` a run writes; earlier versions wrote the same.
 STATE_FORMAT = 1
+
+
+class PatchStatus(enum.StrEnum):
+    """Where one patch of the series stands in a run (``PatchOutcome.status``); a
+    ``str``, so the state file keeps the very words it always held."""
+
+    PENDING = "pending"  #: not carried yet
+    STOPPED = "stopped"  #: the run waits on it (a conflict, or an edit left it empty)
+    CLEAN = "clean"  #: applied on its recorded pre-images: its file keeps its bytes
+    MERGED = "merged"  #: a clean cherry-pick by merge-ort: its file is refreshed
+    RESOLVED = "resolved"  #: the user's edit of a stop
+    UPSTREAM = "upstream"  #: carrying it changes nothing: its file goes
+    SKIPPED = "skipped"  #: left out by --skip/--drop: its file goes
+
+
+#: The statuses of a patch that is in the new layer.
+LANDED = frozenset({PatchStatus.CLEAN, PatchStatus.MERGED, PatchStatus.RESOLVED})
+#: The statuses of a patch whose file the completed run deletes.
+DROPPED = frozenset({PatchStatus.UPSTREAM, PatchStatus.SKIPPED})
+
+
+class Phase(enum.Enum):
+    """Which step a saved run is at, as its state says (:attr:`RunState.phase`)."""
+
+    FORK_DELTA = "fork delta"  #: the fork delta is being settled on the new pin
+    PATCHES = "patches"  #: the series is being carried
+    COMMITTING = "committing"  #: the write phase: the records are (being) written
+
 
 #: An rr-cache key.
 _SHA256 = re.compile(r"[0-9a-f]{64}")
@@ -150,7 +179,7 @@ class PatchOutcome:
     @property
     def landed(self) -> bool:
         """The patch is in the new layer (its ``tree`` is the layer after it)."""
-        return self.status in ("clean", "merged", "resolved")
+        return self.status in LANDED
 
     def to_json(self) -> dict[str, Any]:
         """``{"name", "status"}``, with ``tree``, ``blob`` and ``changed`` once carried
@@ -332,6 +361,15 @@ class RunState:
     merge_stats: dict[str, int] | None = None
     rr_recorded: list[str] = dataclasses.field(default_factory=list)
     format: int = STATE_FORMAT
+
+    @property
+    def phase(self) -> Phase:
+        """The step the run is at: writing the records once it began its write phase
+        (``committing``), else the series once the fork layer is settled, else the fork
+        delta."""
+        if self.committing or self.commit_started:
+            return Phase.COMMITTING
+        return Phase.FORK_DELTA if self.forked is None else Phase.PATCHES
 
     def patch(self, name: str) -> PatchOutcome:
         """The entry of patch ``name``. Raises ``StopIteration`` when there is none."""

@@ -22,7 +22,7 @@ from overlay.gitobjects import write_typed
 from overlay.gitstore import CatFile, Store
 from overlay.layers import Layers, read_resolutions
 from overlay.manifest import MANIFEST_PATH, Manifest, load_manifest
-from overlay.rebase_state import Bases, RunState
+from overlay.rebase_state import Bases, PatchStatus, RunState
 from overlay.runstate import (
     NEW_STATE_DIR,
     OLD_STATE_DIR,
@@ -389,7 +389,7 @@ class RunBase:
             if entry.landed:
                 assert entry.tree is not None
                 tree = entry.tree
-            elif entry.status == "pending":
+            elif entry.status == PatchStatus.PENDING:
                 break
         return tree
 

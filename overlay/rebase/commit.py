@@ -34,7 +34,7 @@ from overlay.rebase_report import (
     patch_label,
     write_last_report,
 )
-from overlay.rebase_state import Bases
+from overlay.rebase_state import DROPPED, Bases, PatchStatus
 from overlay.series import (
     PATCH_DIR,
     SERIES_PATH,
@@ -153,7 +153,7 @@ class CommitSteps(RunBase):
         kept = []
         for entry in self.state.patches:
             full = os.path.join(self.root, PATCH_DIR, entry.name)
-            if entry.status in ("upstream", "skipped"):
+            if entry.status in DROPPED:
                 if os.path.exists(full):
                     os.unlink(full)
                 continue
@@ -182,7 +182,11 @@ class CommitSteps(RunBase):
             text = fh.read()
         updated = fixes.set_heading_pins(text, new.fork, new.pin)
         for entry in self.state.patches:
-            renames = self._followed_renames(entry) if entry.status == "merged" else {}
+            renames = (
+                self._followed_renames(entry)
+                if entry.status == PatchStatus.MERGED
+                else {}
+            )
             if not renames:
                 continue
             numbers = [
@@ -345,7 +349,7 @@ class CommitSteps(RunBase):
             )
             for e in entries
         }
-        if all(e.status == "clean" and not e.changed for e in entries):
+        if all(e.status == PatchStatus.CLEAN and not e.changed for e in entries):
             return "".join(f"{labels[e.name]} = {labels[e.name]}\n" for e in entries)
         layers = self._old_layers()
         if layers is None:

@@ -30,7 +30,13 @@ from overlay.patchfmt import tree_diff
 from overlay.rebase.base import RebaseStopped, _checkpoint
 from overlay.rebase.formatting import FormatSteps
 from overlay.rebase.rerere import RerereSteps
-from overlay.rebase_state import EmptyStop, PatchOutcome, PatchStop, Stop
+from overlay.rebase_state import (
+    EmptyStop,
+    PatchOutcome,
+    PatchStatus,
+    PatchStop,
+    Stop,
+)
 from overlay.refresh import refreshed_bytes
 from overlay.runstate import STATE_DIR
 from overlay.series import Patch, split_patch
@@ -67,7 +73,7 @@ class PatchSteps(RerereSteps, FormatSteps):
         """Apply the leading pending patches that sit on their recorded pre-images in one
         batch (one ``ls-tree``, then ``apply`` + ``write-tree`` each): they keep their
         bytes."""
-        pending = [e for e in self.state.patches if e.status == "pending"]
+        pending = [e for e in self.state.patches if e.status == PatchStatus.PENDING]
         if not pending:
             return
         patches = [self._backup_patch(e.name) for e in pending]
@@ -95,7 +101,7 @@ class PatchSteps(RerereSteps, FormatSteps):
         """
         self._apply_exact_run()
         for entry in self.state.patches:
-            if entry.status != "pending":
+            if entry.status != PatchStatus.PENDING:
                 continue
             patch = self._backup_patch(entry.name)
             tree = self._current_tree()
@@ -134,7 +140,7 @@ class PatchSteps(RerereSteps, FormatSteps):
         """Put a carried patch's outcome in its entry: upstream, exact (bytes kept) or
         merged (refreshed bytes, and the paths a followed rename moved it to)."""
         if carried.status == "upstream":
-            entry.status = "upstream"
+            entry.status = PatchStatus.UPSTREAM
             twin = self._same_change_before(patch, entry)
             if twin is not None:
                 entry.note = (
@@ -198,7 +204,9 @@ class PatchSteps(RerereSteps, FormatSteps):
         ]
         for line in said:
             self.say(line)
-        entry.status = "stopped"  # until the replayed edit lands (an empty one stops)
+        entry.status = (
+            PatchStatus.STOPPED
+        )  # until the replayed edit lands (an empty one stops)
         stop = PatchStop(
             name=patch.name,
             tree=tree,
@@ -246,7 +254,7 @@ class PatchSteps(RerereSteps, FormatSteps):
     ) -> NoReturn:
         """Save a stop on ``patch``, write its work files, raise :class:`RebaseStopped`."""
         self._write_work(files)
-        self.state.patch(patch.name).status = "stopped"
+        self.state.patch(patch.name).status = PatchStatus.STOPPED
         self.state.stop = stop
         self.save()
         raise RebaseStopped(message)

@@ -18,7 +18,9 @@ from overlay.rebase_report import RebaseReport
 from overlay.rebase_state import (
     Bases,
     EmptyStop,
+    PatchStatus,
     PatchStop,
+    Phase,
     ResolutionOutcome,
     ResolutionStop,
     Stop,
@@ -57,13 +59,13 @@ class Rebase(ForkDeltaSteps, PatchSteps, CommitSteps, AbortSteps):
     def _run(self, manifest: Manifest, new: Bases, old: Bases) -> RebaseReport:
         """:meth:`run` inside the store's reader."""
         try:
-            if not self.state.committing:
-                if self.state.forked is None:
-                    self._settle_fork_delta(manifest, old, new)
+            if self.state.phase is Phase.FORK_DELTA:
+                self._settle_fork_delta(manifest, old, new)
+            if self.state.phase is Phase.PATCHES:
                 self._apply_patches()
             # The records are written whole, or (killed) --continue ends it.
             with interrupts_deferred():
-                if not self.state.committing:
+                if self.state.phase is not Phase.COMMITTING:
                     self.state.committing = True
                     self.save()
                 return self._commit(manifest, old, new)
@@ -190,7 +192,7 @@ class Rebase(ForkDeltaSteps, PatchSteps, CommitSteps, AbortSteps):
                 "files and `--continue` to keep it; `--abort` restores everything"
             )
         entry = self.state.patch(stop.name)
-        entry.status = "skipped"
+        entry.status = PatchStatus.SKIPPED
         entry.note = (
             f"dropped by {word}; move or delete LOCAL_FIXES entry {fix}"
             if fix
