@@ -65,16 +65,14 @@ def _overlay_state(root: str, store: Store) -> tuple[dict, Any]:
         "merge_base": manifest.merge_base,
         "pins_before": None,
     }
-    try:
-        with open(layout.under(root, layout.LAST_REBASE_JSON), encoding="utf-8") as fh:
-            last = json.load(fh)
-        if (
-            last["pins"]["after"]["pin"] == manifest.pin
-            and last["pins"]["after"]["fork"] == manifest.fork_commit
-        ):
-            state["pins_before"] = last["pins"]["before"]
-    except (OSError, ValueError, KeyError):
-        pass
+    from overlay.rebase_report import last_run_pins
+
+    pins = last_run_pins(root)
+    if pins is not None and (pins["after"].get("pin"), pins["after"].get("fork")) == (
+        manifest.pin,
+        manifest.fork_commit,
+    ):
+        state["pins_before"] = pins["before"]
     try:
         layers = compute_layers(store, manifest, root, stepwise=True)
     except OverlayError as exc:

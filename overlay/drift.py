@@ -32,7 +32,6 @@ import re
 from collections.abc import Iterable, Sequence
 
 from overlay import diagnostics as _diagnostics
-from overlay import layout
 from overlay.diagnostics import Diagnostic, merge_same_place, prefix_locator
 from overlay.drift_declarations import (
     HEADER_GLOBS,
@@ -351,14 +350,12 @@ def last_rebase_pin(root: str, pin: str) -> str | None:
         ``pin`` and moved the pin (a sync keeps it), else ``None`` (no run recorded,
         or the manifest moved on since: the range would be wrong).
     """
-    import json
+    from overlay.rebase_report import last_run_pins
 
-    try:
-        with open(layout.under(root, layout.LAST_REBASE_JSON), encoding="utf-8") as fh:
-            pins = json.load(fh)["pins"]
-        before, after = pins["before"]["pin"], pins["after"]["pin"]
-    except (OSError, ValueError, KeyError, TypeError):
+    pins = last_run_pins(root)
+    if pins is None:
         return None
+    before, after = pins["before"].get("pin"), pins["after"].get("pin")
     return before if after == pin and before != pin else None
 
 
