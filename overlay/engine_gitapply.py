@@ -47,7 +47,8 @@ class PatchApplyError(LayerError):
             f"patch {patch} does not apply: {where}: {reason}",
             hint=hint
             or "`overlay refresh` carries it onto the layer below from its recorded "
-            "blobs (a 3-way merge by merge-ort), or `overlay rebase` does",
+            "blobs (re-rendered from them where its text disagrees, else a 3-way "
+            "merge by merge-ort), or `overlay rebase` does",
         )
         self.patch, self.file, self.hunk, self.reason = patch, file, hunk, reason
 

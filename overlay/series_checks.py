@@ -34,7 +34,7 @@ from overlay.series import (
     read_series,
 )
 
-_INDEX_RE = re.compile(r"^index ([0-9a-f]+)\.\.([0-9a-f]+)", re.M)
+_INDEX_RE = re.compile(rb"^index ([0-9a-f]+)\.\.([0-9a-f]+)", re.M)
 
 
 def _line_of(data: bytes, offset: int) -> int:
@@ -319,10 +319,12 @@ def _patch_text_findings(patch: Patch, manifest: Manifest) -> list[Finding]:
             "SER008",
             rel,
             _line_of(patch.data, m.start()),
-            f"abbreviated index line {m.group(0)!r}",
+            f"abbreviated index line {m.group(0).decode()!r}",
             "run `overlay refresh`",
         )
-        for m in _INDEX_RE.finditer(patch.data.decode("utf-8", "replace"))
+        # On the bytes: an offset into decoded text would miss the line after a
+        # multi-byte character.
+        for m in _INDEX_RE.finditer(patch.data)
         if len(m.group(1)) != 40 or len(m.group(2)) != 40
     ]
     findings += [

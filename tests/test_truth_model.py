@@ -434,3 +434,23 @@ def test_a_sync_killed_after_its_manifest_write_completes_with_one_review_mark(o
     assert manifest.count("uncarried-reviewed") == 1
     assert f'uncarried-reviewed = "{w.fork_commit}"' in manifest
     assert f'commit = "{fork2}"' in manifest
+
+
+def test_ser008_names_the_index_line_after_a_multibyte_character(ov):
+    device = "mlx/backend/rocm/device.cpp"
+    data = add_patch(
+        ov, "0001-device.patch", {device: lines("device", change={9: "d9"})}
+    )
+    data = data.replace(
+        b"Why the change is needed.", "Why: \u00a9 the change.".encode()
+    )
+    short = re.sub(
+        rb"^index ([0-9a-f]{7})[0-9a-f]{33}\.\.([0-9a-f]{7})[0-9a-f]{33}",
+        rb"index \1..\2",
+        data,
+        flags=re.M,
+    )
+    (ov.root / PDIR / "0001-device.patch").write_bytes(short)
+    want = short[: short.index(b"\nindex ")].count(b"\n") + 2
+    out = cli(ov, "verify", "--only", "SER").output
+    assert f"0001-device.patch:{want}: error SER008" in out, out
