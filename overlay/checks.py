@@ -352,8 +352,6 @@ def _verify(
         if cacheable and families & {"MAN", "SER"}
         else []
     )
-    if man003:
-        findings = [_no_rewrite_hint(f) for f in findings]
     if "MAN" in families and cacheable:
         findings += (
             man003
@@ -376,6 +374,8 @@ def _verify(
         findings += _fix_findings(
             root, store, manifest, doc, resolutions, patches, unparsed, layers, listing
         )
+    if man003:
+        findings = [_no_rewrite_hint(f) for f in findings]
     return _result(findings, families, skip, layers, cacheable)
 
 
@@ -453,18 +453,28 @@ def _unverifiable_findings(
     ]
 
 
+#: Findings a wrong merge base makes by itself (the fork delta from it differs): their
+#: hints (delete a resolution, list paths as dropped) would rewrite valid records.
+_MERGE_BASE_MADE = frozenset(
+    {"LAY001", "LAY002", "LAY004", "LAY005", "FIX022", "FIX023", "FIX025"}
+)
+
+
 def _no_rewrite_hint(finding: Finding) -> Finding:
     """``finding`` with a hint that sends nobody to a command that rewrites records:
     on a manifest whose merge base is not an ancestor of its fork commit (MAN003), a
     refresh or rebase would carry the patches onto a fork delta that undoes upstream."""
-    if not finding.hint or not any(
+    if finding.code.startswith("MAN") or not finding.hint:
+        return finding
+    if finding.code not in _MERGE_BASE_MADE and not any(
         cmd in finding.hint for cmd in ("overlay refresh", "overlay rebase")
     ):
         return finding
     return dataclasses.replace(
         finding,
-        hint="fix the manifest first (MAN003: `overlay sync` recomputes the merge "
-        "base); a refresh or rebase on it would carry the patches onto a wrong layer",
+        hint="fix the manifest first (MAN003: correct [fork] merge-base, or `overlay "
+        "sync` recomputes it); until then this finding may come from the wrong merge "
+        "base, and no record should be rewritten or deleted for it",
     )
 
 
