@@ -236,7 +236,9 @@ def test_real_whole_file_import_round_trip(real_mirrors, tmp_path):
     )
 
 
-def test_real_abbreviated_index_lines_refresh_back_to_the_original(real_mirrors, tmp_path):
+def test_real_abbreviated_index_lines_refresh_back_to_the_original(
+    real_mirrors, tmp_path
+):
     """Issue 25, item 3: 0003's `index` lines cut to git format-patch's 7 hex: SER008 and
     SER011 for it alone (no false SER010 for the later patches on its files), and
     `overlay refresh` gives the original bytes back."""

@@ -402,7 +402,10 @@ def test_edit_refuses_to_rest_on_an_unverified_patch(ov, w, tmp_path):
         ),
     )
     write_fixes(ov, [("Elsewhere.", [device])])
-    for args in (("edit", "0001-elsewhere.patch"), ("edit", "--new", "0002-more.patch")):
+    for args in (
+        ("edit", "0001-elsewhere.patch"),
+        ("edit", "--new", "0002-more.patch"),
+    ):
         refused = cli(ov, *args)
         assert refused.exit_code == 2, refused.output
         assert "unverifiable" in refused.output and "--accept-text" in refused.output
