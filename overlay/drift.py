@@ -42,6 +42,7 @@ from overlay.drift_declarations import (
     declaring_headers,
     member_reference,
 )
+from overlay.drift_owners import free_function_owner, is_namespace
 from overlay.gitstore import Store
 
 _QUOTED = re.compile(r"[`'\u2018\"]([^`'\u2019\"]+)[`'\u2019\"]")
@@ -302,10 +303,17 @@ def owners_from_tree(
 ) -> None:
     """Name the fork file for undefined symbols by reading the exported tree at ``root``.
 
+    For a free function ``mlx::core::[ns::]name`` (its qualifier opens a ``namespace``
+    somewhere in the tree): the backend source that defines the most functions declared
+    in the header that declares ``name`` (:func:`overlay.drift_owners.free_function_owner`).
     For ``mlx::core::Cls::member``: the backend file that defines most other members of
     ``Cls`` (``Cls::name(`` at the start of a definition); for a primitive no backend
     file mentions, the file defining the most ``::eval_gpu`` (where the backend keeps its
     primitives). Items that already name a file are left alone.
+
+    Args:
+        root: the exported tree; items: from :func:`attribute` (changed in place);
+        backend: the backend's directory in the tree.
     """
     files: dict[str, str] = {}
     base = os.path.join(root, backend)
@@ -320,6 +328,7 @@ def owners_from_tree(
                         )
                 except OSError:
                     continue
+    headers: dict[str, str] | None = None  # the tree's headers, read on first need
     for item in items:
         d = item.diagnostic
         if d.kind != "undefined" or item.fork_file:
@@ -328,6 +337,15 @@ def owners_from_tree(
         if len(parts) < 2:
             continue
         cls = parts[-2]
+        if headers is None:
+            headers = _tree_headers(root)
+        if is_namespace(cls, headers):
+            # a free function: counting ``ns::`` mentions would pick whichever file
+            # calls into the namespace most; its header's siblings say where it belongs
+            owner = free_function_owner(parts[-1], headers, files)
+            if owner:
+                item.fork_file = owner
+                continue
         pattern = re.compile(rf"(?m)^[^\n;]*\b{re.escape(cls)}::\w+\s*\(")
         counts = {p: len(pattern.findall(t)) for p, t in files.items()}
         best = max(counts, key=lambda p: counts[p], default=None) if counts else None
@@ -337,6 +355,23 @@ def owners_from_tree(
             evals = {p: t.count("::eval_gpu(") for p, t in files.items()}
             best = max(evals, key=lambda p: evals[p], default=None)
             item.fork_file = best if best and evals[best] else None
+
+
+def _tree_headers(root: str) -> dict[str, str]:
+    """``{repository path: text}`` of every header under ``root/mlx``."""
+    out: dict[str, str] = {}
+    for dirpath, _dirs, names in os.walk(os.path.join(root, "mlx")):
+        for name in names:
+            if name.endswith((".h", ".hpp", ".cuh")):
+                full = os.path.join(dirpath, name)
+                try:
+                    with open(full, encoding="utf-8", errors="replace") as fh:
+                        out[os.path.relpath(full, root).replace(os.sep, "/")] = (
+                            fh.read()
+                        )
+                except OSError:
+                    continue
+    return out
 
 
 def last_rebase_pin(root: str, pin: str) -> str | None:

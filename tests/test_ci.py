@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -430,3 +431,34 @@ def test_verify_rocm_script_announces_stages_and_runs_only_those_asked(tmp_path)
     )
     bad = run(OVERLAY_STAGES="verify gpu")
     assert bad.returncode == 2 and "unknown stage gpu in OVERLAY_STAGES" in bad.stderr
+
+
+def test_verify_rocm_script_runs_the_behaviour_check_without_a_gpu(tmp_path):
+    """Issue 29 item 3: make verify-rocm runs `overlay drift --behaviour` (host code, no
+    GPU, no ROCm toolchain) and fails when it reports drift."""
+    import subprocess
+
+    script = Path(__file__).resolve().parent.parent / "tools" / "verify-rocm.sh"
+    stub = tmp_path / "overlay"
+    stub.write_text(
+        '#!/bin/sh\ncase "$1" in\n  drift) echo "behaviour drift: FloorDivide"; exit 1;;\n'
+        '  build) echo "overlay: no ROCm toolchain: none here" >&2; exit 2;;\nesac\n'
+    )
+    make = tmp_path / "make"
+    make.write_text("#!/bin/sh\nexit 0\n")
+    for exe in (stub, make):
+        exe.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OVERLAY_")}
+    env.update(OVERLAY=str(stub), MAKE=str(make), OVERLAY_STAGES="verify behaviour")
+    res = subprocess.run(
+        ["bash", str(script)], env=env, cwd=tmp_path, capture_output=True, text=True
+    )
+    if shutil.which("g++") is None:
+        assert "verify-rocm: behaviour: skipped (no host C++ compiler" in res.stdout
+        return
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert "verify-rocm: behaviour: running overlay drift --behaviour" in res.stdout
+    assert (
+        "verify-rocm: behaviour: failed (overlay drift --behaviour exited 1)"
+        in res.stdout
+    )

@@ -214,6 +214,76 @@ def test_owner_of_an_undefined_member_is_the_file_defining_its_siblings(tmp_path
     ]
 
 
+def test_owner_of_an_undefined_free_function_defines_its_header_siblings(tmp_path):
+    """Issue 29 item 2: a new function of ``gpu/slicing.h`` belongs in the ROCm file that
+    defines that header's other functions, not in the file that calls ``core::`` most."""
+    from overlay.drift import Diagnostic, DriftItem, owners_from_tree
+
+    gpu = tmp_path / "mlx" / "backend" / "gpu"
+    gpu.mkdir(parents=True)
+    (gpu / "slicing.h").write_text(
+        "#pragma once\nnamespace mlx::core {\n"
+        "void slice_gpu(\n    const array& in,\n    array& out);\n"
+        "void concatenate_gpu(const std::vector<array>& inputs, array& out);\n"
+        "array compute_dynamic_offset(const array& indices, const Stream& s);\n"
+        "void slice_update_gpu(const array& in, array& out);\n"
+        "} // namespace mlx::core\n"
+    )
+    (gpu / "primitives.h").write_text(
+        "namespace mlx::core {\nvoid eval_gpu_helper(int x);\n}\n"
+    )
+    backend = tmp_path / "mlx" / "backend" / "rocm"
+    backend.mkdir(parents=True)
+    (backend / "slicing.cpp").write_text(
+        "namespace mlx::core {\n"
+        "void concatenate_gpu(\n    const std::vector<array>& inputs,\n    array& out) {\n"
+        "  if (compute_dynamic_offset(inputs[0], s).size()) {\n  }\n}\n"
+        "array compute_dynamic_offset(const array& indices, const Stream& s) {\n"
+        "  return indices;\n}\n}\n"
+    )
+    (backend / "eval.cpp").write_text(
+        "namespace mlx::core::rocm {\n"
+        "void eval(array& arr) {\n"
+        "  mlx::core::slice_gpu(arr, arr);\n  mlx::core::concatenate_gpu({arr}, arr);\n"
+        "  mlx::core::synchronize(s);\n  core::detail::retain(arr);\n"
+        "  core::scheduler::notify_new_task(s);\n}\n}\n"
+    )
+    items = [
+        DriftItem(
+            Diagnostic(
+                "undefined",
+                None,
+                None,
+                "mlx::core::slice_update_gpu(mlx::core::array const&, mlx::core::array&)",
+            ),
+            None,
+            None,
+            None,
+            [],
+            None,
+        ),
+    ]
+    owners_from_tree(str(tmp_path), items)
+    assert items[0].fork_file == "mlx/backend/rocm/slicing.cpp"
+
+
+def test_free_function_owner_counts_definitions_not_calls():
+    from overlay.drift_owners import defined_functions, free_function_owner
+
+    assert defined_functions(
+        "void f(int x) {\n  if (g(x)) {\n  }\n  return h(x);\n}\n"
+        "array k(\n    int a,\n    int b) const {\n}\nvoid decl(int);\n"
+    ) == {"f", "k"}
+    headers = {"a.h": "void new_fn(int);\nvoid one(int);\nvoid two(int);\n"}
+    sources = {
+        "r/calls.cpp": "void main_() {\n  one(1);\n  two(2);\n}\n",
+        "r/defs.cpp": "void one(int x) {\n}\n",
+        "r/defs.h": "void two(int x) {\n}\n",  # a header is not a backend source here
+    }
+    assert free_function_owner("new_fn", headers, sources) == "r/defs.cpp"
+    assert free_function_owner("unknown", headers, sources) is None
+
+
 # ------------------------------------------ an error about a member's declaration
 
 STREAM_V1 = (

@@ -4,6 +4,10 @@
 # was skipped counts as failed, see OVERLAY_REQUIRE), else 0.
 #
 #   1. overlay  `make verify-rocm-overlay` (every record of the overlay)
+#   1b. behaviour  `overlay drift --behaviour`: the ROCm elementwise functors compiled
+#               for the host (g++ and a HIP shim) against upstream's CPU functors;
+#               fails on behaviour drift since the fork's merge base; no GPU and no
+#               ROCm toolchain needed; skipped when g++ is absent
 #   2. build    `overlay build --backend rocm $OVERLAY_BUILD_ARGS`
 #               skipped when no ROCm toolchain exists (no hipcc on PATH / in
 #               $ROCM_PATH, no provisioned tools/rocm-toolchain.sh root)
@@ -47,10 +51,11 @@ stage_names() {  # VARIABLE VALUE: the stage of each name in VALUE, one a line
     case $name in
       '') ;;
       verify|overlay) echo overlay ;;
+      behaviour) echo behaviour ;;
       check|build) echo build ;;
       suites) echo suites ;;
       host-model) echo host-model ;;
-      *) printf 'verify-rocm: unknown stage %q in %s (verify, check, build, suites, host-model)\n' "$name" "$1" >&2
+      *) printf 'verify-rocm: unknown stage %q in %s (verify, behaviour, check, build, suites, host-model)\n' "$name" "$1" >&2
          return 2 ;;
     esac
   done
@@ -60,7 +65,7 @@ declare -A selected=()
 stages=$(stage_names OVERLAY_REQUIRE "${OVERLAY_REQUIRE:-}") || exit 2
 for stage in $stages; do required[$stage]=1; done
 stages=$(stage_names OVERLAY_STAGES "${OVERLAY_STAGES:-}") || exit 2
-for stage in ${stages:-overlay build suites host-model}; do selected[$stage]=1; done
+for stage in ${stages:-overlay behaviour build suites host-model}; do selected[$stage]=1; done
 
 report() {  # STAGE STATE [REASON]
   local state=$2 reason=${3:-}
@@ -91,6 +96,20 @@ if runs overlay; then
     report overlay passed
   else
     report overlay failed "make verify-rocm-overlay exited $?"
+  fi
+fi
+
+# 1b. behaviour drift of the ROCm functors (host code, no GPU)
+if runs behaviour; then
+  if ! command -v "${CXX:-g++}" >/dev/null 2>&1; then
+    report behaviour skipped "no host C++ compiler (${CXX:-g++}) for overlay drift --behaviour"
+  else
+    starting behaviour "overlay drift --behaviour (the ROCm functors on the host against upstream's CPU functors)"
+    if $OVERLAY drift --behaviour; then
+      report behaviour passed
+    else
+      report behaviour failed "overlay drift --behaviour exited $?"
+    fi
   fi
 fi
 

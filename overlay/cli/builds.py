@@ -20,8 +20,15 @@ from overlay.workspace import Workspace
     "--log",
     "log_path",
     type=click.Path(dir_okay=False, exists=True),
-    required=True,
+    default=None,
     help="Compiler and linker output to read (e.g. build/rocm/build.log).",
+)
+@click.option(
+    "--behaviour",
+    is_flag=True,
+    help="Instead of a log: compare the ROCm elementwise functors, compiled for the "
+    "host, with upstream's CPU functors; drift since --from (default: the fork's merge "
+    "base) fails (docs/build.md).",
 )
 @click.option(
     "--from",
@@ -43,11 +50,23 @@ from overlay.workspace import Workspace
 @click.pass_obj
 @handle_errors
 def drift_cmd(
-    ws: Workspace, log_path: str, old_ref: str | None, strip: tuple[str, ...], fmt: str
+    ws: Workspace,
+    log_path: str | None,
+    behaviour: bool,
+    old_ref: str | None,
+    strip: tuple[str, ...],
+    fmt: str,
 ) -> None:
     """Attribute every compile error and undefined symbol to the upstream commit
-    behind it."""
+    behind it (--log), or find behaviour drift of the ROCm functors (--behaviour)."""
     import json
+
+    if behaviour:
+        from overlay.drift_behaviour import run_behaviour
+
+        exit_with(run_behaviour(ws, old_ref, fmt))
+    if log_path is None:
+        raise OverlayError("drift needs --log FILE or --behaviour")
 
     from overlay.drift import attribute_log, render_markdown, render_text
     from overlay.runplan import last_run_start
