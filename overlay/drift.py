@@ -315,19 +315,7 @@ def owners_from_tree(
         root: the exported tree; items: from :func:`attribute` (changed in place);
         backend: the backend's directory in the tree.
     """
-    files: dict[str, str] = {}
-    base = os.path.join(root, backend)
-    for dirpath, _dirs, names in os.walk(base):
-        for name in names:
-            if name.endswith((".cpp", ".hip", ".cu", ".h", ".hpp")):
-                full = os.path.join(dirpath, name)
-                try:
-                    with open(full, encoding="utf-8", errors="replace") as fh:
-                        files[os.path.relpath(full, root).replace(os.sep, "/")] = (
-                            fh.read()
-                        )
-                except OSError:
-                    continue
+    files = _tree_texts(root, backend, (".cpp", ".hip", ".cu", ".h", ".hpp"))
     headers: dict[str, str] | None = None  # the tree's headers, read on first need
     for item in items:
         d = item.diagnostic
@@ -359,10 +347,16 @@ def owners_from_tree(
 
 def _tree_headers(root: str) -> dict[str, str]:
     """``{repository path: text}`` of every header under ``root/mlx``."""
+    return _tree_texts(root, "mlx", (".h", ".hpp", ".cuh"))
+
+
+def _tree_texts(root: str, top: str, suffixes: tuple[str, ...]) -> dict[str, str]:
+    """``{repository path: text}`` of every file under ``root/top`` whose name ends in
+    one of ``suffixes`` (bad bytes replaced; an unreadable file left out)."""
     out: dict[str, str] = {}
-    for dirpath, _dirs, names in os.walk(os.path.join(root, "mlx")):
+    for dirpath, _dirs, names in os.walk(os.path.join(root, top)):
         for name in names:
-            if name.endswith((".h", ".hpp", ".cuh")):
+            if name.endswith(suffixes):
                 full = os.path.join(dirpath, name)
                 try:
                     with open(full, encoding="utf-8", errors="replace") as fh:
