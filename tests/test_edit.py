@@ -384,7 +384,6 @@ def test_message_from_the_editor_when_a_terminal_is_there(clean, monkeypatch):
 
 def test_bad_input_is_one_line_and_exit_2(clean):
     cases = [
-        (["edit"], "give a PATCH"),
         (["edit", "0009-nope.patch"], "is not in patches-rocm/series"),
         (["edit", "--new", PATCH], "already exists"),
         (["edit", "--new", "../escape"], "bad patch name"),
@@ -403,6 +402,18 @@ def test_bad_input_is_one_line_and_exit_2(clean):
     assert not edits.exists() or [p.name for p in edits.iterdir()] == [
         ".gitignore"
     ]  # no work tree left
+
+
+def test_plain_edit_with_none_open_says_so_and_how_to_start(clean):
+    """``overlay edit`` alone answers a question: with no edit open it says so, names
+    both ways to start one, exits 0 and writes nothing."""
+    before = records_hash(clean)
+    result = cli(clean, "edit")
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith("no edit in progress: `overlay edit PATCH`")
+    assert "--new NAME" in result.output
+    assert records_hash(clean) == before
+    assert not (clean.root / ".overlay" / "edit.json").exists()
 
 
 def test_record_refusals_write_nothing(clean):

@@ -176,18 +176,20 @@ def _abort_edit(ws: Workspace) -> None:
 
 
 def _show_edit(ws: Workspace) -> None:
-    """Plain ``edit``: where the edit in progress is and what it changed."""
+    """Plain ``edit``: where the edit in progress is and what it changed; with none,
+    says so and how to start one (exit 0: a question answered, as ``git status`` on a
+    clean tree, not bad input)."""
     from overlay.edit import show_edit
 
     completed, current, changed = show_edit(ws.root, ws.store)
     _echo_completed(completed)
     if current is None:
-        if completed is not None:
-            return
-        raise OverlayError(
-            "give a PATCH of the series to edit, or --new NAME for a new one",
-            hint="`overlay status` lists the series",
-        )
+        if completed is None:
+            click.echo(
+                "no edit in progress: `overlay edit PATCH` edits a patch of the series "
+                "(`overlay status` lists it), `overlay edit --new NAME` starts a new one"
+            )
+        return
     listed = ": " + ", ".join(changed[:5]) if changed else ""
     more = " ..." if len(changed) > 5 else ""
     click.echo(
