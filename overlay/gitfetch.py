@@ -89,6 +89,26 @@ class Fetching:
                     return
         raise missing_commit(sha, remotes, answered, where)
 
+    def refresh_upstream_refs(self) -> None:
+        """Refresh ``refs/remotes/upstream/*`` and the tags from ``upstream``, pruning
+        what upstream deleted, with a progress line (a first fetch of every branch of
+        a large mirror takes seconds to minutes). Online only; a failed fetch is quiet:
+        the checks that want the refs then use what the store holds."""
+        if self.offline:
+            return
+        url = self._remote_urls.get("upstream", "?")
+        with self.lock(), LiveProgress("fetch") as live:
+            live.show(f"every branch and tag of upstream ({url})")
+            self.git(
+                "fetch",
+                "-q",
+                "--tags",
+                "--prune",
+                "upstream",
+                "+refs/heads/*:refs/remotes/upstream/*",
+                check=False,
+            )
+
     def resolve(self, ref: str, remotes: Sequence[str] = ("upstream", "fork")) -> str:
         """Resolve a user-given ref (SHA, tag, ``remote/branch``) to a commit SHA.
 

@@ -64,18 +64,9 @@ def _ancestor(store: Store, a: str, b: str) -> bool:
 
 def fetch_upstream_refs(store: Store) -> None:
     """Refresh ``refs/remotes/upstream/*`` and the tags from ``upstream`` (online only;
-    a failed fetch is quiet: the checks then use what the store holds)."""
-    if not store.offline:
-        with store.lock():
-            store.git(
-                "fetch",
-                "-q",
-                "--tags",
-                "--prune",
-                "upstream",
-                "+refs/heads/*:refs/remotes/upstream/*",
-                check=False,
-            )
+    a failed fetch is quiet: the checks then use what the store holds). See
+    :meth:`overlay.gitfetch.Fetching.refresh_upstream_refs`."""
+    store.refresh_upstream_refs()
 
 
 def upstream_refs_containing(

@@ -77,6 +77,16 @@ def test_a_fetch_says_what_it_fetches_and_from_where(
     assert f"overlay: fetch: commit {world.fork_commit[:12]} from fork (" in err
 
 
+def test_verify_says_when_it_fetches_every_upstream_branch(overlay, world, monkeypatch):
+    """The fetch of upstream's branches and tags (for the fork-ahead check) was a
+    silent stretch after the commit fetches of a cold ``verify``: it says so too."""
+    make_clean_overlay(overlay, world)
+    monkeypatch.setenv("OVERLAY_PROGRESS", "plain")
+    result = CliRunner().invoke(main, ["-C", str(overlay.root), "verify"])
+    assert result.exit_code == 0, result.output
+    assert "overlay: fetch: every branch and tag of upstream (" in result.stderr
+
+
 def test_ci_shows_each_stage_and_the_units_of_its_check(overlay, world, monkeypatch):
     from overlay import build as _build
     from overlay.build import Toolchain
