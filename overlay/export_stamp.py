@@ -4,7 +4,8 @@ The stamp holds the tree last exported into DEST and each file's ``[size,
 mtime_ns, blob]`` as it was then; while a run is in progress, also ``pending``:
 the tree it writes and every path it writes (with its blob) or removes.
 :func:`read_stamp` reads and checks it, :func:`write_stamp` writes it atomically,
-:func:`edited_files` names the files edited by hand since the last export.
+:func:`edited_files` names the files edited by hand since the last export,
+:func:`stray_files` the files DEST holds that no export wrote.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import os
 
 from overlay.errors import EXIT_INTERRUPTED, OverlayError
 from overlay.export_disk import checkpoint, disk_state, is_recorded
-from overlay.fsutil import atomic_write
+from overlay.fsutil import atomic_write, temp_owner
 from overlay.gitstore import Store
 
 #: The stamp's file name in DEST.
@@ -78,6 +79,54 @@ def edited_note(edited: list[str]) -> str:
     return (
         f"{len(edited)} file(s) edited by hand since the export were left as they "
         f"are: {', '.join(edited[:5])}{more}"
+    )
+
+
+def stray_files(dest: str, stamp: dict | None) -> list[str]:
+    """Files in DEST that the last finished export did not write (added by hand, or
+    left from before a ``--force`` takeover), as ``git status`` names untracked files.
+
+    The export never touches them; they are named because a build of DEST builds
+    them too (a stray ``.cpp`` under a globbed directory, an old header that shadows
+    a moved one), so the tree built is not the layer's. overlay's own names
+    (:data:`OURS`) and the temp files of a writer (:func:`overlay.fsutil.temp_owner`)
+    are not strays. Symbolic links are not followed.
+
+    Args:
+        dest: export directory.
+        stamp: DEST's stamp (:func:`read_stamp`); ``None`` names nothing (no export
+            was ever finished here, and the export itself refuses a non-empty DEST).
+    Returns:
+        The stray paths, relative to DEST, ``/``-separated, sorted.
+    """
+    if stamp is None:
+        return []
+    files = stamp["files"]
+    strays = []
+    for top, dirs, names in os.walk(dest):
+        rel = os.path.relpath(top, dest)
+        prefix = "" if rel == "." else rel.replace(os.sep, "/") + "/"
+        dirs.sort()
+        for name in names:
+            path = prefix + name
+            if path in files or (not prefix and name in OURS) or temp_owner(name):
+                continue
+            strays.append(path)
+    return sorted(strays)
+
+
+def stray_note(strays: list[str]) -> str:
+    """The one line every command prints about files of DEST no export wrote.
+
+    Args:
+        strays: the paths (non-empty), from :func:`stray_files`.
+    Returns:
+        ``"N file(s) that the layer does not have were left as they are: a, b ..."``.
+    """
+    more = " ..." if len(strays) > 5 else ""
+    return (
+        f"{len(strays)} file(s) that the layer does not have were left as they are: "
+        f"{', '.join(strays[:5])}{more}"
     )
 
 

@@ -163,8 +163,8 @@ def _echo_exports(ws: Workspace, dest: tuple[str, ...], patched: str) -> None:
 @click.option(
     "--strict",
     is_flag=True,
-    help="Exit 1 when DEST keeps files edited by hand (a build would not be of the "
-    "layer); they are still left as they are.",
+    help="Exit 1 when DEST keeps files edited by hand or files the layer does not "
+    "have (a build would not be of the layer); they are still left as they are.",
 )
 @click.pass_obj
 @handle_errors
@@ -174,10 +174,12 @@ def export_cmd(ws: Workspace, dest: str, layer: str, force: bool, strict: bool) 
 
     A file edited by hand since the last export, which the layer leaves as it was
     exported, is kept and reported as a warning (exit 0: the edit is the user's work
-    in progress); ``--strict`` makes it exit 1 (a build or CI job must not build a
-    tree that is not the layer's)."""
+    in progress), and so is a file DEST holds that the layer does not have (never
+    touched, not even by ``--force``); ``--strict`` makes either exit 1 (a build or
+    CI job must not build a tree that is not the layer's)."""
     from overlay.errors import EXIT_INTERRUPTED
     from overlay.export import edited_note, export_tree
+    from overlay.export_stamp import read_stamp, stray_files, stray_note
 
     try:
         result = export_tree(ws.store, ws.layers().tree(layer), dest, force=force)
@@ -194,16 +196,20 @@ def export_cmd(ws: Workspace, dest: str, layer: str, force: bool, strict: bool) 
         f"{len(result.removed)} removed, {result.unchanged} unchanged "
         f"({result.seconds:.2f} s)"
     )
-    if result.edited:
-        kind = "error" if strict else "warning"
-        click.echo(f"{kind}: {dest}: {edited_note(result.edited)}", err=True)
-        if strict:
-            click.echo(
-                "hint: move the edits into a patch (`overlay edit`), or pass --force "
-                "to restore the layer's files",
-                err=True,
-            )
-            exit_with(1)
+    strays = stray_files(dest, read_stamp(dest))
+    notes = ([edited_note(result.edited)] if result.edited else []) + (
+        [stray_note(strays)] if strays else []
+    )
+    kind = "error" if strict else "warning"
+    for note in notes:
+        click.echo(f"{kind}: {dest}: {note}", err=True)
+    if strict and notes:
+        click.echo(
+            "hint: move the edits into a patch (`overlay edit`) and remove the files "
+            "the layer does not have, or pass --force to restore the layer's files",
+            err=True,
+        )
+        exit_with(1)
 
 
 @click.command("diff")
