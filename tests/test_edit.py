@@ -590,3 +590,23 @@ def test_a_long_description_is_wrapped_as_the_series_is_written():
         == "- a list item that is kept exactly as it was written, long or not at all"
     )
     assert edit_mod.wrap_message("short line\nkept as is") == "short line\nkept as is"
+
+
+def test_a_sync_with_an_edit_open_says_so_before_any_other_refusal(clean, world):
+    """A sync to a fork commit that does not descend from the current one would be
+    refused with a ``--force`` hint; with an edit open the user must hear about the
+    edit first (passing ``--force`` would only meet that refusal next)."""
+    older = subprocess.run(
+        ["git", "rev-parse", f"{world.fork_commit}^"],
+        cwd=world.fork.path,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    assert cli(clean, "edit", "--new", "0002-x").exit_code == 0
+    before = records_hash(clean)
+    refused = cli(clean, "sync", "--fork", older)
+    assert refused.exit_code == 2, refused.output
+    (line,) = overlay_lines(refused.output)
+    assert "edit of 0002-x.patch" in line and "--force" not in refused.output
+    assert records_hash(clean) == before

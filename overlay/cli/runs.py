@@ -276,10 +276,14 @@ def _start_run_locked(ws: Workspace, kind: str, fmt: str, **kwargs) -> None:
     print its report; ``kwargs`` are :func:`~overlay.runplan.plan_run`'s options."""
     # One cat-file answers the plan's commit checks and the run's object questions
     # (Store.reading), where each check started a `cat-file -e` (issue 14).
+    from overlay.edit.session import refuse_during_edit
     from overlay.runstate import refuse_if_in_progress
 
-    # Before anything is resolved or fetched: a run in progress refuses a new one at once.
+    # Before anything is resolved or fetched: a run in progress or an open edit refuses
+    # a new run at once, before any refusal of the plan whose hint (`--force`) would
+    # only lead to this one.
     refuse_if_in_progress(ws.root)
+    refuse_during_edit(ws.root, kind)
     with ws.store.reading():
         _plan_and_run(ws, kind, fmt, **kwargs)
 
