@@ -20,6 +20,7 @@ verify`` reports SER015.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import re
 from collections.abc import Collection, Iterable, Sequence
 
@@ -178,10 +179,70 @@ class Refreshed:
         return self.data != self.patch.data
 
     @property
+    def reason(self) -> str:
+        """Why the bytes change, in words: :attr:`note` when the refresh decided
+        something, else what :func:`rewrite_reasons` finds (``""``: unchanged)."""
+        if self.note or not self.changed:
+            return self.note
+        return ", ".join(rewrite_reasons(self.patch.data, self.data))
+
+    @property
     def turns(self) -> list[BinaryTurn]:
         """Files this refresh would turn from a text diff into a binary one (see
         :func:`binary_turns`)."""
         return binary_turns(self.patch, self.data)
+
+
+_FULL_INDEX = re.compile(rb"^index ([0-9a-f]+)\.\.([0-9a-f]+)")
+
+
+def rewrite_reasons(old: bytes, new: bytes) -> list[str]:
+    """What a refresh changes in a patch file, in words, one per kind of line it
+    rewrote (the bytes a refresh owns, see the module doc), in file order.
+
+    Args:
+        old: the patch file as read.
+        new: its refreshed bytes.
+    Returns:
+        E.g. ``["index lines made full-length", "hunk line numbers"]``; empty when
+        the bytes are equal.
+    """
+    a, b = old.splitlines(keepends=True), new.splitlines(keepends=True)
+    found: dict[str, None] = {}
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(
+        None, a, b, autojunk=False
+    ).get_opcodes():
+        if tag == "equal":
+            continue
+        for line in a[i1:i2] or b[j1:j2]:
+            found.setdefault(_line_kind(line, b[j1:j2] if tag == "replace" else []))
+    return list(found)
+
+
+def _line_kind(line: bytes, replacements: list[bytes]) -> str:
+    """The kind of one rewritten line (see :func:`rewrite_reasons`)."""
+    if line.startswith(b"index "):
+        short = _FULL_INDEX.match(line)
+        longer = any(
+            (full := _FULL_INDEX.match(r))
+            and short
+            and full[1].startswith(short[1])
+            and full[2].startswith(short[2])
+            and len(full[1]) > len(short[1])
+            for r in replacements
+        )
+        return "index lines made full-length" if longer else "index lines"
+    if _MBOX_FROM.match(line) or line.startswith(b"From "):
+        return "mbox From line zeroed"
+    if line.startswith(b"Date: "):
+        return "Date header dropped"
+    if line.startswith(b"@@"):
+        return "hunk line numbers"
+    if _DIFFSTAT.match(line):
+        return "diffstat dropped"
+    if line.startswith(b"-- ") or line.rstrip() == b"--":
+        return "signature footer dropped"
+    return "diff lines regenerated"
 
 
 def refresh_series(

@@ -319,3 +319,32 @@ def series_keeping(text: str, kept: Collection[str]) -> str:
         for line in text.splitlines(keepends=True)
         if not _entry(line) or _entry(line) in kept
     )
+
+
+def resolve_patch_name(listed: list[str], given: str) -> str:
+    """The series patch ``given`` names: its file name (``.patch`` optional), or a
+    unique prefix of one (``0002``), as quilt and git accept unique prefixes.
+
+    Args:
+        listed: the series' patch names, in order.
+        given: what the user typed.
+    Returns:
+        The patch's file name; ``given`` with ``.patch`` when it names none (the
+        caller then says it is not in the series).
+    Raises:
+        OverlayError: ``given`` is the prefix of several patches (exit 2); the
+            message names them.
+    """
+    name = given if given.endswith(".patch") else given + ".patch"
+    if name in listed:
+        return name
+    hits = [n for n in listed if n.startswith(given)] if given else []
+    if len(hits) == 1:
+        return hits[0]
+    if hits:
+        raise OverlayError(
+            f"{given!r} is the start of {len(hits)} patches of the series: "
+            f"{', '.join(sorted(hits))}",
+            hint="give more of the name",
+        )
+    return name

@@ -169,8 +169,12 @@ def test_abbreviated_index_lines_block_no_later_patch_and_refresh_restores_them(
     assert "SER008" in verify.output, verify.output
     # The later patch sits on the very blob the abbreviation names: no SER010 for it.
     assert "SER010" not in verify.output, verify.output
-    done = cli(ov, "refresh")
+    # A unique start of the name will do, and the rewrite says why.
+    done = cli(ov, "refresh", "0001")
     assert done.exit_code == 0, done.output
+    assert "rewrote 0001-first.patch: index lines made full-length\n" in done.output, (
+        done.output
+    )
     assert patch_bytes(ov, "0001-first.patch") == first
     assert patch_bytes(ov, "0002-second.patch") == second
     assert_verify_clean(ov)
@@ -456,3 +460,25 @@ def test_ser008_names_the_index_line_after_a_multibyte_character(ov):
     want = short[: short.index(b"\nindex ")].count(b"\n") + 2
     out = cli(ov, "verify", "--only", "SER").output
     assert f"0001-device.patch:{want}: error SER008" in out, out
+
+
+def test_rewrite_reasons_name_each_kind_of_line_a_refresh_owns():
+    from overlay.refresh import rewrite_reasons
+
+    new = (
+        b"From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001\n"
+        b"Subject: [PATCH] x\n\n---\ndiff --git a/f b/f\n"
+        b"index " + b"a" * 40 + b".." + b"b" * 40 + b" 100644\n"
+        b"--- a/f\n+++ b/f\n@@ -1 +1 @@\n-a\n+b\n"
+    )
+    assert rewrite_reasons(new, new) == []
+    old = (
+        new.replace(b"a" * 40 + b".." + b"b" * 40, b"aaaaaaa..bbbbbbb")
+        .replace(b"@@ -1 +1 @@", b"@@ -7 +7 @@")
+        .replace(b"Subject:", b"Date: Mon, 1 Jan 2024 00:00:00 +0000\nSubject:")
+    )
+    assert rewrite_reasons(old, new) == [
+        "Date header dropped",
+        "index lines made full-length",
+        "hunk line numbers",
+    ]

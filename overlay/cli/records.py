@@ -240,7 +240,7 @@ def _refresh_locked(
     """Refresh (or with ``check``, only compare) the named patches, all when none."""
     from overlay.pins import refuse_broken_ancestry
     from overlay.refresh import nul_turns, write_refreshed
-    from overlay.series import load_series
+    from overlay.series import load_series, resolve_patch_name
 
     manifest = ws.manifest
     for sha in (manifest.fork_commit, manifest.merge_base):
@@ -249,7 +249,11 @@ def _refresh_locked(
     # A NUL byte in a text hunk refuses the refresh before any layer is computed: the
     # carry path would otherwise stop on a "binary conflict" that hides the cause.
     series = load_series(ws.root)  # read and parsed once for the whole command
-    unknown = [p for p in (*patches, *accept_text) if p not in {s.name for s in series}]
+    listed = [s.name for s in series]
+    # A unique start of a name will do, as for `overlay edit` (quilt and git too).
+    patches = tuple(resolve_patch_name(listed, p) for p in patches)
+    accept_text = tuple(resolve_patch_name(listed, p) for p in accept_text)
+    unknown = [p for p in (*patches, *accept_text) if p not in set(listed)]
     if unknown:
         raise OverlayError(f"not in series: {', '.join(dict.fromkeys(unknown))}")
     early = [t for patch in series for t in nul_turns(patch)]
@@ -264,7 +268,7 @@ def _refresh_locked(
     _refuse_unsafe_links(ws, series)
     selected = [r for r in refreshed if not patches or r.patch.name in patches]
     drift = [r.patch.name for r in selected if r.changed]
-    notes = {r.patch.name: r.note for r in selected if r.note}
+    notes = {r.patch.name: r.reason for r in selected if r.reason}
     if check:
         for name in drift:
             click.echo(

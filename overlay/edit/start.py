@@ -30,7 +30,7 @@ from overlay.errors import OverlayError
 from overlay.gitstore import Store
 from overlay.layers import compute_layers
 from overlay.manifest import Manifest
-from overlay.series import PATCH_DIR, read_series
+from overlay.series import PATCH_DIR, read_series, resolve_patch_name
 
 
 def start_edit(
@@ -159,35 +159,6 @@ def _refuse_unverified_below(results) -> None:
                 hint=f"take its text first with `overlay refresh --accept-text {name}`, "
                 "or restore it from version control",
             )
-
-
-def resolve_patch_name(listed: list[str], given: str) -> str:
-    """The series patch ``given`` names: its file name (``.patch`` optional), or a
-    unique prefix of one (``0002``), as quilt and git accept unique prefixes.
-
-    Args:
-        listed: the series' patch names, in order.
-        given: what the user typed.
-    Returns:
-        The patch's file name; ``given`` with ``.patch`` when it names none (the
-        caller then says it is not in the series).
-    Raises:
-        OverlayError: ``given`` is the prefix of several patches (exit 2); the
-            message names them.
-    """
-    name = given if given.endswith(".patch") else given + ".patch"
-    if name in listed:
-        return name
-    hits = [n for n in listed if n.startswith(given)] if given else []
-    if len(hits) == 1:
-        return hits[0]
-    if hits:
-        raise OverlayError(
-            f"{given!r} is the start of {len(hits)} patches of the series: "
-            f"{', '.join(sorted(hits))}",
-            hint="give more of the name",
-        )
-    return name
 
 
 @dataclasses.dataclass
