@@ -19,7 +19,7 @@ import subprocess
 import tempfile
 
 from overlay import fixes
-from overlay.gitstore import Store
+from overlay.git.store import Store
 from overlay.layers import compute_layers
 from overlay.manifest import load_manifest
 from overlay.patchfmt import format_patch, tree_diffs

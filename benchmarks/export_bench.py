@@ -44,7 +44,7 @@ from _record import mirror_bench_parser, mirrors_missing, record  # noqa: E402
 from _synth import make_overlay  # noqa: E402
 
 from overlay.export import export_tree  # noqa: E402
-from overlay.gitstore import Store  # noqa: E402
+from overlay.git.store import Store  # noqa: E402
 from overlay.layers import compute_layers  # noqa: E402
 from overlay.manifest import load_manifest  # noqa: E402
 
@@ -126,7 +126,7 @@ def compare(
 def peak_rss_mb(git_dir: str, tree: str | None, dest: str) -> float:
     """Max RSS of a child that exports ``tree`` (or, with ``None``, only imports the export)."""
     code = (
-        "import resource, sys; from overlay.gitstore import Store\n"
+        "import resource, sys; from overlay.git.store import Store\n"
         "from overlay.export import export_tree\n"
         "if sys.argv[2] != '-': export_tree(Store(sys.argv[1]), sys.argv[2], sys.argv[3])\n"
         "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"

@@ -37,7 +37,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _cpu import bench_env, cpu_run, fresh_store, median, overlay_cmd  # noqa: E402
 from _record import mirror_bench_parser, mirrors_missing, record  # noqa: E402
 
-from overlay.gitstore import Store  # noqa: E402
+from overlay.git.store import Store  # noqa: E402
 from overlay.layers import _carried_delta, ensure_commits  # noqa: E402
 from overlay.manifest import load_manifest  # noqa: E402
 from overlay.rebase import Bases, Rebase  # noqa: E402

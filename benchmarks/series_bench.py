@@ -46,7 +46,7 @@ from _cpu import GitCounter, bench_env, cpu_run, fresh_store, median, overlay_cm
 from _record import mirror_bench_parser, mirrors_missing, record  # noqa: E402
 from _synth import make_overlay  # noqa: E402
 
-from overlay.gitstore import Store  # noqa: E402
+from overlay.git.store import Store  # noqa: E402
 from overlay.layers import compute_layers  # noqa: E402
 from overlay.manifest import load_manifest  # noqa: E402
 from overlay.series import read_series  # noqa: E402

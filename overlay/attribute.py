@@ -1,7 +1,7 @@
 """Who wrote a line of the patched tree: upstream, the fork, or a patch's hunk.
 
 A synthetic commit chain is made in the git store from the layers (same
-inputs, same commit names; see :meth:`overlay.gitstore.Store.commit_tree`)::
+inputs, same commit names; see :meth:`overlay.git.store.Store.commit_tree`)::
 
     C0 = pin tree                      -> "from upstream"
     C1 = forked tree      (parent C0)  -> "from the fork"
@@ -23,7 +23,7 @@ from collections.abc import Iterable, Sequence
 
 from overlay.engine import PatchResult
 from overlay.errors import OverlayError
-from overlay.gitstore import Store
+from overlay.git.store import Store
 from overlay.layers import Layers
 from overlay.series import Hunk
 

@@ -27,12 +27,12 @@ from overlay.check_codes import CODES, FAMILIES
 from overlay.check_codes import finding as _f
 from overlay.errors import GitError, LayerError, OfflineMiss, UnsafePath
 from overlay.findings import Finding
-from overlay.fsutil import scan_record_dir
-from overlay.gitstore import Store
+from overlay.fs.paths import check_path
+from overlay.fs.records import scan_record_dir
+from overlay.git.store import Store
 from overlay.layers import Layers, PatchApplyError, compute_layers
 from overlay.manifest import Manifest, load_manifest
 from overlay.markers import marker_lines
-from overlay.paths import check_path
 from overlay.refresh import refresh_series
 from overlay.series import PATCH_DIR, Patch
 from overlay.series_checks import (

@@ -30,7 +30,7 @@ from overlay.ci_report import (
     render_text,
 )
 from overlay.errors import OverlayError
-from overlay.gitstore import Store
+from overlay.git.store import Store
 
 # The reports live in overlay.ci_report; the CLI and tests reach them through here.
 __all__ = [

@@ -13,8 +13,8 @@ import dataclasses
 import re
 import subprocess
 
-from overlay.gitrun import git_version, remote_reachable
-from overlay.gitstore import Store
+from overlay.git.run import git_version, remote_reachable
+from overlay.git.store import Store
 from overlay.manifest import load_manifest
 
 #: Oldest git whose ``merge-tree --write-tree`` the layer engine uses (git 2.38).

@@ -43,7 +43,7 @@ from overlay.drift_declarations import (
     member_reference,
 )
 from overlay.drift_owners import free_function_owner, is_namespace
-from overlay.gitstore import Store
+from overlay.git.store import Store
 
 _QUOTED = re.compile(r"[`'\u2018\"]([^`'\u2019\"]+)[`'\u2019\"]")
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")

@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from overlay.drift_behaviour_cpp import GUARDS, PREAMBLE, SHIM, SHIM_DECLARED_ONLY
 from overlay.drift_declarations import _block_end, _span_commits
 from overlay.errors import OverlayError
-from overlay.gitstore import Store
+from overlay.git.store import Store
 
 ROCM_HEADERS = {
     1: "mlx/backend/rocm/device/unary_ops.hpp",
@@ -510,7 +510,7 @@ def run_behaviour(ws, old_ref: str | None, fmt: str = "text") -> int:
 
     from overlay import layout
     from overlay.export import export_tree
-    from overlay.fslocks import dir_lock
+    from overlay.fs.locks import dir_lock
 
     manifest, store = ws.manifest, ws.store
     old = store.resolve(old_ref or manifest.merge_base, ["upstream"])

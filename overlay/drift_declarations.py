@@ -17,7 +17,7 @@ import re
 from collections.abc import Sequence
 
 from overlay.diagnostics import Diagnostic
-from overlay.gitstore import Store
+from overlay.git.store import Store
 
 HEADER_GLOBS = ("*.h", "*.hpp", "*.hh", "*.cuh")
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")

@@ -19,7 +19,7 @@ and the engine never places a hunk anywhere else.**
   upstream" means only that the cherry-pick came out empty.
 
 Every git child runs with a private index and a working directory of ours
-(:mod:`overlay.gitstore`); nothing is written outside the git store.
+(:mod:`overlay.git.store`); nothing is written outside the git store.
 
 The engine's parts: :mod:`overlay.engine_records` (the records checked without
 git), :mod:`overlay.engine_gitapply` (``git apply`` and :class:`PatchApplyError`),
@@ -55,7 +55,7 @@ from overlay.engine_records import (
     unverified_paths,
     walk_records,
 )
-from overlay.gitstore import (
+from overlay.git.store import (
     MergeResult,
     Store,
     TreeEntry,

@@ -6,7 +6,7 @@ the whole series with one ``git apply --cached``: the series is re-emitted
 (:func:`chain_sections`) so that every patch's result lands at a path of its own
 (``k/<path>`` for patch ``k``), each patch still meeting exactly the content the
 patches before it left. The trees after each patch are then computed in Python
-from the layer below (:mod:`overlay.treemodel`) and written in one go: six git
+from the layer below (:mod:`overlay.git.treemodel`) and written in one go: six git
 processes for any length of series.
 
 Anything not exactly as recorded gives ``None``, and the caller
@@ -23,8 +23,8 @@ from collections.abc import Sequence
 
 from overlay.engine_gitapply import applied_exactly, git_apply
 from overlay.errors import PatchFormatError
-from overlay.fsutil import scratch_dir
-from overlay.gitstore import Store, TreeEntry, is_sha, zsplit
+from overlay.fs.atomic import scratch_dir
+from overlay.git.store import Store, TreeEntry, is_sha, zsplit
 from overlay.series import FileChange, Patch, diff_pieces, split_patch
 
 #: The blob of an empty file: what a deletion, re-emitted as a copy, must leave.
@@ -205,7 +205,7 @@ def apply_chained(
     before it left at its paths, as in a one-at-a-time apply, and every patch's
     result stays in the index. One ``ls-files`` reads them all; each must be the
     post-image the patch records. The tree after each patch is then computed from
-    the layer below (:mod:`overlay.treemodel`: in a run the directories it edits are
+    the layer below (:mod:`overlay.git.treemodel`: in a run the directories it edits are
     read by the store's reader, else one ``ls-tree`` lists the tree) and written with
     one ``unpack-objects``: at most six git processes for any length of series, where
     the one-at-a-time path starts two per patch.
@@ -361,7 +361,7 @@ def _write_trees(
     in one go; ``None`` when a file would stand where a directory is (or the reverse):
     git says that best, one patch at a time."""
     # Here, not at the top: only a stepwise apply needs the tree model.
-    from overlay.treemodel import (
+    from overlay.git.treemodel import (
         TreeConflict,
         remember_trees,
         tree_model,

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Sequence
 
 from overlay.engine_records import postimage_mismatches
 from overlay.errors import LayerError
-from overlay.gitstore import Store, TreeEntry, first_error_line, is_sha
+from overlay.git.store import Store, TreeEntry, first_error_line, is_sha
 from overlay.series import Patch
 
 #: git's note for a hunk it placed away from its stated line (refused by the engine).

@@ -12,7 +12,7 @@ from __future__ import annotations
 from overlay.engine_gitapply import git_apply
 from overlay.engine_records import oid_matches, resolve_records
 from overlay.errors import LayerError
-from overlay.gitstore import Store, TreeEntry, first_error_line, is_sha
+from overlay.git.store import Store, TreeEntry, first_error_line, is_sha
 from overlay.series import Patch
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
-from overlay.gitstore import Store, TreeEntry, is_sha
+from overlay.git.store import Store, TreeEntry, is_sha
 from overlay.series import FileChange, Patch
 
 
@@ -309,7 +309,7 @@ def missing_records(
 ) -> list[tuple[Patch, str, str, str]]:
     """The recorded blobs of ``patches`` that cannot be found (docs/engine.md, the truth
     model): a full name the store lacks, an abbreviation that names no blob or several
-    (:meth:`overlay.gitstore.Store.resolve_blobs`), or a content change with no
+    (:meth:`overlay.git.store.Store.resolve_blobs`), or a content change with no
     ``index`` line.
 
     Args:

@@ -65,14 +65,10 @@ from overlay.export_stamp import (
     read_stamp,
     write_stamp,
 )
-from overlay.fsutil import (
-    flocked,
-    remove_stale_temps,
-    sweep_scratch_dirs,
-    temp_owner,
-)
-from overlay.gitstore import CatFile, Store, zsplit
-from overlay.paths import check_path, unsafe_links
+from overlay.fs.atomic import remove_stale_temps, sweep_scratch_dirs, temp_owner
+from overlay.fs.locks import flocked
+from overlay.fs.paths import check_path, unsafe_links
+from overlay.git.store import CatFile, Store, zsplit
 
 #: path -> ``(mode, blob)`` of a tree's entries.
 Entries = dict[str, tuple[str, str]]
@@ -126,7 +122,7 @@ def tree_links(
         store: git store holding the tree.
         tree: tree SHA.
         entries: the tree's entries when already read (``{path: (mode, oid)}``).
-        cat: an open :class:`overlay.gitstore.CatFile` to read the targets with.
+        cat: an open :class:`overlay.git.store.CatFile` to read the targets with.
     Returns:
         ``{path: target}``.
     """
@@ -143,7 +139,7 @@ def tree_links(
 
 
 def unsafe_tree_links(store: Store, tree: str) -> dict[str, UnsafePath]:
-    """The symlinks of ``tree`` that export refuses (:func:`overlay.paths.unsafe_links`).
+    """The symlinks of ``tree`` that export refuses (:func:`overlay.fs.paths.unsafe_links`).
 
     Args:
         store: git store holding the tree.

@@ -9,7 +9,7 @@ Python writer of a direct run would, and one ``lstat`` per file afterwards takes
 CPU than ``git archive | tar -x`` and less than Python writing them one by one.
 
 Nothing git does may change a byte: the git store's configuration is sanitized
-(:mod:`overlay.gitrun`, ``core.autocrlf=false``), and the attributes that could
+(:mod:`overlay.git.run`, ``core.autocrlf=false``), and the attributes that could
 convert content (``text``, ``eol``, ``ident``, ``filter``, ``working-tree-encoding``)
 come only from files the checkout is told to ignore (the system and the user's
 attributes files) or that :func:`git_may_write` rules out (a ``.gitattributes`` in the
@@ -33,7 +33,7 @@ from collections.abc import Iterator
 
 from overlay.errors import GitError
 from overlay.export_disk import checkpoint, replace_file, safe_parent
-from overlay.gitstore import Store, run_git
+from overlay.git.store import Store, run_git
 
 #: path -> ``(mode, blob)`` of a tree's entries (as :mod:`overlay.export`).
 Entries = dict[str, tuple[str, str]]

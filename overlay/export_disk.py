@@ -17,8 +17,8 @@ import signal
 import stat
 
 from overlay.errors import OverlayError
-from overlay.fsutil import atomic_symlink, atomic_write, remove_stale_temps
-from overlay.gitstore import Store
+from overlay.fs.atomic import atomic_symlink, atomic_write, remove_stale_temps
+from overlay.git.store import Store
 
 #: What DEST holds at a path: ``(mode, blob, [size, mtime_ns])`` (see :func:`disk_state`).
 Disk = tuple[str, str | None, list[int]]
@@ -186,7 +186,7 @@ def new_parent(dest: str, path: str, made: set[str]) -> bool:
 def write_new(full: str, data: bytes, mode: str, mask: int) -> tuple[int, int] | None:
     """Create ``full`` holding ``data`` in place (a direct export, see :mod:`overlay.export`):
     no temp file, no rename. The permissions are exactly 0644 or 0755, as
-    :func:`~overlay.fsutil.atomic_write` sets them, whatever the umask.
+    :func:`~overlay.fs.atomic.atomic_write` sets them, whatever the umask.
 
     Returns:
         ``(size, mtime_ns)``, or ``None`` when something is already at ``full`` (the caller

@@ -15,12 +15,12 @@ import os
 
 from overlay.errors import EXIT_INTERRUPTED, OverlayError
 from overlay.export_disk import checkpoint, disk_state, is_recorded
-from overlay.fsutil import atomic_write, temp_owner
-from overlay.gitstore import Store
+from overlay.fs.atomic import atomic_write, temp_owner
+from overlay.git.store import Store
 
 #: The stamp's file name in DEST.
 STAMP = ".overlay-export.json"
-#: The lock an export holds in DEST (:func:`overlay.fsutil.flocked`).
+#: The lock an export holds in DEST (:func:`overlay.fs.atomic.flocked`).
 LOCK = ".overlay-export.lock"
 #: The names in DEST that are overlay's own, never a tree's.
 OURS = {STAMP, LOCK}
@@ -89,7 +89,7 @@ def stray_files(dest: str, stamp: dict | None) -> list[str]:
     The export never touches them; they are named because a build of DEST builds
     them too (a stray ``.cpp`` under a globbed directory, an old header that shadows
     a moved one), so the tree built is not the layer's. overlay's own names
-    (:data:`OURS`) and the temp files of a writer (:func:`overlay.fsutil.temp_owner`)
+    (:data:`OURS`) and the temp files of a writer (:func:`overlay.fs.atomic.temp_owner`)
     are not strays. Symbolic links are not followed.
 
     Args:

@@ -117,7 +117,7 @@ def whole_file_cmd(
     click.echo(render(report, fmt), nl=False)
     if fmt == "text":
         click.echo(f"report written to {REPORT_MD}")
-        from overlay.gitrun import git_ignored
+        from overlay.git.run import git_ignored
 
         # .overlay/ is this clone's state (locks, reports, rr-cache), not a record to
         # commit; its own .gitignore (layout.make_state_dir) hides it, unless a rule of

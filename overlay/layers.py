@@ -24,10 +24,10 @@ from collections.abc import Callable, Sequence
 from overlay import layout
 from overlay.engine import PatchApplyError, PatchResult, apply_series
 from overlay.errors import GitError, LayerError
-from overlay.gitstore import EMPTY_TREE, Store
+from overlay.fs.paths import Carry, check_path
+from overlay.git.store import EMPTY_TREE, Store
 from overlay.manifest import Manifest
 from overlay.markers import conflict_regions
-from overlay.paths import Carry, check_path
 from overlay.series import Patch, load_series
 
 #: The resolutions' directory (see :mod:`overlay.layout`).
@@ -158,13 +158,13 @@ def changes_outside_conflicts(auto: bytes, resolved: bytes) -> list[tuple[int, s
 def read_resolutions(root: str) -> dict[str, bytes]:
     """Every file under ``<root>/patches-rocm/resolved/``, keyed by repository path.
 
-    Read through :func:`overlay.fsutil.read_record_dir`: regular files inside the
+    Read through :func:`overlay.fs.atomic.read_record_dir`: regular files inside the
     repository only (a resolution that is a symlink is refused, never followed).
 
     Raises:
         RecordError: a refused entry (exit 2); UnsafePath: a hostile name.
     """
-    from overlay.fsutil import read_record_dir
+    from overlay.fs.records import read_record_dir
 
     out = read_record_dir(root, layout.RESOLVED_DIR, what="resolution")
     for rel in out:
@@ -195,7 +195,7 @@ def merge_fork_delta(
     """Merge ``base..fork`` (carried paths only) onto ``pin`` with ``git merge-tree``.
 
     The result is kept in the store (``overlay-merges/``, keyed on the three commits and
-    the carry globs of a :class:`~overlay.paths.Carry`, as the layer cache is): a rebase
+    the carry globs of a :class:`~overlay.fs.paths.Carry`, as the layer cache is): a rebase
     merges the fork delta onto the new pin and needs the old layers' merge again for
     every recorded resolution, which is then read instead of merged a second time
     (issue 14). The carried delta itself (the tree of ``base`` with the fork's carried
@@ -205,7 +205,7 @@ def merge_fork_delta(
     Args:
         store: the git store holding all three commits.
         base, pin, fork: commit SHAs (fork merge base, MLX pin, fork commit).
-        carry: predicate on paths (see :class:`overlay.paths.Carry`; another callable
+        carry: predicate on paths (see :class:`overlay.fs.paths.Carry`; another callable
             is not cached).
     Returns:
         :class:`ForkMerge`.
@@ -343,7 +343,7 @@ def compute_forked(
     Args:
         store: the git store holding all three commits.
         base, pin, fork: commit SHAs (fork merge base, MLX pin, fork commit).
-        carry: predicate on paths (see :class:`overlay.paths.Carry`).
+        carry: predicate on paths (see :class:`overlay.fs.paths.Carry`).
         resolutions: path -> resolved content (``patches-rocm/resolved/``).
     Returns:
         ``(forked_tree, carried_paths, dropped_paths, conflicts, stale_resolutions)``.

@@ -16,10 +16,10 @@ import tomllib
 from collections.abc import Mapping
 
 from overlay.errors import ManifestError
-from overlay.fsutil import RecordError, RecordMissing, read_record_text
-from overlay.gitstore import is_sha
+from overlay.fs.paths import Carry
+from overlay.fs.records import RecordError, RecordMissing, read_record_text
+from overlay.git.store import is_sha
 from overlay.locate import MANIFEST_PATH, find_root  # noqa: F401 - find_root re-exported (it lived here)
-from overlay.paths import Carry
 
 #: table -> {key: type}; every key is required.
 SCHEMA: dict[str, dict[str, type]] = {
@@ -293,7 +293,7 @@ def _policy_problems(policy: dict) -> list[str]:
 def load_manifest(root: str) -> Manifest:
     """Read ``<root>/patches-rocm/overlay.toml``.
 
-    The file is read with :func:`overlay.fsutil.read_record`: a regular file
+    The file is read with :func:`overlay.fs.atomic.read_record`: a regular file
     inside ``root`` (a symlink to one is followed), at most 16 MiB, UTF-8.
 
     Raises:

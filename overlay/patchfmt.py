@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from overlay.errors import GitError
-from overlay.gitstore import Store
+from overlay.git.store import Store
 
 ZERO_FROM = "From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001\n"
 DEFAULT_AUTHOR = "overlay <overlay@localhost>"

@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 from overlay import fixes
 from overlay.errors import GitError, OverlayError, PatchFormatError, UnsafePath
-from overlay.gitstore import Store, is_sha
+from overlay.git.store import Store, is_sha
 
 #: The refs of the git store that say what upstream holds: its branches as fetched and
 #: the tags (tags come from ``upstream`` only: the fork's fetches take none). With the
@@ -65,7 +65,7 @@ def _ancestor(store: Store, a: str, b: str) -> bool:
 def fetch_upstream_refs(store: Store) -> None:
     """Refresh ``refs/remotes/upstream/*`` and the tags from ``upstream`` (online only;
     a failed fetch is quiet: the checks then use what the store holds). See
-    :meth:`overlay.gitfetch.Fetching.refresh_upstream_refs`."""
+    :meth:`overlay.git.fetch.Fetching.refresh_upstream_refs`."""
     store.refresh_upstream_refs()
 
 

@@ -176,7 +176,7 @@ def write_last_report(root: str, report: RebaseReport) -> None:
     """
     import json
 
-    from overlay.fsutil import atomic_write
+    from overlay.fs.atomic import atomic_write
 
     layout.make_state_dir(root)
     atomic_write(

@@ -26,8 +26,8 @@ from collections.abc import Collection, Iterable, Sequence
 
 from overlay.engine import apply_text, carry_patch
 from overlay.errors import LayerError, OverlayError
-from overlay.fsutil import atomic_write, kill_point
-from overlay.gitstore import Store
+from overlay.fs.atomic import atomic_write, kill_point
+from overlay.git.store import Store
 from overlay.layers import Layers
 from overlay.patchfmt import ZERO_FROM, tree_diff, tree_diffs
 from overlay.series import Patch, is_patch_break, parse_patch, split_patch

@@ -25,7 +25,7 @@ from overlay import layout
 from overlay.errors import OverlayError
 
 if TYPE_CHECKING:
-    from overlay.gitstore import Store
+    from overlay.git.store import Store
     from overlay.rebase import Bases
     from overlay.workspace import Workspace
 

@@ -33,17 +33,11 @@ from typing import Any
 
 from overlay import fixes, layout
 from overlay.errors import OverlayError, UnsafePath
-from overlay.fsutil import (
-    LockBusy,
-    RecordError,
-    flocked,
-    pid_alive,
-    read_record,
-    remove_stale_temps,
-    sweep_scratch_dirs,
-)
+from overlay.fs.atomic import remove_stale_temps, sweep_scratch_dirs
+from overlay.fs.locks import LockBusy, flocked, pid_alive
+from overlay.fs.paths import check_path
+from overlay.fs.records import RecordError, read_record
 from overlay.manifest import MANIFEST_PATH
-from overlay.paths import check_path
 from overlay.rebase_state import RunState
 
 STATE_DIR = layout.REBASE_STATE_DIR

@@ -6,7 +6,7 @@ mail (docs/design.md §6): a ``Subject:`` header, a description, trailers
 (``Local-Fix: N``, ``Forwarded: ...``), a ``---`` line, then git diffs.
 
 A patch is read as bytes end to end: :mod:`overlay.mailhead` reads its head (subject,
-description, trailers, author), :mod:`overlay.gitdiff` each file's diff (names, modes,
+description, trailers, author), :mod:`overlay.git.diff` each file's diff (names, modes,
 recorded blobs, hunks); this module ties them into a :class:`Patch`. ``FileChange``,
 ``Hunk``, ``diff_pieces``, ``split_patch`` and ``is_patch_break`` are re-exported here
 for the modules that import them from :mod:`overlay.series`.
@@ -20,13 +20,13 @@ from collections.abc import Collection, Sequence
 
 from overlay import layout
 from overlay.errors import OverlayError, PatchFormatError
-from overlay.fsutil import RecordMissing, read_record, read_record_text
-from overlay.gitdiff import FileChange as FileChange  # re-exported
-from overlay.gitdiff import Hunk as Hunk  # re-exported
-from overlay.gitdiff import diff_pieces, parse_file_diff
+from overlay.fs.paths import check_path
+from overlay.fs.records import RecordMissing, read_record, read_record_text
+from overlay.git.diff import FileChange as FileChange  # re-exported
+from overlay.git.diff import Hunk as Hunk  # re-exported
+from overlay.git.diff import diff_pieces, parse_file_diff
 from overlay.mailhead import is_patch_break as is_patch_break  # re-exported
 from overlay.mailhead import parse_head, split_patch
-from overlay.paths import check_path
 
 PATCH_DIR = layout.PATCH_DIR
 SERIES_PATH = layout.SERIES
@@ -98,7 +98,7 @@ MAX_SERIES_ENTRIES = 10_000
 def read_series(root: str) -> list[tuple[str, int]]:
     """The patch names listed in ``<root>/patches-rocm/series``.
 
-    The file is read with :func:`overlay.fsutil.read_record` (a regular file
+    The file is read with :func:`overlay.fs.atomic.read_record` (a regular file
     inside the repository, a symlink to one followed, at most 16 MiB, UTF-8).
 
     Returns:
@@ -203,14 +203,14 @@ def _file_changes(name: str, diff: bytes, first_line: int) -> list[FileChange]:
 def load_patch(root: str, name: str, resolved: dict[str, str] | None = None) -> Patch:
     """Read and parse ``<root>/patches-rocm/<name>``.
 
-    The file is read with :func:`overlay.fsutil.read_record`: a regular file
+    The file is read with :func:`overlay.fs.atomic.read_record`: a regular file
     inside the repository, not a symlink (``refresh`` rewrites patches in place,
     which would replace a link by a file), at most 16 MiB.
 
     Args:
         root: the overlay repository; name: the patch's file name.
         resolved: the directories resolved so far in this batch of reads (see
-            :func:`overlay.fsrecords.read_record`).
+            :func:`overlay.fs.records.read_record`).
     Raises:
         PatchFormatError: the file is missing or unparsable; a diff whose numbers
             overflow the parser (``ValueError``) or that nests too deep
@@ -248,7 +248,7 @@ def load_series(root: str) -> list[Patch]:
 # -- every writer of the series (quilt's patchfns: insert, remove, rename in one file) --
 def series_text(root: str) -> str:
     """The series file's text as it is (``""`` when there is none), for the writers
-    below; read as a record (:func:`overlay.fsutil.read_record_text`).
+    below; read as a record (:func:`overlay.fs.atomic.read_record_text`).
 
     Raises:
         RecordError: the file is refused or not UTF-8 (exit 2).

@@ -18,9 +18,9 @@ from typing import Any
 from overlay.check_codes import finding as _f
 from overlay.errors import PatchFormatError, UnsafePath
 from overlay.findings import Finding
-from overlay.fsutil import RecordError, read_record
-from overlay.gitrun import git_ignored
-from overlay.gitstore import Store, first_error_line, run_git
+from overlay.fs.records import RecordError, read_record
+from overlay.git.run import git_ignored
+from overlay.git.store import Store, first_error_line, run_git
 from overlay.manifest import Manifest
 from overlay.markers import marker_lines
 from overlay.patchfmt import ZERO_FROM

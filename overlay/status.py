@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from overlay import layout
 
 if TYPE_CHECKING:
-    from overlay.gitstore import Store
+    from overlay.git.store import Store
     from overlay.manifest import Manifest
 
 #: The environment variable that overrides each remote's URL.
@@ -68,7 +68,7 @@ class ExportState:
 
 def unsafe_links_added(store: Store, forked: str, patched: str) -> list[str]:
     """The symlinks the series makes that point out of the tree, in words: the one
-    check of ``overlay export`` and ``verify``'s SER016 (:func:`overlay.paths.unsafe_links`);
+    check of ``overlay export`` and ``verify``'s SER016 (:func:`overlay.fs.paths.unsafe_links`);
     a link already unsafe in the forked layer is not the series' doing.
 
     Args:

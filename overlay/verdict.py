@@ -34,7 +34,7 @@ again after it; the report is stored only when both agree, so an input changed
 during the run is not paired with a verdict made from the other version.
 
 The cache is one file, ``.overlay/verify-cache`` (crash-safe write through
-:func:`overlay.fsutil.atomic_write`), holding the key of the last inputs and the
+:func:`overlay.fs.atomic.atomic_write`), holding the key of the last inputs and the
 reports made for them, one per set of options (at most :data:`MAX_ENTRIES`).
 
 Only the standard library's always-loaded modules are imported here (no
@@ -49,13 +49,13 @@ import stat
 import sys
 
 from overlay import __version__, layout
-from overlay.gitenv import ls_files_z
+from overlay.git.env import ls_files_z
 
 CACHE = layout.VERIFY_CACHE
 _MAGIC = b"overlay verify cache 1\n"
 #: Reports kept for one set of inputs (one per combination of --format/--only/--skip).
 MAX_ENTRIES = 16
-#: Largest record read for the key; a bigger one is refused by verify (fsutil.RECORD_MAX_BYTES).
+#: Largest record read for the key; a bigger one is refused by verify (fs.records.RECORD_MAX_BYTES).
 _MAX_RECORD = 16 * 1024 * 1024
 _ENV_NAMES = ("PATH", "HOME", "XDG_CONFIG_HOME", "XDG_CACHE_HOME")
 _SAFE_NAME = frozenset(
@@ -191,7 +191,7 @@ def repo_paths(root: str) -> list[str]:
 
     verify's FIX015 and FIX021 read this list (:func:`overlay.checks._repo_paths`), and
     the verdict key holds it, so the two are the same list by construction. git is
-    started by :func:`overlay.gitenv.ls_files_z` (``os.posix_spawnp``: the ``subprocess``
+    started by :func:`overlay.git.env.ls_files_z` (``os.posix_spawnp``: the ``subprocess``
     module is not loaded for it).
 
     Returns:
@@ -425,11 +425,11 @@ def remember(
 ) -> None:
     """Store a report for ``key`` and ``options`` (the other reports of the same inputs are kept).
 
-    Written with :func:`overlay.fsutil.atomic_write` (temp file and rename: a killed
+    Written with :func:`overlay.fs.atomic.atomic_write` (temp file and rename: a killed
     process leaves the old cache or the new one). A cache that cannot be written only
     costs time: the error is swallowed.
     """
-    from overlay.fsutil import atomic_write
+    from overlay.fs.atomic import atomic_write
 
     cached = _load(root)
     entries = cached[1] if cached is not None and cached[0] == key else []

@@ -11,7 +11,7 @@ command:
 * :attr:`Workspace.manifest` -- ``patches-rocm/overlay.toml``, validated;
 * :attr:`Workspace.store` -- the git store; its ``upstream`` and ``fork`` remotes
   point at the manifest's URLs as soon as both are known
-  (:meth:`overlay.gitstore.Store.set_remotes`, the one place remotes are set);
+  (:meth:`overlay.git.store.Store.set_remotes`, the one place remotes are set);
 * :meth:`Workspace.layers` -- the three layers, computed on demand and cached per
   set of options;
 * :meth:`Workspace.path` -- a record or state path (:mod:`overlay.layout`) under
@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 from overlay import layout
 
 if TYPE_CHECKING:
-    from overlay.gitstore import Store
+    from overlay.git.store import Store
     from overlay.layers import Layers
     from overlay.manifest import Manifest
     from overlay.series import Patch
@@ -148,7 +148,7 @@ class Workspace:
             GitError: the store cannot be created or git is missing (exit 2).
         """
         if self._store is None:
-            from overlay.gitstore import Store
+            from overlay.git.store import Store
 
             self._store = Store(self.git_dir, offline=self.offline)
             if self._manifest is not None:

@@ -12,7 +12,7 @@ import tempfile
 import pytest
 from gitfixtures import PATCH, Overlay, build_world, lines, local_fixes, make_patch
 
-from overlay.gitstore import Store
+from overlay.git.store import Store
 from overlay.layers import compute_layers
 from overlay.manifest import load_manifest
 
@@ -95,7 +95,7 @@ def isolated_git(tmp_path_factory):
     env.setenv("XDG_CACHE_HOME", str(home / "cache"))
     env.setenv("OVERLAY_GIT_DIR", str(home / "store.git"))
     # A temp directory of the test's own: overlay sweeps the scratch directories of
-    # dead processes from it (fsutil.sweep_scratch_dirs), which must not reach those of
+    # dead processes from it (fs.atomic.sweep_scratch_dirs), which must not reach those of
     # another test run on the machine (a killed test child's git still using its index).
     tmp = home / "tmp"
     tmp.mkdir()

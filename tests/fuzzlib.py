@@ -26,7 +26,7 @@ from gitfixtures import CLOSING, Overlay, lines, make_patch
 
 from overlay import fixes
 from overlay.cli import main
-from overlay.gitstore import Store
+from overlay.git.store import Store
 from overlay.layers import compute_layers
 from overlay.manifest import load_manifest
 

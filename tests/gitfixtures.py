@@ -12,7 +12,7 @@ import subprocess
 from pathlib import Path
 
 from overlay import fixes
-from overlay.gitstore import Store, git_env
+from overlay.git.store import Store, git_env
 from overlay.patchfmt import format_patch, tree_diff
 
 CLOSING = "Applies to the fork; kept in mlxcelverse under the 2026-10-06 fork policy, not proposed there."

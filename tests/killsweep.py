@@ -3,7 +3,7 @@ the library behind ``tools/fuzz_kills.py`` and ``tests/test_kill_sweep.py``.
 
 A scenario is a repository in its *before* state and one command. The command is
 run once uninterrupted (the *after* state), then once per write point N with
-``OVERLAY_TEST_KILL_AT=<family>:N`` (``fsutil.counted_kill_point``: SIGKILL at the
+``OVERLAY_TEST_KILL_AT=<family>:N`` (``fs.atomic.counted_kill_point``: SIGKILL at the
 Nth write point) on a fresh copy of the before state, until a run is no longer
 killed. After each kill, a documented way out is run:
 
@@ -32,7 +32,7 @@ from pathlib import Path
 
 from gitfixtures import PATCH, build_world, lines, make_patch
 
-from overlay.gitstore import Store
+from overlay.git.store import Store
 from overlay.layers import compute_layers
 from overlay.manifest import load_manifest
 

@@ -7,7 +7,7 @@ from gitfixtures import lines, make_patch
 
 from overlay.attribute import Attributor, _parse_porcelain, attribute_lines, build_chain
 from overlay.errors import OverlayError
-from overlay.gitstore import Store
+from overlay.git.store import Store
 from overlay.layers import compute_layers
 from overlay.manifest import load_manifest
 

@@ -29,7 +29,7 @@ from overlay.build import (
     resolve_arch,
 )
 from overlay.cli import main
-from overlay.gitstore import Store
+from overlay.git.store import Store
 from overlay.layers import compute_layers
 from overlay.manifest import load_manifest
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from gitfixtures import lines, make_patch, read_blob
 
-from overlay.gitstore import Store
+from overlay.git.store import Store
 from overlay.layers import PatchApplyError, compute_layers
 from overlay.manifest import load_manifest
 from overlay.patchfmt import format_patch, tree_diff
@@ -203,7 +203,7 @@ def test_new_executable_file_and_mode_only_change(overlay):
 # 7. Pre-image blobs made elsewhere -------------------------------------------------------
 def _foreign_patch(tmp_path, content_before: str, content_after: str) -> bytes:
     other = Store(str(tmp_path / "elsewhere.git"))
-    from overlay.gitstore import EMPTY_TREE
+    from overlay.git.store import EMPTY_TREE
 
     before = other.edit_tree(
         EMPTY_TREE,

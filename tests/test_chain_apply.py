@@ -1,6 +1,6 @@
 """Issue 14: the stepwise apply in a number of git processes that does not grow with the
 series (the chain of copies, :func:`overlay.engine_chain.apply_chained`), the trees computed in
-Python (:mod:`overlay.treemodel`) and every refresh diff from one ``diff-tree --stdin``.
+Python (:mod:`overlay.git.treemodel`) and every refresh diff from one ``diff-tree --stdin``.
 
 Each is compared with the way it replaced: one ``git apply`` + ``write-tree`` per patch,
 ``write-tree`` on an index, one ``diff-tree`` per pair. Same trees, same bytes.
@@ -16,10 +16,10 @@ from gitfixtures import make_patch
 
 from overlay import engine, engine_chain, engine_records
 from overlay.engine import PatchApplyError, apply_series
-from overlay.gitstore import EMPTY_TREE, Store
+from overlay.git.store import EMPTY_TREE, Store
+from overlay.git.treemodel import TreeConflict, TreeModel, listing, write_objects
 from overlay.patchfmt import tree_diff, tree_diffs
 from overlay.series import parse_patch
-from overlay.treemodel import TreeConflict, TreeModel, listing, write_objects
 
 BASE = {
     "a.txt": b"one\ntwo\nthree\n",
@@ -209,7 +209,7 @@ def test_tree_model_matches_write_tree(store):
 
 
 def test_many_objects_go_in_one_pack(store, monkeypatch):
-    from overlay import gitobjects
+    from overlay.git import objects as gitobjects
 
     monkeypatch.setattr(gitobjects, "UNPACK_LIMIT", 2)
     tree = base_tree(store)

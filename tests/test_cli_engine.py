@@ -6,7 +6,7 @@ from click.testing import CliRunner
 from gitfixtures import env_path_without_git, make_patch
 
 from overlay.cli import main
-from overlay.gitstore import Store
+from overlay.git.store import Store
 from overlay.layers import compute_layers
 from overlay.manifest import load_manifest
 

@@ -16,7 +16,7 @@ from gitfixtures import lines, make_patch
 from overlay.build import parse_diagnostics
 from overlay.diagnostics import Diagnostic, merge_same_place, parse_log, prefix_locator
 from overlay.drift import identifiers, log_errors
-from overlay.gitstore import Store
+from overlay.git.store import Store
 from overlay.layers import compute_layers
 from overlay.manifest import load_manifest
 

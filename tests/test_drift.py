@@ -9,7 +9,7 @@ import pytest
 from gitfixtures import WorkRepo
 
 from overlay.drift import attribute, identifiers, log_errors, render_text
-from overlay.gitstore import Store
+from overlay.git.store import Store
 
 API_V1 = """#pragma once
 namespace mlx::core {

@@ -17,7 +17,7 @@ from overlay.drift_behaviour import (
     render_text,
     rocm_functors,
 )
-from overlay.gitstore import Store
+from overlay.git.store import Store
 
 needs_gxx = pytest.mark.skipif(
     shutil.which("g++") is None,

@@ -27,7 +27,7 @@ from overlay import edit as edit_mod
 from overlay import fixes
 from overlay.cli import main
 from overlay.edit import writes as edit_writes
-from overlay.gitstore import Store
+from overlay.git.store import Store
 from overlay.layers import compute_layers
 from overlay.manifest import load_manifest
 from overlay.refresh import refresh_series

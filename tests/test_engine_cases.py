@@ -27,7 +27,7 @@ from gitfixtures import (
 )
 
 from overlay import fixes
-from overlay.gitstore import Store
+from overlay.git.store import Store
 from overlay.layers import compute_layers
 from overlay.manifest import load_manifest
 from overlay.series import parse_patch

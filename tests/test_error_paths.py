@@ -16,7 +16,7 @@ import pytest
 from gitfixtures import cli
 
 from overlay.errors import GitError
-from overlay.gitstore import Store
+from overlay.git.store import Store
 
 ROOT = Path(__file__).resolve().parents[1]
 

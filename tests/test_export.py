@@ -9,7 +9,7 @@ import pytest
 
 from overlay.errors import OverlayError, UnsafePath
 from overlay.export import STAMP, export_tree
-from overlay.gitstore import Store
+from overlay.git.store import Store
 
 
 def blob(store: Store, data: bytes) -> str:
@@ -18,7 +18,7 @@ def blob(store: Store, data: bytes) -> str:
 
 def mktree(store: Store, files: dict[str, tuple[str, bytes]], tmp_path) -> str:
     changes = {p: (mode, blob(store, data)) for p, (mode, data) in files.items()}
-    from overlay.gitstore import EMPTY_TREE
+    from overlay.git.store import EMPTY_TREE
 
     return store.edit_tree(EMPTY_TREE, changes)
 
@@ -153,7 +153,7 @@ def test_symlink_escape_is_refused(store, tmp_path, target):
 
 
 def test_absolute_path_is_refused():
-    from overlay.paths import check_path
+    from overlay.fs.paths import check_path
 
     with pytest.raises(UnsafePath, match="absolute"):
         check_path("/etc/passwd")

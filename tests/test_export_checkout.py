@@ -16,8 +16,8 @@ from test_export_txn import ROOT, T1, T2, T3, assert_equals_tree, killed_export,
 from overlay import export_checkout
 from overlay.errors import GitError, UnsafePath
 from overlay.export import LOCK, STAMP, edited_files, export_tree
-from overlay.fsutil import LockBusy, flocked
-from overlay.gitstore import Store
+from overlay.fs.locks import LockBusy, flocked
+from overlay.git.store import Store
 
 #: Content git's checkout would change under ``* text eol=crlf ident``: LF line ends, $Id$.
 CONVERTIBLE = {
@@ -211,7 +211,7 @@ def test_overlay_killed_while_git_writes_leaves_git_the_lock(store, tmp_path):
         PYTHONPATH=str(ROOT),
     )
     code = (
-        "import sys; from overlay.gitstore import Store; from overlay.export import "
+        "import sys; from overlay.git.store import Store; from overlay.export import "
         "export_tree; export_tree(Store(sys.argv[1]), sys.argv[2], sys.argv[3])"
     )
     proc = subprocess.run(

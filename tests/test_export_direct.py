@@ -16,7 +16,7 @@ from test_export_txn import T1, T2, assert_equals_tree, killed_export, mktree
 from overlay import export as export_mod
 from overlay.errors import OverlayError
 from overlay.export import STAMP, export_tree
-from overlay.gitstore import Store
+from overlay.git.store import Store
 
 #: T1 with attributes git's checkout would convert its files by (CRLF line ends, $Id$):
 #: written by Python, byte for byte.

@@ -18,8 +18,8 @@ from click.testing import CliRunner
 from overlay.cli import main
 from overlay.errors import OverlayError
 from overlay.export import LOCK, STAMP, edited_files, export_tree
-from overlay.fsutil import TEMP_RE, atomic_write
-from overlay.gitstore import EMPTY_TREE, Store, zsplit
+from overlay.fs.atomic import TEMP_RE, atomic_write
+from overlay.git.store import EMPTY_TREE, Store, zsplit
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -93,7 +93,7 @@ def killed_export(store: Store, tree: str, dest: Path, point: str) -> int:
     """Run export_tree in a child that the test hook kills at checkpoint ``point``; its exit status."""
     env = dict(os.environ, OVERLAY_TEST_KILL_AT=f"export:{point}", PYTHONPATH=str(ROOT))
     code = (
-        "import sys; from overlay.gitstore import Store; from overlay.export import export_tree; "
+        "import sys; from overlay.git.store import Store; from overlay.export import export_tree; "
         "export_tree(Store(sys.argv[1]), sys.argv[2], sys.argv[3])"
     )
     proc = subprocess.run(

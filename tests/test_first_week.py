@@ -23,7 +23,7 @@ from gitfixtures import cli, git, lines
 from test_rebase import add_patch  # noqa: E402  (one way to add a fixture patch)
 
 from overlay.cli import main
-from overlay.gitstore import Store
+from overlay.git.store import Store
 
 ROOT = Path(__file__).resolve().parent.parent
 

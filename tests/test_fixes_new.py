@@ -13,7 +13,7 @@ from test_fixes_cross import P1, good_patches
 
 from overlay import fixes
 from overlay.errors import OverlayError
-from overlay.fsutil import atomic_write
+from overlay.fs.atomic import atomic_write
 
 # --------------------------------------------------------------------------- fix list / fix new
 

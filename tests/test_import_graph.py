@@ -98,12 +98,12 @@ def test_the_cycle_finder_finds_one():
 #: The modules that may start a git process themselves (the git layer); everything
 #: else goes through them (``Store.git``, ``run_git``, ``git_ignored``, ...).
 GIT_MODULES = {
-    "overlay/gitenv.py",
-    "overlay/gitrun.py",
-    "overlay/gitobjects.py",
-    "overlay/gitstore.py",
-    "overlay/gitfetch.py",
-    "overlay/gitancestry.py",
+    "overlay/git/env.py",
+    "overlay/git/run.py",
+    "overlay/git/objects.py",
+    "overlay/git/store.py",
+    "overlay/git/fetch.py",
+    "overlay/git/ancestry.py",
 }
 
 _SPAWNS = {

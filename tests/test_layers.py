@@ -9,7 +9,7 @@ from gitfixtures import Overlay, build_world, lines, make_patch, read_blob, tree
 from overlay.cli import main
 from overlay.engine import PatchApplyError
 from overlay.errors import GitError, LayerError, OfflineMiss
-from overlay.gitstore import Store
+from overlay.git.store import Store
 from overlay.layers import compute_layers
 from overlay.manifest import load_manifest
 

@@ -22,7 +22,7 @@ from overlay.build import (
     resolve_cache,
     write_launcher,
 )
-from overlay.gitstore import Store
+from overlay.git.store import Store
 from overlay.layers import compute_layers
 from overlay.manifest import load_manifest
 

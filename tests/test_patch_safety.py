@@ -20,7 +20,7 @@ from gitfixtures import (
     refusal_line as one_line_refusal,
 )
 
-from overlay.gitstore import Store
+from overlay.git.store import Store
 from overlay.layers import compute_layers
 from overlay.manifest import load_manifest
 

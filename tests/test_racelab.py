@@ -261,7 +261,7 @@ def layer_builds(tmp_path_factory):
     """The lab's children (ThreadSanitizer) from the patched and the forked layer of the real mirrors."""
     from conftest import REAL_MIRRORS
 
-    from overlay.gitstore import Store
+    from overlay.git.store import Store
 
     if len(REAL_MIRRORS) != 2:
         pytest.skip(

@@ -11,7 +11,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from overlay.cli import main
-from overlay.gitstore import Store
+from overlay.git.store import Store
 from overlay.layers import compute_layers
 from overlay.manifest import load_manifest
 
@@ -166,7 +166,7 @@ def test_real_overlay_mutations_are_caught(real_mirrors, tmp_path, mutation, cod
 def test_real_whole_file_import_round_trip(real_mirrors, tmp_path):
     import subprocess
 
-    from overlay.gitstore import Store as _Store
+    from overlay.git.store import Store as _Store
 
     runner = CliRunner()
     manifest = load_manifest(str(ROOT))

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from gitfixtures import cli, lines, make_patch, records_hash
 
-from overlay.gitstore import Store
+from overlay.git.store import Store
 from overlay.layers import compute_layers
 from overlay.manifest import load_manifest
 

@@ -11,11 +11,11 @@ from __future__ import annotations
 import pytest
 from gitfixtures import cli, git, lines
 
-from overlay.gitobjects import parse_ls_tree, parse_tree_object, write_typed
-from overlay.gitstore import EMPTY_TREE, Store
+from overlay.git.objects import parse_ls_tree, parse_tree_object, write_typed
+from overlay.git.store import EMPTY_TREE, Store
+from overlay.git.treemodel import blob_name, edit_tree, listing
 from overlay.rebase.base import RunBase
 from overlay.rebase_state import Bases
-from overlay.treemodel import blob_name, edit_tree, listing
 
 FILES = {
     "a.txt": (b"one\n", "100644"),

@@ -12,7 +12,7 @@ import tomlkit
 from gitfixtures import MANIFEST, PATCH
 
 from overlay import layers
-from overlay.gitstore import Store
+from overlay.git.store import Store
 from overlay.manifest import load_manifest, set_pins
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,4 +1,4 @@
-"""Every record is read through one function (``overlay.fsutil.read_record``), issue 13 item 2 and 6.
+"""Every record is read through one function (``overlay.fs.atomic.read_record``), issue 13 item 2 and 6.
 
 Each test builds a real overlay (``gitfixtures``) and breaks one record the way
 the fuzz campaign did: a symlink out of the repository, ``/dev/zero``, a FIFO, a
@@ -18,18 +18,18 @@ from click.testing import CliRunner
 from fuzzlib import hang_guard
 from gitfixtures import PATCH
 
-from overlay import fsutil
 from overlay.checks import verify
 from overlay.cli import main
 from overlay.errors import ManifestError, PatchFormatError
-from overlay.fsutil import (
+from overlay.fs import records
+from overlay.fs.records import (
     RecordError,
     RecordMissing,
     read_record,
     read_record_dir,
     scan_record_dir,
 )
-from overlay.gitstore import Store
+from overlay.git.store import Store
 from overlay.manifest import load_manifest
 from overlay.series import load_patch, read_series
 
@@ -120,7 +120,7 @@ def test_decode_error_names_file_and_offset():
         RecordError,
         match=r"^patches-rocm/series: series is not UTF-8: .* at byte 6 \(line 2\)$",
     ):
-        fsutil.decode_record(b"a.pat\n\xff\n", "patches-rocm/series", what="series")
+        records.decode_record(b"a.pat\n\xff\n", "patches-rocm/series", what="series")
 
 
 def test_scan_record_dir_refuses_links_and_special_files(tmp_path):

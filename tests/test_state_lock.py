@@ -34,8 +34,8 @@ from gitfixtures import (
     refusal_line as one_line_refusal,
 )
 
-from overlay.fsutil import TEMP_RE, sweep_scratch_dirs
-from overlay.gitstore import Store
+from overlay.fs.atomic import TEMP_RE, sweep_scratch_dirs
+from overlay.git.store import Store
 from overlay.layers import compute_layers
 from overlay.manifest import load_manifest
 from overlay.runstate import LOCK_FILE, inspect_state

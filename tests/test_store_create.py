@@ -14,8 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from overlay import gitrun
-from overlay.gitstore import EMPTY_TREE, Store
+from overlay.git import run as gitrun
+from overlay.git.store import EMPTY_TREE, Store
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 _CHILD = """
 import sys
 sys.stdin.read()
-from overlay.gitstore import Store
+from overlay.git.store import Store
 Store(sys.argv[1]).git("rev-parse", "--git-dir")
 """
 

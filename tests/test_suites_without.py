@@ -12,7 +12,7 @@ from gitfixtures import lines, make_patch, read_blob
 
 from overlay.cli import main
 from overlay.errors import OverlayError
-from overlay.gitstore import Store
+from overlay.git.store import Store
 from overlay.layers import compute_layers
 from overlay.manifest import load_manifest
 from overlay.suites.config import parse_suites

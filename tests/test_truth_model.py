@@ -48,7 +48,7 @@ def _made_elsewhere(ov, tmp_path, path: str, before: str, after: str) -> bytes:
     """A patch of ``path`` from ``before`` to ``after`` made in another clone (its blobs
     are in no store of this test's), added to the series with a verify-clean entry;
     returns its bytes."""
-    from overlay.gitstore import EMPTY_TREE, Store
+    from overlay.git.store import EMPTY_TREE, Store
     from overlay.patchfmt import format_patch, tree_diff
 
     other = Store(str(tmp_path / "elsewhere.git"))

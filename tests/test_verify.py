@@ -10,7 +10,7 @@ from gitfixtures import CLOSING, PATCH, lines, local_fixes, make_patch
 from overlay import fixes
 from overlay.checks import verify
 from overlay.cli import main
-from overlay.gitstore import Store
+from overlay.git.store import Store
 from overlay.layers import compute_layers
 from overlay.manifest import load_manifest
 

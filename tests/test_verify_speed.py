@@ -10,8 +10,8 @@ from gitfixtures import CLOSING, PATCH, local_fixes
 
 from overlay import checks
 from overlay.checks import FAMILIES, verify
-from overlay.gitenv import ls_files_z
-from overlay.gitstore import Store
+from overlay.git.env import ls_files_z
+from overlay.git.store import Store
 
 
 def _abbreviate(o):

@@ -12,7 +12,7 @@ import shlex
 
 from overlay.build.runlog import BuildLog, run_logged
 from overlay.build.toolchain import Toolchain, ToolchainError
-from overlay.fsutil import atomic_write
+from overlay.fs.atomic import atomic_write
 
 #: ``--cache`` values: the compiler cache put in front of every compile.
 CACHES = ("ccache", "sccache", "none")

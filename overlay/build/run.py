@@ -22,8 +22,9 @@ from overlay.build.units import compile_units
 from overlay.diagnostics import Diagnostic, parse_diagnostics
 from overlay.errors import OverlayError
 from overlay.export import export_tree
-from overlay.fsutil import atomic_write, dir_lock
-from overlay.gitstore import Store
+from overlay.fs.atomic import atomic_write
+from overlay.fs.locks import dir_lock
+from overlay.git.store import Store
 from overlay.layers import Layers
 
 _PROGRESS_RE = re.compile(r"^\[(\d+)/(\d+)\] (.*)$")
@@ -45,7 +46,7 @@ def changed_paths(store: Store, layers: Layers) -> list[str]:
 BUILT_RECORD = ".overlay-built.json"
 
 
-#: The lock file in ``build/<backend>/`` (:func:`overlay.fsutil.dir_lock`): one overlay
+#: The lock file in ``build/<backend>/`` (:func:`overlay.fs.atomic.dir_lock`): one overlay
 #: build (and so one ninja) per build directory at a time.
 BUILD_LOCK = ".overlay-build.lock"
 

@@ -212,7 +212,7 @@ def ci_cmd(
         run_ci,
     )
     from overlay.ci_gate import required_stages
-    from overlay.fsutil import atomic_write
+    from overlay.fs.atomic import atomic_write
     from overlay.progress import LiveProgress
 
     def write(texts: tuple[str, str, str]) -> None:

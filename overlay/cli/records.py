@@ -66,7 +66,7 @@ def verify_cmd(
         text, errors, warnings = _verify_now(ws, fmt, only, skip, key, options)
     click.echo(text, nl=False)
     if output:
-        from overlay.fsutil import atomic_write
+        from overlay.fs.atomic import atomic_write
 
         atomic_write(os.path.abspath(output), text.encode())
     exit_with(1 if errors or (strict and warnings) else 0)
@@ -196,7 +196,7 @@ def _refuse_unsafe_links(ws: Workspace, series: list[Patch]) -> None:
     """Refuse (exit 1, SER016 findings printed) a series that makes a symlink out of
     the tree: ``export`` refuses that tree and ``verify`` reports it, so ``refresh``
     must not end as if all were well. The check is verify's own (``link_findings``,
-    on :func:`overlay.paths.unsafe_links`). A series that no longer applies where it
+    on :func:`overlay.fs.paths.unsafe_links`). A series that no longer applies where it
     is recorded is carried, not checked here: its layers are not computed."""
     from overlay.checks import link_findings
     from overlay.errors import EXIT_FINDINGS, LayerError

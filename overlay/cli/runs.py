@@ -238,7 +238,7 @@ def _forget(ws: Workspace, path: str, kind: str) -> None:
 def _ack_uncarried(ws: Workspace) -> None:
     """``sync --ack-uncarried``: remove ``[fork] uncarried-reviewed`` (the fork's changes
     outside ``[carry]`` up to its commit are reviewed), under the records lock."""
-    from overlay.fsutil import atomic_write
+    from overlay.fs.atomic import atomic_write
     from overlay.manifest import set_uncarried_reviewed
     from overlay.runstate import refuse_if_in_progress, state_lock
 

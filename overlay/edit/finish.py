@@ -21,8 +21,8 @@ from overlay.edit.writes import (
     write_files,
 )
 from overlay.errors import OverlayError
-from overlay.fsutil import remove_stale_temps
-from overlay.gitstore import Store
+from overlay.fs.atomic import remove_stale_temps
+from overlay.git.store import Store
 
 
 @dataclasses.dataclass

@@ -62,7 +62,7 @@ def series_author(layers: Layers, root: str | None = None) -> str:
     format-patch`` writes it), else the author of the last patch of the series (a
     team writes as one), else overlay's placeholder."""
     if root is not None:
-        from overlay.gitrun import user_identity
+        from overlay.git.run import user_identity
 
         who = user_identity(root)
         if who is not None:

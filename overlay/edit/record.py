@@ -32,7 +32,7 @@ from overlay.edit.writes import (
 )
 from overlay.engine import PatchApplyError, apply_series
 from overlay.errors import EXIT_FINDINGS, LayerError, OverlayError
-from overlay.gitstore import Store
+from overlay.git.store import Store
 from overlay.layers import Layers, compute_layers
 from overlay.manifest import Manifest
 from overlay.patchfmt import format_patch, tree_diff

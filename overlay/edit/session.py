@@ -13,7 +13,7 @@ from typing import Any
 
 from overlay import layout
 from overlay.errors import OverlayError
-from overlay.fsutil import atomic_write
+from overlay.fs.atomic import atomic_write
 from overlay.layers import Layers
 from overlay.runstate import run_in_progress
 from overlay.series import SERIES_PATH

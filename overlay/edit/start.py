@@ -27,7 +27,7 @@ from overlay.edit.session import (
 from overlay.edit.worktree import make_worktree, snapshot
 from overlay.edit.writes import remove_worktree
 from overlay.errors import OverlayError
-from overlay.gitstore import Store
+from overlay.git.store import Store
 from overlay.layers import compute_layers
 from overlay.manifest import Manifest
 from overlay.series import PATCH_DIR, read_series, resolve_patch_name

@@ -11,9 +11,10 @@ import subprocess
 
 from overlay.edit.session import BRANCH
 from overlay.errors import OverlayError
-from overlay.fsutil import atomic_write, pid_alive
-from overlay.gitstore import CatFile, Store, run_git
-from overlay.paths import check_path
+from overlay.fs.atomic import atomic_write
+from overlay.fs.locks import pid_alive
+from overlay.fs.paths import check_path
+from overlay.git.store import CatFile, Store, run_git
 
 #: The private index a snapshot adds the work tree to, and its git lock:
 #: ``overlay-record-<pid>.index[.lock]`` (``overlay-record.index`` before names had a pid).

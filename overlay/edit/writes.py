@@ -25,8 +25,8 @@ import shutil
 
 from overlay import layout
 from overlay.errors import OverlayError
-from overlay.fsutil import atomic_write, counted_kill_point
-from overlay.paths import check_path
+from overlay.fs.atomic import atomic_write, counted_kill_point
+from overlay.fs.paths import check_path
 
 #: The journal of a record in progress, and where it is built before the commit point.
 JOURNAL_DIR = f"{layout.STATE_DIR}/record-journal"

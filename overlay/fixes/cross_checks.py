@@ -23,7 +23,7 @@ from overlay.fixes.model import (
     PatchRecord,
     finding,
 )
-from overlay.paths import glob_match
+from overlay.fs.paths import glob_match
 
 #: Extensions of the files a source tree holds (sources, headers, build and config files,
 #: docs). For FIX021 a backticked name is a repository path only with one of these:

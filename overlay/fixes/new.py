@@ -23,7 +23,7 @@ from overlay.fixes.model import (
     PatchRecord,
 )
 from overlay.fixes.parser import fork_repo_from_url, load, parse
-from overlay.fsutil import atomic_write
+from overlay.fs.atomic import atomic_write
 from overlay.templating import render_template
 
 PLACEHOLDER_BODY = (

@@ -23,7 +23,7 @@ from overlay.fixes.model import (
     Malformed,
     Section,
 )
-from overlay.fsutil import RecordMissing, read_record_text
+from overlay.fs.records import RecordMissing, read_record_text
 
 _TITLE_RE = re.compile(r"^Local changes relative to (?P<repo>\S+?)@(?P<sha>\S+)$")
 _RETARGET_RE = re.compile(r"^Retarget onto the MLX pin \((?P<pin>[^()\s]*)\)$")
@@ -356,7 +356,7 @@ def parse(text: str, path: str = FILE_NAME) -> Document:
 def load(path: str | os.PathLike, rel_path: str = FILE_NAME) -> Document:
     """Read and parse ``LOCAL_FIXES.md`` from disk.
 
-    The file is read with :func:`overlay.fsutil.read_record`, with the
+    The file is read with :func:`overlay.fs.atomic.read_record`, with the
     directory holding it as the repository: a regular file (a symlink to a
     file in that directory tree is followed), at most 16 MiB, UTF-8.
 

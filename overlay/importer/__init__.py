@@ -55,8 +55,8 @@ from __future__ import annotations
 import os
 
 from overlay.errors import OverlayError
-from overlay.fsutil import atomic_write
-from overlay.gitstore import Store
+from overlay.fs.atomic import atomic_write
+from overlay.git.store import Store
 from overlay.importer.manifest_text import (
     DEFAULT_ARCHITECTURES,
     DEFAULT_EXCLUDE,

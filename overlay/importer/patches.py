@@ -8,7 +8,7 @@ import textwrap
 from collections.abc import Sequence
 
 from overlay import fixes, layout
-from overlay.gitstore import Store, TreeEntry
+from overlay.git.store import Store, TreeEntry
 from overlay.patchfmt import format_patch, tree_diff
 
 

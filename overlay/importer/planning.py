@@ -10,7 +10,8 @@ from collections.abc import Sequence
 
 from overlay import fixes, layout
 from overlay.errors import OverlayError
-from overlay.gitstore import Store, TreeEntry
+from overlay.fs.paths import Carry, glob_match
+from overlay.git.store import Store, TreeEntry
 from overlay.importer.carry import (
     CarriedFiles,
     Removed,
@@ -43,7 +44,6 @@ from overlay.layers import (
 from overlay.manifest import MANIFEST_PATH, Manifest, override_urls, parse_manifest
 from overlay.markers import conflict_regions
 from overlay.patchfmt import DEFAULT_AUTHOR
-from overlay.paths import Carry, glob_match
 
 _OWNER_NAME = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
 

@@ -10,15 +10,15 @@ import re
 
 from overlay import fixes
 from overlay.errors import OverlayError
-from overlay.fsutil import (
+from overlay.fs.paths import check_path
+from overlay.fs.records import (
     RecordMissing,
     decode_record,
     read_record,
     read_record_text,
     scan_record_dir,
 )
-from overlay.gitrun import git_ignored
-from overlay.paths import check_path
+from overlay.git.run import git_ignored
 
 UPSTREAM_FILE = "UPSTREAM"
 #: The keys an ``UPSTREAM`` record must hold.

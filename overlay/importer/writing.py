@@ -10,11 +10,8 @@ import time
 
 from overlay import fixes, layout
 from overlay.errors import OverlayError
-from overlay.fsutil import (
-    atomic_write,
-    counted_kill_point,
-)
-from overlay.gitstore import Store
+from overlay.fs.atomic import atomic_write, counted_kill_point
+from overlay.git.store import Store
 from overlay.importer.planning import ImportPlan
 from overlay.layers import (
     compute_layers,

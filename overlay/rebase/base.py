@@ -17,9 +17,9 @@ from collections.abc import Callable, Mapping
 
 from overlay import fixes, layout
 from overlay.errors import EXIT_FINDINGS, GitError, OverlayError
-from overlay.fsutil import atomic_write, kill_point, scratch_dir
-from overlay.gitobjects import write_typed
-from overlay.gitstore import CatFile, Store
+from overlay.fs.atomic import atomic_write, kill_point, scratch_dir
+from overlay.git.objects import write_typed
+from overlay.git.store import CatFile, Store
 from overlay.layers import Layers, read_resolutions
 from overlay.manifest import MANIFEST_PATH, Manifest, load_manifest
 from overlay.rebase_state import Bases, PatchStatus, RunState
@@ -240,13 +240,13 @@ class RunBase:
     def _blob_name(self, data: bytes) -> str:
         """The name of ``data`` as a blob of the store. In a SHA-1 store it is computed
         here and the write waits for :meth:`_flush_blobs` (or the fork layer's one write,
-        :func:`overlay.treemodel.edit_tree`): one git process for every blob of the run
+        :func:`overlay.git.treemodel.edit_tree`): one git process for every blob of the run
         instead of one ``hash-object`` each (issue 14). Every save of a state that names
         such a blob comes after that write, so a kill never leaves a state naming a blob
         the store lacks."""
         if len(self.state.new.pin) != 40:
             return self.store.hash_blob(data)
-        from overlay.treemodel import blob_name
+        from overlay.git.treemodel import blob_name
 
         oid = blob_name(data)
         self._new_blobs[oid] = data

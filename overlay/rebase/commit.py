@@ -13,8 +13,8 @@ import os
 
 from overlay import fixes, layout
 from overlay.errors import OverlayError
-from overlay.fsrecords import scan_record_dir
-from overlay.fsutil import atomic_write
+from overlay.fs.atomic import atomic_write
+from overlay.fs.records import scan_record_dir
 from overlay.layers import read_resolutions
 from overlay.manifest import (
     MANIFEST_PATH,

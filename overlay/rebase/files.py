@@ -6,8 +6,8 @@ from __future__ import annotations
 import os
 
 from overlay import layout
-from overlay.fsutil import atomic_write
-from overlay.paths import check_path
+from overlay.fs.atomic import atomic_write
+from overlay.fs.paths import check_path
 from overlay.runstate import RR_CACHE
 
 

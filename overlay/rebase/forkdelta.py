@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import NoReturn
 
 from overlay import layout
+from overlay.git.treemodel import edit_tree
 from overlay.layers import (
     ForkMerge,
     changes_outside_conflicts,
@@ -34,7 +35,6 @@ from overlay.rebase.base import (
 from overlay.rebase_state import Bases, PatchOutcome, ResolutionOutcome, ResolutionStop
 from overlay.runstate import STATE_DIR
 from overlay.series import read_series
-from overlay.treemodel import edit_tree
 
 #: The fork-delta merge at the old bases, computed at most once and only when needed.
 OldMerge = Callable[[], ForkMerge]

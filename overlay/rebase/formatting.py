@@ -16,7 +16,7 @@ import os
 import shutil
 import subprocess
 
-from overlay.fsutil import scratch_dir
+from overlay.fs.atomic import scratch_dir
 from overlay.rebase.base import RunBase
 
 #: The files clang-format is asked about.

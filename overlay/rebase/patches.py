@@ -25,7 +25,7 @@ from overlay.engine import (
     upstream_commit,
 )
 from overlay.errors import OverlayError
-from overlay.gitstore import MergeResult, TreeEntry
+from overlay.git.store import MergeResult, TreeEntry
 from overlay.patchfmt import tree_diff
 from overlay.rebase.base import RebaseStopped, _checkpoint
 from overlay.rebase.formatting import FormatSteps
@@ -41,7 +41,7 @@ from overlay.refresh import refreshed_bytes
 from overlay.runstate import STATE_DIR
 from overlay.series import Patch, split_patch
 
-#: Tree changes as :meth:`overlay.gitstore.Store.edit_tree` takes them.
+#: Tree changes as :meth:`overlay.git.store.Store.edit_tree` takes them.
 Changes = dict[str, tuple[str, str] | None]
 
 #: The work directory, as messages name it.

@@ -24,7 +24,7 @@ import os
 from collections.abc import Mapping
 
 from overlay import layout
-from overlay.fsutil import atomic_write
+from overlay.fs.atomic import atomic_write
 from overlay.markers import marker_lines
 from overlay.rebase.base import RunBase, Stages
 from overlay.runstate import RR_CACHE

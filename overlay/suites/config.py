@@ -34,7 +34,7 @@ from types import MappingProxyType
 from typing import Any
 
 from overlay.errors import OverlayError
-from overlay.fsutil import RecordError, RecordMissing, read_record_text
+from overlay.fs.records import RecordError, RecordMissing, read_record_text
 from overlay.manifest import load_toml
 
 __all__ = [
@@ -425,7 +425,7 @@ def parse_suites(text: str, where: str = "suites.toml") -> dict[str, Suite]:
 def load_suites(path: str, root: str | None = None) -> dict[str, Suite]:
     """Read and validate a ``suites.toml`` file.
 
-    The file is read with :func:`overlay.fsutil.read_record`: a regular file (a
+    The file is read with :func:`overlay.fs.atomic.read_record`: a regular file (a
     symlink to one is followed while it stays inside ``root``), at most 16 MiB,
     UTF-8.
 

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from overlay import layout
 from overlay.engine import PatchApplyError
 from overlay.errors import EXIT_USAGE, OverlayError
-from overlay.gitstore import Store
+from overlay.git.store import Store
 from overlay.layers import Layers, compute_layers
 from overlay.manifest import load_manifest
 from overlay.series import load_series

@@ -444,7 +444,7 @@ def build_layer(
 
     Args:
         root: overlay repository.
-        store: :class:`overlay.gitstore.Store`.
+        store: :class:`overlay.git.store.Store`.
         layer: ``patched`` or ``forked`` (``pin`` has no ROCm backend).
         out_dir: default ``build/race-lab/<layer>``.
         **kw: passed to :func:`build_tree` (``compiler``, ``jobs``, ``progress``, ...).

@@ -27,7 +27,7 @@ class SuiteRunError(OverlayError):
 
 def write_json(path: str, data: object) -> None:
     """Write ``data`` as indented JSON to ``path`` atomically (temp file + rename)."""
-    from overlay.fsutil import atomic_write
+    from overlay.fs.atomic import atomic_write
 
     atomic_write(
         path,

@@ -3,7 +3,7 @@
 The stepwise apply needs the tree after every patch of the series. Asking git for
 each one (``git write-tree`` on an index) costs a process per patch; here the
 trees are computed from the tree below the series (one ``git ls-tree -r -t``
-listing, or, inside :meth:`overlay.gitstore.Store.reading`, only the directories
+listing, or, inside :meth:`overlay.git.store.Store.reading`, only the directories
 on the way to an edit, read by the store's ``cat-file``) and the entries git's
 apply produced, and every new tree object is written to the store in one go
 (:func:`write_objects`, one ``git unpack-objects`` or ``git index-pack``). The
@@ -21,8 +21,8 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Iterable
 
-from overlay.gitobjects import parse_ls_tree, write_typed
-from overlay.gitstore import EMPTY_TREE, Store
+from overlay.git.objects import parse_ls_tree, write_typed
+from overlay.git.store import EMPTY_TREE, Store
 
 _TREE_MODE = "40000"
 
@@ -39,7 +39,7 @@ class TreeModel:
             included (``git ls-tree -r -t -z --full-tree``; see :func:`listing`).
         root: the tree's own name.
         loader: instead of a listing, reads one directory's entries by its tree name
-            (:meth:`overlay.gitobjects.ObjectReader.tree`): only the directories on the
+            (:meth:`overlay.git.objects.ObjectReader.tree`): only the directories on the
             way to an edit are read (see :func:`tree_model`).
     """
 
@@ -210,7 +210,7 @@ def remember_trees(store: Store, objects: dict[str, bytes]) -> None:
 
 def write_objects(store: Store, objects: dict[str, bytes], kind: str = "tree") -> None:
     """Write ``objects`` (name -> content, all of type ``kind``) into the store with one
-    git process (:func:`overlay.gitobjects.write_typed`)."""
+    git process (:func:`overlay.git.objects.write_typed`)."""
     write_typed(store.git_dir, {oid: (kind, body) for oid, body in objects.items()})
 
 

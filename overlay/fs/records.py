@@ -8,7 +8,7 @@ repository only, size-capped, and every failure is one :class:`RecordError`
 line naming the file (exit 2, or a finding inside ``overlay verify``).
 ``docs/records.md`` states the rules.
 
-Re-exported by :mod:`overlay.fsutil`, where callers have always found them.
+Re-exported by :mod:`overlay.fs.atomic`, where callers have always found them.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import stat
 from typing import NamedTuple
 
 from overlay.errors import OverlayError
-from overlay.gitrun import git_ignored
+from overlay.git.run import git_ignored
 
 #: Largest record overlay reads, in bytes (16 MiB). The largest real record, a
 #: patch of the v0.32.1 series, is well under 1 MiB; the cap only has to stop
@@ -280,7 +280,7 @@ def scan_record_dir(
     Nothing under the directory may be a symlink (file or directory) or a
     special file; symlinked directories are not entered. Each file is read with
     :func:`read_record` (``allow_symlink=False``), so the same cap applies.
-    Entries git ignores (:func:`overlay.gitrun.git_ignored`: a ``.DS_Store`` beside the
+    Entries git ignores (:func:`overlay.git.run.git_ignored`: a ``.DS_Store`` beside the
     resolutions) are no records: they are neither read nor refused; where the
     directory itself is ignored, its entries are all read.
 

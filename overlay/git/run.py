@@ -1,7 +1,7 @@
 """How overlay runs git: the sanitized environment, the determinism flags, ``-z`` parsing.
 
 Every git process overlay starts goes through :func:`run_git` (or, for the
-long-lived readers of :mod:`overlay.gitobjects`, :func:`git_env` and
+long-lived readers of :mod:`overlay.git.objects`, :func:`git_env` and
 :data:`GIT_FLAGS`), which
 
 * strips stray ``GIT_*`` variables (a hook or an outer ``git rebase`` must not
@@ -20,7 +20,7 @@ import tempfile
 from collections.abc import Sequence
 
 from overlay.errors import GitError
-from overlay.gitenv import git_env
+from overlay.git.env import git_env
 
 #: ``-c`` options passed to every git call (docs/design.md §10: determinism flags).
 GIT_FLAGS: tuple[str, ...] = (
@@ -235,7 +235,7 @@ def create_bare_repo(git_dir: str) -> None:
                 return  # another process made it meanwhile
     # A non-empty directory that is not a repository: initialised in place, under a
     # lock of its own so that two such inits do not race either.
-    from overlay.fslocks import flocked
+    from overlay.fs.locks import flocked
 
     with flocked(os.path.join(parent, f".{os.path.basename(git_dir)}.init.lock")):
         if not os.path.isfile(os.path.join(git_dir, "HEAD")):

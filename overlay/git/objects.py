@@ -5,7 +5,7 @@ and the parsing of ``ls-tree``, ``diff-tree`` and ``merge-tree`` output.
 names in advance; :func:`read_objects` streams many objects known in advance.
 Neither starts a process per object (an export reads a thousand blobs).
 :class:`TreeEntry` and :class:`MergeResult` are the shapes the store's methods
-(:class:`overlay.gitstore.Store`) return; the ``parse_*`` functions turn git's
+(:class:`overlay.git.store.Store`) return; the ``parse_*`` functions turn git's
 ``-z`` output into them.
 """
 
@@ -19,7 +19,7 @@ import zlib
 from collections.abc import Iterator, Sequence
 
 from overlay.errors import GitError
-from overlay.gitrun import (
+from overlay.git.run import (
     GIT_FLAGS,
     SYNTHETIC_IDENTITY,
     git_env,
@@ -97,7 +97,7 @@ class CatFile:
 
 class ObjectReader(CatFile):
     """One persistent ``git cat-file --batch-command`` for every object question of a run
-    (:meth:`overlay.gitstore.Store.reading`): whether an object exists, a commit's tree,
+    (:meth:`overlay.git.store.Store.reading`): whether an object exists, a commit's tree,
     a blob's bytes. It starts on the first question, so a run that asks none starts no
     process; a run that asks ten starts one, where it started a ``cat-file -e`` or a
     ``rev-parse`` per question and a ``cat-file --batch`` beside them (issue 14).
@@ -394,7 +394,7 @@ def synthetic_commits(
     specs: Sequence[tuple[str, Sequence[str | int], str]],
 ) -> list[tuple[str, bytes]]:
     """The bodies and names of synthetic commits (the fixed identity and date of
-    :data:`overlay.gitrun.SYNTHETIC_IDENTITY`), computed without git.
+    :data:`overlay.git.run.SYNTHETIC_IDENTITY`), computed without git.
 
     Args:
         specs: ``[(tree, parents, message), ...]``; a parent is a SHA, or the int

@@ -1,14 +1,11 @@
-"""Small file-system helpers shared by every module that reads records or writes files.
+"""Every file write overlay makes: atomic, findable again after a kill.
 
 docs/design.md §11: every write is temp + rename (:func:`atomic_write`), so a reader (or a
 crash) never sees a half-written file; the temp names a killed writer leaves are
 found again (:func:`remove_stale_temps`), and so are the scratch directories of
 dead processes (:func:`sweep_scratch_dirs`).
 
-Two sibling modules hold the rest, re-exported here so callers import everything
-from ``overlay.fsutil``: :mod:`overlay.fsrecords` (every read of a *record*:
-:func:`read_record`, :func:`read_record_dir`, :class:`RecordError`) and
-:mod:`overlay.fslocks` (:func:`flocked`, :func:`dir_lock`, :func:`pid_alive`).
+Reading a record is :mod:`overlay.fs.records`; locks are :mod:`overlay.fs.locks`.
 """
 
 from __future__ import annotations
@@ -24,46 +21,7 @@ import tempfile
 import time
 from collections.abc import Callable, Container, Iterator
 
-from overlay.fslocks import LockBusy, dir_lock, flocked, pid_alive
-from overlay.fsrecords import (
-    RECORD_DIR_MAX_FILES,
-    RECORD_MAX_BYTES,
-    RecordError,
-    RecordMissing,
-    decode_record,
-    read_record,
-    read_record_dir,
-    read_record_text,
-    scan_record_dir,
-)
-
-__all__ = [
-    "DEFAULT_MODE",
-    "LEGACY_SCRATCH_AGE_S",
-    "RECORD_DIR_MAX_FILES",
-    "RECORD_MAX_BYTES",
-    "SCRATCH_KINDS",
-    "TEMP_RE",
-    "LockBusy",
-    "RecordError",
-    "RecordMissing",
-    "atomic_symlink",
-    "atomic_write",
-    "decode_record",
-    "dir_lock",
-    "flocked",
-    "counted_kill_point",
-    "kill_point",
-    "pid_alive",
-    "read_record",
-    "read_record_dir",
-    "read_record_text",
-    "remove_stale_temps",
-    "scan_record_dir",
-    "scratch_dir",
-    "sweep_scratch_dirs",
-    "temp_owner",
-]
+from overlay.fs.locks import pid_alive
 
 DEFAULT_MODE = 0o644
 

@@ -14,7 +14,7 @@ import dataclasses
 import re
 
 from overlay.errors import PatchFormatError
-from overlay.paths import check_path
+from overlay.fs.paths import check_path
 
 
 @dataclasses.dataclass(frozen=True)

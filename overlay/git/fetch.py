@@ -1,4 +1,4 @@
-"""Fetching into the git store: a mixin of :class:`overlay.gitstore.Store`, kept apart so
+"""Fetching into the git store: a mixin of :class:`overlay.git.store.Store`, kept apart so
 that module stays a readable size (the remotes themselves are set there)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import subprocess
 from collections.abc import Sequence
 
 from overlay.errors import GitError, OfflineMiss
-from overlay.gitrun import is_sha, missing_commit
+from overlay.git.run import is_sha, missing_commit
 from overlay.progress import LiveProgress
 
 
@@ -23,15 +23,15 @@ class Fetching:
     _remote_urls: dict[str, str]
 
     def git(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-        """Run git against the store (:meth:`overlay.gitstore.Store.git`)."""
+        """Run git against the store (:meth:`overlay.git.store.Store.git`)."""
         raise NotImplementedError
 
     def lock(self) -> contextlib.AbstractContextManager[None]:
-        """The store's writer lock (:meth:`overlay.gitstore.Store.lock`)."""
+        """The store's writer lock (:meth:`overlay.git.store.Store.lock`)."""
         raise NotImplementedError
 
     def has_object(self, oid: str, kind: str = "commit") -> bool:
-        """:meth:`overlay.gitstore.Store.has_object`."""
+        """:meth:`overlay.git.store.Store.has_object`."""
         raise NotImplementedError
 
     def ensure_commit(self, sha: str, remotes: Sequence[str]) -> None:

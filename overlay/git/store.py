@@ -6,9 +6,9 @@ come from the manifest; commits are fetched on demand by SHA and kept alive by
 refs under ``refs/overlay/keep/``.
 
 How git is run (the sanitized environment, the determinism flags, ``-z``
-parsing) lives in :mod:`overlay.gitrun`; the ``cat-file --batch`` readers and the
-parsing of git's tree output in :mod:`overlay.gitobjects`. Both are re-exported
-here, so ``from overlay.gitstore import Store, TreeEntry, run_git, git_env`` is
+parsing) lives in :mod:`overlay.git.run`; the ``cat-file --batch`` readers and the
+parsing of git's tree output in :mod:`overlay.git.objects`. Both are re-exported
+here, so ``from overlay.git.store import Store, TreeEntry, run_git, git_env`` is
 the one import a caller needs.
 """
 
@@ -21,10 +21,11 @@ import subprocess
 from collections.abc import Iterator, Mapping, Sequence
 
 from overlay.errors import GitError
-from overlay.fsutil import atomic_write, flocked, scratch_dir
-from overlay.gitancestry import RememberedAncestry
-from overlay.gitfetch import Fetching
-from overlay.gitobjects import (
+from overlay.fs.atomic import atomic_write, scratch_dir
+from overlay.fs.locks import flocked
+from overlay.git.ancestry import RememberedAncestry
+from overlay.git.fetch import Fetching
+from overlay.git.objects import (
     CatFile,
     MergeResult,
     ObjectReader,
@@ -36,7 +37,7 @@ from overlay.gitobjects import (
     synthetic_commits,
     write_typed,
 )
-from overlay.gitrun import (
+from overlay.git.run import (
     EMPTY_TREE,
     GIT_FLAGS,
     NULL_OID,
@@ -141,7 +142,7 @@ class Store(Fetching, RememberedAncestry):
 
     def read_objects(self, oids: Sequence[str]) -> Iterator[tuple[str, bytes]]:
         """Read many objects known in advance, streamed, with one
-        ``git cat-file --batch --buffer`` (:func:`overlay.gitobjects.read_objects`).
+        ``git cat-file --batch --buffer`` (:func:`overlay.git.objects.read_objects`).
 
         Args:
             oids: object names (40 or 64 hex).
@@ -154,7 +155,7 @@ class Store(Fetching, RememberedAncestry):
 
     @contextlib.contextmanager
     def lock(self) -> Iterator[None]:
-        """Hold the store's writer lock (:func:`overlay.fsutil.flocked` on
+        """Hold the store's writer lock (:func:`overlay.fs.atomic.flocked` on
         ``overlay.lock``); re-entrant."""
         if self._lock_depth:
             self._lock_depth += 1
@@ -473,7 +474,7 @@ class Store(Fetching, RememberedAncestry):
 
         Each commit has the fixed identity and date of :data:`SYNTHETIC_IDENTITY`, so
         its name is the same as :meth:`commit_tree` would give. The bodies and names are
-        computed here and written as one pack (:func:`overlay.gitobjects.write_typed`):
+        computed here and written as one pack (:func:`overlay.git.objects.write_typed`):
         no scratch files (issue 14).
 
         Args:

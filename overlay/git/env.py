@@ -3,7 +3,7 @@
 Its own module, with nothing but :mod:`os` to import, so that the cached ``overlay
 verify`` (:mod:`overlay.verdict`) starts its one git process (:func:`ls_files_z`)
 without :mod:`subprocess`, with the environment every other git child of overlay gets
-(:func:`overlay.gitrun.run_git`).
+(:func:`overlay.git.run.run_git`).
 """
 
 from __future__ import annotations

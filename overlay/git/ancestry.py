@@ -1,12 +1,12 @@
 """The git store's remembered ancestry answers (``overlay-ancestry.json``): a mixin of
-:class:`overlay.gitstore.Store`, kept apart so that module stays a readable size."""
+:class:`overlay.git.store.Store`, kept apart so that module stays a readable size."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 
-from overlay.gitrun import is_sha
+from overlay.git.run import is_sha
 
 
 class RememberedAncestry:
@@ -19,7 +19,7 @@ class RememberedAncestry:
     _known: dict | None
 
     def git(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-        """Run git against the store (:meth:`overlay.gitstore.Store.git`)."""
+        """Run git against the store (:meth:`overlay.git.store.Store.git`)."""
         raise NotImplementedError
 
     # -- ancestry, remembered -------------------------------------------------
@@ -89,7 +89,7 @@ class RememberedAncestry:
         """Remember one ancestry answer in the store (best effort)."""
         import json
 
-        from overlay.fsutil import atomic_write
+        from overlay.fs.atomic import atomic_write
 
         known = self._ancestry()
         if len(known) >= self._ANCESTRY_MAX:

@@ -1,7 +1,7 @@
 """File locks: :func:`flocked` (the one ``flock`` helper of overlay), :func:`dir_lock`
 (a directory one process at a time, waiting) and :func:`pid_alive`.
 
-Re-exported by :mod:`overlay.fsutil`, where callers have always found them.
+Re-exported by :mod:`overlay.fs.atomic`, where callers have always found them.
 """
 
 from __future__ import annotations
