@@ -432,9 +432,9 @@ def _unverifiable_findings(
     store: Store, patches: list[Patch], *, failed: bool
 ) -> list[Finding]:
     """SER017: each recorded blob of the patches the layers reached that cannot be found
-    (:func:`overlay.engine_records.missing_records`); ``failed``: the last of them did
+    (:func:`overlay.engine.records.missing_records`); ``failed``: the last of them did
     not apply, so only its pre-images are asked for (git never wrote its post-images)."""
-    from overlay.engine_records import missing_records
+    from overlay.engine.records import missing_records
 
     return [
         _f(

@@ -1,5 +1,5 @@
 """Issue 14: the stepwise apply in a number of git processes that does not grow with the
-series (the chain of copies, :func:`overlay.engine_chain.apply_chained`), the trees computed in
+series (the chain of copies, :func:`overlay.engine.chain.apply_chained`), the trees computed in
 Python (:mod:`overlay.git.treemodel`) and every refresh diff from one ``diff-tree --stdin``.
 
 Each is compared with the way it replaced: one ``git apply`` + ``write-tree`` per patch,
@@ -14,8 +14,10 @@ import os
 import pytest
 from gitfixtures import make_patch
 
-from overlay import engine, engine_chain, engine_records
+from overlay import engine
 from overlay.engine import PatchApplyError, apply_series
+from overlay.engine import chain as engine_chain
+from overlay.engine import records as engine_records
 from overlay.git.store import EMPTY_TREE, Store
 from overlay.git.treemodel import TreeConflict, TreeModel, listing, write_objects
 from overlay.patchfmt import tree_diff, tree_diffs

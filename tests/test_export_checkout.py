@@ -13,9 +13,9 @@ import sys
 import pytest
 from test_export_txn import ROOT, T1, T2, T3, assert_equals_tree, killed_export, mktree
 
-from overlay import export_checkout
 from overlay.errors import GitError, UnsafePath
 from overlay.export import LOCK, STAMP, edited_files, export_tree
+from overlay.export import checkout as export_checkout
 from overlay.fs.locks import LockBusy, flocked
 from overlay.git.store import Store
 

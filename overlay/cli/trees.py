@@ -179,7 +179,7 @@ def export_cmd(ws: Workspace, dest: str, layer: str, force: bool, strict: bool) 
     CI job must not build a tree that is not the layer's)."""
     from overlay.errors import EXIT_INTERRUPTED
     from overlay.export import edited_note, export_tree
-    from overlay.export_stamp import read_stamp, stray_files, stray_note
+    from overlay.export.stamp import read_stamp, stray_files, stray_note
 
     try:
         result = export_tree(ws.store, ws.layers().tree(layer), dest, force=force)

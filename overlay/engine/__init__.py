@@ -21,9 +21,9 @@ and the engine never places a hunk anywhere else.**
 Every git child runs with a private index and a working directory of ours
 (:mod:`overlay.git.store`); nothing is written outside the git store.
 
-The engine's parts: :mod:`overlay.engine_records` (the records checked without
-git), :mod:`overlay.engine_gitapply` (``git apply`` and :class:`PatchApplyError`),
-:mod:`overlay.engine_chain` (the stepwise apply as one chain of copies); this
+The engine's parts: :mod:`overlay.engine.records` (the records checked without
+git), :mod:`overlay.engine.gitapply` (``git apply`` and :class:`PatchApplyError`),
+:mod:`overlay.engine.chain` (the stepwise apply as one chain of copies); this
 module holds the series apply and the carry onto a new base.
 """
 
@@ -33,8 +33,8 @@ import dataclasses
 import re
 from collections.abc import Callable, Sequence
 
-from overlay.engine_chain import apply_chained
-from overlay.engine_gitapply import (
+from overlay.engine.chain import apply_chained
+from overlay.engine.gitapply import (
     PatchApplyError,
     applied_exactly,
     check_result,
@@ -43,8 +43,8 @@ from overlay.engine_gitapply import (
     mismatch_error,
     refuse_binary_without_data,
 )
-from overlay.engine_made import CarryError, made_on
-from overlay.engine_records import (
+from overlay.engine.made import CarryError, made_on
+from overlay.engine.records import (
     blob_checker,
     fully_recorded,
     postimage_mismatches,
@@ -94,7 +94,7 @@ def apply_series(
     same path). Fast path (``stepwise`` false): one ``git apply --cached`` of the
     whole series and one ``write-tree``, then the result is compared with the last
     recorded post-image of every touched path. Stepwise: the chain of copies
-    (:func:`overlay.engine_chain.apply_chained`), or one patch at a time on one
+    (:func:`overlay.engine.chain.apply_chained`), or one patch at a time on one
     private index, with its tree recorded (rebase, refresh and attribution need it).
 
     Args:

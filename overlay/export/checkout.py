@@ -32,7 +32,7 @@ import stat
 from collections.abc import Iterator
 
 from overlay.errors import GitError
-from overlay.export_disk import checkpoint, replace_file, safe_parent
+from overlay.export.disk import checkpoint, replace_file, safe_parent
 from overlay.git.store import Store, run_git
 
 #: path -> ``(mode, blob)`` of a tree's entries (as :mod:`overlay.export`).

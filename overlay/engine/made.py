@@ -9,8 +9,8 @@ say), else the text applied exactly on the base, whose result must be the record
 
 from __future__ import annotations
 
-from overlay.engine_gitapply import git_apply
-from overlay.engine_records import oid_matches, resolve_records
+from overlay.engine.gitapply import git_apply
+from overlay.engine.records import oid_matches, resolve_records
 from overlay.errors import LayerError
 from overlay.git.store import Store, TreeEntry, first_error_line, is_sha
 from overlay.series import Patch

@@ -14,7 +14,7 @@ import json
 import os
 
 from overlay.errors import EXIT_INTERRUPTED, OverlayError
-from overlay.export_disk import checkpoint, disk_state, is_recorded
+from overlay.export.disk import checkpoint, disk_state, is_recorded
 from overlay.fs.atomic import atomic_write, temp_owner
 from overlay.git.store import Store
 

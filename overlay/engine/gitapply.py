@@ -14,7 +14,7 @@ import re
 import subprocess
 from collections.abc import Iterable, Sequence
 
-from overlay.engine_records import postimage_mismatches
+from overlay.engine.records import postimage_mismatches
 from overlay.errors import LayerError
 from overlay.git.store import Store, TreeEntry, first_error_line, is_sha
 from overlay.series import Patch

@@ -21,7 +21,7 @@ import os
 import re
 from collections.abc import Sequence
 
-from overlay.engine_gitapply import applied_exactly, git_apply
+from overlay.engine.gitapply import applied_exactly, git_apply
 from overlay.errors import PatchFormatError
 from overlay.fs.atomic import scratch_dir
 from overlay.git.store import Store, TreeEntry, is_sha, zsplit
@@ -213,7 +213,7 @@ def apply_chained(
     Args:
         store: git store; base_tree: the layer below.
         patches: the series (its records already checked by
-            :func:`overlay.engine_records.walk_records`).
+            :func:`overlay.engine.records.walk_records`).
         initial: the layer below's entry at every touched path.
         expected_after: the recorded state after each patch.
     Returns:
@@ -237,7 +237,7 @@ def apply_chained(
 #: The store's directory of proven applies (:func:`_run_chain`).
 APPLIES = "overlay-applies"
 #: Bump when the git input of a chain (lines, sections, the flags of
-#: :func:`overlay.engine_gitapply.git_apply`) changes meaning, so older proofs are not
+#: :func:`overlay.engine.gitapply.git_apply`) changes meaning, so older proofs are not
 #: read.
 APPLIES_VERSION = 1
 

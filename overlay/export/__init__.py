@@ -12,7 +12,7 @@ The export is a transaction recorded in the stamp ``DEST/.overlay-export.json``:
    disk at that moment.
 2. Each file is written to ``.NAME.XXXXXXXX.tmp`` in its directory and renamed;
    a first export into an empty directory writes them in place instead, with
-   one ``git checkout-index`` (:mod:`overlay.export_checkout`), or with Python
+   one ``git checkout-index`` (:mod:`overlay.export.checkout`), or with Python
    where git's attributes could change a byte.
 3. The stamp is rewritten last with the finished tree and no run in progress.
 
@@ -24,9 +24,9 @@ its size or mtime changed) was edited by hand and is never overwritten or
 deleted without ``--force``; a file that already holds what the new tree
 writes is not an edit.
 
-The export's parts: :mod:`overlay.export_stamp` (the stamp: read, written, the
-files edited by hand), :mod:`overlay.export_disk` (what DEST holds, the writers
-that stay inside it, the test checkpoints), :mod:`overlay.export_checkout` (the
+The export's parts: :mod:`overlay.export.stamp` (the stamp: read, written, the
+files edited by hand), :mod:`overlay.export.disk` (what DEST holds, the writers
+that stay inside it, the test checkpoints), :mod:`overlay.export.checkout` (the
 blobs looked up, a first export written by git); this module holds the run itself, in
 the steps of :func:`_export_locked`.
 """
@@ -39,8 +39,8 @@ import os
 import time
 
 from overlay.errors import OverlayError, UnsafePath
-from overlay.export_checkout import check_objects, check_out, scratch_checkout
-from overlay.export_disk import (
+from overlay.export.checkout import check_objects, check_out, scratch_checkout
+from overlay.export.disk import (
     Disk,
     arm_checkpoints,
     checkpoint,
@@ -55,7 +55,7 @@ from overlay.export_disk import (
     umask,
     write_new,
 )
-from overlay.export_stamp import (
+from overlay.export.stamp import (
     LOCK,
     OURS,
     STAMP,
