@@ -314,7 +314,8 @@ def verify(
             (``rebase``, ``--continue``, ``--abort``, ``refresh``...): verify would read
             them half-changed, so it is refused (exit 2).
     """
-    from overlay.runstate import in_progress_note, state_lock
+    from overlay.fs.records_lock import state_lock
+    from overlay.runstate import in_progress_note
 
     # Shared lock for the whole check: every record is read from one consistent
     # snapshot, never half before and half after a writer.

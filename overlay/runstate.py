@@ -1,5 +1,5 @@
-"""What a rebase or sync run left on disk, the lock that guards it, and the sweep
-of what a killed command left behind.
+"""What a rebase or sync run left on disk, and the sweep of what a killed command
+left behind.
 
 The files :mod:`overlay.rebase` writes: the state directory ``.overlay/rebase/``
 (``state.json`` and ``backup/``: a run in progress) and the report
@@ -11,7 +11,7 @@ was not left by a kill: :func:`inspect_state` calls it *wedged*, and ``--abort``
 recovers it (:meth:`overlay.rebase.Rebase.recover_wedged`).
 
 Every command that reads or writes the rebase state or the records takes
-:func:`state_lock` (``flock`` on ``.overlay/rebase.lock``): the rebase and
+:func:`overlay.fs.records_lock.state_lock` (``flock`` on ``.overlay/rebase.lock``): the rebase and
 sync commands, ``refresh`` and ``fix new`` exclusively, ``verify``, ``status``
 and ``--status`` shared. A command that finds the lock taken is refused at once
 with one ``overlay:`` line naming the holder (exit 2): nobody waits, nobody
@@ -34,7 +34,6 @@ from typing import Any
 from overlay import fixes, layout
 from overlay.errors import OverlayError, UnsafePath
 from overlay.fs.atomic import remove_stale_temps, sweep_scratch_dirs
-from overlay.fs.locks import LockBusy, flocked, pid_alive
 from overlay.fs.paths import check_path
 from overlay.fs.records import RecordError, read_record
 from overlay.manifest import MANIFEST_PATH
@@ -47,7 +46,6 @@ NEW_STATE_DIR = f"{layout.REBASE_STATE_DIR}.tmp-new"
 #: A run that ends (completed or aborted) renames its state directory here, then removes it.
 OLD_STATE_DIR = f"{layout.REBASE_STATE_DIR}.tmp-old"
 #: The lock of the rebase state and the records (outside :data:`STATE_DIR`, which comes and goes).
-LOCK_FILE = layout.REBASE_LOCK
 REPORT_JSON = layout.LAST_REBASE_JSON
 REPORT_MD = layout.LAST_REBASE_MD
 RR_CACHE = layout.RR_CACHE
@@ -302,90 +300,6 @@ def interrupts_deferred() -> Iterator[None]:
             raise KeyboardInterrupt
 
 
-class StateBusy(OverlayError):
-    """Another overlay command holds the rebase lock (exit 2).
-
-    Attributes:
-        holder: ``(pid, command)`` of an exclusive holder that is still alive, else ``None``.
-    """
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        holder: tuple[str, str] | None = None,
-        hint: str | None = None,
-    ):
-        super().__init__(message, hint=hint)
-        self.holder = holder
-
-
-def _holder(text: str) -> tuple[str, str] | None:
-    """``(pid, command)`` from a lock file's line, when that process is still alive."""
-    pid, _, command = text.partition(" ")
-    if pid.isdigit() and len(pid) <= 9 and command and pid_alive(int(pid)):
-        return pid, command
-    return None
-
-
-@contextlib.contextmanager
-def state_lock(root: str, command: str, *, shared: bool = False) -> Iterator[None]:
-    """Hold the lock of the rebase state and the records for a ``with`` block.
-
-    Exclusive for commands that write the state or the records (``rebase``,
-    ``sync`` and their ``--continue``/``--skip``/``--abort``/``--forget``,
-    ``refresh``, ``fix new``), shared for those that only read them (``verify``,
-    ``status``, ``--status``). Never waits: a command that would wait is refused.
-
-    Args:
-        root: overlay repository.
-        command: how the holder is named to a refused command (``"rebase --continue"``).
-        shared: take the shared (reader) lock. A reader where ``.overlay/`` does
-            not exist, or cannot be opened, runs without the lock: no overlay
-            command has written there.
-    Raises:
-        StateBusy: another command holds a conflicting lock; the message names it
-            when it is a writer (exit 2).
-        OverlayError: an exclusive lock cannot be created (exit 2).
-    """
-    meta = layout.under(root, layout.STATE_DIR)
-    path = os.path.join(root, LOCK_FILE)
-    with contextlib.ExitStack() as stack:
-        try:
-            if not shared:
-                layout.make_state_dir(root)
-            if not shared or os.path.isdir(meta):
-                stack.enter_context(
-                    flocked(
-                        path,
-                        shared=shared,
-                        wait=False,
-                        holder=f"{os.getpid()} {command}",
-                    )
-                )
-        except LockBusy as busy:
-            holder = _holder(busy.holder)
-            who = (
-                f"`overlay {holder[1]}` (pid {holder[0]}) is running on this overlay"
-                if holder
-                else "another overlay command (a verify or status reading the records) "
-                "is running on this overlay"
-            )
-            raise StateBusy(
-                f"{who} and holds {LOCK_FILE}: `overlay {command}` is refused, so that "
-                "the rebase state and the records are never read or written half-changed",
-                holder=holder,
-                hint=f"run `overlay {command}` again when it has finished",
-            ) from None
-        except OSError as exc:
-            if not shared:
-                raise OverlayError(
-                    f"cannot lock {LOCK_FILE}: {exc.strerror or exc}"
-                ) from None
-            # A reader that cannot open the lock file (a read-only checkout) reads unlocked.
-        yield
-
-
 class _RecordTemps:
     """The names whose temp files may be swept in ``patches-rocm/``: the manifest,
     the series, the patches."""
@@ -402,8 +316,8 @@ def sweep_killed_runs(root: str) -> list[str]:
     leaves next to a record, the state directory a run was building or removing,
     and the scratch directories of dead processes.
 
-    Call it holding the exclusive :func:`state_lock`: then no live command is
-    writing a record, so every temp name there belongs to a dead one.
+    Call it holding the exclusive :func:`~overlay.fs.records_lock.state_lock`: then
+    no live command is writing a record, so every temp name there belongs to a dead one.
 
     Args:
         root: overlay repository.

@@ -412,7 +412,7 @@ def test_fix_list_shows_a_patch_under_every_entry_it_names(team):
 def test_an_import_while_another_command_holds_the_records_is_refused(team):
     """The import writes records: it takes the one records' lock a rebase, refresh,
     fix new and record take, and is refused at once while another command holds it."""
-    from overlay.runstate import state_lock
+    from overlay.fs.records_lock import state_lock
 
     with state_lock(str(team.root), "rebase --continue"):
         result = team.run()

@@ -35,10 +35,11 @@ from gitfixtures import (
 )
 
 from overlay.fs.atomic import TEMP_RE, sweep_scratch_dirs
+from overlay.fs.records_lock import LOCK_FILE
 from overlay.git.store import Store
 from overlay.layers import compute_layers
 from overlay.manifest import load_manifest
-from overlay.runstate import LOCK_FILE, inspect_state
+from overlay.runstate import inspect_state
 
 ROOT = Path(__file__).resolve().parent.parent
 RESOLVED = lines(

@@ -394,7 +394,7 @@ def fix_new_cmd(
 ) -> None:
     """Add an entry with the next free number, ending with the policy sentence."""
     from overlay import fixes
-    from overlay.runstate import state_lock
+    from overlay.fs.records_lock import state_lock
 
     manifest = ws.manifest
     with state_lock(

@@ -166,7 +166,8 @@ def refresh_cmd(
     disagrees with them is re-rendered from them, and a patch whose blobs cannot be
     found is not rewritten unless ``--accept-text`` names it.
     """
-    from overlay.runstate import state_lock, sweep_killed_runs
+    from overlay.fs.records_lock import state_lock
+    from overlay.runstate import sweep_killed_runs
 
     # Exclusive: refresh rewrites patches that a rebase also writes, and the sweep of
     # a killed refresh's temp files must not race a live writer's.

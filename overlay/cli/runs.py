@@ -31,7 +31,8 @@ def _rebase_action(
     """Shared driver of ``rebase`` and ``sync`` for --continue/--skip/--abort/--status,
     under the rebase lock (shared for --status): a second command at the same time is
     refused with one line; --status then says which command is running."""
-    from overlay.runstate import StateBusy, state_lock, sweep_killed_runs
+    from overlay.fs.records_lock import StateBusy, state_lock
+    from overlay.runstate import sweep_killed_runs
 
     try:
         with state_lock(ctx.root, f"{kind} --{action}", shared=action == "status"):
@@ -223,8 +224,8 @@ def _rebase_options(fn):
 
 def _forget(ws: Workspace, path: str, kind: str) -> None:
     """``--forget PATH``: drop the recorded resolutions of PATH, under the lock."""
+    from overlay.fs.records_lock import state_lock
     from overlay.rebase import forget_resolution
-    from overlay.runstate import state_lock
 
     with state_lock(ws.root, f"{kind} --forget"):
         removed = forget_resolution(ws.root, path)
@@ -239,8 +240,9 @@ def _ack_uncarried(ws: Workspace) -> None:
     """``sync --ack-uncarried``: remove ``[fork] uncarried-reviewed`` (the fork's changes
     outside ``[carry]`` up to its commit are reviewed), under the records lock."""
     from overlay.fs.atomic import atomic_write
+    from overlay.fs.records_lock import state_lock
     from overlay.manifest import set_uncarried_reviewed
-    from overlay.runstate import refuse_if_in_progress, state_lock
+    from overlay.runstate import refuse_if_in_progress
 
     with state_lock(ws.root, "sync --ack-uncarried"):
         refuse_if_in_progress(ws.root)
@@ -264,7 +266,8 @@ def _start_run(ws: Workspace, kind: str, fmt: str, **kwargs) -> None:
     """Start a rebase or sync under the rebase lock, from reading the manifest to the end
     of the run: a second start, --continue or --abort at the same time is refused, and
     no start works from a manifest another run changed meanwhile."""
-    from overlay.runstate import state_lock, sweep_killed_runs
+    from overlay.fs.records_lock import state_lock
+    from overlay.runstate import sweep_killed_runs
 
     with state_lock(ws.root, f"{kind} --{'onto' if kind == 'rebase' else 'fork'}"):
         sweep_killed_runs(ws.root)

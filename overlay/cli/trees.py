@@ -60,7 +60,8 @@ def tree_cmd(
 @handle_errors
 def status_cmd(ws: Workspace, dest: tuple[str, ...]) -> None:
     """Show pins, layer SHAs, the series with files and +/- counts, export stamps."""
-    from overlay.runstate import in_progress_note, state_lock
+    from overlay.fs.records_lock import state_lock
+    from overlay.runstate import in_progress_note
 
     root = ws.found  # without one, the layers say where it looked
     with state_lock(root, "status", shared=True) if root else contextlib.nullcontext():

@@ -79,11 +79,11 @@ class Started:
 
 @contextlib.contextmanager
 def records_locked(root: str, command: str) -> Iterator[None]:
-    """Hold the records' lock (:func:`overlay.runstate.state_lock`, the one a rebase,
+    """Hold the records' lock (:func:`overlay.fs.records_lock.state_lock`, the one a rebase,
     ``refresh`` and ``fix new`` take) for the block: ``edit``/``record`` read and write
     the same records, so they must not interleave with those or with each other; a
     second command is refused at once, naming the holder."""
-    from overlay.runstate import state_lock
+    from overlay.fs.records_lock import state_lock
 
     with state_lock(root, command):
         yield

@@ -149,7 +149,7 @@ def write_import(
     Then ``LOCAL_FIXES.md`` and ``patches-rocm/`` are renamed into place, the
     directory last: the manifest appears with the complete series or not at all. A
     killed import leaves a temporary directory that the next import removes. The
-    records' lock (:func:`overlay.runstate.state_lock`, the one every command that
+    records' lock (:func:`overlay.fs.records_lock.state_lock`, the one every command that
     writes records takes) is held throughout.
 
     Args:
@@ -172,7 +172,7 @@ def write_import(
         layout.under(target, layout.PATCH_DIR),
         os.path.join(target, fixes.FILE_NAME),
     )
-    from overlay.runstate import state_lock
+    from overlay.fs.records_lock import state_lock
 
     with state_lock(target, "import whole-file"):
         state = layout.under(target, layout.STATE_DIR)

@@ -26,7 +26,7 @@ directory appears and disappears whole (built beside its place and renamed,
 renamed away before it is removed), so a kill never leaves half of it; a state
 found in part anyway is *wedged* (:func:`overlay.runstate.inspect_state`) and
 ``--abort`` recovers it (:meth:`Rebase.recover_wedged`). The CLI holds
-:func:`overlay.runstate.state_lock` around every command that reads or writes
+:func:`overlay.fs.records_lock.state_lock` around every command that reads or writes
 the state.
 
 The package, by step: :mod:`.base` (the state on disk and the shared tools),
