@@ -18,11 +18,11 @@ import shutil
 import subprocess
 import tempfile
 
-from overlay import fixes
 from overlay.git.store import Store
 from overlay.layers import compute_layers
-from overlay.manifest import load_manifest
-from overlay.patchfmt import format_patch, tree_diffs
+from overlay.records import fixes
+from overlay.records.manifest import load_manifest
+from overlay.records.patchfmt import format_patch, tree_diffs
 
 CLOSING = (
     "Applies to the fork; kept in mlxcelverse under the 2026-10-06 fork policy, "

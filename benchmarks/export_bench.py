@@ -46,7 +46,7 @@ from _synth import make_overlay  # noqa: E402
 from overlay.export import export_tree  # noqa: E402
 from overlay.git.store import Store  # noqa: E402
 from overlay.layers import compute_layers  # noqa: E402
-from overlay.manifest import load_manifest  # noqa: E402
+from overlay.records.manifest import load_manifest  # noqa: E402
 
 TARGET_RATIO = 1.2
 TARGET_PEAK_MB = 64

@@ -48,8 +48,8 @@ from _synth import make_overlay  # noqa: E402
 
 from overlay.git.store import Store  # noqa: E402
 from overlay.layers import compute_layers  # noqa: E402
-from overlay.manifest import load_manifest  # noqa: E402
-from overlay.series import read_series  # noqa: E402
+from overlay.records.manifest import load_manifest  # noqa: E402
+from overlay.records.series import read_series  # noqa: E402
 
 TARGETS_MS = {"cold_verify": 2.0, "tree_fresh_store": 1.0, "refresh_warm": 0.5}
 

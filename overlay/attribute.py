@@ -25,7 +25,7 @@ from overlay.engine import PatchResult
 from overlay.errors import OverlayError
 from overlay.git.store import Store
 from overlay.layers import Layers
-from overlay.series import Hunk
+from overlay.records.series import Hunk
 
 UPSTREAM = "upstream"
 FORK = "fork"

@@ -1,6 +1,6 @@
 """The codes of ``overlay verify``'s MAN, SER and LAY families, and their findings.
 
-The FIX family's codes live in :data:`overlay.fixes.CODES`; what each code means is
+The FIX family's codes live in :data:`overlay.records.fixes.CODES`; what each code means is
 documented in ``docs/findings.md``.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from overlay.findings import Finding
 
-#: code -> (severity, meaning); the FIX family lives in :data:`overlay.fixes.CODES`.
+#: code -> (severity, meaning); the FIX family lives in :data:`overlay.records.fixes.CODES`.
 CODES: dict[str, tuple[str, str]] = {
     "MAN001": (
         "error",

@@ -10,7 +10,7 @@ Families and their codes (documented in ``docs/findings.md``):
   same bytes;
 * ``LAY`` -- the fork delta merges (every conflict resolved), no stale or
   marker-bearing resolution;
-* ``FIX`` -- ``LOCAL_FIXES.md`` (see :mod:`overlay.fixes`).
+* ``FIX`` -- ``LOCAL_FIXES.md`` (see :mod:`overlay.records.fixes`).
 
 Textual checks need no git store at all; the rest need the pinned objects
 (fetched on demand unless ``offline``).
@@ -22,19 +22,20 @@ import dataclasses
 import os
 from collections.abc import Iterable
 
-from overlay import fixes, layout
+from overlay import layout
 from overlay.check_codes import CODES, FAMILIES
 from overlay.check_codes import finding as _f
 from overlay.errors import GitError, LayerError, OfflineMiss, UnsafePath
 from overlay.findings import Finding
 from overlay.fs.paths import check_path
-from overlay.fs.records import scan_record_dir
+from overlay.fs.reading import scan_record_dir
 from overlay.git.store import Store
 from overlay.layers import Layers, PatchApplyError, compute_layers
-from overlay.manifest import Manifest, load_manifest
-from overlay.markers import marker_lines
+from overlay.records import fixes
+from overlay.records.manifest import Manifest, load_manifest
+from overlay.records.markers import marker_lines
+from overlay.records.series import PATCH_DIR, Patch
 from overlay.refresh import refresh_series
-from overlay.series import PATCH_DIR, Patch
 from overlay.series_checks import (
     SER004_HINT,
     _check_series_text,
@@ -272,8 +273,8 @@ def _pin_citation_findings(
 ) -> list[Finding]:
     """FIX027: the retarget entries citing an upstream commit the pin lacks (the
     warning of a rebase that moved the pin back, kept while it holds; issue 30)."""
-    from overlay.fixes.model import finding
     from overlay.pins import pin_lacks_citations
+    from overlay.records.fixes.model import finding
 
     return [
         finding(

@@ -56,7 +56,7 @@ REQUIRED_SKIPPED = "required, but skipped: "
 
 def _overlay_state(root: str, store: Store) -> tuple[dict, Any]:
     from overlay.layers import compute_layers
-    from overlay.manifest import load_manifest
+    from overlay.records.manifest import load_manifest
 
     manifest = load_manifest(root)
     state: dict = {
@@ -184,7 +184,7 @@ def stage_build(
         ``arch``, ``errors`` and ``log``.
     """
     from overlay import build as _build
-    from overlay.manifest import load_manifest
+    from overlay.records.manifest import load_manifest
 
     name = "check" if check else "build"
     start = time.perf_counter()

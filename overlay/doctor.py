@@ -15,7 +15,7 @@ import subprocess
 
 from overlay.git.run import git_version, remote_reachable
 from overlay.git.store import Store
-from overlay.manifest import load_manifest
+from overlay.records.manifest import load_manifest
 
 #: Oldest git whose ``merge-tree --write-tree`` the layer engine uses (git 2.38).
 MIN_GIT = (2, 38)

@@ -18,7 +18,7 @@ import click
 from overlay import layout
 from overlay.clitools import exit_with, handle_errors, workspace
 from overlay.options import format_option
-from overlay.patchfmt import DEFAULT_AUTHOR
+from overlay.records.patchfmt import DEFAULT_AUTHOR
 
 __all__ = ["import_group"]
 

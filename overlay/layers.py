@@ -26,9 +26,9 @@ from overlay.engine import PatchApplyError, PatchResult, apply_series
 from overlay.errors import GitError, LayerError
 from overlay.fs.paths import Carry, check_path
 from overlay.git.store import EMPTY_TREE, Store
-from overlay.manifest import Manifest
-from overlay.markers import conflict_regions
-from overlay.series import Patch, load_series
+from overlay.records.manifest import Manifest
+from overlay.records.markers import conflict_regions
+from overlay.records.series import Patch, load_series
 
 #: The resolutions' directory (see :mod:`overlay.layout`).
 RESOLVED_DIR = layout.RESOLVED_DIR
@@ -92,7 +92,7 @@ class Layers:
 
 def conflict_hunks(text: bytes) -> list[tuple[int, int]]:
     """Line spans of ``<<<<<<<`` ... ``>>>>>>>`` regions in merged text (1-based);
-    see :mod:`overlay.markers`."""
+    see :mod:`overlay.records.markers`."""
     return conflict_regions(text)
 
 
@@ -164,7 +164,7 @@ def read_resolutions(root: str) -> dict[str, bytes]:
     Raises:
         RecordError: a refused entry (exit 2); UnsafePath: a hostile name.
     """
-    from overlay.fs.records import read_record_dir
+    from overlay.fs.reading import read_record_dir
 
     out = read_record_dir(root, layout.RESOLVED_DIR, what="resolution")
     for rel in out:

@@ -1,6 +1,6 @@
 """Where things are: the overlay repository and the git store (standard library only).
 
-Kept apart from :mod:`overlay.manifest` and :mod:`overlay.git.store`, which import
+Kept apart from :mod:`overlay.records.manifest` and :mod:`overlay.git.store`, which import
 TOML, subprocess and the file helpers: the verdict cache of ``overlay verify``
 (:mod:`overlay.verdict`) finds both before anything heavier is imported, so that a
 verify with nothing changed costs little more than the interpreter's start

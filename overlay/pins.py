@@ -17,9 +17,9 @@ import os
 import re
 from collections.abc import Callable
 
-from overlay import fixes
 from overlay.errors import GitError, OverlayError, PatchFormatError, UnsafePath
 from overlay.git.store import Store, is_sha
+from overlay.records import fixes
 
 #: The refs of the git store that say what upstream holds: its branches as fetched and
 #: the tags (tags come from ``upstream`` only: the fork's fetches take none). With the
@@ -232,7 +232,7 @@ def _citations(
     if section is None:
         return []
     try:
-        from overlay.series import load_series
+        from overlay.records.series import load_series
 
         series = load_series(root)
     except (OverlayError, PatchFormatError, UnsafePath, OSError):

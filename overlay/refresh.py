@@ -29,8 +29,8 @@ from overlay.errors import LayerError, OverlayError
 from overlay.fs.atomic import atomic_write, kill_point
 from overlay.git.store import Store
 from overlay.layers import Layers
-from overlay.patchfmt import ZERO_FROM, tree_diff, tree_diffs
-from overlay.series import Patch, is_patch_break, parse_patch, split_patch
+from overlay.records.patchfmt import ZERO_FROM, tree_diff, tree_diffs
+from overlay.records.series import Patch, is_patch_break, parse_patch, split_patch
 
 _MBOX_FROM = re.compile(rb"^From [0-9a-f]{40} ")
 _DIFFSTAT = re.compile(
@@ -44,7 +44,7 @@ def refreshed_bytes(data: bytes, diff: bytes) -> bytes:
 
     Args:
         data: the patch file's bytes as they are.
-        diff: the new diff (:func:`overlay.patchfmt.tree_diff` output).
+        diff: the new diff (:func:`overlay.records.patchfmt.tree_diff` output).
     Returns:
         The refreshed file's bytes.
     Raises:

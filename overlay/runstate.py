@@ -31,13 +31,14 @@ import threading
 from collections.abc import Container, Iterator
 from typing import Any
 
-from overlay import fixes, layout
+from overlay import layout
 from overlay.errors import OverlayError, UnsafePath
 from overlay.fs.atomic import remove_stale_temps, sweep_scratch_dirs
 from overlay.fs.paths import check_path
-from overlay.fs.records import RecordError, read_record
-from overlay.manifest import MANIFEST_PATH
+from overlay.fs.reading import RecordError, read_record
 from overlay.rebase_state import RunState
+from overlay.records import fixes
+from overlay.records.manifest import MANIFEST_PATH
 
 STATE_DIR = layout.REBASE_STATE_DIR
 STATE_FILE = f"{STATE_DIR}/{layout.STATE_JSON}"
@@ -476,7 +477,7 @@ def no_run_to_abort(root: str, action: str = "abort") -> OverlayError:
 
 def _manifest_pins(root: str) -> tuple[str, str] | None:
     """``(pin, fork commit)`` of the manifest, or ``None`` when it cannot be read."""
-    from overlay.manifest import load_manifest
+    from overlay.records.manifest import load_manifest
 
     try:
         manifest = load_manifest(root)

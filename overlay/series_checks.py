@@ -18,14 +18,13 @@ from typing import Any
 from overlay.check_codes import finding as _f
 from overlay.errors import PatchFormatError, UnsafePath
 from overlay.findings import Finding
-from overlay.fs.records import RecordError, read_record
+from overlay.fs.reading import RecordError, read_record
 from overlay.git.run import git_ignored
 from overlay.git.store import Store, first_error_line, run_git
-from overlay.manifest import Manifest
-from overlay.markers import marker_lines
-from overlay.patchfmt import ZERO_FROM
-from overlay.refresh import BinaryTurn, nul_turns
-from overlay.series import (
+from overlay.records.manifest import Manifest
+from overlay.records.markers import marker_lines
+from overlay.records.patchfmt import ZERO_FROM
+from overlay.records.series import (
     PATCH_DIR,
     SERIES_PATH,
     Patch,
@@ -33,6 +32,7 @@ from overlay.series import (
     parse_patch,
     read_series,
 )
+from overlay.refresh import BinaryTurn, nul_turns
 
 _INDEX_RE = re.compile(rb"^index ([0-9a-f]+)\.\.([0-9a-f]+)", re.M)
 
@@ -43,7 +43,7 @@ def _line_of(data: bytes, offset: int) -> int:
 
 def _added_markers(data: bytes) -> list[tuple[int, str]]:
     """Conflict markers among a patch's added lines (file line numbers), by the one
-    definition of :mod:`overlay.markers` applied to the added lines in order."""
+    definition of :mod:`overlay.records.markers` applied to the added lines in order."""
     numbers, added = [], []
     for number, line in enumerate(data.split(b"\n"), 1):
         if line.startswith(b"+") and not line.startswith(b"+++ "):

@@ -15,7 +15,7 @@ from overlay import layout
 
 if TYPE_CHECKING:
     from overlay.git.store import Store
-    from overlay.manifest import Manifest
+    from overlay.records.manifest import Manifest
 
 #: The environment variable that overrides each remote's URL.
 URL_OVERRIDES = {"upstream": "OVERLAY_UPSTREAM_URL", "fork": "OVERLAY_FORK_URL"}

@@ -36,8 +36,8 @@ from overlay import layout
 if TYPE_CHECKING:
     from overlay.git.store import Store
     from overlay.layers import Layers
-    from overlay.manifest import Manifest
-    from overlay.series import Patch
+    from overlay.records.manifest import Manifest
+    from overlay.records.series import Patch
 
 
 class Workspace:
@@ -132,7 +132,7 @@ class Workspace:
             ManifestError: there is no repository, or the manifest is invalid (exit 2).
         """
         if self._manifest is None:
-            from overlay.manifest import load_manifest
+            from overlay.records.manifest import load_manifest
 
             self._manifest = load_manifest(self.root)
             if self._store is not None:
@@ -172,7 +172,7 @@ class Workspace:
             stepwise: keep each patch's tree (see :func:`overlay.layers.apply_series`).
             empty_series: leave the series out (``patched`` is then ``forked``).
             series: the series as the caller just read it
-                (:func:`overlay.series.load_series`), so it is not read and parsed a
+                (:func:`overlay.records.series.load_series`), so it is not read and parsed a
                 second time; by default it is read here.
         Returns:
             :class:`overlay.layers.Layers`.

@@ -14,7 +14,7 @@ from gitfixtures import PATCH, Overlay, build_world, lines, local_fixes, make_pa
 
 from overlay.git.store import Store
 from overlay.layers import compute_layers
-from overlay.manifest import load_manifest
+from overlay.records.manifest import load_manifest
 
 # A shell without job control starts background jobs with SIGINT ignored, and an ignored
 # signal stays ignored across exec: the Ctrl-C tests' children would never see theirs.

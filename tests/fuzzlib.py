@@ -24,11 +24,11 @@ from pathlib import Path
 from click.testing import CliRunner
 from gitfixtures import CLOSING, Overlay, lines, make_patch
 
-from overlay import fixes
 from overlay.cli import main
 from overlay.git.store import Store
 from overlay.layers import compute_layers
-from overlay.manifest import load_manifest
+from overlay.records import fixes
+from overlay.records.manifest import load_manifest
 
 PATCH = "0001-rocm-lock-the-device.patch"
 

@@ -11,9 +11,9 @@ import os
 import subprocess
 from pathlib import Path
 
-from overlay import fixes
 from overlay.git.store import Store, git_env
-from overlay.patchfmt import format_patch, tree_diff
+from overlay.records import fixes
+from overlay.records.patchfmt import format_patch, tree_diff
 
 CLOSING = "Applies to the fork; kept in mlxcelverse under the 2026-10-06 fork policy, not proposed there."
 

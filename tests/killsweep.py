@@ -34,7 +34,7 @@ from gitfixtures import PATCH, build_world, lines, make_patch
 
 from overlay.git.store import Store
 from overlay.layers import compute_layers
-from overlay.manifest import load_manifest
+from overlay.records.manifest import load_manifest
 
 ROOT = Path(__file__).resolve().parent.parent
 DEVICE = "mlx/backend/rocm/device.cpp"

@@ -9,7 +9,7 @@ from overlay.attribute import Attributor, _parse_porcelain, attribute_lines, bui
 from overlay.errors import OverlayError
 from overlay.git.store import Store
 from overlay.layers import compute_layers
-from overlay.manifest import load_manifest
+from overlay.records.manifest import load_manifest
 
 
 def _layers(overlay, store, stepwise=True):

@@ -14,9 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_records import hang_guard
 
-from overlay import fixes
 from overlay.cli import main
 from overlay.fs.paths import Carry, _GlobNFA, _tokens, collapse_stars, glob_match
+from overlay.records import fixes
 
 
 def test_entry_number_20261201_is_one_finding_not_a_loop(clean, world):  # noqa: F811

@@ -31,7 +31,7 @@ from overlay.build import (
 from overlay.cli import main
 from overlay.git.store import Store
 from overlay.layers import compute_layers
-from overlay.manifest import load_manifest
+from overlay.records.manifest import load_manifest
 
 DATA = Path(__file__).parent / "data" / "cmake-mini"
 

@@ -11,9 +11,9 @@ from gitfixtures import lines, make_patch, read_blob
 
 from overlay.git.store import Store
 from overlay.layers import PatchApplyError, compute_layers
-from overlay.manifest import load_manifest
-from overlay.patchfmt import format_patch, tree_diff
-from overlay.series import parse_patch
+from overlay.records.manifest import load_manifest
+from overlay.records.patchfmt import format_patch, tree_diff
+from overlay.records.series import parse_patch
 
 
 def forked(overlay):

@@ -20,8 +20,8 @@ from overlay.engine import chain as engine_chain
 from overlay.engine import records as engine_records
 from overlay.git.store import EMPTY_TREE, Store
 from overlay.git.treemodel import TreeConflict, TreeModel, listing, write_objects
-from overlay.patchfmt import tree_diff, tree_diffs
-from overlay.series import parse_patch
+from overlay.records.patchfmt import tree_diff, tree_diffs
+from overlay.records.series import parse_patch
 
 BASE = {
     "a.txt": b"one\ntwo\nthree\n",

@@ -12,11 +12,11 @@ from pathlib import Path
 from click.testing import CliRunner
 from gitfixtures import lines, make_patch
 
-from overlay import fixes
 from overlay.cli import main
 from overlay.git.store import Store
 from overlay.layers import compute_layers
-from overlay.manifest import load_manifest
+from overlay.records import fixes
+from overlay.records.manifest import load_manifest
 
 GOLDEN = Path(__file__).parent / "golden" / "ci_summary.md"
 

@@ -8,7 +8,7 @@ from gitfixtures import env_path_without_git, make_patch
 from overlay.cli import main
 from overlay.git.store import Store
 from overlay.layers import compute_layers
-from overlay.manifest import load_manifest
+from overlay.records.manifest import load_manifest
 
 
 def run(overlay, *args, env=None):

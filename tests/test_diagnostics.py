@@ -18,7 +18,7 @@ from overlay.diagnostics import Diagnostic, merge_same_place, parse_log, prefix_
 from overlay.drift import identifiers, log_errors
 from overlay.git.store import Store
 from overlay.layers import compute_layers
-from overlay.manifest import load_manifest
+from overlay.records.manifest import load_manifest
 
 SRC = "/work/build/rocm/src"
 OBJ = "/work/build/rocm/obj"

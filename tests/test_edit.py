@@ -24,12 +24,12 @@ from gitfixtures import (
 )
 
 from overlay import edit as edit_mod
-from overlay import fixes
 from overlay.cli import main
 from overlay.edit import writes as edit_writes
 from overlay.git.store import Store
 from overlay.layers import compute_layers
-from overlay.manifest import load_manifest
+from overlay.records import fixes
+from overlay.records.manifest import load_manifest
 from overlay.refresh import refresh_series
 
 PDIR = "patches-rocm"

@@ -25,7 +25,7 @@ from test_edit import (
     workdir_of,
 )
 
-from overlay import fixes
+from overlay.records import fixes
 
 ROOT = Path(__file__).resolve().parent.parent
 PDIR = "patches-rocm"

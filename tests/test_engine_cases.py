@@ -26,11 +26,11 @@ from gitfixtures import (
     tree_paths,
 )
 
-from overlay import fixes
 from overlay.git.store import Store
 from overlay.layers import compute_layers
-from overlay.manifest import load_manifest
-from overlay.series import parse_patch
+from overlay.records import fixes
+from overlay.records.manifest import load_manifest
+from overlay.records.series import parse_patch
 
 PDIR = "patches-rocm"
 WORK = Path(".overlay") / "rebase" / "work"
@@ -170,7 +170,7 @@ def quoted_gemm_patch(ov, w, name=NAIVE) -> tuple[bytes, str]:
         check=True,
     ).stdout
     git(w.fork.path, "checkout", "--", ".")
-    from overlay.patchfmt import format_patch
+    from overlay.records.patchfmt import format_patch
 
     data = format_patch(
         "rocm: tile the naive gemm",
@@ -605,7 +605,7 @@ def split_at_diff(data: bytes) -> tuple[bytes, bytes]:
 
 
 def patch16(ov, variant: str) -> tuple[Path, bytes]:
-    from overlay.patchfmt import tree_diff
+    from overlay.records.patchfmt import tree_diff
 
     store, layers = layers_of(ov)
     _data, new_tree = make_patch(

@@ -71,7 +71,7 @@ def test_an_option_without_its_value_names_the_commands_help(tmp_path, args, hin
 
 
 def test_a_wrong_full_sha_says_the_remotes_lack_it(overlay, world):
-    from overlay.manifest import load_manifest
+    from overlay.records.manifest import load_manifest
 
     store = Store()
     store.set_remotes(load_manifest(str(overlay.root)).remote_urls())

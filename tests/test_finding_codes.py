@@ -1,5 +1,5 @@
 """The finding codes hold together: what ``CODES`` declares (``overlay/check_codes.py``
-for MAN, SER and LAY, ``overlay/fixes/model.py`` for FIX), what the checks emit, what
+for MAN, SER and LAY, ``overlay/records/fixes/model.py`` for FIX), what the checks emit, what
 ``docs/findings.md`` documents, what the tests exercise, and the retired codes that are
 never declared again (docs/findings.md, "Adding a code")."""
 
@@ -9,7 +9,8 @@ import ast
 import re
 from pathlib import Path
 
-from overlay import check_codes, fixes
+from overlay import check_codes
+from overlay.records import fixes
 
 ROOT = Path(__file__).resolve().parents[1]
 FINDINGS_MD = ROOT / "docs" / "findings.md"

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from overlay import fixes
 from overlay.errors import OverlayError
+from overlay.records import fixes
 
 FORK = "NripeshN/mlx"
 FORK_COMMIT = "75915908dfe5028335d318b10340313744fd3a8d"
@@ -365,7 +365,7 @@ def test_check_document_orders_by_line():
 
 def test_project_local_fixes_passes_textual_checks():
     root = Path(__file__).resolve().parents[1]
-    from overlay.manifest import load_manifest
+    from overlay.records.manifest import load_manifest
 
     m = load_manifest(str(root))
     d = fixes.load(root / "LOCAL_FIXES.md")

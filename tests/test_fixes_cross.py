@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from test_fixes import TREE, codes, doc
 
-from overlay import fixes
-from overlay.fixes import PatchRecord
+from overlay.records import fixes
+from overlay.records.fixes import PatchRecord
 
 # --------------------------------------------------------------------------- cross-checks
 

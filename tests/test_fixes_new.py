@@ -11,9 +11,9 @@ import pytest
 from test_fixes import FORK, FORK_COMMIT, PIN, S, all_text_checks, doc
 from test_fixes_cross import P1, good_patches
 
-from overlay import fixes
 from overlay.errors import OverlayError
 from overlay.fs.atomic import atomic_write
+from overlay.records import fixes
 
 # --------------------------------------------------------------------------- fix list / fix new
 

@@ -12,8 +12,8 @@ from click.testing import CliRunner
 from gitfixtures import CLOSING, local_fixes
 from test_records import codes
 
-from overlay import fixes
 from overlay.cli import main
+from overlay.records import fixes
 
 GOOD = "## Fixes to the fork's kernels"
 

@@ -20,9 +20,10 @@ import pytest
 from click.testing import CliRunner
 from gitfixtures import CLOSING, git, lines
 
-from overlay import fixes, importer
+from overlay import importer
 from overlay.cli import main
 from overlay.errors import OverlayError
+from overlay.records import fixes
 
 BINARY = bytes(range(256)) * 3 + b"\x00\r\n\x00"
 

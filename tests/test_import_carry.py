@@ -16,8 +16,8 @@ from pathlib import Path
 from click.testing import CliRunner
 from gitfixtures import CLOSING, WorkRepo, git, lines
 
-from overlay import fixes
 from overlay.cli import main
+from overlay.records import fixes
 
 
 def invoke(*args: str):

@@ -11,7 +11,7 @@ from overlay.engine import PatchApplyError
 from overlay.errors import GitError, LayerError, OfflineMiss
 from overlay.git.store import Store
 from overlay.layers import compute_layers
-from overlay.manifest import load_manifest
+from overlay.records.manifest import load_manifest
 
 
 def layers_for(overlay, **kw):

@@ -22,7 +22,7 @@ from gitfixtures import (
 
 from overlay.git.store import Store
 from overlay.layers import compute_layers
-from overlay.manifest import load_manifest
+from overlay.records.manifest import load_manifest
 
 # -- a NUL byte never turns a text patch into GIT binary patch ------------------------------
 

@@ -11,11 +11,11 @@ from __future__ import annotations
 import pytest
 from gitfixtures import CLOSING, git, local_fixes
 
-from overlay import fixes
 from overlay.checks import verify
 from overlay.errors import ManifestError
 from overlay.git.store import Store
-from overlay.manifest import parse_manifest
+from overlay.records import fixes
+from overlay.records.manifest import parse_manifest
 
 S = CLOSING
 OLD = "Applies to the fork."
@@ -351,7 +351,7 @@ def test_a_tracked_file_counts_even_where_ignored(clean):
 
 
 def test_scan_record_dir_lists_what_it_left_out(clean):
-    from overlay.fs.records import scan_record_dir
+    from overlay.fs.reading import scan_record_dir
 
     resolved = clean.root / "patches-rocm" / "resolved" / "mlx"
     resolved.mkdir(parents=True)
@@ -367,7 +367,7 @@ def test_scan_record_dir_lists_what_it_left_out(clean):
 
 
 def test_a_directory_git_ignores_as_a_whole_keeps_its_records(tmp_path):
-    from overlay.fs.records import scan_record_dir
+    from overlay.fs.reading import scan_record_dir
 
     # An overlay kept under an ignored directory (a copy staged under .overlay/, a
     # checkout under build/): the rules say nothing about single records there.

@@ -13,7 +13,7 @@ from gitfixtures import cli, lines, make_patch, records_hash
 
 from overlay.git.store import Store
 from overlay.layers import compute_layers
-from overlay.manifest import load_manifest
+from overlay.records.manifest import load_manifest
 
 ROOT = Path(__file__).resolve().parent.parent
 

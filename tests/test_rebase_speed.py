@@ -13,7 +13,7 @@ from gitfixtures import MANIFEST, PATCH
 
 from overlay import layers
 from overlay.git.store import Store
-from overlay.manifest import load_manifest, set_pins
+from overlay.records.manifest import load_manifest, set_pins
 
 ROOT = Path(__file__).resolve().parents[1]
 NEW = ("a" * 40, "b" * 40, "c" * 40)
@@ -165,7 +165,7 @@ def test_refresh_reads_and_parses_each_patch_once(clean, monkeypatch):
     patches' directory once, not once per patch."""
     from gitfixtures import cli
 
-    from overlay import series
+    from overlay.records import series
 
     parsed: list[str] = []
     real_parse = series.parse_patch

@@ -1,6 +1,6 @@
 """Each record has one module that reads and writes it (issue 27), as quilt keeps
 ``insert_in_series``, ``remove_from_series`` and ``rename_in_series`` in one file:
-``patches-rocm/series`` in ``overlay/series.py`` (with one line-ending rule, the series'
+``patches-rocm/series`` in ``overlay/records/series.py`` (with one line-ending rule, the series'
 own: the rebase turned CRLF into LF while the edit kept it), the last run's report
 (``.overlay/last-rebase.json`` and ``.md``) in ``overlay/rebase_report.py``."""
 
@@ -13,7 +13,7 @@ import pytest
 from gitfixtures import cli, lines
 from test_engine_cases import add_patch, write_fixes
 
-from overlay import series
+from overlay.records import series
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -54,7 +54,7 @@ def test_a_rebase_that_drops_a_patch_keeps_a_crlf_series(ov, w):
 
 #: A record's path names (as the code spells them) -> the module that owns it.
 OWNERS = {
-    frozenset({"SERIES_PATH", "SERIES"}): "overlay/series.py",
+    frozenset({"SERIES_PATH", "SERIES"}): "overlay/records/series.py",
     frozenset(
         {"LAST_REBASE_JSON", "LAST_REBASE_MD", "REPORT_JSON", "REPORT_MD"}
     ): "overlay/rebase_report.py",

@@ -21,8 +21,8 @@ from gitfixtures import PATCH
 from overlay.checks import verify
 from overlay.cli import main
 from overlay.errors import ManifestError, PatchFormatError
-from overlay.fs import records
-from overlay.fs.records import (
+from overlay.fs import reading as records
+from overlay.fs.reading import (
     RecordError,
     RecordMissing,
     read_record,
@@ -30,8 +30,8 @@ from overlay.fs.records import (
     scan_record_dir,
 )
 from overlay.git.store import Store
-from overlay.manifest import load_manifest
-from overlay.series import load_patch, read_series
+from overlay.records.manifest import load_manifest
+from overlay.records.series import load_patch, read_series
 
 
 def run(root, *args):

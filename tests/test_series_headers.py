@@ -13,8 +13,8 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from overlay.mailhead import _simple_headers
-from overlay.series import parse_patch
+from overlay.records.mailhead import _simple_headers
+from overlay.records.series import parse_patch
 
 NAMES = st.sampled_from(
     ["Subject", "From", "subject", "FROM", "Date", "X-Thing", "Local-Fix"]
@@ -61,7 +61,7 @@ def test_folded_or_encoded_headers_go_to_email():
 
 def test_reading_a_plain_patch_does_not_import_email():
     code = (
-        "import sys; from overlay.series import parse_patch\n"
+        "import sys; from overlay.records.series import parse_patch\n"
         "data = open(sys.argv[1], 'rb').read()\n"
         "p = parse_patch(data, 'p.patch')\n"
         "print(p.subject, 'email' in sys.modules)"

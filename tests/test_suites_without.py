@@ -14,7 +14,7 @@ from overlay.cli import main
 from overlay.errors import OverlayError
 from overlay.git.store import Store
 from overlay.layers import compute_layers
-from overlay.manifest import load_manifest
+from overlay.records.manifest import load_manifest
 from overlay.suites.config import parse_suites
 from overlay.suites.runner import detect_platform, run_ab
 from overlay.suites.without import build_without, layers_without, without_dir

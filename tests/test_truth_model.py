@@ -49,7 +49,7 @@ def _made_elsewhere(ov, tmp_path, path: str, before: str, after: str) -> bytes:
     are in no store of this test's), added to the series with a verify-clean entry;
     returns its bytes."""
     from overlay.git.store import EMPTY_TREE, Store
-    from overlay.patchfmt import format_patch, tree_diff
+    from overlay.records.patchfmt import format_patch, tree_diff
 
     other = Store(str(tmp_path / "elsewhere.git"))
     trees = [

@@ -7,12 +7,12 @@ import json
 from click.testing import CliRunner
 from gitfixtures import CLOSING, PATCH, lines, local_fixes, make_patch
 
-from overlay import fixes
 from overlay.checks import verify
 from overlay.cli import main
 from overlay.git.store import Store
 from overlay.layers import compute_layers
-from overlay.manifest import load_manifest
+from overlay.records import fixes
+from overlay.records.manifest import load_manifest
 
 
 def codes(overlay, **kw):

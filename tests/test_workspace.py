@@ -46,7 +46,8 @@ def test_outside_a_repository_the_base_is_the_start(tmp_path):
 
 def test_layout_names_the_paths_the_modules_use():
     """The layout's names are the ones each module still spells itself."""
-    from overlay import fixes, importer, locate, rebase, runstate, series
+    from overlay import importer, locate, rebase, runstate
+    from overlay.records import fixes, series
 
     assert layout.under("/r", layout.MANIFEST) == os.path.join(
         "/r", locate.MANIFEST_PATH

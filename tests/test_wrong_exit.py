@@ -13,7 +13,7 @@ from gitfixtures import PATCH, cli, make_patch, records_hash
 
 from overlay.git.store import Store
 from overlay.layers import compute_layers
-from overlay.manifest import load_manifest
+from overlay.records.manifest import load_manifest
 
 PDIR = "patches-rocm"
 

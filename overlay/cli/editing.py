@@ -393,8 +393,8 @@ def fix_new_cmd(
     ws: Workspace, section: str, title: str, files: tuple[str, ...], body: str | None
 ) -> None:
     """Add an entry with the next free number, ending with the policy sentence."""
-    from overlay import fixes
     from overlay.fs.records_lock import state_lock
+    from overlay.records import fixes
 
     manifest = ws.manifest
     with state_lock(
@@ -419,8 +419,8 @@ def fix_new_cmd(
 @handle_errors
 def fix_list_cmd(ws: Workspace) -> None:
     """Print the entries with their patches and files."""
-    from overlay import fixes
-    from overlay.series import load_series
+    from overlay.records import fixes
+    from overlay.records.series import load_series
 
     doc = fixes.load(ws.path(layout.LOCAL_FIXES))
     records = [

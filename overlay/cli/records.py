@@ -15,7 +15,7 @@ from overlay.options import format_option, output_option
 from overlay.workspace import Workspace
 
 if TYPE_CHECKING:
-    from overlay.series import Patch
+    from overlay.records.series import Patch
 
 
 @click.command("verify")
@@ -77,7 +77,7 @@ def _warn_unknown_codes(skip: Iterable[str]) -> None:
     typo skips nothing). The run goes on: a code of a newer overlay, in a CI line shared
     by two versions, is no error."""
     from overlay.check_codes import CODES, RETIRED
-    from overlay.fixes.model import CODES as FIX_CODES
+    from overlay.records.fixes.model import CODES as FIX_CODES
 
     for code in skip:
         if code in RETIRED:
@@ -240,8 +240,8 @@ def _refresh_locked(
 ) -> None:
     """Refresh (or with ``check``, only compare) the named patches, all when none."""
     from overlay.pins import refuse_broken_ancestry
+    from overlay.records.series import load_series, resolve_patch_name
     from overlay.refresh import nul_turns, write_refreshed
-    from overlay.series import load_series, resolve_patch_name
 
     manifest = ws.manifest
     for sha in (manifest.fork_commit, manifest.merge_base):

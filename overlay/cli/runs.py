@@ -241,7 +241,7 @@ def _ack_uncarried(ws: Workspace) -> None:
     outside ``[carry]`` up to its commit are reviewed), under the records lock."""
     from overlay.fs.atomic import atomic_write
     from overlay.fs.records_lock import state_lock
-    from overlay.manifest import set_uncarried_reviewed
+    from overlay.records.manifest import set_uncarried_reviewed
     from overlay.runstate import refuse_if_in_progress
 
     with state_lock(ws.root, "sync --ack-uncarried"):

@@ -12,7 +12,7 @@ here it is two commands (issue 17, item 1):
   borrowed from the git store (``objects/info/alternates``): nothing is copied.
 * :func:`record` turns the work tree into the patch file, byte-stable exactly as
   ``overlay refresh`` would write it, with ``Local-Fix: N`` (a new entry planned
-  by :func:`overlay.fixes.plan_entry`, the code of ``overlay fix new``, or a named
+  by :func:`overlay.records.fixes.plan_entry`, the code of ``overlay fix new``, or a named
   one) and ``Forwarded:``; a new patch's series line goes after the patch it was
   made on. Patches later in the series are checked on the new tree: exactly when
   they still sit on their recorded pre-images, else carried by the engine's

@@ -8,7 +8,7 @@ import textwrap
 
 from overlay.errors import OverlayError
 from overlay.layers import Layers
-from overlay.patchfmt import DEFAULT_AUTHOR
+from overlay.records.patchfmt import DEFAULT_AUTHOR
 
 
 def title_from(subject: str) -> str:

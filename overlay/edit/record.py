@@ -13,7 +13,6 @@ import dataclasses
 import hashlib
 import os
 
-from overlay import fixes
 from overlay.edit.finish import complete_interrupted, finish_record
 from overlay.edit.message import one_line, series_author, title_from, wrap_message
 from overlay.edit.session import (
@@ -34,10 +33,10 @@ from overlay.engine import PatchApplyError, apply_series
 from overlay.errors import EXIT_FINDINGS, LayerError, OverlayError
 from overlay.git.store import Store
 from overlay.layers import Layers, compute_layers
-from overlay.manifest import Manifest
-from overlay.patchfmt import format_patch, tree_diff
-from overlay.refresh import carry_series, refreshed_bytes
-from overlay.series import (
+from overlay.records import fixes
+from overlay.records.manifest import Manifest
+from overlay.records.patchfmt import format_patch, tree_diff
+from overlay.records.series import (
     PATCH_DIR,
     SERIES_PATH,
     Patch,
@@ -47,6 +46,7 @@ from overlay.series import (
     series_text,
     series_with,
 )
+from overlay.refresh import carry_series, refreshed_bytes
 
 
 class NothingToRecord(OverlayError):
@@ -161,7 +161,7 @@ def record(
     72 columns, :func:`wrap_message`) are required; ``Local-Fix`` is
     ``fix`` when given (the entry must exist) or a new entry of ``section`` (title:
     ``title`` or the subject without its ``tag:``; body: the description; files: every
-    file the patch touches), planned by :func:`overlay.fixes.plan_entry` as
+    file the patch touches), planned by :func:`overlay.records.fixes.plan_entry` as
     ``overlay fix new`` does; ``Forwarded`` is ``forwarded`` or ``not-needed``. The
     series line goes after the patch the edit was made on.
 

@@ -29,8 +29,8 @@ from overlay.edit.writes import remove_worktree
 from overlay.errors import OverlayError
 from overlay.git.store import Store
 from overlay.layers import compute_layers
-from overlay.manifest import Manifest
-from overlay.series import PATCH_DIR, read_series, resolve_patch_name
+from overlay.records.manifest import Manifest
+from overlay.records.series import PATCH_DIR, read_series, resolve_patch_name
 
 
 def start_edit(

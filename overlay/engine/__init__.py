@@ -61,7 +61,7 @@ from overlay.git.store import (
     TreeEntry,
     zsplit,
 )
-from overlay.series import Patch
+from overlay.records.series import Patch
 
 
 @dataclasses.dataclass

@@ -25,7 +25,7 @@ from overlay.engine.gitapply import applied_exactly, git_apply
 from overlay.errors import PatchFormatError
 from overlay.fs.atomic import scratch_dir
 from overlay.git.store import Store, TreeEntry, is_sha, zsplit
-from overlay.series import FileChange, Patch, diff_pieces, split_patch
+from overlay.records.series import FileChange, Patch, diff_pieces, split_patch
 
 #: The blob of an empty file: what a deletion, re-emitted as a copy, must leave.
 _EMPTY_BLOB = "e69de29bb2d1d6434b8b29ae775ad8c2e48c5391"

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Sequence
 from overlay.engine.records import postimage_mismatches
 from overlay.errors import LayerError
 from overlay.git.store import Store, TreeEntry, first_error_line, is_sha
-from overlay.series import Patch
+from overlay.records.series import Patch
 
 #: git's note for a hunk it placed away from its stated line (refused by the engine).
 OFFSET_RE = re.compile(

@@ -13,7 +13,7 @@ from overlay.engine.gitapply import git_apply
 from overlay.engine.records import oid_matches, resolve_records
 from overlay.errors import LayerError
 from overlay.git.store import Store, TreeEntry, first_error_line, is_sha
-from overlay.series import Patch
+from overlay.records.series import Patch
 
 
 class CarryError(LayerError):

@@ -19,7 +19,7 @@ import dataclasses
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from overlay.git.store import Store, TreeEntry, is_sha
-from overlay.series import FileChange, Patch
+from overlay.records.series import FileChange, Patch
 
 
 def oid_matches(recorded: str | None, actual: str | None) -> bool:

@@ -5,7 +5,7 @@ crash) never sees a half-written file; the temp names a killed writer leaves are
 found again (:func:`remove_stale_temps`), and so are the scratch directories of
 dead processes (:func:`sweep_scratch_dirs`).
 
-Reading a record is :mod:`overlay.fs.records`; locks are :mod:`overlay.fs.locks`.
+Reading a record is :mod:`overlay.fs.reading`; locks are :mod:`overlay.fs.locks`.
 """
 
 from __future__ import annotations

@@ -194,7 +194,7 @@ class Store(Fetching, RememberedAncestry):
 
     def set_remotes(self, urls: Mapping[str, str]) -> None:
         """Point the remotes at ``urls`` (``{"upstream": url, "fork": url}``: a manifest's
-        ``remote_urls()``, or :func:`overlay.manifest.override_urls`): every remote
+        ``remote_urls()``, or :func:`overlay.records.manifest.override_urls`): every remote
         overlay fetches from is set here. Cheap when they already point there (the
         configuration is read once per store).
         """

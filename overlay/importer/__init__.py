@@ -34,8 +34,8 @@ The import writes into the target repository ``patches-rocm/overlay.toml`` (from
   without ``Local-Fix:`` (verify says so: FIX017). A file the forked layer lacks is
   created by its patch.
 
-Patches are made the one way the project makes them: :func:`overlay.patchfmt.tree_diff`
-and :func:`overlay.patchfmt.format_patch`, passed through
+Patches are made the one way the project makes them: :func:`overlay.records.patchfmt.tree_diff`
+and :func:`overlay.records.patchfmt.format_patch`, passed through
 :func:`overlay.refresh.refreshed_bytes`, so ``overlay refresh`` would not change a byte.
 
 The package follows the import's steps (each module's names are re-exported here):
@@ -90,7 +90,7 @@ from overlay.importer.reporting import (
 )
 from overlay.importer.rows import FileRow
 from overlay.importer.writing import Written, write_import
-from overlay.patchfmt import DEFAULT_AUTHOR
+from overlay.records.patchfmt import DEFAULT_AUTHOR
 
 
 def import_whole_file(

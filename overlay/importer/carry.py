@@ -16,8 +16,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from overlay.git.diff import diff_pieces, parse_file_diff
 from overlay.git.store import Store, TreeEntry
+from overlay.records.filediff import diff_pieces, parse_file_diff
 
 #: What a copy was made from, by the report's words.
 FROM_FORK = "the fork commit's file"

@@ -7,9 +7,10 @@ import re
 import textwrap
 from collections.abc import Sequence
 
-from overlay import fixes, layout
+from overlay import layout
 from overlay.git.store import Store, TreeEntry
-from overlay.patchfmt import format_patch, tree_diff
+from overlay.records import fixes
+from overlay.records.patchfmt import format_patch, tree_diff
 
 
 @dataclasses.dataclass
@@ -98,7 +99,7 @@ def entries_by_path(
     """``(tree path -> numbers of the entries naming it, entry number -> title)``.
 
     A name an entry gives is matched against the target tree's paths
-    (:func:`overlay.fixes.resolve_name`); one that matches several paths names none.
+    (:func:`overlay.records.fixes.resolve_name`); one that matches several paths names none.
     """
     paths = {e[3] for e in store.ls_tree(target)}
     bases: dict[str, list[str]] = {}

@@ -8,7 +8,7 @@ import os
 import re
 from collections.abc import Sequence
 
-from overlay import fixes, layout
+from overlay import layout
 from overlay.errors import OverlayError
 from overlay.fs.paths import Carry, glob_match
 from overlay.git.store import Store, TreeEntry
@@ -41,9 +41,15 @@ from overlay.layers import (
     compute_forked,
     merge_fork_delta,
 )
-from overlay.manifest import MANIFEST_PATH, Manifest, override_urls, parse_manifest
-from overlay.markers import conflict_regions
-from overlay.patchfmt import DEFAULT_AUTHOR
+from overlay.records import fixes
+from overlay.records.manifest import (
+    MANIFEST_PATH,
+    Manifest,
+    override_urls,
+    parse_manifest,
+)
+from overlay.records.markers import conflict_regions
+from overlay.records.patchfmt import DEFAULT_AUTHOR
 
 _OWNER_NAME = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
 

@@ -8,10 +8,9 @@ import dataclasses
 import os
 import re
 
-from overlay import fixes
 from overlay.errors import OverlayError
 from overlay.fs.paths import check_path
-from overlay.fs.records import (
+from overlay.fs.reading import (
     RecordMissing,
     decode_record,
     read_record,
@@ -19,6 +18,7 @@ from overlay.fs.records import (
     scan_record_dir,
 )
 from overlay.git.run import git_ignored
+from overlay.records import fixes
 
 UPSTREAM_FILE = "UPSTREAM"
 #: The keys an ``UPSTREAM`` record must hold.

@@ -8,7 +8,7 @@ import shutil
 import tempfile
 import time
 
-from overlay import fixes, layout
+from overlay import layout
 from overlay.errors import OverlayError
 from overlay.fs.atomic import atomic_write, counted_kill_point
 from overlay.git.store import Store
@@ -16,8 +16,9 @@ from overlay.importer.planning import ImportPlan
 from overlay.layers import (
     compute_layers,
 )
-from overlay.manifest import MANIFEST_PATH
-from overlay.series import series_listing
+from overlay.records import fixes
+from overlay.records.manifest import MANIFEST_PATH
+from overlay.records.series import series_listing
 
 _TEMP_PREFIX = "import-"
 _TEMP_SUFFIX = ".tmp"

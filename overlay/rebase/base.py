@@ -15,14 +15,16 @@ import re
 import shutil
 from collections.abc import Callable, Mapping
 
-from overlay import fixes, layout
+from overlay import layout
 from overlay.errors import EXIT_FINDINGS, GitError, OverlayError
 from overlay.fs.atomic import atomic_write, kill_point, scratch_dir
 from overlay.git.objects import write_typed
 from overlay.git.store import CatFile, Store
 from overlay.layers import Layers, read_resolutions
-from overlay.manifest import MANIFEST_PATH, Manifest, load_manifest
 from overlay.rebase_state import Bases, PatchStatus, RunState
+from overlay.records import fixes
+from overlay.records.manifest import MANIFEST_PATH, Manifest, load_manifest
+from overlay.records.series import PATCH_DIR, SERIES_PATH, Patch, parse_patch
 from overlay.runstate import (
     NEW_STATE_DIR,
     OLD_STATE_DIR,
@@ -32,7 +34,6 @@ from overlay.runstate import (
     inspect_state,
     wedged_hint,
 )
-from overlay.series import PATCH_DIR, SERIES_PATH, Patch, parse_patch
 
 #: Where the fork delta's conflict resolutions are recorded (repository-relative).
 RESOLVED = layout.RESOLVED_DIR

@@ -11,17 +11,11 @@ from __future__ import annotations
 
 import os
 
-from overlay import fixes, layout
+from overlay import layout
 from overlay.errors import OverlayError
 from overlay.fs.atomic import atomic_write
-from overlay.fs.records import scan_record_dir
+from overlay.fs.reading import scan_record_dir
 from overlay.layers import read_resolutions
-from overlay.manifest import (
-    MANIFEST_PATH,
-    Manifest,
-    set_uncarried_reviewed,
-    with_pins,
-)
 from overlay.pins import uncarried_changes
 from overlay.rebase.base import RESOLVED, RunBase, _checkpoint
 from overlay.rebase.files import prune_empty, write_if_changed
@@ -35,7 +29,14 @@ from overlay.rebase_report import (
     write_last_report,
 )
 from overlay.rebase_state import DROPPED, Bases, PatchStatus
-from overlay.series import (
+from overlay.records import fixes
+from overlay.records.manifest import (
+    MANIFEST_PATH,
+    Manifest,
+    set_uncarried_reviewed,
+    with_pins,
+)
+from overlay.records.series import (
     PATCH_DIR,
     SERIES_PATH,
     parse_patch,
@@ -165,7 +166,7 @@ class CommitSteps(RunBase):
 
     def _write_series(self, kept: list[str]) -> None:
         """The series without the lines of dropped patches (comments, blanks and its
-        line ending kept: :func:`overlay.series.series_keeping`)."""
+        line ending kept: :func:`overlay.records.series.series_keeping`)."""
         old_series = series_text(self.root)
         new_series = series_keeping(old_series, kept)
         if new_series != old_series:
@@ -173,7 +174,7 @@ class CommitSteps(RunBase):
 
     def _write_fix_pins(self, new: Bases) -> None:
         """The two commits ``LOCAL_FIXES.md``'s headings name, and the paths its entries
-        name where the run followed an upstream rename (:mod:`overlay.fixes.rewrite`);
+        name where the run followed an upstream rename (:mod:`overlay.records.fixes.rewrite`);
         each entry so changed is said in its patch's note."""
         lf = os.path.join(self.root, fixes.FILE_NAME)
         if not os.path.isfile(lf):

@@ -22,8 +22,6 @@ from overlay.layers import (
     merge_fork_delta,
     read_resolutions,
 )
-from overlay.manifest import Manifest
-from overlay.markers import marker_lines
 from overlay.rebase.base import (
     RESOLVED,
     RebaseStopped,
@@ -33,8 +31,10 @@ from overlay.rebase.base import (
     stage_oids,
 )
 from overlay.rebase_state import Bases, PatchOutcome, ResolutionOutcome, ResolutionStop
+from overlay.records.manifest import Manifest
+from overlay.records.markers import marker_lines
+from overlay.records.series import read_series
 from overlay.runstate import STATE_DIR
-from overlay.series import read_series
 
 #: The fork-delta merge at the old bases, computed at most once and only when needed.
 OldMerge = Callable[[], ForkMerge]

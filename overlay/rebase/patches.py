@@ -26,7 +26,6 @@ from overlay.engine import (
 )
 from overlay.errors import OverlayError
 from overlay.git.store import MergeResult, TreeEntry
-from overlay.patchfmt import tree_diff
 from overlay.rebase.base import RebaseStopped, _checkpoint
 from overlay.rebase.formatting import FormatSteps
 from overlay.rebase.rerere import RerereSteps
@@ -37,9 +36,10 @@ from overlay.rebase_state import (
     PatchStop,
     Stop,
 )
+from overlay.records.patchfmt import tree_diff
+from overlay.records.series import Patch, split_patch
 from overlay.refresh import refreshed_bytes
 from overlay.runstate import STATE_DIR
-from overlay.series import Patch, split_patch
 
 #: Tree changes as :meth:`overlay.git.store.Store.edit_tree` takes them.
 Changes = dict[str, tuple[str, str] | None]

@@ -7,8 +7,6 @@ import os
 import shutil
 
 from overlay.errors import OverlayError
-from overlay.manifest import Manifest
-from overlay.markers import marker_lines
 from overlay.rebase.base import RebaseStopped
 from overlay.rebase.commit import CommitSteps
 from overlay.rebase.forkdelta import ForkDeltaSteps
@@ -25,8 +23,10 @@ from overlay.rebase_state import (
     ResolutionStop,
     Stop,
 )
+from overlay.records.manifest import Manifest
+from overlay.records.markers import marker_lines
+from overlay.records.series import PATCH_DIR
 from overlay.runstate import STATE_DIR, interrupts_deferred
-from overlay.series import PATCH_DIR
 
 
 class Rebase(ForkDeltaSteps, PatchSteps, CommitSteps, AbortSteps):

@@ -34,8 +34,8 @@ from types import MappingProxyType
 from typing import Any
 
 from overlay.errors import OverlayError
-from overlay.fs.records import RecordError, RecordMissing, read_record_text
-from overlay.manifest import load_toml
+from overlay.fs.reading import RecordError, RecordMissing, read_record_text
+from overlay.records.manifest import load_toml
 
 __all__ = [
     "BACKENDS",

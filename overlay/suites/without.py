@@ -17,8 +17,8 @@ from overlay.engine import PatchApplyError
 from overlay.errors import EXIT_USAGE, OverlayError
 from overlay.git.store import Store
 from overlay.layers import Layers, compute_layers
-from overlay.manifest import load_manifest
-from overlay.series import load_series
+from overlay.records.manifest import load_manifest
+from overlay.records.series import load_series
 
 #: ``(layers, build_root) -> child_dir``: builds the tree and returns where its children are.
 Builder = Callable[[Layers, str], str]

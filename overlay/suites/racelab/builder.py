@@ -452,7 +452,7 @@ def build_layer(
         A :class:`LabBuild`.
     """
     from overlay.layers import compute_layers
-    from overlay.manifest import load_manifest
+    from overlay.records.manifest import load_manifest
 
     if layer not in ("patched", "forked"):
         raise LabError(

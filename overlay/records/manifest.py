@@ -17,7 +17,7 @@ from collections.abc import Mapping
 
 from overlay.errors import ManifestError
 from overlay.fs.paths import Carry
-from overlay.fs.records import RecordError, RecordMissing, read_record_text
+from overlay.fs.reading import RecordError, RecordMissing, read_record_text
 from overlay.git.store import is_sha
 from overlay.locate import MANIFEST_PATH, find_root  # noqa: F401 - find_root re-exported (it lived here)
 

@@ -1,8 +1,8 @@
 """Textual checks of the document's shape (no git needed): title, retarget pin,
 sections, entry numbering and item kinds.
 
-Each check takes a parsed :class:`~overlay.fixes.model.Document` and returns
-``list[Finding]``; :func:`overlay.fixes.wording.check_document` runs them all.
+Each check takes a parsed :class:`~overlay.records.fixes.model.Document` and returns
+``list[Finding]``; :func:`overlay.records.fixes.wording.check_document` runs them all.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 
 from overlay.findings import Finding
-from overlay.fixes.model import (
+from overlay.records.fixes.model import (
     MAX_ENTRY_NUMBER,
     RETARGET_PREFIX,
     SECTION_HEADINGS,

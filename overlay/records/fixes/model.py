@@ -1,6 +1,6 @@
 """The ``LOCAL_FIXES.md`` model: format constants, finding codes and the parsed shapes.
 
-Everything here is plain data: :class:`Document` (what :func:`overlay.fixes.parse`
+Everything here is plain data: :class:`Document` (what :func:`overlay.records.fixes.parse`
 returns) with its :class:`Section`, :class:`Entry`, :class:`Bullet` and
 :class:`Malformed` items; :class:`PatchRecord` (what the cross-checks know about one
 patch); :data:`CODES` (every ``FIXnnn`` code with its severity); and the two helpers

@@ -13,8 +13,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 
-from overlay.fixes.model import BACKEND_PREFIX, MLX_PREFIX
-from overlay.fixes.parser import parse
+from overlay.records.fixes.model import BACKEND_PREFIX, MLX_PREFIX
+from overlay.records.fixes.parser import parse
 
 _TITLE_RE = re.compile(
     rb"^((?:\xef\xbb\xbf)?# Local changes relative to \S+@)[0-9a-fA-F]{8}", re.M

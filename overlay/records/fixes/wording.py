@@ -9,15 +9,20 @@ import re
 from collections.abc import Iterable, Iterator, Sequence
 
 from overlay.findings import Finding
-from overlay.fixes.model import POLICY_SECTIONS, Document, finding, sorted_findings
-from overlay.fixes.structure import (
+from overlay.records.fixes.model import (
+    POLICY_SECTIONS,
+    Document,
+    finding,
+    sorted_findings,
+)
+from overlay.records.fixes.structure import (
     check_items,
     check_numbering,
     check_retarget_pin,
     check_sections,
     check_title,
 )
-from overlay.markers import marker_lines
+from overlay.records.markers import marker_lines
 
 #: Case-insensitive phrases that mark an entry as meant for upstream
 #: (docs/design.md §7 forbids them).
@@ -222,8 +227,9 @@ def check_upstream_packages(doc: Document, repo_paths: Iterable[str]) -> list[Fi
 
 
 def find_conflict_markers(text: str) -> list[tuple[int, str]]:
-    """Lines that are merge conflict markers, by the one definition of :mod:`overlay.markers`
-    (a setext heading underline ``=======`` outside a conflict is not one).
+    """Lines that are merge conflict markers, by the one definition of
+    :mod:`overlay.records.markers` (a setext heading underline ``=======`` outside a
+    conflict is not one).
 
     Returns:
         ``[(1-based line, marker line), ...]``.

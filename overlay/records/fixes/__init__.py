@@ -31,26 +31,26 @@ and tests can feed them literals.
 
 The package's modules, in the order the work flows:
 
-* :mod:`~overlay.fixes.model` -- format constants, :data:`CODES`, the parsed shapes
+* :mod:`~overlay.records.fixes.model` -- format constants, :data:`CODES`, the parsed shapes
   (:class:`Document`, :class:`Section`, :class:`Entry`, ...) and :class:`PatchRecord`;
-* :mod:`~overlay.fixes.parser` -- :func:`parse` and :func:`load`;
-* :mod:`~overlay.fixes.structure` -- checks of the document's shape (FIX001..FIX012,
+* :mod:`~overlay.records.fixes.parser` -- :func:`parse` and :func:`load`;
+* :mod:`~overlay.records.fixes.structure` -- checks of the document's shape (FIX001..FIX012,
   FIX026);
-* :mod:`~overlay.fixes.wording` -- checks of what it says (FIX013..FIX016) and
+* :mod:`~overlay.records.fixes.wording` -- checks of what it says (FIX013..FIX016) and
   :func:`check_document`, which runs every textual check;
-* :mod:`~overlay.fixes.cross_checks` -- checks against the series and the trees
+* :mod:`~overlay.records.fixes.cross_checks` -- checks against the series and the trees
   (FIX017..FIX025);
-* :mod:`~overlay.fixes.new` -- ``overlay fix list`` and ``overlay fix new``;
-* :mod:`~overlay.fixes.rewrite` -- what a completed rebase or sync rewrites in it (the
+* :mod:`~overlay.records.fixes.new` -- ``overlay fix list`` and ``overlay fix new``;
+* :mod:`~overlay.records.fixes.rewrite` -- what a completed rebase or sync rewrites in it (the
   headings' commits, the paths an entry names after a followed rename).
 
-Callers import from the package (``from overlay import fixes; fixes.parse(...)``);
+Callers import from the package (``from overlay.records import fixes; fixes.parse(...)``);
 every name below is re-exported here.
 """
 
 from __future__ import annotations
 
-from overlay.fixes.cross_checks import (
+from overlay.records.fixes.cross_checks import (
     ARTEFACT_DIRS,
     RESOLVED_PREFIX,
     SOURCE_EXTENSIONS,
@@ -61,7 +61,7 @@ from overlay.fixes.cross_checks import (
     patch_trailers,
     resolve_name,
 )
-from overlay.fixes.model import (
+from overlay.records.fixes.model import (
     BACKEND_PREFIX,
     CODES,
     ENTRY_SECTIONS,
@@ -81,7 +81,7 @@ from overlay.fixes.model import (
     PatchRecord,
     Section,
 )
-from overlay.fixes.new import (
+from overlay.records.fixes.new import (
     PLACEHOLDER_BODY,
     PlannedEntry,
     add_entry,
@@ -91,16 +91,21 @@ from overlay.fixes.new import (
     plan_entry,
     render_new_entry,
 )
-from overlay.fixes.parser import fork_repo_from_url, load, looks_like_path, parse
-from overlay.fixes.rewrite import rename_entry_paths, set_heading_pins
-from overlay.fixes.structure import (
+from overlay.records.fixes.parser import (
+    fork_repo_from_url,
+    load,
+    looks_like_path,
+    parse,
+)
+from overlay.records.fixes.rewrite import rename_entry_paths, set_heading_pins
+from overlay.records.fixes.structure import (
     check_items,
     check_numbering,
     check_retarget_pin,
     check_sections,
     check_title,
 )
-from overlay.fixes.wording import (
+from overlay.records.fixes.wording import (
     UPSTREAM_PATTERNS,
     check_closing_sentence,
     check_conflict_markers,

@@ -11,7 +11,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from overlay.errors import OverlayError
-from overlay.fixes.model import (
+from overlay.fs.atomic import atomic_write
+from overlay.records.fixes.model import (
     ENTRY_SECTIONS,
     MAX_ENTRY_NUMBER,
     POLICY_SECTIONS,
@@ -22,8 +23,7 @@ from overlay.fixes.model import (
     Document,
     PatchRecord,
 )
-from overlay.fixes.parser import fork_repo_from_url, load, parse
-from overlay.fs.atomic import atomic_write
+from overlay.records.fixes.parser import fork_repo_from_url, load, parse
 from overlay.templating import render_template
 
 PLACEHOLDER_BODY = (
@@ -233,7 +233,7 @@ def entry_policy(manifest) -> dict:
     and :func:`add_entry` (``overlay fix new`` and ``overlay record`` both pass these).
 
     Args:
-        manifest: the :class:`overlay.manifest.Manifest`.
+        manifest: the :class:`overlay.records.manifest.Manifest`.
     Returns:
         ``{"closing_sentence", "pin", "fork_repo", "fork_commit"}``.
     """

@@ -1,4 +1,5 @@
-"""Parsing ``LOCAL_FIXES.md`` (docs/design.md §7) into a :class:`~overlay.fixes.model.Document`.
+"""Parsing ``LOCAL_FIXES.md`` (docs/design.md §7) into a
+:class:`~overlay.records.fixes.model.Document`.
 
 :func:`parse` reads the text line by line (:class:`_Parser`): a fence, a blank line, a
 heading, a numbered entry, a bullet, or a continuation of the item being built. It
@@ -13,7 +14,8 @@ import re
 from collections.abc import Iterable
 
 from overlay.errors import OverlayError
-from overlay.fixes.model import (
+from overlay.fs.reading import RecordMissing, read_record_text
+from overlay.records.fixes.model import (
     FILE_NAME,
     RETARGET_PREFIX,
     SECTION_HEADINGS,
@@ -23,7 +25,6 @@ from overlay.fixes.model import (
     Malformed,
     Section,
 )
-from overlay.fs.records import RecordMissing, read_record_text
 
 _TITLE_RE = re.compile(r"^Local changes relative to (?P<repo>\S+?)@(?P<sha>\S+)$")
 _RETARGET_RE = re.compile(r"^Retarget onto the MLX pin \((?P<pin>[^()\s]*)\)$")

@@ -5,11 +5,11 @@ starts a comment, blank lines are ignored. Patch files are ``git format-patch``
 mail (docs/design.md §6): a ``Subject:`` header, a description, trailers
 (``Local-Fix: N``, ``Forwarded: ...``), a ``---`` line, then git diffs.
 
-A patch is read as bytes end to end: :mod:`overlay.mailhead` reads its head (subject,
-description, trailers, author), :mod:`overlay.git.diff` each file's diff (names, modes,
+A patch is read as bytes end to end: :mod:`overlay.records.mailhead` reads its head (subject,
+description, trailers, author), :mod:`overlay.records.filediff` each file's diff (names, modes,
 recorded blobs, hunks); this module ties them into a :class:`Patch`. ``FileChange``,
 ``Hunk``, ``diff_pieces``, ``split_patch`` and ``is_patch_break`` are re-exported here
-for the modules that import them from :mod:`overlay.series`.
+for the modules that import them from :mod:`overlay.records.series`.
 """
 
 from __future__ import annotations
@@ -21,12 +21,12 @@ from collections.abc import Collection, Sequence
 from overlay import layout
 from overlay.errors import OverlayError, PatchFormatError
 from overlay.fs.paths import check_path
-from overlay.fs.records import RecordMissing, read_record, read_record_text
-from overlay.git.diff import FileChange as FileChange  # re-exported
-from overlay.git.diff import Hunk as Hunk  # re-exported
-from overlay.git.diff import diff_pieces, parse_file_diff
-from overlay.mailhead import is_patch_break as is_patch_break  # re-exported
-from overlay.mailhead import parse_head, split_patch
+from overlay.fs.reading import RecordMissing, read_record, read_record_text
+from overlay.records.filediff import FileChange as FileChange  # re-exported
+from overlay.records.filediff import Hunk as Hunk  # re-exported
+from overlay.records.filediff import diff_pieces, parse_file_diff
+from overlay.records.mailhead import is_patch_break as is_patch_break  # re-exported
+from overlay.records.mailhead import parse_head, split_patch
 
 PATCH_DIR = layout.PATCH_DIR
 SERIES_PATH = layout.SERIES
@@ -210,7 +210,7 @@ def load_patch(root: str, name: str, resolved: dict[str, str] | None = None) -> 
     Args:
         root: the overlay repository; name: the patch's file name.
         resolved: the directories resolved so far in this batch of reads (see
-            :func:`overlay.fs.records.read_record`).
+            :func:`overlay.fs.reading.read_record`).
     Raises:
         PatchFormatError: the file is missing or unparsable; a diff whose numbers
             overflow the parser (``ValueError``) or that nests too deep

@@ -3,7 +3,7 @@ issue 3): patch trailers and the entries they name (FIX017..FIX021, FIX024), the
 Dropped section against the fork's uncarried changes (FIX022, FIX025) and the
 retarget entries against the resolution files (FIX023).
 
-The inputs are plain: :class:`~overlay.fixes.model.PatchRecord` tuples and sets of
+The inputs are plain: :class:`~overlay.records.fixes.model.PatchRecord` tuples and sets of
 paths, so ``overlay verify`` feeds them from git and tests from literals.
 """
 
@@ -14,7 +14,8 @@ from collections.abc import Iterable, Iterator, Sequence
 
 from overlay import layout
 from overlay.findings import Finding
-from overlay.fixes.model import (
+from overlay.fs.paths import glob_match
+from overlay.records.fixes.model import (
     BACKEND_PREFIX,
     MLX_PREFIX,
     POLICY_SECTIONS,
@@ -23,7 +24,6 @@ from overlay.fixes.model import (
     PatchRecord,
     finding,
 )
-from overlay.fs.paths import glob_match
 
 #: Extensions of the files a source tree holds (sources, headers, build and config files,
 #: docs). For FIX021 a backticked name is a repository path only with one of these:
