@@ -39,7 +39,8 @@ from _record import mirror_bench_parser, mirrors_missing, record  # noqa: E402
 
 from overlay.git.store import Store  # noqa: E402
 from overlay.layers import _carried_delta, ensure_commits  # noqa: E402
-from overlay.rebase import Bases, Rebase  # noqa: E402
+from overlay.rebase.run import Rebase  # noqa: E402
+from overlay.rebase.state import Bases  # noqa: E402
 from overlay.records.manifest import load_manifest  # noqa: E402
 
 TARGET = "846d176227a0ac13d2667e58d2bb68b322109ab0"  # MLX main after v0.32.1

@@ -65,7 +65,7 @@ def _overlay_state(root: str, store: Store) -> tuple[dict, Any]:
         "merge_base": manifest.merge_base,
         "pins_before": None,
     }
-    from overlay.rebase_report import last_run_pins
+    from overlay.rebase.report import last_run_pins
 
     pins = last_run_pins(root)
     if pins is not None and (pins["after"].get("pin"), pins["after"].get("fork")) == (
@@ -116,7 +116,7 @@ def stage_verify(root: str, store: Store) -> Stage:
     Raises:
         ManifestError: the manifest is missing or invalid (exit 2).
     """
-    from overlay.checks import verify
+    from overlay.checks.verify import verify
 
     start = time.perf_counter()
     result = verify(root, store)

@@ -379,7 +379,7 @@ def last_rebase_pin(root: str, pin: str) -> str | None:
         ``pin`` and moved the pin (a sync keeps it), else ``None`` (no run recorded,
         or the manifest moved on since: the range would be wrong).
     """
-    from overlay.rebase_report import last_run_pins
+    from overlay.rebase.report import last_run_pins
 
     pins = last_run_pins(root)
     if pins is None:

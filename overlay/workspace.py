@@ -85,7 +85,7 @@ class Workspace:
             ManifestError: there is none; the message names where it looked (exit 2).
         """
         if self._root is None:
-            from overlay.locate import find_root
+            from overlay.checks.locate import find_root
 
             self._root = find_root(self.start)
         return self._root

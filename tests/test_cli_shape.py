@@ -119,7 +119,7 @@ def test_no_module_is_over_the_line_limit():
 def test_verify_offers_every_format_render_knows():
     """``verify --format``'s choices are spelled in the CLI (importing the renderer
     there would load it for every command); they must stay render's own list."""
-    from overlay.render import FORMATS
+    from overlay.checks.render import FORMATS
 
     option = next(p for p in main.commands["verify"].params if p.name == "fmt")
     assert tuple(option.type.choices) == FORMATS

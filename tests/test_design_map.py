@@ -25,7 +25,9 @@ def unmapped(rows: list[str], modules: list[str]) -> list[str]:
         if parts[-1] == "__init__":
             package = "/".join(parts[:-1]) + "/"
             if package == "/" or any(
-                t.startswith(package) for row in rows for t in re.findall(r"`([^`]+)`", row)
+                t.startswith(package)
+                for row in rows
+                for t in re.findall(r"`([^`]+)`", row)
             ):
                 continue  # the package (or the root package) is in the map
         named = False
@@ -38,8 +40,7 @@ def unmapped(rows: list[str], modules: list[str]) -> list[str]:
                 package = "/".join(parts[:depth]) + "/"
                 rest = parts[depth:]
                 if any(t == package or t.endswith("/" + package) for t in ticks) and (
-                    not rest
-                    or re.search(rf"`{re.escape(rest[0])}(/|`| \(|\b)", row)
+                    not rest or re.search(rf"`{re.escape(rest[0])}(/|`| \(|\b)", row)
                 ):
                     named = True
             if len(parts) > 1 and "/".join(parts) + "/" in ticks:
@@ -58,8 +59,13 @@ def test_every_module_is_in_the_design_map():
 
 
 def test_the_map_check_finds_a_missing_module():
-    rows = ["| git | `git/store.py` | the store |", "| cli | `cli/` | `trees`, `runs` |"]
-    assert unmapped(rows, ["git/store.py", "cli/trees.py", "cli/other.py", "new.py"]) == [
+    rows = [
+        "| git | `git/store.py` | the store |",
+        "| cli | `cli/` | `trees`, `runs` |",
+    ]
+    assert unmapped(
+        rows, ["git/store.py", "cli/trees.py", "cli/other.py", "new.py"]
+    ) == [
         "cli/other.py",
         "new.py",
     ]

@@ -1,4 +1,4 @@
-"""The finding codes hold together: what ``CODES`` declares (``overlay/check_codes.py``
+"""The finding codes hold together: what ``CODES`` declares (``overlay/checks/codes.py``
 for MAN, SER and LAY, ``overlay/records/fixes/model.py`` for FIX), what the checks emit, what
 ``docs/findings.md`` documents, what the tests exercise, and the retired codes that are
 never declared again (docs/findings.md, "Adding a code")."""
@@ -9,7 +9,7 @@ import ast
 import re
 from pathlib import Path
 
-from overlay import check_codes
+from overlay.checks import codes as check_codes
 from overlay.records import fixes
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -189,7 +189,7 @@ def test_ctrl_c_mid_rebase_says_continue_or_abort(ov, w, monkeypatch):
         "0001-device.patch",
         {"mlx/backend/rocm/device.cpp": lines("device", change={9: "d9"})},
     )
-    from overlay.rebase import Rebase
+    from overlay.rebase.run import Rebase
 
     original = Rebase._apply_patches
     monkeypatch.setattr(Rebase, "_apply_patches", _interrupt)
@@ -207,7 +207,7 @@ def test_ctrl_c_mid_rebase_says_continue_or_abort(ov, w, monkeypatch):
 
 
 def test_ctrl_c_after_the_run_completed_says_so(ov, w, monkeypatch):
-    monkeypatch.setattr("overlay.rebase_report.render", _interrupt)
+    monkeypatch.setattr("overlay.rebase.report.render", _interrupt)
     late = cli(ov, "rebase", "--onto", w.pin_clean)
     assert late.exit_code == 130 and "Aborted!" not in late.output
     (line,) = overlay_lines(late.output)
@@ -289,7 +289,7 @@ def test_sigint_while_the_records_are_written_lets_them_finish(ov, w):
 def test_interrupts_deferred_raises_after_the_block(tmp_path):
     script = textwrap.dedent("""\
         import os, signal, sys
-        from overlay.runstate import interrupts_deferred
+        from overlay.rebase.ondisk import interrupts_deferred
         done = []
         try:
             with interrupts_deferred():
@@ -578,7 +578,7 @@ def test_last_rebase_range_diff_names_patches(ov, w):
 
 
 def test_hand_broken_patch_gives_the_line_and_gits_reason_and_no_fix024(ov, w):
-    from overlay.checks import verify
+    from overlay.checks.verify import verify
 
     data = add_patch(
         ov,

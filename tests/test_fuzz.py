@@ -81,8 +81,8 @@ def test_campaign_findings_stay_fixed(template, tmp_path, ops):
 
 
 def test_reports_are_always_encodable():
-    from overlay.findings import Finding
-    from overlay.render import render
+    from overlay.checks.findings import Finding
+    from overlay.checks.render import render
 
     f = Finding(
         "SER010",

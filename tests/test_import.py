@@ -607,7 +607,7 @@ def test_interrupt_says_what_was_written(team, monkeypatch):
     )
     assert not (team.root / "patches-rocm").exists()
     monkeypatch.undo()
-    from overlay import checks
+    from overlay.checks import verify as checks
 
     monkeypatch.setattr(
         checks, "verify", interrupt

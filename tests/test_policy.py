@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 from gitfixtures import CLOSING, git, local_fixes
 
-from overlay.checks import verify
+from overlay.checks.verify import verify
 from overlay.errors import ManifestError
 from overlay.git.store import Store
 from overlay.records import fixes

@@ -78,7 +78,7 @@ import shutil  # noqa: E402
 
 import pytest  # noqa: E402
 
-from overlay.checks import verify  # noqa: E402
+from overlay.checks.verify import verify  # noqa: E402
 
 
 def _scratch_overlay(tmp_path) -> Path:

@@ -15,7 +15,7 @@ from overlay.git.objects import parse_ls_tree, parse_tree_object, write_typed
 from overlay.git.store import EMPTY_TREE, Store
 from overlay.git.treemodel import blob_name, edit_tree, listing
 from overlay.rebase.base import RunBase
-from overlay.rebase_state import Bases
+from overlay.rebase.state import Bases
 
 FILES = {
     "a.txt": (b"one\n", "100644"),

@@ -1,4 +1,4 @@
-"""The typed rebase state and report (overlay.rebase_state, overlay.rebase_report) read
+"""The typed rebase state and report (overlay.rebase.state, overlay.rebase.report) read
 and write exactly the JSON the untyped dicts of earlier versions did, so a run stopped
 by an earlier overlay is continued, skipped or aborted by this one."""
 
@@ -10,14 +10,14 @@ import pytest
 from gitfixtures import cli, lines, records_hash
 from test_rebase import add_patch
 
-from overlay.rebase_report import RebaseReport
-from overlay.rebase_state import (
+from overlay.rebase.ondisk import inspect_state
+from overlay.rebase.report import RebaseReport
+from overlay.rebase.state import (
     EmptyStop,
     PatchStop,
     ResolutionStop,
     RunState,
 )
-from overlay.runstate import inspect_state
 
 SHA = {c: c * 40 for c in "abcdef0123456789"}
 KEY = "7" * 64

@@ -2,7 +2,7 @@
 ``insert_in_series``, ``remove_from_series`` and ``rename_in_series`` in one file:
 ``patches-rocm/series`` in ``overlay/records/series.py`` (with one line-ending rule, the series'
 own: the rebase turned CRLF into LF while the edit kept it), the last run's report
-(``.overlay/last-rebase.json`` and ``.md``) in ``overlay/rebase_report.py``."""
+(``.overlay/last-rebase.json`` and ``.md``) in ``overlay/rebase/report.py``."""
 
 from __future__ import annotations
 
@@ -57,7 +57,7 @@ OWNERS = {
     frozenset({"SERIES_PATH", "SERIES"}): "overlay/records/series.py",
     frozenset(
         {"LAST_REBASE_JSON", "LAST_REBASE_MD", "REPORT_JSON", "REPORT_MD"}
-    ): "overlay/rebase_report.py",
+    ): "overlay/rebase/report.py",
 }
 
 #: Modules that open a record for a reason of their own, never to read or edit it.

@@ -18,7 +18,7 @@ from click.testing import CliRunner
 from fuzzlib import hang_guard
 from gitfixtures import PATCH
 
-from overlay.checks import verify
+from overlay.checks.verify import verify
 from overlay.cli import main
 from overlay.errors import ManifestError, PatchFormatError
 from overlay.fs import reading as records

@@ -7,8 +7,8 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from overlay import render
-from overlay.findings import Finding
+from overlay.checks import render
+from overlay.checks.findings import Finding
 
 FINDINGS = [
     Finding(

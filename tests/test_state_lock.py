@@ -38,8 +38,8 @@ from overlay.fs.atomic import TEMP_RE, sweep_scratch_dirs
 from overlay.fs.records_lock import LOCK_FILE
 from overlay.git.store import Store
 from overlay.layers import compute_layers
+from overlay.rebase.ondisk import inspect_state
 from overlay.records.manifest import load_manifest
-from overlay.runstate import inspect_state
 
 ROOT = Path(__file__).resolve().parent.parent
 RESOLVED = lines(

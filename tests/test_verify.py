@@ -7,7 +7,7 @@ import json
 from click.testing import CliRunner
 from gitfixtures import CLOSING, PATCH, lines, local_fixes, make_patch
 
-from overlay.checks import verify
+from overlay.checks.verify import verify
 from overlay.cli import main
 from overlay.git.store import Store
 from overlay.layers import compute_layers
@@ -328,7 +328,7 @@ def test_fix_new_and_list(clean):
 def test_every_code_is_documented():
     from pathlib import Path
 
-    from overlay.checks import CODES
+    from overlay.checks.verify import CODES
 
     doc = (Path(__file__).resolve().parent.parent / "docs" / "findings.md").read_text()
     for code in [*CODES, *fixes.CODES]:

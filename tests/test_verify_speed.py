@@ -8,8 +8,8 @@ import re
 import pytest
 from gitfixtures import CLOSING, PATCH, local_fixes
 
-from overlay import checks
-from overlay.checks import FAMILIES, verify
+from overlay.checks import verify as checks
+from overlay.checks.verify import FAMILIES, verify
 from overlay.git.env import ls_files_z
 from overlay.git.store import Store
 
@@ -94,7 +94,7 @@ import subprocess  # noqa: E402
 
 from click.testing import CliRunner  # noqa: E402
 
-from overlay import verdict  # noqa: E402
+from overlay.checks import cache as verdict  # noqa: E402
 from overlay.cli import main  # noqa: E402
 
 

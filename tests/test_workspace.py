@@ -46,7 +46,10 @@ def test_outside_a_repository_the_base_is_the_start(tmp_path):
 
 def test_layout_names_the_paths_the_modules_use():
     """The layout's names are the ones each module still spells itself."""
-    from overlay import importer, locate, rebase, runstate
+    from overlay import importer
+    from overlay.checks import locate
+    from overlay.rebase import base as rebase
+    from overlay.rebase import ondisk as runstate
     from overlay.records import fixes, series
 
     assert layout.under("/r", layout.MANIFEST) == os.path.join(

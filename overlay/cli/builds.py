@@ -69,7 +69,7 @@ def drift_cmd(
         raise OverlayError("drift needs --log FILE or --behaviour")
 
     from overlay.drift import attribute_log, render_markdown, render_text
-    from overlay.runplan import last_run_start
+    from overlay.rebase.plan import last_run_start
 
     manifest, store = ws.manifest, ws.store
     if old_ref is None:
@@ -325,7 +325,7 @@ def build_cmd(
     """Export the patched tree, configure CMake offline, build with ninja, attribute
     errors."""
     from overlay import build as _build
-    from overlay.runplan import drift_range
+    from overlay.rebase.plan import drift_range
 
     if sum(bool(x) for x in (only_changed, check, target)) > 1:
         raise OverlayError("--only-changed, --check and --target cannot be combined")

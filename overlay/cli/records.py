@@ -49,7 +49,7 @@ def verify_cmd(
     strict: bool,
 ) -> None:
     """Check every record: manifest, series, layers, LOCAL_FIXES.md."""
-    from overlay import verdict
+    from overlay.checks import cache as verdict
 
     if skip:
         skip = tuple(c.strip() for item in skip for c in item.split(",") if c.strip())
@@ -76,7 +76,7 @@ def _warn_unknown_codes(skip: Iterable[str]) -> None:
     """One warning line per ``--skip`` code that is no finding code, or a retired one (a
     typo skips nothing). The run goes on: a code of a newer overlay, in a CI line shared
     by two versions, is no error."""
-    from overlay.check_codes import CODES, RETIRED
+    from overlay.checks.codes import CODES, RETIRED
     from overlay.records.fixes.model import CODES as FIX_CODES
 
     for code in skip:
@@ -93,7 +93,7 @@ def _note_run_in_progress(ws: Workspace) -> None:
     """Say a stopped run beside a cached verdict: the records are keyed, the run state
     is not."""
     if os.path.isdir(ws.path(layout.REBASE_STATE_DIR)):
-        from overlay.runstate import in_progress_note
+        from overlay.rebase.ondisk import in_progress_note
 
         note = in_progress_note(ws.root)
         if note:
@@ -114,10 +114,10 @@ def _verify_now(
     Returns:
         ``(report text, any error, any warning)``.
     """
-    from overlay import verdict
-    from overlay.checks import verify
-    from overlay.findings import has_errors
-    from overlay.render import render, render_junit
+    from overlay.checks import cache as verdict
+    from overlay.checks.findings import has_errors
+    from overlay.checks.render import render, render_junit
+    from overlay.checks.verify import verify
 
     result = verify(ws.root, ws.store, only=only, skip=skip)
     for note in result.notes:
@@ -167,7 +167,7 @@ def refresh_cmd(
     found is not rewritten unless ``--accept-text`` names it.
     """
     from overlay.fs.records_lock import state_lock
-    from overlay.runstate import sweep_killed_runs
+    from overlay.rebase.ondisk import sweep_killed_runs
 
     # Exclusive: refresh rewrites patches that a rebase also writes, and the sweep of
     # a killed refresh's temp files must not race a live writer's.
@@ -179,9 +179,9 @@ def refresh_cmd(
 def _refuse_binary_turns(turns) -> None:
     """Print each text diff a refresh would turn binary as a SER015 finding, then
     refuse (exit 1)."""
-    from overlay.checks import binary_turn_findings
+    from overlay.checks.render import render
+    from overlay.checks.verify import binary_turn_findings
     from overlay.errors import EXIT_FINDINGS
-    from overlay.render import render
 
     click.echo(render(binary_turn_findings(turns), "text"), nl=False)
     raise OverlayError(
@@ -199,9 +199,9 @@ def _refuse_unsafe_links(ws: Workspace, series: list[Patch]) -> None:
     must not end as if all were well. The check is verify's own (``link_findings``,
     on :func:`overlay.fs.paths.unsafe_links`). A series that no longer applies where it
     is recorded is carried, not checked here: its layers are not computed."""
-    from overlay.checks import link_findings
+    from overlay.checks.render import render
+    from overlay.checks.verify import link_findings
     from overlay.errors import EXIT_FINDINGS, LayerError
-    from overlay.render import render
 
     try:
         layers = ws.layers(stepwise=True, series=series)
@@ -239,7 +239,7 @@ def _refresh_locked(
     ws: Workspace, patches: tuple[str, ...], check: bool, accept_text: tuple[str, ...]
 ) -> None:
     """Refresh (or with ``check``, only compare) the named patches, all when none."""
-    from overlay.pins import refuse_broken_ancestry
+    from overlay.checks.pins import refuse_broken_ancestry
     from overlay.records.series import load_series, resolve_patch_name
     from overlay.refresh import nul_turns, write_refreshed
 

@@ -1,7 +1,7 @@
 """The run commands: ``rebase`` (onto a new MLX pin) and ``sync`` (onto a new fork
 commit), each started, continued, skipped, aborted or shown.
 
-The rules a run must pass before it starts live in :mod:`overlay.runplan`; the run
+The rules a run must pass before it starts live in :mod:`overlay.rebase.plan`; the run
 itself in :mod:`overlay.rebase`.
 """
 
@@ -32,7 +32,7 @@ def _rebase_action(
     under the rebase lock (shared for --status): a second command at the same time is
     refused with one line; --status then says which command is running."""
     from overlay.fs.records_lock import StateBusy, state_lock
-    from overlay.runstate import sweep_killed_runs
+    from overlay.rebase.ondisk import sweep_killed_runs
 
     try:
         with state_lock(ctx.root, f"{kind} --{action}", shared=action == "status"):
@@ -59,8 +59,8 @@ def _rebase_action_locked(
 ) -> None:
     """One action on the run in progress, under the lock: say there is none, handle a
     wedged state, print the status, abort, or continue/skip/drop and print the report."""
-    from overlay.rebase import Rebase
-    from overlay.rebase_report import render
+    from overlay.rebase.report import render
+    from overlay.rebase.run import Rebase
 
     rb = Rebase(ctx.root, _store(ctx))
     rb.say = click.echo
@@ -69,7 +69,7 @@ def _rebase_action_locked(
         if action == "status":
             click.echo("no rebase or sync in progress")
             return
-        from overlay.runstate import no_run_to_abort
+        from overlay.rebase.ondisk import no_run_to_abort
 
         raise no_run_to_abort(ctx.root, action)
     if info.problem:
@@ -93,7 +93,7 @@ def _rebase_action_locked(
 def _wedged_action(rb, info, action: str) -> None:
     """A wedged state: --status describes it, --abort recovers it, anything else is
     refused with the way out."""
-    from overlay.runstate import wedged_hint
+    from overlay.rebase.ondisk import wedged_hint
 
     if action == "status":
         click.echo(f"{info.kind} state is wedged: {info.problem}")
@@ -225,7 +225,7 @@ def _rebase_options(fn):
 def _forget(ws: Workspace, path: str, kind: str) -> None:
     """``--forget PATH``: drop the recorded resolutions of PATH, under the lock."""
     from overlay.fs.records_lock import state_lock
-    from overlay.rebase import forget_resolution
+    from overlay.rebase.files import forget_resolution
 
     with state_lock(ws.root, f"{kind} --forget"):
         removed = forget_resolution(ws.root, path)
@@ -241,8 +241,8 @@ def _ack_uncarried(ws: Workspace) -> None:
     outside ``[carry]`` up to its commit are reviewed), under the records lock."""
     from overlay.fs.atomic import atomic_write
     from overlay.fs.records_lock import state_lock
+    from overlay.rebase.ondisk import refuse_if_in_progress
     from overlay.records.manifest import set_uncarried_reviewed
-    from overlay.runstate import refuse_if_in_progress
 
     with state_lock(ws.root, "sync --ack-uncarried"):
         refuse_if_in_progress(ws.root)
@@ -267,7 +267,7 @@ def _start_run(ws: Workspace, kind: str, fmt: str, **kwargs) -> None:
     of the run: a second start, --continue or --abort at the same time is refused, and
     no start works from a manifest another run changed meanwhile."""
     from overlay.fs.records_lock import state_lock
-    from overlay.runstate import sweep_killed_runs
+    from overlay.rebase.ondisk import sweep_killed_runs
 
     with state_lock(ws.root, f"{kind} --{'onto' if kind == 'rebase' else 'fork'}"):
         sweep_killed_runs(ws.root)
@@ -275,12 +275,12 @@ def _start_run(ws: Workspace, kind: str, fmt: str, **kwargs) -> None:
 
 
 def _start_run_locked(ws: Workspace, kind: str, fmt: str, **kwargs) -> None:
-    """Plan the run (:func:`overlay.runplan.plan_run`), say its warnings, run it and
-    print its report; ``kwargs`` are :func:`~overlay.runplan.plan_run`'s options."""
+    """Plan the run (:func:`overlay.rebase.plan.plan_run`), say its warnings, run it and
+    print its report; ``kwargs`` are :func:`~overlay.rebase.plan.plan_run`'s options."""
     # One cat-file answers the plan's commit checks and the run's object questions
     # (Store.reading), where each check started a `cat-file -e` (issue 14).
     from overlay.edit.session import refuse_during_edit
-    from overlay.runstate import refuse_if_in_progress
+    from overlay.rebase.ondisk import refuse_if_in_progress
 
     # Before anything is resolved or fetched: a run in progress or an open edit refuses
     # a new run at once, before any refusal of the plan whose hint (`--force`) would
@@ -293,9 +293,9 @@ def _start_run_locked(ws: Workspace, kind: str, fmt: str, **kwargs) -> None:
 
 def _plan_and_run(ws: Workspace, kind: str, fmt: str, **kwargs) -> None:
     """:func:`_start_run_locked` inside the store's reader."""
-    from overlay.rebase import Rebase
-    from overlay.rebase_report import render
-    from overlay.runplan import plan_run, start_checks
+    from overlay.rebase.plan import plan_run, start_checks
+    from overlay.rebase.report import render
+    from overlay.rebase.run import Rebase
 
     plan = plan_run(ws, kind, **kwargs)
     for line in plan.warnings:
@@ -318,7 +318,7 @@ def _plan_and_run(ws: Workspace, kind: str, fmt: str, **kwargs) -> None:
 
 def _run_interrupted() -> str:
     """The ``on_interrupt`` hook of ``rebase`` and ``sync``: what Ctrl-C left behind."""
-    from overlay.runstate import interrupt_note
+    from overlay.rebase.ondisk import interrupt_note
 
     click_ctx = click.get_current_context()
     ws = click_ctx.find_object(Workspace)

@@ -61,7 +61,7 @@ def tree_cmd(
 def status_cmd(ws: Workspace, dest: tuple[str, ...]) -> None:
     """Show pins, layer SHAs, the series with files and +/- counts, export stamps."""
     from overlay.fs.records_lock import state_lock
-    from overlay.runstate import in_progress_note
+    from overlay.rebase.ondisk import in_progress_note
 
     root = ws.found  # without one, the layers say where it looked
     with state_lock(root, "status", shared=True) if root else contextlib.nullcontext():

@@ -96,7 +96,7 @@ def sweep_edit_leftovers(root: str) -> None:
 
     Call it holding the records' lock (then no live overlay command writes there).
     """
-    from overlay.runstate import sweep_killed_runs
+    from overlay.rebase.ondisk import sweep_killed_runs
 
     sweep_killed_runs(root)
     remove_stale_temps(os.path.join(root, os.path.dirname(STATE_FILE)), {"edit.json"})

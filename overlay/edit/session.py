@@ -15,8 +15,8 @@ from overlay import layout
 from overlay.errors import OverlayError
 from overlay.fs.atomic import atomic_write
 from overlay.layers import Layers
+from overlay.rebase.ondisk import run_in_progress
 from overlay.records.series import SERIES_PATH
-from overlay.runstate import run_in_progress
 
 EDIT_DIR = layout.EDIT_DIR
 STATE_FILE = layout.EDIT_STATE

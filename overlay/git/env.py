@@ -1,7 +1,7 @@
 """The environment of a git child: the caller's, without stray ``GIT_*`` variables.
 
 Its own module, with nothing but :mod:`os` to import, so that the cached ``overlay
-verify`` (:mod:`overlay.verdict`) starts its one git process (:func:`ls_files_z`)
+verify`` (:mod:`overlay.checks.cache`) starts its one git process (:func:`ls_files_z`)
 without :mod:`subprocess`, with the environment every other git child of overlay gets
 (:func:`overlay.git.run.run_git`).
 """

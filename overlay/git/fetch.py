@@ -176,6 +176,6 @@ class Fetching:
 
 def _tags_option(remote: str) -> str:
     """``--tags`` for the upstream remote, ``--no-tags`` for any other: the store's
-    tags are upstream's (:data:`overlay.pins.UPSTREAM_SCOPES`), and a fork's tag of a
+    tags are upstream's (:data:`overlay.checks.pins.UPSTREAM_SCOPES`), and a fork's tag of a
     fork-only commit must not make that commit "upstream"."""
     return "--tags" if remote == "upstream" else "--no-tags"

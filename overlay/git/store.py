@@ -20,6 +20,7 @@ import os
 import subprocess
 from collections.abc import Iterator, Mapping, Sequence
 
+from overlay.checks.locate import default_store_dir
 from overlay.errors import GitError
 from overlay.fs.atomic import atomic_write, scratch_dir
 from overlay.fs.locks import flocked
@@ -50,7 +51,6 @@ from overlay.git.run import (
     run_git,
     zsplit,
 )
-from overlay.locate import default_store_dir
 
 __all__ = [
     "EMPTY_TREE",

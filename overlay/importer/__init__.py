@@ -119,7 +119,7 @@ def import_whole_file(
         OverlayError: as :func:`read_whole_file`, :func:`plan_import` and
             :func:`write_import` (nothing is written then; exit 2).
     """
-    from overlay.checks import verify
+    from overlay.checks.verify import verify
 
     whole = read_whole_file(directory)
     if not os.path.isdir(target):

@@ -34,7 +34,7 @@ def report_data(
         where the two differ (``carried``) and those whose carry conflicted;
         ``removed`` the upstream lines each patch removes.
     """
-    from overlay.render import summary_line
+    from overlay.checks.render import summary_line
 
     up = plan.upstream
     counts: dict[str, int] = {}

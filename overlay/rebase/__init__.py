@@ -20,50 +20,22 @@ nothing on the new base; elsewhere it asks for ``--drop``), ``--abort`` restores
 every file exactly as it was (:mod:`.recover`). Nothing in ``patches-rocm/`` or
 ``LOCAL_FIXES.md`` changes until the whole run completes; then the records and
 the report are written (:mod:`.commit`). Every state change is saved
-(:class:`overlay.rebase_state.RunState`) before the next step, so a run killed at
+(:class:`overlay.rebase.state.RunState`) before the next step, so a run killed at
 any point resumes with ``--continue`` or rolls back with ``--abort``. The state
 directory appears and disappears whole (built beside its place and renamed,
 renamed away before it is removed), so a kill never leaves half of it; a state
-found in part anyway is *wedged* (:func:`overlay.runstate.inspect_state`) and
-``--abort`` recovers it (:meth:`Rebase.recover_wedged`). The CLI holds
+found in part anyway is *wedged* (:func:`overlay.rebase.ondisk.inspect_state`) and
+``--abort`` recovers it (:meth:`~overlay.rebase.run.Rebase.recover_wedged`). The CLI holds
 :func:`overlay.fs.records_lock.state_lock` around every command that reads or writes
 the state.
 
-The package, by step: :mod:`.base` (the state on disk and the shared tools),
-:mod:`.forkdelta`, :mod:`.patches`, :mod:`.commit`, :mod:`.recover`,
-:mod:`.files` (file and rr-cache helpers) and :mod:`.run` (:class:`Rebase`, the
-steps put together, and the user's ``--continue``/``--skip``/``--drop``).
+The package, by step: :mod:`.plan` (what a run goes to and the checks before it
+starts), :mod:`.base` (the state on disk and the shared tools), :mod:`.forkdelta`,
+:mod:`.patches` (with :mod:`.rerere` and :mod:`.formatting`), :mod:`.commit`,
+:mod:`.recover`, :mod:`.files` (file and rr-cache helpers) and :mod:`.run`
+(:class:`~overlay.rebase.run.Rebase`, the steps put together, and the user's
+``--continue``/``--skip``/``--drop``); the records of a run: :mod:`.state` (the run
+state), :mod:`.report` (the last run's report, its one reader and writer),
+:mod:`.ondisk` (what a run, or a killed one, left on disk). This module imports
+nothing, so reading a run's state does not import the rebase.
 """
-
-from overlay.rebase.base import RESOLVED, RebaseStopped
-from overlay.rebase.files import forget_resolution
-from overlay.rebase.recover import Recovery
-from overlay.rebase.run import Rebase
-from overlay.rebase_report import RebaseReport
-from overlay.rebase_state import (
-    Bases,
-    EmptyStop,
-    PatchOutcome,
-    PatchStop,
-    ResolutionOutcome,
-    ResolutionStop,
-    RunState,
-    Stop,
-)
-
-__all__ = [
-    "RESOLVED",
-    "Bases",
-    "EmptyStop",
-    "PatchOutcome",
-    "PatchStop",
-    "Rebase",
-    "RebaseReport",
-    "RebaseStopped",
-    "Recovery",
-    "ResolutionOutcome",
-    "ResolutionStop",
-    "RunState",
-    "Stop",
-    "forget_resolution",
-]

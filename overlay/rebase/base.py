@@ -21,11 +21,7 @@ from overlay.fs.atomic import atomic_write, kill_point, scratch_dir
 from overlay.git.objects import write_typed
 from overlay.git.store import CatFile, Store
 from overlay.layers import Layers, read_resolutions
-from overlay.rebase_state import Bases, PatchStatus, RunState
-from overlay.records import fixes
-from overlay.records.manifest import MANIFEST_PATH, Manifest, load_manifest
-from overlay.records.series import PATCH_DIR, SERIES_PATH, Patch, parse_patch
-from overlay.runstate import (
+from overlay.rebase.ondisk import (
     NEW_STATE_DIR,
     OLD_STATE_DIR,
     RR_CACHE,
@@ -34,6 +30,10 @@ from overlay.runstate import (
     inspect_state,
     wedged_hint,
 )
+from overlay.rebase.state import Bases, PatchStatus, RunState
+from overlay.records import fixes
+from overlay.records.manifest import MANIFEST_PATH, Manifest, load_manifest
+from overlay.records.series import PATCH_DIR, SERIES_PATH, Patch, parse_patch
 
 #: Where the fork delta's conflict resolutions are recorded (repository-relative).
 RESOLVED = layout.RESOLVED_DIR
@@ -135,7 +135,7 @@ class RunBase:
         return self.inspect().present
 
     def inspect(self) -> StateOnDisk:
-        """What the state directory holds (:func:`overlay.runstate.inspect_state`)."""
+        """What the state directory holds (:func:`overlay.rebase.ondisk.inspect_state`)."""
         return inspect_state(self.root)
 
     def load(self) -> None:

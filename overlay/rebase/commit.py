@@ -12,14 +12,14 @@ from __future__ import annotations
 import os
 
 from overlay import layout
+from overlay.checks.pins import uncarried_changes
 from overlay.errors import OverlayError
 from overlay.fs.atomic import atomic_write
 from overlay.fs.reading import scan_record_dir
 from overlay.layers import read_resolutions
-from overlay.pins import uncarried_changes
 from overlay.rebase.base import RESOLVED, RunBase, _checkpoint
 from overlay.rebase.files import prune_empty, write_if_changed
-from overlay.rebase_report import (
+from overlay.rebase.report import (
     PinChange,
     RebaseReport,
     ReportPatch,
@@ -28,7 +28,7 @@ from overlay.rebase_report import (
     patch_label,
     write_last_report,
 )
-from overlay.rebase_state import DROPPED, Bases, PatchStatus
+from overlay.rebase.state import DROPPED, Bases, PatchStatus
 from overlay.records import fixes
 from overlay.records.manifest import (
     MANIFEST_PATH,
@@ -255,12 +255,12 @@ class CommitSteps(RunBase):
         return {a: b for a, b in pairs.items() if a in gone and b in moved}
 
     def _write_report(self, report: RebaseReport) -> None:
-        """The run's report (:func:`overlay.rebase_report.write_last_report`)."""
+        """The run's report (:func:`overlay.rebase.report.write_last_report`)."""
         write_last_report(self.root, report)
 
     # -- the report -------------------------------------------------------------------
     def report(self, old: Bases, new: Bases) -> RebaseReport:
-        """The run's outcome (see :mod:`overlay.rebase_report`)."""
+        """The run's outcome (see :mod:`overlay.rebase.report`)."""
         resolutions = [
             ReportResolution(p, e.status, e.note)
             for p, e in sorted(self.state.resolutions.items())

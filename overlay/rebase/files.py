@@ -8,7 +8,7 @@ import os
 from overlay import layout
 from overlay.fs.atomic import atomic_write
 from overlay.fs.paths import check_path
-from overlay.runstate import RR_CACHE
+from overlay.rebase.ondisk import RR_CACHE
 
 
 def files_under(top: str) -> set[str]:

@@ -4,7 +4,7 @@ A conflicted path is settled by carrying its recorded resolution (the same
 conflict as before: as is; else ``git merge-file`` of the old resolution, the old
 auto-merge and the new auto-merge), by a resolution recorded in an earlier run for
 the very same conflict (rerere-like, ``.overlay/rr-cache``), or by stopping for the
-user (:class:`~overlay.rebase_state.ResolutionStop`).
+user (:class:`~overlay.rebase.state.ResolutionStop`).
 """
 
 from __future__ import annotations
@@ -30,11 +30,11 @@ from overlay.rebase.base import (
     _checkpoint,
     stage_oids,
 )
-from overlay.rebase_state import Bases, PatchOutcome, ResolutionOutcome, ResolutionStop
+from overlay.rebase.ondisk import STATE_DIR
+from overlay.rebase.state import Bases, PatchOutcome, ResolutionOutcome, ResolutionStop
 from overlay.records.manifest import Manifest
 from overlay.records.markers import marker_lines
 from overlay.records.series import read_series
-from overlay.runstate import STATE_DIR
 
 #: The fork-delta merge at the old bases, computed at most once and only when needed.
 OldMerge = Callable[[], ForkMerge]

@@ -4,7 +4,7 @@ Each patch goes through the engine (:func:`overlay.engine.carry_patch`): applied
 exactly when its recorded pre-images are unchanged below it, else cherry-picked by
 merge-ort from the tree it was made on (the old layer, so upstream renames are
 followed); "already upstream" only when that cherry-pick is empty; a conflict
-stops for the user with diff3 work files (:class:`~overlay.rebase_state.PatchStop`).
+stops for the user with diff3 work files (:class:`~overlay.rebase.state.PatchStop`).
 """
 
 from __future__ import annotations
@@ -28,8 +28,9 @@ from overlay.errors import OverlayError
 from overlay.git.store import MergeResult, TreeEntry
 from overlay.rebase.base import RebaseStopped, _checkpoint
 from overlay.rebase.formatting import FormatSteps
+from overlay.rebase.ondisk import STATE_DIR
 from overlay.rebase.rerere import RerereSteps
-from overlay.rebase_state import (
+from overlay.rebase.state import (
     EmptyStop,
     PatchOutcome,
     PatchStatus,
@@ -39,7 +40,6 @@ from overlay.rebase_state import (
 from overlay.records.patchfmt import tree_diff
 from overlay.records.series import Patch, split_patch
 from overlay.refresh import refreshed_bytes
-from overlay.runstate import STATE_DIR
 
 #: Tree changes as :meth:`overlay.git.store.Store.edit_tree` takes them.
 Changes = dict[str, tuple[str, str] | None]

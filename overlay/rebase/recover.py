@@ -2,7 +2,7 @@
 
 ``--abort`` restores every file the run may have changed, byte for byte, from the
 backup made at the start, and forgets the resolutions the run recorded. A state
-found in part (*wedged*, :func:`overlay.runstate.inspect_state`) is recovered
+found in part (*wedged*, :func:`overlay.rebase.ondisk.inspect_state`) is recovered
 from what is left of it (:meth:`AbortSteps.recover_wedged`).
 """
 
@@ -16,8 +16,8 @@ from overlay import layout
 from overlay.errors import OverlayError
 from overlay.rebase.base import RESOLVED, RunBase, tracked_files
 from overlay.rebase.files import files_under, prune_empty, restore, rr_remove
-from overlay.rebase_state import RunState
-from overlay.runstate import REPORT_JSON, interrupts_deferred
+from overlay.rebase.ondisk import REPORT_JSON, interrupts_deferred
+from overlay.rebase.state import RunState
 
 
 @dataclasses.dataclass
@@ -79,7 +79,7 @@ class AbortSteps(RunBase):
         """``--abort`` on a wedged state: restore the records from what is left, remove
         the state.
 
-        What is restored depends on what is there (:func:`overlay.runstate.inspect_state`):
+        What is restored depends on what is there (:func:`overlay.rebase.ondisk.inspect_state`):
 
         * a valid ``state.json`` whose backup is gone or short: every file with a
           copy in the backup is restored; a file the run created (a tracked file

@@ -26,8 +26,8 @@ from collections.abc import Mapping
 from overlay import layout
 from overlay.fs.atomic import atomic_write
 from overlay.rebase.base import RunBase, Stages
+from overlay.rebase.ondisk import RR_CACHE
 from overlay.records.markers import marker_lines
-from overlay.runstate import RR_CACHE
 
 #: The team's shared rr-cache in the repository, used only when it exists.
 SHARED_RR_CACHE = layout.SHARED_RR_CACHE

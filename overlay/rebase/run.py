@@ -10,10 +10,11 @@ from overlay.errors import OverlayError
 from overlay.rebase.base import RebaseStopped
 from overlay.rebase.commit import CommitSteps
 from overlay.rebase.forkdelta import ForkDeltaSteps
+from overlay.rebase.ondisk import STATE_DIR, interrupts_deferred
 from overlay.rebase.patches import PatchSteps
 from overlay.rebase.recover import AbortSteps
-from overlay.rebase_report import RebaseReport
-from overlay.rebase_state import (
+from overlay.rebase.report import RebaseReport
+from overlay.rebase.state import (
     Bases,
     EmptyStop,
     PatchStatus,
@@ -26,7 +27,6 @@ from overlay.rebase_state import (
 from overlay.records.manifest import Manifest
 from overlay.records.markers import marker_lines
 from overlay.records.series import PATCH_DIR
-from overlay.runstate import STATE_DIR, interrupts_deferred
 
 
 class Rebase(ForkDeltaSteps, PatchSteps, CommitSteps, AbortSteps):

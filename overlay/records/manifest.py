@@ -15,11 +15,11 @@ import re
 import tomllib
 from collections.abc import Mapping
 
+from overlay.checks.locate import MANIFEST_PATH, find_root  # noqa: F401 - find_root re-exported (it lived here)
 from overlay.errors import ManifestError
 from overlay.fs.paths import Carry
 from overlay.fs.reading import RecordError, RecordMissing, read_record_text
 from overlay.git.store import is_sha
-from overlay.locate import MANIFEST_PATH, find_root  # noqa: F401 - find_root re-exported (it lived here)
 
 #: table -> {key: type}; every key is required.
 SCHEMA: dict[str, dict[str, type]] = {

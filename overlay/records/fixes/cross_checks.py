@@ -13,7 +13,7 @@ import re
 from collections.abc import Iterable, Iterator, Sequence
 
 from overlay import layout
-from overlay.findings import Finding
+from overlay.checks.findings import Finding
 from overlay.fs.paths import glob_match
 from overlay.records.fixes.model import (
     BACKEND_PREFIX,

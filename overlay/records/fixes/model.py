@@ -13,7 +13,7 @@ import dataclasses
 from typing import NamedTuple
 
 from overlay import layout
-from overlay.findings import Finding
+from overlay.checks.findings import Finding
 
 FILE_NAME = layout.LOCAL_FIXES
 BACKEND_PREFIX = "mlx/backend/rocm/"
@@ -266,7 +266,7 @@ def finding(
     hint: str | None = None,
     severity: str = "error",
 ) -> Finding:
-    """A :class:`~overlay.findings.Finding` of ``code`` at ``line`` of a document.
+    """A :class:`~overlay.checks.findings.Finding` of ``code`` at ``line`` of a document.
 
     Args:
         doc_or_path: the :class:`Document` (its ``path`` is reported) or a repo-relative

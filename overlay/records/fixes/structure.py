@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from overlay.findings import Finding
+from overlay.checks.findings import Finding
 from overlay.records.fixes.model import (
     MAX_ENTRY_NUMBER,
     RETARGET_PREFIX,

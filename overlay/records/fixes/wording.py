@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Iterator, Sequence
 
-from overlay.findings import Finding
+from overlay.checks.findings import Finding
 from overlay.records.fixes.model import (
     POLICY_SECTIONS,
     Document,

@@ -15,9 +15,9 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from overlay.check_codes import finding as _f
+from overlay.checks.codes import finding as _f
+from overlay.checks.findings import Finding
 from overlay.errors import PatchFormatError, UnsafePath
-from overlay.findings import Finding
 from overlay.fs.reading import RecordError, read_record
 from overlay.git.run import git_ignored
 from overlay.git.store import Store, first_error_line, run_git

@@ -26,7 +26,7 @@ from overlay.errors import OverlayError
 
 if TYPE_CHECKING:
     from overlay.git.store import Store
-    from overlay.rebase import Bases
+    from overlay.rebase.state import Bases
     from overlay.workspace import Workspace
 
 
@@ -79,7 +79,7 @@ def plan_run(
             accepts it (exit 2).
         GitError, OfflineMiss: a commit is missing and cannot be fetched (exit 2).
     """
-    from overlay.rebase import Bases
+    from overlay.rebase.state import Bases
 
     manifest, store = ws.manifest, ws.store
     old = Bases(manifest.pin, manifest.fork_commit, manifest.merge_base)
@@ -98,7 +98,7 @@ def plan_run(
     else:
         new_base = old.merge_base
         if not force:
-            from overlay.pins import refuse_broken_ancestry
+            from overlay.checks.pins import refuse_broken_ancestry
 
             refuse_broken_ancestry(store, new_base, new_fork)
     ahead_note = None
@@ -128,8 +128,8 @@ def _clear_forward(store: Store, old: Bases, new_fork: str, new_pin: str) -> boo
     """True when the pin moves forward with the same fork and the old pin had nothing
     of the fork's ahead of it: the new pin holds all the old one held, so nothing can
     be ahead of it either, and the common bump needs no walk of history (the old
-    pin's answer is the one ``verify`` keeps, :func:`overlay.pins.fork_ahead`)."""
-    from overlay.pins import fork_ahead
+    pin's answer is the one ``verify`` keeps, :func:`overlay.checks.pins.fork_ahead`)."""
+    from overlay.checks.pins import fork_ahead
 
     return (
         new_fork == old.fork
@@ -147,7 +147,7 @@ def _fork_ahead_note(
     Raises:
         OverlayError: the fork is ahead and it was not allowed (exit 2).
     """
-    from overlay.pins import fetch_upstream_refs, fork_ahead, refuse_fork_ahead
+    from overlay.checks.pins import fetch_upstream_refs, fork_ahead, refuse_fork_ahead
 
     if not allow_fork_ahead:
         refuse_fork_ahead(store, fork, pin)
@@ -213,9 +213,9 @@ def start_checks(ws: Workspace, kind: str, plan: RunPlan, force: bool) -> list[s
         OverlayError: a run is in progress or wedged, an edit is open, or the pin is
             refused (exit 2).
     """
+    from overlay.checks.pins import backwards_citations, check_new_pin
     from overlay.edit.session import refuse_during_edit
-    from overlay.pins import backwards_citations, check_new_pin
-    from overlay.runstate import refuse_if_in_progress
+    from overlay.rebase.ondisk import refuse_if_in_progress
 
     refuse_if_in_progress(ws.root)
     refuse_during_edit(ws.root, kind)
@@ -243,7 +243,7 @@ def last_run_start(root: str) -> str:
     Raises:
         OverlayError: no such report, or it does not say (exit 2).
     """
-    from overlay.rebase_report import last_run_pins
+    from overlay.rebase.report import last_run_pins
 
     before = (last_run_pins(root) or {}).get("before")
     if isinstance(before, dict) and "pin" in before:

@@ -6,7 +6,7 @@ documented in ``docs/findings.md``.
 
 from __future__ import annotations
 
-from overlay.findings import Finding
+from overlay.checks.findings import Finding
 
 #: code -> (severity, meaning); the FIX family lives in :data:`overlay.records.fixes.CODES`.
 CODES: dict[str, tuple[str, str]] = {
@@ -110,7 +110,7 @@ FAMILIES = ("MAN", "SER", "LAY", "FIX")
 def finding(
     code: str, path: str | None, line: int | None, message: str, hint: str | None = None
 ) -> Finding:
-    """A :class:`~overlay.findings.Finding` of ``code`` with the code's severity.
+    """A :class:`~overlay.checks.findings.Finding` of ``code`` with the code's severity.
 
     Raises:
         KeyError: ``code`` is not in :data:`CODES`.

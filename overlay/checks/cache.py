@@ -227,7 +227,7 @@ def inputs(root: str, git_dir: str | None, offline: bool) -> bytes | None:
     """Everything the verdict of ``overlay verify`` at ``root`` depends on (see the module).
 
     Args:
-        root: the overlay repository (found by :func:`overlay.locate.find_root`).
+        root: the overlay repository (found by :func:`overlay.checks.locate.find_root`).
         git_dir: ``--git-dir`` as given, or ``None`` for the default store.
         offline: ``--offline``.
     Returns:
@@ -235,7 +235,7 @@ def inputs(root: str, git_dir: str | None, offline: bool) -> bytes | None:
         the simple way (a symlink, a special file, an odd series line), so that no
         verdict is cached for it.
     """
-    from overlay.locate import default_store_dir
+    from overlay.checks.locate import default_store_dir
 
     out: list[bytes] = []
     try:

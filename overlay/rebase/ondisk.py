@@ -36,7 +36,7 @@ from overlay.errors import OverlayError, UnsafePath
 from overlay.fs.atomic import remove_stale_temps, sweep_scratch_dirs
 from overlay.fs.paths import check_path
 from overlay.fs.reading import RecordError, read_record
-from overlay.rebase_state import RunState
+from overlay.rebase.state import RunState
 from overlay.records import fixes
 from overlay.records.manifest import MANIFEST_PATH
 
@@ -442,7 +442,7 @@ def no_run_to_abort(root: str, action: str = "abort") -> OverlayError:
             message,
             hint="start one with `overlay rebase --onto SHA` or `overlay sync --fork SHA`",
         )
-    from overlay.rebase_report import read_last_json
+    from overlay.rebase.report import read_last_json
 
     try:
         report = read_last_json(root)

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from overlay import layout
-from overlay.rebase_state import Bases
+from overlay.rebase.state import Bases
 from overlay.templating import render_report, render_template
 
 
@@ -23,7 +23,7 @@ from overlay.templating import render_report, render_template
 class ReportResolution:
     """One line of the report's resolutions: a path and how it was settled.
 
-    ``status`` is a :class:`overlay.rebase_state.ResolutionOutcome` status, or
+    ``status`` is a :class:`overlay.rebase.state.ResolutionOutcome` status, or
     ``removed`` for a resolution whose path no longer conflicts.
     """
 
@@ -40,7 +40,7 @@ class ReportResolution:
 class ReportPatch:
     """One line of the report's series: a patch, its Local-Fix number and outcome.
 
-    ``status`` is a :class:`overlay.rebase_state.PatchOutcome` status, with
+    ``status`` is a :class:`overlay.rebase.state.PatchOutcome` status, with
     ``merged (bytes unchanged)`` for a merged patch whose file keeps its bytes.
     """
 
@@ -87,7 +87,7 @@ class RebaseReport:
         next_steps: commands and checks for the user, in order.
         uncarried: what the fork changed between the two fork commits that the
             overlay does not carry: ``(path, ["<sha12> <subject>", ...])`` pairs
-            (:func:`overlay.pins.uncarried_changes`); empty for a rebase.
+            (:func:`overlay.checks.pins.uncarried_changes`); empty for a rebase.
     """
 
     kind: str

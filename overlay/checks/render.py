@@ -1,4 +1,4 @@
-"""Renderers for lists of :class:`~overlay.findings.Finding` (``overlay verify --format``).
+"""Renderers for lists of :class:`~overlay.checks.findings.Finding` (``overlay verify --format``).
 
 * ``text``   -- grouped by family, ``path:line: severity CODE message`` plus a hint
   line, then one summary line (docs/design.md §8);
@@ -22,7 +22,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 
 from overlay import junit
-from overlay.findings import SEVERITIES, Finding
+from overlay.checks.findings import SEVERITIES, Finding
 
 #: Known family prefixes, in report order, with their names (docs/design.md §8).
 FAMILIES = {

@@ -23,10 +23,18 @@ import os
 from collections.abc import Iterable
 
 from overlay import layout
-from overlay.check_codes import CODES, FAMILIES
-from overlay.check_codes import finding as _f
+from overlay.checks.codes import CODES, FAMILIES
+from overlay.checks.codes import finding as _f
+from overlay.checks.findings import Finding
+from overlay.checks.series import (
+    SER004_HINT,
+    _check_series_text,
+    binary_turn_findings,
+    check_series_text,
+    git_apply_reason,
+    link_findings,
+)
 from overlay.errors import GitError, LayerError, OfflineMiss, UnsafePath
-from overlay.findings import Finding
 from overlay.fs.paths import check_path
 from overlay.fs.reading import scan_record_dir
 from overlay.git.store import Store
@@ -36,14 +44,6 @@ from overlay.records.manifest import Manifest, load_manifest
 from overlay.records.markers import marker_lines
 from overlay.records.series import PATCH_DIR, Patch
 from overlay.refresh import refresh_series
-from overlay.series_checks import (
-    SER004_HINT,
-    _check_series_text,
-    binary_turn_findings,
-    check_series_text,
-    git_apply_reason,
-    link_findings,
-)
 
 __all__ = [
     "CODES",
@@ -74,7 +74,7 @@ class VerifyResult:
         notes: lines for the user beside the findings (a rebase in progress, a wedged state).
         cacheable: false when the verdict depends on what the git store lacks (a commit
             missing or not fetchable: MAN001, MAN002), which the verdict cache
-            (:mod:`overlay.verdict`) does not key on.
+            (:mod:`overlay.checks.cache`) does not key on.
     """
 
     findings: list[Finding]
@@ -143,12 +143,12 @@ def _fork_ahead_findings(store: Store, manifest: Manifest) -> list[Finding]:
     """MAN004: the manifest's fork merged upstream commits newer than its pin (shared case 18).
 
     The same question ``overlay sync`` asks before it accepts a fork commit
-    (:func:`overlay.pins.fork_ahead`), asked of the manifest as it stands. Upstream
+    (:func:`overlay.checks.pins.fork_ahead`), asked of the manifest as it stands. Upstream
     is known by the store's ``refs/remotes/upstream/*``: an online verify fetches
     them once when the store holds none; offline, the check uses what is there and
     says nothing when nothing is.
     """
-    from overlay.pins import fetch_upstream_refs, fork_ahead
+    from overlay.checks.pins import fetch_upstream_refs, fork_ahead
 
     if store.missing_objects([manifest.pin, manifest.fork_commit]):
         return []
@@ -179,7 +179,7 @@ def _uncarried_findings(store: Store, manifest: Manifest) -> list[Finding]:
     """MAN005 (info): what the fork changed outside ``[carry]`` since ``[fork]
     uncarried-reviewed`` (a sync that brought such changes wrote it), until ``overlay
     sync --ack-uncarried`` says they were reviewed."""
-    from overlay.pins import uncarried_changes
+    from overlay.checks.pins import uncarried_changes
 
     reviewed = manifest.uncarried_reviewed
     if reviewed is None or store.missing_objects([reviewed, manifest.fork_commit]):
@@ -204,9 +204,9 @@ def _uncarried_findings(store: Store, manifest: Manifest) -> list[Finding]:
 
 
 def _repo_paths(root: str) -> list[str]:
-    """The repository's paths for FIX015 and FIX021: :func:`overlay.verdict.repo_paths`,
+    """The repository's paths for FIX015 and FIX021: :func:`overlay.checks.cache.repo_paths`,
     the very list the verdict cache's key holds."""
-    from overlay.verdict import repo_paths
+    from overlay.checks.cache import repo_paths
 
     return repo_paths(root)
 
@@ -273,7 +273,7 @@ def _pin_citation_findings(
 ) -> list[Finding]:
     """FIX027: the retarget entries citing an upstream commit the pin lacks (the
     warning of a rebase that moved the pin back, kept while it holds; issue 30)."""
-    from overlay.pins import pin_lacks_citations
+    from overlay.checks.pins import pin_lacks_citations
     from overlay.records.fixes.model import finding
 
     return [
@@ -316,7 +316,7 @@ def verify(
             them half-changed, so it is refused (exit 2).
     """
     from overlay.fs.records_lock import state_lock
-    from overlay.runstate import in_progress_note
+    from overlay.rebase.ondisk import in_progress_note
 
     # Shared lock for the whole check: every record is read from one consistent
     # snapshot, never half before and half after a writer.

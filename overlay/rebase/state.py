@@ -10,7 +10,7 @@ nothing had changed. Keys that appear only after a step (``stale``,
 ``merge_stats``, ``rr_recorded``, ``commit_started``) are left out until then,
 and a field that is ``None`` here is a key that is absent there.
 
-This module imports nothing of overlay: :mod:`overlay.runstate` (which reads the
+This module imports nothing of overlay: :mod:`overlay.rebase.ondisk` (which reads the
 file) and :mod:`overlay.rebase` (which writes it) both build on it.
 """
 
