@@ -174,7 +174,12 @@ def test_an_aborted_run_forgets_the_resolutions_it_remembered(ov, w):
     assert any(
         p.suffix != ".path" for p in (ov.root / ".overlay" / "rr-cache").iterdir()
     )
-    assert cli(ov, "rebase", "--abort").exit_code == 0
+    aborted = cli(ov, "rebase", "--abort")
+    assert aborted.exit_code == 0
+    # and says so: a next run stops on that conflict again
+    assert "forgot the 1 resolution(s) this run recorded in .overlay/rr-cache/" in (
+        aborted.output
+    ), aborted.output
     assert not list((ov.root / ".overlay" / "rr-cache").iterdir())
 
 

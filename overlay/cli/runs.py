@@ -79,7 +79,8 @@ def _rebase_action_locked(
     if action == "status":
         _print_status(rb.state)
     elif action == "abort":
-        _print_aborted(rb.abort())
+        forgotten = len(rb.state.rr_recorded)
+        _print_aborted(rb.abort(), forgotten)
     else:
         report = (
             rb.skip(drop=action == "drop")
@@ -140,8 +141,15 @@ def _print_status(st) -> None:
         )
 
 
-def _print_aborted(restored: list[str]) -> None:
-    """What ``--abort`` of a run in progress put back."""
+def _print_aborted(restored: list[str], forgotten: int = 0) -> None:
+    """What ``--abort`` of a run in progress put back, and the resolutions this run
+    had recorded in the rr-cache that it forgot with it (shared case 17: an aborted
+    run leaves nothing behind, so a next run does not replay them)."""
+    if forgotten:
+        click.echo(
+            f"forgot the {forgotten} resolution(s) this run recorded in "
+            f"{layout.RR_CACHE}/: the next run stops on those conflicts again"
+        )
     if restored:
         click.echo(
             f"aborted: {len(restored)} file(s) restored; "
