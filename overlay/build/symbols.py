@@ -172,8 +172,11 @@ def compiler_family(version_text: str) -> str:
     first = version_text.splitlines()[0] if version_text else ""
     if "clang" in first.lower():
         return "clang"
-    if re.search(r"\b(?:g\+\+|gcc|c\+\+|cc)\b|\(GCC\)", first) or (
-        "Free Software Foundation" in version_text
+    program = os.path.basename(first.split()[0]) if first.split() else ""
+    if (
+        re.fullmatch(r"(?:[\w.-]+-)?(?:g\+\+|gcc|c\+\+|cc)(?:-[\d.]+)?", program)
+        or "(GCC)" in first
+        or "Free Software Foundation" in version_text
     ):
         return "gcc"
     return "other"
