@@ -536,14 +536,38 @@ def test_check_passes_a_clean_tree_without_writing_objects(mini):
     ]
     assert _objects(result.obj) == []  # no object, no HIP object, no archive
     assert not os.path.exists(os.path.join(result.obj, "libmlx.a"))
+    # the symbols of each unit (GCC: an LTO object, no code generated) lie apart from
+    # the build's objects, and the front end's link check read them all
+    log = Path(result.log).read_text()
+    assert log.count("-fno-fat-lto-objects") >= 5
+    symbols = Path(result.obj).parent / "check-symbols"
+    assert sorted(str(p.relative_to(symbols)) for p in symbols.rglob("*.o")) == [
+        "mlx/backend/rocm/a.hip.o",
+        "mlx/backend/rocm/b.hip.o",
+        "mlx/backend/rocm/device.cpp.o",
+        "mlx/core.cpp.o",
+        "mlx/ops.cpp.o",
+    ]
+    assert result.link is not None and result.link.front_end
+    report = result.report()
+    assert any(
+        "check (front end only): 5 translation unit(s) (3 C++, 2 HIP)" in line
+        for line in report
+    )
+    assert any(
+        line.startswith(
+            "link check (front end): 0 undefined mlx::core symbol(s) over 5 unit(s)"
+        )
+        for line in report
+    ), report
+
+    # without the link check, the units run -fsyntax-only and write nothing at all
+    result = _build(ov, store, check=True, link=False)
+    assert result.ok and result.link is None
     log = Path(result.log).read_text()
     assert (
         log.count("-fsyntax-only") >= 5
         and " -o " not in log.split("# configure")[-1].split("-G Ninja")[-1]
-    )
-    assert any(
-        "check (front end only): 5 translation unit(s) (3 C++, 2 HIP)" in line
-        for line in result.report()
     )
 
 

@@ -489,3 +489,40 @@ def test_the_github_actions_example_checks_every_pr_and_links_on_bumps():
     assert "needs.check.outputs.bumped == 'true'" in jobs["link"]["if"]
     link = "\n".join(s.get("run", "") for s in jobs["link"]["steps"])
     assert "--require verify,build" in link and "--drift-from" in link
+
+
+@needs_cmake
+def test_check_finds_the_undefined_symbol_from_the_front_end(tmp_path, hook_world):
+    """Issue 29 item 1: the per-PR check (no object of the build, no archive) reports the
+    symbol the link check finds after a full build, with the same attribution."""
+    world, hook = hook_world
+    ov = _overlay(tmp_path / "overlay", world)
+    res = cli(ov, "rebase", "--onto", hook)
+    assert res.exit_code == 0, res.output
+
+    res = cli(ov, "build", "--backend", "cpu", "--check", "-j", "2", "--cache", "none")
+    assert res.exit_code == 1, res.output
+    line = next(
+        x for x in res.output.splitlines() if x.startswith("link: undefined symbol:")
+    )
+    assert "mlx::core::gpu_hook(int) (referenced from mlx/ops.cpp)" in line
+    assert f"upstream {hook[:12]} {HOOK_SUBJECT}" in line
+    assert (
+        "link check (front end): 1 undefined mlx::core symbol(s) over 3 unit(s)"
+        in res.output
+    )
+    last = res.output.splitlines()[-1]
+    assert last.startswith("cpu check failed: 0 error(s)"), res.output
+    assert "; 1 undefined mlx::core symbol(s); log: " in last
+    assert not (ov.root / "build" / "cpu" / "obj" / "libmlx.a").exists()
+
+    # the gate: ci's check stage fails on it, and names the symbol and the commit
+    res = cli(ov, "ci", "--backend", "cpu", "--only", "check", "--require", "check")
+    assert res.exit_code == 1, res.output
+    assert "1 undefined symbol(s)" in res.output and hook[:12] in res.output
+
+    # --no-link-check: the plain syntax check, which cannot see it
+    res = cli(
+        ov, "build", "--backend", "cpu", "--check", "--cache", "none", "--no-link-check"
+    )
+    assert res.exit_code == 0, res.output

@@ -6,6 +6,7 @@ Layout under ``<build_root>/<backend>/`` (``build_root`` defaults to ``<root>/bu
     src/        the patched tree, exported incrementally (unchanged files keep mtimes)
     obj/        the CMake/ninja build directory (compile_commands.json)
     deps/       offline stand-ins for MLX's downloads (nlohmann-json)
+    check-symbols/  ``--check``'s symbol object of each unit (the front end's link check)
     suites/     the suite children's build directory (rocm/cuda, full builds only)
     install/    ``cmake --install obj`` for the suite children
     build.log   everything configure, ninja and the compilers printed
@@ -29,7 +30,8 @@ The package, one module per stage:
 * :mod:`~overlay.build.cmake` configures (options, errors),
 * :mod:`~overlay.build.units` and :mod:`~overlay.build.check` run translation units
   (``--only-changed``, ``--check``),
-* :mod:`~overlay.build.linkcheck` looks for undefined ``mlx::core`` symbols,
+* :mod:`~overlay.build.linkcheck` looks for undefined ``mlx::core`` symbols after a
+  full build, :mod:`~overlay.build.symbols` from ``--check``'s units (the front end),
 * :mod:`~overlay.build.results` holds what a build did and its report,
 * :mod:`~overlay.build.run` drives it all (:func:`build`);
 * :mod:`~overlay.build.runlog` is the build log.

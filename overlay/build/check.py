@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shlex
@@ -13,6 +14,13 @@ from collections.abc import Callable, Sequence
 from overlay.build.cache import launcher_path
 from overlay.build.results import BuildResult
 from overlay.build.runlog import BuildLog
+from overlay.build.symbols import (
+    CompilerFamilies,
+    compiler_word,
+    front_end_link_check,
+    symbols_path,
+    unit_shell,
+)
 from overlay.build.toolchain import Toolchain
 from overlay.build.units import (
     Unit,
@@ -62,8 +70,12 @@ def syntax_only_argv(words: Sequence[str]) -> list[str]:
     return [*out, "-fsyntax-only"]
 
 
-def _syntax_only_shell(command: str) -> str:
-    """:func:`syntax_only_argv` applied to the compile of a shell command line
+def _syntax_only_shell(
+    command: str, compile_line: Callable[[list[str]], str] | None = None
+) -> str:
+    """:func:`syntax_only_argv` (or ``compile_line``: the compile's argv -> a shell
+    line, the symbols check's :func:`overlay.build.symbols.unit_shell`) applied to the
+    compile of a shell command line
     (``cd DIR && hipcc ... -c SRC -o OBJ [&& cmake -E cmake_transform_depfile ...]``,
     as ninja prints a custom command). Only the ``cd`` steps and the compile are
     kept: the steps around it handle the object or its depfile, which a check does
@@ -82,9 +94,12 @@ def _syntax_only_shell(command: str) -> str:
     compile_at = next(
         (i for i, seg in enumerate(segments) if "-c" in seg), len(segments) - 1
     )
-    kept = [seg for seg in segments[:compile_at] if seg and seg[0] == "cd"]
-    kept.append(syntax_only_argv(segments[compile_at]))
-    return " && ".join(shlex.join(seg) for seg in kept)
+    kept = [shlex.join(seg) for seg in segments[:compile_at] if seg and seg[0] == "cd"]
+    if compile_line is None:
+        kept.append(shlex.join(syntax_only_argv(segments[compile_at])))
+    else:
+        kept.append(compile_line(segments[compile_at]))
+    return " && ".join(kept)
 
 
 _MISSING_INCLUDE_RE = re.compile(
@@ -100,6 +115,8 @@ def check_tree(
     jobs: int | None,
     log: BuildLog,
     progress: Callable[[int, int, str], None] | None,
+    *,
+    symbols: bool = False,
 ) -> str:
     """Every translation unit of the configured tree through the compiler front end.
 
@@ -110,10 +127,16 @@ def check_tree(
     the build generates is listed as not checked, and so is one that fails only
     because an include the build generates is missing.
 
+    With ``symbols``, each unit's run also writes its symbols
+    (:func:`overlay.build.symbols.unit_shell`: an LTO object under GCC, an ``-O0``
+    host object under clang and hipcc) and ``result.link`` gets the front end's link
+    check over all of them (:func:`overlay.build.symbols.front_end_link_check`).
+
     Args:
         result: the build's result (``units`` and ``skipped_units`` are filled);
         toolchain, binds: where the compilers run; jobs: parallel units;
-        log: the build log; progress: ``(done, total, text)`` callback or ``None``.
+        log: the build log; progress: ``(done, total, text)`` callback or ``None``;
+        symbols: also compute the undefined ``mlx::core`` symbols.
     Returns:
         The compilers' output, to parse for diagnostics.
     Raises:
@@ -127,13 +150,14 @@ def check_tree(
             "CMAKE_EXPORT_COMPILE_COMMANDS=ON (overlay sets it; was the project "
             "configured?)"
         )
+    plan = _SymbolPlan(result, toolchain, binds) if symbols else None
     units = [
         unit
-        for unit in (_entry_unit(e, result, toolchain, binds) for e in entries)
+        for unit in (_entry_unit(e, result, toolchain, binds, plan) for e in entries)
         if unit is not None
     ]
-    hip_units, commands = _hip_units(result, toolchain, binds)
-    return run_units(
+    hip_units, commands = _hip_units(result, toolchain, binds, plan)
+    output = run_units(
         result,
         units + hip_units,
         toolchain,
@@ -144,14 +168,98 @@ def check_tree(
         hip_commands=commands,
         generated=_GeneratedIncludes(toolchain, result.obj, binds),
     )
+    if plan is not None:
+        result.link = plan.link_check(log)
+    return output
+
+
+class _SymbolPlan:
+    """Where each unit's symbol object goes, and what is known of the units that
+    wrote none (a failing or not-checked unit may define what the others miss)."""
+
+    def __init__(self, result: BuildResult, toolchain: Toolchain, binds: list[str]):
+        self.result, self.toolchain, self.binds = result, toolchain, binds
+        self.backend_dir = os.path.dirname(result.obj)
+        self.families = CompilerFamilies(toolchain, binds)
+        self.objects: dict[str, str] = {}
+        self.generated: dict[str, str] = {}  # label -> the ninja target that makes it
+
+    def shell(self, label: str, words: list[str]) -> str:
+        """The unit's check that writes its symbol object (recorded for the label)."""
+        out = symbols_path(self.backend_dir, label)
+        self.objects[label] = out
+        return unit_shell(words, out, self.families(compiler_word(words)))
+
+    def link_check(self, log: BuildLog):
+        """The front end's link check over the units that compiled."""
+        result = self.result
+        ok = {u.path for u in result.units if u.ok}
+        uncompiled: dict[str, str | None] = {
+            u.path: _read(os.path.join(result.src, u.path))
+            for u in result.units
+            if not u.ok
+        }
+        for label, _why in result.skipped_units:
+            if label in self.generated:
+                uncompiled[label] = _generator_text(
+                    self.toolchain, result.obj, self.binds, self.generated[label]
+                )
+            else:
+                uncompiled[label] = _read(os.path.join(result.src, label))
+        objects = {k: v for k, v in self.objects.items() if k in ok}
+        return front_end_link_check(
+            objects, uncompiled, self.toolchain, self.binds, result.obj, log
+        )
+
+
+def _read(path: str, limit: int = 4 << 20) -> str | None:
+    """A source's text (at most ``limit`` bytes), or ``None`` when it cannot be read."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            return fh.read(limit)
+    except OSError:
+        return None
+
+
+def _generator_text(
+    toolchain: Toolchain, obj: str, binds: list[str], target: str
+) -> str | None:
+    """What a generated source is made from: the texts of the inputs of the ninja rule
+    that writes it (``ninja -t query``: MLX's ``compiled_preamble.cpp`` comes from
+    ``make_compiled_preamble.sh``, which names the function it defines), ``None`` when
+    ninja names none that can be read."""
+    proc = subprocess.run(
+        toolchain.wrap(["ninja", "-C", obj, "-t", "query", target], binds, obj),
+        capture_output=True,
+        text=True,
+        errors="replace",
+        stdin=subprocess.DEVNULL,
+    )
+    texts, inputs = [], False
+    for line in proc.stdout.splitlines():
+        word = line.strip()
+        if line.startswith("  ") and not line.startswith("    "):
+            inputs = word.startswith("input:")
+            continue
+        if inputs and word:
+            path = word.lstrip("|").strip()
+            full = path if os.path.isabs(path) else os.path.join(obj, path)
+            text = _read(full) if os.path.isfile(full) else None
+            if text is not None:
+                texts.append(text)
+    return "\n".join(texts) if texts else None
 
 
 def _entry_unit(
-    entry: dict, result: BuildResult, toolchain: Toolchain, binds: list[str]
+    entry: dict,
+    result: BuildResult,
+    toolchain: Toolchain,
+    binds: list[str],
+    plan: _SymbolPlan | None = None,
 ) -> Unit | None:
-    """The syntax-only unit of one ``compile_commands.json`` entry, or ``None`` (listed
-    in ``result.skipped_units``) when its source is generated or its command cannot
-    be split."""
+    """The syntax-only unit of one ``compile_commands.json`` entry (with ``plan``: the
+    one that also writes its symbols), or ``None`` (listed in ``result.skipped_units``)
+    when its source is generated or its command cannot be split."""
     obj = result.obj
     full = entry_file(entry)
     label = _label(result, full, entry["directory"])
@@ -160,6 +268,8 @@ def _entry_unit(
         result.skipped_units.append(
             (label, f"generated by the build (`ninja {target}` makes it)")
         )
+        if plan is not None:
+            plan.generated[label] = target
         return None
     try:
         words = entry.get("arguments") or shlex.split(entry.get("command", ""))
@@ -172,11 +282,12 @@ def _entry_unit(
         # as the HIP commands, through the cache launcher: ccache keeps a clean
         # -fsyntax-only result, so an unchanged unit is not checked twice
         words = [launcher_path(os.path.dirname(obj)), *words]
-    argv = [
-        "sh",
-        "-c",
-        f"cd {shlex.quote(entry['directory'])} && {shlex.join(syntax_only_argv(words))}",
-    ]
+    check = (
+        plan.shell(label, words)
+        if plan is not None
+        else shlex.join(syntax_only_argv(words))
+    )
+    argv = ["sh", "-c", f"cd {shlex.quote(entry['directory'])} && {check}"]
     kind = "hip" if full.endswith((".hip", ".cu")) else "cpp"
     return Unit(
         label, kind, "-fsyntax-only", toolchain.wrap(argv, binds, entry["directory"])
@@ -200,10 +311,14 @@ def _label(result: BuildResult, full: str, cwd: str) -> str:
 
 
 def _hip_units(
-    result: BuildResult, toolchain: Toolchain, binds: list[str]
+    result: BuildResult,
+    toolchain: Toolchain,
+    binds: list[str],
+    plan: _SymbolPlan | None = None,
 ) -> tuple[list[Unit], dict[str, str]]:
     """The HIP custom commands' units and ``{ninja target: syntax-only command}``
-    (from ``ninja -t commands -s``); a unit whose source is generated is listed in
+    (from ``ninja -t commands -s``; with ``plan``, the command that also writes the
+    host object's symbols); a unit whose source is generated is listed in
     ``result.skipped_units`` instead."""
     obj = result.obj
     hip = hip_targets(obj)
@@ -221,10 +336,15 @@ def _hip_units(
         stdin=subprocess.DEVNULL,
     )
     lines = [line for line in proc.stdout.splitlines() if line.strip()]
+    labels = {hip[full]: _label(result, full, obj) for full in hip}
     if proc.returncode == 0 and len(lines) == len(targets):
         for target, line in zip(targets, lines, strict=True):
+            label = labels[target]
             try:
-                commands[target] = _syntax_only_shell(line)
+                commands[target] = _syntax_only_shell(
+                    line,
+                    None if plan is None else functools.partial(plan.shell, label),
+                )
             except ValueError:
                 continue  # listed as "ninja gave no command" by run_units
     units = []
@@ -234,6 +354,8 @@ def _hip_units(
             result.skipped_units.append(
                 (label, f"generated by the build (`ninja {hip[full]}` makes it)")
             )
+            if plan is not None:
+                plan.generated[label] = hip[full]
             continue
         units.append(Unit(label, "hip", "-fsyntax-only", hip_target=hip[full]))
     return units, commands

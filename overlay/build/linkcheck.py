@@ -9,7 +9,7 @@ import re
 import shlex
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from overlay.build.runlog import BuildLog
 from overlay.build.toolchain import Toolchain
@@ -45,15 +45,21 @@ class UndefinedSymbol:
 
 @dataclasses.dataclass
 class LinkCheck:
-    """The link check after a full build: every object of the library's archives, as a
-    whole-archive link sees them.
+    """The link check: after a full build, every object of the library's archives, as
+    a whole-archive link sees them; after ``--check`` (``front_end``), the symbols the
+    front end's objects of every unit define and reference (:mod:`overlay.build.symbols`).
 
     Attributes:
-        archives: the static libraries read (paths relative to the build directory).
-        members: how many objects they hold.
+        archives: the static libraries read (paths relative to the build directory);
+            for the front end, ``[]``.
+        members: how many objects they hold (front end: units read).
         undefined: :class:`UndefinedSymbol` s, sorted by name.
         seconds: wall time of ``nm`` and ``c++filt``.
         skipped: why the check did not run (no archive, no ``nm``), else ``None``.
+        front_end: the symbols came from ``--check``'s units, not from archives.
+        undecided: front end only: symbols no unit defines whose name a unit that did
+            not compile (or was not checked) mentions, so it may define them; listed,
+            never failing.
     """
 
     archives: list[str] = dataclasses.field(default_factory=list)
@@ -61,18 +67,34 @@ class LinkCheck:
     undefined: list[UndefinedSymbol] = dataclasses.field(default_factory=list)
     seconds: float = 0.0
     skipped: str | None = None
+    front_end: bool = False
+    undecided: list[UndefinedSymbol] = dataclasses.field(default_factory=list)
 
     def report(self) -> list[str]:
-        """One line per undefined symbol, then the summary line."""
+        """One line per undefined (and undecided) symbol, then the summary line."""
+        what = "link check (front end)" if self.front_end else "link check"
         if self.skipped:
-            return [f"link check: not run: {self.skipped}"]
+            return [f"{what}: not run: {self.skipped}"]
         out = [u.format() for u in self.undefined]
-        what = ", ".join(self.archives)
-        out.append(
-            f"link check: {len(self.undefined)} undefined mlx::core symbol(s) over {self.members} "
-            f"object(s) of {what} (every object, as a whole-archive link sees them), "
-            f"{self.seconds:.1f} s"
-        )
+        out += [
+            f"  undecided {u.symbol} (referenced from {', '.join(u.referenced_from[:4])}): "
+            "a unit that did not compile names it"
+            for u in self.undecided
+        ]
+        if self.front_end:
+            over = (
+                f"over {self.members} unit(s) (every unit of the configured tree, as a "
+                "whole-archive link sees them)"
+            )
+        else:
+            over = (
+                f"over {self.members} object(s) of {', '.join(self.archives)} (every "
+                "object, as a whole-archive link sees them)"
+            )
+        line = f"{what}: {len(self.undefined)} undefined mlx::core symbol(s) {over}"
+        if self.undecided:
+            line += f", {len(self.undecided)} undecided"
+        out.append(f"{line}, {self.seconds:.1f} s")
         return out
 
 
@@ -152,46 +174,90 @@ def link_check(
         return LinkCheck(
             rel, skipped=f"nm failed (exit {proc.returncode}): {err[-1] if err else ''}"
         )
+    defined, refs, members = read_nm(
+        proc.stdout.decode("utf-8", "replace"),
+        lambda file, member: (
+            f"{os.path.relpath(file, obj)}({member})"
+            if member
+            else os.path.relpath(file, obj)
+        ),
+    )
+    undefined = core_undefined(defined, refs, toolchain, binds, obj)
+    log_undefined(log, undefined)
+    result = LinkCheck(rel, members, undefined, time.perf_counter() - t0)
+    log.write(result.report()[-1] + "\n")
+    return result
+
+
+def read_nm(
+    text: str, where: Callable[[str, str | None], str]
+) -> tuple[set[str], dict[str, list[str]], int]:
+    """The global symbols of ``nm -A -P -g`` output.
+
+    Args:
+        text: nm's output (``file[member]: name type ...`` lines; other lines ignored).
+        where: ``(file, archive member or None) -> the object's name in the report``.
+    Returns:
+        ``(defined names, {referenced name: objects referencing it}, objects read)``;
+        the names are nm's (mangled).
+    """
     defined: set[str] = set()
     refs: dict[str, list[str]] = {}
     members = 0
     previous = None
-    for line in proc.stdout.decode("utf-8", "replace").splitlines():
+    for line in text.splitlines():
         m = _NM_LINE_RE.match(line)
         if not m:
             continue
-        where = (
-            f"{os.path.relpath(m.group('file'), obj)}({m.group('member')})"
-            if m.group("member")
-            else os.path.relpath(m.group("file"), obj)
-        )
-        if where != previous:
+        name_of = where(m.group("file"), m.group("member"))
+        if name_of != previous:
             # nm lists each object's symbols together; an archive may hold two objects of
             # one name (mlx/backend/common/compiled.cpp.o and mlx/backend/rocm/...), so count
             # the runs, not the names
             members += 1
-            previous = where
+            previous = name_of
         name, kind = m.group("name"), m.group("type")
         if kind == _NM_UNDEFINED:
-            refs.setdefault(name, []).append(where)
+            refs.setdefault(name, []).append(name_of)
         elif _nm_defines(kind):
             defined.add(name)
+    return defined, refs, members
+
+
+def core_undefined(
+    defined: set[str],
+    refs: dict[str, list[str]],
+    toolchain: Toolchain,
+    binds: list[str],
+    cwd: str,
+) -> list[UndefinedSymbol]:
+    """The referenced names no object defines that belong to ``mlx::core``, demangled
+    (one ``c++filt`` run where the compilers run), sorted by name.
+
+    Args:
+        defined, refs: from :func:`read_nm`; toolchain, binds, cwd: where c++filt runs.
+    Returns:
+        :class:`UndefinedSymbol` s (``referenced_from`` sorted, without repeats).
+    """
     missing = sorted(n for n in refs if n not in defined)
-    demangled = _demangle(missing, toolchain, binds, obj)
+    demangled = _demangle(missing, toolchain, binds, cwd)
     undefined = []
     for name in missing:
         pretty = demangled.get(name, name)
         if is_mlx_core_symbol(pretty):
             undefined.append(UndefinedSymbol(pretty, sorted(set(refs[name]))))
     undefined.sort(key=lambda u: u.symbol)
+    return undefined
+
+
+def log_undefined(log: BuildLog, undefined: Sequence[UndefinedSymbol]) -> None:
+    """One ``link check: undefined symbol: NAME`` entry per symbol (the form ``overlay
+    drift --log`` reads), with the objects that reference it."""
     for u in undefined:
         log.write(
             f"link check: undefined symbol: {u.symbol}\n"
             f"  referenced from {', '.join(u.referenced_from)}\n"
         )
-    result = LinkCheck(rel, members, undefined, time.perf_counter() - t0)
-    log.write(result.report()[-1] + "\n")
-    return result
 
 
 def _demangle(

@@ -110,7 +110,9 @@ def build(
             the fork's HIP objects (``RULE_LAUNCH_CUSTOM``, :func:`write_launcher`).
             In the chroot, the directory named by ``CCACHE_DIR``/``SCCACHE_DIR`` is bound.
         link: after a successful full build (no ``target``), the link check
-            (:func:`link_check`): undefined ``mlx::core`` symbols fail the build.
+            (:func:`link_check`): undefined ``mlx::core`` symbols fail the build; with
+            ``check``, the front end's link check over the units' symbols
+            (:mod:`overlay.build.symbols`), which fails the check the same way.
         drift_range: ``(old pin, new pin)`` commit SHAs: when the run fails, each error
             and undefined symbol is attributed to the upstream commit of that range
             behind it (:func:`overlay.drift.attribute_log`).
@@ -167,6 +169,7 @@ class _Run:
     log: BuildLog
     binds: list[str]
     progress: Callable[[int, int, str], None] | None
+    link: bool = True
 
 
 def _build_locked(
@@ -217,6 +220,7 @@ def _build_locked(
         BuildLog(result.log),
         binds,
         progress,
+        link,
     )
     try:
         run.log.write(_log_header(result, layers.patched))
@@ -282,7 +286,13 @@ def _compile(
         return ""
     if result.mode == "check":
         return check_tree(
-            result, run.toolchain, run.binds, run.jobs, run.log, run.progress
+            result,
+            run.toolchain,
+            run.binds,
+            run.jobs,
+            run.log,
+            run.progress,
+            symbols=run.link,
         )
     if result.mode == "only-changed":
         return _only_changed(run, result, suites_dir)

@@ -296,7 +296,7 @@ def ci_cmd(
     default=True,
     show_default=True,
     help="After a full build, report undefined mlx::core symbols over every object of "
-    "the library.",
+    "the library; with --check, over the symbols every unit's front end wrote.",
 )
 @click.option(
     "--drift-from",
