@@ -26,7 +26,7 @@ from gitfixtures import git
 
 from overlay.build import ToolchainError, default_toolchain_root, find_toolchain
 from overlay.cli import main
-from overlay.manifest import load_manifest
+from overlay.records.manifest import load_manifest
 
 ROOT = Path(__file__).resolve().parent.parent
 #: Read before the isolation fixture moves HOME: where this machine's toolchain lies.
