@@ -161,9 +161,16 @@ void worker_loop(ihipStream_t* s) {
 }
 
 ihipStream_t* new_stream(int device) {
-  auto* s = new ihipStream_t();
-  s->magic = kStreamLive;
-  s->device = device;
+  ihipStream_t* s = nullptr;
+  {
+    // The object's construction (its queue lock's initialization included)
+    // is the model's bookkeeping: another thread that finds the stream in the
+    // hidden registry and locks its queue must not race with it.
+    Hidden h;
+    s = new ihipStream_t();
+    s->magic = kStreamLive;
+    s->device = device;
+  }
   s->worker = std::thread(worker_loop, s);
   Hidden h;
   std::lock_guard<std::mutex> lk(registry().m);
@@ -293,6 +300,20 @@ long long env_int(const char* name, long long fallback) {
   char* end = nullptr;
   long long x = std::strtoll(v, &end, 0);
   return (end && *end == '\0') ? x : fallback;
+}
+
+bool stream_live(hipStream_t stream) {
+  if (stream == nullptr) {
+    return true; // a device's default stream is never destroyed
+  }
+  Hidden h;
+  std::lock_guard<std::mutex> lk(registry().m);
+  return registry().streams.count(stream) != 0;
+}
+
+bool allocation_live(const void* p) {
+  size_t b = 0, s = 0;
+  return classify(p, 1, &b, &s) == 1;
 }
 
 bool enqueue(hipStream_t stream, const char* what, std::function<void()> task) {

@@ -24,8 +24,33 @@
 // something makes the exit status nonzero on its own (TSan: 66 at exit;
 // ASan: stops at the first error).
 //
+// OVERLAY_RACE_MODE picks the workload (default: the one above):
+//   * late: the weak-ordering stress. The threads meet at the barrier, then
+//     thread 0 alone runs its first GEMM (it creates the handle) while the
+//     others wait on a relaxed atomic, which gives ThreadSanitizer no
+//     happens-before edge; then they start, each with the f32 GEMM, whose
+//     entry point (hipblaslt_gemm_rowmajor_on_stream) reads the handle through
+//     get_handle() before taking any lock thread 0 released. So the only edge
+//     from the handle's creation to those reads is the init flag's
+//     release/acquire pair: weaken it and every run reports the race, on any
+//     schedule.
+//   * teardown: release of a stream's GEMM state while other threads run
+//     GEMMs. Each round a thread makes a new CommandEncoder (a new stream),
+//     runs the bf16 TN GEMM on it, queues a host callback on that stream that
+//     runs the f32 GEMM through hipblaslt_gemm_rowmajor_on_stream on the same
+//     stream (the async MoE path: matmul.cpp moe_async_host_cb, on the HIP
+//     host-callback thread), and destroys the encoder at once, so
+//     ~CommandEncoder's hipblaslt_release_stream_workspace runs while the
+//     callback is still queued; both outputs are then checked. A release
+//     that erases the stream's entry before draining the stream lets the
+//     callback allocate a new workspace for the dying stream, which the model
+//     reports as workspace-of-destroyed-stream at the end.
+//
+// Every mode ends with the model's route lines (racelab.h): what the code
+// under test did that only the fixed route does; the suites expect them.
+//
 // Settings (environment): OVERLAY_RACE_THREADS (8), OVERLAY_RACE_ROUNDS (33),
-// and the model's OVERLAY_STUB_* (hipblaslt_stub.cpp).
+// OVERLAY_RACE_MODE, and the model's OVERLAY_STUB_* (hipblaslt_stub.cpp).
 
 #include "race_driver.h"
 #include "racelab.h"
@@ -38,11 +63,13 @@
 #include <hipblaslt/hipblaslt.h>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <memory>
 #include <mutex>
 #include <random>
 #include <string>
@@ -113,7 +140,7 @@ constexpr Gemm kRaw{"bf16 [64,64] x [64,64] via hipblaslt_gemm_raw", 1, 64, 64, 
 
 struct ThreadState {
   int t;
-  rocm::CommandEncoder encoder;
+  std::unique_ptr<rocm::CommandEncoder> owned;
   hipStream_t stream;
   // One set of buffers per GEMM kind, allocated before the barrier.
   DeviceBuffer a[4] = {DeviceBuffer(64 * 64 * 2), DeviceBuffer(4 * 64 * 64 * 2),
@@ -123,8 +150,19 @@ struct ThreadState {
   DeviceBuffer c[4] = {DeviceBuffer(64 * 64 * 2), DeviceBuffer(4 * 64 * 64 * 2),
                        DeviceBuffer(64 * 64 * 4), DeviceBuffer(64 * 64 * 2)};
 
-  ThreadState(int t_, rocm::Device& dev)
-      : t(t_), encoder(dev), stream(static_cast<hipStream_t>(encoder.stream())) {}
+  ThreadState(int t_, rocm::Device& dev) : t(t_) {
+    renew(dev);
+  }
+  rocm::CommandEncoder& encoder() {
+    return *owned;
+  }
+  // A new CommandEncoder, so a new stream (teardown mode); the old one's
+  // destructor releases its stream's GEMM state first.
+  void renew(rocm::Device& dev) {
+    owned.reset();
+    owned = std::make_unique<rocm::CommandEncoder>(dev);
+    stream = static_cast<hipStream_t>(owned->stream());
+  }
 };
 
 
@@ -157,13 +195,13 @@ void run_gemm(ThreadState& st, int gi, const Gemm& g, int r, std::mt19937& rng, 
       auto a = da.as_array({64, 64}, mx::bfloat16);
       auto b = db.as_array({64, 64}, mx::bfloat16);
       auto c = dc.as_array({64, 64}, mx::bfloat16);
-      rocm::hipblaslt_gemm(st.encoder, false, true, 64, 64, 64, 1.0f, a, 64, b, 64, 0.0f, c, 64,
+      rocm::hipblaslt_gemm(st.encoder(), false, true, 64, 64, 64, 1.0f, a, 64, b, 64, 0.0f, c, 64,
                            mx::bfloat16);
     } else if (&g == &kBatched) {
       auto a = da.as_array({4, 64, 64}, mx::bfloat16);
       auto b = db.as_array({4, 64, 64}, mx::bfloat16);
       auto c = dc.as_array({4, 64, 64}, mx::bfloat16);
-      rocm::hipblaslt_gemm_batched(st.encoder, false, false, 64, 64, 64, 1.0f, a, 64, 64 * 64, b,
+      rocm::hipblaslt_gemm_batched(st.encoder(), false, false, 64, 64, 64, 1.0f, a, 64, 64 * 64, b,
                                    64, 64 * 64, 0.0f, c, 64, 64 * 64, 4, mx::bfloat16);
     } else if (&g == &kF32) {
       rocm::hipblaslt_gemm_rowmajor_on_stream(s, 0, false, false, 64, 64, 128, 1.0f, da.ptr, 128,
@@ -190,22 +228,96 @@ void run_gemm(ThreadState& st, int gi, const Gemm& g, int r, std::mt19937& rng, 
   finding("exact-output-mismatch", st.t, r, std::string(g.name) + ": " + bad);
 }
 
+// The async MoE path's shape (matmul.cpp moe_async_host_cb): a host callback
+// queued on the stream runs a GEMM on that same stream from the HIP
+// host-callback thread.
+struct CallbackGemm {
+  hipStream_t stream;
+  void *a, *b, *c;
+  bool threw{false};
+  std::string what;
+};
+
+void callback_gemm(void* user) {
+  auto* cb = static_cast<CallbackGemm*>(user);
+  try {
+    rocm::hipblaslt_gemm_rowmajor_on_stream(cb->stream, 0, false, false, 64, 64, 128, 1.0f, cb->a,
+                                            128, cb->b, 64, 0.0f, cb->c, 64, mx::float32);
+  } catch (const std::exception& e) {
+    cb->threw = true;
+    cb->what = e.what();
+  }
+}
+
+// One teardown round of thread `st.t` (see the header): a fresh encoder, the
+// TN GEMM on it, the callback GEMM queued behind it, the encoder destroyed.
+void teardown_round(ThreadState& st, rocm::Device& dev, int r, std::mt19937& rng, Counts& counts) {
+  st.renew(dev);
+  hipStream_t s = st.stream;
+  auto A = ints(rng, 64 * 128, -4, 4);
+  auto B = ints(rng, 128 * 64, -4, 4);
+  auto ref = reference(A, B, 1, 64, 64, 128, false);
+  auto ha = encode(A, false), hb = encode(B, false);
+  (void)hipMemcpyAsync(st.a[2].ptr, ha.data(), ha.size(), hipMemcpyHostToDevice, s);
+  (void)hipMemcpyAsync(st.b[2].ptr, hb.data(), hb.size(), hipMemcpyHostToDevice, s);
+  (void)hipMemsetAsync(st.c[2].ptr, 0, 64 * 64 * 4, s);
+  // The TN GEMM first, so the stream has its workspace and work queued.
+  run_gemm(st, 0, kTN, r, rng, counts);
+  CallbackGemm cb{s, st.a[2].ptr, st.b[2].ptr, st.c[2].ptr};
+  counts.gemms.fetch_add(1, std::memory_order_relaxed);
+  // A long kernel ahead of the callback (20 ms; a sleep, so no
+  // synchronization): the encoder is destroyed while the stream still has
+  // work queued, as when a thread drops an encoder whose last commands run.
+  auto slow = [](void*) { std::this_thread::sleep_for(std::chrono::milliseconds(20)); };
+  if (hipLaunchHostFunc(s, slow, nullptr) != hipSuccess ||
+      hipLaunchHostFunc(s, callback_gemm, &cb) != hipSuccess) {
+    finding("hipblaslt-exception", st.t, r, "hipLaunchHostFunc failed");
+    return;
+  }
+  // ~CommandEncoder: hipblaslt_release_stream_workspace while the callback
+  // is queued; the stream is gone afterwards, so the next round renews it.
+  st.owned.reset();
+  if (cb.threw) {
+    counts.threw.fetch_add(1, std::memory_order_relaxed);
+    finding("hipblaslt-exception", st.t, r, "callback GEMM: " + cb.what);
+    return;
+  }
+  std::vector<uint8_t> hc(64 * 64 * 4);
+  (void)hipMemcpy(hc.data(), st.c[2].ptr, hc.size(), hipMemcpyDeviceToHost);
+  std::string bad = mismatch(hc, ref, false);
+  if (bad.empty()) {
+    counts.exact.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  counts.mismatched.fetch_add(1, std::memory_order_relaxed);
+  finding("exact-output-mismatch", st.t, r, std::string("callback f32 GEMM: ") + bad);
+}
+
 } // namespace
 
 int main() {
   const int threads = static_cast<int>(racelab::env_int("OVERLAY_RACE_THREADS", 8));
   const int rounds = static_cast<int>(racelab::env_int("OVERLAY_RACE_ROUNDS", 33));
   const long long run = racelab::env_int("OVERLAY_RUN_INDEX", 1);
+  const char* mode_env = std::getenv("OVERLAY_RACE_MODE");
+  const std::string mode = mode_env ? mode_env : "";
+  if (mode != "" && mode != "late" && mode != "teardown") {
+    std::fprintf(stderr, "hipblaslt_race: unknown OVERLAY_RACE_MODE %s\n", mode.c_str());
+    return 2;
+  }
   std::printf(
       "race-lab: hipblaslt_race on the host model of HIP and hipBLASLt (not a GPU run): %d threads x "
-      "%d rounds, workspace %lld bytes, fail-once at call %lld\n",
+      "%d rounds, workspace %lld bytes, fail-once at call %lld, mode %s\n",
       threads, rounds, racelab::env_int("OVERLAY_STUB_WORKSPACE", 0),
-      racelab::env_int("OVERLAY_STUB_FAIL_ONCE_AT", 0));
+      racelab::env_int("OVERLAY_STUB_FAIL_ONCE_AT", 0), mode.empty() ? "default" : mode.c_str());
   std::fflush(stdout);
 
   rocm::Device device(0);
   Barrier barrier(threads);
   Counts counts;
+  // late mode: thread 0's first GEMM is done. Relaxed on purpose: no
+  // happens-before edge for ThreadSanitizer (see the header).
+  std::atomic<int> first_done{0};
   std::vector<std::thread> workers;
   for (int t = 0; t < threads; ++t) {
     workers.emplace_back([&, t] {
@@ -218,12 +330,29 @@ int main() {
         barrier.arrive_and_wait();
         waited = true;
         const Gemm* gemms[4] = {&kTN, &kBatched, &kF32, &kRaw};
+        // late mode starts with the f32 GEMM (see the header).
+        const int order[2][4] = {{0, 1, 2, 3}, {2, 0, 1, 3}};
+        const int* ord = order[mode == "late" ? 1 : 0];
         for (int r = 0; r < rounds; ++r) {
-          for (int gi = 0; gi < 4; ++gi) {
-            run_gemm(st, gi, *gemms[gi], r, rng, counts);
+          if (mode == "teardown") {
+            teardown_round(st, device, r, rng, counts);
+            continue;
+          }
+          for (int i = 0; i < 4; ++i) {
+            if (mode == "late" && r == 0 && i == 0 && t != 0) {
+              while (first_done.load(std::memory_order_relaxed) == 0) {
+                std::this_thread::yield();
+              }
+            }
+            run_gemm(st, ord[i], *gemms[ord[i]], r, rng, counts);
+            if (mode == "late" && r == 0 && i == 0 && t == 0) {
+              first_done.store(1, std::memory_order_relaxed);
+            }
           }
         }
-        (void)hipStreamSynchronize(st.stream);
+        if (st.owned) {
+          (void)hipStreamSynchronize(st.stream);
+        }
       } catch (const std::exception& e) {
         finding("hipblaslt-exception", t, -1, std::string("thread setup or teardown: ") + e.what());
       }
@@ -235,6 +364,7 @@ int main() {
   for (auto& w : workers) {
     w.join();
   }
+  racelab::hipblaslt_route_summary();
   int reports = racelab::report_count();
   std::printf(
       "race-lab: %d GEMMs: %d exact, %d mismatched, %d threw, %d misrouted; %d report(s)\n",
