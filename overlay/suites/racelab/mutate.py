@@ -445,6 +445,7 @@ def run_check(
     only: Sequence[str] = (),
     parallel: int = 1,
     results_dir: str | None = None,
+    out_root: str | None = None,
     runner: SuiteRunner | None = None,
     builder: Callable[..., object] | None = None,
     progress: Callable[[str], None] | None = None,
@@ -461,6 +462,8 @@ def run_check(
         only: only the mutants with these ids (default: all).
         parallel: suites run at once.
         results_dir: results root (default ``build/suite-results/mutants``).
+        out_root: where the export, the scratch layers and the builds go
+            (default ``build/race-lab/mutants``).
         runner: runs one suite (default :func:`suite_runner`).
         builder: :func:`overlay.suites.racelab.build_tree` or a stand-in.
         progress: called with one line per step.
@@ -491,13 +494,13 @@ def run_check(
         if (not fixes or m.fix in fixes) and (not only or m.id in only)
     ]
     uncaught = [u for u in uncaught if not fixes or u.fix in fixes]
-    lab_root = layout.under(root, f"{layout.BUILD_DIR}/race-lab")
+    lab_root = out_root or layout.under(root, f"{layout.BUILD_DIR}/race-lab/mutants")
     results = results_dir or layout.under(root, f"{layout.SUITE_RESULTS_DIR}/mutants")
     run_one = runner or suite_runner(
         results, os.path.dirname(layout.under(root, layout.SUITES_TOML))
     )
     tree = compute_layers(store, load_manifest(root), root).patched
-    export_dir = os.path.join(lab_root, "mutants", "patched-src")
+    export_dir = os.path.join(lab_root, "patched-src")
     export_tree(store, tree, export_dir)
 
     plans: list[tuple[int, str, Mutant | None, LabChild, str, list[Suite]]] = []
@@ -515,7 +518,7 @@ def run_check(
     for name, (child, fix_list) in base_children.items():
         cover = [s for f in fix_list for s in covering_suites(suites, f, child)]
         say(f"building the baseline {name}")
-        out = os.path.join(lab_root, "mutants", f"baseline-{name}")
+        out = os.path.join(lab_root, f"baseline-{name}")
         build(
             root,
             export_dir,
@@ -531,10 +534,10 @@ def run_check(
     for m in chosen:
         child = child_for(m.file)
         cover = covering_suites(suites, m.fix, child)
-        src = os.path.join(lab_root, "mutants", m.id, "src")
+        src = os.path.join(lab_root, m.id, "src")
         digest = scratch_layer(export_dir, src, m)
         say(f"building mutant {m.id}")
-        out = os.path.join(lab_root, "mutants", m.id)
+        out = os.path.join(lab_root, m.id)
         build(
             root,
             src,
@@ -548,8 +551,8 @@ def run_check(
 
     # Run directories are labelled by the build (baseline-<child> or mutant-<id>).
     jobs = [
-        (s, out, os.path.basename(out))
-        for (_f, _p, _m, _c, out, cover) in plans
+        (s, out, f"mutant-{m.id}" if m else f"baseline-{c.name}")
+        for (_f, _p, m, c, out, cover) in plans
         for s in cover
     ]
     say(f"running {len(jobs)} suite(s) x {runs} runs")
