@@ -5,8 +5,13 @@
 // Streams are worker threads with FIFO queues, "device memory" is host memory,
 // and the API's synchronization promises (stream order, stream and event waits,
 // hipFree's implicit device synchronize) are the only happens-before edges the
-// model creates for ThreadSanitizer. Graph capture is not modelled: capture
-// calls answer hipErrorNotSupported and every stream reports "not capturing".
+// model creates for ThreadSanitizer. Stream capture is modelled as far as the
+// host sees it: hipStreamBeginCapture/EndCapture per stream (with its mode),
+// hipStreamIsCapturing/GetCaptureInfo, work enqueued meanwhile recorded rather
+// than run, and what the runtime forbids during capture (hipMalloc, hipFree's
+// implicit synchronize, hipDeviceSynchronize, synchronizing the capturing
+// stream): a `capture-violation` report, an error, and the capture
+// invalidated. Launching a graph is not modelled.
 
 #include "racelab.h"
 
@@ -70,6 +75,14 @@ struct ihipStream_t {
   uint64_t completed{0};
   bool stop{false};
   std::thread worker;
+  // Capture (hipStreamBeginCapture .. EndCapture): 0 none, 1 active, 2
+  // invalidated by a call the runtime forbids during capture. Work enqueued
+  // while it is nonzero is recorded into the graph, not run. Model
+  // bookkeeping: read and written inside Hidden scopes only.
+  int capture{0};
+  int capture_mode{0};          // hipStreamCaptureMode
+  std::thread::id capture_thread; // the thread that began it
+  uint64_t recorded{0};
 };
 
 struct ihipEvent_t {
@@ -103,6 +116,8 @@ constexpr uint8_t kPoison = 0xdb;
 constexpr size_t kPoisonLimit = 4u << 20;
 
 std::atomic<int> g_reports{0};
+// Streams with an active (or invalidated, not yet ended) capture.
+std::atomic<int> g_capturing{0};
 
 int device_count() {
   static const int n = static_cast<int>(env_int("OVERLAY_STUB_DEVICES", 1));
@@ -302,6 +317,62 @@ long long env_int(const char* name, long long fallback) {
   return (end && *end == '\0') ? x : fallback;
 }
 
+int capture_state(ihipStream_t* s) {
+  if (s == nullptr) {
+    return 0;
+  }
+  Hidden h;
+  std::lock_guard<std::mutex> lk(registry().m);
+  return s->capture;
+}
+
+// Whether a capture forbids this thread's unsafe calls (hipMalloc, hipFree,
+// a device synchronize): a global-mode capture forbids them on every thread,
+// a thread-local one on the thread that began it, a relaxed one nowhere (the
+// capture modes of HIP, as of CUDA).
+bool capture_forbids_here(const ihipStream_t* st) {
+  return st->capture == 1 &&
+         (st->capture_mode == hipStreamCaptureModeGlobal ||
+          (st->capture_mode == hipStreamCaptureModeThreadLocal &&
+           st->capture_thread == std::this_thread::get_id()));
+}
+
+bool any_capturing() {
+  if (g_capturing.load(std::memory_order_relaxed) == 0) {
+    return false;
+  }
+  Hidden h;
+  std::lock_guard<std::mutex> lk(registry().m);
+  for (auto* st : registry().all_streams) {
+    if (capture_forbids_here(st)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// A call the runtime forbids during capture: reported, and the captures that
+// forbid it (of `only`, or when null every capture that forbids this thread's
+// unsafe calls) are invalidated, as HIP and CUDA invalidate a capture an
+// unsafe call interrupts.
+hipError_t capture_violation(const char* call, ihipStream_t* only) {
+  char buf[200];
+  std::snprintf(buf, sizeof(buf), "%s while %s is capturing (forbidden during stream capture)",
+                call, only ? "its stream" : "a stream");
+  report("capture-violation", buf);
+  {
+    Hidden h;
+    std::lock_guard<std::mutex> lk(registry().m);
+    for (auto* st : registry().all_streams) {
+      if (only ? (st == only && st->capture == 1) : capture_forbids_here(st)) {
+        st->capture = 2;
+      }
+    }
+  }
+  t_last_error = hipErrorStreamCaptureUnsupported;
+  return hipErrorStreamCaptureUnsupported;
+}
+
 bool stream_live(hipStream_t stream) {
   if (stream == nullptr) {
     return true; // a device's default stream is never destroyed
@@ -318,6 +389,13 @@ bool allocation_live(const void* p) {
 
 bool enqueue(hipStream_t stream, const char* what, std::function<void()> task) {
   ihipStream_t* s = resolve(stream, what);
+  if (s != nullptr && capture_state(s) != 0) {
+    // Recorded into the capture's graph; graphs are not launched here.
+    Hidden h;
+    std::lock_guard<std::mutex> lk(registry().m);
+    ++s->recorded;
+    return true;
+  }
   if (s == nullptr) {
     return false;
   }
@@ -487,6 +565,9 @@ hipError_t hipGetDevicePropertiesR0600(hipDeviceProp_tR0600* prop, int device) {
 }
 
 hipError_t hipDeviceSynchronize() {
+  if (racelab::any_capturing()) {
+    return racelab::capture_violation("hipDeviceSynchronize", nullptr);
+  }
   racelab::synchronize_all();
   return hipSuccess;
 }
@@ -528,6 +609,10 @@ hipError_t hipMalloc(void** ptr, size_t size) {
   if (ptr == nullptr) {
     return ret(hipErrorInvalidValue);
   }
+  if (racelab::any_capturing()) {
+    // hipMalloc is not capturable: it is refused while a capture is active.
+    return racelab::capture_violation("hipMalloc", nullptr);
+  }
   if (size == 0) {
     *ptr = nullptr;
     return hipSuccess;
@@ -554,6 +639,9 @@ hipError_t hipFree(void* ptr) {
     return hipSuccess;
   }
   // Documented: hipFree performs an implicit hipDeviceSynchronize().
+  if (racelab::any_capturing()) {
+    return racelab::capture_violation("hipFree (an implicit device synchronize)", nullptr);
+  }
   racelab::synchronize_all();
   size_t size = 0;
   bool ok = false;
@@ -681,6 +769,9 @@ hipError_t hipStreamSynchronize(hipStream_t stream) {
   if (s == nullptr) {
     return ret(hipErrorInvalidHandle);
   }
+  if (racelab::capture_state(s) != 0) {
+    return racelab::capture_violation("hipStreamSynchronize", s);
+  }
   racelab::sync_stream(s);
   return hipSuccess;
 }
@@ -699,37 +790,80 @@ hipError_t hipLaunchHostFunc(hipStream_t stream, hipHostFn_t fn, void* userData)
   return ok ? hipSuccess : ret(hipErrorInvalidHandle);
 }
 
-// Capture is not modelled (the fork's use_hip_graphs() is false; docs/race-lab.md).
-hipError_t hipStreamBeginCapture(hipStream_t, hipStreamCaptureMode) {
-  return ret(hipErrorNotSupported);
+// Capture: per stream, begin/end, status queries; work enqueued meanwhile is
+// recorded, not run; hipMalloc, hipFree and synchronizing a capturing stream
+// are refused and invalidate the capture (capture_violation). The graph End
+// returns is an opaque object; launching graphs is not modelled.
+hipError_t hipStreamBeginCapture(hipStream_t stream, hipStreamCaptureMode mode) {
+  ihipStream_t* s = stream ? racelab::resolve(stream, "hipStreamBeginCapture") : nullptr;
+  if (s == nullptr) {
+    return ret(hipErrorInvalidValue); // the legacy null stream cannot capture
+  }
+  Hidden h;
+  std::lock_guard<std::mutex> lk(racelab::registry().m);
+  if (s->capture != 0) {
+    return ret(hipErrorIllegalState);
+  }
+  s->capture = 1;
+  s->capture_mode = static_cast<int>(mode);
+  s->capture_thread = std::this_thread::get_id();
+  racelab::g_capturing.fetch_add(1, std::memory_order_relaxed);
+  return hipSuccess;
 }
 
-hipError_t hipStreamEndCapture(hipStream_t, hipGraph_t* graph) {
+hipError_t hipStreamEndCapture(hipStream_t stream, hipGraph_t* graph) {
   if (graph) {
     *graph = nullptr;
   }
-  return ret(hipErrorNotSupported);
+  ihipStream_t* s = stream ? racelab::resolve(stream, "hipStreamEndCapture") : nullptr;
+  if (s == nullptr) {
+    return ret(hipErrorInvalidValue);
+  }
+  int was = 0;
+  {
+    Hidden h;
+    std::lock_guard<std::mutex> lk(racelab::registry().m);
+    was = s->capture;
+    if (was != 0) {
+      s->capture = 0;
+      racelab::g_capturing.fetch_sub(1, std::memory_order_relaxed);
+    }
+  }
+  if (was == 0) {
+    return ret(hipErrorIllegalState);
+  }
+  if (was == 2) {
+    return ret(hipErrorStreamCaptureInvalidated);
+  }
+  if (graph) {
+    static char graph_token[1];
+    *graph = reinterpret_cast<hipGraph_t>(graph_token);
+  }
+  return hipSuccess;
 }
 
 hipError_t hipStreamGetCaptureInfo(hipStream_t stream, hipStreamCaptureStatus* status,
                                    unsigned long long* id) {
-  if (stream != nullptr && racelab::resolve(stream, "hipStreamGetCaptureInfo") == nullptr) {
-    return ret(hipErrorInvalidHandle);
+  ihipStream_t* s = nullptr;
+  if (stream != nullptr) {
+    s = racelab::resolve(stream, "hipStreamGetCaptureInfo");
+    if (s == nullptr) {
+      return ret(hipErrorInvalidHandle);
+    }
   }
+  int c = racelab::capture_state(s);
   if (status) {
-    *status = hipStreamCaptureStatusNone;
+    *status = c == 0 ? hipStreamCaptureStatusNone
+                     : (c == 1 ? hipStreamCaptureStatusActive : hipStreamCaptureStatusInvalidated);
   }
   if (id) {
-    *id = 0;
+    *id = c ? reinterpret_cast<uintptr_t>(s) : 0;
   }
   return hipSuccess;
 }
 
-hipError_t hipStreamIsCapturing(hipStream_t, hipStreamCaptureStatus* status) {
-  if (status) {
-    *status = hipStreamCaptureStatusNone;
-  }
-  return hipSuccess;
+hipError_t hipStreamIsCapturing(hipStream_t stream, hipStreamCaptureStatus* status) {
+  return hipStreamGetCaptureInfo(stream, status, nullptr);
 }
 
 hipError_t hipGraphGetNodes(hipGraph_t, hipGraphNode_t*, size_t* numNodes) {
@@ -740,6 +874,9 @@ hipError_t hipGraphGetNodes(hipGraph_t, hipGraphNode_t*, size_t* numNodes) {
 }
 
 hipError_t hipGraphDestroy(hipGraph_t graph) {
+  if (graph != nullptr) {
+    return hipSuccess; // the token hipStreamEndCapture returned
+  }
   return graph == nullptr ? hipSuccess : ret(hipErrorNotSupported);
 }
 

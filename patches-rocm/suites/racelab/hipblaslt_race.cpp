@@ -46,6 +46,19 @@
 //     callback allocate a new workspace for the dying stream, which the model
 //     reports as workspace-of-destroyed-stream at the end.
 //
+//     OVERLAY_RACE_CALLBACK_FIRST=1 leaves the TN GEMM out, so the callback
+//     makes the stream's first workspace request: it allocates the 32 MB buffer
+//     on the host-callback thread, under g_ws_mutex (fix 2's open item 1).
+//   * capture: fix 2's open items 3 and 4. After a first round of the default
+//     workload (the handle and the thread's first stream set up outside
+//     capture), each thread makes a new encoder (a stream with no workspace
+//     yet), begins a thread-local capture on it as decode_capture_begin does
+//     (device.cpp), and runs the TN GEMM through hipblaslt_gemm; then ends the
+//     capture; then runs the TN GEMM outside capture and captures it again.
+//     Then it leaves a pending HIP error (hipSetDevice(99)) and runs the f32
+//     GEMM. Per thread the outcome is counted, and one line each says what the
+//     code did: "race-lab: capture: ..." and "race-lab: last error: ...".
+//
 // Every mode ends with the model's route lines (racelab.h): what the code
 // under test did that only the fixed route does; the suites expect them.
 //
@@ -261,8 +274,12 @@ void teardown_round(ThreadState& st, rocm::Device& dev, int r, std::mt19937& rng
   (void)hipMemcpyAsync(st.a[2].ptr, ha.data(), ha.size(), hipMemcpyHostToDevice, s);
   (void)hipMemcpyAsync(st.b[2].ptr, hb.data(), hb.size(), hipMemcpyHostToDevice, s);
   (void)hipMemsetAsync(st.c[2].ptr, 0, 64 * 64 * 4, s);
-  // The TN GEMM first, so the stream has its workspace and work queued.
-  run_gemm(st, 0, kTN, r, rng, counts);
+  // The TN GEMM first, so the stream has its workspace and work queued
+  // (unless the callback is to make the first workspace request).
+  static const bool callback_first = racelab::env_int("OVERLAY_RACE_CALLBACK_FIRST", 0) != 0;
+  if (!callback_first) {
+    run_gemm(st, 0, kTN, r, rng, counts);
+  }
   CallbackGemm cb{s, st.a[2].ptr, st.b[2].ptr, st.c[2].ptr};
   counts.gemms.fetch_add(1, std::memory_order_relaxed);
   // A long kernel ahead of the callback (20 ms; a sleep, so no
@@ -293,6 +310,104 @@ void teardown_round(ThreadState& st, rocm::Device& dev, int r, std::mt19937& rng
   finding("exact-output-mismatch", st.t, r, std::string("callback f32 GEMM: ") + bad);
 }
 
+// What the capture mode saw, over all threads.
+struct CaptureCounts {
+  std::atomic<int> threads{0};
+  std::atomic<int> first_refused{0};  // threw the capture error, allocated nothing
+  std::atomic<int> first_recorded{0}; // the GEMM was recorded into the capture
+  std::atomic<int> first_other{0};    // threw something else
+  std::atomic<int> intact{0};         // hipStreamEndCapture succeeded
+  std::atomic<int> later_recorded{0}; // the later capture recorded its GEMM
+  // A pending error after a GEMM on a stream that has its workspace ([0]) and
+  // on a new stream, whose first workspace request allocates ([1]).
+  std::atomic<int> error_cleared[2]{{0}, {0}};
+  std::atomic<int> error_kept[2]{{0}, {0}};
+};
+
+// One TN GEMM under a thread-local capture of the thread's stream; returns
+// 1 recorded, 0 refused with the capture error, -1 another exception; `intact`
+// says whether the capture ended cleanly.
+int captured_tn(ThreadState& st, bool* intact, std::string* what) {
+  hipStream_t s = st.stream;
+  if (hipStreamBeginCapture(s, hipStreamCaptureModeThreadLocal) != hipSuccess) {
+    *intact = false;
+    return -1;
+  }
+  int outcome = 1;
+  try {
+    auto a = st.a[0].as_array({64, 64}, mx::bfloat16);
+    auto b = st.b[0].as_array({64, 64}, mx::bfloat16);
+    auto c = st.c[0].as_array({64, 64}, mx::bfloat16);
+    rocm::hipblaslt_gemm(st.encoder(), false, true, 64, 64, 64, 1.0f, a, 64, b, 64, 0.0f, c, 64,
+                         mx::bfloat16);
+  } catch (const std::exception& e) {
+    *what = e.what();
+    outcome = what->find("on a capturing stream with none allocated") != std::string::npos ? 0 : -1;
+  }
+  hipGraph_t g = nullptr;
+  *intact = hipStreamEndCapture(s, &g) == hipSuccess && g != nullptr;
+  if (g) {
+    (void)hipGraphDestroy(g);
+  }
+  return outcome;
+}
+
+void capture_round(ThreadState& st, rocm::Device& dev, std::mt19937& rng, Counts& counts,
+                   CaptureCounts& cc) {
+  cc.threads.fetch_add(1, std::memory_order_relaxed);
+  st.renew(dev); // a stream with no workspace yet
+  bool intact = false;
+  std::string what;
+  int first = captured_tn(st, &intact, &what);
+  (first == 1 ? cc.first_recorded : first == 0 ? cc.first_refused : cc.first_other)
+      .fetch_add(1, std::memory_order_relaxed);
+  if (first < 0) {
+    finding("hipblaslt-exception", st.t, 1, "GEMM under capture: " + what);
+  }
+  if (intact) {
+    cc.intact.fetch_add(1, std::memory_order_relaxed);
+  }
+  // Outside capture the stream gets its workspace; a later capture uses it.
+  run_gemm(st, 0, kTN, 1, rng, counts);
+  what.clear();
+  if (captured_tn(st, &intact, &what) == 1 && intact) {
+    cc.later_recorded.fetch_add(1, std::memory_order_relaxed);
+  } else {
+    finding("hipblaslt-exception", st.t, 1, "GEMM under a later capture: " + what);
+  }
+  // Fix 2's open item 3: a HIP error pending on this thread before a GEMM.
+  for (int fresh = 0; fresh < 2; ++fresh) {
+    if (fresh) {
+      st.renew(dev);
+    }
+    (void)hipGetLastError();
+    (void)hipSetDevice(99); // fails: hipErrorInvalidDevice is now the last error
+    (void)hipSetDevice(0);
+    run_gemm(st, 2, kF32, 2 + fresh, rng, counts);
+    (hipPeekAtLastError() == hipSuccess ? cc.error_cleared[fresh] : cc.error_kept[fresh])
+        .fetch_add(1, std::memory_order_relaxed);
+    (void)hipGetLastError();
+  }
+}
+
+void print_capture(const CaptureCounts& cc) {
+  int n = cc.threads.load();
+  std::fprintf(stderr,
+               "race-lab: capture: first workspace GEMM on a capturing stream: %d of %d refused "
+               "with the capture error, %d recorded, %d other; capture intact after it: %d of "
+               "%d; a later capture recorded its GEMM: %d of %d\n",
+               cc.first_refused.load(), n, cc.first_recorded.load(), cc.first_other.load(),
+               cc.intact.load(), n, cc.later_recorded.load(), n);
+  for (int fresh = 0; fresh < 2; ++fresh) {
+    std::fprintf(stderr,
+                 "race-lab: last error: a HIP error pending before a GEMM on %s: cleared %d, "
+                 "kept %d of %d\n",
+                 fresh ? "a new stream (its first workspace allocation)"
+                       : "a stream with its workspace",
+                 cc.error_cleared[fresh].load(), cc.error_kept[fresh].load(), n);
+  }
+}
+
 } // namespace
 
 int main() {
@@ -301,7 +416,7 @@ int main() {
   const long long run = racelab::env_int("OVERLAY_RUN_INDEX", 1);
   const char* mode_env = std::getenv("OVERLAY_RACE_MODE");
   const std::string mode = mode_env ? mode_env : "";
-  if (mode != "" && mode != "late" && mode != "teardown") {
+  if (mode != "" && mode != "late" && mode != "teardown" && mode != "capture") {
     std::fprintf(stderr, "hipblaslt_race: unknown OVERLAY_RACE_MODE %s\n", mode.c_str());
     return 2;
   }
@@ -318,6 +433,7 @@ int main() {
   // late mode: thread 0's first GEMM is done. Relaxed on purpose: no
   // happens-before edge for ThreadSanitizer (see the header).
   std::atomic<int> first_done{0};
+  CaptureCounts capture_counts;
   std::vector<std::thread> workers;
   for (int t = 0; t < threads; ++t) {
     workers.emplace_back([&, t] {
@@ -337,6 +453,10 @@ int main() {
           if (mode == "teardown") {
             teardown_round(st, device, r, rng, counts);
             continue;
+          }
+          if (mode == "capture" && r == 1) {
+            capture_round(st, device, rng, counts, capture_counts);
+            break;
           }
           for (int i = 0; i < 4; ++i) {
             if (mode == "late" && r == 0 && i == 0 && t != 0) {
@@ -363,6 +483,9 @@ int main() {
   }
   for (auto& w : workers) {
     w.join();
+  }
+  if (mode == "capture") {
+    print_capture(capture_counts);
   }
   racelab::hipblaslt_route_summary();
   int reports = racelab::report_count();
