@@ -15,6 +15,9 @@
 
 #include "racelab.h"
 
+#include <pthread.h>
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -685,11 +688,135 @@ bool check_side(const void* p, size_t n, const char* what) {
 
 } // namespace
 
-hipError_t hipMemcpyAsync(void* dst, const void* src, size_t sizeBytes, hipMemcpyKind,
+// ------------------------------------------------------------------ host registration
+//
+// hipHostRegister / hipHostGetDevicePointer / hipHostUnregister, with the
+// device alias chosen by OVERLAY_STUB_ALIAS (docs/race-lab.md, "Fix 3"):
+//   identity (default): the device pointer is the host address (Linux HIP, CUDA);
+//   free: a separate alias in address space that is free when registered and
+//     that the runtime does not reserve (what seed 001 measured on Windows HIP);
+//   stack: as free, but slice OVERLAY_STUB_ALIAS_SLICE's (default 0) alias
+//     covers the registering thread's stack, as in seed 001's bad starts.
+// As the Windows runtime does, a host pointer inside a live alias is taken for
+// the registered memory: the copies below read and write the registered range
+// instead (the fault the alias guard exists for).
+
+namespace {
+
+struct HostRegistration {
+  uintptr_t host;
+  size_t bytes;
+  uintptr_t alias;
+};
+std::mutex g_host_m;
+std::vector<HostRegistration>& host_regs() {
+  static auto* v = new std::vector<HostRegistration>();
+  return *v;
+}
+long long g_host_registered = 0;
+
+uintptr_t pick_alias(size_t bytes, int index) {
+  static const char* mode_env = std::getenv("OVERLAY_STUB_ALIAS");
+  static const std::string mode = mode_env ? mode_env : "identity";
+  static const long long stack_slice = racelab::env_int("OVERLAY_STUB_ALIAS_SLICE", 0);
+  const size_t gran = 65536;
+  if (mode == "stack" && index == stack_slice) {
+    pthread_attr_t attr;
+    void* base = nullptr;
+    size_t size = 0;
+    if (pthread_getattr_np(pthread_self(), &attr) == 0) {
+      pthread_attr_getstack(&attr, &base, &size);
+      pthread_attr_destroy(&attr);
+    }
+    volatile char here = 0;
+    uintptr_t sp = reinterpret_cast<uintptr_t>(&here);
+    uintptr_t lo = sp > bytes / 2 ? sp - bytes / 2 : 0;
+    return lo - lo % gran;
+  }
+  // A range free now: mapped and unmapped again, never reserved for the alias.
+  void* p = mmap(nullptr, bytes + gran, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                 -1, 0);
+  if (p == MAP_FAILED) {
+    return 0;
+  }
+  munmap(p, bytes + gran);
+  uintptr_t u = reinterpret_cast<uintptr_t>(p);
+  return (u + gran - 1) / gran * gran;
+}
+
+// The registered memory a host pointer means (the alias redirect), else `p`.
+const void* redirect(const void* p, size_t n) {
+  Hidden h;
+  std::lock_guard<std::mutex> lk(g_host_m);
+  auto u = reinterpret_cast<uintptr_t>(p);
+  for (const auto& r : host_regs()) {
+    if (r.alias != r.host && u >= r.alias && u + n <= r.alias + r.bytes) {
+      return reinterpret_cast<const void*>(r.host + (u - r.alias));
+    }
+  }
+  return p;
+}
+
+} // namespace
+
+hipError_t hipHostRegister(void* host, size_t bytes, unsigned int) {
+  if (host == nullptr || bytes == 0) {
+    return ret(hipErrorInvalidValue);
+  }
+  Hidden h;
+  std::lock_guard<std::mutex> lk(g_host_m);
+  for (const auto& r : host_regs()) {
+    if (r.host == reinterpret_cast<uintptr_t>(host)) {
+      return ret(hipErrorHostMemoryAlreadyRegistered);
+    }
+  }
+  uintptr_t alias = reinterpret_cast<uintptr_t>(host);
+  const char* mode = std::getenv("OVERLAY_STUB_ALIAS");
+  if (mode && std::string(mode) != "identity") {
+    alias = pick_alias(bytes, static_cast<int>(g_host_registered));
+  }
+  ++g_host_registered;
+  host_regs().push_back({reinterpret_cast<uintptr_t>(host), bytes, alias});
+  return hipSuccess;
+}
+
+hipError_t hipHostGetDevicePointer(void** dev, void* host, unsigned int) {
+  if (dev == nullptr) {
+    return ret(hipErrorInvalidValue);
+  }
+  Hidden h;
+  std::lock_guard<std::mutex> lk(g_host_m);
+  auto u = reinterpret_cast<uintptr_t>(host);
+  for (const auto& r : host_regs()) {
+    if (u >= r.host && u < r.host + r.bytes) {
+      *dev = reinterpret_cast<void*>(r.alias + (u - r.host));
+      return hipSuccess;
+    }
+  }
+  *dev = nullptr;
+  return ret(hipErrorInvalidValue);
+}
+
+hipError_t hipHostUnregister(void* host) {
+  Hidden h;
+  std::lock_guard<std::mutex> lk(g_host_m);
+  auto& v = host_regs();
+  for (auto it = v.begin(); it != v.end(); ++it) {
+    if (it->host == reinterpret_cast<uintptr_t>(host)) {
+      v.erase(it);
+      return hipSuccess;
+    }
+  }
+  return ret(hipErrorHostMemoryNotRegistered);
+}
+
+hipError_t hipMemcpyAsync(void* dst_in, const void* src_in, size_t sizeBytes, hipMemcpyKind,
                           hipStream_t stream) {
   if (sizeBytes == 0) {
     return hipSuccess;
   }
+  void* dst = const_cast<void*>(redirect(dst_in, sizeBytes));
+  const void* src = redirect(src_in, sizeBytes);
   bool ok = racelab::enqueue(stream, "hipMemcpyAsync", [=] {
     if (check_side(src, sizeBytes, "hipMemcpyAsync source") &&
         check_side(dst, sizeBytes, "hipMemcpyAsync destination")) {
