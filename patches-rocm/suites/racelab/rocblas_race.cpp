@@ -91,9 +91,11 @@ struct Gemm {
 };
 
 constexpr Gemm kGemms[3] = {
-    {"f32 [64,128] x [128,64]", 1, 64, 64, 128, false},
-    {"f32 [64,64] x transpose([64,64]) (handle fetched before the bind)", 1, 64, 64, 64, true},
-    {"f32 [4,64,64] x [4,64,64]", 4, 64, 64, 64, false},
+    {"f32 [64,128] x [128,64] (gemm_rocblas: handle fetched before the bind)", 1, 64, 64, 128,
+     false},
+    {"f32 [64,64] x transpose([64,64]) (rocblas_gemm: bind, then fetch)", 1, 64, 64, 64, true},
+    {"f32 [4,64,64] x [4,64,64] (gemm_and_bias per-batch loop: bind, then fetch)", 4, 64, 64, 64,
+     false},
 };
 
 // Row-major C = A * B' through rocBLAS's column-major GEMM: C^T = B'^T A^T.
