@@ -230,6 +230,8 @@ def test_model_promises_hold(selftest, san):
         ("shared-workspace", {"exact-output-mismatch", "data race"}),
         ("destroy-in-use", {"descriptor-destroyed-in-use"}),
         ("use-after-free", {"device-use-after-free"}),
+        ("capture-malloc", {"capture-violation"}),
+        ("capture-sync", {"capture-violation"}),
     ],
 )
 def test_model_detects(selftest, san, mode, expected):
