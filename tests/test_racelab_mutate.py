@@ -237,3 +237,15 @@ def test_a_mutant_is_caught_and_the_baseline_is_clean(real_mirrors, tmp_path):
     cells = {c.suite: c for c in row.cells}
     assert cells["hipblaslt_release_ws_tsan"].failed == 2, result.markdown()
     assert "workspace-of-destroyed-stream" in cells["hipblaslt_release_ws_tsan"].kinds
+
+
+def test_the_command_names_an_unknown_mutant_with_exit_2(monkeypatch, tmp_path):
+    from click.testing import CliRunner
+
+    from overlay.suites.cli import suite
+
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setenv("OVERLAY_GIT_DIR", str(tmp_path / "store.git"))
+    done = CliRunner().invoke(suite, ["mutate", "--mutant", "nope"])
+    assert done.exit_code == 2, done.output
+    assert "unknown mutant id(s): nope" in done.output
