@@ -406,6 +406,13 @@ def build_cmd(
     help="Only this mutant (repeatable).",
 )
 @click.option(
+    "--suite",
+    "suite_names",
+    multiple=True,
+    metavar="NAME",
+    help="Only this of the covering suites (repeatable; default: every one).",
+)
+@click.option(
     "--parallel",
     "-P",
     type=click.IntRange(min=1),
@@ -429,6 +436,7 @@ def mutate_cmd(
     need: int | None,
     fixes: tuple[int, ...],
     only: tuple[str, ...],
+    suite_names: tuple[str, ...],
     parallel: int,
     results_dir: str | None,
     output: str | None,
@@ -454,6 +462,7 @@ def mutate_cmd(
         need=need if need is not None else runs - runs // 20,
         fixes=fixes,
         only=only,
+        suite_names=suite_names,
         parallel=parallel,
         results_dir=results_dir,
         progress=say,

@@ -443,6 +443,7 @@ def run_check(
     need: int = 19,
     fixes: Sequence[int] = (),
     only: Sequence[str] = (),
+    suite_names: Sequence[str] = (),
     parallel: int = 1,
     results_dir: str | None = None,
     out_root: str | None = None,
@@ -460,6 +461,7 @@ def run_check(
         need: failed runs of some suite for a part to count as caught.
         fixes: only these fixes' mutants (default: all).
         only: only the mutants with these ids (default: all).
+        suite_names: only these of the covering suites (default: every one).
         parallel: suites run at once.
         results_dir: results root (default ``build/suite-results/mutants``).
         out_root: where the export, the scratch layers and the builds go
@@ -480,6 +482,11 @@ def run_check(
     from overlay.suites.racelab.builder import build_tree
 
     build = builder or build_tree
+    if suite_names:
+        missing = sorted(set(suite_names) - set(suites))
+        if missing:
+            raise MutantError(f"unknown suite(s): {', '.join(missing)}")
+        suites = {k: v for k, v in suites.items() if k in suite_names}
     say = progress or (lambda _line: None)
     mutants, uncaught = load_mutants(root)
     unknown = sorted(set(only) - {m.id for m in mutants})
