@@ -500,7 +500,9 @@ def run_check(
         for m in mutants
         if (not fixes or m.fix in fixes) and (not only or m.id in only)
     ]
-    uncaught = [u for u in uncaught if not fixes or u.fix in fixes]
+    # With --mutant, only the chosen mutants' fixes: the table is about them.
+    shown = {m.fix for m in chosen} if only else set(fixes)
+    uncaught = [u for u in uncaught if not shown or u.fix in shown]
     lab_root = out_root or layout.under(root, f"{layout.BUILD_DIR}/race-lab/mutants")
     results = results_dir or layout.under(root, f"{layout.SUITE_RESULTS_DIR}/mutants")
     run_one = runner or suite_runner(
