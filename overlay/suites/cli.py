@@ -31,6 +31,7 @@ from overlay.suites import config as _config
 from overlay.suites import report as _report
 from overlay.suites import runner as _runner
 from overlay.suites import stats as _stats
+from overlay.suites.cli_mutate import mutate_cmd
 from overlay.suites.runner.common import ProgressFn
 
 if TYPE_CHECKING:
@@ -377,98 +378,7 @@ def build_cmd(
     )
 
 
-@suite.command("mutate")
-@click.option(
-    "--runs",
-    type=click.IntRange(min=1),
-    default=20,
-    show_default=True,
-    help="Runs per suite, for each mutant and the baseline.",
-)
-@click.option(
-    "--need",
-    type=click.IntRange(min=1),
-    default=None,
-    help="Failed runs of some suite that make a part caught (default: runs - runs // 20).",
-)
-@click.option(
-    "--fix",
-    "fixes",
-    type=int,
-    multiple=True,
-    help="Only this fix's mutants (repeatable).",
-)
-@click.option(
-    "--mutant",
-    "only",
-    multiple=True,
-    metavar="ID",
-    help="Only this mutant (repeatable).",
-)
-@click.option(
-    "--suite",
-    "suite_names",
-    multiple=True,
-    metavar="NAME",
-    help="Only this of the covering suites (repeatable; default: every one).",
-)
-@click.option(
-    "--parallel",
-    "-P",
-    type=click.IntRange(min=1),
-    default=1,
-    show_default=True,
-    help="Suites run at once.",
-)
-@click.option(
-    "--results",
-    "results_dir",
-    default=None,
-    metavar="DIR",
-    help="Results root (default build/suite-results/mutants).",
-)
-@output_option()
-@click.pass_obj
-@handle_errors
-def mutate_cmd(
-    ws: Workspace,
-    runs: int,
-    need: int | None,
-    fixes: tuple[int, ...],
-    only: tuple[str, ...],
-    suite_names: tuple[str, ...],
-    parallel: int,
-    results_dir: str | None,
-    output: str | None,
-) -> None:
-    """The mutation check of the fixes on the race lab (docs/race-lab.md).
-
-    Each part of a fix named in patches-rocm/suites/mutants.toml is reverted in a
-    scratch copy of the patched layer, and every race-lab suite proving that fix
-    runs --runs times against it; the unmutated layer is the baseline. Prints the
-    Markdown table. Exit 0 when the baseline is clean and every mutant is caught,
-    1 otherwise, 2 without the toolchain. A host model, never a GPU result.
-    """
-    from overlay.suites.racelab import mutate as _mutate
-
-    def say(line: str) -> None:
-        click.echo(f"race lab: {line}", err=True)
-
-    result = _mutate.run_check(
-        ws.base,
-        ws.store,
-        _load(ws),
-        runs=runs,
-        need=need if need is not None else runs - runs // 20,
-        fixes=fixes,
-        only=only,
-        suite_names=suite_names,
-        parallel=parallel,
-        results_dir=results_dir,
-        progress=say,
-    )
-    _emit(result.markdown(), output)
-    exit_with(EXIT_FINDINGS if result.missed or result.baseline_failed else EXIT_OK)
+suite.add_command(mutate_cmd)
 
 
 @suite.command("plan")
