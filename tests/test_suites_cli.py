@@ -85,6 +85,13 @@ def test_list_repository_suites_without_gpu():
         "rocblas_race_ws0_tsan": False,
         "rocblas_race_ws_asan": False,
         "rocblas_race_ws0_asan": False,
+        "hipblaslt_release_ws_tsan": False,
+        "hipblaslt_late_ws0_tsan": False,
+        "rocblas_twostreams_ws_tsan": False,
+        "hipblaslt_release_cbfirst_ws_tsan": False,
+        "hipblaslt_capture_ws_tsan": False,
+        "pinned_alias_free_tsan": False,
+        "pinned_alias_stack_tsan": False,
     }
     skips = {d["name"]: d["skip_reason"] for d in data}
     assert (

@@ -31,16 +31,34 @@ def test_repository_suites_file():
         "rocblas_race_ws_asan",
         "rocblas_race_ws0_asan",
     }
-    assert (
-        set(suites)
-        == {
-            "hipblaslt_concurrency",
-            "rocblas_handle_concurrency",
-            "pinned_alias",
-            "pinned_alias_cuda",
-        }
-        | lab
-    )
+    # The mutation check's suites (docs/race-lab.md): teardown, weak ordering, capture,
+    # two streams a thread, and fix 3's alias guard; name -> the fix each proves.
+    more = {
+        "hipblaslt_release_ws_tsan": 2,
+        "hipblaslt_release_cbfirst_ws_tsan": 2,
+        "hipblaslt_late_ws0_tsan": 2,
+        "hipblaslt_capture_ws_tsan": 2,
+        "rocblas_twostreams_ws_tsan": 1,
+        "pinned_alias_free_tsan": 3,
+        "pinned_alias_stack_tsan": 3,
+    }
+    for name, fix in more.items():
+        s = suites[name]
+        assert (s.model, s.backend, s.hardware, s.proves) == (
+            "race-lab",
+            "cpu",
+            "none",
+            fix,
+        )
+        expects = {(m.stream, m.text): m.expect for m in s.markers}
+        assert expects[("stdout", "overlay-suite: done")] == "exactly 1"
+        assert s.env_set.get("OVERLAY_RACE_MODE") or name.startswith("pinned_")
+    assert set(suites) == {
+        "hipblaslt_concurrency",
+        "rocblas_handle_concurrency",
+        "pinned_alias",
+        "pinned_alias_cuda",
+    } | lab | set(more)
     # The race lab's suites: host models of fix 2, runnable without a GPU, never GPU evidence.
     for name in lab:
         s = suites[name]
@@ -59,6 +77,10 @@ def test_repository_suites_file():
                 == "exactly 1"
             )
             assert expects[("stderr", "Warning: rocBLAS")] == "never"
+            # The fix-route marker: only the fixed route prints it.
+            assert (
+                expects[("stderr", "each bound and used by one thread")] == "exactly 1"
+            )
             continue
         assert s.child == (
             ("racelab_selftest_tsan",)
@@ -75,7 +97,11 @@ def test_repository_suites_file():
                 "0" if "_ws0_" in name else "1048576"
             )
             assert s.env_set["OVERLAY_STUB_FAIL_ONCE_AT"] == "10"
-    assert all(suites[n].model is None for n in set(suites) - lab)
+            assert (
+                expects[("stderr", "each with descriptors its own thread created")]
+                == "exactly 1"
+            )
+    assert all(suites[n].model is None for n in set(suites) - lab - set(more))
     assert (suites["pinned_alias"].backend, suites["pinned_alias"].hardware) == (
         "rocm",
         "amd-gpu",

@@ -31,6 +31,7 @@ from overlay.suites import config as _config
 from overlay.suites import report as _report
 from overlay.suites import runner as _runner
 from overlay.suites import stats as _stats
+from overlay.suites.cli_mutate import mutate_cmd
 from overlay.suites.runner.common import ProgressFn
 
 if TYPE_CHECKING:
@@ -375,6 +376,9 @@ def build_cmd(
         f"({', '.join(os.path.basename(p) for p in built.programs)}); {built.compiled} object(s) "
         f"compiled in {built.seconds:.1f} s. A host model, not a GPU build."
     )
+
+
+suite.add_command(mutate_cmd)
 
 
 @suite.command("plan")

@@ -245,7 +245,7 @@ def _plan(
     headers = b"".join(
         _read(os.path.join(lab, h)) for h in sorted(os.listdir(lab)) if h.endswith(".h")
     )
-    units: dict[tuple[str, str], Unit] = {}
+    units: dict[tuple[str, str, tuple[str, ...]], Unit] = {}
     links: list[Link] = []
     for san in sanitizers:
         if san not in SANITIZERS:
@@ -254,14 +254,24 @@ def _plan(
             )
         for child in children:
             objs = []
+            extra = tuple(f.replace("{lab}", lab) for f in child.tree_flags)
             for src, in_tree in [
                 (os.path.join(lab, s), False) for s in child.lab_sources
             ] + [(os.path.join(tree_dir, s), True) for s in child.tree_sources]:
-                if (san, src) not in units:
-                    units[(san, src)] = _unit(
-                        src, in_tree, san, compiler, (lab, headers), tree_of, dirs, root
+                flags_of = extra if in_tree else ()
+                if (san, src, flags_of) not in units:
+                    units[(san, src, flags_of)] = _unit(
+                        src,
+                        in_tree,
+                        san,
+                        compiler,
+                        (lab, headers),
+                        tree_of,
+                        dirs,
+                        root,
+                        flags_of,
                     )
-                objs.append(units[(san, src)][1])
+                objs.append(units[(san, src, flags_of)][1])
             links.append(
                 (san, os.path.join(out_dir, "bin", f"{child.name}_{san}"), objs)
             )
@@ -277,8 +287,10 @@ def _unit(
     tree_of: tuple[str, str],
     dirs: tuple[str, str],
     root: str,
+    extra: tuple[str, ...] = (),
 ) -> Unit:
-    """The compile unit of one source (see :func:`_plan`).
+    """The compile unit of one source (see :func:`_plan`); ``extra`` flags go
+    before the source (a tree source's child flags: its object's name says so).
 
     Raises:
         LabError: the source is missing (exit 1).
@@ -290,7 +302,7 @@ def _unit(
         raise LabError(f"{rel} is not in {where}", exit_code=EXIT_FINDINGS)
     # Lab sources may include the tree (mlx_shim, the drivers): key them by it too.
     uses_tree = in_tree or b'"mlx/' in _read(src)
-    flags = _flags(compiler, san, lab, tree_dir if uses_tree else None)
+    flags = _flags(compiler, san, lab, tree_dir if uses_tree else None) + list(extra)
     key = _digest(
         compiler.description,
         " ".join(flags),
@@ -299,6 +311,8 @@ def _unit(
         tree if uses_tree else "",
     )
     stem = os.path.splitext(os.path.basename(src))[0]
+    if extra:
+        stem += "-" + _digest(*extra)[:8]
     if uses_tree:
         obj = os.path.join(out_dir, f"obj-{san}", f"{stem}.o")
     else:

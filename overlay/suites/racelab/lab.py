@@ -33,11 +33,15 @@ class LabChild:
         name: program name (the launchers are ``<name>_<sanitizer>``).
         lab_sources: files under ``patches-rocm/suites/racelab/``.
         tree_sources: files of the exported layer compiled in (the code under test).
+        tree_flags: extra compile flags for this child's tree sources (``{lab}`` is
+            the lab's directory); a tree source compiled with other flags for
+            another child is another object.
     """
 
     name: str
     lab_sources: tuple[str, ...]
     tree_sources: tuple[str, ...] = ()
+    tree_flags: tuple[str, ...] = ()
 
 
 #: The lab's children. ``racelab_selftest`` checks the model alone; the others
@@ -73,6 +77,21 @@ CHILDREN = (
             "rocblas_race.cpp",
         ),
         ("mlx/backend/rocm/device.cpp", "mlx/backend/rocm/worker.cpp"),
+    ),
+    # Fix 3: pinned.cu as Windows HIP builds it (its alias guard compiled in, the
+    # Win32 calls from win_stub.cpp), and as Linux builds it (the guard compiled
+    # out: the fix-removed column). The .cu file is C++ here (-x c++).
+    LabChild(
+        "pinned_race",
+        ("hip_stub.cpp", "gemm_model.cpp", "win_stub.cpp", "pinned_race.cpp"),
+        ("mlx/backend/rocm/pinned.cu",),
+        ("-x", "c++", "-include", "{lab}/racelab_win32.h", "-I{lab}/win"),
+    ),
+    LabChild(
+        "pinned_race_noguard",
+        ("hip_stub.cpp", "gemm_model.cpp", "win_stub.cpp", "pinned_race.cpp"),
+        ("mlx/backend/rocm/pinned.cu",),
+        ("-x", "c++"),
     ),
 )
 

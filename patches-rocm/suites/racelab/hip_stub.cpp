@@ -5,10 +5,18 @@
 // Streams are worker threads with FIFO queues, "device memory" is host memory,
 // and the API's synchronization promises (stream order, stream and event waits,
 // hipFree's implicit device synchronize) are the only happens-before edges the
-// model creates for ThreadSanitizer. Graph capture is not modelled: capture
-// calls answer hipErrorNotSupported and every stream reports "not capturing".
+// model creates for ThreadSanitizer. Stream capture is modelled as far as the
+// host sees it: hipStreamBeginCapture/EndCapture per stream (with its mode),
+// hipStreamIsCapturing/GetCaptureInfo, work enqueued meanwhile recorded rather
+// than run, and what the runtime forbids during capture (hipMalloc, hipFree's
+// implicit synchronize, hipDeviceSynchronize, synchronizing the capturing
+// stream): a `capture-violation` report, an error, and the capture
+// invalidated. Launching a graph is not modelled.
 
 #include "racelab.h"
+
+#include <pthread.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <atomic>
@@ -70,6 +78,14 @@ struct ihipStream_t {
   uint64_t completed{0};
   bool stop{false};
   std::thread worker;
+  // Capture (hipStreamBeginCapture .. EndCapture): 0 none, 1 active, 2
+  // invalidated by a call the runtime forbids during capture. Work enqueued
+  // while it is nonzero is recorded into the graph, not run. Model
+  // bookkeeping: read and written inside Hidden scopes only.
+  int capture{0};
+  int capture_mode{0};          // hipStreamCaptureMode
+  std::thread::id capture_thread; // the thread that began it
+  uint64_t recorded{0};
 };
 
 struct ihipEvent_t {
@@ -103,6 +119,8 @@ constexpr uint8_t kPoison = 0xdb;
 constexpr size_t kPoisonLimit = 4u << 20;
 
 std::atomic<int> g_reports{0};
+// Streams with an active (or invalidated, not yet ended) capture.
+std::atomic<int> g_capturing{0};
 
 int device_count() {
   static const int n = static_cast<int>(env_int("OVERLAY_STUB_DEVICES", 1));
@@ -161,9 +179,16 @@ void worker_loop(ihipStream_t* s) {
 }
 
 ihipStream_t* new_stream(int device) {
-  auto* s = new ihipStream_t();
-  s->magic = kStreamLive;
-  s->device = device;
+  ihipStream_t* s = nullptr;
+  {
+    // The object's construction (its queue lock's initialization included)
+    // is the model's bookkeeping: another thread that finds the stream in the
+    // hidden registry and locks its queue must not race with it.
+    Hidden h;
+    s = new ihipStream_t();
+    s->magic = kStreamLive;
+    s->device = device;
+  }
   s->worker = std::thread(worker_loop, s);
   Hidden h;
   std::lock_guard<std::mutex> lk(registry().m);
@@ -295,8 +320,85 @@ long long env_int(const char* name, long long fallback) {
   return (end && *end == '\0') ? x : fallback;
 }
 
+int capture_state(ihipStream_t* s) {
+  if (s == nullptr) {
+    return 0;
+  }
+  Hidden h;
+  std::lock_guard<std::mutex> lk(registry().m);
+  return s->capture;
+}
+
+// Whether a capture forbids this thread's unsafe calls (hipMalloc, hipFree,
+// a device synchronize): a global-mode capture forbids them on every thread,
+// a thread-local one on the thread that began it, a relaxed one nowhere (the
+// capture modes of HIP, as of CUDA).
+bool capture_forbids_here(const ihipStream_t* st) {
+  return st->capture == 1 &&
+         (st->capture_mode == hipStreamCaptureModeGlobal ||
+          (st->capture_mode == hipStreamCaptureModeThreadLocal &&
+           st->capture_thread == std::this_thread::get_id()));
+}
+
+bool any_capturing() {
+  if (g_capturing.load(std::memory_order_relaxed) == 0) {
+    return false;
+  }
+  Hidden h;
+  std::lock_guard<std::mutex> lk(registry().m);
+  for (auto* st : registry().all_streams) {
+    if (capture_forbids_here(st)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// A call the runtime forbids during capture: reported, and the captures that
+// forbid it (of `only`, or when null every capture that forbids this thread's
+// unsafe calls) are invalidated, as HIP and CUDA invalidate a capture an
+// unsafe call interrupts.
+hipError_t capture_violation(const char* call, ihipStream_t* only) {
+  char buf[200];
+  std::snprintf(buf, sizeof(buf), "%s while %s is capturing (forbidden during stream capture)",
+                call, only ? "its stream" : "a stream");
+  report("capture-violation", buf);
+  {
+    Hidden h;
+    std::lock_guard<std::mutex> lk(registry().m);
+    for (auto* st : registry().all_streams) {
+      if (only ? (st == only && st->capture == 1) : capture_forbids_here(st)) {
+        st->capture = 2;
+      }
+    }
+  }
+  t_last_error = hipErrorStreamCaptureUnsupported;
+  return hipErrorStreamCaptureUnsupported;
+}
+
+bool stream_live(hipStream_t stream) {
+  if (stream == nullptr) {
+    return true; // a device's default stream is never destroyed
+  }
+  Hidden h;
+  std::lock_guard<std::mutex> lk(registry().m);
+  return registry().streams.count(stream) != 0;
+}
+
+bool allocation_live(const void* p) {
+  size_t b = 0, s = 0;
+  return classify(p, 1, &b, &s) == 1;
+}
+
 bool enqueue(hipStream_t stream, const char* what, std::function<void()> task) {
   ihipStream_t* s = resolve(stream, what);
+  if (s != nullptr && capture_state(s) != 0) {
+    // Recorded into the capture's graph; graphs are not launched here.
+    Hidden h;
+    std::lock_guard<std::mutex> lk(registry().m);
+    ++s->recorded;
+    return true;
+  }
   if (s == nullptr) {
     return false;
   }
@@ -466,6 +568,9 @@ hipError_t hipGetDevicePropertiesR0600(hipDeviceProp_tR0600* prop, int device) {
 }
 
 hipError_t hipDeviceSynchronize() {
+  if (racelab::any_capturing()) {
+    return racelab::capture_violation("hipDeviceSynchronize", nullptr);
+  }
   racelab::synchronize_all();
   return hipSuccess;
 }
@@ -507,6 +612,10 @@ hipError_t hipMalloc(void** ptr, size_t size) {
   if (ptr == nullptr) {
     return ret(hipErrorInvalidValue);
   }
+  if (racelab::any_capturing()) {
+    // hipMalloc is not capturable: it is refused while a capture is active.
+    return racelab::capture_violation("hipMalloc", nullptr);
+  }
   if (size == 0) {
     *ptr = nullptr;
     return hipSuccess;
@@ -533,6 +642,9 @@ hipError_t hipFree(void* ptr) {
     return hipSuccess;
   }
   // Documented: hipFree performs an implicit hipDeviceSynchronize().
+  if (racelab::any_capturing()) {
+    return racelab::capture_violation("hipFree (an implicit device synchronize)", nullptr);
+  }
   racelab::synchronize_all();
   size_t size = 0;
   bool ok = false;
@@ -576,11 +688,135 @@ bool check_side(const void* p, size_t n, const char* what) {
 
 } // namespace
 
-hipError_t hipMemcpyAsync(void* dst, const void* src, size_t sizeBytes, hipMemcpyKind,
+// ------------------------------------------------------------------ host registration
+//
+// hipHostRegister / hipHostGetDevicePointer / hipHostUnregister, with the
+// device alias chosen by OVERLAY_STUB_ALIAS (docs/race-lab.md, "Fix 3"):
+//   identity (default): the device pointer is the host address (Linux HIP, CUDA);
+//   free: a separate alias in address space that is free when registered and
+//     that the runtime does not reserve (what seed 001 measured on Windows HIP);
+//   stack: as free, but slice OVERLAY_STUB_ALIAS_SLICE's (default 0) alias
+//     covers the registering thread's stack, as in seed 001's bad starts.
+// As the Windows runtime does, a host pointer inside a live alias is taken for
+// the registered memory: the copies below read and write the registered range
+// instead (the fault the alias guard exists for).
+
+namespace {
+
+struct HostRegistration {
+  uintptr_t host;
+  size_t bytes;
+  uintptr_t alias;
+};
+std::mutex g_host_m;
+std::vector<HostRegistration>& host_regs() {
+  static auto* v = new std::vector<HostRegistration>();
+  return *v;
+}
+long long g_host_registered = 0;
+
+uintptr_t pick_alias(size_t bytes, int index) {
+  static const char* mode_env = std::getenv("OVERLAY_STUB_ALIAS");
+  static const std::string mode = mode_env ? mode_env : "identity";
+  static const long long stack_slice = racelab::env_int("OVERLAY_STUB_ALIAS_SLICE", 0);
+  const size_t gran = 65536;
+  if (mode == "stack" && index == stack_slice) {
+    pthread_attr_t attr;
+    void* base = nullptr;
+    size_t size = 0;
+    if (pthread_getattr_np(pthread_self(), &attr) == 0) {
+      pthread_attr_getstack(&attr, &base, &size);
+      pthread_attr_destroy(&attr);
+    }
+    volatile char here = 0;
+    uintptr_t sp = reinterpret_cast<uintptr_t>(&here);
+    uintptr_t lo = sp > bytes / 2 ? sp - bytes / 2 : 0;
+    return lo - lo % gran;
+  }
+  // A range free now: mapped and unmapped again, never reserved for the alias.
+  void* p = mmap(nullptr, bytes + gran, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                 -1, 0);
+  if (p == MAP_FAILED) {
+    return 0;
+  }
+  munmap(p, bytes + gran);
+  uintptr_t u = reinterpret_cast<uintptr_t>(p);
+  return (u + gran - 1) / gran * gran;
+}
+
+// The registered memory a host pointer means (the alias redirect), else `p`.
+const void* redirect(const void* p, size_t n) {
+  Hidden h;
+  std::lock_guard<std::mutex> lk(g_host_m);
+  auto u = reinterpret_cast<uintptr_t>(p);
+  for (const auto& r : host_regs()) {
+    if (r.alias != r.host && u >= r.alias && u + n <= r.alias + r.bytes) {
+      return reinterpret_cast<const void*>(r.host + (u - r.alias));
+    }
+  }
+  return p;
+}
+
+} // namespace
+
+hipError_t hipHostRegister(void* host, size_t bytes, unsigned int) {
+  if (host == nullptr || bytes == 0) {
+    return ret(hipErrorInvalidValue);
+  }
+  Hidden h;
+  std::lock_guard<std::mutex> lk(g_host_m);
+  for (const auto& r : host_regs()) {
+    if (r.host == reinterpret_cast<uintptr_t>(host)) {
+      return ret(hipErrorHostMemoryAlreadyRegistered);
+    }
+  }
+  uintptr_t alias = reinterpret_cast<uintptr_t>(host);
+  const char* mode = std::getenv("OVERLAY_STUB_ALIAS");
+  if (mode && std::string(mode) != "identity") {
+    alias = pick_alias(bytes, static_cast<int>(g_host_registered));
+  }
+  ++g_host_registered;
+  host_regs().push_back({reinterpret_cast<uintptr_t>(host), bytes, alias});
+  return hipSuccess;
+}
+
+hipError_t hipHostGetDevicePointer(void** dev, void* host, unsigned int) {
+  if (dev == nullptr) {
+    return ret(hipErrorInvalidValue);
+  }
+  Hidden h;
+  std::lock_guard<std::mutex> lk(g_host_m);
+  auto u = reinterpret_cast<uintptr_t>(host);
+  for (const auto& r : host_regs()) {
+    if (u >= r.host && u < r.host + r.bytes) {
+      *dev = reinterpret_cast<void*>(r.alias + (u - r.host));
+      return hipSuccess;
+    }
+  }
+  *dev = nullptr;
+  return ret(hipErrorInvalidValue);
+}
+
+hipError_t hipHostUnregister(void* host) {
+  Hidden h;
+  std::lock_guard<std::mutex> lk(g_host_m);
+  auto& v = host_regs();
+  for (auto it = v.begin(); it != v.end(); ++it) {
+    if (it->host == reinterpret_cast<uintptr_t>(host)) {
+      v.erase(it);
+      return hipSuccess;
+    }
+  }
+  return ret(hipErrorHostMemoryNotRegistered);
+}
+
+hipError_t hipMemcpyAsync(void* dst_in, const void* src_in, size_t sizeBytes, hipMemcpyKind,
                           hipStream_t stream) {
   if (sizeBytes == 0) {
     return hipSuccess;
   }
+  void* dst = const_cast<void*>(redirect(dst_in, sizeBytes));
+  const void* src = redirect(src_in, sizeBytes);
   bool ok = racelab::enqueue(stream, "hipMemcpyAsync", [=] {
     if (check_side(src, sizeBytes, "hipMemcpyAsync source") &&
         check_side(dst, sizeBytes, "hipMemcpyAsync destination")) {
@@ -660,6 +896,9 @@ hipError_t hipStreamSynchronize(hipStream_t stream) {
   if (s == nullptr) {
     return ret(hipErrorInvalidHandle);
   }
+  if (racelab::capture_state(s) != 0) {
+    return racelab::capture_violation("hipStreamSynchronize", s);
+  }
   racelab::sync_stream(s);
   return hipSuccess;
 }
@@ -678,37 +917,80 @@ hipError_t hipLaunchHostFunc(hipStream_t stream, hipHostFn_t fn, void* userData)
   return ok ? hipSuccess : ret(hipErrorInvalidHandle);
 }
 
-// Capture is not modelled (the fork's use_hip_graphs() is false; docs/race-lab.md).
-hipError_t hipStreamBeginCapture(hipStream_t, hipStreamCaptureMode) {
-  return ret(hipErrorNotSupported);
+// Capture: per stream, begin/end, status queries; work enqueued meanwhile is
+// recorded, not run; hipMalloc, hipFree and synchronizing a capturing stream
+// are refused and invalidate the capture (capture_violation). The graph End
+// returns is an opaque object; launching graphs is not modelled.
+hipError_t hipStreamBeginCapture(hipStream_t stream, hipStreamCaptureMode mode) {
+  ihipStream_t* s = stream ? racelab::resolve(stream, "hipStreamBeginCapture") : nullptr;
+  if (s == nullptr) {
+    return ret(hipErrorInvalidValue); // the legacy null stream cannot capture
+  }
+  Hidden h;
+  std::lock_guard<std::mutex> lk(racelab::registry().m);
+  if (s->capture != 0) {
+    return ret(hipErrorIllegalState);
+  }
+  s->capture = 1;
+  s->capture_mode = static_cast<int>(mode);
+  s->capture_thread = std::this_thread::get_id();
+  racelab::g_capturing.fetch_add(1, std::memory_order_relaxed);
+  return hipSuccess;
 }
 
-hipError_t hipStreamEndCapture(hipStream_t, hipGraph_t* graph) {
+hipError_t hipStreamEndCapture(hipStream_t stream, hipGraph_t* graph) {
   if (graph) {
     *graph = nullptr;
   }
-  return ret(hipErrorNotSupported);
+  ihipStream_t* s = stream ? racelab::resolve(stream, "hipStreamEndCapture") : nullptr;
+  if (s == nullptr) {
+    return ret(hipErrorInvalidValue);
+  }
+  int was = 0;
+  {
+    Hidden h;
+    std::lock_guard<std::mutex> lk(racelab::registry().m);
+    was = s->capture;
+    if (was != 0) {
+      s->capture = 0;
+      racelab::g_capturing.fetch_sub(1, std::memory_order_relaxed);
+    }
+  }
+  if (was == 0) {
+    return ret(hipErrorIllegalState);
+  }
+  if (was == 2) {
+    return ret(hipErrorStreamCaptureInvalidated);
+  }
+  if (graph) {
+    static char graph_token[1];
+    *graph = reinterpret_cast<hipGraph_t>(graph_token);
+  }
+  return hipSuccess;
 }
 
 hipError_t hipStreamGetCaptureInfo(hipStream_t stream, hipStreamCaptureStatus* status,
                                    unsigned long long* id) {
-  if (stream != nullptr && racelab::resolve(stream, "hipStreamGetCaptureInfo") == nullptr) {
-    return ret(hipErrorInvalidHandle);
+  ihipStream_t* s = nullptr;
+  if (stream != nullptr) {
+    s = racelab::resolve(stream, "hipStreamGetCaptureInfo");
+    if (s == nullptr) {
+      return ret(hipErrorInvalidHandle);
+    }
   }
+  int c = racelab::capture_state(s);
   if (status) {
-    *status = hipStreamCaptureStatusNone;
+    *status = c == 0 ? hipStreamCaptureStatusNone
+                     : (c == 1 ? hipStreamCaptureStatusActive : hipStreamCaptureStatusInvalidated);
   }
   if (id) {
-    *id = 0;
+    *id = c ? reinterpret_cast<uintptr_t>(s) : 0;
   }
   return hipSuccess;
 }
 
-hipError_t hipStreamIsCapturing(hipStream_t, hipStreamCaptureStatus* status) {
-  if (status) {
-    *status = hipStreamCaptureStatusNone;
-  }
-  return hipSuccess;
+hipError_t hipStreamIsCapturing(hipStream_t stream, hipStreamCaptureStatus* status) {
+  return hipStreamGetCaptureInfo(stream, status, nullptr);
 }
 
 hipError_t hipGraphGetNodes(hipGraph_t, hipGraphNode_t*, size_t* numNodes) {
@@ -719,6 +1001,9 @@ hipError_t hipGraphGetNodes(hipGraph_t, hipGraphNode_t*, size_t* numNodes) {
 }
 
 hipError_t hipGraphDestroy(hipGraph_t graph) {
+  if (graph != nullptr) {
+    return hipSuccess; // the token hipStreamEndCapture returned
+  }
   return graph == nullptr ? hipSuccess : ret(hipErrorNotSupported);
 }
 

@@ -38,6 +38,11 @@
 //     the matmul descriptor it is given. The fix's measurement on gfx1151 says
 //     the real library does ("hipBLASLt writes into the descriptors it is
 //     given"); this model does not assume it unless asked.
+//   * the route (racelab.h, hipblaslt_route_summary): every matmul notes
+//     whether its descriptor was created by the calling thread and which
+//     stream used which workspace, so the end of a run can say what only the
+//     fixed route does (thread-owned descriptors, one workspace per stream,
+//     each destroyed stream's workspace freed).
 
 #include "racelab.h"
 
@@ -47,7 +52,11 @@
 #include <atomic>
 #include <cstdio>
 #include <cstring>
+#include <map>
+#include <mutex>
+#include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #if defined(__has_feature)
@@ -105,6 +114,8 @@ struct Desc : Object {
   int32_t bias_type{0};
   const void* a_scale{nullptr};
   const void* b_scale{nullptr};
+  // The thread that created it (route bookkeeping, read under Hidden).
+  std::thread::id creator{std::this_thread::get_id()};
   // Written by hipblasLtMatmul when OVERLAY_STUB_DESC_WRITES=1.
   hipStream_t last_stream{nullptr};
   uint64_t calls{0};
@@ -250,6 +261,32 @@ bool make_plan(const Desc* d, const Layout* a, const Layout* b, const Layout* c,
 
 
 thread_local long long t_matmul_calls = 0;
+
+// Route bookkeeping, touched only inside a Hidden scope; leaked on purpose
+// (stream workers may still run while static destructors do).
+struct Route {
+  std::mutex m;
+  long long matmuls{0};
+  long long foreign_desc{0}; // matmuls whose descriptor another thread created
+  std::map<void*, std::set<hipStream_t>> ws_streams; // workspace -> streams using it
+};
+Route& route() {
+  static Route* r = new Route();
+  return *r;
+}
+
+void note_matmul(const Desc* d, void* workspace, size_t need, hipStream_t stream) {
+  racelab::Hidden h;
+  Route& r = route();
+  std::lock_guard<std::mutex> lk(r.m);
+  ++r.matmuls;
+  if (d->creator != std::this_thread::get_id()) {
+    ++r.foreign_desc;
+  }
+  if (workspace != nullptr && need > 0) {
+    r.ws_streams[workspace].insert(stream);
+  }
+}
 
 } // namespace
 
@@ -538,6 +575,7 @@ hipblasStatus_t hipblasLtMatmul(hipblasLtHandle_t handle, hipblasLtMatmulDesc_t 
     if (!make_plan(d, a, b, c, dd, &plan)) {
       return HIPBLAS_STATUS_INVALID_VALUE;
     }
+    note_matmul(d, workspace, algo ? algo->max_workspace_bytes : 0, stream);
     // Host-side argument setup and kernel selection; the descriptors are in
     // use all along, and are read again at the end.
     racelab::busy_wait_us(enqueue_us);
@@ -573,3 +611,89 @@ hipblasStatus_t hipblasLtMatmul(hipblasLtHandle_t handle, hipblasLtMatmulDesc_t 
   });
   return ok ? HIPBLAS_STATUS_SUCCESS : HIPBLAS_STATUS_INVALID_VALUE;
 }
+
+namespace racelab {
+
+void hipblaslt_route_summary() {
+  long long matmuls = 0, foreign = 0;
+  std::map<void*, std::set<hipStream_t>> ws;
+  {
+    Hidden h;
+    Route& r = route();
+    std::lock_guard<std::mutex> lk(r.m);
+    matmuls = r.matmuls;
+    foreign = r.foreign_desc;
+    ws = r.ws_streams;
+  }
+  if (foreign == 0) {
+    std::fprintf(stderr,
+                 "race-lab: route: matmul descriptors: %lld matmuls, each with descriptors its "
+                 "own thread created\n",
+                 matmuls);
+  } else {
+    std::fprintf(stderr,
+                 "race-lab: route: matmul descriptors: %lld of %lld matmuls used a descriptor "
+                 "another thread created\n",
+                 foreign, matmuls);
+  }
+  if (ws.empty()) {
+    std::fprintf(stderr, "race-lab: route: workspaces: none used\n");
+    std::fflush(stderr);
+    return;
+  }
+  size_t widest = 0;
+  std::set<hipStream_t> streams;
+  for (auto& [p, users] : ws) {
+    widest = std::max(widest, users.size());
+    streams.insert(users.begin(), users.end());
+  }
+  if (widest == 1) {
+    std::fprintf(stderr,
+                 "race-lab: route: workspaces: %zu streams, %zu buffers, each buffer used by one "
+                 "stream\n",
+                 streams.size(), ws.size());
+  } else {
+    std::fprintf(stderr,
+                 "race-lab: route: workspaces: %zu streams, %zu buffers, a buffer used by %zu "
+                 "streams\n",
+                 streams.size(), ws.size(), widest);
+  }
+  // A buffer whose every user is destroyed: the fixed route freed it when the
+  // stream's encoder went away. One that served a single, now destroyed,
+  // stream and is still live is that stream's leaked workspace.
+  size_t dead = 0, still_live = 0;
+  for (auto& [p, users] : ws) {
+    bool all_dead = true;
+    for (hipStream_t s : users) {
+      all_dead = all_dead && !stream_live(s);
+    }
+    if (!all_dead) {
+      continue;
+    }
+    ++dead;
+    if (allocation_live(p)) {
+      ++still_live;
+      if (users.size() == 1) {
+        char buf[200];
+        std::snprintf(buf, sizeof(buf),
+                      "workspace %p of destroyed stream %p was never freed (leaked)", p,
+                      static_cast<void*>(*users.begin()));
+        report("workspace-of-destroyed-stream", buf);
+      }
+    }
+  }
+  if (dead > 0 && still_live == 0) {
+    std::fprintf(stderr,
+                 "race-lab: route: workspaces released: every destroyed stream's buffer was freed "
+                 "(%zu)\n",
+                 dead);
+  } else {
+    std::fprintf(stderr,
+                 "race-lab: route: workspaces released: %zu of %zu buffers of destroyed streams "
+                 "still live\n",
+                 still_live, dead);
+  }
+  std::fflush(stderr);
+}
+
+} // namespace racelab

@@ -65,6 +65,23 @@ bool enqueue(hipStream_t stream, const char* what, std::function<void()> task);
 // false. Called by stream tasks before they touch memory.
 bool check_device_range(const void* p, size_t n, const char* what);
 
+// True while `stream` is a live stream (nullptr, a default stream, always is).
+bool stream_live(hipStream_t stream);
+
+// True when `p` lies inside a live hipMalloc allocation (no report).
+bool allocation_live(const void* p);
+
+// The fix-route lines (docs/race-lab.md, "Fix-route markers"): what the model
+// saw the code under test do, printed on stderr as "race-lab: route: ..." at
+// the end of a run. The hipBLASLt model says whether every matmul used
+// descriptors its own thread created, whether each workspace was used by one
+// stream only, and whether the workspace of every destroyed stream was freed
+// (a workspace left live for a destroyed stream it alone served is a
+// `workspace-of-destroyed-stream` report). The rocBLAS model says whether
+// every handle was bound and used by one thread only.
+void hipblaslt_route_summary();
+void rocblas_route_summary();
+
 // Wait for every stream of every device (hipDeviceSynchronize).
 void synchronize_all();
 

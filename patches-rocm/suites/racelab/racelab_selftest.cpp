@@ -2,7 +2,9 @@
 //
 //   racelab_selftest                  the model's promises hold: a GEMM is exact,
 //                                     stream order and waits hold, two streams with
-//                                     their own workspaces stay exact; exit 0 and
+//                                     their own workspaces stay exact, capture
+//                                     begins, reports and ends per stream and
+//                                     records its work; exit 0 and
 //                                     "overlay-suite: done"
 //   racelab_selftest shared-workspace two streams share one workspace: the model
 //                                     must produce exact-output-mismatch reports
@@ -11,6 +13,10 @@
 //                                     report descriptor-destroyed-in-use
 //   racelab_selftest use-after-free   a stream copies from freed device memory: the
 //                                     model must report device-use-after-free
+//   racelab_selftest capture-malloc   hipMalloc during a capture, and
+//   racelab_selftest capture-sync     hipStreamSynchronize of the capturing stream:
+//                                     reported (capture-violation), refused, and
+//                                     the capture invalidated
 //
 // Each detection mode exits 1 after its reports (a child that found something),
 // and 3 when the model failed to detect what it should.
@@ -194,6 +200,25 @@ int main(int argc, char** argv) {
     (void)hipEventSynchronize(ev);
     check(mismatches(o, out) == 0, "a GEMM on one stream is exact");
     check(two_streams(g, false, 20) == 0, "two streams with their own workspaces stay exact");
+    // Capture: begin/end per stream, the status queries, work recorded, not run.
+    hipStreamCaptureStatus st = hipStreamCaptureStatusActive;
+    check(hipStreamIsCapturing(s, &st) == hipSuccess && st == hipStreamCaptureStatusNone,
+          "a stream is not capturing before hipStreamBeginCapture");
+    check(hipStreamBeginCapture(s, hipStreamCaptureModeThreadLocal) == hipSuccess,
+          "hipStreamBeginCapture");
+    check(hipStreamIsCapturing(s, &st) == hipSuccess && st == hipStreamCaptureStatusActive,
+          "hipStreamIsCapturing says active during capture");
+    check(hipStreamBeginCapture(s, hipStreamCaptureModeThreadLocal) != hipSuccess,
+          "a second begin on a capturing stream is refused");
+    std::vector<uint16_t> recorded(out.size(), 0x5555);
+    (void)hipMemcpyAsync(recorded.data(), o.d, recorded.size() * 2, hipMemcpyDeviceToHost, s);
+    hipGraph_t graph = nullptr;
+    check(hipStreamEndCapture(s, &graph) == hipSuccess && graph != nullptr,
+          "hipStreamEndCapture returns a graph");
+    (void)hipStreamSynchronize(s);
+    check(recorded[0] == 0x5555, "work enqueued during capture is recorded, not run");
+    check(hipStreamIsCapturing(s, &st) == hipSuccess && st == hipStreamCaptureStatusNone,
+          "not capturing after hipStreamEndCapture");
     check(racelab::report_count() == 0, "no model report in the positive checks");
     std::printf("racelab_selftest: model checks passed\noverlay-suite: done\n");
     return 0;
@@ -218,6 +243,18 @@ int main(int argc, char** argv) {
     hipblasLtMatrixLayoutDestroy(g.lb);
     user.join();
     return racelab::report_count() > 0 ? 1 : 3;
+  }
+  if (mode == "capture-malloc" || mode == "capture-sync") {
+    // What the runtime forbids during capture: reported, refused, and the
+    // capture invalidated (hipStreamEndCapture then fails).
+    hipStream_t s{};
+    (void)hipStreamCreate(&s);
+    (void)hipStreamBeginCapture(s, hipStreamCaptureModeThreadLocal);
+    void* p{};
+    hipError_t e = mode == "capture-malloc" ? hipMalloc(&p, 4096) : hipStreamSynchronize(s);
+    hipGraph_t graph = nullptr;
+    bool invalidated = hipStreamEndCapture(s, &graph) == hipErrorStreamCaptureInvalidated;
+    return e != hipSuccess && invalidated && racelab::report_count() > 0 ? 1 : 3;
   }
   if (mode == "use-after-free") {
     hipStream_t s{};

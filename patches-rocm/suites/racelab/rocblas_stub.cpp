@@ -17,15 +17,24 @@
 //     in use is reported (descriptor-destroyed-in-use), a call on a destroyed
 //     handle is reported (use-of-destroyed-descriptor) and fails.
 //   * the GEMM itself is gemm_model.cpp's (exact, range-checked).
+//   * the route (racelab.h, rocblas_route_summary): which threads bound or
+//     used each handle, and how often a handle was moved to another stream
+//     while its old stream still had work queued (rocBLAS requires the old
+//     stream drained first: the handle's device memory is reused).
 
 #include "racelab.h"
 
 #include <rocblas/rocblas.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <initializer_list>
+#include <map>
+#include <mutex>
+#include <set>
 #include <string>
+#include <thread>
 
 #if defined(__has_feature)
 #if __has_feature(address_sanitizer)
@@ -67,6 +76,41 @@ bool alive(const _rocblas_handle* h, const char* call) {
     return false;
   }
   return true;
+}
+
+// Route bookkeeping, touched only inside a Hidden scope; leaked on purpose.
+struct Route {
+  std::mutex m;
+  std::map<const void*, std::set<std::thread::id>> users; // handle -> threads
+  long long rebinds{0};
+  long long rebinds_pending{0}; // moved while the old stream had work queued
+};
+Route& route() {
+  static Route* r = new Route();
+  return *r;
+}
+
+void note_use(const _rocblas_handle* h) {
+  racelab::Hidden hidden;
+  Route& r = route();
+  std::lock_guard<std::mutex> lk(r.m);
+  r.users[h].insert(std::this_thread::get_id());
+}
+
+// A bind of `h` from `old` to `stream`: pending when `old` is live and not drained.
+void note_bind(const _rocblas_handle* h, hipStream_t old, hipStream_t stream) {
+  racelab::Hidden hidden;
+  bool pending = false;
+  if (old != stream && old != nullptr && racelab::stream_live(old)) {
+    pending = hipStreamQuery(old) == hipErrorNotReady;
+  }
+  Route& r = route();
+  std::lock_guard<std::mutex> lk(r.m);
+  r.users[h].insert(std::this_thread::get_id());
+  if (old != stream && old != nullptr) {
+    ++r.rebinds;
+    r.rebinds_pending += pending ? 1 : 0;
+  }
 }
 
 bool to_hip(rocblas_datatype t, hipDataType* out) {
@@ -121,6 +165,7 @@ rocblas_status gemm(const char* call, rocblas_handle h, rocblas_operation ta, ro
     return rocblas_status_invalid_size;
   }
   h->users.fetch_add(1, std::memory_order_relaxed);
+  note_use(h);
   racelab::busy_wait_us(enqueue_us);
   bool still = alive(h, call);
   // The launch: the stream and the workspace are read from the handle now.
@@ -191,6 +236,7 @@ rocblas_status rocblas_set_stream(rocblas_handle handle, hipStream_t stream) {
   if (!alive(handle, "rocblas_set_stream")) {
     return rocblas_status_invalid_handle;
   }
+  note_bind(handle, handle->stream, stream);
   handle->stream = stream;
   return rocblas_status_success;
 }
@@ -236,3 +282,43 @@ rocblas_status rocblas_sgemm(rocblas_handle handle, rocblas_operation transA,
   return gemm("rocblas_sgemm", handle, transA, transB, m, n, k, *alpha, A, HIP_R_32F, lda, B,
               HIP_R_32F, ldb, *beta, C, HIP_R_32F, ldc, C, HIP_R_32F, ldc);
 }
+
+namespace racelab {
+
+void rocblas_route_summary() {
+  size_t handles = 0, widest = 0;
+  long long rebinds = 0, pending = 0;
+  {
+    Hidden h;
+    Route& r = route();
+    std::lock_guard<std::mutex> lk(r.m);
+    handles = r.users.size();
+    for (auto& [hd, threads] : r.users) {
+      widest = std::max(widest, threads.size());
+    }
+    rebinds = r.rebinds;
+    pending = r.rebinds_pending;
+  }
+  if (handles > 0 && widest == 1) {
+    std::fprintf(stderr,
+                 "race-lab: route: rocBLAS handles: %zu handles, each bound and used by one "
+                 "thread\n",
+                 handles);
+  } else {
+    std::fprintf(stderr, "race-lab: route: rocBLAS handles: %zu handles, one used by %zu threads\n",
+                 handles, widest);
+  }
+  if (pending == 0) {
+    std::fprintf(stderr,
+                 "race-lab: route: rocBLAS rebinds: %lld, each after the old stream drained\n",
+                 rebinds);
+  } else {
+    std::fprintf(stderr,
+                 "race-lab: route: rocBLAS rebinds: %lld of %lld with work queued on the old "
+                 "stream\n",
+                 pending, rebinds);
+  }
+  std::fflush(stderr);
+}
+
+} // namespace racelab
