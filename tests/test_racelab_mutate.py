@@ -136,7 +136,7 @@ def test_the_check_builds_each_mutant_and_runs_the_covering_suites(
         patched = "a" * 40
 
     monkeypatch.setattr("overlay.layers.compute_layers", lambda *a, **k: Layers())
-    monkeypatch.setattr("overlay.manifest.load_manifest", lambda root: None)
+    monkeypatch.setattr("overlay.records.manifest.load_manifest", lambda root: None)
 
     def fake_export(store, tree, dest):
         path = Path(dest) / "mlx/backend/rocm/gemms"
@@ -192,9 +192,9 @@ def test_an_unknown_mutant_id_is_named(tmp_path):
 def test_every_mutant_applies_to_the_patched_layer(real_mirrors, tmp_path):
     """The patch and its mutants move together: each edit matches the patched file."""
     from overlay.export import export_tree
-    from overlay.gitstore import Store
+    from overlay.git.store import Store
     from overlay.layers import compute_layers
-    from overlay.manifest import load_manifest
+    from overlay.records.manifest import load_manifest
 
     store = Store(str(tmp_path / "store.git"))
     tree = compute_layers(store, load_manifest(str(ROOT)), str(ROOT)).patched
@@ -209,7 +209,7 @@ def test_a_mutant_is_caught_and_the_baseline_is_clean(real_mirrors, tmp_path):
     """Needs the ROCm toolchain: the release-order half-fix of fix 2, built and run
     twice with its covering suites (a small run count: this is the tool's test, the
     table of docs/race-lab.md has 20 runs)."""
-    from overlay.gitstore import Store
+    from overlay.git.store import Store
 
     os.environ["OVERLAY_TOOLCHAIN_DIR"] = REAL_TOOLCHAIN
     try:

@@ -455,7 +455,7 @@ def run_check(
 
     Args:
         root: the overlay repository.
-        store: its :class:`~overlay.gitstore.Store`.
+        store: its :class:`~overlay.git.store.Store`.
         suites: the suites by name (``suites.toml``).
         runs: runs per suite and mutant (and for the baseline).
         need: failed runs of some suite for a part to count as caught.
@@ -478,7 +478,7 @@ def run_check(
     """
     from overlay.export import export_tree
     from overlay.layers import compute_layers
-    from overlay.manifest import load_manifest
+    from overlay.records.manifest import load_manifest
     from overlay.suites.racelab.builder import build_tree
 
     build = builder or build_tree
