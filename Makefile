@@ -68,7 +68,8 @@ verify-rocm-overlay: .venv/bin/overlay
 # `make ci` (overlay ci --require) and `make verify-rocm` (tools/verify-rocm.sh).
 OVERLAY_REQUIRE ?=
 
-# verify-rocm: four stages (tools/verify-rocm.sh, docs/build.md): verify (verify-rocm-overlay),
+# verify-rocm: five stages (tools/verify-rocm.sh, docs/build.md): verify (verify-rocm-overlay),
+# behaviour (`overlay drift --behaviour`: the ROCm functors against upstream's CPU ones),
 # build (`overlay build --backend rocm`: a first build takes many minutes), suites (GPU),
 # host-model (without an AMD GPU, or with OVERLAY_HOST_MODELS=1: the race lab's host-model
 # suites, never a GPU result, docs/race-lab.md). Each prints a start line, then passed,

@@ -193,7 +193,10 @@ def stage_build(
     try:
         toolchain = _build.find_toolchain(backend, None, repo_root=root)
     except _build.ToolchainError as exc:
-        return Stage(name, "skipped", exc.message)
+        # The reason carries the way out (`provision it: tools/rocm-toolchain.sh ...`).
+        return Stage(
+            name, "skipped", exc.message + (f"; {exc.hint}" if exc.hint else "")
+        )
     log = os.path.relpath(
         os.path.join(
             os.path.realpath(os.path.join(root, "build", backend)), "build.log"

@@ -158,7 +158,7 @@ def _chroot_toolchain(root: str, repo_root: str | None) -> Toolchain:
     if not os.path.isfile(os.path.join(root, "READY")):
         raise ToolchainError(
             f"no ROCm toolchain at {root} (no READY file)",
-            hint=f"provision it: tools/rocm-toolchain.sh --root {root}",
+            hint=f"provision it: tools/rocm-toolchain.sh provision --root {root}",
         )
     env = _read_env_file(os.path.join(root, "toolchain.env"))
     script = toolchain_script(repo_root) or env.get("OVERLAY_TOOLCHAIN_SCRIPT")
@@ -243,7 +243,9 @@ def find_toolchain(
             raise ToolchainError(
                 f"no ROCm toolchain: hipcc is not on PATH nor in $ROCM_PATH/bin (/opt/rocm), and "
                 f"{default} holds no provisioned toolchain",
-                hint="install ROCm, or provision a compile-only one: tools/rocm-toolchain.sh",
+                hint="install ROCm, or provision a compile-only one: "
+                f"tools/rocm-toolchain.sh provision --root {default} (about 2 minutes, "
+                "as root; docs/toolchain.md)",
             )
         if hipcc is None:
             raise ToolchainError(
