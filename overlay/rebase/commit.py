@@ -414,8 +414,8 @@ def _next_steps(resolutions: list[ReportResolution]) -> list[str]:
         steps.append(
             "review the retarget entries of LOCAL_FIXES.md for "
             + ", ".join(changed)
-            + " (a new resolution needs an entry, FIX023: overlay fix new --section "
-            "retarget ...)"
+            + " (where one has no entry yet, verify says FIX023: overlay fix new "
+            "--section retarget ...)"
         )
     if removed:
         steps.append(
