@@ -25,9 +25,14 @@ help:
 	@echo "                     OVERLAY_HOST_MODELS=1 runs it on an AMD host too"
 	@echo "then: . .venv/bin/activate   puts overlay on PATH for the commands of the README"
 
+# A plain path entry instead of setuptools' import hook: nothing runs at interpreter start
+# (a shorter window where Ctrl-C is Python's, docs/exit-codes.md), and packages added
+# since the install are found.
+EDITABLE = --config-settings editable_mode=compat
+
 .venv/bin/overlay:
 	python3 -m venv .venv
-	$(PYTHON) -m pip install -q -e '.[test]'
+	$(PYTHON) -m pip install -q -e '.[test]' $(EDITABLE)
 
 install: .venv/bin/overlay
 	$(ACTIVATE)
@@ -41,7 +46,7 @@ run: .venv/bin/overlay
 # (after the |): pip rewrites .venv/bin/overlay on every install, so a normal
 # prerequisite would make every `make lint` install again.
 .venv/bin/ruff .venv/bin/mypy &: | .venv/bin/overlay
-	$(PYTHON) -m pip install -q -e '.[test]'
+	$(PYTHON) -m pip install -q -e '.[test]' $(EDITABLE)
 
 lint: .venv/bin/ruff .venv/bin/mypy
 	.venv/bin/ruff format --check overlay tests benchmarks
