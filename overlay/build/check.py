@@ -17,6 +17,7 @@ from overlay.build.runlog import BuildLog
 from overlay.build.symbols import (
     CompilerFamilies,
     compiler_word,
+    drop_flags,
     front_end_link_check,
     symbols_path,
     unit_shell,
@@ -32,11 +33,9 @@ from overlay.build.units import (
 from overlay.diagnostics import ANSI_RE, tree_locator
 from overlay.errors import OverlayError
 
-#: Arguments a syntax-only run must not pass on: the object (``-o``), compile-only
-#: (``-c``) and the dependency file (``-MD -MF``: it belongs to the real object).
-_DROP_WITH_VALUE = ("-o", "-MF", "-MT", "-MQ")
-
-
+#: Arguments a syntax-only run must not pass on, besides the object and the dependency
+#: file's (:func:`overlay.build.symbols.drop_flags`): compile-only (``-c``) and the
+#: dependency file's switches (``-MD``: it belongs to the real object).
 _DROP_ALONE = ("-c", "-MD", "-MMD")
 
 
@@ -53,21 +52,8 @@ def syntax_only_argv(words: Sequence[str]) -> list[str]:
     Returns:
         The new argv; ``-fsyntax-only`` is appended once.
     """
-    out: list[str] = []
-    skip = False
-    for word in words:
-        if skip:
-            skip = False
-            continue
-        if word in _DROP_WITH_VALUE:
-            skip = True
-            continue
-        if word in _DROP_ALONE or word == "-fsyntax-only":
-            continue
-        if len(word) > 3 and word[:3] in _DROP_WITH_VALUE:
-            continue  # the joined form, -MFpath
-        out.append(word)
-    return [*out, "-fsyntax-only"]
+    kept = drop_flags(words, alone=(*_DROP_ALONE, "-fsyntax-only"), prefixes=())
+    return [*kept, "-fsyntax-only"]
 
 
 def _syntax_only_shell(

@@ -49,8 +49,23 @@ _DROP_PREFIX = ("-flto", "-ffat-lto-objects", "-fno-fat-lto-objects", "-g")
 _LAUNCHERS = ("ccache", "sccache", "custom")
 
 
-def _strip(words: Sequence[str]) -> list[str]:
-    """``words`` without the output, dependency-file, mode, LTO and debug flags."""
+def drop_flags(
+    words: Sequence[str],
+    alone: Sequence[str] = _DROP_ALONE,
+    prefixes: tuple[str, ...] = _DROP_PREFIX,
+) -> list[str]:
+    """A compile's argv without its output and dependency-file arguments (``-o``,
+    ``-MF``, ``-MT``, ``-MQ``, with their value, joined or not), the flags ``alone``,
+    and the flags starting with one of ``prefixes`` (``-gpu...`` kept).
+
+    Args:
+        words: the compiler's argv.
+        alone: flags dropped where they stand alone (default: the mode flags a
+            symbol object replaces).
+        prefixes: flag prefixes dropped (default: LTO and debug information).
+    Returns:
+        The remaining words, in order.
+    """
     out: list[str] = []
     skip = False
     for word in words:
@@ -60,11 +75,11 @@ def _strip(words: Sequence[str]) -> list[str]:
         if word in _DROP_WITH_VALUE:
             skip = True
             continue
-        if word in _DROP_ALONE:
+        if word in alone:
             continue
         if len(word) > 3 and word[:3] in _DROP_WITH_VALUE:
             continue  # the joined form, -MFpath
-        if word.startswith(_DROP_PREFIX) and not word.startswith("-gpu"):
+        if prefixes and word.startswith(prefixes) and not word.startswith("-gpu"):
             continue
         out.append(word)
     return out
@@ -104,7 +119,7 @@ def symbols_argv(words: Sequence[str], out: str, family: str) -> list[str]:
         last so it wins over the build's ``-O3``.
     """
     lto = ["-flto", "-fno-fat-lto-objects"] if family == "gcc" else []
-    return [*_strip(words), "-O0", "-g0", *lto, "-c", "-o", out]
+    return [*drop_flags(words), "-O0", "-g0", *lto, "-c", "-o", out]
 
 
 def hip_symbols_commands(words: Sequence[str], out: str) -> tuple[list[str], list[str]]:
@@ -116,7 +131,7 @@ def hip_symbols_commands(words: Sequence[str], out: str) -> tuple[list[str], lis
     Returns:
         ``(device argv, host argv)``.
     """
-    base = _strip(words)
+    base = drop_flags(words)
     return (
         [*base, "--offload-device-only", "-fsyntax-only"],
         [*base, "--offload-host-only", "-O0", "-g0", "-c", "-o", out],
