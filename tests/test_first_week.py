@@ -231,7 +231,7 @@ def test_real_sigint_mid_sync_in_a_fresh_process(ov, w):
     )
     script = textwrap.dedent("""\
         import os, signal, sys
-        import overlay.rebase as r
+        import overlay.rebase.run as r
         r.Rebase._apply_patches = lambda self: os.kill(os.getpid(), signal.SIGINT)
         from overlay.cli import main
         main(sys.argv[1:], prog_name="overlay")
@@ -260,7 +260,7 @@ def test_sigint_while_the_records_are_written_lets_them_finish(ov, w):
     )
     script = textwrap.dedent("""\
         import os, signal, sys
-        import overlay.rebase as r
+        import overlay.rebase.run as r
         real = r.Rebase._commit
         def commit(self, *args):
             os.kill(os.getpid(), signal.SIGINT)  # lands while the records are being written

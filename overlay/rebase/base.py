@@ -4,7 +4,7 @@
 started), the blob reader, ``git merge-file``, the rr-cache, the work files and
 the layers at the old bases. The steps themselves live beside it
 (:mod:`.forkdelta`, :mod:`.patches`, :mod:`.commit`, :mod:`.recover`) and
-:class:`overlay.rebase.Rebase` puts them together.
+:class:`overlay.rebase.run.Rebase` puts them together.
 """
 
 from __future__ import annotations

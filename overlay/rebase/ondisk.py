@@ -8,7 +8,7 @@ directory appears and disappears whole (it is built beside its place and
 renamed), so a state that is there only in part (``state.json`` without its
 backup, a backup without ``state.json``, a ``state.json`` that is not valid)
 was not left by a kill: :func:`inspect_state` calls it *wedged*, and ``--abort``
-recovers it (:meth:`overlay.rebase.Rebase.recover_wedged`).
+recovers it (:meth:`overlay.rebase.run.Rebase.recover_wedged`).
 
 Every command that reads or writes the rebase state or the records takes
 :func:`overlay.fs.records_lock.state_lock` (``flock`` on ``.overlay/rebase.lock``): the rebase and

@@ -1,6 +1,6 @@
 """Where a rebase or sync goes, before it starts; where the last one started from.
 
-The rules a run must pass before :class:`overlay.rebase.Rebase` starts it:
+The rules a run must pass before :class:`overlay.rebase.run.Rebase` starts it:
 
 * a sync's fork commit descends from the current one (``--force`` accepts a
   rewritten fork, or a move backwards on purpose);

@@ -1,6 +1,6 @@
 """The report of a rebase or sync, and its renderings (text, JSON, Markdown for the PR body).
 
-The report is a :class:`RebaseReport` built by :meth:`overlay.rebase.Rebase.report`;
+The report is a :class:`RebaseReport` built by :meth:`overlay.rebase.run.Rebase.report`;
 its JSON form (:meth:`RebaseReport.to_json`, ``.overlay/last-rebase.json`` and
 ``--format json``) is ``{kind, pins: {before, after}, merge, resolutions: [...],
 patches: [...], range_diff, next_steps}``, key for key as earlier versions wrote it.

@@ -1,7 +1,7 @@
 """The state of a rebase or sync run, typed, and its JSON form (``state.json``).
 
 A run saves :class:`RunState` to ``.overlay/rebase/state.json`` before every next
-step (:meth:`overlay.rebase.Rebase.save`) and reads it back on ``--continue``,
+step (:meth:`overlay.rebase.run.Rebase.save`) and reads it back on ``--continue``,
 ``--skip``, ``--drop``, ``--abort`` and ``--status``. The file's shape is a
 contract with runs stopped by earlier versions of overlay: :meth:`RunState.to_json`
 writes exactly the keys the untyped state of those versions had, and
