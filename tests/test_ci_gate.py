@@ -86,7 +86,7 @@ def test_auto_on_a_ci_runner_without_a_toolchain_fails(
 
 
 def test_auto_requires_check_where_a_toolchain_is_found(monkeypatch, tmp_path):
-    from overlay.ci_gate import required_stages
+    from overlay.ci.gate import required_stages
 
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -101,7 +101,7 @@ def test_auto_requires_check_where_a_toolchain_is_found(monkeypatch, tmp_path):
 
 
 def test_auto_keeps_the_stages_named_beside_it(monkeypatch, tmp_path):
-    from overlay.ci_gate import required_stages
+    from overlay.ci.gate import required_stages
 
     _no_toolchain(monkeypatch, tmp_path)
     stages, _ = required_stages(("auto", "suites"), "rocm", str(tmp_path), environ={})

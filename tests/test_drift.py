@@ -268,7 +268,7 @@ def test_owner_of_an_undefined_free_function_defines_its_header_siblings(tmp_pat
 
 
 def test_free_function_owner_counts_definitions_not_calls():
-    from overlay.drift_owners import defined_functions, free_function_owner
+    from overlay.drift.owners import defined_functions, free_function_owner
 
     assert defined_functions(
         "void f(int x) {\n  if (g(x)) {\n  }\n  return h(x);\n}\n"

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from gitfixtures import WorkRepo
 
-from overlay.drift_behaviour import (
+from overlay.drift.behaviour import (
     attribute,
     compare_functors,
     cpu_functors,

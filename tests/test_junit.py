@@ -10,8 +10,8 @@ import xml.etree.ElementTree as ET
 
 from click.testing import CliRunner
 
-from overlay import junit
 from overlay.cli import main
+from overlay.report import junit
 
 NASTY = "".join(chr(c) for c in range(32)) + "\ufffe\uffff\ud800 ok \U0001f600"
 
@@ -101,8 +101,8 @@ def test_ci_render_junit_parses_with_bell_and_escape_in_stage_messages():
 
 
 def test_one_xml_writer_one_jinja_environment_one_progress_display():
-    """Issue 15 item 3: XML is built only in overlay/junit.py, jinja2 set up only in
-    overlay/templating.py (a second writer is how the ci bug came about), a live
+    """Issue 15 item 3: XML is built only in overlay/report/junit.py, jinja2 set up only in
+    overlay/report/templating.py (a second writer is how the ci bug came about), a live
     line drawn only by overlay/progress.py (suites had a raw-ANSI one of its own)."""
     import pathlib
     import re

@@ -4,7 +4,7 @@
   line, then one summary line (docs/design.md §8);
 * ``json``   -- ``{"findings": [{code, severity, path, line, message, hint}, ...],
   "summary": {...}}``;
-* ``junit``  -- JUnit XML through :mod:`overlay.junit` (the schema Jenkins and
+* ``junit``  -- JUnit XML through :mod:`overlay.report.junit` (the schema Jenkins and
   pytest's ``junit_family=xunit2`` use): one ``<testsuite>`` per family, one
   ``<testcase>`` per finding (plus one passing testcase per check code that
   produced no finding, when the codes run are given); errors are ``<failure>``s,
@@ -21,8 +21,8 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 
-from overlay import junit
 from overlay.checks.findings import SEVERITIES, Finding
+from overlay.report import junit
 
 #: Known family prefixes, in report order, with their names (docs/design.md §8).
 FAMILIES = {
@@ -133,7 +133,8 @@ def render_junit(
     *,
     name: str = "overlay verify",
 ) -> str:
-    """JUnit XML report, written by :func:`overlay.junit.render` (XML-safe whatever the text).
+    """JUnit XML report, written by :func:`overlay.report.junit.render` (XML-safe
+    whatever the text).
 
     One ``<testsuite name="FIX (fixes)">`` per family; one ``<testcase
     classname="overlay.FIX" name="FIX003 LOCAL_FIXES.md:1">`` per finding: an
@@ -192,7 +193,7 @@ def escape_data(s: str) -> str:
     """Escape a workflow command's message (``@actions/core`` ``escapeData``).
 
     ``%``, ``\\r`` and ``\\n`` become ``%25``, ``%0D`` and ``%0A``; this is GitHub's
-    annotation syntax, not XML (XML safety is :func:`overlay.junit.xml_safe`).
+    annotation syntax, not XML (XML safety is :func:`overlay.report.junit.xml_safe`).
     """
     return s.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
 

@@ -62,7 +62,7 @@ def drift_cmd(
     import json
 
     if behaviour:
-        from overlay.drift_behaviour import run_behaviour
+        from overlay.drift.behaviour import run_behaviour
 
         exit_with(run_behaviour(ws, old_ref, fmt))
     if log_path is None:
@@ -96,7 +96,7 @@ def drift_cmd(
 @handle_errors
 def doctor_cmd(ws: Workspace, no_network: bool) -> None:
     """Report git, the git store, remotes, CMake, the ROCm toolchain and the GPUs."""
-    from overlay.doctor import run_checks
+    from overlay.ci.doctor import run_checks
     from overlay.errors import GitError
 
     try:
@@ -115,7 +115,7 @@ def _stage_names(
 ) -> tuple[str, ...]:
     """``--only``/``--require`` values: repeatable, each a comma- or space-separated list."""
     from overlay.ci import STAGES
-    from overlay.ci_gate import AUTO
+    from overlay.ci.gate import AUTO
 
     names = [n for value in values for n in value.replace(",", " ").split()]
     allowed = (*STAGES, AUTO) if param.name == "require" else STAGES
@@ -211,7 +211,7 @@ def ci_cmd(
         render_text,
         run_ci,
     )
-    from overlay.ci_gate import required_stages
+    from overlay.ci.gate import required_stages
     from overlay.fs.atomic import atomic_write
     from overlay.progress import LiveProgress
 

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from overlay import layout
 from overlay.importer.planning import ImportPlan, record_of
-from overlay.templating import render_report, render_template
+from overlay.report.templating import render_report, render_template
 
 REPORT_MD = layout.LAST_IMPORT_MD
 
@@ -174,5 +174,5 @@ def render_markdown(report: dict) -> str:
 
 def render(report: dict, fmt: str) -> str:
     """Dispatch on ``fmt``: ``text``, ``json`` or ``markdown``
-    (:func:`overlay.templating.render_report`)."""
+    (:func:`overlay.report.templating.render_report`)."""
     return render_report(report, fmt, text=render_text, template="import_report.md.j2")

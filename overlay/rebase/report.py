@@ -16,7 +16,7 @@ from typing import Any
 
 from overlay import layout
 from overlay.rebase.state import Bases
-from overlay.templating import render_report, render_template
+from overlay.report.templating import render_report, render_template
 
 
 @dataclasses.dataclass
@@ -289,6 +289,6 @@ def render_text(report: RebaseReport) -> str:
 
 def render(report: RebaseReport, fmt: str) -> str:
     """The report as ``fmt``: ``text``, ``json`` (:meth:`RebaseReport.to_json`,
-    indented by two) or ``markdown`` (:func:`overlay.templating.render_report`)."""
+    indented by two) or ``markdown`` (:func:`overlay.report.templating.render_report`)."""
     data: Any = report.to_json() if fmt == "json" else report
     return render_report(data, fmt, text=render_text, template="rebase_report.md.j2")

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import os
 
-from overlay import junit
+from overlay.report import junit
 from overlay.suites.runner import ABResult, SuiteResult
 
 __all__ = [
@@ -164,7 +164,8 @@ def _tail(path: str | None) -> str:
 
 
 def _junit(results) -> str:
-    """One testsuite per suite, one testcase per run (:func:`overlay.junit.render`, XML-safe)."""
+    """One testsuite per suite, one testcase per run
+    (:func:`overlay.report.junit.render`, XML-safe)."""
     suites = []
     for r in results:
         lo, hi = r.interval()

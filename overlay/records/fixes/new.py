@@ -24,7 +24,7 @@ from overlay.records.fixes.model import (
     PatchRecord,
 )
 from overlay.records.fixes.parser import fork_repo_from_url, load, parse
-from overlay.templating import render_template
+from overlay.report.templating import render_template
 
 PLACEHOLDER_BODY = (
     "TODO: say what was wrong, what this fix changes, and which suite "

@@ -3,8 +3,8 @@
 Each is a pure function of a :class:`CiResult` (defined here with its :class:`Stage`:
 the gate's result is what its reports render, so :mod:`overlay.ci` imports both and
 this module needs nothing of it); JUnit goes through the
-one writer :mod:`overlay.junit`, the Markdown through the one jinja2 environment
-(:mod:`overlay.templating`, template ``ci_summary.md.j2``). :mod:`overlay.ci`
+one writer :mod:`overlay.report.junit`, the Markdown through the one jinja2 environment
+(:mod:`overlay.report.templating`, template ``ci_summary.md.j2``). :mod:`overlay.ci`
 re-exports them.
 """
 
@@ -13,8 +13,8 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from overlay import junit
-from overlay.templating import render_template
+from overlay.report import junit
+from overlay.report.templating import render_template
 
 
 @dataclasses.dataclass
@@ -62,7 +62,8 @@ class CiResult:
 
 
 def render_junit(result: CiResult) -> str:
-    """JUnit XML (:func:`overlay.junit.render`): a testsuite per stage, a testcase per check/suite.
+    """JUnit XML (:func:`overlay.report.junit.render`): a testsuite per stage, a
+    testcase per check/suite.
 
     Counts agree with the children; stage messages may hold anything (compiler
     output, control characters): the writer makes them XML-safe. ``message``

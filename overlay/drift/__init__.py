@@ -21,7 +21,7 @@ The log is read by :func:`overlay.diagnostics.parse_log`, the parser ``overlay
 build`` uses too (``note:`` and bullet lines belong to their error, an error inside
 a system header lands on the tree line that instantiated it, linker undefined
 references become ``undefined`` diagnostics). The declaration search lives in
-:mod:`overlay.drift_declarations`.
+:mod:`overlay.drift.declarations`.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from collections.abc import Iterable, Sequence
 
 from overlay import diagnostics as _diagnostics
 from overlay.diagnostics import Diagnostic, merge_same_place, prefix_locator
-from overlay.drift_declarations import (
+from overlay.drift.declarations import (
     HEADER_GLOBS,
     MAX_DECL_HEADERS,
     commits_naming,
@@ -42,7 +42,7 @@ from overlay.drift_declarations import (
     declaring_headers,
     member_reference,
 )
-from overlay.drift_owners import free_function_owner, is_namespace
+from overlay.drift.owners import free_function_owner, is_namespace
 from overlay.git.store import Store
 
 _QUOTED = re.compile(r"[`'\u2018\"]([^`'\u2019\"]+)[`'\u2019\"]")
@@ -305,7 +305,7 @@ def owners_from_tree(
 
     For a free function ``mlx::core::[ns::]name`` (its qualifier opens a ``namespace``
     somewhere in the tree): the backend source that defines the most functions declared
-    in the header that declares ``name`` (:func:`overlay.drift_owners.free_function_owner`).
+    in the header that declares ``name`` (:func:`overlay.drift.owners.free_function_owner`).
     For ``mlx::core::Cls::member``: the backend file that defines most other members of
     ``Cls`` (``Cls::name(`` at the start of a definition); for a primitive no backend
     file mentions, the file defining the most ``::eval_gpu`` (where the backend keeps its

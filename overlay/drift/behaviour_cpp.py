@@ -1,5 +1,5 @@
 """The C++ text of ``overlay drift --behaviour``: the HIP shim headers and the
-comparison program's preamble (:mod:`overlay.drift_behaviour` writes them into the
+comparison program's preamble (:mod:`overlay.drift.behaviour` writes them into the
 build directory; nothing here is fork or upstream code).
 
 The shim lets g++ compile the ROCm device headers as host code: the HIP qualifiers
@@ -205,7 +205,7 @@ T floor_divide(T a, T b) {
 """
 
 
-#: The input guards of :data:`overlay.drift_behaviour.DOMAINS` (where both sides are
+#: The input guards of :data:`overlay.drift.behaviour.DOMAINS` (where both sides are
 #: defined C++).
 GUARDS = """
 template <typename T> bool ov_divisor(T a, T b) {

@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from overlay import layout
-from overlay.ci_report import (
+from overlay.ci.report import (
     CiResult,
     Stage,
     render_error,
@@ -32,7 +32,7 @@ from overlay.ci_report import (
 from overlay.errors import OverlayError
 from overlay.git.store import Store
 
-# The reports live in overlay.ci_report; the CLI and tests reach them through here.
+# The reports live in overlay.ci.report; the CLI and tests reach them through here.
 __all__ = [
     "REQUIRED_SKIPPED",
     "STAGES",

@@ -5,7 +5,7 @@ divmod's quotient floor instead of truncate) without changing any declaration: t
 fork's copy still compiles and now answers differently. This check compiles the ROCm
 backend's unary, binary and ternary functors (``mlx/backend/rocm/device/*_ops.hpp``
 of the exported tree) as host code with g++ and a shim for the HIP qualifiers and
-intrinsics (:mod:`overlay.drift_behaviour_cpp`), runs each beside upstream's CPU
+intrinsics (:mod:`overlay.drift.behaviour_cpp`), runs each beside upstream's CPU
 functor of the same name (``mlx/backend/cpu/{unary,binary}_ops.h``) over exhaustive
 small-integer ranges (int8 -64..63, int32 -64..64, uint32 0..128, pairs for binary
 functors) and sampled floats (NaN, infinities, signed zeros, denormals, fixed random
@@ -28,8 +28,8 @@ import subprocess
 import time
 from collections.abc import Sequence
 
-from overlay.drift_behaviour_cpp import GUARDS, PREAMBLE, SHIM, SHIM_DECLARED_ONLY
-from overlay.drift_declarations import _block_end, _span_commits
+from overlay.drift.behaviour_cpp import GUARDS, PREAMBLE, SHIM, SHIM_DECLARED_ONLY
+from overlay.drift.declarations import _block_end, _span_commits
 from overlay.errors import OverlayError
 from overlay.git.store import Store
 
