@@ -232,7 +232,7 @@ def _line_kind(line: bytes, replacements: list[bytes]) -> str:
             for r in replacements
         )
         return "index lines made full-length" if longer else "index lines"
-    if _MBOX_FROM.match(line) or line.startswith(b"From "):
+    if line.startswith(b"From "):
         return "mbox From line zeroed"
     if line.startswith(b"Date: "):
         return "Date header dropped"

@@ -62,13 +62,6 @@ def _ancestor(store: Store, a: str, b: str) -> bool:
     return store.is_ancestor(a, b)
 
 
-def fetch_upstream_refs(store: Store) -> None:
-    """Refresh ``refs/remotes/upstream/*`` and the tags from ``upstream`` (online only;
-    a failed fetch is quiet: the checks then use what the store holds). See
-    :meth:`overlay.git.fetch.Fetching.refresh_upstream_refs`."""
-    store.refresh_upstream_refs()
-
-
 def upstream_refs_containing(
     store: Store, sha: str, *, fetch: bool = True
 ) -> list[str] | None:
@@ -85,7 +78,7 @@ def upstream_refs_containing(
         and no tag at all (nothing to check against, e.g. offline before any fetch).
     """
     if fetch:
-        fetch_upstream_refs(store)
+        store.refresh_upstream_refs()
     scopes = UPSTREAM_SCOPES
     if not store.git(
         "for-each-ref", "--count=1", "--format=%(refname)", *scopes
@@ -289,7 +282,8 @@ def fork_ahead(store: Store, fork: str, pin: str) -> list[str]:
     were its own (shared case 18).
 
     Args:
-        store: git store (its upstream refs fetched by :func:`fetch_upstream_refs`).
+        store: git store (its upstream refs fetched by
+            :meth:`overlay.git.fetch.Fetching.refresh_upstream_refs`).
         fork: the fork commit whose history is asked; pin: the pin.
     Returns:
         ``["<sha12> <subject>", ...]``, newest first; empty when there is none, or when
@@ -348,7 +342,7 @@ def refuse_fork_ahead(store: Store, fork: str, pin: str) -> None:
     Raises:
         OverlayError: naming the first few such commits and ``--allow-fork-ahead`` (exit 2).
     """
-    fetch_upstream_refs(store)
+    store.refresh_upstream_refs()
     ahead = fork_ahead(store, fork, pin)
     if ahead:
         shown = "; ".join(ahead[:3]) + (

@@ -148,14 +148,14 @@ def _fork_ahead_findings(store: Store, manifest: Manifest) -> list[Finding]:
     them once when the store holds none; offline, the check uses what is there and
     says nothing when nothing is.
     """
-    from overlay.checks.pins import fetch_upstream_refs, fork_ahead
+    from overlay.checks.pins import fork_ahead
 
     if store.missing_objects([manifest.pin, manifest.fork_commit]):
         return []
     if not store.out(
         "for-each-ref", "--count=1", "--format=%(refname)", "refs/remotes/upstream/"
     ):
-        fetch_upstream_refs(store)
+        store.refresh_upstream_refs()
     ahead = fork_ahead(store, manifest.fork_commit, manifest.pin)
     if not ahead:
         return []

@@ -269,7 +269,8 @@ def _refresh_locked(
     _refuse_unsafe_links(ws, series)
     selected = [r for r in refreshed if not patches or r.patch.name in patches]
     drift = [r.patch.name for r in selected if r.changed]
-    notes = {r.patch.name: r.reason for r in selected if r.reason}
+    # r.reason diffs the old and new bytes: asked once per patch
+    notes = {r.patch.name: reason for r in selected if (reason := r.reason)}
     if check:
         for name in drift:
             click.echo(

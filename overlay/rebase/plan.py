@@ -147,12 +147,12 @@ def _fork_ahead_note(
     Raises:
         OverlayError: the fork is ahead and it was not allowed (exit 2).
     """
-    from overlay.checks.pins import fetch_upstream_refs, fork_ahead, refuse_fork_ahead
+    from overlay.checks.pins import fork_ahead, refuse_fork_ahead
 
     if not allow_fork_ahead:
         refuse_fork_ahead(store, fork, pin)
         return None
-    fetch_upstream_refs(store)
+    store.refresh_upstream_refs()
     ahead = fork_ahead(store, fork, pin)
     if not ahead:
         return None
@@ -198,9 +198,10 @@ def _refuse_fork_not_descending(store: Store, old_fork: str, new_fork: str) -> N
 def start_checks(ws: Workspace, kind: str, plan: RunPlan, force: bool) -> list[str]:
     """The checks right before a run starts (and before "nothing to do").
 
-    Refuse while a run is in progress or an edit is open; for a rebase to a new
-    pin, refuse one that is not an upstream commit unless ``force``, and on a move
-    backwards name the retarget entries citing commits the new pin lacks.
+    For a rebase to a new pin, refuse one that is not an upstream commit unless
+    ``force``, and on a move backwards name the retarget entries citing commits the
+    new pin lacks. (A run in progress and an open edit are refused before the plan,
+    by the command: ``overlay.cli.runs``.)
 
     Args:
         ws: the workspace.
@@ -210,15 +211,10 @@ def start_checks(ws: Workspace, kind: str, plan: RunPlan, force: bool) -> list[s
     Returns:
         Warning lines for the user.
     Raises:
-        OverlayError: a run is in progress or wedged, an edit is open, or the pin is
-            refused (exit 2).
+        OverlayError: the pin is refused (exit 2).
     """
     from overlay.checks.pins import backwards_citations, check_new_pin
-    from overlay.edit.session import refuse_during_edit
-    from overlay.rebase.ondisk import refuse_if_in_progress
 
-    refuse_if_in_progress(ws.root)
-    refuse_during_edit(ws.root, kind)
     old, new = plan.old, plan.new
     if kind != "rebase" or new.pin == old.pin:
         return []

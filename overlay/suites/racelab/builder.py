@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
 import dataclasses
 import datetime as _dt
+import functools
 import hashlib
 import json
 import os
@@ -351,23 +351,34 @@ def _compile(
                 os.unlink(tmp)
         return src, proc
 
+    # overlay.build is heavy; the lab imports it only when it compiles (as compiler.py)
+    from overlay.build.units import run_parallel
+
+    done: list[tuple[str, subprocess.CompletedProcess[str]] | None] = [None] * len(todo)
+
+    def job(i: int) -> None:
+        result = done[i] = compile_one(todo[i])
+        if progress and result[1].returncode == 0:
+            progress(f"compiled {os.path.relpath(todo[i][1], out_dir)}")
+
+    # A Ctrl-C cancels the objects not yet started (run_parallel), as in overlay build.
+    workers = max(1, jobs or os.cpu_count() or 2)
+    run_parallel(workers, [functools.partial(job, i) for i in range(len(todo))])
     errors: list[str] = []
     first_error = ""
-    workers = max(1, jobs or os.cpu_count() or 2)
-    with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
-        for unit, (src, proc) in zip(todo, pool.map(compile_one, todo), strict=True):
-            if proc.returncode != 0:
-                text = (proc.stdout + proc.stderr).strip()
-                errors.append(f"== {unit[1]}: exit {proc.returncode}\n{text}")
-                first_error = first_error or next(
-                    (line for line in text.splitlines() if ": error: " in line),
-                    f"{src}: exit {proc.returncode}",
-                )
-                keys.pop(os.path.relpath(unit[1], out_dir), None)
-            else:
-                keys[os.path.relpath(unit[1], out_dir)] = unit[2]
-                if progress:
-                    progress(f"compiled {os.path.relpath(unit[1], out_dir)}")
+    for unit, result in zip(todo, done, strict=True):
+        assert result is not None  # run_parallel returned: every job ran
+        src, proc = result
+        if proc.returncode != 0:
+            text = (proc.stdout + proc.stderr).strip()
+            errors.append(f"== {unit[1]}: exit {proc.returncode}\n{text}")
+            first_error = first_error or next(
+                (line for line in text.splitlines() if ": error: " in line),
+                f"{src}: exit {proc.returncode}",
+            )
+            keys.pop(os.path.relpath(unit[1], out_dir), None)
+        else:
+            keys[os.path.relpath(unit[1], out_dir)] = unit[2]
     return errors, first_error
 
 
