@@ -18,8 +18,8 @@ import shutil
 import subprocess
 import tempfile
 
+from overlay.engine.layers import compute_layers
 from overlay.git.store import Store
-from overlay.layers import compute_layers
 from overlay.records import fixes
 from overlay.records.manifest import load_manifest
 from overlay.records.patchfmt import format_patch, tree_diffs

@@ -43,9 +43,9 @@ from _cpu import bench_env, cpu_run, fresh_store, median, overlay_cmd  # noqa: E
 from _record import mirror_bench_parser, mirrors_missing, record  # noqa: E402
 from _synth import make_overlay  # noqa: E402
 
+from overlay.engine.layers import compute_layers  # noqa: E402
 from overlay.export import export_tree  # noqa: E402
 from overlay.git.store import Store  # noqa: E402
-from overlay.layers import compute_layers  # noqa: E402
 from overlay.records.manifest import load_manifest  # noqa: E402
 
 TARGET_RATIO = 1.2

@@ -46,8 +46,8 @@ from _cpu import GitCounter, bench_env, cpu_run, fresh_store, median, overlay_cm
 from _record import mirror_bench_parser, mirrors_missing, record  # noqa: E402
 from _synth import make_overlay  # noqa: E402
 
+from overlay.engine.layers import compute_layers  # noqa: E402
 from overlay.git.store import Store  # noqa: E402
-from overlay.layers import compute_layers  # noqa: E402
 from overlay.records.manifest import load_manifest  # noqa: E402
 from overlay.records.series import read_series  # noqa: E402
 

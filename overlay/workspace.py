@@ -34,8 +34,8 @@ from typing import TYPE_CHECKING
 from overlay import layout
 
 if TYPE_CHECKING:
+    from overlay.engine.layers import Layers
     from overlay.git.store import Store
-    from overlay.layers import Layers
     from overlay.records.manifest import Manifest
     from overlay.records.series import Patch
 
@@ -169,20 +169,20 @@ class Workspace:
         Args:
             pin: preview on another MLX commit (a ref resolved against ``upstream``).
             fork: preview with another fork commit (resolved against ``fork``).
-            stepwise: keep each patch's tree (see :func:`overlay.layers.apply_series`).
+            stepwise: keep each patch's tree (see :func:`overlay.engine.layers.apply_series`).
             empty_series: leave the series out (``patched`` is then ``forked``).
             series: the series as the caller just read it
                 (:func:`overlay.records.series.load_series`), so it is not read and parsed a
                 second time; by default it is read here.
         Returns:
-            :class:`overlay.layers.Layers`.
+            :class:`overlay.engine.layers.Layers`.
         Raises:
             ManifestError, GitError, OfflineMiss, LayerError: see
-            :func:`overlay.layers.compute_layers`.
+            :func:`overlay.engine.layers.compute_layers`.
         """
         key = (pin, fork, stepwise, empty_series)
         if key not in self._layers:
-            from overlay.layers import compute_layers
+            from overlay.engine.layers import compute_layers
 
             manifest = self.manifest
             store = self.store

@@ -12,8 +12,8 @@ import tempfile
 import pytest
 from gitfixtures import PATCH, Overlay, build_world, lines, local_fixes, make_patch
 
+from overlay.engine.layers import compute_layers
 from overlay.git.store import Store
-from overlay.layers import compute_layers
 from overlay.records.manifest import load_manifest
 
 # A shell without job control starts background jobs with SIGINT ignored, and an ignored
@@ -86,7 +86,7 @@ def isolated_git(tmp_path_factory):
         if key.startswith("GIT_") or key.startswith("OVERLAY_"):
             env.delenv(key, raising=False)
     # CI=true (as `.ci/run` runs) turns on overlay's plain progress lines on stderr
-    # (overlay.progress), which would land in the outputs the tests compare; a test of
+    # (overlay.report.progress), which would land in the outputs the tests compare; a test of
     # the CI behaviour sets it itself.
     env.delenv("CI", raising=False)
     env.setenv("HOME", str(home))

@@ -32,8 +32,8 @@ from pathlib import Path
 
 from gitfixtures import PATCH, build_world, lines, make_patch
 
+from overlay.engine.layers import compute_layers
 from overlay.git.store import Store
-from overlay.layers import compute_layers
 from overlay.records.manifest import load_manifest
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -5,10 +5,15 @@ from __future__ import annotations
 import pytest
 from gitfixtures import lines, make_patch
 
-from overlay.attribute import Attributor, _parse_porcelain, attribute_lines, build_chain
+from overlay.build.attribute import (
+    Attributor,
+    _parse_porcelain,
+    attribute_lines,
+    build_chain,
+)
+from overlay.engine.layers import compute_layers
 from overlay.errors import OverlayError
 from overlay.git.store import Store
-from overlay.layers import compute_layers
 from overlay.records.manifest import load_manifest
 
 

@@ -29,8 +29,8 @@ from overlay.build import (
     resolve_arch,
 )
 from overlay.cli import main
+from overlay.engine.layers import compute_layers
 from overlay.git.store import Store
-from overlay.layers import compute_layers
 from overlay.records.manifest import load_manifest
 
 DATA = Path(__file__).parent / "data" / "cmake-mini"

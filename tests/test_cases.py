@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 from gitfixtures import lines, make_patch, read_blob
 
+from overlay.engine.layers import PatchApplyError, compute_layers
 from overlay.git.store import Store
-from overlay.layers import PatchApplyError, compute_layers
 from overlay.records.manifest import load_manifest
 from overlay.records.patchfmt import format_patch, tree_diff
 from overlay.records.series import parse_patch

@@ -6,8 +6,8 @@ from click.testing import CliRunner
 from gitfixtures import env_path_without_git, make_patch
 
 from overlay.cli import main
+from overlay.engine.layers import compute_layers
 from overlay.git.store import Store
-from overlay.layers import compute_layers
 from overlay.records.manifest import load_manifest
 
 

@@ -65,10 +65,10 @@ def test_importing_the_cli_loads_no_command_module():
         {m for m in loaded if m.startswith("overlay.")}
         - cli
         - {
-            "overlay.clitools",
+            "overlay.cli.tools",
             "overlay.errors",
             "overlay.layout",
-            "overlay.options",
+            "overlay.cli.options",
             "overlay.workspace",
         }
     )

@@ -14,10 +14,15 @@ import pytest
 from gitfixtures import lines, make_patch
 
 from overlay.build import parse_diagnostics
-from overlay.diagnostics import Diagnostic, merge_same_place, parse_log, prefix_locator
+from overlay.build.diagnostics import (
+    Diagnostic,
+    merge_same_place,
+    parse_log,
+    prefix_locator,
+)
 from overlay.drift import identifiers, log_errors
+from overlay.engine.layers import compute_layers
 from overlay.git.store import Store
-from overlay.layers import compute_layers
 from overlay.records.manifest import load_manifest
 
 SRC = "/work/build/rocm/src"

@@ -26,11 +26,11 @@ from gitfixtures import (
 from overlay import edit as edit_mod
 from overlay.cli import main
 from overlay.edit import writes as edit_writes
+from overlay.engine.layers import compute_layers
+from overlay.engine.refresh import refresh_series
 from overlay.git.store import Store
-from overlay.layers import compute_layers
 from overlay.records import fixes
 from overlay.records.manifest import load_manifest
-from overlay.refresh import refresh_series
 
 PDIR = "patches-rocm"
 DEVICE = "mlx/backend/rocm/device.cpp"

@@ -26,8 +26,8 @@ from gitfixtures import (
     tree_paths,
 )
 
+from overlay.engine.layers import compute_layers
 from overlay.git.store import Store
-from overlay.layers import compute_layers
 from overlay.records import fixes
 from overlay.records.manifest import load_manifest
 from overlay.records.series import parse_patch

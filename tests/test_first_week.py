@@ -219,7 +219,7 @@ def test_ctrl_c_after_the_run_completed_says_so(ov, w, monkeypatch):
 
 
 def test_ctrl_c_in_any_command_is_exit_130_one_line(overlay, monkeypatch):
-    monkeypatch.setattr("overlay.layers.compute_layers", _interrupt)
+    monkeypatch.setattr("overlay.engine.layers.compute_layers", _interrupt)
     result = CliRunner().invoke(main, ["-C", str(overlay.root), "tree"])
     assert result.exit_code == 130 and "Aborted!" not in result.output
     assert overlay_lines(result.output) == ["overlay: interrupted"]

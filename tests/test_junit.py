@@ -103,7 +103,7 @@ def test_ci_render_junit_parses_with_bell_and_escape_in_stage_messages():
 def test_one_xml_writer_one_jinja_environment_one_progress_display():
     """Issue 15 item 3: XML is built only in overlay/report/junit.py, jinja2 set up only in
     overlay/report/templating.py (a second writer is how the ci bug came about), a live
-    line drawn only by overlay/progress.py (suites had a raw-ANSI one of its own)."""
+    line drawn only by overlay/report/progress.py (suites had a raw-ANSI one of its own)."""
     import pathlib
     import re
 
@@ -120,5 +120,5 @@ def test_one_xml_writer_one_jinja_environment_one_progress_display():
             assert not xml.search(text), f"{rel} builds or escapes XML itself"
         if rel != "report/templating.py":
             assert not jinja.search(text), f"{rel} makes its own jinja2 environment"
-        if rel != "progress.py":
+        if rel != "report/progress.py":
             assert not live.search(text), f"{rel} draws its own live progress line"

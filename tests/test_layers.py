@@ -8,9 +8,9 @@ from gitfixtures import Overlay, build_world, lines, make_patch, read_blob, tree
 
 from overlay.cli import main
 from overlay.engine import PatchApplyError
+from overlay.engine.layers import compute_layers
 from overlay.errors import GitError, LayerError, OfflineMiss
 from overlay.git.store import Store
-from overlay.layers import compute_layers
 from overlay.records.manifest import load_manifest
 
 

@@ -20,8 +20,8 @@ from gitfixtures import (
     refusal_line as one_line_refusal,
 )
 
+from overlay.engine.layers import compute_layers
 from overlay.git.store import Store
-from overlay.layers import compute_layers
 from overlay.records.manifest import load_manifest
 
 # -- a NUL byte never turns a text patch into GIT binary patch ------------------------------

@@ -13,8 +13,8 @@ from test_ci import make_clean_overlay
 from overlay.cli import main
 from overlay.errors import OverlayError
 from overlay.git.store import Store
-from overlay.progress import PLAIN_INTERVAL, LiveProgress, progress_mode
 from overlay.records.manifest import load_manifest
+from overlay.report.progress import PLAIN_INTERVAL, LiveProgress, progress_mode
 
 
 @pytest.mark.parametrize(

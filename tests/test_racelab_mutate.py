@@ -135,7 +135,9 @@ def test_the_check_builds_each_mutant_and_runs_the_covering_suites(
     class Layers:
         patched = "a" * 40
 
-    monkeypatch.setattr("overlay.layers.compute_layers", lambda *a, **k: Layers())
+    monkeypatch.setattr(
+        "overlay.engine.layers.compute_layers", lambda *a, **k: Layers()
+    )
     monkeypatch.setattr("overlay.records.manifest.load_manifest", lambda root: None)
 
     def fake_export(store, tree, dest):
@@ -191,9 +193,9 @@ def test_an_unknown_mutant_id_is_named(tmp_path):
 
 def test_every_mutant_applies_to_the_patched_layer(real_mirrors, tmp_path):
     """The patch and its mutants move together: each edit matches the patched file."""
+    from overlay.engine.layers import compute_layers
     from overlay.export import export_tree
     from overlay.git.store import Store
-    from overlay.layers import compute_layers
     from overlay.records.manifest import load_manifest
 
     store = Store(str(tmp_path / "store.git"))
@@ -242,7 +244,7 @@ def test_a_mutant_is_caught_and_the_baseline_is_clean(real_mirrors, tmp_path):
 def test_the_command_names_an_unknown_mutant_with_exit_2(monkeypatch, tmp_path):
     from click.testing import CliRunner
 
-    from overlay.suites.cli import suite
+    from overlay.cli.suites import suite
 
     monkeypatch.chdir(ROOT)
     monkeypatch.setenv("OVERLAY_GIT_DIR", str(tmp_path / "store.git"))

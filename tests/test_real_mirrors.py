@@ -11,8 +11,8 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from overlay.cli import main
+from overlay.engine.layers import compute_layers
 from overlay.git.store import Store
-from overlay.layers import compute_layers
 from overlay.records.manifest import load_manifest
 
 ROOT = Path(__file__).resolve().parent.parent

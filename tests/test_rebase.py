@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from gitfixtures import cli, lines, make_patch, records_hash
 
+from overlay.engine.layers import compute_layers
 from overlay.git.store import Store
-from overlay.layers import compute_layers
 from overlay.records.manifest import load_manifest
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -11,7 +11,7 @@ import pytest
 import tomlkit
 from gitfixtures import MANIFEST, PATCH
 
-from overlay import layers
+from overlay.engine import layers
 from overlay.git.store import Store
 from overlay.records.manifest import load_manifest, set_pins
 

@@ -34,10 +34,10 @@ from gitfixtures import (
     refusal_line as one_line_refusal,
 )
 
+from overlay.engine.layers import compute_layers
 from overlay.fs.atomic import TEMP_RE, sweep_scratch_dirs
 from overlay.fs.records_lock import LOCK_FILE
 from overlay.git.store import Store
-from overlay.layers import compute_layers
 from overlay.rebase.ondisk import inspect_state
 from overlay.records.manifest import load_manifest
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from overlay.suites.cli import suite
+from overlay.cli.suites import suite
 
 REPO = Path(__file__).resolve().parents[1]
 CHILDREN = Path(__file__).resolve().parent / "children"

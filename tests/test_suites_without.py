@@ -11,9 +11,9 @@ from click.testing import CliRunner
 from gitfixtures import lines, make_patch, read_blob
 
 from overlay.cli import main
+from overlay.engine.layers import compute_layers
 from overlay.errors import OverlayError
 from overlay.git.store import Store
-from overlay.layers import compute_layers
 from overlay.records.manifest import load_manifest
 from overlay.suites.config import parse_suites
 from overlay.suites.runner import detect_platform, run_ab
@@ -162,7 +162,7 @@ def test_removing_a_patch_a_later_one_needs_names_it(overlay):
     )
     overlay.add_patch("0001-lock.patch", first)
     overlay.add_patch("0002-lock-twice.patch", second)
-    from overlay.layers import PatchApplyError
+    from overlay.engine.layers import PatchApplyError
 
     with pytest.raises(PatchApplyError) as err:
         layers_without(str(overlay.root), store, "0001-lock.patch")

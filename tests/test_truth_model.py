@@ -463,7 +463,7 @@ def test_ser008_names_the_index_line_after_a_multibyte_character(ov):
 
 
 def test_rewrite_reasons_name_each_kind_of_line_a_refresh_owns():
-    from overlay.refresh import rewrite_reasons
+    from overlay.engine.refresh import rewrite_reasons
 
     new = (
         b"From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001\n"

@@ -9,8 +9,8 @@ from gitfixtures import CLOSING, PATCH, lines, local_fixes, make_patch
 
 from overlay.checks.verify import verify
 from overlay.cli import main
+from overlay.engine.layers import compute_layers
 from overlay.git.store import Store
-from overlay.layers import compute_layers
 from overlay.records import fixes
 from overlay.records.manifest import load_manifest
 

@@ -19,7 +19,7 @@ def test_the_store_points_at_the_manifests_remotes_once_both_are_known(overlay):
 
 
 def test_layers_are_computed_once_per_set_of_options(overlay, monkeypatch):
-    import overlay.layers as layers_module
+    import overlay.engine.layers as layers_module
 
     calls = []
     real = layers_module.compute_layers

@@ -11,8 +11,8 @@ import json
 import pytest
 from gitfixtures import PATCH, cli, make_patch, records_hash
 
+from overlay.engine.layers import compute_layers
 from overlay.git.store import Store
-from overlay.layers import compute_layers
 from overlay.records.manifest import load_manifest
 
 PDIR = "patches-rocm"

@@ -36,8 +36,8 @@ The package, one module per stage:
 * :mod:`~overlay.build.run` drives it all (:func:`build`);
 * :mod:`~overlay.build.runlog` is the build log.
 
-Compiler errors are read by :mod:`overlay.diagnostics` (shared with ``overlay
-drift``); the live display is :class:`overlay.progress.LiveProgress`.
+Compiler errors are read by :mod:`overlay.build.diagnostics` (shared with ``overlay
+drift``); the live display is :class:`overlay.report.progress.LiveProgress`.
 """
 
 from overlay.build.cache import (
@@ -56,6 +56,7 @@ from overlay.build.cmake import (
     cmake_error_summary,
     cmake_options,
 )
+from overlay.build.diagnostics import Diagnostic, parse_diagnostics
 from overlay.build.linkcheck import (
     LinkCheck,
     UndefinedSymbol,
@@ -82,8 +83,7 @@ from overlay.build.toolchain import (
     toolchain_script,
 )
 from overlay.build.units import HEADER_SUFFIXES, SOURCE_SUFFIXES
-from overlay.diagnostics import Diagnostic, parse_diagnostics
-from overlay.progress import LiveProgress
+from overlay.report.progress import LiveProgress
 
 __all__ = [
     "BACKENDS",

@@ -12,6 +12,7 @@ import threading
 from collections.abc import Callable, Sequence
 
 from overlay.build.cache import launcher_path
+from overlay.build.diagnostics import ANSI_RE, tree_locator
 from overlay.build.results import BuildResult
 from overlay.build.runlog import BuildLog
 from overlay.build.symbols import (
@@ -30,7 +31,6 @@ from overlay.build.units import (
     load_compile_commands,
     run_units,
 )
-from overlay.diagnostics import ANSI_RE, tree_locator
 from overlay.errors import OverlayError
 
 #: Arguments a syntax-only run must not pass on, besides the object and the dependency

@@ -12,10 +12,10 @@ import re
 import time
 
 from overlay.build.cache import resolve_cache
+from overlay.build.diagnostics import ANSI_RE
 from overlay.build.results import BuildResult
 from overlay.build.runlog import BuildLog, run_logged
 from overlay.build.toolchain import Toolchain
-from overlay.diagnostics import ANSI_RE
 from overlay.errors import EXIT_FINDINGS, OverlayError
 
 CONFIGURE_RECORD = ".overlay-configure.json"

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from overlay.build.diagnostics import Diagnostic
 from overlay.build.linkcheck import LinkCheck
-from overlay.diagnostics import Diagnostic
 from overlay.export import ExportResult
 
 

@@ -14,18 +14,18 @@ from overlay import layout
 from overlay.build.cache import cache_binds, resolve_cache, stop_sccache, write_launcher
 from overlay.build.check import check_tree
 from overlay.build.cmake import cmake_options, configure, json_source_dir
+from overlay.build.diagnostics import Diagnostic, parse_diagnostics
 from overlay.build.linkcheck import link_check
 from overlay.build.results import BuildResult
 from overlay.build.runlog import BuildLog, run_logged
 from overlay.build.toolchain import Toolchain
 from overlay.build.units import compile_units
-from overlay.diagnostics import Diagnostic, parse_diagnostics
+from overlay.engine.layers import Layers
 from overlay.errors import OverlayError
 from overlay.export import export_tree
 from overlay.fs.atomic import atomic_write
 from overlay.fs.locks import dir_lock
 from overlay.git.store import Store
-from overlay.layers import Layers
 
 _PROGRESS_RE = re.compile(r"^\[(\d+)/(\d+)\] (.*)$")
 
@@ -371,11 +371,11 @@ def attribute_diagnostics(
     store: Store, layers: Layers, diagnostics: Sequence[Diagnostic]
 ) -> None:
     """Set each in-tree diagnostic's ``origin``: who wrote its line (a patch hunk, the
-    fork, upstream; :class:`overlay.attribute.Attributor`).
+    fork, upstream; :class:`overlay.build.attribute.Attributor`).
 
     Args:
         store: git store; layers: computed with ``stepwise=True``;
-        diagnostics: from :func:`overlay.diagnostics.parse_diagnostics` (changed in
+        diagnostics: from :func:`overlay.build.diagnostics.parse_diagnostics` (changed in
             place; those outside the tree are left alone).
     Raises:
         OverlayError: layers without per-patch trees (exit 2).
@@ -387,7 +387,7 @@ def attribute_diagnostics(
     ]
     if not located:
         return
-    from overlay.attribute import Attributor
+    from overlay.build.attribute import Attributor
 
     origins = Attributor(store, layers).attribute(located)
     for d in diagnostics:

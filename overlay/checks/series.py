@@ -17,6 +17,7 @@ from typing import Any
 
 from overlay.checks.codes import finding as _f
 from overlay.checks.findings import Finding
+from overlay.engine.refresh import BinaryTurn, nul_turns
 from overlay.errors import PatchFormatError, UnsafePath
 from overlay.fs.reading import RecordError, read_record
 from overlay.git.run import git_ignored
@@ -32,7 +33,6 @@ from overlay.records.series import (
     parse_patch,
     read_series,
 )
-from overlay.refresh import BinaryTurn, nul_turns
 
 _INDEX_RE = re.compile(rb"^index ([0-9a-f]+)\.\.([0-9a-f]+)", re.M)
 
@@ -121,7 +121,8 @@ def binary_turn_findings(turns: Iterable[BinaryTurn]) -> list[Finding]:
     a binary patch.
 
     Args:
-        turns: from :func:`overlay.refresh.binary_turns` / :func:`overlay.refresh.nul_turns`.
+        turns: from :func:`overlay.engine.refresh.binary_turns` /
+            :func:`overlay.engine.refresh.nul_turns`.
     Returns:
         One finding per turn, located at the patch's line.
     """

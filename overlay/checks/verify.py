@@ -34,16 +34,16 @@ from overlay.checks.series import (
     git_apply_reason,
     link_findings,
 )
+from overlay.engine.layers import Layers, PatchApplyError, compute_layers
+from overlay.engine.refresh import refresh_series
 from overlay.errors import GitError, LayerError, OfflineMiss, UnsafePath
 from overlay.fs.paths import check_path
 from overlay.fs.reading import scan_record_dir
 from overlay.git.store import Store
-from overlay.layers import Layers, PatchApplyError, compute_layers
 from overlay.records import fixes
 from overlay.records.manifest import Manifest, load_manifest
 from overlay.records.markers import marker_lines
 from overlay.records.series import PATCH_DIR, Patch
-from overlay.refresh import refresh_series
 
 __all__ = [
     "CODES",
@@ -93,7 +93,7 @@ def _resolution_findings(
     Returns:
         ``(findings, {path: bytes}, safe)``; ``safe`` is false when a resolution
         was refused (LAY006): the layers must then not be computed, because
-        :func:`overlay.layers.read_resolutions` would read the refused file.
+        :func:`overlay.engine.layers.read_resolutions` would read the refused file.
     """
     findings = []
     resolutions, errors = scan_record_dir(root, RESOLVED_DIR, what="resolution")

@@ -55,7 +55,7 @@ REQUIRED_SKIPPED = "required, but skipped: "
 
 
 def _overlay_state(root: str, store: Store) -> tuple[dict, Any]:
-    from overlay.layers import compute_layers
+    from overlay.engine.layers import compute_layers
     from overlay.records.manifest import load_manifest
 
     manifest = load_manifest(root)
@@ -418,7 +418,7 @@ def run_ci(
             the upstream commit of ``drift_from..pin`` behind its errors. Default: the pin
             the last rebase started from, when it moved to the manifest's pin (a fresh
             clone has none: pass the base branch's pin).
-        progress: a :class:`~overlay.progress.LiveProgress`: each stage's start as a
+        progress: a :class:`~overlay.report.progress.LiveProgress`: each stage's start as a
             note, the check or build stage's units as ``n/N`` (issue 30 item 3).
     Returns:
         :class:`CiResult`. A stage that raises becomes a failed stage with the
@@ -475,7 +475,7 @@ def _drift_range(
     root: str, store: Store, pin: str, drift_from: str | None
 ) -> tuple[str, str] | None:
     """``(old pin, pin)`` from ``drift_from`` (resolved in the store), else from the last rebase."""
-    from overlay.drift import last_rebase_pin
+    from overlay.rebase.report import last_rebase_pin
 
     old = (
         store.resolve(drift_from, ["upstream"])

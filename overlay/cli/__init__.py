@@ -3,9 +3,9 @@
 Every command parses its options, calls domain functions with the command's
 :class:`~overlay.workspace.Workspace` (made once, here, from the global options),
 renders what they return, and ends one way: an expected failure is raised as
-:class:`~overlay.errors.OverlayError` (:func:`overlay.clitools.handle_errors`
+:class:`~overlay.errors.OverlayError` (:func:`overlay.cli.tools.handle_errors`
 turns it into one line and its exit code), a status of its own goes through
-:func:`overlay.clitools.exit_with`.
+:func:`overlay.cli.tools.exit_with`.
 
 The commands live in modules by what they work on:
 
@@ -14,7 +14,7 @@ The commands live in modules by what they work on:
 * :mod:`overlay.cli.editing` -- ``edit``, ``record``, ``fix new``, ``fix list``;
 * :mod:`overlay.cli.runs` -- ``rebase``, ``sync``;
 * :mod:`overlay.cli.builds` -- ``build``, ``drift``, ``ci``, ``doctor``;
-* ``suite`` (:mod:`overlay.suites.cli`) and ``import`` (:mod:`overlay.importer_cli`),
+* ``suite`` (:mod:`overlay.cli.suites`) and ``import`` (:mod:`overlay.cli.importing`),
   imported only when named.
 
 Importing this package loads click and these modules only; each command imports
@@ -28,7 +28,7 @@ import click
 
 from overlay import __version__, layout
 from overlay.cli import builds, editing, records, runs, trees
-from overlay.clitools import OverlayGroup
+from overlay.cli.tools import OverlayGroup
 from overlay.workspace import Workspace
 
 __all__ = ["Context", "Workspace", "main"]
@@ -72,6 +72,6 @@ for _module in (trees, records, editing, runs, builds):
         main.add_command(_command)
 
 main.lazy_commands = {
-    "suite": "overlay.suites.cli:suite",
-    "import": "overlay.importer_cli:import_group",
+    "suite": "overlay.cli.suites:suite",
+    "import": "overlay.cli.importing:import_group",
 }

@@ -9,9 +9,9 @@ import os
 import click
 
 from overlay import layout
-from overlay.clitools import exit_with, handle_errors
+from overlay.cli.options import backend_option, format_option
+from overlay.cli.tools import exit_with, handle_errors
 from overlay.errors import OverlayError
-from overlay.options import backend_option, format_option
 from overlay.workspace import Workspace
 
 
@@ -213,7 +213,7 @@ def ci_cmd(
     )
     from overlay.ci.gate import required_stages
     from overlay.fs.atomic import atomic_write
-    from overlay.progress import LiveProgress
+    from overlay.report.progress import LiveProgress
 
     def write(texts: tuple[str, str, str]) -> None:
         for path, text in zip((junit, json_path, markdown), texts, strict=True):

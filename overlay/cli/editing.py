@@ -9,7 +9,7 @@ import sys
 import click
 
 from overlay import layout
-from overlay.clitools import handle_errors
+from overlay.cli.tools import handle_errors
 from overlay.errors import OverlayError
 from overlay.workspace import Workspace
 

@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING
 import click
 
 from overlay import layout
-from overlay.clitools import exit_with, handle_errors
+from overlay.cli.options import format_option, output_option
+from overlay.cli.tools import exit_with, handle_errors
 from overlay.errors import OverlayError
-from overlay.options import format_option, output_option
 from overlay.workspace import Workspace
 
 if TYPE_CHECKING:
@@ -224,7 +224,7 @@ def _refreshed(ws: Workspace, series: list[Patch], accept_text: set[str]) -> lis
     recorded blobs, is carried (exactly where it can, 3-way by merge-ort from the
     recorded blobs where it must)."""
     from overlay.engine import PatchApplyError
-    from overlay.refresh import carry_series, refresh_series
+    from overlay.engine.refresh import carry_series, refresh_series
 
     try:
         return refresh_series(
@@ -240,8 +240,8 @@ def _refresh_locked(
 ) -> None:
     """Refresh (or with ``check``, only compare) the named patches, all when none."""
     from overlay.checks.pins import refuse_broken_ancestry
+    from overlay.engine.refresh import nul_turns, write_refreshed
     from overlay.records.series import load_series, resolve_patch_name
-    from overlay.refresh import nul_turns, write_refreshed
 
     manifest = ws.manifest
     for sha in (manifest.fork_commit, manifest.merge_base):

@@ -10,9 +10,9 @@ from __future__ import annotations
 import click
 
 from overlay import layout
-from overlay.clitools import handle_errors
+from overlay.cli.options import format_option
+from overlay.cli.tools import handle_errors
 from overlay.errors import OverlayError
-from overlay.options import format_option
 
 # ``_rebase_action_locked`` is kept as it was in ``overlay/cli.py`` (another change
 # edits its body): it names the workspace ``Context`` and gets the store by ``_store``.

@@ -7,7 +7,7 @@ import contextlib
 import click
 
 from overlay import layout
-from overlay.clitools import exit_with, handle_errors
+from overlay.cli.tools import exit_with, handle_errors
 from overlay.errors import OverlayError
 from overlay.workspace import Workspace
 
@@ -76,7 +76,7 @@ def status_cmd(ws: Workspace, dest: tuple[str, ...]) -> None:
 def _status_locked(ws: Workspace, dest: tuple[str, ...]) -> bool:
     """Print the status from one snapshot of the records (under the shared lock);
     true when the series makes a symlink out of the tree (then the exit is 1)."""
-    from overlay.status import unsafe_links_added
+    from overlay.cli.status import unsafe_links_added
 
     layers = ws.layers()
     _echo_bases(ws)
@@ -117,7 +117,7 @@ def _status_locked(ws: Workspace, dest: tuple[str, ...]) -> bool:
 
 def _echo_bases(ws: Workspace) -> None:
     """The remotes (with the variable overriding each URL) and the pinned commits."""
-    from overlay.status import remotes
+    from overlay.cli.status import remotes
 
     manifest = ws.manifest
     up, fork = remotes(manifest).values()
@@ -132,8 +132,8 @@ def _echo_bases(ws: Workspace) -> None:
 
 def _echo_exports(ws: Workspace, dest: tuple[str, ...], patched: str) -> None:
     """One line per export directory: its stamp against the patched layer."""
+    from overlay.cli.status import export_dirs, export_state
     from overlay.export import edited_note
-    from overlay.status import export_dirs, export_state
 
     for d in export_dirs(ws.root, dest):
         state = export_state(d, ws.store, patched)

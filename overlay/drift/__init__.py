@@ -17,7 +17,7 @@ Input is what the compiler and the linker printed (a build log); output is one
   rarest identifier that upstream changed wins, and among its commits the oldest
   that changed a header (the declaration), else the oldest at all.
 
-The log is read by :func:`overlay.diagnostics.parse_log`, the parser ``overlay
+The log is read by :func:`overlay.build.diagnostics.parse_log`, the parser ``overlay
 build`` uses too (``note:`` and bullet lines belong to their error, an error inside
 a system header lands on the tree line that instantiated it, linker undefined
 references become ``undefined`` diagnostics). The declaration search lives in
@@ -31,8 +31,12 @@ import os
 import re
 from collections.abc import Iterable, Sequence
 
-from overlay import diagnostics as _diagnostics
-from overlay.diagnostics import Diagnostic, merge_same_place, prefix_locator
+from overlay.build.diagnostics import (
+    Diagnostic,
+    merge_same_place,
+    parse_log,
+    prefix_locator,
+)
 from overlay.drift.declarations import (
     HEADER_GLOBS,
     MAX_DECL_HEADERS,
@@ -92,7 +96,7 @@ class DriftItem:
 
 def log_errors(text: str, strip_prefixes: Sequence[str] = ()) -> list[Diagnostic]:
     """Every error (with notes) and undefined symbol in a build log, deduplicated
-    (:func:`overlay.diagnostics.parse_log`, one diagnostic per tree line).
+    (:func:`overlay.build.diagnostics.parse_log`, one diagnostic per tree line).
 
     Args:
         text: compiler and linker output.
@@ -103,7 +107,7 @@ def log_errors(text: str, strip_prefixes: Sequence[str] = ()) -> list[Diagnostic
         including one header) is reported once, and a second error at the same
         line (one instantiation) joins the first one's notes.
     """
-    parsed = _diagnostics.parse_log(text, prefix_locator(strip_prefixes))
+    parsed = parse_log(text, prefix_locator(strip_prefixes))
     return merge_same_place(parsed.diagnostics)
 
 
@@ -368,26 +372,6 @@ def _tree_texts(root: str, top: str, suffixes: tuple[str, ...]) -> dict[str, str
     return out
 
 
-def last_rebase_pin(root: str, pin: str) -> str | None:
-    """The pin the last completed rebase started from, when it moved to ``pin``.
-
-    Args:
-        root: the overlay repository (``.overlay/last-rebase.json`` under it).
-        pin: the manifest's pin (40 hex).
-    Returns:
-        The ``before`` pin of ``.overlay/last-rebase.json`` when that run ended on
-        ``pin`` and moved the pin (a sync keeps it), else ``None`` (no run recorded,
-        or the manifest moved on since: the range would be wrong).
-    """
-    from overlay.rebase.report import last_run_pins
-
-    pins = last_run_pins(root)
-    if pins is None:
-        return None
-    before, after = pins["before"].get("pin"), pins["after"].get("pin")
-    return before if after == pin and before != pin else None
-
-
 def attribute_log(
     store: Store, old_pin: str, new_pin: str, text: str, prefixes: Sequence[str]
 ) -> list[DriftItem]:
@@ -502,7 +486,6 @@ __all__ = [
     "declaration_spans",
     "declaring_headers",
     "identifiers",
-    "last_rebase_pin",
     "log_errors",
     "member_reference",
     "owners_from_tree",

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from overlay.diagnostics import Diagnostic
+from overlay.build.diagnostics import Diagnostic
 from overlay.git.store import Store
 
 HEADER_GLOBS = ("*.h", "*.hpp", "*.hh", "*.cuh")

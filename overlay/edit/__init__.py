@@ -16,7 +16,7 @@ here it is two commands (issue 17, item 1):
   one) and ``Forwarded:``; a new patch's series line goes after the patch it was
   made on. Patches later in the series are checked on the new tree: exactly when
   they still sit on their recorded pre-images, else carried by the engine's
-  merge-ort cherry-pick (:func:`overlay.refresh.carry_series`) and rewritten; a
+  merge-ort cherry-pick (:func:`overlay.engine.refresh.carry_series`) and rewritten; a
   conflict refuses the record and writes nothing.
 
 Every check runs before the first write; then a journal of the record is committed

@@ -6,8 +6,8 @@ from __future__ import annotations
 import re
 import textwrap
 
+from overlay.engine.layers import Layers
 from overlay.errors import OverlayError
-from overlay.layers import Layers
 from overlay.records.patchfmt import DEFAULT_AUTHOR
 
 

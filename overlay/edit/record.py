@@ -30,9 +30,10 @@ from overlay.edit.writes import (
     sha256,
 )
 from overlay.engine import PatchApplyError, apply_series
+from overlay.engine.layers import Layers, compute_layers
+from overlay.engine.refresh import carry_series, refreshed_bytes
 from overlay.errors import EXIT_FINDINGS, LayerError, OverlayError
 from overlay.git.store import Store
-from overlay.layers import Layers, compute_layers
 from overlay.records import fixes
 from overlay.records.manifest import Manifest
 from overlay.records.patchfmt import format_patch, tree_diff
@@ -46,7 +47,6 @@ from overlay.records.series import (
     series_text,
     series_with,
 )
-from overlay.refresh import carry_series, refreshed_bytes
 
 
 class NothingToRecord(OverlayError):

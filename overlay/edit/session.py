@@ -12,9 +12,9 @@ from collections.abc import Iterator
 from typing import Any
 
 from overlay import layout
+from overlay.engine.layers import Layers
 from overlay.errors import OverlayError
 from overlay.fs.atomic import atomic_write
-from overlay.layers import Layers
 from overlay.rebase.ondisk import run_in_progress
 from overlay.records.series import SERIES_PATH
 

@@ -26,9 +26,9 @@ from overlay.edit.session import (
 )
 from overlay.edit.worktree import make_worktree, snapshot
 from overlay.edit.writes import remove_worktree
+from overlay.engine.layers import compute_layers
 from overlay.errors import OverlayError
 from overlay.git.store import Store
-from overlay.layers import compute_layers
 from overlay.records.manifest import Manifest
 from overlay.records.series import PATCH_DIR, read_series, resolve_patch_name
 

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from overlay.errors import GitError, OfflineMiss
 from overlay.git.run import is_sha, missing_commit
-from overlay.progress import LiveProgress
+from overlay.report.progress import LiveProgress
 
 
 class Fetching:

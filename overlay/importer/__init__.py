@@ -21,7 +21,7 @@ The import writes into the target repository ``patches-rocm/overlay.toml`` (from
   of the imported records must equal the target, and does before anything is written
   (the records are computed again from a temporary directory);
 * the forked layer is the carried fork delta merged onto the pin with the layer
-  code (:mod:`overlay.layers`); a fork change that the target does not hold (the
+  code (:mod:`overlay.engine.layers`); a fork change that the target does not hold (the
   overlay has no file there, or the pin's) is not carried: its path joins
   ``[carry] exclude``, and so does nothing else;
 * where the fork delta conflicts with the pin, the path gets a resolution: git's
@@ -36,7 +36,7 @@ The import writes into the target repository ``patches-rocm/overlay.toml`` (from
 
 Patches are made the one way the project makes them: :func:`overlay.records.patchfmt.tree_diff`
 and :func:`overlay.records.patchfmt.format_patch`, passed through
-:func:`overlay.refresh.refreshed_bytes`, so ``overlay refresh`` would not change a byte.
+:func:`overlay.engine.refresh.refreshed_bytes`, so ``overlay refresh`` would not change a byte.
 
 The package follows the import's steps (each module's names are re-exported here):
 

@@ -9,6 +9,12 @@ import re
 from collections.abc import Sequence
 
 from overlay import layout
+from overlay.engine.layers import (
+    ForkMerge,
+    changes_outside_conflicts,
+    compute_forked,
+    merge_fork_delta,
+)
 from overlay.errors import OverlayError
 from overlay.fs.paths import Carry, glob_match
 from overlay.git.store import Store, TreeEntry
@@ -35,12 +41,6 @@ from overlay.importer.patches import (
 )
 from overlay.importer.reading import Upstream, WholeFile
 from overlay.importer.rows import FileRow, file_rows
-from overlay.layers import (
-    ForkMerge,
-    changes_outside_conflicts,
-    compute_forked,
-    merge_fork_delta,
-)
 from overlay.records import fixes
 from overlay.records.manifest import (
     MANIFEST_PATH,

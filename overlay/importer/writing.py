@@ -9,13 +9,13 @@ import tempfile
 import time
 
 from overlay import layout
+from overlay.engine.layers import (
+    compute_layers,
+)
 from overlay.errors import OverlayError
 from overlay.fs.atomic import atomic_write, counted_kill_point
 from overlay.git.store import Store
 from overlay.importer.planning import ImportPlan
-from overlay.layers import (
-    compute_layers,
-)
 from overlay.records import fixes
 from overlay.records.manifest import MANIFEST_PATH
 from overlay.records.series import series_listing
@@ -110,7 +110,7 @@ def _self_check(store: Store, plan: ImportPlan, tmp: str) -> None:
             elsewhere than at the carried paths, a resolution is stale, or a refresh
             would change a patch (a bug: nothing has been written).
     """
-    from overlay.refresh import refresh_series
+    from overlay.engine.refresh import refresh_series
 
     layers = compute_layers(store, plan.manifest, tmp, stepwise=True)
     problems = []

@@ -16,11 +16,11 @@ import shutil
 from collections.abc import Callable, Mapping
 
 from overlay import layout
+from overlay.engine.layers import Layers, read_resolutions
 from overlay.errors import EXIT_FINDINGS, GitError, OverlayError
 from overlay.fs.atomic import atomic_write, kill_point, scratch_dir
 from overlay.git.objects import write_typed
 from overlay.git.store import CatFile, Store
-from overlay.layers import Layers, read_resolutions
 from overlay.rebase.ondisk import (
     NEW_STATE_DIR,
     OLD_STATE_DIR,
@@ -411,7 +411,9 @@ class RunBase:
         the merges and the range-diff both need them); ``None`` when they cannot be
         computed."""
         if not self._old_done:
-            from overlay.layers import compute_layers  # at call time: tests replace it
+            from overlay.engine.layers import (
+                compute_layers,  # at call time: tests replace it
+            )
 
             old = self.state.old
             try:

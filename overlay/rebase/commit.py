@@ -13,10 +13,10 @@ import os
 
 from overlay import layout
 from overlay.checks.pins import uncarried_changes
+from overlay.engine.layers import read_resolutions
 from overlay.errors import OverlayError
 from overlay.fs.atomic import atomic_write
 from overlay.fs.reading import scan_record_dir
-from overlay.layers import read_resolutions
 from overlay.rebase.base import RESOLVED, RunBase, _checkpoint
 from overlay.rebase.files import prune_empty, write_if_changed
 from overlay.rebase.report import (

@@ -15,13 +15,13 @@ from collections.abc import Callable
 from typing import NoReturn
 
 from overlay import layout
-from overlay.git.treemodel import edit_tree
-from overlay.layers import (
+from overlay.engine.layers import (
     ForkMerge,
     changes_outside_conflicts,
     merge_fork_delta,
     read_resolutions,
 )
+from overlay.git.treemodel import edit_tree
 from overlay.rebase.base import (
     RESOLVED,
     RebaseStopped,

@@ -24,6 +24,7 @@ from overlay.engine import (
     exact_prefix,
     upstream_commit,
 )
+from overlay.engine.refresh import refreshed_bytes
 from overlay.errors import OverlayError
 from overlay.git.store import MergeResult, TreeEntry
 from overlay.rebase.base import RebaseStopped, _checkpoint
@@ -39,7 +40,6 @@ from overlay.rebase.state import (
 )
 from overlay.records.patchfmt import tree_diff
 from overlay.records.series import Patch, split_patch
-from overlay.refresh import refreshed_bytes
 
 #: Tree changes as :meth:`overlay.git.store.Store.edit_tree` takes them.
 Changes = dict[str, tuple[str, str] | None]

@@ -257,7 +257,7 @@ def drift_range(ws: Workspace, drift_from: str | None) -> tuple[str, str] | None
     Raises:
         GitError, OfflineMiss: ``drift_from`` does not resolve (exit 2).
     """
-    from overlay.drift import last_rebase_pin
+    from overlay.rebase.report import last_rebase_pin
 
     pin = ws.manifest.pin
     if drift_from is None:

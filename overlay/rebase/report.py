@@ -203,6 +203,24 @@ def last_run_pins(root: str) -> dict[str, Any] | None:
     return pins
 
 
+def last_rebase_pin(root: str, pin: str) -> str | None:
+    """The pin the last completed rebase started from, when it moved to ``pin``.
+
+    Args:
+        root: the overlay repository (``.overlay/last-rebase.json`` under it).
+        pin: the manifest's pin (40 hex).
+    Returns:
+        The ``before`` pin of ``.overlay/last-rebase.json`` when that run ended on
+        ``pin`` and moved the pin (a sync keeps it), else ``None`` (no run recorded,
+        or the manifest moved on since: the range would be wrong).
+    """
+    pins = last_run_pins(root)
+    if pins is None:
+        return None
+    before, after = pins["before"].get("pin"), pins["after"].get("pin")
+    return before if after == pin and before != pin else None
+
+
 #: A header line of ``git range-diff --no-color``: ``1:  abc1234 = 1:  def5678 subject``
 #: (``-:  -------`` on the side a patch is missing from).
 _RANGE_HEAD = re.compile(

@@ -1,6 +1,6 @@
 """Concurrency suites: run a child many times in fresh processes and weigh the evidence.
 
-Modules (the CLI in :mod:`overlay.suites.cli` only parses, calls, renders):
+Modules (the CLI in :mod:`overlay.cli.suites` only parses, calls, renders):
 
 * :mod:`overlay.suites.config` -- load and validate ``patches-rocm/suites/suites.toml``;
 * :mod:`overlay.suites.runner` -- fresh-process runs, run kinds, stored outputs, hardware,

@@ -14,9 +14,9 @@ from collections.abc import Callable
 
 from overlay import layout
 from overlay.engine import PatchApplyError
+from overlay.engine.layers import Layers, compute_layers
 from overlay.errors import EXIT_USAGE, OverlayError
 from overlay.git.store import Store
-from overlay.layers import Layers, compute_layers
 from overlay.records.manifest import load_manifest
 from overlay.records.series import load_series
 

@@ -476,7 +476,7 @@ def build_layer(
     Returns:
         A :class:`LabBuild`.
     """
-    from overlay.layers import compute_layers
+    from overlay.engine.layers import compute_layers
     from overlay.records.manifest import load_manifest
 
     if layer not in ("patched", "forked"):

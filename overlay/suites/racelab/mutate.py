@@ -476,8 +476,8 @@ def run_check(
             is unknown, or a fix has no covering suite.
         LabError: the lab does not build (no toolchain: exit 2).
     """
+    from overlay.engine.layers import compute_layers
     from overlay.export import export_tree
-    from overlay.layers import compute_layers
     from overlay.records.manifest import load_manifest
     from overlay.suites.racelab.builder import build_tree
 

@@ -1,7 +1,7 @@
 """``overlay suite mutate``: the mutation check of the fixes (docs/race-lab.md).
 
 The command parses its options, calls :func:`overlay.suites.racelab.mutate.run_check`
-and prints the table; the ``suite`` group adds it (``overlay/suites/cli.py``).
+and prints the table; the ``suite`` group adds it (``overlay/cli/suites.py``).
 """
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING
 
 import click
 
-from overlay.clitools import exit_with, handle_errors
+from overlay.cli.options import output_option
+from overlay.cli.tools import exit_with, handle_errors
 from overlay.errors import EXIT_FINDINGS, EXIT_OK
-from overlay.options import output_option
 from overlay.suites.config import load_suites
 from overlay.suites.racelab.mutate import run_check
 

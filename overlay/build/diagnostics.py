@@ -38,7 +38,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from overlay.attribute import Origin
+    from overlay.build.attribute import Origin
 
 ERROR = "error"
 UNDEFINED = "undefined"
@@ -90,7 +90,7 @@ class Diagnostic:
         in_tree: the file is part of the tree (``path`` is repository-relative).
         count: how many times the same error was printed (a header compiled by
             several units).
-        origin: filled by build's attribution (:class:`overlay.attribute.Origin`).
+        origin: filled by build's attribution (:class:`overlay.build.attribute.Origin`).
         reported_at: ``<header>:<line>`` where the compiler printed an error that
             was moved to the tree line instantiating it, else ``None``.
     """

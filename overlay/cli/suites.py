@@ -23,15 +23,15 @@ from typing import TYPE_CHECKING
 import click
 
 from overlay import layout
-from overlay.clitools import exit_with, handle_errors, workspace
+from overlay.cli.mutate import mutate_cmd
+from overlay.cli.options import format_option, output_option, suite_backend_option
+from overlay.cli.tools import exit_with, handle_errors, workspace
 from overlay.errors import EXIT_FINDINGS, EXIT_OK, OverlayError
-from overlay.options import format_option, output_option, suite_backend_option
-from overlay.progress import LiveProgress
+from overlay.report.progress import LiveProgress
 from overlay.suites import config as _config
 from overlay.suites import report as _report
 from overlay.suites import runner as _runner
 from overlay.suites import stats as _stats
-from overlay.suites.cli_mutate import mutate_cmd
 from overlay.suites.runner.common import ProgressFn
 
 if TYPE_CHECKING:

@@ -25,10 +25,10 @@ import re
 from collections.abc import Collection, Iterable, Sequence
 
 from overlay.engine import apply_text, carry_patch
+from overlay.engine.layers import Layers
 from overlay.errors import LayerError, OverlayError
 from overlay.fs.atomic import atomic_write, kill_point
 from overlay.git.store import Store
-from overlay.layers import Layers
 from overlay.records.patchfmt import ZERO_FROM, tree_diff, tree_diffs
 from overlay.records.series import Patch, is_patch_break, parse_patch, split_patch
 

@@ -16,8 +16,8 @@ import os
 import click
 
 from overlay import layout
-from overlay.clitools import exit_with, handle_errors, workspace
-from overlay.options import format_option
+from overlay.cli.options import format_option
+from overlay.cli.tools import exit_with, handle_errors, workspace
 from overlay.records.patchfmt import DEFAULT_AUTHOR
 
 __all__ = ["import_group"]

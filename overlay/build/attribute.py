@@ -22,9 +22,9 @@ import dataclasses
 from collections.abc import Iterable, Sequence
 
 from overlay.engine import PatchResult
+from overlay.engine.layers import Layers
 from overlay.errors import OverlayError
 from overlay.git.store import Store
-from overlay.layers import Layers
 from overlay.records.series import Hunk
 
 UPSTREAM = "upstream"
