@@ -21,13 +21,14 @@ def main() -> None:
         SystemExit: always (the command's status; 130 when interrupted).
     """
     try:
+        # in the try: a Ctrl-C while click and the commands load is caught below
         from overlay.cli import main as cli
 
         cli()
     except KeyboardInterrupt:
         # Only an interrupt outside the group's own handler gets here (during the
         # imports, or in the instant before click starts).
-        import signal
+        import signal  # only an interrupt needs it
 
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C: no traceback
         sys.stderr.write("overlay: interrupted\n")

@@ -32,6 +32,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from overlay import layout
+from overlay.errors import ManifestError
 
 if TYPE_CHECKING:
     from overlay.engine.layers import Layers
@@ -85,6 +86,7 @@ class Workspace:
             ManifestError: there is none; the message names where it looked (exit 2).
         """
         if self._root is None:
+            # on first use: importing the CLI loads no domain module
             from overlay.checks.locate import find_root
 
             self._root = find_root(self.start)
@@ -94,8 +96,6 @@ class Workspace:
     def found(self) -> str | None:
         """The overlay repository, or ``None`` where there is none (for commands that
         also run outside one, such as ``doctor`` and ``suite``)."""
-        from overlay.errors import ManifestError
-
         try:
             return self.root
         except ManifestError:
@@ -132,6 +132,7 @@ class Workspace:
             ManifestError: there is no repository, or the manifest is invalid (exit 2).
         """
         if self._manifest is None:
+            # the manifest's reader (tomllib): only a command that reads it
             from overlay.records.manifest import load_manifest
 
             self._manifest = load_manifest(self.root)
@@ -148,6 +149,7 @@ class Workspace:
             GitError: the store cannot be created or git is missing (exit 2).
         """
         if self._store is None:
+            # the git layer: only a command that uses the store
             from overlay.git.store import Store
 
             self._store = Store(self.git_dir, offline=self.offline)
@@ -182,6 +184,7 @@ class Workspace:
         """
         key = (pin, fork, stepwise, empty_series)
         if key not in self._layers:
+            # layers and the engine: only a command that computes them
             from overlay.engine.layers import compute_layers
 
             manifest = self.manifest

@@ -9,6 +9,8 @@ still two modules that each need the other. ``from overlay.x import y`` is an ed
 from __future__ import annotations
 
 import ast
+import io
+import tokenize
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -156,3 +158,116 @@ def test_git_is_started_only_from_the_git_modules():
 def test_the_git_start_finder_finds_one():
     code = 'import subprocess\nsubprocess.run(["git", "status"])\nos.posix_spawnp("git", [])\n'
     assert _starts_git(ast.parse(code)) == [2, 3]
+
+
+def _comment_lines(source: str) -> dict[int, str]:
+    """Line number -> the text of the comment on that line (``#`` dropped)."""
+    out = {}
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tok.type == tokenize.COMMENT:
+            out[tok.start[0]] = tok.string.lstrip("#").strip()
+    return out
+
+
+def unexplained_local_imports(source: str) -> list[int]:
+    """Lines of the imports inside a function (outside ``if TYPE_CHECKING:``) that give
+    no reason: a comment of three words or more on the statement's own lines, or on the
+    line right above it or above the first import of its run of imports (the domain
+    imports of a CLI command can share one reason)."""
+    comments = _comment_lines(source)
+    lines = source.splitlines()
+
+    def reason(node: ast.stmt) -> bool:
+        own = range(node.lineno, (node.end_lineno or node.lineno) + 1)
+        if any(len(comments.get(n, "").split()) >= 3 for n in own):
+            return True
+        above = node.lineno - 1
+        return (
+            above >= 1
+            and lines[above - 1].lstrip().startswith("#")
+            and len(comments.get(above, "").split()) >= 3
+        )
+
+    found: list[int] = []
+
+    def visit(body: list[ast.stmt], in_function: bool) -> None:
+        first = None
+        for stmt in body:
+            if isinstance(stmt, (ast.Import, ast.ImportFrom)):
+                first = first or stmt
+                if in_function and not (reason(stmt) or reason(first)):
+                    found.append(stmt.lineno)
+                continue
+            first = None
+            if isinstance(stmt, ast.If) and "TYPE_CHECKING" in ast.unparse(stmt.test):
+                visit(stmt.orelse, in_function)
+                continue
+            inner = in_function or isinstance(
+                stmt, (ast.FunctionDef, ast.AsyncFunctionDef)
+            )
+            for field in ("body", "orelse", "finalbody"):
+                value = getattr(stmt, field, None)
+                if isinstance(value, list):
+                    visit(value, inner)
+            for part in (*getattr(stmt, "handlers", ()), *getattr(stmt, "cases", ())):
+                visit(part.body, inner)
+
+    visit(ast.parse(source).body, False)
+    return found
+
+
+def test_every_function_local_import_says_why():
+    """An import inside a function is there to keep a heavy or command-specific group
+    (jinja2, rich, email, tomlkit, a command's domain modules) out of the start-up of
+    the commands that do not need it; anything else belongs at the top of the module.
+    The reason is written beside it, so the next reader can tell which it is."""
+    found = {}
+    for path in sorted((ROOT / "overlay").rglob("*.py")):
+        lines = unexplained_local_imports(path.read_text())
+        if lines:
+            found[path.relative_to(ROOT).as_posix()] = lines
+    assert found == {}, (
+        "move these imports to the top of their module, or say in a comment why "
+        f"they wait for the call: {found}"
+    )
+
+
+def test_the_local_import_checker_finds_one_without_a_reason():
+    code = """\
+import os
+
+
+def plain():
+    import json
+
+    return json
+
+
+def explained():
+    import tomlkit  # tomlkit: only a rewrite of the manifest needs it
+
+    # the command's domain modules load when it runs, not at start-up
+    from overlay.checks import verify
+    from overlay.records import fixes
+
+    return tomlkit, verify, fixes
+
+
+def typing_only():
+    if TYPE_CHECKING:
+        from overlay.layers import Layers
+    import shutil  # why?
+
+    class Inner:
+        def method(self):
+            try:
+                import email.parser
+            except ImportError:
+                import email
+            return email
+
+
+class AtClassLevel:
+    import re
+"""
+    assert unexplained_local_imports(code) == [5, 23, 28, 30]

@@ -7,6 +7,7 @@ every custom command (``RULE_LAUNCH_CUSTOM``, :func:`write_launcher`).
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shlex
 
@@ -76,8 +77,6 @@ def sccache_socket(backend_dir: str) -> str:
     path = os.path.join(backend_dir, LAUNCH_DIR, "sccache.sock")
     if len(path.encode()) < 100:
         return path
-    import hashlib
-
     return os.path.join(
         "/tmp",
         f"overlay-sccache-{hashlib.sha1(backend_dir.encode()).hexdigest()[:12]}.sock",

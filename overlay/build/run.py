@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 
 from overlay import layout
+from overlay.build.attribute import Attributor
 from overlay.build.cache import cache_binds, resolve_cache, stop_sccache, write_launcher
 from overlay.build.check import check_tree
 from overlay.build.cmake import cmake_options, configure, json_source_dir
@@ -387,8 +388,6 @@ def attribute_diagnostics(
     ]
     if not located:
         return
-    from overlay.build.attribute import Attributor
-
     origins = Attributor(store, layers).attribute(located)
     for d in diagnostics:
         if d.in_tree and d.path is not None and d.line is not None:
@@ -399,6 +398,7 @@ def attribute_drift(
     result: BuildResult, store: Store, drift_range: tuple[str, str]
 ) -> None:
     """Fill ``result.drift`` and each undefined symbol's cause from the build log."""
+    # drift: only a failed build given a drift range reads its log again
     from overlay.drift import attribute_log, short
 
     try:

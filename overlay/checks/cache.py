@@ -49,6 +49,7 @@ import stat
 import sys
 
 from overlay import __version__, layout
+from overlay.checks.locate import default_store_dir
 from overlay.git.env import ls_files_z
 
 CACHE = layout.VERIFY_CACHE
@@ -235,8 +236,6 @@ def inputs(root: str, git_dir: str | None, offline: bool) -> bytes | None:
         the simple way (a symlink, a special file, an odd series line), so that no
         verdict is cached for it.
     """
-    from overlay.checks.locate import default_store_dir
-
     out: list[bytes] = []
     try:
         root = os.path.realpath(root)
@@ -429,6 +428,7 @@ def remember(
     process leaves the old cache or the new one). A cache that cannot be written only
     costs time: the error is swallowed.
     """
+    # fs.atomic (tempfile, random): only a miss writes; a hit loads nothing more
     from overlay.fs.atomic import atomic_write
 
     cached = _load(root)

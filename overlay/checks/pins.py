@@ -20,6 +20,7 @@ from collections.abc import Callable
 from overlay.errors import GitError, OverlayError, PatchFormatError, UnsafePath
 from overlay.git.store import Store, is_sha
 from overlay.records import fixes
+from overlay.records.series import load_series
 
 #: The refs of the git store that say what upstream holds: its branches as fetched and
 #: the tags (tags come from ``upstream`` only: the fork's fetches take none). With the
@@ -225,8 +226,6 @@ def _citations(
     if section is None:
         return []
     try:
-        from overlay.records.series import load_series
-
         series = load_series(root)
     except (OverlayError, PatchFormatError, UnsafePath, OSError):
         series = []

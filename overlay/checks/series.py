@@ -157,6 +157,7 @@ def link_findings(store: Store, forked: str, results: Iterable[Any]) -> list[Fin
     Returns:
         Findings located at the patch's ``diff --git`` line of the link.
     """
+    # export: only the SER family reads links; `verify --only` others skip it
     from overlay.export import unsafe_tree_links
 
     findings: list[Finding] = []

@@ -23,9 +23,11 @@ import os
 from collections.abc import Iterable
 
 from overlay import layout
+from overlay.checks.cache import repo_paths
 from overlay.checks.codes import CODES, FAMILIES
 from overlay.checks.codes import finding as _f
 from overlay.checks.findings import Finding
+from overlay.checks.pins import fork_ahead, pin_lacks_citations, uncarried_changes
 from overlay.checks.series import (
     SER004_HINT,
     _check_series_text,
@@ -35,12 +37,16 @@ from overlay.checks.series import (
     link_findings,
 )
 from overlay.engine.layers import Layers, PatchApplyError, compute_layers
+from overlay.engine.records import missing_records
 from overlay.engine.refresh import refresh_series
 from overlay.errors import GitError, LayerError, OfflineMiss, UnsafePath
 from overlay.fs.paths import check_path
 from overlay.fs.reading import scan_record_dir
+from overlay.fs.records_lock import state_lock
 from overlay.git.store import Store
+from overlay.rebase.ondisk import in_progress_note
 from overlay.records import fixes
+from overlay.records.fixes.model import finding
 from overlay.records.manifest import Manifest, load_manifest
 from overlay.records.markers import marker_lines
 from overlay.records.series import PATCH_DIR, Patch
@@ -148,8 +154,6 @@ def _fork_ahead_findings(store: Store, manifest: Manifest) -> list[Finding]:
     them once when the store holds none; offline, the check uses what is there and
     says nothing when nothing is.
     """
-    from overlay.checks.pins import fork_ahead
-
     if store.missing_objects([manifest.pin, manifest.fork_commit]):
         return []
     if not store.out(
@@ -179,8 +183,6 @@ def _uncarried_findings(store: Store, manifest: Manifest) -> list[Finding]:
     """MAN005 (info): what the fork changed outside ``[carry]`` since ``[fork]
     uncarried-reviewed`` (a sync that brought such changes wrote it), until ``overlay
     sync --ack-uncarried`` says they were reviewed."""
-    from overlay.checks.pins import uncarried_changes
-
     reviewed = manifest.uncarried_reviewed
     if reviewed is None or store.missing_objects([reviewed, manifest.fork_commit]):
         return []
@@ -206,8 +208,6 @@ def _uncarried_findings(store: Store, manifest: Manifest) -> list[Finding]:
 def _repo_paths(root: str) -> list[str]:
     """The repository's paths for FIX015 and FIX021: :func:`overlay.checks.cache.repo_paths`,
     the very list the verdict cache's key holds."""
-    from overlay.checks.cache import repo_paths
-
     return repo_paths(root)
 
 
@@ -273,9 +273,6 @@ def _pin_citation_findings(
 ) -> list[Finding]:
     """FIX027: the retarget entries citing an upstream commit the pin lacks (the
     warning of a rebase that moved the pin back, kept while it holds; issue 30)."""
-    from overlay.checks.pins import pin_lacks_citations
-    from overlay.records.fixes.model import finding
-
     return [
         finding(
             fixes.FILE_NAME,
@@ -315,9 +312,6 @@ def verify(
             (``rebase``, ``--continue``, ``--abort``, ``refresh``...): verify would read
             them half-changed, so it is refused (exit 2).
     """
-    from overlay.fs.records_lock import state_lock
-    from overlay.rebase.ondisk import in_progress_note
-
     # Shared lock for the whole check: every record is read from one consistent
     # snapshot, never half before and half after a writer.
     with state_lock(root, "verify", shared=True):
@@ -436,8 +430,6 @@ def _unverifiable_findings(
     """SER017: each recorded blob of the patches the layers reached that cannot be found
     (:func:`overlay.engine.records.missing_records`); ``failed``: the last of them did
     not apply, so only its pre-images are asked for (git never wrote its post-images)."""
-    from overlay.engine.records import missing_records
-
     return [
         _f(
             "SER017",

@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from overlay import layout
+from overlay.checks.verify import verify
 from overlay.ci.report import (
     CiResult,
     Stage,
@@ -29,8 +30,11 @@ from overlay.ci.report import (
     render_markdown,
     render_text,
 )
+from overlay.engine.layers import compute_layers
 from overlay.errors import OverlayError
 from overlay.git.store import Store
+from overlay.rebase.report import last_rebase_pin, last_run_pins
+from overlay.records.manifest import load_manifest
 
 # The reports live in overlay.ci.report; the CLI and tests reach them through here.
 __all__ = [
@@ -55,9 +59,6 @@ REQUIRED_SKIPPED = "required, but skipped: "
 
 
 def _overlay_state(root: str, store: Store) -> tuple[dict, Any]:
-    from overlay.engine.layers import compute_layers
-    from overlay.records.manifest import load_manifest
-
     manifest = load_manifest(root)
     state: dict = {
         "pin": manifest.pin,
@@ -65,8 +66,6 @@ def _overlay_state(root: str, store: Store) -> tuple[dict, Any]:
         "merge_base": manifest.merge_base,
         "pins_before": None,
     }
-    from overlay.rebase.report import last_run_pins
-
     pins = last_run_pins(root)
     if pins is not None and (pins["after"].get("pin"), pins["after"].get("fork")) == (
         manifest.pin,
@@ -116,8 +115,6 @@ def stage_verify(root: str, store: Store) -> Stage:
     Raises:
         ManifestError: the manifest is missing or invalid (exit 2).
     """
-    from overlay.checks.verify import verify
-
     start = time.perf_counter()
     result = verify(root, store)
     failing = [
@@ -183,8 +180,8 @@ def stage_build(
         error with its attribution. ``data`` always holds ``backend``, ``toolchain``,
         ``arch``, ``errors`` and ``log``.
     """
+    # the build package (CMake, ninja, ccache): only the check and build stages
     from overlay import build as _build
-    from overlay.records.manifest import load_manifest
 
     name = "check" if check else "build"
     start = time.perf_counter()
@@ -300,6 +297,7 @@ def stage_suites(
     root: str, results_dir: str, child_dir: str | None, backend: str | None
 ) -> Stage:
     """Run every suite of ``patches-rocm/suites/suites.toml``; hardware-less ones skip."""
+    # the suites package: only the suites stage runs them
     from overlay.suites import config as _config
     from overlay.suites import runner as _runner
     from overlay.suites.runner import SuiteRunError
@@ -475,8 +473,6 @@ def _drift_range(
     root: str, store: Store, pin: str, drift_from: str | None
 ) -> tuple[str, str] | None:
     """``(old pin, pin)`` from ``drift_from`` (resolved in the store), else from the last rebase."""
-    from overlay.rebase.report import last_rebase_pin
-
     old = (
         store.resolve(drift_from, ["upstream"])
         if drift_from

@@ -13,9 +13,12 @@ import dataclasses
 import re
 import subprocess
 
+from overlay.build import find_toolchain
+from overlay.errors import OverlayError
 from overlay.git.run import git_version, remote_reachable
 from overlay.git.store import Store
 from overlay.records.manifest import load_manifest
+from overlay.suites.runner import detect_platform
 
 #: Oldest git whose ``merge-tree --write-tree`` the layer engine uses (git 2.38).
 MIN_GIT = (2, 38)
@@ -128,9 +131,6 @@ def run_checks(root: str, store: Store | None, *, network: bool = True) -> list[
                 out.splitlines()[0] if out else f"{tool} not found",
             )
         )
-    from overlay.build import find_toolchain
-    from overlay.errors import OverlayError
-
     try:  # the same choice `overlay build --backend rocm` makes
         checks.append(
             Check(
@@ -141,8 +141,6 @@ def run_checks(root: str, store: Store | None, *, network: bool = True) -> list[
         )
     except OverlayError as exc:
         checks.append(Check("ROCm toolchain", "warn", exc.message))
-    from overlay.suites.runner import detect_platform
-
     platform = detect_platform()
     for hw in ("amd-gpu", "nvidia-gpu"):
         present = hw in platform.hardware

@@ -22,14 +22,16 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 
+from overlay.errors import OverlayError
+
 #: The ``--require`` value that stands for this module's decision.
 AUTO = "auto"
 
 
 def _toolchain_found(backend: str, root: str) -> tuple[bool, str]:
     """Whether a toolchain for ``backend`` is found, and a few words on it."""
+    # the build package: only `--require auto` looks for a toolchain
     from overlay.build import find_toolchain
-    from overlay.errors import OverlayError
 
     try:
         tc = find_toolchain(backend, None, repo_root=root)

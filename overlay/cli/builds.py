@@ -11,7 +11,7 @@ import click
 from overlay import layout
 from overlay.cli.options import backend_option, format_option
 from overlay.cli.tools import exit_with, handle_errors
-from overlay.errors import OverlayError
+from overlay.errors import GitError, OverlayError
 from overlay.workspace import Workspace
 
 
@@ -59,15 +59,18 @@ def drift_cmd(
 ) -> None:
     """Attribute every compile error and undefined symbol to the upstream commit
     behind it (--log), or find behaviour drift of the ROCm functors (--behaviour)."""
+    # json and the drift modules load when `drift` runs, not at start-up
     import json
 
     if behaviour:
+        # --behaviour: the functor comparison (export, host compiler) loads here
         from overlay.drift.behaviour import run_behaviour
 
         exit_with(run_behaviour(ws, old_ref, fmt))
     if log_path is None:
         raise OverlayError("drift needs --log FILE or --behaviour")
 
+    # the drift attribution loads when `drift --log` runs
     from overlay.drift import attribute_log, render_markdown, render_text
     from overlay.rebase.plan import last_run_start
 
@@ -96,8 +99,8 @@ def drift_cmd(
 @handle_errors
 def doctor_cmd(ws: Workspace, no_network: bool) -> None:
     """Report git, the git store, remotes, CMake, the ROCm toolchain and the GPUs."""
+    # doctor's probes (toolchain, GPUs) load when it runs
     from overlay.ci.doctor import run_checks
-    from overlay.errors import GitError
 
     try:
         store = ws.store
@@ -114,6 +117,7 @@ def _stage_names(
     ctx: click.Context, param: click.Parameter, values: tuple[str, ...]
 ) -> tuple[str, ...]:
     """``--only``/``--require`` values: repeatable, each a comma- or space-separated list."""
+    # the gate's stage names: loaded when `ci` parses them, not at start-up
     from overlay.ci import STAGES
     from overlay.ci.gate import AUTO
 
@@ -201,6 +205,7 @@ def ci_cmd(
     drift_from: str | None,
 ) -> None:
     """The CI gate: verify, check, build, suites as far as this machine allows."""
+    # the gate, its reports and the live progress line load when `ci` runs
     import json
 
     from overlay.ci import (
@@ -324,6 +329,7 @@ def build_cmd(
 ) -> None:
     """Export the patched tree, configure CMake offline, build with ninja, attribute
     errors."""
+    # the build package (CMake, ninja, ccache) loads when `build` runs
     from overlay import build as _build
     from overlay.rebase.plan import drift_range
 

@@ -110,6 +110,7 @@ def edit_cmd(
 def _rename(ws: Workspace, patch: str, rename: str) -> None:
     """``edit --rename NAME PATCH``: an edit of PATCH recorded at once under NAME
     (the record's all-or-nothing write); the edit goes again if the record fails."""
+    # overlay.edit (the session, its worktree) loads when `edit` runs
     from overlay.edit import abort_edit, load_session, record, start_edit
 
     current = load_session(ws.root)
@@ -153,6 +154,7 @@ def _echo_completed(done) -> None:
 
 def _abort_edit(ws: Workspace) -> None:
     """``edit --abort``: throw the edit away and say what went with it."""
+    # overlay.edit loads when `edit --abort` runs
     from overlay.edit import abort_edit
 
     aborted = abort_edit(ws.root, ws.store)
@@ -179,6 +181,7 @@ def _show_edit(ws: Workspace) -> None:
     """Plain ``edit``: where the edit in progress is and what it changed; with none,
     says so and how to start one (exit 0: a question answered, as ``git status`` on a
     clean tree, not bad input)."""
+    # overlay.edit loads when `edit --show` runs
     from overlay.edit import show_edit
 
     completed, current, changed = show_edit(ws.root, ws.store)
@@ -203,6 +206,7 @@ def _start_edit(
     ws: Workspace, patch: str | None, new_name: str | None, after: str | None
 ) -> None:
     """``edit PATCH`` / ``edit --new NAME``: prepare the work tree and say how to go on."""
+    # overlay.edit loads when `edit` starts one
     from overlay.edit import start_edit
 
     started = start_edit(
@@ -300,6 +304,7 @@ def record_cmd(
 ) -> None:
     """Write the edit in progress into its patch file, LOCAL_FIXES.md entry and series
     line."""
+    # overlay.edit loads when `record` runs
     from overlay.edit import load_session, record, resume_record
 
     completed = resume_record(ws.root, ws.store)
@@ -393,6 +398,7 @@ def fix_new_cmd(
     ws: Workspace, section: str, title: str, files: tuple[str, ...], body: str | None
 ) -> None:
     """Add an entry with the next free number, ending with the policy sentence."""
+    # LOCAL_FIXES.md's model and writer load when `fix new` runs
     from overlay.fs.records_lock import state_lock
     from overlay.records import fixes
 
@@ -419,6 +425,7 @@ def fix_new_cmd(
 @handle_errors
 def fix_list_cmd(ws: Workspace) -> None:
     """Print the entries with their patches and files."""
+    # LOCAL_FIXES.md's parser and the series load when `fix list` runs
     from overlay.records import fixes
     from overlay.records.series import load_series
 

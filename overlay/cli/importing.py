@@ -18,6 +18,7 @@ import click
 from overlay import layout
 from overlay.cli.options import format_option
 from overlay.cli.tools import exit_with, handle_errors, workspace
+from overlay.git.run import git_ignored
 from overlay.records.patchfmt import DEFAULT_AUTHOR
 
 __all__ = ["import_group"]
@@ -95,6 +96,7 @@ def whole_file_cmd(
 ) -> None:
     """Import DIR (UPSTREAM, LOCAL_FIXES.md, mlx/, CMakeLists.txt) as manifest,
     resolutions and series."""
+    # the importer loads when `import whole-file` runs, not for --help
     from overlay.importer import (
         DEFAULT_UPSTREAM_URL,
         REPORT_MD,
@@ -117,8 +119,6 @@ def whole_file_cmd(
     click.echo(render(report, fmt), nl=False)
     if fmt == "text":
         click.echo(f"report written to {REPORT_MD}")
-        from overlay.git.run import git_ignored
-
         # .overlay/ is this clone's state (locks, reports, rr-cache), not a record to
         # commit; its own .gitignore (layout.make_state_dir) hides it, unless a rule of
         # the repository brings it back.

@@ -11,7 +11,7 @@ import click
 from overlay import layout
 from overlay.cli.options import format_option, output_option
 from overlay.cli.tools import exit_with, handle_errors
-from overlay.errors import OverlayError
+from overlay.errors import EXIT_FINDINGS, LayerError, OverlayError
 from overlay.workspace import Workspace
 
 if TYPE_CHECKING:
@@ -49,6 +49,7 @@ def verify_cmd(
     strict: bool,
 ) -> None:
     """Check every record: manifest, series, layers, LOCAL_FIXES.md."""
+    # the verdict cache only: a hit prints its report without loading the checks
     from overlay.checks import cache as verdict
 
     if skip:
@@ -66,6 +67,7 @@ def verify_cmd(
         text, errors, warnings = _verify_now(ws, fmt, only, skip, key, options)
     click.echo(text, nl=False)
     if output:
+        # fs.atomic (tempfile): only with --output
         from overlay.fs.atomic import atomic_write
 
         atomic_write(os.path.abspath(output), text.encode())
@@ -76,6 +78,7 @@ def _warn_unknown_codes(skip: Iterable[str]) -> None:
     """One warning line per ``--skip`` code that is no finding code, or a retired one (a
     typo skips nothing). The run goes on: a code of a newer overlay, in a CI line shared
     by two versions, is no error."""
+    # the code tables: only when --skip is given
     from overlay.checks.codes import CODES, RETIRED
     from overlay.records.fixes.model import CODES as FIX_CODES
 
@@ -93,6 +96,7 @@ def _note_run_in_progress(ws: Workspace) -> None:
     """Say a stopped run beside a cached verdict: the records are keyed, the run state
     is not."""
     if os.path.isdir(ws.path(layout.REBASE_STATE_DIR)):
+        # rebase.ondisk: only when a run's state directory is there
         from overlay.rebase.ondisk import in_progress_note
 
         note = in_progress_note(ws.root)
@@ -114,6 +118,7 @@ def _verify_now(
     Returns:
         ``(report text, any error, any warning)``.
     """
+    # the checks and renderers: only when the verdict cache cannot answer
     from overlay.checks import cache as verdict
     from overlay.checks.findings import has_errors
     from overlay.checks.render import render, render_junit
@@ -166,6 +171,7 @@ def refresh_cmd(
     disagrees with them is re-rendered from them, and a patch whose blobs cannot be
     found is not rewritten unless ``--accept-text`` names it.
     """
+    # the records lock and the sweep load when `refresh` runs
     from overlay.fs.records_lock import state_lock
     from overlay.rebase.ondisk import sweep_killed_runs
 
@@ -179,9 +185,9 @@ def refresh_cmd(
 def _refuse_binary_turns(turns) -> None:
     """Print each text diff a refresh would turn binary as a SER015 finding, then
     refuse (exit 1)."""
+    # verify's finding and renderer: only when a diff would turn binary
     from overlay.checks.render import render
     from overlay.checks.verify import binary_turn_findings
-    from overlay.errors import EXIT_FINDINGS
 
     click.echo(render(binary_turn_findings(turns), "text"), nl=False)
     raise OverlayError(
@@ -199,9 +205,9 @@ def _refuse_unsafe_links(ws: Workspace, series: list[Patch]) -> None:
     must not end as if all were well. The check is verify's own (``link_findings``,
     on :func:`overlay.fs.paths.unsafe_links`). A series that no longer applies where it
     is recorded is carried, not checked here: its layers are not computed."""
+    # verify's link check and renderer load when `refresh` writes
     from overlay.checks.render import render
     from overlay.checks.verify import link_findings
-    from overlay.errors import EXIT_FINDINGS, LayerError
 
     try:
         layers = ws.layers(stepwise=True, series=series)
@@ -223,6 +229,7 @@ def _refreshed(ws: Workspace, series: list[Patch], accept_text: set[str]) -> lis
     series no longer on its recorded pre-images, or whose text disagrees with its
     recorded blobs, is carried (exactly where it can, 3-way by merge-ort from the
     recorded blobs where it must)."""
+    # the engine and the rewriter load when `refresh` runs
     from overlay.engine import PatchApplyError
     from overlay.engine.refresh import carry_series, refresh_series
 
@@ -239,6 +246,7 @@ def _refresh_locked(
     ws: Workspace, patches: tuple[str, ...], check: bool, accept_text: tuple[str, ...]
 ) -> None:
     """Refresh (or with ``check``, only compare) the named patches, all when none."""
+    # the pin checks, the series and the rewriter load when `refresh` runs
     from overlay.checks.pins import refuse_broken_ancestry
     from overlay.engine.refresh import nul_turns, write_refreshed
     from overlay.records.series import load_series, resolve_patch_name

@@ -31,6 +31,7 @@ def _rebase_action(
     """Shared driver of ``rebase`` and ``sync`` for --continue/--skip/--abort/--status,
     under the rebase lock (shared for --status): a second command at the same time is
     refused with one line; --status then says which command is running."""
+    # the records lock and the run's files load when an action runs
     from overlay.fs.records_lock import StateBusy, state_lock
     from overlay.rebase.ondisk import sweep_killed_runs
 
@@ -59,6 +60,7 @@ def _rebase_action_locked(
 ) -> None:
     """One action on the run in progress, under the lock: say there is none, handle a
     wedged state, print the status, abort, or continue/skip/drop and print the report."""
+    # the run and its report load when an action resumes or reads it
     from overlay.rebase.report import render
     from overlay.rebase.run import Rebase
 
@@ -69,6 +71,7 @@ def _rebase_action_locked(
         if action == "status":
             click.echo("no rebase or sync in progress")
             return
+        # rebase.ondisk: only when no run is in progress
         from overlay.rebase.ondisk import no_run_to_abort
 
         raise no_run_to_abort(ctx.root, action)
@@ -94,6 +97,7 @@ def _rebase_action_locked(
 def _wedged_action(rb, info, action: str) -> None:
     """A wedged state: --status describes it, --abort recovers it, anything else is
     refused with the way out."""
+    # rebase.ondisk: only for a wedged state
     from overlay.rebase.ondisk import wedged_hint
 
     if action == "status":
@@ -232,6 +236,7 @@ def _rebase_options(fn):
 
 def _forget(ws: Workspace, path: str, kind: str) -> None:
     """``--forget PATH``: drop the recorded resolutions of PATH, under the lock."""
+    # the lock and the resolution files load when `--forget` runs
     from overlay.fs.records_lock import state_lock
     from overlay.rebase.files import forget_resolution
 
@@ -247,6 +252,7 @@ def _forget(ws: Workspace, path: str, kind: str) -> None:
 def _ack_uncarried(ws: Workspace) -> None:
     """``sync --ack-uncarried``: remove ``[fork] uncarried-reviewed`` (the fork's changes
     outside ``[carry]`` up to its commit are reviewed), under the records lock."""
+    # the lock and the manifest's writer load when `--ack-uncarried` runs
     from overlay.fs.atomic import atomic_write
     from overlay.fs.records_lock import state_lock
     from overlay.rebase.ondisk import refuse_if_in_progress
@@ -274,6 +280,7 @@ def _start_run(ws: Workspace, kind: str, fmt: str, **kwargs) -> None:
     """Start a rebase or sync under the rebase lock, from reading the manifest to the end
     of the run: a second start, --continue or --abort at the same time is refused, and
     no start works from a manifest another run changed meanwhile."""
+    # the lock and the sweep load when a run starts
     from overlay.fs.records_lock import state_lock
     from overlay.rebase.ondisk import sweep_killed_runs
 
@@ -287,6 +294,7 @@ def _start_run_locked(ws: Workspace, kind: str, fmt: str, **kwargs) -> None:
     print its report; ``kwargs`` are :func:`~overlay.rebase.plan.plan_run`'s options."""
     # One cat-file answers the plan's commit checks and the run's object questions
     # (Store.reading), where each check started a `cat-file -e` (issue 14).
+    # the refusals' modules load when a run starts
     from overlay.edit.session import refuse_during_edit
     from overlay.rebase.ondisk import refuse_if_in_progress
 
@@ -301,6 +309,7 @@ def _start_run_locked(ws: Workspace, kind: str, fmt: str, **kwargs) -> None:
 
 def _plan_and_run(ws: Workspace, kind: str, fmt: str, **kwargs) -> None:
     """:func:`_start_run_locked` inside the store's reader."""
+    # the plan, the run and its report load when a run starts
     from overlay.rebase.plan import plan_run, start_checks
     from overlay.rebase.report import render
     from overlay.rebase.run import Rebase
@@ -326,6 +335,7 @@ def _plan_and_run(ws: Workspace, kind: str, fmt: str, **kwargs) -> None:
 
 def _run_interrupted() -> str:
     """The ``on_interrupt`` hook of ``rebase`` and ``sync``: what Ctrl-C left behind."""
+    # rebase.ondisk: only after a Ctrl-C
     from overlay.rebase.ondisk import interrupt_note
 
     click_ctx = click.get_current_context()

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from overlay import layout
+from overlay.export import edited_files, read_stamp, unsafe_tree_links
 
 if TYPE_CHECKING:
     from overlay.git.store import Store
@@ -79,8 +80,6 @@ def unsafe_links_added(store: Store, forked: str, patched: str) -> list[str]:
         One line per link (``symlink 'mlx/evil' -> '/etc': absolute target``), in
         path order; empty when there is none.
     """
-    from overlay.export import unsafe_tree_links
-
     if patched == forked:
         return []
     below = unsafe_tree_links(store, forked)
@@ -102,8 +101,6 @@ def export_state(dest: str, store: Store, patched: str) -> ExportState:
     Raises:
         OverlayError: the stamp is unreadable (exit 2).
     """
-    from overlay.export import edited_files, read_stamp
-
     stamp = read_stamp(dest)
     if stamp is None:
         return ExportState(dest, "no stamp")

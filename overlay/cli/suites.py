@@ -15,9 +15,11 @@ one for the current directory when the group runs on its own (tests,
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shlex
+from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 import click
@@ -29,6 +31,7 @@ from overlay.cli.tools import exit_with, handle_errors, workspace
 from overlay.errors import EXIT_FINDINGS, EXIT_OK, OverlayError
 from overlay.report.progress import LiveProgress
 from overlay.suites import config as _config
+from overlay.suites import racelab
 from overlay.suites import report as _report
 from overlay.suites import runner as _runner
 from overlay.suites import stats as _stats
@@ -151,9 +154,6 @@ def _with_env(suites, pairs) -> list:
     The changed settings are what ``result.json`` records, so a run made with a
     different model setting says so.
     """
-    import dataclasses
-    from types import MappingProxyType
-
     extra = {}
     for pair in pairs or ():
         name, sep, value = pair.partition("=")
@@ -222,8 +222,6 @@ def _lab_dirs(ws: Workspace, suites, platform, child_dir: str | None) -> dict:
         if s.model and child_dir is None and _runner.skip_reason(s, platform) is None
     ]
     if wanted:
-        from overlay.suites import racelab
-
         built = racelab.build_layer(
             ws.base, ws.store, "patched", progress=_lab_progress
         )
@@ -352,8 +350,6 @@ def build_cmd(
 
     The first line of stdout is the directory to pass as --child-dir.
     """
-    from overlay.suites import racelab
-
     if without_patch is not None and layer != "patched":
         raise OverlayError("give --layer or --without, not both")
     store = ws.store
@@ -526,8 +522,6 @@ def _child_argv(command: str) -> list[str]:
 def _lab_without(ws: Workspace, patch: str | None, layer: str | None) -> str:
     """The race lab built from the series without ``patch``, or from ``layer``; its
     directory."""
-    from overlay.suites import racelab
-
     if patch is not None:
         built = racelab.build_without_patch(
             ws.base, ws.store, patch, progress=_lab_progress
@@ -541,6 +535,7 @@ def _lab_without(ws: Workspace, patch: str | None, layer: str | None) -> str:
 def _build_without(ws: Workspace, patch: str | None, backend: str) -> str:
     """The overlay built without ``patch`` (or, with ``None``, the fork's layer) from the
     command's store; the directory of its suite children."""
+    # without (layers, the build package): only `--without` builds one
     from overlay.suites.without import build_forked, build_without, real_builder
 
     builder = real_builder(ws.base, ws.store, backend)

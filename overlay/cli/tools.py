@@ -20,19 +20,18 @@ one line. Exit codes are documented in ``docs/exit-codes.md``.
 from __future__ import annotations
 
 import functools
+import importlib
 import os
 import re
 import sys
 import traceback
 from collections.abc import Callable
-from typing import TYPE_CHECKING, NoReturn
+from typing import NoReturn
 
 import click
 
 from overlay.errors import EXIT_INTERRUPTED, EXIT_USAGE, OverlayError
-
-if TYPE_CHECKING:
-    from overlay.workspace import Workspace
+from overlay.workspace import Workspace
 
 _NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())
 _CONTROL = re.compile("[\x00-\x08\x0a-\x1f\x7f]")
@@ -140,8 +139,6 @@ def workspace(ctx: click.Context | None = None) -> Workspace:
     Returns:
         The workspace every context of the command shares.
     """
-    from overlay.workspace import Workspace
-
     root = (ctx or click.get_current_context()).find_root()
     if not isinstance(root.obj, Workspace):
         root.obj = Workspace(os.getcwd())
@@ -253,8 +250,6 @@ class OverlayGroup(click.Group):
     def get_command(self, ctx: click.Context, cmd_name: str):
         """The subcommand ``cmd_name``; a lazy one is imported on first use."""
         if cmd_name in self.lazy_commands and cmd_name not in self.commands:
-            import importlib
-
             module, attribute = self.lazy_commands[cmd_name].split(":")
             self.add_command(
                 getattr(importlib.import_module(module), attribute), cmd_name
@@ -299,7 +294,7 @@ class OverlayGroup(click.Group):
             # The program (the console script, not a caller in this process such as a
             # test runner) has ended and said so: a Ctrl-C from here on, during the
             # interpreter's shutdown, would only turn its exit status into a silent 130.
-            import signal
+            import signal  # only at the program's end: `import overlay.cli` loads no more
 
             signal.signal(signal.SIGINT, signal.SIG_IGN)
         sys.exit(code)

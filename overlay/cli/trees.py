@@ -8,7 +8,7 @@ import click
 
 from overlay import layout
 from overlay.cli.tools import exit_with, handle_errors
-from overlay.errors import OverlayError
+from overlay.errors import EXIT_INTERRUPTED, OverlayError
 from overlay.workspace import Workspace
 
 LAYERS = ["pin", "forked", "patched"]
@@ -60,6 +60,7 @@ def tree_cmd(
 @handle_errors
 def status_cmd(ws: Workspace, dest: tuple[str, ...]) -> None:
     """Show pins, layer SHAs, the series with files and +/- counts, export stamps."""
+    # the records lock and the run's files load when `status` runs
     from overlay.fs.records_lock import state_lock
     from overlay.rebase.ondisk import in_progress_note
 
@@ -76,6 +77,7 @@ def status_cmd(ws: Workspace, dest: tuple[str, ...]) -> None:
 def _status_locked(ws: Workspace, dest: tuple[str, ...]) -> bool:
     """Print the status from one snapshot of the records (under the shared lock);
     true when the series makes a symlink out of the tree (then the exit is 1)."""
+    # status's data loads when `status` runs
     from overlay.cli.status import unsafe_links_added
 
     layers = ws.layers()
@@ -117,6 +119,7 @@ def _status_locked(ws: Workspace, dest: tuple[str, ...]) -> bool:
 
 def _echo_bases(ws: Workspace) -> None:
     """The remotes (with the variable overriding each URL) and the pinned commits."""
+    # status's data loads when `status` runs
     from overlay.cli.status import remotes
 
     manifest = ws.manifest
@@ -132,6 +135,7 @@ def _echo_bases(ws: Workspace) -> None:
 
 def _echo_exports(ws: Workspace, dest: tuple[str, ...], patched: str) -> None:
     """One line per export directory: its stamp against the patched layer."""
+    # export's stamp reader: only when `status` lists exports
     from overlay.cli.status import export_dirs, export_state
     from overlay.export import edited_note
 
@@ -178,7 +182,7 @@ def export_cmd(ws: Workspace, dest: str, layer: str, force: bool, strict: bool) 
     in progress), and so is a file DEST holds that the layer does not have (never
     touched, not even by ``--force``); ``--strict`` makes either exit 1 (a build or
     CI job must not build a tree that is not the layer's)."""
-    from overlay.errors import EXIT_INTERRUPTED
+    # the exporter loads when `export` runs
     from overlay.export import edited_note, export_tree
     from overlay.export.stamp import read_stamp, stray_files, stray_note
 

@@ -21,6 +21,7 @@ stand-ins are floats), and floats a few ulps apart agree (intrinsic rounding).
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import re
 import shutil
@@ -28,9 +29,14 @@ import subprocess
 import time
 from collections.abc import Sequence
 
+import click
+
+from overlay import layout
 from overlay.drift.behaviour_cpp import GUARDS, PREAMBLE, SHIM, SHIM_DECLARED_ONLY
 from overlay.drift.declarations import _block_end, _span_commits
 from overlay.errors import OverlayError
+from overlay.export import export_tree
+from overlay.fs.locks import dir_lock
 from overlay.git.store import Store
 
 ROCM_HEADERS = {
@@ -504,14 +510,6 @@ def run_behaviour(ws, old_ref: str | None, fmt: str = "text") -> int:
     Raises:
         OverlayError: no host compiler, an unreadable tree (exit 2).
     """
-    import json
-
-    import click
-
-    from overlay import layout
-    from overlay.export import export_tree
-    from overlay.fs.locks import dir_lock
-
     manifest, store = ws.manifest, ws.store
     old = store.resolve(old_ref or manifest.merge_base, ["upstream"])
     store.ensure_commit(manifest.pin, ["upstream", "fork"])

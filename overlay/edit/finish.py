@@ -9,7 +9,14 @@ import dataclasses
 import os
 import shutil
 
-from overlay.edit.session import BRANCH, EDIT_DIR, STATE_FILE, Session, save_session
+from overlay.edit.session import (
+    BRANCH,
+    EDIT_DIR,
+    STATE_FILE,
+    Session,
+    records_locked,
+    save_session,
+)
 from overlay.edit.worktree import snapshot, sweep_worktree_locks, wt_git
 from overlay.edit.writes import (
     REMOVING_PREFIX,
@@ -23,6 +30,7 @@ from overlay.edit.writes import (
 from overlay.errors import OverlayError
 from overlay.fs.atomic import remove_stale_temps
 from overlay.git.store import Store
+from overlay.rebase.ondisk import sweep_killed_runs
 
 
 @dataclasses.dataclass
@@ -96,8 +104,6 @@ def sweep_edit_leftovers(root: str) -> None:
 
     Call it holding the records' lock (then no live overlay command writes there).
     """
-    from overlay.rebase.ondisk import sweep_killed_runs
-
     sweep_killed_runs(root)
     remove_stale_temps(os.path.join(root, os.path.dirname(STATE_FILE)), {"edit.json"})
     edits = os.path.join(root, EDIT_DIR)
@@ -138,7 +144,5 @@ def resume_record(root: str, store: Store) -> Completed | None:
     Raises:
         OverlayError: as :func:`complete_interrupted`; the lock is taken (exit 2).
     """
-    from overlay.edit.session import records_locked
-
     with records_locked(root, "record"):
         return complete_interrupted(root, store)

@@ -8,6 +8,7 @@ import textwrap
 
 from overlay.engine.layers import Layers
 from overlay.errors import OverlayError
+from overlay.git.run import user_identity
 from overlay.records.patchfmt import DEFAULT_AUTHOR
 
 
@@ -62,8 +63,6 @@ def series_author(layers: Layers, root: str | None = None) -> str:
     format-patch`` writes it), else the author of the last patch of the series (a
     team writes as one), else overlay's placeholder."""
     if root is not None:
-        from overlay.git.run import user_identity
-
         who = user_identity(root)
         if who is not None:
             return who

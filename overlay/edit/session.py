@@ -12,9 +12,11 @@ from collections.abc import Iterator
 from typing import Any
 
 from overlay import layout
+from overlay.edit.writes import JOURNAL_DIR
 from overlay.engine.layers import Layers
 from overlay.errors import OverlayError
 from overlay.fs.atomic import atomic_write
+from overlay.fs.records_lock import state_lock
 from overlay.rebase.ondisk import run_in_progress
 from overlay.records.series import SERIES_PATH
 
@@ -83,8 +85,6 @@ def records_locked(root: str, command: str) -> Iterator[None]:
     ``refresh`` and ``fix new`` take) for the block: ``edit``/``record`` read and write
     the same records, so they must not interleave with those or with each other; a
     second command is refused at once, naming the holder."""
-    from overlay.fs.records_lock import state_lock
-
     with state_lock(root, command):
         yield
 
@@ -143,8 +143,6 @@ def refuse_during_edit(root: str, command: str) -> None:
     Raises:
         OverlayError: an edit is in progress, or a record of one was interrupted.
     """
-    from overlay.edit.writes import JOURNAL_DIR
-
     current = None
     try:
         current = load_session(root)

@@ -25,6 +25,7 @@ from overlay import layout
 from overlay.engine import PatchApplyError, PatchResult, apply_series
 from overlay.errors import GitError, LayerError
 from overlay.fs.paths import Carry, check_path
+from overlay.fs.reading import read_record_dir
 from overlay.git.store import EMPTY_TREE, Store
 from overlay.records.manifest import Manifest
 from overlay.records.markers import conflict_regions
@@ -164,8 +165,6 @@ def read_resolutions(root: str) -> dict[str, bytes]:
     Raises:
         RecordError: a refused entry (exit 2); UnsafePath: a hostile name.
     """
-    from overlay.fs.reading import read_record_dir
-
     out = read_record_dir(root, layout.RESOLVED_DIR, what="resolution")
     for rel in out:
         check_path(rel, what="resolution")

@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 
+from overlay.fs.atomic import atomic_write
 from overlay.git.run import is_sha
 
 
@@ -73,8 +75,6 @@ class RememberedAncestry:
     def _ancestry(self) -> dict:
         """The remembered ancestry answers, read from the store once."""
         if self._known is None:
-            import json
-
             try:
                 with open(
                     os.path.join(self.git_dir, self._ANCESTRY), encoding="utf-8"
@@ -87,10 +87,6 @@ class RememberedAncestry:
 
     def _remember(self, key: str, value: bool | str) -> None:
         """Remember one ancestry answer in the store (best effort)."""
-        import json
-
-        from overlay.fs.atomic import atomic_write
-
         known = self._ancestry()
         if len(known) >= self._ANCESTRY_MAX:
             known.clear()  # upstream tips move with every fetch: keep the file small, not complete

@@ -15,6 +15,7 @@ import dataclasses
 import hashlib
 import struct
 import subprocess
+import tempfile
 import zlib
 from collections.abc import Iterator, Sequence
 
@@ -279,8 +280,6 @@ def read_objects(git_dir: str, oids: Sequence[str]) -> Iterator[tuple[str, bytes
     Raises:
         GitError: an object is missing.
     """
-    import tempfile
-
     if not oids:
         return
     with tempfile.TemporaryFile() as names:
@@ -402,8 +401,6 @@ def synthetic_commits(
     Returns:
         ``[(sha, body), ...]`` in order (SHA-1 names).
     """
-    import hashlib  # here, not at the top: only commands that merge need it
-
     ident = (
         f"{SYNTHETIC_IDENTITY['GIT_AUTHOR_NAME']} "
         f"<{SYNTHETIC_IDENTITY['GIT_AUTHOR_EMAIL']}> "

@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import tempfile
 from collections.abc import Sequence
 
 from overlay.errors import GitError
+from overlay.fs.locks import flocked
 from overlay.git.env import git_env
 
 #: ``-c`` options passed to every git call (docs/design.md §10: determinism flags).
@@ -88,8 +90,6 @@ def git_executable() -> str:
     """
     key = os.environ.get("PATH", "")
     if key not in _WHICH:
-        import shutil  # here, not at the top: start-up is the floor of every command (issue 14)
-
         _WHICH[key] = shutil.which("git")
     path = _WHICH[key]
     if path is None:
@@ -134,8 +134,6 @@ def run_git(
         if git_dir is not None and os.path.isdir(git_dir):
             cwd = git_dir
         else:
-            import tempfile
-
             cwd = tempfile.gettempdir()
     proc = subprocess.run(
         cmd,
@@ -235,8 +233,6 @@ def create_bare_repo(git_dir: str) -> None:
                 return  # another process made it meanwhile
     # A non-empty directory that is not a repository: initialised in place, under a
     # lock of its own so that two such inits do not race either.
-    from overlay.fs.locks import flocked
-
     with flocked(os.path.join(parent, f".{os.path.basename(git_dir)}.init.lock")):
         if not os.path.isfile(os.path.join(git_dir, "HEAD")):
             run_git(["init", "-q", "--bare", git_dir])

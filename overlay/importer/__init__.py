@@ -119,6 +119,7 @@ def import_whole_file(
         OverlayError: as :func:`read_whole_file`, :func:`plan_import` and
             :func:`write_import` (nothing is written then; exit 2).
     """
+    # looked up per run: the import tests replace checks.verify.verify
     from overlay.checks.verify import verify
 
     whole = read_whole_file(directory)

@@ -6,6 +6,7 @@ import dataclasses
 from collections.abc import Sequence
 
 from overlay import layout
+from overlay.checks.render import summary_line
 from overlay.importer.planning import ImportPlan, record_of
 from overlay.report.templating import render_report, render_template
 
@@ -34,8 +35,6 @@ def report_data(
         where the two differ (``carried``) and those whose carry conflicted;
         ``removed`` the upstream lines each patch removes.
     """
-    from overlay.checks.render import summary_line
-
     up = plan.upstream
     counts: dict[str, int] = {}
     for row in plan.rows:

@@ -12,8 +12,10 @@ from overlay import layout
 from overlay.engine.layers import (
     compute_layers,
 )
+from overlay.engine.refresh import refresh_series
 from overlay.errors import OverlayError
 from overlay.fs.atomic import atomic_write, counted_kill_point
+from overlay.fs.records_lock import state_lock
 from overlay.git.store import Store
 from overlay.importer.planning import ImportPlan
 from overlay.records import fixes
@@ -110,8 +112,6 @@ def _self_check(store: Store, plan: ImportPlan, tmp: str) -> None:
             elsewhere than at the carried paths, a resolution is stale, or a refresh
             would change a patch (a bug: nothing has been written).
     """
-    from overlay.engine.refresh import refresh_series
-
     layers = compute_layers(store, plan.manifest, tmp, stepwise=True)
     problems = []
     if layers.patched != plan.target:
@@ -173,8 +173,6 @@ def write_import(
         layout.under(target, layout.PATCH_DIR),
         os.path.join(target, fixes.FILE_NAME),
     )
-    from overlay.fs.records_lock import state_lock
-
     with state_lock(target, "import whole-file"):
         state = layout.under(target, layout.STATE_DIR)
         for name in os.listdir(state):

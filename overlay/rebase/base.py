@@ -16,11 +16,12 @@ import shutil
 from collections.abc import Callable, Mapping
 
 from overlay import layout
-from overlay.engine.layers import Layers, read_resolutions
+from overlay.engine.layers import Layers, compute_layers, read_resolutions
 from overlay.errors import EXIT_FINDINGS, GitError, OverlayError
 from overlay.fs.atomic import atomic_write, kill_point, scratch_dir
 from overlay.git.objects import write_typed
 from overlay.git.store import CatFile, Store
+from overlay.git.treemodel import blob_name
 from overlay.rebase.ondisk import (
     NEW_STATE_DIR,
     OLD_STATE_DIR,
@@ -247,8 +248,6 @@ class RunBase:
         the store lacks."""
         if len(self.state.new.pin) != 40:
             return self.store.hash_blob(data)
-        from overlay.git.treemodel import blob_name
-
         oid = blob_name(data)
         self._new_blobs[oid] = data
         return oid
@@ -411,10 +410,6 @@ class RunBase:
         the merges and the range-diff both need them); ``None`` when they cannot be
         computed."""
         if not self._old_done:
-            from overlay.engine.layers import (
-                compute_layers,  # at call time: tests replace it
-            )
-
             old = self.state.old
             try:
                 self._old = compute_layers(

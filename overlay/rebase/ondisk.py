@@ -38,7 +38,7 @@ from overlay.fs.paths import check_path
 from overlay.fs.reading import RecordError, read_record
 from overlay.rebase.state import RunState
 from overlay.records import fixes
-from overlay.records.manifest import MANIFEST_PATH
+from overlay.records.manifest import MANIFEST_PATH, load_manifest
 
 STATE_DIR = layout.REBASE_STATE_DIR
 STATE_FILE = f"{STATE_DIR}/{layout.STATE_JSON}"
@@ -442,6 +442,7 @@ def no_run_to_abort(root: str, action: str = "abort") -> OverlayError:
             message,
             hint="start one with `overlay rebase --onto SHA` or `overlay sync --fork SHA`",
         )
+    # rebase.report: only `--abort` without a run; verify imports this module
     from overlay.rebase.report import read_last_json
 
     try:
@@ -477,8 +478,6 @@ def no_run_to_abort(root: str, action: str = "abort") -> OverlayError:
 
 def _manifest_pins(root: str) -> tuple[str, str] | None:
     """``(pin, fork commit)`` of the manifest, or ``None`` when it cannot be read."""
-    from overlay.records.manifest import load_manifest
-
     try:
         manifest = load_manifest(root)
     except OverlayError:

@@ -22,11 +22,19 @@ import dataclasses
 from typing import TYPE_CHECKING
 
 from overlay import layout
+from overlay.checks.pins import (
+    backwards_citations,
+    check_new_pin,
+    fork_ahead,
+    refuse_broken_ancestry,
+    refuse_fork_ahead,
+)
 from overlay.errors import OverlayError
+from overlay.rebase.report import last_rebase_pin, last_run_pins
+from overlay.rebase.state import Bases
 
 if TYPE_CHECKING:
     from overlay.git.store import Store
-    from overlay.rebase.state import Bases
     from overlay.workspace import Workspace
 
 
@@ -79,8 +87,6 @@ def plan_run(
             accepts it (exit 2).
         GitError, OfflineMiss: a commit is missing and cannot be fetched (exit 2).
     """
-    from overlay.rebase.state import Bases
-
     manifest, store = ws.manifest, ws.store
     old = Bases(manifest.pin, manifest.fork_commit, manifest.merge_base)
     for sha, remotes in (
@@ -98,8 +104,6 @@ def plan_run(
     else:
         new_base = old.merge_base
         if not force:
-            from overlay.checks.pins import refuse_broken_ancestry
-
             refuse_broken_ancestry(store, new_base, new_fork)
     ahead_note = None
     if (new_fork, new_pin) != (old.fork, old.pin) and not _clear_forward(
@@ -129,8 +133,6 @@ def _clear_forward(store: Store, old: Bases, new_fork: str, new_pin: str) -> boo
     of the fork's ahead of it: the new pin holds all the old one held, so nothing can
     be ahead of it either, and the common bump needs no walk of history (the old
     pin's answer is the one ``verify`` keeps, :func:`overlay.checks.pins.fork_ahead`)."""
-    from overlay.checks.pins import fork_ahead
-
     return (
         new_fork == old.fork
         and store.is_ancestor(old.pin, new_pin)
@@ -147,8 +149,6 @@ def _fork_ahead_note(
     Raises:
         OverlayError: the fork is ahead and it was not allowed (exit 2).
     """
-    from overlay.checks.pins import fork_ahead, refuse_fork_ahead
-
     if not allow_fork_ahead:
         refuse_fork_ahead(store, fork, pin)
         return None
@@ -213,8 +213,6 @@ def start_checks(ws: Workspace, kind: str, plan: RunPlan, force: bool) -> list[s
     Raises:
         OverlayError: the pin is refused (exit 2).
     """
-    from overlay.checks.pins import backwards_citations, check_new_pin
-
     old, new = plan.old, plan.new
     if kind != "rebase" or new.pin == old.pin:
         return []
@@ -239,8 +237,6 @@ def last_run_start(root: str) -> str:
     Raises:
         OverlayError: no such report, or it does not say (exit 2).
     """
-    from overlay.rebase.report import last_run_pins
-
     before = (last_run_pins(root) or {}).get("before")
     if isinstance(before, dict) and "pin" in before:
         return str(before["pin"])
@@ -257,8 +253,6 @@ def drift_range(ws: Workspace, drift_from: str | None) -> tuple[str, str] | None
     Raises:
         GitError, OfflineMiss: ``drift_from`` does not resolve (exit 2).
     """
-    from overlay.rebase.report import last_rebase_pin
-
     pin = ws.manifest.pin
     if drift_from is None:
         drift_from = last_rebase_pin(ws.root, pin)

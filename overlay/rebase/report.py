@@ -10,11 +10,13 @@ The Markdown comes from the jinja2 template ``overlay/templates/rebase_report.md
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 from collections.abc import Sequence
 from typing import Any
 
 from overlay import layout
+from overlay.fs.atomic import atomic_write
 from overlay.rebase.state import Bases
 from overlay.report.templating import render_report, render_template
 
@@ -155,8 +157,6 @@ def read_last_json(root: str) -> dict[str, Any] | None:
     Args:
         root: the overlay repository.
     """
-    import json
-
     try:
         with open(layout.under(root, layout.LAST_REBASE_JSON), encoding="utf-8") as fh:
             data = json.load(fh)
@@ -174,10 +174,6 @@ def write_last_report(root: str, report: RebaseReport) -> None:
     Args:
         root: the overlay repository; report: the run's outcome.
     """
-    import json
-
-    from overlay.fs.atomic import atomic_write
-
     layout.make_state_dir(root)
     atomic_write(
         layout.under(root, layout.LAST_REBASE_MD),

@@ -10,6 +10,7 @@ from overlay.errors import OverlayError
 from overlay.rebase.base import RebaseStopped
 from overlay.rebase.commit import CommitSteps
 from overlay.rebase.forkdelta import ForkDeltaSteps
+from overlay.rebase.formatting import FORMATTED_SUFFIX
 from overlay.rebase.ondisk import STATE_DIR, interrupts_deferred
 from overlay.rebase.patches import PatchSteps
 from overlay.rebase.recover import AbortSteps
@@ -123,8 +124,6 @@ class Rebase(ForkDeltaSteps, PatchSteps, CommitSteps, AbortSteps):
         Raises:
             OverlayError: the stop offers no formatted merge (exit 2; nothing changed).
         """
-        from overlay.rebase.formatting import FORMATTED_SUFFIX
-
         paths = stop.files if isinstance(stop, PatchStop) else []
         offered = [
             rel

@@ -153,6 +153,7 @@ def _subject_and_from(block: list[str]) -> tuple[str | None, str | None]:
     simple = _simple_headers(block)
     if simple is not None:
         return simple.get("Subject"), simple.get("From")
+    # email: only a header block that is not plain, not on every verify
     import email.parser
     import email.policy
 
@@ -221,7 +222,7 @@ def _decode_header(value: str) -> str:
     """An RFC 2047 header (``=?utf-8?q?...?=``) decoded to text; other text as it is."""
     if "=?" not in value:
         return value
-    import email.header
+    import email.header  # only an encoded header
 
     parts = []
     for chunk, charset in email.header.decode_header(value):

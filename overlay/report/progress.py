@@ -177,7 +177,7 @@ class LiveProgress:
 
     def __rich__(self):
         """The live line (rich calls this on every refresh)."""
-        from rich.text import Text
+        from rich.text import Text  # rich: only a live line on a terminal
 
         inner = self._inner
         if inner is not None:

@@ -24,7 +24,7 @@ def environment() -> Any:
     the template's trailing newline kept; an undefined name raises instead of
     rendering empty (a renamed report field fails loudly, in the tests).
     """
-    import jinja2
+    import jinja2  # only a command that renders a template
 
     return jinja2.Environment(
         loader=jinja2.PackageLoader("overlay", "templates"),

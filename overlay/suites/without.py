@@ -95,6 +95,7 @@ def real_builder(
     """
 
     def build(layers: Layers, build_root: str) -> str:
+        # the build package: only the real builder; the race lab uses layers_without
         from overlay import build as _build
 
         manifest = load_manifest(root)

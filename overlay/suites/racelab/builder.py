@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from overlay.errors import EXIT_FINDINGS
+from overlay.records.manifest import load_manifest
 from overlay.suites.racelab.compiler import LabCompiler, find_lab_compiler
 from overlay.suites.racelab.lab import (
     CHILDREN,
@@ -451,6 +452,7 @@ def _write_json(path: str, data: object) -> None:
 def _export_and_build(
     root: str, store, tree: str, label: str, out_dir: str | None, **kw
 ) -> LabBuild:
+    # export: only when the lab is built; `overlay --help` imports this module
     from overlay.export import export_tree
 
     out_dir = os.path.abspath(out_dir or default_out_dir(root, label))
@@ -476,8 +478,8 @@ def build_layer(
     Returns:
         A :class:`LabBuild`.
     """
+    # layers and the engine: only when the lab is built from a layer
     from overlay.engine.layers import compute_layers
-    from overlay.records.manifest import load_manifest
 
     if layer not in ("patched", "forked"):
         raise LabError(
@@ -500,6 +502,7 @@ def build_without_patch(
     Returns:
         A :class:`LabBuild`.
     """
+    # without (layers, the engine): only `--without` builds one
     from overlay.suites.without import layers_without
 
     stem = patch[: -len(".patch")] if patch.endswith(".patch") else patch

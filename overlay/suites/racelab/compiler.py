@@ -112,6 +112,7 @@ def find_lab_compiler(
     Raises:
         LabError: no ROCm toolchain, a chroot without root, or no clang++ in it (exit 2).
     """
+    # the build package: only a lab that compiles looks for the toolchain
     from overlay.build import ToolchainError, find_toolchain
 
     try:

@@ -27,7 +27,9 @@ from collections.abc import Callable, Mapping, Sequence
 
 from overlay import layout
 from overlay.errors import EXIT_USAGE, OverlayError
+from overlay.suites import runner as _runner
 from overlay.suites.config import Suite
+from overlay.suites.racelab.builder import build_tree
 from overlay.suites.racelab.lab import CHILDREN, MODEL, LabChild
 
 #: The mutants' file, relative to the repository root.
@@ -325,7 +327,6 @@ def suite_runner(results_dir: str, base_dir: str) -> SuiteRunner:
         results_dir: results root; each cell's runs go to a new directory under it.
         base_dir: the suites file's directory (relative child paths).
     """
-    from overlay.suites import runner as _runner
 
     def run(suite: Suite, child_dir: str, runs: int, label: str) -> Cell:
         result = _runner.run_suite(
@@ -476,10 +477,10 @@ def run_check(
             is unknown, or a fix has no covering suite.
         LabError: the lab does not build (no toolchain: exit 2).
     """
+    # export and layers: only a mutation run (and the tests replace all three)
     from overlay.engine.layers import compute_layers
     from overlay.export import export_tree
     from overlay.records.manifest import load_manifest
-    from overlay.suites.racelab.builder import build_tree
 
     build = builder or build_tree
     if suite_names:

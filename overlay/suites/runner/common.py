@@ -6,6 +6,7 @@ import json
 from collections.abc import Callable
 
 from overlay.errors import OverlayError
+from overlay.fs.atomic import atomic_write
 
 #: Every run kind, in the order reports list them.
 RUN_KINDS = ("pass", "fail", "crash", "hang", "marker")
@@ -27,8 +28,6 @@ class SuiteRunError(OverlayError):
 
 def write_json(path: str, data: object) -> None:
     """Write ``data`` as indented JSON to ``path`` atomically (temp file + rename)."""
-    from overlay.fs.atomic import atomic_write
-
     atomic_write(
         path,
         (json.dumps(data, indent=2, sort_keys=False) + "\n").encode(),

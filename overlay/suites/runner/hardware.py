@@ -8,6 +8,7 @@ import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from overlay.suites import racelab
 from overlay.suites.config import Suite
 from overlay.suites.runner.common import SuiteRunError
 
@@ -203,8 +204,6 @@ def detect_platform(
             inferred.add("cuda")
         backends = frozenset(inferred)
         source = "no --backend given; inferred from the GPUs present"
-    from overlay.suites import racelab
-
     lab_reason = racelab.unavailable_reason(environ=environ)
     models = frozenset() if lab_reason else frozenset({racelab.MODEL})
     model_reasons = {racelab.MODEL: lab_reason} if lab_reason else {}
