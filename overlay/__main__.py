@@ -3,7 +3,7 @@
 It imports nothing but :mod:`sys` before it guards the import of the CLI: a Ctrl-C
 in the first half second lands while click, rich and the command modules are being
 imported, before :class:`overlay.cli.tools.OverlayGroup` handles interrupts, and
-Python would print a traceback (issue 30 item 8). Here it is one
+Python would print a traceback. Here it is one
 ``overlay: interrupted`` line and exit 130, as everywhere else.
 """
 

@@ -21,7 +21,7 @@ Domain functions take the workspace, or its store and root, the way pre-commit
 passes its ``Store``; they never build a store of their own.
 
 Importing this module costs nothing: the git store, the manifest and the layers
-are imported when first used (issue 14: start-up is the floor every command pays).
+are imported when first used (start-up is the floor every command pays).
 """
 
 from __future__ import annotations

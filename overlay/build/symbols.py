@@ -2,7 +2,7 @@
 whose symbol table says which functions the unit defines and which it references.
 
 A whole-archive link fails on a symbol some object references and none defines; the
-full build shows that only after every object is compiled (35 minutes on 2 cores).
+full build shows that only after every object is compiled (tens of minutes, docs/build.md).
 The front end already decides both sets, so the check's own compile of each unit
 writes them down at about the cost of ``-fsyntax-only`` (measured in docs/build.md):
 

@@ -1,4 +1,4 @@
-"""The verdict cache of ``overlay verify`` (issue 14).
+"""The verdict cache of ``overlay verify``.
 
 A verify whose inputs are exactly those of an earlier one prints that run's report
 again without computing it: the interpreter's start, a read of every input and one

@@ -3,8 +3,8 @@
 Kept apart from :mod:`overlay.records.manifest` and :mod:`overlay.git.store`, which import
 TOML, subprocess and the file helpers: the verdict cache of ``overlay verify``
 (:mod:`overlay.checks.cache`) finds both before anything heavier is imported, so that a
-verify with nothing changed costs little more than the interpreter's start
-(issue 14). Both modules re-export these names.
+verify with nothing changed costs little more than the interpreter's start.
+Both modules re-export these names.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Sanity of a new MLX pin for ``overlay rebase --onto`` (issue 17, stumbles 3 and 4).
+"""Sanity of a new MLX pin for ``overlay rebase --onto``.
 
 A pin must be an upstream MLX commit: one that an upstream branch or tag
 contains. The fork commit (reachable in a mirror through ``refs/pull/*``) or a

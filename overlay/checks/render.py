@@ -242,7 +242,7 @@ def printable(text: str) -> str:
 
     A path from git or a patch decoded with ``surrogateescape`` keeps its
     undecodable bytes as lone surrogates; stdout cannot encode them, and
-    printing the report would fail (found by the fuzz campaign, ``docs/fuzz.md``).
+    printing the report would fail (``docs/fuzz.md``).
     """
     return text.encode("utf-8", "backslashreplace").decode("utf-8")
 

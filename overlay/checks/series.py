@@ -64,7 +64,7 @@ def git_apply_reason(data: bytes) -> str | None:
 
 
 #: The hint of a SER004 for a diff that does not parse: ``overlay refresh`` cannot
-#: help (it reads the patch first), so it is not named as the fix (issue 17, stumble 10).
+#: help (it reads the patch first), so it is not named as the fix.
 SER004_HINT = (
     "fix the file at that line by hand (a hunk's header counts must match its lines), or restore "
     "it from git (`git checkout -- {path}`); `overlay refresh` cannot, it needs a patch that parses"
@@ -373,7 +373,7 @@ def _mail_head_findings(patch: Patch, rel: str) -> list[Finding]:
 
 def _unlisted_findings(root: str, listed: set[str]) -> list[Finding]:
     """SER002: a patch file in ``patches-rocm/`` that the series does not list (one git
-    ignores is no record, issue 18: not an unlisted patch either)."""
+    ignores is no record: not an unlisted patch either)."""
     patch_dir = os.path.join(root, PATCH_DIR)
     if not os.path.isdir(patch_dir):
         return []

@@ -239,7 +239,7 @@ def _fix_findings(
         doc, [f"{RESOLVED_DIR}/{p}" for p in resolutions]
     )
     if layers is not None:
-        # Every Local-Fix trailer counts: a patch may serve several entries (issue 18).
+        # Every Local-Fix trailer counts: a patch may serve several entries.
         records = [
             fixes.PatchRecord(
                 f"{PATCH_DIR}/{p.name}",
@@ -272,7 +272,7 @@ def _pin_citation_findings(
     root: str, store: Store, manifest: Manifest
 ) -> list[Finding]:
     """FIX027: the retarget entries citing an upstream commit the pin lacks (the
-    warning of a rebase that moved the pin back, kept while it holds; issue 30)."""
+    warning of a rebase that moved the pin back, kept while it holds)."""
     return [
         finding(
             fixes.FILE_NAME,
@@ -397,7 +397,7 @@ def _layers_or_findings(
     try:
         # Each patch's tree only for the refresh check (SER011): the other families need
         # the layers' outcome and final trees, which the one-apply path gives as well
-        # (issue 14: --only computes what its families need).
+        # (--only computes what its families need).
         layers = compute_layers(
             store, manifest, root, patches=patches, stepwise=stepwise
         )

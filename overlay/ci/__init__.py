@@ -1,4 +1,4 @@
-"""``overlay ci``: everything this machine can do, as one gate (issues 8 and 16).
+"""``overlay ci``: everything this machine can do, as one gate.
 
 Stages run in order -- ``verify``, ``check``, ``build``, ``suites`` -- and each
 ends ``passed``, ``failed`` or ``skipped`` with its reason (no ROCm toolchain, no
@@ -417,7 +417,7 @@ def run_ci(
             the last rebase started from, when it moved to the manifest's pin (a fresh
             clone has none: pass the base branch's pin).
         progress: a :class:`~overlay.report.progress.LiveProgress`: each stage's start as a
-            note, the check or build stage's units as ``n/N`` (issue 30 item 3).
+            note, the check or build stage's units as ``n/N``.
     Returns:
         :class:`CiResult`. A stage that raises becomes a failed stage with the
         error's line; nothing a stage does escapes this function.

@@ -1,4 +1,4 @@
-"""``overlay ci --require auto``: the default gate of ``make ci`` (issue 30 item 6).
+"""``overlay ci --require auto``: the default gate of ``make ci``.
 
 ``make ci`` is the first gate a newcomer finds, and CI jobs are copied from it; when it
 required nothing, a runner whose toolchain went missing passed with ``check skipped``.

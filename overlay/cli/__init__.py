@@ -18,8 +18,8 @@ The commands live in modules by what they work on:
   imported only when named.
 
 Importing this package loads click and these modules only; each command imports
-the domain modules it needs when it runs (issue 14: start-up is the floor every
-command pays).
+the domain modules it needs when it runs (start-up is the floor every command
+pays).
 """
 
 from __future__ import annotations

@@ -55,7 +55,7 @@ def verify_cmd(
     if skip:
         skip = tuple(c.strip() for item in skip for c in item.split(",") if c.strip())
         _warn_unknown_codes(skip)
-    # The verdict cache (issue 14): with every input as it was at an earlier verify, its
+    # The verdict cache: with every input as it was at an earlier verify, its
     # report is printed again without importing, reading or computing anything else.
     options = verdict.options_key(fmt, only, skip)
     key = verdict.inputs(ws.root, ws.git_dir, ws.offline)

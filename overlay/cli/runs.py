@@ -292,8 +292,6 @@ def _start_run(ws: Workspace, kind: str, fmt: str, **kwargs) -> None:
 def _start_run_locked(ws: Workspace, kind: str, fmt: str, **kwargs) -> None:
     """Plan the run (:func:`overlay.rebase.plan.plan_run`), say its warnings, run it and
     print its report; ``kwargs`` are :func:`~overlay.rebase.plan.plan_run`'s options."""
-    # One cat-file answers the plan's commit checks and the run's object questions
-    # (Store.reading), where each check started a `cat-file -e` (issue 14).
     # the refusals' modules load when a run starts
     from overlay.edit.session import refuse_during_edit
     from overlay.rebase.ondisk import refuse_if_in_progress
@@ -303,6 +301,8 @@ def _start_run_locked(ws: Workspace, kind: str, fmt: str, **kwargs) -> None:
     # only lead to this one.
     refuse_if_in_progress(ws.root)
     refuse_during_edit(ws.root, kind)
+    # One cat-file answers the plan's commit checks and the run's object questions
+    # (Store.reading), not a `cat-file -e` per check.
     with ws.store.reading():
         _plan_and_run(ws, kind, fmt, **kwargs)
 

@@ -240,7 +240,7 @@ class OverlayGroup(click.Group):
 
     #: Subcommand groups imported only when named (``name -> "module:attribute"``): the
     #: suites bring statistics, jinja2 and the runner, which no other command needs
-    #: (issue 14: start-up is the floor every command pays).
+    #: (start-up is the floor every command pays).
     lazy_commands: dict[str, str] = {}
 
     def list_commands(self, ctx: click.Context) -> list[str]:

@@ -1,7 +1,7 @@
 """The quilt-like loop: ``overlay edit`` prepares a work tree, ``overlay record`` writes the patch.
 
 quilt users know ``quilt new``/``quilt edit``/``quilt refresh``/``quilt header -e``;
-here it is two commands (issue 17, item 1):
+here it is two commands:
 
 * :func:`start_edit` makes ``.overlay/edit/<stem>/``, an ordinary git checkout of
   the layer the patch is made on: for a new patch, the patched layer (or the layer

@@ -1,4 +1,4 @@
-"""The patch engine: the one place patches meet trees (issue 12).
+"""The patch engine: the one place patches meet trees.
 
 One invariant: **a patch records the exact blobs it was made from and produces,
 and the engine never places a hunk anywhere else.**

@@ -1,7 +1,7 @@
-"""The stepwise apply as one chain of copies (issue 14).
+"""The stepwise apply as one chain of copies.
 
 A stepwise apply (rebase, refresh and attribution need the tree after every
-patch) used to start two git processes per patch. :func:`apply_chained` applies
+patch) would otherwise start two git processes per patch. :func:`apply_chained` applies
 the whole series with one ``git apply --cached``: the series is re-emitted
 (:func:`chain_sections`) so that every patch's result lands at a path of its own
 (``k/<path>`` for patch ``k``), each patch still meeting exactly the content the
@@ -285,8 +285,8 @@ def _run_chain(
     ``git apply`` is a function of its input: the same index lines and sections give the
     same entries. So a chain git applied once is kept in the store, keyed on that whole
     input (:func:`chain_key`), and read back instead of applied again (a pin bump that
-    leaves the patched files alone meets the very chain the verify before it applied;
-    issue 14). What is read back is then checked against the records exactly as git's
+    leaves the patched files alone meets the very chain the verify before it applied).
+    What is read back is then checked against the records exactly as git's
     output is. A failure is not kept: git says again what is wrong.
     """
     key = chain_key(lines, sections)

@@ -1,4 +1,4 @@
-"""``git apply`` for the engine, and what its output means (issue 12).
+"""``git apply`` for the engine, and what its output means.
 
 The engine hands patches to ``git apply --cached`` on a private index
 (:func:`git_apply`). git's exit status alone is not trusted: a hunk placed at an

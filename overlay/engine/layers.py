@@ -48,7 +48,7 @@ class Conflict:
         resolved: true when ``patches-rocm/resolved/<path>`` supplied the result.
         outside: for a resolution, ``(resolution line, what)`` for each place where it
             differs from git's automatic merge outside the conflict regions: there a
-            resolution would silently revert upstream (or the fork) (issue 12, item 7).
+            resolution would silently revert upstream (or the fork).
     """
 
     path: str
@@ -122,8 +122,8 @@ def changes_outside_conflicts(auto: bytes, resolved: bytes) -> list[tuple[int, s
 
     old, new = auto.split(b"\n"), resolved.split(b"\n")
     # The lines both texts begin and end with are equal in any diff: only the middle
-    # goes to difflib, whose matching grows faster than the text (the whole of one
-    # header was 3 ms of a pin bump's CPU; issue 14).
+    # goes to difflib, whose matching grows faster than the text (docs/engine.md has
+    # the figure for one header).
     head = 0
     while head < min(len(old), len(new)) and old[head] == new[head]:
         head += 1
@@ -196,8 +196,8 @@ def merge_fork_delta(
     The result is kept in the store (``overlay-merges/``, keyed on the three commits and
     the carry globs of a :class:`~overlay.fs.paths.Carry`, as the layer cache is): a rebase
     merges the fork delta onto the new pin and needs the old layers' merge again for
-    every recorded resolution, which is then read instead of merged a second time
-    (issue 14). The carried delta itself (the tree of ``base`` with the fork's carried
+    every recorded resolution, which is then read instead of merged a second time.
+    The carried delta itself (the tree of ``base`` with the fork's carried
     changes) depends only on ``base`` and ``fork`` and is kept the same way, so a pin
     bump does not rebuild it.
 

@@ -5,11 +5,11 @@ A refresh owns only these bytes of a patch file: the diff (from the first
 with full ``index`` lines and no signature footer), the mbox ``From <sha>``
 line (zeroed), the ``Date:`` header (dropped) and a diffstat after the ``---``
 line (dropped). Every other byte (headers, the message, notes between ``---``
-and the diff, any encoding) is kept exactly (issue 12, item 9; shared case 16).
+and the diff, any encoding) is kept exactly (shared case 16).
 A patch that applies on its recorded pre-image refreshes to the same bytes.
 Only patches whose bytes change are rewritten.
 
-A refresh never turns a text diff into a binary one (issue 13): git takes a file
+A refresh never turns a text diff into a binary one: git takes a file
 holding a NUL byte for binary, so one NUL in an added line would have the
 patch, and the next one touching that file, rewritten as ``GIT binary patch``
 deltas nobody can review. :func:`binary_turns` names each such file (the patch,
@@ -270,8 +270,8 @@ def refresh_series(
         refuse_unverified(
             [r.patch for r in layers.patches if r.state == "unverified"], accept_text
         )
-    # Every patch's diff from one `git diff-tree --stdin` (issue 14: one process per
-    # patch was three quarters of a warm verify of a long series).
+    # Every patch's diff from one `git diff-tree --stdin`: a process per patch would
+    # be most of a warm verify of a long series.
     olds = [layers.forked, *trees][: len(trees)]  # each patch's tree below it
     pairs = list(zip(olds, trees, strict=True))
     diffs = tree_diffs(store, pairs)  # one diff per pair

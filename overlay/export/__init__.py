@@ -298,7 +298,7 @@ def _open_run(store: Store, tree: str, dest: str, force: bool, started: float) -
     pend: dict[str, str | None] = {p: None for p in pending.get("remove", [])}
     pend.update(pending.get("write", {}))
     # A first export into an empty directory writes each file in place, without a temp
-    # file and a rename per file (issue 14): nothing there can be the user's, and the
+    # file and a rename per file: nothing there can be the user's, and the
     # pending record says so ("direct"), so that a run killed mid-file is completed: a
     # file of a direct run holding the start of the blob it was writing is the run's.
     direct = stamp is None and not (set(os.listdir(dest)) - {LOCK})
@@ -464,7 +464,7 @@ def _check_before_writing(run: _Run, blobs: Entries, entries: Entries | None) ->
 
     Every object is looked up before anything is written (a missing one stops the
     export here, as a hostile entry does); the contents are streamed while writing,
-    one file at a time, so the export never holds the tree (issue 14: peak memory).
+    one file at a time, so the export never holds the tree (peak memory stays flat).
 
     Raises:
         GitError: an object is missing; UnsafePath: a link points outside the tree.

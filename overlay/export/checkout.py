@@ -1,4 +1,4 @@
-"""A first export written by git: a scratch index and ``git checkout-index`` (issue 14).
+"""A first export written by git: a scratch index and ``git checkout-index``.
 
 A cold export (no stamp, DEST empty: the "direct" run of :mod:`overlay.export`) lets
 git write the files: the tree is read into a scratch index (``git read-tree``, before

@@ -143,7 +143,7 @@ def edited_files(
     not edited. With ``store`` and ``tree`` (the layer the next export would
     write), a file that already holds what ``tree`` has there (or is gone where
     ``tree`` has nothing) is not edited either: the next export adopts it, so
-    ``status --dest`` and ``export`` name the same files (issue 17, stumble 7).
+    ``status --dest`` and ``export`` name the same files.
 
     Args:
         dest: export directory.

@@ -94,7 +94,7 @@ def read_record(
         allow_symlink: whether the last component may be a symlink to a file inside ``root``.
         resolved: directories already resolved in this batch of reads (path -> real
             path), kept by a caller that reads many records of one directory (the
-            series: a thousand patches resolve ``patches-rocm/`` once; issue 14).
+            series: a thousand patches resolve ``patches-rocm/`` once).
     Returns:
         The file's bytes.
     Raises:

@@ -29,7 +29,7 @@ class RememberedAncestry:
         """``git merge-base --is-ancestor a b``, remembered in the store for full commit names.
 
         The answer for two commits never changes, and it is a walk of history each time
-        (12 ms of every uncached verify of the real overlay for MAN003 alone; issue 14).
+        (a noticeable part of every uncached verify, docs/engine.md).
         An answer git could not give (a missing object) is not remembered.
 
         Returns:

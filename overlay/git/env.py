@@ -33,7 +33,7 @@ def git_env(
     The system and global configuration files are hidden (``GIT_CONFIG_NOSYSTEM``,
     ``GIT_CONFIG_GLOBAL=/dev/null``): a ``~/.gitconfig`` with ``diff.renameLimit=1``,
     ``diff.algorithm=patience`` or ``merge.conflictStyle=zdiff3`` must not change a
-    refreshed patch or a merge (issue 12, item 11).
+    refreshed patch or a merge.
 
     Args:
         extra: variables to set on top (``GIT_DIR``, ``GIT_INDEX_FILE``, ...).
@@ -61,7 +61,7 @@ def git_env(
 def ls_files_z(root: str) -> bytes:
     """stdout of ``git -C root ls-files -z --cached --others --exclude-standard``; empty when
     git fails or cannot be started. Started with ``os.posix_spawnp``, not
-    :mod:`subprocess` (a cached ``verify`` loads nothing it need not, issue 14); ``-C``
+    :mod:`subprocess` (a cached ``verify`` loads nothing it need not); ``-C``
     moves it into ``root`` before git reads anything. The environment is every git
     child's (:func:`git_env`, the user's configuration kept for its ignore rules):
     a ``GIT_DIR`` or ``GIT_INDEX_FILE`` of a hook that runs overlay must not make git

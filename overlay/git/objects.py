@@ -100,8 +100,8 @@ class ObjectReader(CatFile):
     """One persistent ``git cat-file --batch-command`` for every object question of a run
     (:meth:`overlay.git.store.Store.reading`): whether an object exists, a commit's tree,
     a blob's bytes. It starts on the first question, so a run that asks none starts no
-    process; a run that asks ten starts one, where it started a ``cat-file -e`` or a
-    ``rev-parse`` per question and a ``cat-file --batch`` beside them (issue 14).
+    process; a run that asks ten starts one, not a ``cat-file -e`` or a ``rev-parse``
+    per question and a ``cat-file --batch`` beside them.
     """
 
     def __init__(self, git_dir: str):  # noqa: D107 (the class says it)
@@ -196,7 +196,7 @@ class ObjectReader(CatFile):
     def entries(self, tree: str, paths: Sequence[str]) -> dict[str, TreeEntry]:
         """What ``git ls-tree -r -t --full-tree TREE -- PATHS`` gives for exactly ``paths``
         (in its order), read from the tree objects on the way to each path: a few
-        reads of this process instead of a git process (issue 14)."""
+        reads of this process instead of a git process."""
         found = []
         for path in set(paths):
             rows, key = self.tree(tree), []
@@ -270,7 +270,7 @@ def read_objects(git_dir: str, oids: Sequence[str]) -> Iterator[tuple[str, bytes
     The names are handed to git in a file, so git writes its answers with normal
     buffering instead of one flush per object, and there is no round trip per
     object (an export reads a thousand blobs this way); only one object is held at a
-    time, so reading the whole tree never holds the tree (issue 14: peak memory).
+    time, so reading the whole tree never holds the tree (peak memory stays flat).
 
     Args:
         git_dir: the repository.
@@ -419,8 +419,8 @@ def synthetic_commits(
 #: The pack format's object type codes.
 _TYPE_CODES = {"commit": 1, "tree": 2, "blob": 3, "tag": 4}
 #: Fewer objects than this are written loose, more as one pack: git's own default for
-#: a fetch (``fetch.unpackLimit``, 100). A thousand loose trees cost a file each (about
-#: 1 s of CPU for the 4,400 trees of a 1,000-patch series, against 0.09 s as a pack).
+#: a fetch (``fetch.unpackLimit``, 100). A thousand loose trees cost a file each, many
+#: times the CPU of one pack (docs/engine.md, "Costs behind some choices").
 UNPACK_LIMIT = 100
 
 
@@ -444,8 +444,8 @@ def write_typed(git_dir: str, objects: dict[str, tuple[str, bytes]]) -> None:
             size >>= 7
         parts.append(bytes(head))
         # Stored, not deflated: the trees of a long series are megabytes (a new copy of a
-        # large directory per patch), and deflating them cost more than the rest of the
-        # apply (0.25 s of 1.3 s for 1,000 patches); git's next repack compresses them.
+        # large directory per patch), and deflating them is a large part of a long
+        # series' apply (docs/engine.md); git's next repack compresses them.
         parts.append(zlib.compress(body, 0))
     pack = b"".join(parts)
     pack += hashlib.sha1(pack).digest()

@@ -114,7 +114,7 @@ def run_git(
         git_dir: repository to act on (sets ``GIT_DIR``).
         cwd: working directory of the child; default: ``git_dir`` (or the temporary
             directory). Never the caller's: ``git apply --3way`` and friends write
-            conflicted files relative to their cwd (issue 12).
+            conflicted files relative to their cwd.
         input: bytes for stdin.
         env: extra variables (see :func:`git_env`).
         check: raise on a nonzero exit.
@@ -154,7 +154,7 @@ def missing_commit(
     """The error for a commit that no remote gave when fetched by SHA.
 
     A network hint only where a remote did not answer: a mirror that answered without
-    the commit means a wrong SHA, not a missing network (issue 30 item 8).
+    the commit means a wrong SHA, not a missing network.
 
     Args:
         sha: the commit asked for.

@@ -204,7 +204,7 @@ class Store(Fetching, RememberedAncestry):
     def _read_remote_urls(self) -> dict[str, str]:
         """Every ``remote.<name>.url`` of the store's configuration, from one ``git config``
         (read once per :class:`Store`: a command sets both remotes, often twice, and each
-        ``git config --get`` was a process; issue 14). The last value of a key wins, as
+        ``git config --get`` would be a process). The last value of a key wins, as
         with ``--get``."""
         proc = self.git(
             "config", "-z", "--get-regexp", r"^remote\..*\.url$", check=False
@@ -475,7 +475,7 @@ class Store(Fetching, RememberedAncestry):
         Each commit has the fixed identity and date of :data:`SYNTHETIC_IDENTITY`, so
         its name is the same as :meth:`commit_tree` would give. The bodies and names are
         computed here and written as one pack (:func:`overlay.git.objects.write_typed`):
-        no scratch files (issue 14).
+        no scratch files.
 
         Args:
             specs: ``[(tree, parents, message), ...]``; a parent is a SHA, or the int

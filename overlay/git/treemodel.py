@@ -1,4 +1,4 @@
-"""Git trees computed in Python, for a run of small edits of one tree (issue 14).
+"""Git trees computed in Python, for a run of small edits of one tree.
 
 The stepwise apply needs the tree after every patch of the series. Asking git for
 each one (``git write-tree`` on an index) costs a process per patch; here the
@@ -195,7 +195,7 @@ def listing(store: Store, tree: str) -> list[tuple[str, str, str, str]]:
 def tree_model(store: Store, tree: str) -> TreeModel:
     """A :class:`TreeModel` of ``tree``: inside :meth:`Store.reading`, reading only the
     directories it needs through the store's reader (no git process: a run edits a few
-    directories of a tree of a thousand files; issue 14), else from :func:`listing`."""
+    directories of a tree of a thousand files), else from :func:`listing`."""
     reader = store.reader
     if reader is not None:
         return TreeModel((), tree, loader=reader.tree)
@@ -228,7 +228,7 @@ def edit_tree(
     """:meth:`Store.edit_tree` computed here: ``tree`` with ``changes`` (path -> ``(mode,
     oid)``, or ``None`` to delete), its new tree objects and the new ``blobs`` (name ->
     content) written by one git process, where the index way takes three (``read-tree``,
-    ``update-index``, ``write-tree``) and a ``hash-object`` per blob (issue 14).
+    ``update-index``, ``write-tree``) and a ``hash-object`` per blob.
 
     Inside :meth:`Store.reading` only the directories on the way to an edit are read,
     and the new trees are told to the reader (:func:`tree_model`). A store that is

@@ -1,4 +1,4 @@
-"""``overlay import whole-file DIR``: a whole-file overlay turned into records (issue 18).
+"""``overlay import whole-file DIR``: a whole-file overlay turned into records.
 
 A team that keeps its ROCm overlay by hand holds, in DIR:
 

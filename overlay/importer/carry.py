@@ -3,7 +3,7 @@
 A whole-file overlay holds copies: the fork's file (or, for a core file the fork does
 not touch, MLX's file at the fork's merge base) plus the team's local changes, copied
 over an MLX checkout. Written over the pin as it stands, such a copy also undoes
-every line upstream added to that file after the copy was made (issue 25). So the
+every line upstream added to that file after the copy was made. So the
 import takes each file's change against the file it was copied from and carries it
 onto the forked layer by merge-ort, as a rebase carries a patch: upstream's later
 lines are kept. Where that merge conflicts, the overlay's whole file is used, as

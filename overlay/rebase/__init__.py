@@ -1,4 +1,4 @@
-"""Rebase and sync: carry the overlay onto a new MLX pin or fork commit (issue 6).
+"""Rebase and sync: carry the overlay onto a new MLX pin or fork commit.
 
 A run recomputes the layers on the new bases:
 

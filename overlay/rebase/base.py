@@ -166,7 +166,7 @@ class RunBase:
         Raises:
             OverlayError: the state directory is gone (exit 2). It is never made
             again here: a state without its backup is what a second command
-            removing the directory under a first one used to leave.
+            removing the directory under a first one would leave.
         """
         if not os.path.isdir(self.dir):
             kind = self._state.kind if self._state is not None else "rebase"
@@ -243,7 +243,7 @@ class RunBase:
         """The name of ``data`` as a blob of the store. In a SHA-1 store it is computed
         here and the write waits for :meth:`_flush_blobs` (or the fork layer's one write,
         :func:`overlay.git.treemodel.edit_tree`): one git process for every blob of the run
-        instead of one ``hash-object`` each (issue 14). Every save of a state that names
+        instead of one ``hash-object`` each. Every save of a state that names
         such a blob comes after that write, so a kill never leaves a state naming a blob
         the store lacks."""
         if len(self.state.new.pin) != 40:

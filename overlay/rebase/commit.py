@@ -126,7 +126,7 @@ class CommitSteps(RunBase):
 
         git's ignore rules (one ``check-ignore``) only decide which unwanted files are
         records: when every file there is wanted and readable, none is deleted whatever
-        git says about them, and git is not asked (issue 14). Anything else (a file not
+        git says about them, and git is not asked. Anything else (a file not
         wanted, a refused entry) is read the full way.
         """
         found, errors = scan_record_dir(

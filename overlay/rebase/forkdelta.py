@@ -246,7 +246,7 @@ class ForkDeltaSteps(RunBase):
 
     def _outside_note(self, merge: ForkMerge, path: str, resolution: bytes) -> str:
         """ "; WARNING: it differs ..." when a resolution leaves git's merge outside the
-        conflict regions (issue 12, item 7), else ""."""
+        conflict regions, else ""."""
         entry = self.store.entries(merge.tree, [path]).get(path)
         if entry is None or entry.kind != "blob":
             return ""

@@ -1,4 +1,4 @@
-"""Formatting-aware patch conflicts (issue 30 item 2): git's ``merge.renormalize`` idea
+"""Formatting-aware patch conflicts: git's ``merge.renormalize`` idea
 for C and C++ formatting.
 
 A patch made on clang-formatted code conflicts with a base that lacks the formatting

@@ -414,7 +414,7 @@ class PatchSteps(RerereSteps, FormatSteps):
         new_tree = store.edit_tree(base, changes)
         patch = self._backup_patch(stop.name)
         if new_tree == base:
-            # Empty after the edit: never dropped silently (issue 12, item 4).
+            # Empty after the edit: never dropped silently.
             self.state.stop = EmptyStop(stop.name)
             self.save()
             shutil.rmtree(self.work, ignore_errors=True)

@@ -1,4 +1,4 @@
-"""Remembered resolutions of patch conflicts (issue 30 item 1): git rerere for the series.
+"""Remembered resolutions of patch conflicts: git rerere for the series.
 
 When a patch's carry stops on a content conflict and the user resolves it, the run
 records the resolved file (the *postimage*) under a key made from the conflict (the

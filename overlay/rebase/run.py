@@ -161,8 +161,8 @@ class Rebase(ForkDeltaSteps, PatchSteps, CommitSteps, AbortSteps):
         A patch that changes nothing on the new base (the "empty" stop, which already
         asked) goes with ``--skip`` or ``--drop``. A patch stopped on a conflict still
         carries a change the new base lacks: ``--skip`` asks for ``--drop`` instead of
-        deleting it, as an emptied patch is never dropped without the word (issue 17,
-        stumble 6: a ``--skip`` on the last stop completed the run and deleted the file).
+        deleting it, as an emptied patch is never dropped without the word (a ``--skip``
+        on the last stop would otherwise complete the run and delete the file).
 
         Args:
             drop: the explicit word (``--drop``).

@@ -6,8 +6,8 @@ not), the description, and the trailers (``Local-Fix: N``, ``Forwarded: ...``) o
 last paragraph, or, when the author wrote them after the ``---`` line, of the notes.
 
 Plain ``Name: value`` headers are read here without the :mod:`email` package, which is
-imported only for a head it cannot read (folded or non-ASCII lines): 6 ms of every
-command's start-up (issue 14).
+imported only for a head it cannot read (folded or non-ASCII lines), so that no
+command's start-up pays for importing it (docs/engine.md).
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ def split_patch(data: bytes) -> tuple[bytes, bytes]:
     """``(head, diff)``: the bytes before the first ``diff --git`` line and from it on.
 
     The head (mail headers, message, notes after ``---``) belongs to the author;
-    ``overlay refresh`` rewrites only the diff (issue 12, item 9).
+    ``overlay refresh`` rewrites only the diff.
 
     Raises:
         PatchFormatError: no ``diff --git`` line: a combined diff (``diff --cc``) or
@@ -207,8 +207,8 @@ def _simple_headers(lines: list[str]) -> _Headers | None:
     """The headers of a block of plain ``Name: value`` lines (printable ASCII, no folded
     line, no carriage return), as :mod:`email`'s compat32 parser reads them: the value
     after the colon with leading blanks dropped. ``None`` for anything else, which the
-    :mod:`email` parser then reads (it is imported only for such a patch: 6 ms of every
-    command's start-up, issue 14)."""
+    :mod:`email` parser then reads (it is imported only for such a patch, so that the
+    other commands do not pay for it at start-up)."""
     out = _Headers()
     for line in lines:
         m = _SIMPLE_HEADER.match(line)

@@ -327,8 +327,9 @@ def set_pins(text: str, pin: str, fork_commit: str, merge_base: str) -> str | No
     tomlkit's ``doc[t][k] = sha; tomlkit.dumps(doc)`` (which keeps the key, its spacing
     and its comment) for a manifest whose three values are plain ``key = "<sha>"``
     lines under their ``[upstream]`` and ``[fork]`` headers, without importing and
-    running tomlkit (15 ms of a pin bump, issue 14). Anything else (dotted keys, an
-    inline table, a literal string, a key twice) is ``None``: the caller uses tomlkit.
+    running tomlkit (a cost every pin bump would pay, docs/engine.md). Anything else
+    (dotted keys, an inline table, a literal string, a key twice) is ``None``: the
+    caller uses tomlkit.
 
     Args:
         text: the manifest as it is.

@@ -60,7 +60,7 @@ def tree_diffs(store: Store, pairs: Sequence[tuple[str, str]]) -> list[bytes]:
     ``git diff-tree --stdin`` reads the pairs and writes, for each, the pair's own
     line (``<old> <new>``) and then its diff, with the same options and so the same
     bytes as one ``diff-tree`` per pair (a series of 1,000 patches: one process, not
-    1,000; issue 14). The output is cut at those echoed lines, looked for in order;
+    1,000). The output is cut at those echoed lines, looked for in order;
     no line of a diff can be one (diff lines start with a marker or a keyword; binary
     data lines hold no space).
 

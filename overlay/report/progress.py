@@ -5,7 +5,7 @@
 or build, the git store each fetch (what, from where, for how long). Every status
 carries the time it has run and, for ``n/N`` steps, an estimate of what is left.
 
-Where it shows (:func:`progress_mode`, issue 30 item 3):
+Where it shows (:func:`progress_mode`):
 
 * ``live`` on a terminal: a transient rich line, redrawn in place, gone at the end;
 * ``plain`` where ``$CI`` is set (GitHub Actions, GitLab CI, ... set it) or

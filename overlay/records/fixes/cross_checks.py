@@ -1,5 +1,5 @@
-"""Cross-checks of ``LOCAL_FIXES.md`` against the series and the trees (docs/design.md §8,
-issue 3): patch trailers and the entries they name (FIX017..FIX021, FIX024), the
+"""Cross-checks of ``LOCAL_FIXES.md`` against the series and the trees (docs/design.md §8):
+patch trailers and the entries they name (FIX017..FIX021, FIX024), the
 Dropped section against the fork's uncarried changes (FIX022, FIX025) and the
 retarget entries against the resolution files (FIX023).
 
@@ -97,7 +97,7 @@ def resolve_name(
 ) -> list[str]:
     """The tree paths a name from an entry can mean.
 
-    Rules (docs/design.md §7 / issue 3): a full path names itself; a path with a ``/`` is
+    Rules (docs/design.md §7): a full path names itself; a path with a ``/`` is
     also tried relative to ``mlx/backend/rocm/``, then relative to ``mlx/``; a bare
     file name names every path with that base name (it counts as naming a file
     only when exactly one).
@@ -189,7 +189,7 @@ def check_patch_entries(
     unparsed: Iterable[int] = (),
     outside_tree: Sequence[str] = (),
 ) -> list[Finding]:
-    """Patches and entries agree (docs/design.md §8, issue 3).
+    """Patches and entries agree (docs/design.md §8).
 
     For each patch: it has ``Local-Fix:`` and ``Forwarded:`` trailers; ``N`` is an
     entry; that entry names every file the patch touches (full path, path relative

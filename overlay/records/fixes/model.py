@@ -27,7 +27,7 @@ SECTION_ORDER = ("retarget", "kernels", "build", "api", "dropped")
 POLICY_SECTIONS = ("kernels", "build", "api")
 #: Highest entry number accepted (FIX007 above it). A real file has tens of
 #: entries; the bound keeps the numbering check from looping to a typo like
-#: 20261201 (a date), which once took minutes and gigabytes.
+#: 20261201 (a date), which would take minutes and gigabytes.
 MAX_ENTRY_NUMBER = 9999
 
 #: Sections ``overlay fix new`` can add an entry to.
