@@ -17,8 +17,11 @@ command:
 * :meth:`Workspace.path` -- a record or state path (:mod:`overlay.layout`) under
   the root.
 
-Domain functions take the workspace, or its store and root, the way pre-commit
-passes its ``Store``; they never build a store of their own.
+Domain entry points (the functions a command calls: ``verify``, ``run_ci``,
+``build``, ``start_edit``, ``Rebase``...) take the workspace, the way pre-commit passes
+its ``Store``, and get the manifest, the store and the layers from it: the manifest
+is read once per command and the layers are computed through one cache. They never
+build a store of their own; helpers below them may take the store and root.
 
 Importing this module costs nothing: the git store, the manifest and the layers
 are imported when first used (start-up is the floor every command pays).
@@ -75,6 +78,22 @@ class Workspace:
         self._manifest: Manifest | None = None
         self._store: Store | None = None
         self._layers: dict[tuple, Layers] = {}
+
+    @classmethod
+    def of(cls, root: str, store: Store) -> Workspace:
+        """A workspace on a known overlay repository with an open store: the records an
+        import has just written, or a test's fixture repository and store.
+
+        Args:
+            root: the overlay repository (no search upwards; made absolute).
+            store: the git store to use (its ``offline`` and ``git_dir`` are taken).
+        Returns:
+            The :class:`Workspace`; nothing is read until first used.
+        """
+        ws = cls(root, git_dir=store.git_dir, offline=store.offline)
+        ws._root = ws.start
+        ws._store = store
+        return ws
 
     # -- where ------------------------------------------------------------------
     @property
@@ -157,6 +176,12 @@ class Workspace:
                 self._store.set_remotes(self._manifest.remote_urls())
         return self._store
 
+    def forget_records(self) -> None:
+        """Drop the manifest and the layers read so far: the command has just written
+        the records (a completed rebase, a record), so a later use reads them again."""
+        self._manifest = None
+        self._layers.clear()
+
     def layers(
         self,
         *,
@@ -173,29 +198,45 @@ class Workspace:
             fork: preview with another fork commit (resolved against ``fork``).
             stepwise: keep each patch's tree (see :func:`overlay.engine.layers.apply_series`).
             empty_series: leave the series out (``patched`` is then ``forked``).
-            series: the series as the caller just read it
+            series: the patches to apply, in order, instead of reading ``series``: the
+                series as the caller just read it
                 (:func:`overlay.records.series.load_series`), so it is not read and parsed a
-                second time; by default it is read here.
+                second time, or a part of it (the patches that parsed, the series without
+                one patch). Layers are kept per name and bytes of these patches.
         Returns:
             :class:`overlay.engine.layers.Layers`.
         Raises:
             ManifestError, GitError, OfflineMiss, LayerError: see
             :func:`overlay.engine.layers.compute_layers`.
         """
-        key = (pin, fork, stepwise, empty_series)
+        patches = [] if empty_series else series
+        key = (pin, fork, stepwise, _series_key(patches))
         if key not in self._layers:
             # layers and the engine: only a command that computes them
             from overlay.engine.layers import compute_layers
 
             manifest = self.manifest
             store = self.store
-            self._layers[key] = compute_layers(
+            layers = compute_layers(
                 store,
                 manifest,
                 self.root,
                 pin=store.resolve(pin, ["upstream"]) if pin is not None else None,
                 fork=store.resolve(fork, ["fork"]) if fork is not None else None,
                 stepwise=stepwise,
-                patches=[] if empty_series else series,
+                patches=patches,
             )
+            self._layers[key] = layers
+            if patches is None:
+                # The series read here is the one a caller passing it would have read.
+                read = _series_key([r.patch for r in layers.patches])
+                self._layers.setdefault((pin, fork, stepwise, read), layers)
         return self._layers[key]
+
+
+def _series_key(patches: Sequence[Patch] | None) -> tuple | None:
+    """What the layers of :meth:`Workspace.layers` depend on in ``patches``: each name
+    and its bytes (``None``: the series as read from the repository)."""
+    if patches is None:
+        return None
+    return tuple((p.name, p.data) for p in patches)

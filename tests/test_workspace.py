@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 from overlay import layout
+from overlay.records.series import load_series
 from overlay.workspace import Workspace
 
 
@@ -34,6 +35,26 @@ def test_layers_are_computed_once_per_set_of_options(overlay, monkeypatch):
     assert ws.layers() is first
     ws.layers(stepwise=True)
     assert calls == [False, True]
+
+
+def test_layers_of_another_series_are_kept_apart(clean):
+    ws = Workspace(str(clean.root))
+    full = ws.layers(stepwise=True)
+    # the series as a caller reads it is the one the workspace read: the same layers
+    assert ws.layers(stepwise=True, series=load_series(str(clean.root))) is full
+    none = ws.layers(stepwise=True, series=[])
+    assert none is not full and none.patched == full.forked != full.patched
+    assert ws.layers(stepwise=True, series=[]) is none
+
+
+def test_forgotten_records_are_read_again(clean):
+    ws = Workspace(str(clean.root))
+    manifest, layers = ws.manifest, ws.layers()
+    path = clean.root / "patches-rocm" / "overlay.toml"
+    path.write_text(path.read_text().replace("# test manifest", "# rewritten"))
+    assert ws.manifest is manifest and ws.layers() is layers  # read once
+    ws.forget_records()
+    assert ws.manifest is not manifest and ws.layers() is not layers
 
 
 def test_outside_a_repository_the_base_is_the_start(tmp_path):
