@@ -20,6 +20,7 @@ from gitfixtures import Overlay, WorkRepo, World, make_patch
 
 from overlay.build import (
     BUILD_LOCK,
+    BuildOptions,
     BuildResult,
     Toolchain,
     ToolchainError,
@@ -32,6 +33,7 @@ from overlay.cli import main
 from overlay.engine.layers import compute_layers
 from overlay.git.store import Store
 from overlay.records.manifest import load_manifest
+from overlay.workspace import Workspace
 
 DATA = Path(__file__).parent / "data" / "cmake-mini"
 
@@ -85,9 +87,9 @@ def _layers(ov: Overlay, store: Store):
     )
 
 
-def _build(ov: Overlay, store: Store, **kw) -> BuildResult:
-    layers = _layers(ov, store)
-    return build(store, layers, str(ov.root), "cpu", toolchain=HOST, jobs=2, **kw)
+def _build(ov: Overlay, store: Store, *, on_wait=None, **kw) -> BuildResult:
+    options = BuildOptions("cpu", HOST, jobs=2, **kw)
+    return build(Workspace.of(str(ov.root), store), options, on_wait=on_wait)
 
 
 def _add(
@@ -276,13 +278,16 @@ def test_only_changed_header_uses_dependency_data(mini):
 def test_reconfigures_when_options_change(mini):
     ov, store = mini
     assert _build(ov, store).configured
-    layers = _layers(ov, store)
     other = Toolchain(
         "host",
         "host compilers",
         cmake_args=["-DMLX_BUILD_GGUF=OFF", "-DOVERLAY_TEST=1"],
     )
-    again = build(store, layers, str(ov.root), "cpu", toolchain=other, jobs=2)
+    again = build(
+        Workspace.of(str(ov.root), store),
+        BuildOptions("cpu", other, jobs=2),
+        layers=_layers(ov, store),
+    )
     assert again.configured and again.ok
 
 
@@ -860,3 +865,38 @@ def test_ci_check_stage_names_the_first_error_with_its_attribution(mini):
     assert "1 error(s); first: mlx/backend/rocm/device.cpp:35:" in line
     assert line.endswith("[patch 0001-device-run.patch hunk #1]")
     assert "build   SKIPPED  the check stage failed" in res.output
+
+
+def test_builds_callers_pass_the_workspace_and_one_options_value(clean, monkeypatch):
+    """``overlay build`` and the gate's check stage call ``build(ws, options)``: one
+    :class:`BuildOptions` value, the callbacks and the layers beside it."""
+    from overlay import build as _build
+    from overlay.errors import OverlayError
+
+    seen = []
+
+    def recorder(*args, **kwargs):
+        seen.append((args, sorted(kwargs)))
+        raise OverlayError("stopped by the test", exit_code=1)
+
+    monkeypatch.setattr(_build, "find_toolchain", lambda *a, **k: HOST)
+    monkeypatch.setattr(_build, "build", recorder)
+    root = str(clean.root)
+    argv = ["build", "--backend", "cpu", "-j", "3", "--check", "--cache", "none"]
+    built = CliRunner().invoke(main, ["-C", root, *argv, "--no-link-check"])
+    assert built.exit_code == 1 and "stopped by the test" in built.output
+    gate = CliRunner().invoke(
+        main, ["-C", root, "ci", "--only", "check", "--backend", "cpu"]
+    )
+    assert "check   FAILED   stopped by the test" in gate.output
+    (ws, options), keywords = seen[0]
+    assert isinstance(ws, Workspace) and ws.root == root
+    assert options == BuildOptions(
+        "cpu", HOST, jobs=3, check=True, cache="none", link=False
+    )
+    assert keywords == ["layers", "on_wait", "progress"]
+    (ws, options), keywords = seen[1]
+    assert isinstance(ws, Workspace) and options == BuildOptions(
+        "cpu", HOST, check=True
+    )
+    assert keywords == ["layers", "progress"]

@@ -23,7 +23,6 @@ from gitfixtures import cli, git, lines
 from test_rebase import add_patch  # noqa: E402  (one way to add a fixture patch)
 
 from overlay.cli import main
-from overlay.git.store import Store
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -579,6 +578,7 @@ def test_last_rebase_range_diff_names_patches(ov, w):
 
 def test_hand_broken_patch_gives_the_line_and_gits_reason_and_no_fix024(ov, w):
     from overlay.checks.verify import verify
+    from overlay.workspace import Workspace
 
     data = add_patch(
         ov,
@@ -601,7 +601,7 @@ def test_hand_broken_patch_gives_the_line_and_gits_reason_and_no_fix024(ov, w):
         )
         + 1
     )
-    found = verify(str(ov.root), Store()).findings
+    found = verify(Workspace(str(ov.root))).findings
     (ser004,) = [f for f in found if f.code == "SER004"]
     assert ser004.line == hunk_line and ser004.path == "patches-rocm/0001-device.patch"
     assert "hunk header says -6 +6 lines" in ser004.message

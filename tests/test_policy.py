@@ -13,9 +13,9 @@ from gitfixtures import CLOSING, git, local_fixes
 
 from overlay.checks.verify import verify
 from overlay.errors import ManifestError
-from overlay.git.store import Store
 from overlay.records import fixes
 from overlay.records.manifest import parse_manifest
+from overlay.workspace import Workspace
 
 S = CLOSING
 OLD = "Applies to the fork."
@@ -162,14 +162,14 @@ def test_verify_reads_the_policy_from_the_manifest(clean, world):
     (clean.root / "LOCAL_FIXES.md").write_text(
         local_fixes(world, closing=OLD, entry_files=names)
     )
-    found = [(f.code, f.message) for f in verify(str(clean.root), Store()).findings]
+    found = [(f.code, f.message) for f in verify(Workspace(str(clean.root))).findings]
     assert sorted(c for c, _m in found) == ["FIX013", "FIX021", "FIX021"], found
     manifest.write_text(
         manifest.read_text() + f'older-closing-sentences = ["{OLD}"]\n'
         "closing-sentence-required-from = 2\n"
         'outside-tree = ["tests/**", "scripts/**"]\n'
     )
-    assert verify(str(clean.root), Store()).findings == []
+    assert verify(Workspace(str(clean.root))).findings == []
 
 
 # ----------------------------------------------------------------------------- FIX014
@@ -319,13 +319,13 @@ def test_ignored_file_beside_the_resolutions_is_no_record(clean):
     resolved.mkdir()
     (resolved / ".DS_Store").write_bytes(b"\x00\x00\x00\x01Bud1")
     (clean.root / "patches-rocm" / "old.patch").write_text("leftover\n")
-    found = [f.code for f in verify(str(clean.root), Store()).findings]
+    found = [f.code for f in verify(Workspace(str(clean.root))).findings]
     assert {"LAY002", "FIX023", "SER002"} <= set(
         found
     )  # not a git repository: no ignore rules
     _git_repo(clean.root)
     (clean.root / ".gitignore").write_text(".DS_Store\n*.orig\nold.patch\n")
-    assert verify(str(clean.root), Store()).findings == []
+    assert verify(Workspace(str(clean.root))).findings == []
 
 
 def test_ignored_through_the_users_excludes_file(clean, isolated_git):
@@ -337,7 +337,7 @@ def test_ignored_through_the_users_excludes_file(clean, isolated_git):
     excludes.write_text(".DS_Store\n")
     with open(isolated_git / ".gitconfig", "a") as fh:
         fh.write(f"[core]\n\texcludesFile = {excludes}\n")
-    assert verify(str(clean.root), Store()).findings == []
+    assert verify(Workspace(str(clean.root))).findings == []
 
 
 def test_a_tracked_file_counts_even_where_ignored(clean):
@@ -347,7 +347,7 @@ def test_a_tracked_file_counts_even_where_ignored(clean):
     _git_repo(clean.root)
     (clean.root / ".gitignore").write_text(".DS_Store\n")
     git(clean.root, "add", "-f", "patches-rocm/resolved/.DS_Store")
-    assert "LAY002" in [f.code for f in verify(str(clean.root), Store()).findings]
+    assert "LAY002" in [f.code for f in verify(Workspace(str(clean.root))).findings]
 
 
 def test_scan_record_dir_lists_what_it_left_out(clean):

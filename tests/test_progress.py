@@ -94,7 +94,7 @@ def test_ci_shows_each_stage_and_the_units_of_its_check(overlay, world, monkeypa
     make_clean_overlay(overlay, world)
     monkeypatch.setenv("OVERLAY_PROGRESS", "plain")
 
-    def fake_build(*args, progress=None, **kwargs):
+    def fake_build(ws, options, *, progress=None, **kwargs):
         if progress is not None:
             progress(1, 3, "mlx/backend/rocm/device.cpp")
         raise OverlayError("stopped after one unit")

@@ -264,6 +264,7 @@ def layer_builds(tmp_path_factory):
     from conftest import REAL_MIRRORS
 
     from overlay.git.store import Store
+    from overlay.workspace import Workspace
 
     if len(REAL_MIRRORS) != 2:
         pytest.skip(
@@ -277,8 +278,7 @@ def layer_builds(tmp_path_factory):
         store = Store(str(base / "store.git"))
         return {
             layer: racelab.build_layer(
-                str(ROOT),
-                store,
+                Workspace.of(str(ROOT), store),
                 layer,
                 out_dir=str(base / layer),
                 compiler=compiler,

@@ -13,9 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from overlay.git.store import Store
 from overlay.suites import racelab
 from overlay.suites.config import load_suites, parse_suites
 from overlay.suites.racelab import mutate
+from overlay.workspace import Workspace
 
 ROOT = Path(__file__).resolve().parent.parent
 REAL_TOOLCHAIN = os.environ.get("OVERLAY_TOOLCHAIN_DIR") or os.path.join(
@@ -135,10 +137,12 @@ def test_the_check_builds_each_mutant_and_runs_the_covering_suites(
     class Layers:
         patched = "a" * 40
 
-    monkeypatch.setattr(
-        "overlay.engine.layers.compute_layers", lambda *a, **k: Layers()
-    )
-    monkeypatch.setattr("overlay.records.manifest.load_manifest", lambda root: None)
+    class StandIn:  # the workspace: its root, no store, one layer
+        root = str(tmp_path)
+        store = None
+
+        def layers(self, **_kw):
+            return Layers()
 
     def fake_export(store, tree, dest):
         path = Path(dest) / "mlx/backend/rocm/gemms"
@@ -158,7 +162,7 @@ def test_the_check_builds_each_mutant_and_runs_the_covering_suites(
         return mutate.Cell(suite.name, failed=failed, runs=runs)
 
     result = mutate.run_check(
-        str(tmp_path), None, SUITES, runs=4, need=4, runner=runner, builder=builder
+        StandIn(), SUITES, runs=4, need=4, runner=runner, builder=builder
     )
     assert [b[0] for b in built] == ["baseline-hipblaslt_race", "mutant-m1"]
     assert built[1][1].startswith("a" * 40) and built[1][3] == ["tsan", "asan"]
@@ -185,7 +189,7 @@ def test_an_unknown_mutant_id_is_named(tmp_path):
     (tmp_path / "patches-rocm" / "suites").mkdir(parents=True)
     (tmp_path / "patches-rocm" / "suites" / "mutants.toml").write_text(ONE)
     with pytest.raises(mutate.MutantError, match="unknown mutant id.*nope"):
-        mutate.run_check(str(tmp_path), None, SUITES, only=["nope"])
+        mutate.run_check(Workspace.of(str(tmp_path), Store()), SUITES, only=["nope"])
 
 
 # --------------------------------------------------------------------------- real mirrors
@@ -225,8 +229,7 @@ def test_a_mutant_is_caught_and_the_baseline_is_clean(real_mirrors, tmp_path):
         if k in ("hipblaslt_release_ws_tsan", "hipblaslt_late_ws0_tsan")
     }
     result = mutate.run_check(
-        str(ROOT),
-        Store(str(tmp_path / "store.git")),
+        Workspace.of(str(ROOT), Store(str(tmp_path / "store.git"))),
         suites,
         runs=2,
         need=2,

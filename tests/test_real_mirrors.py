@@ -79,6 +79,7 @@ import shutil  # noqa: E402
 import pytest  # noqa: E402
 
 from overlay.checks.verify import verify  # noqa: E402
+from overlay.workspace import Workspace  # noqa: E402
 
 
 def _scratch_overlay(tmp_path) -> Path:
@@ -90,12 +91,12 @@ def _scratch_overlay(tmp_path) -> Path:
 
 def _codes(root: Path) -> set[str]:
     return {
-        f.code for f in verify(str(root), Store()).findings if f.severity == "error"
+        f.code for f in verify(Workspace(str(root))).findings if f.severity == "error"
     }
 
 
 def test_real_overlay_verifies_clean(real_mirrors):
-    result = verify(str(ROOT), Store())
+    result = verify(Workspace(str(ROOT)))
     assert [f for f in result.findings if f.severity == "error"] == []
 
 

@@ -32,6 +32,7 @@ from overlay.fs.reading import (
 from overlay.git.store import Store
 from overlay.records.manifest import load_manifest
 from overlay.records.series import load_patch, read_series
+from overlay.workspace import Workspace
 
 
 def run(root, *args):
@@ -54,7 +55,7 @@ def one_line(result) -> str:
 
 def codes(root):
     with hang_guard():
-        return [(f.code, f.path) for f in verify(str(root), Store()).findings]
+        return [(f.code, f.path) for f in verify(Workspace(str(root))).findings]
 
 
 # --------------------------------------------------------------------------- read_record itself

@@ -265,7 +265,7 @@ def test_host_model_suites_build_the_lab_when_no_child_dir_is_given(
 
     built = []
 
-    def fake_build(root, store, layer="patched", **kw):
+    def fake_build(ws, layer="patched", **kw):
         built.append(layer)
         return racelab.LabBuild(
             out_dir=str(tmp_path / layer),

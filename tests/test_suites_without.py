@@ -18,6 +18,7 @@ from overlay.records.manifest import load_manifest
 from overlay.suites.config import parse_suites
 from overlay.suites.runner import detect_platform, run_ab
 from overlay.suites.without import build_without, layers_without, without_dir
+from overlay.workspace import Workspace
 
 FIXED = "device 3 locked"
 
@@ -63,15 +64,14 @@ def test_fix_removed_column_is_built_from_the_series_minus_the_patch(
     two_patches, tmp_path
 ):
     store = Store()
-    kept = layers_without(str(two_patches.root), store, "0001-lock.patch")
+    ws = Workspace.of(str(two_patches.root), store)
+    kept = layers_without(ws, "0001-lock.patch")
     assert [r.patch.name for r in kept.patches] == ["0002-other.patch"]
     assert FIXED.encode() not in read_blob(
         store, kept.patched, "mlx/backend/rocm/device.cpp"
     )
 
-    without = build_without(
-        str(two_patches.root), store, "0001-lock.patch", fake_builder(store)
-    )
+    without = build_without(ws, "0001-lock.patch", fake_builder(store))
     assert without == os.path.join(
         without_dir(str(two_patches.root), "0001-lock.patch"), "rocm", "suites"
     )
@@ -105,7 +105,7 @@ def test_unknown_patch_and_exclusive_options(two_patches):
     with pytest.raises(
         OverlayError, match="0009-nope.patch is not in patches-rocm/series"
     ):
-        layers_without(str(two_patches.root), Store(), "0009-nope.patch")
+        layers_without(Workspace(str(two_patches.root)), "0009-nope.patch")
     suites = two_patches.root / "patches-rocm" / "suites"
     suites.mkdir()
     (suites / "suites.toml").write_text(
@@ -165,7 +165,7 @@ def test_removing_a_patch_a_later_one_needs_names_it(overlay):
     from overlay.engine.layers import PatchApplyError
 
     with pytest.raises(PatchApplyError) as err:
-        layers_without(str(overlay.root), store, "0001-lock.patch")
+        layers_without(Workspace.of(str(overlay.root), store), "0001-lock.patch")
     assert err.value.patch == "0002-lock-twice.patch"
     # A what-if the series cannot express is a usage error (exit 2; 1 is "a with-fix
     # run failed"), and the hint names what works, not refresh/rebase (they would
@@ -213,10 +213,11 @@ def test_ab_without_builds_from_the_commands_store(two_patches, tmp_path, monkey
     )
     seen = []
 
-    def fake_build(store, layers, root_, backend, *, build_root, **kw):
+    def fake_build(ws, options, *, layers, **kw):
+        store = ws.store
         seen.append((store.git_dir, store.offline))
         return SimpleNamespace(
-            ok=True, log=None, child=fake_builder(store)(layers, build_root)
+            ok=True, log=None, child=fake_builder(store)(layers, options.build_root)
         )
 
     from overlay import build as _build

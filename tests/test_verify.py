@@ -13,10 +13,11 @@ from overlay.engine.layers import compute_layers
 from overlay.git.store import Store
 from overlay.records import fixes
 from overlay.records.manifest import load_manifest
+from overlay.workspace import Workspace
 
 
 def codes(overlay, **kw):
-    result = verify(str(overlay.root), Store(), **kw)
+    result = verify(Workspace(str(overlay.root)), **kw)
     return [(f.code, f.path, f.line) for f in result.findings]
 
 
@@ -33,12 +34,16 @@ def test_offline_with_a_warm_store(clean, monkeypatch):
 
 
 def test_offline_with_a_cold_store_runs_textual_checks(clean, tmp_path):
-    result = verify(str(clean.root), Store(str(tmp_path / "cold.git"), offline=True))
+    result = verify(
+        Workspace.of(str(clean.root), Store(str(tmp_path / "cold.git"), offline=True))
+    )
     assert [f.code for f in result.findings] == ["MAN002"]
     (clean.root / "LOCAL_FIXES.md").write_text(
         local_fixes(clean.world).replace("1. **", "2. **")
     )
-    result = verify(str(clean.root), Store(str(tmp_path / "cold.git"), offline=True))
+    result = verify(
+        Workspace.of(str(clean.root), Store(str(tmp_path / "cold.git"), offline=True))
+    )
     assert "FIX007" in [f.code for f in result.findings]
 
 
@@ -145,7 +150,7 @@ def test_moved_context_is_an_error_and_refresh_carries_it(clean, world, tmp_path
     )
     (clean.root / "patches-rocm" / PATCH).write_bytes(patch)
     _grow_fork(clean, world, tmp_path)
-    found = verify(str(clean.root), Store()).findings
+    found = verify(Workspace(str(clean.root))).findings
     ser = [f for f in found if f.code == "SER010"]
     assert (
         len(ser) == 1
@@ -159,7 +164,7 @@ def test_moved_context_is_an_error_and_refresh_carries_it(clean, world, tmp_path
 def test_context_conflict_is_an_error_naming_the_hunk(clean, world, tmp_path):
     # The clean patch edits line 3: two new lines on top change its context.
     _grow_fork(clean, world, tmp_path)
-    ser = [f for f in verify(str(clean.root), Store()).findings if f.code == "SER010"]
+    ser = [f for f in verify(Workspace(str(clean.root))).findings if f.code == "SER010"]
     assert len(ser) == 1 and "device.cpp hunk #1" in ser[0].message
 
 
@@ -179,7 +184,7 @@ def test_patch_that_does_not_apply(clean, world, tmp_path):
     fork2 = store.commit_tree(changed, [world.fork_commit], "rewrite")
     clean.write_manifest(world.base, fork=fork2)
     (clean.root / "LOCAL_FIXES.md").write_text(local_fixes(world, fork_commit=fork2))
-    result = verify(str(clean.root), Store())
+    result = verify(Workspace(str(clean.root)))
     ser = [f for f in result.findings if f.code == "SER010"]
     assert len(ser) == 1 and "mlx/backend/rocm/device.cpp hunk #1" in ser[0].message
 

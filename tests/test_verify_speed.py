@@ -12,6 +12,7 @@ from overlay.checks import verify as checks
 from overlay.checks.verify import FAMILIES, verify
 from overlay.git.env import ls_files_z
 from overlay.git.store import Store
+from overlay.workspace import Workspace
 
 
 def _abbreviate(o):
@@ -49,24 +50,26 @@ BREAKS = {
 @pytest.mark.parametrize("name", list(BREAKS))
 def test_only_gives_the_full_runs_findings_of_its_families(clean, world, name):
     BREAKS[name](clean, world)
-    full = verify(str(clean.root), Store()).findings
+    full = verify(Workspace(str(clean.root))).findings
     for family in FAMILIES:
-        alone = verify(str(clean.root), Store(), only=[family]).findings
+        alone = verify(Workspace(str(clean.root)), only=[family]).findings
         assert alone == [f for f in full if f.family == family], (name, family)
-    pair = verify(str(clean.root), Store(), only=["SER", "FIX"]).findings
+    pair = verify(Workspace(str(clean.root)), only=["SER", "FIX"]).findings
     assert pair == [f for f in full if f.family in ("SER", "FIX")]
 
 
 def test_only_fix_does_no_refresh_and_no_stepwise_layers(clean, monkeypatch):
-    verify(str(clean.root), Store())  # the layer cache is warm
+    verify(Workspace(str(clean.root)))  # the layer cache is warm
+    import overlay.engine.layers as layers_module
+
     asked = []
-    real = checks.compute_layers
+    real = layers_module.compute_layers
 
     def spy(*args, **kw):
         asked.append(kw.get("stepwise"))
         return real(*args, **kw)
 
-    monkeypatch.setattr(checks, "compute_layers", spy)
+    monkeypatch.setattr(layers_module, "compute_layers", spy)
     monkeypatch.setattr(
         checks,
         "refresh_series",
@@ -77,14 +80,14 @@ def test_only_fix_does_no_refresh_and_no_stepwise_layers(clean, monkeypatch):
         "_fork_ahead_findings",
         lambda *a: pytest.fail("--only FIX checked MAN004"),
     )
-    assert verify(str(clean.root), Store(), only=["FIX"]).findings == []
+    assert verify(Workspace(str(clean.root)), only=["FIX"]).findings == []
     assert asked == [False]
     monkeypatch.setattr(
         checks,
         "_repo_paths",
         lambda *a: pytest.fail("--only LAY listed the repository"),
     )
-    assert verify(str(clean.root), Store(), only=["LAY"]).findings == []
+    assert verify(Workspace(str(clean.root)), only=["LAY"]).findings == []
     assert asked == [False, False]
 
 

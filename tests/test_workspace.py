@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import os
 
+import pytest
+from click.testing import CliRunner
+
 from overlay import layout
+from overlay.cli import main
 from overlay.records.series import load_series
 from overlay.workspace import Workspace
 
@@ -55,6 +59,34 @@ def test_forgotten_records_are_read_again(clean):
     assert ws.manifest is manifest and ws.layers() is layers  # read once
     ws.forget_records()
     assert ws.manifest is not manifest and ws.layers() is not layers
+
+
+def _counted(monkeypatch, module, name: str) -> list:
+    """Count the calls of ``module.name`` (every caller's, however it imported it)."""
+    calls: list = []
+    real = getattr(module, name)
+
+    def counting(*args, **kwargs):
+        calls.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, counting)
+    return calls
+
+
+@pytest.mark.parametrize("command", [["verify"], ["ci", "--only", "verify"]])
+def test_a_command_reads_the_manifest_and_computes_the_layers_once(
+    clean, monkeypatch, command
+):
+    import overlay.engine.layers
+    import overlay.records.manifest
+
+    # parse_manifest: load_manifest's own step, whoever bound load_manifest
+    parsed = _counted(monkeypatch, overlay.records.manifest, "parse_manifest")
+    computed = _counted(monkeypatch, overlay.engine.layers, "compute_layers")
+    result = CliRunner().invoke(main, ["-C", str(clean.root), *command])
+    assert result.exit_code == 0, result.output
+    assert (len(parsed), len(computed)) == (1, 1)
 
 
 def test_outside_a_repository_the_base_is_the_start(tmp_path):

@@ -33,6 +33,7 @@ The package, one module per stage:
 * :mod:`~overlay.build.linkcheck` looks for undefined ``mlx::core`` symbols after a
   full build, :mod:`~overlay.build.symbols` from ``--check``'s units (the front end),
 * :mod:`~overlay.build.results` holds what a build did and its report,
+* :mod:`~overlay.build.options` is what one build is asked to do (:class:`BuildOptions`),
 * :mod:`~overlay.build.run` drives it all (:func:`build`);
 * :mod:`~overlay.build.runlog` is the build log.
 
@@ -63,6 +64,7 @@ from overlay.build.linkcheck import (
     is_mlx_core_symbol,
     link_check,
 )
+from overlay.build.options import BuildOptions
 from overlay.build.results import BuildResult, UnitResult
 from overlay.build.run import (
     BUILD_LOCK,
@@ -98,6 +100,7 @@ __all__ = [
     "ROCWMMA_ARCH_RE",
     "SOURCE_SUFFIXES",
     "BuildError",
+    "BuildOptions",
     "BuildResult",
     "Diagnostic",
     "LinkCheck",

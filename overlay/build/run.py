@@ -8,7 +8,8 @@ import json
 import os
 import re
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from overlay import layout
 from overlay.build.attribute import Attributor
@@ -17,6 +18,7 @@ from overlay.build.check import check_tree
 from overlay.build.cmake import cmake_options, configure, json_source_dir
 from overlay.build.diagnostics import Diagnostic, parse_diagnostics
 from overlay.build.linkcheck import link_check
+from overlay.build.options import BuildOptions
 from overlay.build.results import BuildResult
 from overlay.build.runlog import BuildLog, run_logged
 from overlay.build.toolchain import Toolchain
@@ -27,6 +29,9 @@ from overlay.export import export_tree
 from overlay.fs.atomic import atomic_write
 from overlay.fs.locks import dir_lock
 from overlay.git.store import Store
+
+if TYPE_CHECKING:
+    from overlay.workspace import Workspace
 
 _PROGRESS_RE = re.compile(r"^\[(\d+)/(\d+)\] (.*)$")
 
@@ -53,70 +58,34 @@ BUILD_LOCK = ".overlay-build.lock"
 
 
 def build(
-    store: Store,
-    layers: Layers,
-    root: str,
-    backend: str,
+    ws: Workspace,
+    options: BuildOptions,
     *,
-    arch: str | None = None,
-    toolchain: Toolchain,
-    jobs: int | None = None,
-    only_changed: bool = False,
-    check: bool = False,
-    target: str | None = None,
-    build_root: str | None = None,
-    cmake_option: str = "MLX_BUILD_ROCM",
-    suites_dir: str | None = None,
-    notes: Iterable[str] = (),
+    layers: Layers | None = None,
     progress: Callable[[int, int, str], None] | None = None,
     on_wait: Callable[[str], None] | None = None,
-    cache: str | None = None,
-    link: bool = True,
-    drift_range: tuple[str, str] | None = None,
 ) -> BuildResult:
-    """Export ``layers.patched``, configure (when needed) and build; attribute errors.
+    """Export the patched tree, configure (when needed) and build; attribute errors.
 
     The whole run holds the build directory's lock (:data:`BUILD_LOCK`): a second
     ``overlay build`` of the same backend waits for the first, so two ninja
     processes never share one build directory (they would corrupt its
     ``.ninja_log`` and ``.ninja_deps``).
 
+    The progress callbacks are arguments of their own, not options: they are where this
+    run's output goes (made by the caller's live display), while ``options`` is what to
+    build, one comparable value.
+
     Args:
-        store: git store holding the layer trees.
-        layers: computed with ``stepwise=True`` (attribution needs each patch's tree).
-        root: the overlay repository (``build/`` goes under it by default).
-        backend: ``rocm``, ``cpu`` or ``cuda``.
-        arch: ``;``-separated architectures (see :func:`resolve_arch`) or ``None``.
-        toolchain: from :func:`find_toolchain`.
-        jobs: ninja ``-j`` / parallel units for ``only_changed`` and ``check``
-            (``None``: ninja's default, the CPU count for units).
-        only_changed: compile only the translation units the series touches (and the
-            suite children when their build directory is configured), timing each.
-        check: every translation unit through the compiler front end only
-            (``-fsyntax-only``, from ``compile_commands.json`` and the HIP custom
-            commands); no object is written and nothing is built first.
-        target: a ninja target instead of the default (not with ``only_changed``
-            or ``check``).
-        build_root: directory holding ``<backend>/``; default ``<root>/build``.
-        cmake_option: the manifest's backend switch.
-        suites_dir: the suite children's CMake project (``patches-rocm/suites``); built
-            after a full rocm/cuda build when given and present.
-        notes: lines to carry into the report.
+        ws: the workspace: its store holds the layer trees; ``build/`` goes under its
+            root by default; its manifest gives the default ``cmake_option``.
+        options: what to build and how (:class:`BuildOptions`).
+        layers: the tree to build, computed with ``stepwise=True`` (attribution needs
+            each patch's tree); ``None``: the workspace's (``ws.layers(stepwise=True)``).
+            ``suite ab --without`` passes the layers with one patch left out.
         progress: ``(done, total, text)`` callback (e.g. :class:`LiveProgress`).
         on_wait: called with the holder's pid when another build holds the build
             directory and this one waits for it.
-        cache: the compiler cache (``ccache``, ``sccache``, ``none``; ``None``: ccache
-            when present where the compilers run), for the C/C++ objects
-            (``CMAKE_<LANG>_COMPILER_LAUNCHER``) and the compile custom commands such as
-            the fork's HIP objects (``RULE_LAUNCH_CUSTOM``, :func:`write_launcher`).
-            In the chroot, the directory named by ``CCACHE_DIR``/``SCCACHE_DIR`` is bound.
-        link: after a successful full build (no ``target``), the link check
-            (:func:`link_check`): undefined ``mlx::core`` symbols fail the build; with
-            ``check``, the front end's link check over the units' symbols
-            (:mod:`overlay.build.symbols`), which fails the check the same way.
-        drift_range: ``(old pin, new pin)`` commit SHAs: when the run fails, each error
-            and undefined symbol is attributed to the upstream commit of that range
-            behind it (:func:`overlay.drift.attribute_log`).
     Returns:
         :class:`BuildResult` (``ok`` false when anything failed to compile).
     Raises:
@@ -127,34 +96,25 @@ def build(
         OverlayError: two of ``only_changed``/``check``/``target`` combined, the
             export was refused (hand-edited files), or no compile_commands.json
             for a check (exit 2).
+        ManifestError, GitError, OfflineMiss, LayerError: the workspace's manifest or
+            layers cannot be read or computed (``layers`` not given; exit 1 or 2).
     """
-    if sum(bool(x) for x in (only_changed, check, target)) > 1:
+    o = options
+    if sum(bool(x) for x in (o.only_changed, o.check, o.target)) > 1:
         raise OverlayError("--only-changed, --check and --target cannot be combined")
+    if layers is None:
+        layers = ws.layers(stepwise=True)
     # realpath: a build root that is a symlink (a scratch overlay sharing a build) keeps the
     # paths CMake was configured with, so nothing is reconfigured or rebuilt for the path alone
     backend_dir = os.path.realpath(
-        os.path.join(build_root or os.path.join(root, "build"), backend)
+        os.path.join(o.build_root or ws.path(layout.BUILD_DIR), o.backend)
     )
-    cache = resolve_cache(toolchain, cache)
+    cache = resolve_cache(o.toolchain, o.cache)
+    cmake_option = o.cmake_option or ws.manifest.cmake_option
+    o = dataclasses.replace(o, suites_dir=o.suites_dir or ws.path(layout.SUITES_DIR))
     with dir_lock(backend_dir, BUILD_LOCK, on_wait=on_wait):
         return _build_locked(
-            store,
-            layers,
-            backend_dir,
-            backend,
-            arch=arch,
-            toolchain=toolchain,
-            jobs=jobs,
-            only_changed=only_changed,
-            check=check,
-            target=target,
-            cmake_option=cmake_option,
-            suites_dir=suites_dir,
-            notes=notes,
-            progress=progress,
-            cache=cache,
-            link=link,
-            drift_range=drift_range,
+            ws.store, layers, backend_dir, o, progress, cache, cmake_option
         )
 
 
@@ -177,24 +137,14 @@ def _build_locked(
     store: Store,
     layers: Layers,
     backend_dir: str,
-    backend: str,
-    *,
-    arch: str | None,
-    toolchain: Toolchain,
-    jobs: int | None,
-    only_changed: bool,
-    check: bool,
-    target: str | None,
-    cmake_option: str,
-    suites_dir: str | None,
-    notes: Iterable[str],
+    o: BuildOptions,
     progress: Callable[[int, int, str], None] | None,
     cache: str,
-    link: bool,
-    drift_range: tuple[str, str] | None,
+    cmake_option: str,
 ) -> BuildResult:
     """:func:`build` once the build directory's lock is held: export, configure,
-    compile, check the link, attribute."""
+    compile, check the link, attribute; ``cache`` and ``cmake_option`` resolved."""
+    backend, toolchain, suites_dir = o.backend, o.toolchain, o.suites_dir
     src = os.path.join(backend_dir, layout.BACKEND_SRC)
     obj = os.path.join(backend_dir, layout.BACKEND_OBJ)
     os.makedirs(obj, exist_ok=True)
@@ -202,13 +152,13 @@ def _build_locked(
     result = BuildResult(
         backend,
         toolchain.description,
-        arch,
+        o.arch,
         src,
         obj,
         os.path.join(backend_dir, "build.log"),
         exported,
-        mode="check" if check else "only-changed" if only_changed else "build",
-        notes=list(notes),
+        mode="check" if o.check else "only-changed" if o.only_changed else "build",
+        notes=list(o.notes),
         cache=cache,
     )
     binds = [backend_dir, *cache_binds(toolchain, cache)]
@@ -217,18 +167,18 @@ def _build_locked(
         layers,
         backend_dir,
         toolchain,
-        jobs,
+        o.jobs,
         BuildLog(result.log),
         binds,
         progress,
-        link,
+        o.link,
     )
     try:
         run.log.write(_log_header(result, layers.patched))
         opts = cmake_options(
             backend,
             toolchain,
-            arch=arch,
+            arch=o.arch,
             cmake_option=cmake_option,
             json_dir=json_source_dir(toolchain, backend_dir),
             cache=cache,
@@ -236,17 +186,17 @@ def _build_locked(
         )
         configured = configure(result, toolchain, opts, run.binds, run.log)
         built = {"tree": layers.patched, "configure": configured}
-        output = _compile(run, result, built, target=target, suites_dir=suites_dir)
+        output = _compile(run, result, built, target=o.target, suites_dir=suites_dir)
         if cache == "sccache" and not result.no_work:
             stop_sccache(toolchain, backend_dir, run.binds, run.log)
         _read_errors(result, output)
-        if result.mode == "build" and not target:
-            _finish_full_build(run, result, built, link=link, suites_dir=suites_dir)
+        if result.mode == "build" and not o.target:
+            _finish_full_build(run, result, built, link=o.link, suites_dir=suites_dir)
         attribute_diagnostics(store, layers, result.diagnostics)
     finally:
         run.log.close()
-    if drift_range and not result.ok:
-        attribute_drift(result, store, drift_range)
+    if o.drift_range and not result.ok:
+        attribute_drift(result, store, o.drift_range)
     return result
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from overlay import layout
 from overlay.checks.cache import repo_paths
@@ -36,7 +37,7 @@ from overlay.checks.series import (
     git_apply_reason,
     link_findings,
 )
-from overlay.engine.layers import Layers, PatchApplyError, compute_layers
+from overlay.engine.layers import Layers, PatchApplyError
 from overlay.engine.records import missing_records
 from overlay.engine.refresh import refresh_series
 from overlay.errors import GitError, LayerError, OfflineMiss, UnsafePath
@@ -47,9 +48,12 @@ from overlay.git.store import Store
 from overlay.rebase.ondisk import in_progress_note
 from overlay.records import fixes
 from overlay.records.fixes.model import finding
-from overlay.records.manifest import Manifest, load_manifest
+from overlay.records.manifest import Manifest
 from overlay.records.markers import marker_lines
 from overlay.records.series import PATCH_DIR, Patch
+
+if TYPE_CHECKING:
+    from overlay.workspace import Workspace
 
 __all__ = [
     "CODES",
@@ -290,13 +294,14 @@ def _pin_citation_findings(
 
 
 def verify(
-    root: str, store: Store, *, only: Iterable[str] = (), skip: Iterable[str] = ()
+    ws: Workspace, *, only: Iterable[str] = (), skip: Iterable[str] = ()
 ) -> VerifyResult:
-    """Run every check of the overlay at ``root``.
+    """Run every check of the overlay of ``ws``.
 
     Args:
-        root: overlay repository.
-        store: git store (``store.offline`` decides whether objects may be fetched).
+        ws: the workspace: its root, its store (``offline`` decides whether objects
+            may be fetched), its manifest (read under the lock unless the command read
+            it before) and its layers (:meth:`Workspace.layers` of the patches that parse).
         only: run only these families (``MAN``, ``SER``, ``LAY``, ``FIX``); all when empty.
             Only their checks run: the layers are computed whenever a family is asked
             for (their outcome gates the cross-checks of every family), each patch's
@@ -307,38 +312,32 @@ def verify(
         :class:`VerifyResult`; its notes say when a rebase or sync is in progress
         (the records are then as they were before it) or its state is wedged.
     Raises:
-        ManifestError: the manifest is missing or invalid (exit 2).
+        ManifestError: there is no repository, or its manifest is invalid (exit 2).
+        GitError: the store cannot be opened (exit 2).
         StateBusy: another command is writing the rebase state or the records
             (``rebase``, ``--continue``, ``--abort``, ``refresh``...): verify would read
             them half-changed, so it is refused (exit 2).
     """
     # Shared lock for the whole check: every record is read from one consistent
     # snapshot, never half before and half after a writer.
-    with state_lock(root, "verify", shared=True):
-        result = _verify(root, store, only=only, skip=skip)
-        note = in_progress_note(root)
+    with state_lock(ws.root, "verify", shared=True):
+        result = _verify(ws, only=only, skip=skip)
+        note = in_progress_note(ws.root)
     if note:
         result.notes.append(note)
     return result
 
 
-def _verify(
-    root: str, store: Store, *, only: Iterable[str], skip: Iterable[str]
-) -> VerifyResult:
+def _verify(ws: Workspace, *, only: Iterable[str], skip: Iterable[str]) -> VerifyResult:
     """The checks of :func:`verify`, under its lock, family by family."""
-    manifest = load_manifest(root)
+    root, store, manifest = ws.root, ws.store, ws.manifest
     families = {f.upper() for f in only} or set(FAMILIES)
     findings: list[Finding] = []
     series_findings, patches, unparsed = _check_series_text(root, manifest)
     res_findings, resolutions, resolutions_safe = _resolution_findings(root, manifest)
     findings += series_findings + res_findings
     layers, layer_findings, cacheable = _layers_or_findings(
-        root,
-        store,
-        manifest,
-        patches,
-        safe=resolutions_safe,
-        stepwise="SER" in families,
+        ws, patches, safe=resolutions_safe, stepwise="SER" in families
     )
     findings += layer_findings
     # The ancestry findings ask the manifest's commits, not the layers: a manifest that
@@ -376,13 +375,7 @@ def _verify(
 
 
 def _layers_or_findings(
-    root: str,
-    store: Store,
-    manifest: Manifest,
-    patches: list[Patch],
-    *,
-    safe: bool,
-    stepwise: bool,
+    ws: Workspace, patches: list[Patch], *, safe: bool, stepwise: bool
 ) -> tuple[Layers | None, list[Finding], bool]:
     """The layers of the patches that parsed, or the finding that says why there are
     none (MAN001, MAN002, SER010, LAY001; nothing when a refused resolution, LAY006,
@@ -398,9 +391,7 @@ def _layers_or_findings(
         # Each patch's tree only for the refresh check (SER011): the other families need
         # the layers' outcome and final trees, which the one-apply path gives as well
         # (--only computes what its families need).
-        layers = compute_layers(
-            store, manifest, root, patches=patches, stepwise=stepwise
-        )
+        layers = ws.layers(series=patches, stepwise=stepwise)
     except OfflineMiss as exc:
         hint = "run `overlay verify` once online to fill the git store"
         return None, [_f("MAN002", MANIFEST, None, exc.message, hint)], False
@@ -414,14 +405,14 @@ def _layers_or_findings(
         return (
             None,
             [_f("SER010", rel, None, f"{where}: {exc.reason}", exc.hint)]
-            + _unverifiable_findings(store, reached, failed=True),
+            + _unverifiable_findings(ws.store, reached, failed=True),
             True,
         )
     except LayerError as exc:
         return None, [_f("LAY001", MANIFEST, None, exc.message, exc.hint)], True
     except GitError as exc:
         return None, [_f("MAN001", MANIFEST, None, exc.message)], False
-    return layers, _unverifiable_findings(store, patches, failed=False), True
+    return layers, _unverifiable_findings(ws.store, patches, failed=False), True
 
 
 def _unverifiable_findings(

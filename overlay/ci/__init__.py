@@ -18,7 +18,7 @@ import json
 import os
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from overlay import layout
 from overlay.checks.verify import verify
@@ -30,11 +30,12 @@ from overlay.ci.report import (
     render_markdown,
     render_text,
 )
-from overlay.engine.layers import compute_layers
 from overlay.errors import OverlayError
 from overlay.git.store import Store
 from overlay.rebase.report import last_rebase_pin, last_run_pins
-from overlay.records.manifest import load_manifest
+
+if TYPE_CHECKING:
+    from overlay.workspace import Workspace
 
 # The reports live in overlay.ci.report; the CLI and tests reach them through here.
 __all__ = [
@@ -58,22 +59,28 @@ STAGES = ("verify", "check", "build", "suites")
 REQUIRED_SKIPPED = "required, but skipped: "
 
 
-def _overlay_state(root: str, store: Store) -> tuple[dict, Any]:
-    manifest = load_manifest(root)
+def _overlay_state(ws: Workspace) -> tuple[dict, Any]:
+    """The gate's summary of the overlay (pins, layers, series) and the layers with each
+    patch's tree (``None`` when they cannot be computed: ``layers_error`` says why).
+
+    Raises:
+        ManifestError: the manifest is missing or invalid (exit 2).
+    """
+    manifest = ws.manifest
     state: dict = {
         "pin": manifest.pin,
         "fork": manifest.fork_commit,
         "merge_base": manifest.merge_base,
         "pins_before": None,
     }
-    pins = last_run_pins(root)
+    pins = last_run_pins(ws.root)
     if pins is not None and (pins["after"].get("pin"), pins["after"].get("fork")) == (
         manifest.pin,
         manifest.fork_commit,
     ):
         state["pins_before"] = pins["before"]
     try:
-        layers = compute_layers(store, manifest, root, stepwise=True)
+        layers = ws.layers(stepwise=True)
     except OverlayError as exc:
         state["layers_error"] = exc.message
         return state, None
@@ -103,20 +110,19 @@ def _overlay_state(root: str, store: Store) -> tuple[dict, Any]:
 UNCHECKED_CODES = ("MAN002",)
 
 
-def stage_verify(root: str, store: Store) -> Stage:
+def stage_verify(ws: Workspace) -> Stage:
     """Run ``overlay verify``; failed when any error finding, or when the layers could
     not be checked (:data:`UNCHECKED_CODES`, e.g. MAN002 offline with an empty store).
 
     Args:
-        root: overlay repository.
-        store: git store.
+        ws: the workspace (:func:`overlay.checks.verify.verify` checks its records).
     Returns:
         The ``verify`` :class:`Stage`.
     Raises:
         ManifestError: the manifest is missing or invalid (exit 2).
     """
     start = time.perf_counter()
-    result = verify(root, store)
+    result = verify(ws)
     failing = [
         f for f in result.findings if f.severity == "error" or f.code in UNCHECKED_CODES
     ]
@@ -150,8 +156,7 @@ def stage_verify(root: str, store: Store) -> Stage:
 
 
 def stage_build(
-    root: str,
-    store: Store,
+    ws: Workspace,
     layers: Any,
     backend: str,
     arch: str | None,
@@ -164,8 +169,9 @@ def stage_build(
     ``overlay build --check``); skipped with the reason when no toolchain exists.
 
     Args:
-        root: overlay repository; store: git store; layers: from the gate's state
-            (``None`` when they could not be computed: skipped).
+        ws: the workspace (root, store, manifest); layers: from the gate's state, its
+            layers with each patch's tree (``None`` when they could not be computed:
+            skipped).
         backend: ``rocm``, ``cpu`` or ``cuda``; arch: HIP architectures or ``None``
             (rocm: the manifest's, or the toolchain's default, as ``overlay build``).
         check: run the ``check`` stage instead of the ``build`` stage.
@@ -184,6 +190,7 @@ def stage_build(
     from overlay import build as _build
 
     name = "check" if check else "build"
+    root = ws.root
     start = time.perf_counter()
     if layers is None:
         return Stage(name, "skipped", "the layers could not be computed (see verify)")
@@ -216,23 +223,15 @@ def stage_build(
     }
     case = f"{name} {backend}"
     try:
-        manifest = load_manifest(root)
         if backend == "rocm":
-            arch, _note = _build.resolve_arch(arch, manifest.architectures, toolchain)
+            arch, _note = _build.resolve_arch(
+                arch, ws.manifest.architectures, toolchain
+            )
             data["arch"] = arch
-        res = _build.build(
-            store,
-            layers,
-            root,
-            backend,
-            arch=arch,
-            toolchain=toolchain,
-            check=check,
-            cmake_option=manifest.cmake_option,
-            suites_dir=layout.under(root, layout.SUITES_DIR),
-            drift_range=drift_range,
-            progress=progress,
+        options = _build.BuildOptions(
+            backend, toolchain, arch=arch, check=check, drift_range=drift_range
         )
+        res = _build.build(ws, options, layers=layers, progress=progress)
     except OverlayError as exc:
         data["first_error"] = exc.message
         return Stage(
@@ -387,8 +386,7 @@ def stage_suites(
 
 
 def run_ci(
-    root: str,
-    store: Store,
+    ws: Workspace,
     *,
     stages: Sequence[str] = STAGES,
     require: Sequence[str] = (),
@@ -402,8 +400,8 @@ def run_ci(
     """Run the requested stages; the others are reported skipped ("not requested").
 
     Args:
-        root: overlay repository.
-        store: git store.
+        ws: the workspace: its root, store and manifest, read once for every stage, and
+            its layers with each patch's tree, computed once.
         stages: subset of :data:`STAGES` to run.
         require: stages that must run and pass: each is run even when ``stages``
             leaves it out, and one that ends skipped (no toolchain, no GPU) is failed
@@ -429,8 +427,8 @@ def run_ci(
         raise OverlayError(
             f"unknown stage {unknown[0]!r} (stages: {', '.join(STAGES)})"
         )
-    state, layers = _overlay_state(root, store)
-    drift_range = _drift_range(root, store, state["pin"], drift_from)
+    state, layers = _overlay_state(ws)
+    drift_range = _drift_range(ws.root, ws.store, state["pin"], drift_from)
     run = set(stages) | set(require)
     out: list[Stage] = []
     for name in STAGES:
@@ -441,8 +439,7 @@ def run_ci(
                 progress.note(f"{name}: running")
             stage = _run_stage(
                 name,
-                root,
-                store,
+                ws,
                 layers,
                 backend,
                 arch,
@@ -483,8 +480,7 @@ def _drift_range(
 
 def _run_stage(
     name: str,
-    root: str,
-    store: Store,
+    ws: Workspace,
     layers: Any,
     backend: str,
     arch: str | None,
@@ -499,11 +495,10 @@ def _run_stage(
     units = (lambda d, t, text: progress(d, t, f"{name}: {text}")) if progress else None
     try:
         if name == "verify":
-            return stage_verify(root, store)
+            return stage_verify(ws)
         if name == "check":
             return stage_build(
-                root,
-                store,
+                ws,
                 layers,
                 backend,
                 arch,
@@ -523,8 +518,7 @@ def _run_stage(
                     "build", "skipped", "the check stage failed: fix those errors first"
                 )
             return stage_build(
-                root,
-                store,
+                ws,
                 layers,
                 backend,
                 arch,
@@ -532,12 +526,10 @@ def _run_stage(
                 progress=units,
             )
         return stage_suites(
-            root,
-            results_dir or layout.under(root, layout.SUITE_RESULTS_DIR),
+            ws.root,
+            results_dir or ws.path(layout.SUITE_RESULTS_DIR),
             child_dir
-            or layout.under(
-                root, f"{layout.backend_dir(backend)}/{layout.BACKEND_SUITES}"
-            ),
+            or ws.path(f"{layout.backend_dir(backend)}/{layout.BACKEND_SUITES}"),
             backend,
         )
     except OverlayError as exc:

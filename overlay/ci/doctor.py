@@ -12,13 +12,15 @@ from __future__ import annotations
 import dataclasses
 import re
 import subprocess
+from typing import TYPE_CHECKING
 
 from overlay.build import find_toolchain
-from overlay.errors import OverlayError
+from overlay.errors import GitError, OverlayError
 from overlay.git.run import git_version, remote_reachable
-from overlay.git.store import Store
-from overlay.records.manifest import load_manifest
 from overlay.suites.runner import detect_platform
+
+if TYPE_CHECKING:
+    from overlay.workspace import Workspace
 
 #: Oldest git whose ``merge-tree --write-tree`` the layer engine uses (git 2.38).
 MIN_GIT = (2, 38)
@@ -48,16 +50,22 @@ def _out(argv: list[str], timeout: float = 10.0) -> str | None:
     )
 
 
-def run_checks(root: str, store: Store | None, *, network: bool = True) -> list[Check]:
-    """Every check, in report order.
+def run_checks(ws: Workspace, *, network: bool = True) -> list[Check]:
+    """Every check, in report order; inside or outside an overlay repository.
 
     Args:
-        root: overlay repository.
-        store: git store (nothing is fetched), or ``None`` when it could not be opened.
+        ws: the workspace: its store (nothing is fetched; one that cannot be opened is
+            the ``git store`` line's failure), its manifest (one that cannot be read is
+            the ``manifest`` line's failure) and :attr:`Workspace.base`, where the
+            toolchain is looked for.
         network: probe the remotes with ``git ls-remote`` (10 s each).
     Returns:
-        The checks.
+        The checks. Nothing is raised for what the checks report.
     """
+    try:
+        store = ws.store
+    except GitError:
+        store = None  # reported by the git store line
     checks: list[Check] = []
     version = git_version()
     if version is None:
@@ -73,7 +81,7 @@ def run_checks(root: str, store: Store | None, *, network: bool = True) -> list[
             )
         )
     try:
-        manifest = load_manifest(root)
+        manifest = ws.manifest
     except Exception as exc:  # reported, not raised
         checks.append(Check("manifest", "fail", getattr(exc, "message", str(exc))))
         manifest = None
@@ -136,7 +144,7 @@ def run_checks(root: str, store: Store | None, *, network: bool = True) -> list[
             Check(
                 "ROCm toolchain",
                 "ok",
-                find_toolchain("rocm", None, repo_root=root).description,
+                find_toolchain("rocm", None, repo_root=ws.base).description,
             )
         )
     except OverlayError as exc:

@@ -11,7 +11,7 @@ import click
 from overlay import layout
 from overlay.cli.options import backend_option, format_option
 from overlay.cli.tools import exit_with, handle_errors
-from overlay.errors import GitError, OverlayError
+from overlay.errors import OverlayError
 from overlay.workspace import Workspace
 
 
@@ -102,11 +102,7 @@ def doctor_cmd(ws: Workspace, no_network: bool) -> None:
     # doctor's probes (toolchain, GPUs) load when it runs
     from overlay.ci.doctor import run_checks
 
-    try:
-        store = ws.store
-    except GitError:
-        store = None  # reported by the git line
-    checks = run_checks(ws.base, store, network=not (no_network or ws.offline))
+    checks = run_checks(ws, network=not (no_network or ws.offline))
     width = max(len(c.name) for c in checks)
     for c in checks:
         click.echo(f"{c.status:<4}  {c.name:<{width}}  {c.detail}")
@@ -231,8 +227,7 @@ def ci_cmd(
             click.echo(f"overlay ci: {note}", err=True)
         with LiveProgress("ci") as progress:
             result = run_ci(
-                ws.root,
-                ws.store,
+                ws,
                 stages=only or STAGES,
                 require=require,
                 backend=backend,
@@ -338,13 +333,24 @@ def build_cmd(
     toolchain = _build.find_toolchain(backend, toolchain_spec, repo_root=ws.root)
     cache = _build.resolve_cache(toolchain, cache)
     layers = ws.layers(stepwise=True)
-    manifest = ws.manifest
     archs, note = (
-        _build.resolve_arch(arch, manifest.architectures, toolchain)
+        _build.resolve_arch(arch, ws.manifest.architectures, toolchain)
         if backend == "rocm"
         else (arch, None)
     )
-    drift = drift_range(ws, drift_from)
+    options = _build.BuildOptions(
+        backend,
+        toolchain,
+        arch=archs,
+        jobs=jobs,
+        only_changed=only_changed,
+        check=check,
+        target=target,
+        notes=(note,) if note else (),
+        cache=cache,
+        link=link,
+        drift_range=drift_range(ws, drift_from),
+    )
 
     def waiting(pid: str) -> None:
         click.echo(
@@ -355,24 +361,7 @@ def build_cmd(
 
     with _build.LiveProgress(f"{'check' if check else 'build'} {backend}") as progress:
         result = _build.build(
-            ws.store,
-            layers,
-            ws.root,
-            backend,
-            arch=archs,
-            toolchain=toolchain,
-            jobs=jobs,
-            only_changed=only_changed,
-            check=check,
-            target=target,
-            cmake_option=manifest.cmake_option,
-            suites_dir=ws.path(layout.SUITES_DIR),
-            notes=[note] if note else [],
-            progress=progress,
-            on_wait=waiting,
-            cache=cache,
-            link=link,
-            drift_range=drift,
+            ws, options, layers=layers, progress=progress, on_wait=waiting
         )
     for line in result.report():
         click.echo(line)

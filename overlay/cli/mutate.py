@@ -99,8 +99,7 @@ def mutate_cmd(
         click.echo(f"race lab: {line}", err=True)
 
     result = run_check(
-        ws.base,
-        ws.store,
+        ws,
         load_suites(ws.suites_path, ws.base),
         runs=runs,
         need=need if need is not None else runs - runs // 20,

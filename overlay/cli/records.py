@@ -124,7 +124,7 @@ def _verify_now(
     from overlay.checks.render import render, render_junit
     from overlay.checks.verify import verify
 
-    result = verify(ws.root, ws.store, only=only, skip=skip)
+    result = verify(ws, only=only, skip=skip)
     for note in result.notes:
         # stderr: the report itself stays parseable in every format
         click.echo(f"note: {note}", err=True)

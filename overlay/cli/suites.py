@@ -222,9 +222,7 @@ def _lab_dirs(ws: Workspace, suites, platform, child_dir: str | None) -> dict:
         if s.model and child_dir is None and _runner.skip_reason(s, platform) is None
     ]
     if wanted:
-        built = racelab.build_layer(
-            ws.base, ws.store, "patched", progress=_lab_progress
-        )
+        built = racelab.build_layer(ws, "patched", progress=_lab_progress)
         for s in wanted:
             dirs[s.name] = built.out_dir
     return dirs
@@ -352,19 +350,13 @@ def build_cmd(
     """
     if without_patch is not None and layer != "patched":
         raise OverlayError("give --layer or --without, not both")
-    store = ws.store
     if without_patch is not None:
         built = racelab.build_without_patch(
-            ws.base,
-            store,
-            without_patch,
-            out_dir=out_dir,
-            jobs=jobs,
-            progress=_lab_progress,
+            ws, without_patch, out_dir=out_dir, jobs=jobs, progress=_lab_progress
         )
     else:
         built = racelab.build_layer(
-            ws.base, store, layer, out_dir=out_dir, jobs=jobs, progress=_lab_progress
+            ws, layer, out_dir=out_dir, jobs=jobs, progress=_lab_progress
         )
     click.echo(built.out_dir)
     click.echo(
@@ -523,12 +515,10 @@ def _lab_without(ws: Workspace, patch: str | None, layer: str | None) -> str:
     """The race lab built from the series without ``patch``, or from ``layer``; its
     directory."""
     if patch is not None:
-        built = racelab.build_without_patch(
-            ws.base, ws.store, patch, progress=_lab_progress
-        )
+        built = racelab.build_without_patch(ws, patch, progress=_lab_progress)
     else:
         assert layer is not None  # ab_cmd gives exactly one of them
-        built = racelab.build_layer(ws.base, ws.store, layer, progress=_lab_progress)
+        built = racelab.build_layer(ws, layer, progress=_lab_progress)
     return built.out_dir
 
 
@@ -538,7 +528,7 @@ def _build_without(ws: Workspace, patch: str | None, backend: str) -> str:
     # without (layers, the build package): only `--without` builds one
     from overlay.suites.without import build_forked, build_without, real_builder
 
-    builder = real_builder(ws.base, ws.store, backend)
+    builder = real_builder(ws, backend)
     if patch is not None:
-        return build_without(ws.base, ws.store, patch, builder)
-    return build_forked(ws.base, ws.store, builder)
+        return build_without(ws, patch, builder)
+    return build_forked(ws, builder)

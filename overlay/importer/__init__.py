@@ -121,6 +121,7 @@ def import_whole_file(
     """
     # looked up per run: the import tests replace checks.verify.verify
     from overlay.checks.verify import verify
+    from overlay.workspace import Workspace
 
     whole = read_whole_file(directory)
     if not os.path.isdir(target):
@@ -134,7 +135,7 @@ def import_whole_file(
         author=author,
     )
     written = write_import(store, target, plan, force=force)
-    findings = verify(os.path.abspath(target), store).findings
+    findings = verify(Workspace.of(os.path.abspath(target), store)).findings
     report = report_data(
         plan, directory=directory, findings=findings, backup=written.backup
     )

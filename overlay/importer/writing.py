@@ -112,6 +112,8 @@ def _self_check(store: Store, plan: ImportPlan, tmp: str) -> None:
             elsewhere than at the carried paths, a resolution is stale, or a refresh
             would change a patch (a bug: nothing has been written).
     """
+    # Not a Workspace's layers: these are of the staging directory, from the plan's
+    # own manifest, before any record exists where the command's workspace looks.
     layers = compute_layers(store, plan.manifest, tmp, stepwise=True)
     problems = []
     if layers.patched != plan.target:

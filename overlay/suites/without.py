@@ -11,14 +11,16 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from overlay import layout
 from overlay.engine import PatchApplyError
-from overlay.engine.layers import Layers, compute_layers
+from overlay.engine.layers import Layers
 from overlay.errors import EXIT_USAGE, OverlayError
-from overlay.git.store import Store
-from overlay.records.manifest import load_manifest
 from overlay.records.series import load_series
+
+if TYPE_CHECKING:
+    from overlay.workspace import Workspace
 
 #: ``(layers, build_root) -> child_dir``: builds the tree and returns where its children are.
 Builder = Callable[[Layers, str], str]
@@ -30,15 +32,17 @@ def without_dir(root: str, patch: str) -> str:
     return layout.under(root, f"{layout.BUILD_DIR}/without-{stem}")
 
 
-def layers_without(root: str, store: Store, patch: str) -> Layers:
-    """The layers of the overlay at ``root`` with ``patch`` left out of the series.
+def layers_without(ws: Workspace, patch: str) -> Layers:
+    """The layers of the workspace's overlay with ``patch`` left out of the series, each
+    patch's tree kept (:meth:`Workspace.layers` of the rest of the series).
 
     Raises:
+        ManifestError: there is no overlay repository (exit 2).
         OverlayError: ``patch`` is not in the series (exit 2).
         PatchApplyError: a later patch needs the one left out (exit 2, a usage error:
             the message names it, the hint the comparisons that work).
     """
-    series = load_series(root)
+    series = load_series(ws.root)
     names = [p.name for p in series]
     if patch not in names:
         raise OverlayError(
@@ -46,9 +50,7 @@ def layers_without(root: str, store: Store, patch: str) -> Layers:
         )
     kept = [p for p in series if p.name != patch]
     try:
-        return compute_layers(
-            store, load_manifest(root), root, patches=kept, stepwise=True
-        )
+        return ws.layers(series=kept, stepwise=True)
     except PatchApplyError as exc:
         raise _needs_the_patch(exc, patch) from None
 
@@ -71,22 +73,24 @@ def _needs_the_patch(exc: PatchApplyError, patch: str) -> PatchApplyError:
     return err
 
 
-def layers_forked(root: str, store: Store) -> Layers:
-    """The layers of the overlay at ``root`` with no patch at all: ``patched`` is the
-    fork's layer."""
-    return compute_layers(store, load_manifest(root), root, patches=[], stepwise=True)
+def layers_forked(ws: Workspace) -> Layers:
+    """The layers of the workspace's overlay with no patch at all: ``patched`` is the
+    fork's layer (each patch's tree kept, none).
+
+    Raises:
+        ManifestError, GitError, OfflineMiss, LayerError: see :meth:`Workspace.layers`.
+    """
+    return ws.layers(empty_series=True, stepwise=True)
 
 
-def real_builder(
-    root: str, store: Store, backend: str, arch: str | None = None
-) -> Builder:
+def real_builder(ws: Workspace, backend: str, arch: str | None = None) -> Builder:
     """A :data:`Builder` that runs :func:`overlay.build.build` and returns its suite
     children dir.
 
     Args:
-        root: overlay repository.
-        store: the command's git store (``--git-dir``, ``--offline``): the layers'
-            objects are there, and nothing else may be fetched.
+        ws: the command's workspace: its store (``--git-dir``, ``--offline``) holds the
+            layers' objects, and nothing else may be fetched; its manifest gives the
+            CMake option.
         backend: ``rocm``, ``cpu`` or ``cuda``.
         arch: GPU architectures (default: the manifest's).
     Raises (when called):
@@ -98,19 +102,11 @@ def real_builder(
         # the build package: only the real builder; the race lab uses layers_without
         from overlay import build as _build
 
-        manifest = load_manifest(root)
-        toolchain = _build.find_toolchain(backend, None, repo_root=root)
-        result = _build.build(
-            store,
-            layers,
-            root,
-            backend,
-            arch=arch,
-            toolchain=toolchain,
-            build_root=build_root,
-            cmake_option=manifest.cmake_option,
-            suites_dir=layout.under(root, layout.SUITES_DIR),
+        toolchain = _build.find_toolchain(backend, None, repo_root=ws.root)
+        options = _build.BuildOptions(
+            backend, toolchain, arch=arch, build_root=build_root
         )
+        result = _build.build(ws, options, layers=layers)
         if not result.ok:
             raise OverlayError(
                 f"the tree without the patch does not build; log: {result.log}",
@@ -123,26 +119,31 @@ def real_builder(
     return build
 
 
-def build_without(root: str, store: Store, patch: str, builder: Builder) -> str:
+def build_without(ws: Workspace, patch: str, builder: Builder) -> str:
     """Build the overlay without ``patch``; return the directory holding its suite children.
 
     Args:
-        root: overlay repository.
-        store: git store.
+        ws: the workspace (:func:`layers_without`).
         patch: a name listed in ``patches-rocm/series``.
         builder: builds the given layers under a build root (see :func:`real_builder`).
     Returns:
-        The fix-removed build's child directory.
+        The fix-removed build's child directory, under :func:`without_dir`.
+    Raises:
+        OverlayError, PatchApplyError: see :func:`layers_without`; what ``builder``
+            raises.
     """
-    layers = layers_without(root, store, patch)
-    return builder(layers, without_dir(root, patch))
+    layers = layers_without(ws, patch)
+    return builder(layers, without_dir(ws.root, patch))
 
 
-def build_forked(root: str, store: Store, builder: Builder) -> str:
+def build_forked(ws: Workspace, builder: Builder) -> str:
     """Build the fork's layer (the series left out); return the directory holding its
     suite children.
 
     The tree is built under ``<root>/build/without-forked`` (``overlay suite ab
     --without-layer forked``).
+
+    Raises:
+        see :func:`layers_forked`; what ``builder`` raises.
     """
-    return builder(layers_forked(root, store), without_dir(root, "forked"))
+    return builder(layers_forked(ws), without_dir(ws.root, "forked"))

@@ -12,9 +12,9 @@ import os
 import subprocess
 import time
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from overlay.errors import EXIT_FINDINGS
-from overlay.records.manifest import load_manifest
 from overlay.suites.racelab.compiler import LabCompiler, find_lab_compiler
 from overlay.suites.racelab.lab import (
     CHILDREN,
@@ -25,6 +25,9 @@ from overlay.suites.racelab.lab import (
     default_out_dir,
     lab_sources_dir,
 )
+
+if TYPE_CHECKING:
+    from overlay.workspace import Workspace
 
 
 @dataclasses.dataclass
@@ -465,48 +468,50 @@ def _export_and_build(
 
 
 def build_layer(
-    root: str, store, layer: str = "patched", *, out_dir: str | None = None, **kw
+    ws: Workspace, layer: str = "patched", *, out_dir: str | None = None, **kw
 ) -> LabBuild:
-    """Export ``layer`` of the overlay at ``root`` and build the lab against it.
+    """Export ``layer`` of the workspace's overlay and build the lab against it.
 
     Args:
-        root: overlay repository.
-        store: :class:`overlay.git.store.Store`.
+        ws: the workspace (its root, store and layers: :meth:`Workspace.layers`).
         layer: ``patched`` or ``forked`` (``pin`` has no ROCm backend).
         out_dir: default ``build/race-lab/<layer>``.
         **kw: passed to :func:`build_tree` (``compiler``, ``jobs``, ``progress``, ...).
     Returns:
         A :class:`LabBuild`.
+    Raises:
+        LabError: another layer asked for (exit 2), or the lab does not build.
+        ManifestError, GitError, OfflineMiss, LayerError: the layers cannot be computed.
     """
-    # layers and the engine: only when the lab is built from a layer
-    from overlay.engine.layers import compute_layers
-
     if layer not in ("patched", "forked"):
         raise LabError(
             f"the race lab builds the patched or the forked layer, not {layer!r}",
             exit_code=2,
         )
-    layers = compute_layers(store, load_manifest(root), root)
-    return _export_and_build(root, store, layers.tree(layer), layer, out_dir, **kw)
+    tree = ws.layers().tree(layer)
+    return _export_and_build(ws.root, ws.store, tree, layer, out_dir, **kw)
 
 
 def build_without_patch(
-    root: str, store, patch: str, *, out_dir: str | None = None, **kw
+    ws: Workspace, patch: str, *, out_dir: str | None = None, **kw
 ) -> LabBuild:
     """Build the lab against the overlay with ``patch`` left out of the series.
 
     Args:
-        root, store: as :func:`build_layer`.
+        ws: as :func:`build_layer`.
         patch: a name listed in ``patches-rocm/series``.
         out_dir: default ``build/race-lab/without-<patch stem>``.
     Returns:
         A :class:`LabBuild`.
+    Raises:
+        OverlayError, PatchApplyError: see :func:`overlay.suites.without.layers_without`.
+        LabError: the lab does not build.
     """
     # without (layers, the engine): only `--without` builds one
     from overlay.suites.without import layers_without
 
     stem = patch[: -len(".patch")] if patch.endswith(".patch") else patch
-    layers = layers_without(root, store, patch)
+    layers = layers_without(ws, patch)
     return _export_and_build(
-        root, store, layers.patched, f"without-{stem}", out_dir, **kw
+        ws.root, ws.store, layers.patched, f"without-{stem}", out_dir, **kw
     )

@@ -24,6 +24,7 @@ import os
 import shutil
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from overlay import layout
 from overlay.errors import EXIT_USAGE, OverlayError
@@ -31,6 +32,9 @@ from overlay.suites import runner as _runner
 from overlay.suites.config import Suite
 from overlay.suites.racelab.builder import build_tree
 from overlay.suites.racelab.lab import CHILDREN, MODEL, LabChild
+
+if TYPE_CHECKING:
+    from overlay.workspace import Workspace
 
 #: The mutants' file, relative to the repository root.
 MUTANTS_TOML = f"{layout.SUITES_DIR}/mutants.toml"
@@ -436,8 +440,7 @@ class CheckResult:
 
 
 def run_check(
-    root: str,
-    store,
+    ws: Workspace,
     suites: Mapping[str, Suite],
     *,
     runs: int = 20,
@@ -455,8 +458,8 @@ def run_check(
     """The mutation check: build each mutant, run the suites that cover its fix.
 
     Args:
-        root: the overlay repository.
-        store: its :class:`~overlay.git.store.Store`.
+        ws: the workspace: its root (``mutants.toml``, the default directories), its
+            store and its patched layer (:meth:`Workspace.layers`).
         suites: the suites by name (``suites.toml``).
         runs: runs per suite and mutant (and for the baseline).
         need: failed runs of some suite for a part to count as caught.
@@ -476,11 +479,11 @@ def run_check(
         MutantError: the mutants' file or an edit is invalid, an id in ``only``
             is unknown, or a fix has no covering suite.
         LabError: the lab does not build (no toolchain: exit 2).
+        ManifestError, GitError, OfflineMiss, LayerError: there is no overlay
+            repository, or its patched layer cannot be computed.
     """
-    # export and layers: only a mutation run (and the tests replace all three)
-    from overlay.engine.layers import compute_layers
+    # export: only a mutation run (and the tests replace it)
     from overlay.export import export_tree
-    from overlay.records.manifest import load_manifest
 
     build = builder or build_tree
     if suite_names:
@@ -488,6 +491,7 @@ def run_check(
         if missing:
             raise MutantError(f"unknown suite(s): {', '.join(missing)}")
         suites = {k: v for k, v in suites.items() if k in suite_names}
+    root = ws.root
     say = progress or (lambda _line: None)
     mutants, uncaught = load_mutants(root)
     unknown = sorted(set(only) - {m.id for m in mutants})
@@ -509,9 +513,9 @@ def run_check(
     run_one = runner or suite_runner(
         results, os.path.dirname(layout.under(root, layout.SUITES_TOML))
     )
-    tree = compute_layers(store, load_manifest(root), root).patched
+    tree = ws.layers().patched
     export_dir = os.path.join(lab_root, "patched-src")
-    export_tree(store, tree, export_dir)
+    export_tree(ws.store, tree, export_dir)
 
     plans: list[tuple[int, str, Mutant | None, LabChild, str, list[Suite]]] = []
     base_children: dict[str, tuple[LabChild, list[int]]] = {}
