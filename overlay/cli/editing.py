@@ -120,11 +120,11 @@ def _rename(ws: Workspace, patch: str, rename: str) -> None:
             hint="`overlay record --name NAME` renames the patch being edited as it "
             "records it; or `overlay edit --abort` first",
         )
-    start_edit(ws.root, ws.store, ws.manifest, patch=patch)
+    start_edit(ws, patch=patch)
     try:
-        done = record(ws.root, ws.store, ws.manifest, rename=rename)
+        done = record(ws, rename=rename)
     except BaseException:
-        abort_edit(ws.root, ws.store)
+        abort_edit(ws)
         raise
     click.echo(
         f"renamed {layout.PATCH_DIR}/{done.renamed_from or done.name} to "
@@ -157,7 +157,7 @@ def _abort_edit(ws: Workspace) -> None:
     # overlay.edit loads when `edit --abort` runs
     from overlay.edit import abort_edit
 
-    aborted = abort_edit(ws.root, ws.store)
+    aborted = abort_edit(ws)
     _echo_completed(aborted.completed)
     dropped, lost = aborted.session, aborted.lost
     if dropped is None:
@@ -184,7 +184,7 @@ def _show_edit(ws: Workspace) -> None:
     # overlay.edit loads when `edit --show` runs
     from overlay.edit import show_edit
 
-    completed, current, changed = show_edit(ws.root, ws.store)
+    completed, current, changed = show_edit(ws)
     _echo_completed(completed)
     if current is None:
         if completed is None:
@@ -209,9 +209,7 @@ def _start_edit(
     # overlay.edit loads when `edit` starts one
     from overlay.edit import start_edit
 
-    started = start_edit(
-        ws.root, ws.store, ws.manifest, patch=patch, new=new_name, after=after
-    )
+    started = start_edit(ws, patch=patch, new=new_name, after=after)
     _echo_completed(started.completed)
     s = started.session
     where = _shown(started.workdir)
@@ -307,7 +305,7 @@ def record_cmd(
     # overlay.edit loads when `record` runs
     from overlay.edit import load_session, record, resume_record
 
-    completed = resume_record(ws.root, ws.store)
+    completed = resume_record(ws)
     if completed is not None:
         # The interrupted record was this command's work: done, unless the work tree
         # changed after it (then that change is the edit that stays).
@@ -323,9 +321,7 @@ def record_cmd(
     ):
         subject, description = _message_from_editor(subject, description)
     done = record(
-        ws.root,
-        ws.store,
-        ws.manifest,
+        ws,
         subject=subject,
         description=description,
         fix=fix,

@@ -8,6 +8,7 @@ import contextlib
 import dataclasses
 import os
 import shutil
+from typing import TYPE_CHECKING
 
 from overlay.edit.session import (
     BRANCH,
@@ -31,6 +32,9 @@ from overlay.errors import OverlayError
 from overlay.fs.atomic import remove_stale_temps
 from overlay.git.store import Store
 from overlay.rebase.ondisk import sweep_killed_runs
+
+if TYPE_CHECKING:
+    from overlay.workspace import Workspace
 
 
 @dataclasses.dataclass
@@ -135,14 +139,20 @@ def complete_interrupted(root: str, store: Store) -> Completed | None:
     return finish_record(root, store, journal, resume=True)
 
 
-def resume_record(root: str, store: Store) -> Completed | None:
+def resume_record(ws: Workspace) -> Completed | None:
     """``overlay record`` first: under the records' lock, complete a record a kill
     interrupted (:func:`complete_interrupted`).
 
+    Args:
+        ws: the workspace (its root and store); its manifest and layers are read again
+            on their next use when a record was completed.
     Returns:
         :class:`Completed`, or ``None`` when no record was interrupted.
     Raises:
         OverlayError: as :func:`complete_interrupted`; the lock is taken (exit 2).
     """
-    with records_locked(root, "record"):
-        return complete_interrupted(root, store)
+    with records_locked(ws.root, "record"):
+        completed = complete_interrupted(ws.root, ws.store)
+    if completed is not None:
+        ws.forget_records()  # that record wrote them
+    return completed

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
+from typing import TYPE_CHECKING
 
 from overlay.edit.finish import complete_interrupted, finish_record
 from overlay.edit.message import one_line, series_author, title_from, wrap_message
@@ -30,7 +31,7 @@ from overlay.edit.writes import (
     sha256,
 )
 from overlay.engine import PatchApplyError, apply_series
-from overlay.engine.layers import Layers, compute_layers
+from overlay.engine.layers import Layers
 from overlay.engine.refresh import carry_series, refreshed_bytes
 from overlay.errors import EXIT_FINDINGS, LayerError, OverlayError
 from overlay.git.store import Store
@@ -47,6 +48,9 @@ from overlay.records.series import (
     series_text,
     series_with,
 )
+
+if TYPE_CHECKING:
+    from overlay.workspace import Workspace
 
 
 class NothingToRecord(OverlayError):
@@ -141,9 +145,7 @@ class _Head:
 
 
 def record(
-    root: str,
-    store: Store,
-    manifest: Manifest,
+    ws: Workspace,
     *,
     subject: str | None = None,
     description: str | None = None,
@@ -171,9 +173,9 @@ def record(
     author and any other trailer kept, notes after ``---`` dropped).
 
     Args:
-        root: overlay repository.
-        store: git store.
-        manifest: the manifest.
+        ws: the workspace: its root, store, manifest and its layers with each patch's
+            tree (:meth:`Workspace.layers`); the manifest and layers are read again on
+            their next use after the record (:meth:`Workspace.forget_records`).
         subject, description: the patch's message.
         fix: an existing ``LOCAL_FIXES.md`` entry number.
         forwarded: the ``Forwarded:`` value.
@@ -192,13 +194,19 @@ def record(
             entry, a changed path the manifest does not carry (exit 2).
         NothingToRecord: the work tree holds no change (exit 1).
         LayerError: a later patch conflicts with the change (exit 1); nothing is written.
+        ManifestError, GitError, OfflineMiss: see :meth:`Workspace.layers` (exit 2).
     """
+    # The manifest first: a bad one is refused before anything else.
+    root, store, manifest = ws.root, ws.store, ws.manifest
     with records_locked(root, "record"):
-        complete_interrupted(root, store)  # the CLI has said so; an API caller too
+        # the CLI has said so; an API caller too
+        if complete_interrupted(root, store) is not None:
+            ws.forget_records()  # that record wrote them
+            manifest = ws.manifest
         session = _session_to_record(root)
         new_name = _new_name(root, session, rename)
         name = new_name or session.name
-        layers = compute_layers(store, manifest, root, stepwise=True)
+        layers = ws.layers(stepwise=True)
         edit = _check_edit(store, manifest, root, session, layers)
         diff = tree_diff(store, edit.base, edit.tree)
         message = _Message(subject, description, fix, forwarded, section, title, author)
@@ -226,6 +234,7 @@ def record(
         journal = _journal(root, store, edit, head, carried, keep, name)
         save_journal(root, journal)
         finish_record(root, store, journal)
+        ws.forget_records()
         after = session.after if session.new else None
         if session.new and after is None and edit.first_later > 0:
             after = layers.patches[edit.first_later - 1].patch.name

@@ -9,6 +9,7 @@ import dataclasses
 import hashlib
 import os
 import shutil
+from typing import TYPE_CHECKING
 
 from overlay.edit.finish import Completed, complete_interrupted
 from overlay.edit.session import (
@@ -26,17 +27,16 @@ from overlay.edit.session import (
 )
 from overlay.edit.worktree import make_worktree, snapshot
 from overlay.edit.writes import remove_worktree
-from overlay.engine.layers import compute_layers
 from overlay.errors import OverlayError
 from overlay.git.store import Store
-from overlay.records.manifest import Manifest
 from overlay.records.series import PATCH_DIR, read_series, resolve_patch_name
+
+if TYPE_CHECKING:
+    from overlay.workspace import Workspace
 
 
 def start_edit(
-    root: str,
-    store: Store,
-    manifest: Manifest,
+    ws: Workspace,
     *,
     patch: str | None = None,
     new: str | None = None,
@@ -45,9 +45,9 @@ def start_edit(
     """``overlay edit``: prepare the work tree for an existing patch or a new one.
 
     Args:
-        root: overlay repository.
-        store: git store.
-        manifest: the manifest.
+        ws: the workspace: its root, its store and its layers with each patch's tree
+            (:meth:`Workspace.layers`, computed under the records' lock unless the
+            command computed them before).
         patch: the existing patch to edit (its file name, ``.patch`` optional).
         new: the name of a new patch (``.patch`` is added when missing).
         after: for a new patch, the series entry it goes after (default: the last).
@@ -58,7 +58,10 @@ def start_edit(
             a patch not in the series; another edit in progress; a rebase or sync in
             progress (exit 2).
         LayerError: the layers cannot be computed (exit 1).
+        ManifestError, GitError, OfflineMiss: see :meth:`Workspace.layers` (exit 2).
     """
+    # The manifest first: a bad one is refused before anything else (the layers need it).
+    root, store, _manifest = ws.root, ws.store, ws.manifest
     if (patch is None) == (new is None):
         raise OverlayError(
             "give a PATCH of the series to edit, or --new NAME for a new one"
@@ -70,6 +73,8 @@ def start_edit(
     with records_locked(root, "edit"):
         refuse_during_run(root)
         completed = complete_interrupted(root, store)
+        if completed is not None:
+            ws.forget_records()  # that record wrote them
         listed = [n for n, _ in read_series(root)]
         if new is not None:
             name = patch_file_name(new)
@@ -104,7 +109,7 @@ def start_edit(
                     f"{PATCH_DIR}/{name} already exists",
                     hint=f"edit it with `overlay edit {name}`, or choose another name",
                 )
-        layers = compute_layers(store, manifest, root, stepwise=True)
+        layers = ws.layers(stepwise=True)
         base, start, first_later = where(layers, name, new is not None, after)
         _refuse_unverified_below(layers.patches[:first_later])
         subject = ""
@@ -178,7 +183,7 @@ class Aborted:
     completed: Completed | None = None
 
 
-def abort_edit(root: str, store: Store) -> Aborted:
+def abort_edit(ws: Workspace) -> Aborted:
     """``overlay edit --abort``: throw the work tree and the edit state away.
 
     A record a kill interrupted is completed first (its journal had passed every
@@ -187,16 +192,18 @@ def abort_edit(root: str, store: Store) -> Aborted:
     git cannot read is never removed: the user's edit may be in it.
 
     Args:
-        root: overlay repository.
-        store: git store.
+        ws: the workspace (its root and store).
     Returns:
         :class:`Aborted`.
     Raises:
         OverlayError: the work tree's changes cannot be read (nothing is thrown away;
             exit 2); an interrupted record cannot be completed (exit 2).
     """
+    root, store = ws.root, ws.store
     with records_locked(root, "edit --abort"):
         completed = complete_interrupted(root, store)
+        if completed is not None:
+            ws.forget_records()  # that record wrote them
         try:
             session = load_session(root)
         except OverlayError:
@@ -236,20 +243,23 @@ def _readable_changes(store: Store, root: str, session: Session) -> list[str]:
         ) from None
 
 
-def show_edit(
-    root: str, store: Store
-) -> tuple[Completed | None, Session | None, list[str]]:
+def show_edit(ws: Workspace) -> tuple[Completed | None, Session | None, list[str]]:
     """Plain ``overlay edit``: an interrupted record completed, then the edit in
     progress and the paths it changes.
 
+    Args:
+        ws: the workspace (its root and store).
     Returns:
         ``(completed, session, changed)``; ``session`` is ``None`` when no edit is in
         progress.
     Raises:
         OverlayError: the state, the journal or the work tree cannot be read (exit 2).
     """
+    root, store = ws.root, ws.store
     with records_locked(root, "edit"):
         completed = complete_interrupted(root, store)
+        if completed is not None:
+            ws.forget_records()  # that record wrote them
         session = load_session(root)
         changed = changed_files(store, root, session) if session is not None else []
         return completed, session, changed
