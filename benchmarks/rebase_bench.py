@@ -42,6 +42,7 @@ from overlay.git.store import Store  # noqa: E402
 from overlay.rebase.run import Rebase  # noqa: E402
 from overlay.rebase.state import Bases  # noqa: E402
 from overlay.records.manifest import load_manifest  # noqa: E402
+from overlay.workspace import Workspace  # noqa: E402
 
 TARGET = "846d176227a0ac13d2667e58d2bb68b322109ab0"  # MLX main after v0.32.1
 TARGET_RATIO = 3.0
@@ -116,7 +117,7 @@ def cpu_now() -> float:
 def bump(root: str, store: Store) -> tuple[float, dict]:
     m = load_manifest(root)
     start = cpu_now()
-    rb = Rebase(root, store)
+    rb = Rebase(Workspace.of(root, store))
     rb.start(
         "rebase",
         Bases(TARGET, m.fork_commit, m.merge_base),

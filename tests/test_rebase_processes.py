@@ -16,6 +16,7 @@ from overlay.git.store import EMPTY_TREE, Store
 from overlay.git.treemodel import blob_name, edit_tree, listing
 from overlay.rebase.base import RunBase
 from overlay.rebase.state import Bases
+from overlay.workspace import Workspace
 
 FILES = {
     "a.txt": (b"one\n", "100644"),
@@ -160,7 +161,7 @@ def test_edit_tree_git_refuses_goes_the_index_way(store):
 
 
 def test_a_kept_conflict_text_follows_every_input(store, tmp_path):
-    run = RunBase(str(tmp_path), store)
+    run = RunBase(Workspace.of(str(tmp_path), store))
     base, ours, theirs, other = (
         store.hash_blob(b"a\nb\nc\n"),
         store.hash_blob(b"a\nB\nc\n"),

@@ -6,6 +6,7 @@ import os
 
 import pytest
 from click.testing import CliRunner
+from gitfixtures import lines
 
 from overlay import layout
 from overlay.cli import main
@@ -87,6 +88,26 @@ def test_a_command_reads_the_manifest_and_computes_the_layers_once(
     result = CliRunner().invoke(main, ["-C", str(clean.root), *command])
     assert result.exit_code == 0, result.output
     assert (len(parsed), len(computed)) == (1, 1)
+
+
+def test_a_rebase_reads_the_manifest_once_per_command(ov, w, monkeypatch):
+    import overlay.records.manifest
+
+    parsed = _counted(monkeypatch, overlay.records.manifest, "parse_manifest")
+    root = str(ov.root)
+    stopped = CliRunner().invoke(main, ["-C", root, "rebase", "--onto", w.pin_conflict])
+    assert stopped.exit_code == 1 and "conflicts" in stopped.output
+    assert len(parsed) == 1
+    work = ov.root / ".overlay" / "rebase" / "work" / "mlx" / "core.cpp"
+    work.write_text(lines("core", change={5: "core 5 upstream rewrite // rocm hook"}))
+    parsed.clear()
+    done = CliRunner().invoke(main, ["-C", root, "rebase", "--continue"])
+    assert done.exit_code == 0, done.output
+    assert len(parsed) == 1
+    assert (
+        f'pin = "{w.pin_conflict}"'
+        in (ov.root / "patches-rocm/overlay.toml").read_text()
+    )
 
 
 def test_outside_a_repository_the_base_is_the_start(tmp_path):

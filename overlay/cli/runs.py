@@ -7,6 +7,8 @@ itself in :mod:`overlay.rebase`.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from overlay import layout
@@ -14,15 +16,13 @@ from overlay.cli.options import format_option
 from overlay.cli.tools import handle_errors
 from overlay.errors import OverlayError
 
-# ``_rebase_action_locked`` is kept as it was in ``overlay/cli.py`` (another change
-# edits its body): it names the workspace ``Context`` and gets the store by ``_store``.
+# ``_rebase_action_locked`` is kept as it was in ``overlay/cli.py``: it names the
+# workspace ``Context``.
 from overlay.workspace import Workspace
 from overlay.workspace import Workspace as Context
 
-
-def _store(ctx: Workspace):
-    """The workspace's git store."""
-    return ctx.store
+if TYPE_CHECKING:
+    from overlay.rebase.ondisk import StateOnDisk
 
 
 def _rebase_action(
@@ -64,7 +64,7 @@ def _rebase_action_locked(
     from overlay.rebase.report import render
     from overlay.rebase.run import Rebase
 
-    rb = Rebase(ctx.root, _store(ctx))
+    rb = Rebase(ctx)
     rb.say = click.echo
     info = rb.inspect()
     if not info.present:
@@ -74,11 +74,11 @@ def _rebase_action_locked(
         # rebase.ondisk: only when no run is in progress
         from overlay.rebase.ondisk import no_run_to_abort
 
-        raise no_run_to_abort(ctx.root, action)
+        raise no_run_to_abort(ctx, action)
     if info.problem:
         _wedged_action(rb, info, action)
         return
-    rb.load()
+    rb.load(info)
     if action == "status":
         _print_status(rb.state)
     elif action == "abort":
@@ -110,7 +110,7 @@ def _wedged_action(rb, info, action: str) -> None:
             f"--{action} cannot go on from it",
             hint=wedged_hint(info.kind),
         )
-    rec = rb.recover_wedged()
+    rec = rb.recover_wedged(info)
     click.echo(
         f"aborted the wedged {rec.kind} state ({rec.problem}): "
         f"{len(rec.restored)} file(s) restored from its backup; the state is removed"
@@ -299,16 +299,19 @@ def _start_run_locked(ws: Workspace, kind: str, fmt: str, **kwargs) -> None:
     # Before anything is resolved or fetched: a run in progress or an open edit refuses
     # a new run at once, before any refusal of the plan whose hint (`--force`) would
     # only lead to this one.
-    refuse_if_in_progress(ws.root)
+    info = refuse_if_in_progress(ws.root)
     refuse_during_edit(ws.root, kind)
     # One cat-file answers the plan's commit checks and the run's object questions
     # (Store.reading), not a `cat-file -e` per check.
     with ws.store.reading():
-        _plan_and_run(ws, kind, fmt, **kwargs)
+        _plan_and_run(ws, kind, fmt, info, **kwargs)
 
 
-def _plan_and_run(ws: Workspace, kind: str, fmt: str, **kwargs) -> None:
-    """:func:`_start_run_locked` inside the store's reader."""
+def _plan_and_run(
+    ws: Workspace, kind: str, fmt: str, info: StateOnDisk, **kwargs
+) -> None:
+    """:func:`_start_run_locked` inside the store's reader; ``info``: the state
+    directory as it inspected it (no run), under the lock it holds."""
     # the plan, the run and its report load when a run starts
     from overlay.rebase.plan import plan_run, start_checks
     from overlay.rebase.report import render
@@ -325,9 +328,9 @@ def _plan_and_run(ws: Workspace, kind: str, fmt: str, **kwargs) -> None:
             f"and fork {plan.old.fork[:12]}"
         )
         return
-    rb = Rebase(ws.root, ws.store)
+    rb = Rebase(ws)
     rb.say = click.echo
-    rb.start(kind, plan.new, plan.old)
+    rb.start(kind, plan.new, plan.old, info)
     report = rb.run()
     click.echo(render(report, fmt), nl=False)
     click.echo(f"report written to {layout.LAST_REBASE_MD}")

@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
 from overlay import layout
 from overlay.engine.layers import Layers, compute_layers, read_resolutions
@@ -33,8 +34,11 @@ from overlay.rebase.ondisk import (
 )
 from overlay.rebase.state import Bases, PatchStatus, RunState
 from overlay.records import fixes
-from overlay.records.manifest import MANIFEST_PATH, Manifest, load_manifest
+from overlay.records.manifest import MANIFEST_PATH, Manifest
 from overlay.records.series import PATCH_DIR, SERIES_PATH, Patch, parse_patch
+
+if TYPE_CHECKING:
+    from overlay.workspace import Workspace
 
 #: Where the fork delta's conflict resolutions are recorded (repository-relative).
 RESOLVED = layout.RESOLVED_DIR
@@ -92,13 +96,18 @@ class RunBase:
     """A rebase or sync run's state and shared tools, persisted under ``.overlay/rebase/``.
 
     Args:
-        root: overlay repository.
-        store: git store.
+        ws: the workspace: the run's root and store, and the manifest it reads (once per
+            command; the file is not changed until the run completes, when the workspace
+            forgets it: :meth:`Workspace.forget_records`).
+    Raises:
+        ManifestError: there is no overlay repository (exit 2).
+        GitError: the store cannot be opened (exit 2).
     """
 
-    def __init__(self, root: str, store: Store):
-        self.root = os.path.abspath(root)
-        self.store = store
+    def __init__(self, ws: Workspace):
+        self.ws = ws
+        self.root = os.path.abspath(ws.root)
+        self.store: Store = ws.store
         self.dir = os.path.join(self.root, STATE_DIR)
         self.work = os.path.join(self.dir, layout.WORK)
         self._state: RunState | None = None
@@ -139,14 +148,19 @@ class RunBase:
         """What the state directory holds (:func:`overlay.rebase.ondisk.inspect_state`)."""
         return inspect_state(self.root)
 
-    def load(self) -> None:
+    def load(self, info: StateOnDisk | None = None) -> None:
         """Read the saved state.
 
+        Args:
+            info: the state directory as the caller inspected it (:meth:`inspect`)
+                under the records' lock it still holds, so it is not inspected again;
+                ``None``: inspected here.
         Raises:
             OverlayError: no run in progress, or its state is wedged (then the
             message says why and the hint that ``--abort`` recovers it; exit 2).
         """
-        info = self.inspect()
+        if info is None:
+            info = self.inspect()
         if not info.present:
             raise OverlayError(
                 "no rebase or sync in progress",
@@ -190,16 +204,22 @@ class RunBase:
         os.rename(self.dir, old)
         shutil.rmtree(old, ignore_errors=True)
 
-    def start(self, kind: str, new: Bases, old: Bases) -> None:
+    def start(
+        self, kind: str, new: Bases, old: Bases, info: StateOnDisk | None = None
+    ) -> None:
         """Begin a run: back up every file it may change and save the plan.
 
         Args:
             kind: ``"rebase"`` (new pin) or ``"sync"`` (new fork commit).
             new, old: the bases after and before.
+            info: the state directory as the caller inspected it under the records'
+                lock it still holds (:func:`overlay.rebase.ondisk.refuse_if_in_progress`),
+                so it is not inspected again; ``None``: inspected here.
         Raises:
             OverlayError: a run is already in progress (exit 2).
         """
-        info = self.inspect()
+        if info is None:
+            info = self.inspect()
         if info.present:
             raise OverlayError(
                 f"a {info.kind} is already in progress",
@@ -378,8 +398,9 @@ class RunBase:
         return written
 
     def _manifest(self) -> Manifest:
-        """The manifest as it is on disk (unchanged until the run completes)."""
-        return load_manifest(self.root)
+        """The manifest as the command read it (:attr:`Workspace.manifest`): the file is
+        unchanged until the run completes."""
+        return self.ws.manifest
 
     def _current_tree(self) -> str:
         """The new layer's tree after the last patch carried so far."""
@@ -411,6 +432,8 @@ class RunBase:
         computed."""
         if not self._old_done:
             old = self.state.old
+            # Not the workspace's layers: the backed-up records at the old bases (a
+            # merge base the workspace's layers cannot override), kept by the run.
             try:
                 self._old = compute_layers(
                     self.store,

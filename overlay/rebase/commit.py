@@ -82,6 +82,7 @@ class CommitSteps(RunBase):
         kept = self._write_patches()
         self._write_series(kept)
         self._write_fix_pins(new)
+        self.ws.forget_records()  # the manifest and series are the run's now
         report = self.report(old, new)
         self._write_report(report)
         self._discard_dir()

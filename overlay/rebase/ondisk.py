@@ -29,7 +29,7 @@ import shutil
 import signal
 import threading
 from collections.abc import Container, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from overlay import layout
 from overlay.errors import OverlayError, UnsafePath
@@ -38,7 +38,10 @@ from overlay.fs.paths import check_path
 from overlay.fs.reading import RecordError, read_record
 from overlay.rebase.state import RunState
 from overlay.records import fixes
-from overlay.records.manifest import MANIFEST_PATH, load_manifest
+from overlay.records.manifest import MANIFEST_PATH
+
+if TYPE_CHECKING:
+    from overlay.workspace import Workspace
 
 STATE_DIR = layout.REBASE_STATE_DIR
 STATE_FILE = f"{STATE_DIR}/{layout.STATE_JSON}"
@@ -213,18 +216,22 @@ def wedged_hint(kind: str) -> str:
     )
 
 
-def refuse_if_in_progress(root: str) -> None:
+def refuse_if_in_progress(root: str) -> StateOnDisk:
     """Refuse to start a run while another one waits (before any "nothing to do").
 
     Args:
         root: overlay repository.
+    Returns:
+        What the state directory holds (no run): for :meth:`Rebase.start
+        <overlay.rebase.base.RunBase.start>` under the same lock, which then does not
+        inspect it again.
     Raises:
         OverlayError: a run is in progress, or its state is wedged; the message
         names it and the commands that finish, undo or recover it (exit 2).
     """
     info = inspect_state(root)
     if not info.present:
-        return
+        return info
     kind = info.kind
     if info.problem:
         raise OverlayError(
@@ -415,7 +422,7 @@ def _changed_files(report: dict) -> list[str]:
     return out
 
 
-def no_run_to_abort(root: str, action: str = "abort") -> OverlayError:
+def no_run_to_abort(ws: Workspace, action: str = "abort") -> OverlayError:
     """The error for ``--abort`` (``--continue``, ``--skip``, ``--drop``) when no run is
     in progress. For ``--abort`` it says how to undo the last completed run with git,
     naming the files it changed, while the manifest still holds that run's pin and fork
@@ -423,7 +430,7 @@ def no_run_to_abort(root: str, action: str = "abort") -> OverlayError:
     quoted as if it were current.
 
     Args:
-        root: overlay repository.
+        ws: the workspace (its root; its manifest, when it can be read).
         action: the option given, without ``--``.
     Returns:
         An :class:`OverlayError` (exit 2) for the caller to raise.
@@ -446,7 +453,7 @@ def no_run_to_abort(root: str, action: str = "abort") -> OverlayError:
     from overlay.rebase.report import read_last_json
 
     try:
-        report = read_last_json(root)
+        report = read_last_json(ws.root)
         if report is None:
             raise ValueError("no report")
         pins = report["pins"]
@@ -455,7 +462,7 @@ def no_run_to_abort(root: str, action: str = "abort") -> OverlayError:
             f"the last {kind} (pin {pins['before']['pin'][:12]} -> {pins['after']['pin'][:12]}, "
             f"fork {pins['before']['fork'][:12]} -> {pins['after']['fork'][:12]})"
         )
-        current = _manifest_pins(root)
+        current = _manifest_pins(ws)
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return OverlayError(
             message,
@@ -476,10 +483,10 @@ def no_run_to_abort(root: str, action: str = "abort") -> OverlayError:
     )
 
 
-def _manifest_pins(root: str) -> tuple[str, str] | None:
+def _manifest_pins(ws: Workspace) -> tuple[str, str] | None:
     """``(pin, fork commit)`` of the manifest, or ``None`` when it cannot be read."""
     try:
-        manifest = load_manifest(root)
+        manifest = ws.manifest
     except OverlayError:
         return None
     return manifest.pin, manifest.fork_commit

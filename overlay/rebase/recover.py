@@ -16,7 +16,7 @@ from overlay import layout
 from overlay.errors import OverlayError
 from overlay.rebase.base import RESOLVED, RunBase, tracked_files
 from overlay.rebase.files import files_under, prune_empty, restore, rr_remove
-from overlay.rebase.ondisk import REPORT_JSON, interrupts_deferred
+from overlay.rebase.ondisk import REPORT_JSON, StateOnDisk, interrupts_deferred
 from overlay.rebase.state import RunState
 
 
@@ -64,6 +64,7 @@ class AbortSteps(RunBase):
         for key in self.state.rr_recorded:
             rr_remove(self.root, key)
         self._discard_dir()
+        self.ws.forget_records()  # restored as before the run
         return sorted(touched)
 
     def _remove_created(self, saved: set[str]) -> list[str]:
@@ -75,7 +76,7 @@ class AbortSteps(RunBase):
                 removed.append(rel)
         return removed
 
-    def recover_wedged(self) -> Recovery:
+    def recover_wedged(self, info: StateOnDisk | None = None) -> Recovery:
         """``--abort`` on a wedged state: restore the records from what is left, remove
         the state.
 
@@ -91,12 +92,16 @@ class AbortSteps(RunBase):
           is restored. Nothing is removed (without the state nobody knows which
           files the run created).
 
+        Args:
+            info: the state directory as the caller inspected it (:meth:`inspect`)
+                under the records' lock it still holds; ``None``: inspected here.
         Returns:
             :class:`Recovery`.
         Raises:
             OverlayError: the state is not wedged (use :meth:`abort`), or there is none.
         """
-        info = self.inspect()
+        if info is None:
+            info = self.inspect()
         if not info.present or not info.problem:
             raise OverlayError("the rebase state is not wedged")
         backup = os.path.join(self.dir, layout.BACKUP)
@@ -110,6 +115,7 @@ class AbortSteps(RunBase):
             note = self._recover_from_backup(backup, copies, restored)
         prune_empty(os.path.join(self.root, RESOLVED))
         self._discard_dir()
+        self.ws.forget_records()  # restored from what was left
         return Recovery(info.kind, info.problem, sorted(restored), kept, note)
 
     def _recover_from_state(

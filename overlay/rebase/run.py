@@ -38,8 +38,11 @@ class Rebase(ForkDeltaSteps, PatchSteps, CommitSteps, AbortSteps):
     with :meth:`abort` (:meth:`recover_wedged` when its state is wedged).
 
     Args:
-        root: overlay repository.
-        store: git store.
+        ws: the workspace: root, store and the manifest, read once for the command
+            (see :class:`~overlay.rebase.base.RunBase`).
+    Raises:
+        ManifestError: there is no overlay repository (exit 2).
+        GitError: the store cannot be opened (exit 2).
     """
 
     def run(self) -> RebaseReport:
