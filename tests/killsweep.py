@@ -268,7 +268,7 @@ def record_scenarios(scratch: Path, world, seed: int) -> list[Scenario]:
 
 def import_scenario(scratch: Path) -> Scenario:
     """``import whole-file`` of the import tests' team overlay into an empty repository."""
-    from test_import import Team
+    from test_importer import Team
 
     w = build_world(scratch / "import-world")
     (scratch / "import-team").mkdir()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from test_import import Team
+from test_importer import Team
 
 
 @pytest.fixture

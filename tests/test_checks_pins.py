@@ -8,7 +8,7 @@ import json
 import textwrap
 
 from gitfixtures import cli, lines
-from test_engine_cases import add_patch
+from test_engine import add_patch
 
 
 def citing_overlay(ov, w):

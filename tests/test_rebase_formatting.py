@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 from gitfixtures import cli, git
-from test_engine_cases import add_patch, work_file, write_fixes
+from test_engine import add_patch, work_file, write_fixes
 
 FORMATTED = "int f(int a) {\n  return a + 1;\n}\n\nint g(int b) {\n  return b * 2;\n}\n"
 LOOSE = (

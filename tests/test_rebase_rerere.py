@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from gitfixtures import cli, lines
-from test_engine_cases import add_patch, work_file, write_fixes
+from test_engine import add_patch, work_file, write_fixes
 
 PDIR = "patches-rocm"
 RR = Path(".overlay") / "rr-cache"

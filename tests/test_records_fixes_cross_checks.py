@@ -1,9 +1,9 @@
 """LOCAL_FIXES.md against the series and the trees: FIX017..FIX025 and the trailer
-reader (the document fixture and helpers come from test_fixes)."""
+reader (the document fixture and helpers come from test_records_fixes)."""
 
 from __future__ import annotations
 
-from test_fixes import TREE, codes, doc
+from test_records_fixes import TREE, codes, doc
 
 from overlay.records import fixes
 from overlay.records.fixes import PatchRecord

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 
 from gitfixtures import cli, lines
-from test_engine_cases import (
+from test_engine import (
     add_patch,
     assert_verify_clean,
     blocks_overlay,
@@ -38,7 +38,7 @@ def _shift_hunk_headers(data: bytes, by: int) -> bytes:
 
 
 def _blocks_overlay(ov, w):
-    """:func:`test_engine_cases.blocks_overlay`, verified clean first."""
+    """:func:`test_engine.blocks_overlay`, verified clean first."""
     pin_a, data = blocks_overlay(ov, w)
     assert_verify_clean(ov)
     return pin_a, data

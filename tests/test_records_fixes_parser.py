@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 from gitfixtures import CLOSING, local_fixes
-from test_records import codes
+from test_fs_reading import codes
 
 from overlay.cli import main
 from overlay.records import fixes

@@ -1,5 +1,5 @@
 """``overlay fix list`` and ``overlay fix new``: rows, rendering a new entry into the
-file, writing it (the document fixture comes from test_fixes, the patch records from
+file, writing it (the document fixture comes from test_records_fixes, the patch records from
 test_fixes_cross)."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import os
 import stat
 
 import pytest
-from test_fixes import FORK, FORK_COMMIT, PIN, S, all_text_checks, doc
-from test_fixes_cross import P1, good_patches
+from test_records_fixes import FORK, FORK_COMMIT, PIN, S, all_text_checks, doc
+from test_records_fixes_cross_checks import P1, good_patches
 
 from overlay.errors import OverlayError
 from overlay.fs.atomic import atomic_write

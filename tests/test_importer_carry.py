@@ -234,7 +234,7 @@ def test_a_conflicted_file_copied_from_the_fork_keeps_upstreams_line_outside(
     region (and the report names upstream's line 5 it drops there), and the patch on
     top carries the local line 15 alone (the old import's patch also turned "core 25
     upstream" back into "core 25")."""
-    from test_import import Team
+    from test_importer import Team
 
     team = Team(tmp_path, w)
     team.write(

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from gitfixtures import CLOSING, local_fixes
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_records import hang_guard
+from test_fs_reading import hang_guard
 
 from overlay.cli import main
 from overlay.fs.paths import Carry, _GlobNFA, _tokens, collapse_stars, glob_match
