@@ -42,7 +42,7 @@ def pytest_configure(config):
 def pytest_collection_modifyitems(config, items):
     """Mark every test that uses the ``real_mirrors`` fixture, so that ``make test``
     (``-m "not real_mirrors"``) does not grow from minutes to half an hour when the
-    mirror variables are exported for ``make run`` (issue 30 item 3)."""
+    mirror variables are exported for ``make run``."""
     for item in items:
         names = set(getattr(item, "fixturenames", ()))
         # layer_builds (test_racelab.py) is module-scoped and reads the mirrors itself

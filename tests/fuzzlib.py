@@ -24,11 +24,13 @@ from pathlib import Path
 from click.testing import CliRunner
 from gitfixtures import CLOSING, Overlay, lines, make_patch
 
+from overlay.checks.verify import verify
 from overlay.cli import main
 from overlay.engine.layers import compute_layers
 from overlay.git.store import Store
 from overlay.records import fixes
 from overlay.records.manifest import load_manifest
+from overlay.workspace import Workspace
 
 PATCH = "0001-rocm-lock-the-device.patch"
 
@@ -306,6 +308,32 @@ def isolate_git(home: Path, environ) -> None:
     )
 
 
+def guarded_cli(root, *args):
+    """``overlay -C ROOT ARGS`` under the hang guard; asserts no traceback and no exception
+    but ``SystemExit``."""
+    with hang_guard():
+        result = CliRunner().invoke(main, ["-C", str(root), *args])
+    assert "Traceback" not in result.output, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(
+        result.exception
+    )
+    return result
+
+
+def failure_line(result) -> str:
+    """The single ``overlay:`` line of a failed command (a ``hint:`` line may follow)."""
+    out = [ln for ln in result.output.splitlines() if ln.strip()]
+    assert out and out[0].startswith("overlay: "), result.output
+    assert all(ln.startswith("hint: ") for ln in out[1:]), result.output
+    return out[0]
+
+
+def verify_codes(root):
+    """``(code, path)`` of each finding of ``verify`` on the overlay at ``root`` (hang guard on)."""
+    with hang_guard():
+        return [(f.code, f.path) for f in verify(Workspace(str(root))).findings]
+
+
 __all__ = [
     "COMMANDS",
     "OPS",
@@ -315,9 +343,12 @@ __all__ = [
     "Run",
     "apply_ops",
     "build_fixture",
+    "failure_line",
+    "guarded_cli",
     "hang_guard",
     "isolate_git",
     "random_ops",
     "run_mutation",
     "sys",
+    "verify_codes",
 ]

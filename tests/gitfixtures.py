@@ -11,7 +11,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from overlay.git.store import Store, git_env
+from overlay.git.store import EMPTY_TREE, Store, git_env
 from overlay.records import fixes
 from overlay.records.patchfmt import format_patch, tree_diff
 
@@ -392,7 +392,7 @@ def _error_keys(o: Overlay) -> set[tuple[str, str]]:
 def assert_run_left_verify_clean(
     o: Overlay, args: tuple[str, ...], output: str, before: set[tuple[str, str]]
 ) -> None:
-    """Issues 12 and 25: ``verify`` is clean right after every run that reports
+    """``verify`` is clean right after every run that reports
     success, without a ``refresh``: every family, no error the records did not hold
     before the run (``before``: what a test chose to write, such as a fixture's FIX
     finding), and none at all of the engine's SER and LAY families. A submodule the
@@ -441,3 +441,32 @@ def local_fixes(
         "- `docs/rocm.md`: fork documentation.\n"
         "- `mlx/backend/metal/kernels.cpp`: Metal is not carried.\n"
     )
+
+
+def overlay_lines(output: str) -> list[str]:
+    """The ``overlay:`` lines of a command's output."""
+    return [ln for ln in output.splitlines() if ln.startswith("overlay:")]
+
+
+#: Files of every kind a tree holds (executable, symlink, a space and a non-ASCII byte in
+#: a name, a name sorting between a file and its directory), as ``{path: (data, mode)}``.
+EVERY_KIND = {
+    "a.txt": (b"one\n", "100644"),
+    "a-b.txt": (b"dash\n", "100644"),
+    "a/b.c": (b"int b;\n", "100644"),
+    "a/sub/c.h": (b"#pragma once\n", "100644"),
+    "a/run.sh": (b"#!/bin/sh\n", "100755"),
+    "name with space.txt": (b"spaced\n", "100644"),
+    "na\u00efve.hip": (b"unicode\n", "100644"),
+    "link": (b"a.txt", "120000"),
+}
+GITLINK = "d" * 40
+
+
+def tree_of_every_kind(store: Store) -> str:
+    """A tree of :data:`EVERY_KIND` and a submodule (``vendor/mod`` at :data:`GITLINK`)."""
+    changes: dict[str, tuple[str, str] | None] = {
+        path: (mode, store.hash_blob(data)) for path, (data, mode) in EVERY_KIND.items()
+    }
+    changes["vendor/mod"] = ("160000", GITLINK)
+    return store.edit_tree(EMPTY_TREE, changes)

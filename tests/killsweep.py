@@ -1,4 +1,4 @@
-"""A kill-point sweep of ``overlay record`` and ``overlay import whole-file`` (issue 26):
+"""A kill-point sweep of ``overlay record`` and ``overlay import whole-file``:
 the library behind ``tools/fuzz_kills.py`` and ``tests/test_kill_sweep.py``.
 
 A scenario is a repository in its *before* state and one command. The command is

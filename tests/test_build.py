@@ -8,6 +8,7 @@ compiler (skipped with the reason otherwise); no network, no ROCm.
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import shutil
 import threading
@@ -15,8 +16,15 @@ import time
 from pathlib import Path
 
 import pytest
+from buildfixtures import (
+    DATA,
+    isolated_store,
+    project_files,
+    project_text,
+    stand_in_overlay,
+)
 from click.testing import CliRunner
-from gitfixtures import Overlay, WorkRepo, World, make_patch
+from gitfixtures import Overlay, WorkRepo, World, cli, make_patch
 
 from overlay.build import (
     BUILD_LOCK,
@@ -35,8 +43,6 @@ from overlay.git.store import Store
 from overlay.records.manifest import load_manifest
 from overlay.workspace import Workspace
 
-DATA = Path(__file__).parent / "data" / "cmake-mini"
-
 _missing = [t for t in ("cmake", "ninja") if shutil.which(t) is None]
 if shutil.which("c++") is None and shutil.which("g++") is None:
     _missing.append("c++")
@@ -48,29 +54,14 @@ needs_cmake = pytest.mark.skipif(
 HOST = Toolchain("host", "host compilers", cmake_args=["-DMLX_BUILD_GGUF=OFF"])
 
 
-def _files(base: Path) -> dict[str, str]:
-    return {
-        str(p.relative_to(base)): p.read_text()
-        for p in sorted(base.rglob("*"))
-        if p.is_file()
-    }
-
-
-def _text(base: Path, rel: str, change: dict[int, str]) -> str:
-    lines = (base / rel).read_text().splitlines()
-    for number, text in change.items():
-        lines[number - 1] = text
-    return "".join(f"{line}\n" for line in lines)
-
-
 @pytest.fixture(scope="module")
 def mini_world(tmp_path_factory) -> World:
     """Upstream (DATA/upstream) and a fork adding DATA/fork on top."""
     tmp = tmp_path_factory.mktemp("mini")
     up = WorkRepo.init(tmp / "upstream")
-    base = up.commit(_files(DATA / "upstream"), "mini mlx")
+    base = up.commit(project_files(DATA / "upstream"), "mini mlx")
     fork = WorkRepo.clone(up, tmp / "fork", "rocm-support")
-    fork_commit = fork.commit(_files(DATA / "fork"), "rocm backend")
+    fork_commit = fork.commit(project_files(DATA / "fork"), "rocm backend")
     return World(up, fork, base, fork_commit, base, base)
 
 
@@ -107,12 +98,12 @@ def _break_series(ov: Overlay, store: Store) -> None:
         store,
         "0001-rename-helpers.patch",
         {
-            "mlx/util.h": _text(
+            "mlx/util.h": project_text(
                 DATA / "upstream",
                 "mlx/util.h",
                 {4: "inline int up_helper_v2(int x) { return x + 1; }"},
             ),
-            "mlx/fork.h": _text(
+            "mlx/fork.h": project_text(
                 DATA / "fork",
                 "mlx/fork.h",
                 {4: "inline int fork_helper_v2(int x) { return x * 2; }"},
@@ -125,7 +116,7 @@ def _break_series(ov: Overlay, store: Store) -> None:
         store,
         "0002-device.patch",
         {
-            "mlx/backend/rocm/device.cpp": _text(
+            "mlx/backend/rocm/device.cpp": project_text(
                 DATA / "fork",
                 "mlx/backend/rocm/device.cpp",
                 {
@@ -167,7 +158,7 @@ def test_incremental_export_rebuilds_only_the_patched_unit(mini):
         store,
         "0001-ops.patch",
         {
-            "mlx/ops.cpp": _text(
+            "mlx/ops.cpp": project_text(
                 DATA / "upstream", "mlx/ops.cpp", {20: "int ops_more() { return 20; }"}
             )
         },
@@ -238,7 +229,7 @@ def test_only_changed_compiles_the_series_units(mini):
         store,
         "0001-device.patch",
         {
-            "mlx/backend/rocm/device.cpp": _text(
+            "mlx/backend/rocm/device.cpp": project_text(
                 DATA / "fork",
                 "mlx/backend/rocm/device.cpp",
                 {30: "int device_broken() { return nope_30; }"},
@@ -263,7 +254,7 @@ def test_only_changed_header_uses_dependency_data(mini):
         store,
         "0001-util.patch",
         {
-            "mlx/util.h": _text(
+            "mlx/util.h": project_text(
                 DATA / "upstream", "mlx/util.h", {1: "// util.h: touched"}
             )
         },
@@ -499,7 +490,7 @@ def _device_def_series(ov: Overlay, store: Store) -> None:
         "0001-device-run.patch",
         {
             "mlx/fork.h": FORK_H_DEVICE.format(extra=""),
-            "mlx/backend/rocm/device.cpp": _text(
+            "mlx/backend/rocm/device.cpp": project_text(
                 DATA / "fork",
                 "mlx/backend/rocm/device.cpp",
                 {35: "int Device::run(int a) { return a; }"},
@@ -675,7 +666,7 @@ def test_check_says_which_unit_needs_a_generated_header(mini):
         "0001-generated.patch",
         {
             "CMakeLists.txt": cmake,
-            "mlx/ops.cpp": _text(
+            "mlx/ops.cpp": project_text(
                 DATA / "upstream", "mlx/ops.cpp", {1: '#include "version.h"'}
             ),
         },
@@ -698,7 +689,7 @@ def test_check_says_which_unit_needs_a_generated_header(mini):
 
 @needs_cmake
 def test_check_reports_a_generated_source_by_its_repository_path(mini, tmp_path):
-    """Issue 29 item 4: a source the build generates lies in the build directory; the
+    """A source the build generates lies in the build directory; the
     text and the Markdown report name it from the repository root, not by the
     machine's absolute path."""
     ov, store = mini
@@ -900,3 +891,78 @@ def test_builds_callers_pass_the_workspace_and_one_options_value(clean, monkeypa
         "cpu", HOST, check=True
     )
     assert keywords == ["layers", "progress"]
+
+
+@needs_cmake
+def test_ci_check_names_the_upstream_commit_behind_the_drift(tmp_path):
+    """A bump whose drift is not fixed fails ``ci --require check``, naming the upstream commit."""
+    up = WorkRepo.init(tmp_path / "upstream")
+    base = up.commit(project_files(DATA / "upstream"), "mini mlx")
+    fork = WorkRepo.clone(up, tmp_path / "fork", "rocm-support")
+    fork_commit = fork.commit(project_files(DATA / "fork"), "rocm backend")
+    bump = up.commit(
+        {
+            "mlx/util.h": project_text(
+                DATA / "upstream",
+                "mlx/util.h",
+                {4: "inline int up_helper(int x, int y) { return x + y; }"},
+            ),
+            "mlx/ops.cpp": project_text(
+                DATA / "upstream",
+                "mlx/ops.cpp",
+                {12: "int ops_value() { return up_helper(12, 1); }"},
+            ),
+        },
+        "Give up_helper a second operand (#4300)",
+    )
+    ov = stand_in_overlay(
+        tmp_path / "overlay", World(up, fork, base, fork_commit, base, base)
+    )
+    store = isolated_store()
+    layers = compute_layers(store, load_manifest(str(ov.root)), str(ov.root))
+    data, _tree = make_patch(
+        store,
+        layers.patched,
+        {
+            "mlx/backend/rocm/device.cpp": project_text(
+                DATA / "fork",
+                "mlx/backend/rocm/device.cpp",
+                {
+                    1: '#include "mlx/fork.h"\n#include "mlx/util.h"',
+                    20: "int device_up() { return up_helper(3); }",
+                },
+            )
+        },
+        subject="rocm: use up_helper",
+        fix=None,
+    )
+    ov.add_patch("0001-up.patch", data)
+    res = cli(ov, "rebase", "--onto", bump)
+    assert res.exit_code == 0 and "rebase complete" in res.output, res.output
+
+    report = tmp_path / "ci.json"
+    res = cli(
+        ov,
+        "ci",
+        "--only",
+        "check",
+        "--require",
+        "check",
+        "--backend",
+        "cpu",
+        "--json",
+        str(report),
+    )
+    assert res.exit_code == 1, res.output
+    check = next(x for x in res.output.splitlines() if x.startswith("check "))
+    assert "FAILED" in check and "mlx/backend/rocm/device.cpp:21" in check
+    assert check.endswith(
+        f"drift: upstream {bump[:12]} Give up_helper a second operand (#4300)"
+    ), check
+    stage = next(
+        s for s in json.loads(report.read_text())["stages"] if s["name"] == "check"
+    )
+    assert stage["data"]["drift_from"] == base
+    assert stage["data"]["drift"][0].endswith(
+        f"-> upstream {bump[:12]} Give up_helper a second operand (#4300)"
+    )

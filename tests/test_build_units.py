@@ -1,6 +1,6 @@
-"""A Ctrl-C stops a parallel check or build at once (overlay.build.units.run_parallel):
-the queued units are cancelled, not started one after another (found by a new user's
-trial: ``overlay ci`` went on compiling for 25 minutes after Ctrl-C)."""
+"""``run_parallel`` (overlay/build/units.py): a Ctrl-C cancels the queued units instead
+of starting them one after another, an error of one job stops the rest and is raised,
+and every job runs when none fails."""
 
 from __future__ import annotations
 

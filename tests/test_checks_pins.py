@@ -1,14 +1,24 @@
-"""A pin that lacks an upstream commit a patch follows is a verify finding (issue 30
-item 5): "clean" is not "compiles". The run's warning names it once; FIX027 keeps it
-while it holds, and goes when the pin has the commit again."""
+"""Pin sanity (overlay/checks/pins.py): a new pin that is the fork commit or on no
+upstream branch is refused without ``--force``; a backwards pin names the patches that
+cite upstream commits it lacks, and FIX027 keeps saying so while it holds; a fork ahead
+of the pin (it merged upstream commits the pin lacks) is refused until allowed, and what
+a sync does not carry is said until acknowledged."""
 
 from __future__ import annotations
 
 import json
 import textwrap
 
-from gitfixtures import cli, lines
-from test_engine import add_patch
+from gitfixtures import cli, git, lines, overlay_lines
+from seriesfixtures import (
+    CORE_RESOLVED,
+    PDIR,
+    add_patch,
+    assert_verify_clean,
+    tree_hash,
+    upstream_branch,
+    write_fixes,
+)
 
 
 def citing_overlay(ov, w):
@@ -89,3 +99,200 @@ def test_the_warning_comes_before_the_result_line_in_one_captured_stream(ov, w):
     warned = [i for i, ln in enumerate(out) if "which the new pin lacks" in ln]
     done = [i for i, ln in enumerate(out) if ln.startswith("rebase complete")]
     assert warned and done and warned[-1] < done[0], out
+
+
+def test_case18_fork_ahead_of_the_pin_is_refused_then_allowed(ov, w):
+    write_fixes(ov)  # a LOCAL_FIXES.md verify accepts: the last verify must pass
+    # Upstream main moves past the pin (pin_clean, pin_conflict, then one more); the fork
+    # merges main's tip with `git merge` (settling the core.cpp conflict in its merge).
+    ahead = w.upstream.commit(
+        {
+            "mlx/ops.cpp": lines(
+                "ops", change={2: "ops 2 upstream", 15: "ops 15 upstream feature"}
+            )
+        },
+        "upstream feature after the pin",
+    )
+    git(w.fork.path, "fetch", "-q", "origin")
+    try:
+        git(w.fork.path, "merge", "-q", "--no-edit", ahead)
+    except AssertionError:  # the expected conflict in mlx/core.cpp
+        (w.fork.path / "mlx" / "core.cpp").write_text(CORE_RESOLVED)
+        git(w.fork.path, "add", "mlx/core.cpp")
+        git(w.fork.path, "commit", "-q", "--no-edit")
+    merged = git(w.fork.path, "rev-parse", "HEAD")
+    assert (
+        git(w.fork.path, "rev-list", "--parents", "-1", merged).count(" ") == 2
+    )  # a merge commit
+    before = tree_hash(ov.root)
+    assert not (ov.root / ".overlay").exists()
+    refused = cli(ov, "sync", "--fork", merged)
+    assert refused.exit_code == 2, refused.output
+    assert (
+        "3 upstream commit(s)" in refused.output
+        and "--allow-fork-ahead" in refused.output
+    )
+    for sha, subject in (
+        (ahead, "upstream feature after the pin"),
+        (w.pin_conflict, "upstream rewrites core 5"),
+        (w.pin_clean, "upstream work"),
+    ):
+        assert f"{sha[:12]} {subject}" in refused.output, refused.output
+    # Nothing changed but the rebase lock file the refused command held (it stays, empty).
+    assert tree_hash(ov.root, skip=".overlay") == before
+    assert sorted(p.name for p in (ov.root / ".overlay").iterdir()) == [
+        ".gitignore",
+        "rebase.lock",
+    ]
+    allowed = cli(ov, "sync", "--fork", merged, "--allow-fork-ahead")
+    assert allowed.exit_code == 0, allowed.output
+    assert f'commit = "{merged}"' in (ov.root / PDIR / "overlay.toml").read_text()
+    # verify asks the manifest the same question: MAN004 names the commits, and a team
+    # that carries them on purpose says so with --skip.
+    reported = cli(ov, "verify")
+    assert reported.exit_code == 1, reported.output
+    assert "MAN004" in reported.output and "3 upstream commit(s)" in reported.output, (
+        reported.output
+    )
+    assert f"{ahead[:12]} upstream feature after the pin" in reported.output
+    assert cli(ov, "verify", "--skip", "MAN004").exit_code == 0
+
+
+def test_rebase_onto_the_fork_commit_is_refused_without_force(ov, w):
+    refused = cli(ov, "rebase", "--onto", w.fork_commit)
+    assert refused.exit_code == 2, refused.output
+    assert "is the fork commit" in refused.output and "--force" in refused.output
+    assert not (ov.root / ".overlay" / "rebase").exists()
+    forced = cli(ov, "rebase", "--onto", w.fork_commit, "--force")
+    assert "accepted because of --force" in forced.output
+    assert "refusing" not in forced.output
+
+
+def test_rebase_onto_a_commit_on_no_upstream_branch_is_refused(ov, w):
+    up = w.upstream.path
+    git(up, "checkout", "-q", "--detach", w.pin_clean)
+    pr = w.upstream.commit(
+        {"mlx/ops.cpp": lines("ops", change={3: "ops 3 pull request"})}, "unmerged PR"
+    )
+    git(up, "update-ref", "refs/pull/7/head", pr)
+    git(up, "checkout", "-q", "main")
+    refused = cli(ov, "rebase", "--onto", pr)
+    assert refused.exit_code == 2, refused.output
+    (line,) = overlay_lines(refused.output)
+    assert "no upstream branch or tag contains it" in line
+    assert "pass --force" in refused.output
+    assert cli(ov, "rebase", "--onto", pr, "--force").exit_code == 0
+
+
+def test_backwards_pin_names_patches_citing_commits_the_pin_lacks(ov, w):
+    ov.write_manifest(w.pin_clean)
+    add_patch(
+        ov,
+        "0001-follow.patch",
+        {"mlx/backend/rocm/device.cpp": lines("device", change={3: "d3"})},
+        fix=1,
+    )
+    add_patch(
+        ov,
+        "0002-other.patch",
+        {"mlx/backend/rocm/device.h": "#pragma once\n// other\n"},
+        fix=2,
+    )
+    (ov.root / "LOCAL_FIXES.md").write_text(
+        textwrap.dedent(f"""\
+        # Local changes relative to x/fork@{w.fork_commit[:8]}
+
+        ## Retarget onto the MLX pin ({w.pin_clean[:8]})
+
+        1. **Follow upstream ops.** Upstream {w.pin_clean[:9]} (upstream work) changed
+           ops; `mlx/backend/rocm/device.cpp` follows it.
+
+        2. **Older work.** Upstream {w.base[:10]} is the merge base; `mlx/backend/rocm/device.h`.
+
+        """)
+    )
+    back = cli(ov, "rebase", "--onto", w.base)
+    assert back.exit_code == 0, back.output
+    warned = [ln for ln in back.output.splitlines() if "which the new pin lacks" in ln]
+    assert len(warned) == 1, back.output
+    assert (
+        "0001-follow.patch (LOCAL_FIXES entry 1)" in warned[0]
+        and w.pin_clean[:9] in warned[0]
+    )
+
+
+def _fork_merging_an_upstream_feature(w):
+    """The fork merges a commit of an upstream feature branch (not on main); returns
+    ``(feature commit, merged fork commit)``."""
+    from gitfixtures import git
+
+    upstream_branch(w, "feature", w.base)
+    feature = w.upstream.commit(
+        {"mlx/ops.cpp": lines("ops", change={15: "ops 15 feature"})},
+        "upstream feature on its own branch",
+    )
+    git(w.upstream.path, "checkout", "-q", "main")
+    git(w.fork.path, "fetch", "-q", "origin")
+    git(w.fork.path, "merge", "-q", "--no-edit", feature)
+    return feature, git(w.fork.path, "rev-parse", "HEAD")
+
+
+def test_sync_refuses_a_fork_that_merged_a_commit_of_any_upstream_branch(ov, w):
+    feature, merged = _fork_merging_an_upstream_feature(w)
+    refused = cli(ov, "sync", "--fork", merged)
+    assert refused.exit_code == 2, refused.output
+    assert "1 upstream commit(s)" in refused.output, refused.output
+    assert f"{feature[:12]} upstream feature on its own branch" in refused.output
+    allowed = cli(ov, "sync", "--fork", merged, "--allow-fork-ahead")
+    assert allowed.exit_code == 0, allowed.output
+    # verify asks the same question of the manifest, by the same definition.
+    verify = cli(ov, "verify", "--only", "MAN")
+    assert verify.exit_code == 1 and "MAN004" in verify.output, verify.output
+    assert feature[:12] in verify.output
+    # A rebase is held to it too: the new pin lacks the merged commit...
+    refused = cli(ov, "rebase", "--onto", w.pin_clean)
+    assert refused.exit_code == 2, refused.output
+    assert feature[:12] in refused.output and "--allow-fork-ahead" in refused.output
+    # ...and the commit itself is an upstream commit, so it is accepted as a pin.
+    moved = cli(ov, "rebase", "--onto", feature)
+    assert moved.exit_code == 0, moved.output
+    assert cli(ov, "verify", "--only", "MAN").exit_code == 0
+
+
+def test_rebase_honours_allow_fork_ahead(ov, w):
+    _feature, merged = _fork_merging_an_upstream_feature(w)
+    assert cli(ov, "sync", "--fork", merged, "--allow-fork-ahead").exit_code == 0
+    assert cli(ov, "rebase", "--onto", w.pin_clean).exit_code == 2
+    done = cli(ov, "rebase", "--onto", w.pin_clean, "--allow-fork-ahead")
+    assert done.exit_code == 0, done.output
+
+
+def test_sync_names_fork_changes_outside_carry_until_acknowledged(ov, w):
+    device = "mlx/backend/rocm/device.cpp"
+    add_patch(ov, "0001-device.patch", {device: lines("device", change={9: "d9"})})
+    write_fixes(ov, [("Device.", [device])])
+    assert_verify_clean(ov)
+    fork2 = w.fork.commit(
+        {"docs/rocm.md": "fork docs, new page\n", "python/rocm.py": "x = 1\n"},
+        "fork documents and binds",
+    )
+    done = cli(ov, "sync", "--fork", fork2)
+    assert done.exit_code == 0, done.output
+    assert "not carried: the fork changed 2 path(s) outside [carry]" in done.output
+    assert f"docs/rocm.md ({fork2[:12]} fork documents and binds)" in done.output
+    assert "overlay sync --ack-uncarried" in done.output
+    report = (ov.root / ".overlay" / "last-rebase.md").read_text()
+    assert "### Not carried" in report and "`python/rocm.py`" in report
+    manifest = (ov.root / PDIR / "overlay.toml").read_text()
+    assert f'uncarried-reviewed = "{w.fork_commit}"' in manifest
+    # verify says it (info: it does not fail) until the team acknowledges it.
+    found = cli(ov, "verify", "--only", "MAN")
+    assert found.exit_code == 0 and "MAN005" in found.output, found.output
+    assert "2 path(s) outside [carry]" in found.output
+    ack = cli(ov, "sync", "--ack-uncarried")
+    assert ack.exit_code == 0 and "acknowledged" in ack.output, ack.output
+    assert "uncarried-reviewed" not in (ov.root / PDIR / "overlay.toml").read_text()
+    assert "# test manifest" in (ov.root / PDIR / "overlay.toml").read_text()
+    assert "MAN005" not in cli(ov, "verify", "--only", "MAN").output
+    again = cli(ov, "sync", "--ack-uncarried")
+    assert again.exit_code == 0 and "nothing to acknowledge" in again.output

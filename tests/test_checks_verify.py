@@ -5,7 +5,14 @@ from __future__ import annotations
 import json
 
 from click.testing import CliRunner
-from gitfixtures import CLOSING, PATCH, lines, local_fixes, make_patch
+from gitfixtures import CLOSING, PATCH, cli, lines, local_fixes, make_patch
+from seriesfixtures import (
+    add_patch,
+    assert_verify_clean,
+    patch_bytes,
+    patched_blob,
+    write_fixes,
+)
 
 from overlay.checks.verify import verify
 from overlay.cli import main
@@ -338,3 +345,67 @@ def test_every_code_is_documented():
     doc = (Path(__file__).resolve().parent.parent / "docs" / "findings.md").read_text()
     for code in [*CODES, *fixes.CODES]:
         assert f"| {code} |" in doc, code
+
+
+def test_verify_strict_fails_on_warnings(ov):
+    lenient = CliRunner().invoke(
+        main, ["-C", str(ov.root), "--offline", "verify", "--only", "MAN"]
+    )
+    assert lenient.exit_code == 0 and "MAN002" in lenient.output
+    strict = CliRunner().invoke(
+        main, ["-C", str(ov.root), "--offline", "verify", "--only", "MAN", "--strict"]
+    )
+    assert strict.exit_code == 1 and "MAN002" in strict.output
+
+
+def test_verify_reads_the_policy_from_the_manifest(clean, world):
+    old = "Applies to the fork."  # an older form of the closing sentence
+    manifest = clean.root / "patches-rocm" / "overlay.toml"
+    names = (
+        "`mlx/backend/rocm/device.cpp` (see `tests/kv_cache.rs`, `scripts/bench.sh`, "
+        "`state.mutex` and `quantized/qmv_tiled_kernel.o`)"
+    )
+    (clean.root / "LOCAL_FIXES.md").write_text(
+        local_fixes(world, closing=old, entry_files=names)
+    )
+    found = [(f.code, f.message) for f in verify(Workspace(str(clean.root))).findings]
+    assert sorted(c for c, _m in found) == ["FIX013", "FIX021", "FIX021"], found
+    manifest.write_text(
+        manifest.read_text() + f'older-closing-sentences = ["{old}"]\n'
+        "closing-sentence-required-from = 2\n"
+        'outside-tree = ["tests/**", "scripts/**"]\n'
+    )
+    assert verify(Workspace(str(clean.root))).findings == []
+
+
+def test_man003_is_reported_when_the_layers_fail_and_no_hint_sends_to_refresh(ov, w):
+    core = "mlx/core.cpp"
+    ov.write_manifest(w.pin_clean)
+    hooked = lines("core", change={5: "core 5 // rocm hook", 25: "core 25 upstream"})
+    assert patched_blob(ov, core).decode() == hooked
+    data = add_patch(
+        ov,
+        "0001-core.patch",
+        {
+            core: lines(
+                "core",
+                change={5: "core 5 // rocm hook", 20: "c20", 25: "core 25 upstream"},
+            )
+        },
+    )
+    write_fixes(ov, [("Core.", [core])], pin=w.pin_clean)
+    assert_verify_clean(ov)
+    # A merge base that is not an ancestor of the fork commit: the fork delta from it
+    # undoes upstream's line 25, so the patch no longer sits on its pre-image.
+    ov.write_manifest(w.pin_clean, base=w.pin_clean)
+    only = cli(ov, "verify", "--only", "MAN")
+    assert only.exit_code == 1 and "MAN003" in only.output, only.output
+    full = cli(ov, "verify")
+    assert "MAN003" in full.output and "SER010" in full.output, full.output
+    assert "overlay refresh" not in full.output, full.output
+    # Findings the wrong merge base makes by itself send nobody to delete records.
+    assert "delete it" not in full.output and "add under" not in full.output
+    refused = cli(ov, "refresh")
+    assert refused.exit_code == 2, refused.output
+    assert "not an ancestor" in refused.output and "overlay sync" in refused.output
+    assert patch_bytes(ov, "0001-core.patch") == data

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sys
 import xml.etree.ElementTree as ET
@@ -224,7 +225,7 @@ def test_ci_require_passes_when_the_required_stages_pass(
     assert (
         "check   SKIPPED  no ROCm toolchain" in result.output
     )  # not required: not a failure
-    # and the reason names the way out (found by a new user's trial)
+    # and the reason names the way out
     assert "tools/rocm-toolchain.sh provision --root" in result.output, result.output
     assert (
         "overlay ci: passed (required: verify, suites; other skipped stages are not failures)"
@@ -436,7 +437,7 @@ def test_verify_rocm_script_announces_stages_and_runs_only_those_asked(tmp_path)
 
 
 def test_verify_rocm_script_runs_the_behaviour_check_without_a_gpu(tmp_path):
-    """Issue 29 item 3: make verify-rocm runs `overlay drift --behaviour` (host code, no
+    """make verify-rocm runs `overlay drift --behaviour` (host code, no
     GPU, no ROCm toolchain) and fails when it reports drift."""
     import subprocess
 
@@ -464,3 +465,23 @@ def test_verify_rocm_script_runs_the_behaviour_check_without_a_gpu(tmp_path):
         "verify-rocm: behaviour: failed (overlay drift --behaviour exited 1)"
         in res.stdout
     )
+
+
+def test_ci_fails_verify_when_the_layers_were_not_checked(ov):
+    fixes = ov.root / "LOCAL_FIXES.md"
+    fixes.write_text(
+        fixes.read_text().replace("x/fork@", "world/fork@")
+    )  # no error finding at all
+    result = CliRunner().invoke(
+        main, ["-C", str(ov.root), "--offline", "ci", "--only", "verify"]
+    )
+    assert result.exit_code == 1, result.output
+    assert re.search(
+        r"^verify\s+FAILED\s+the layers could not be checked \(MAN002",
+        result.output,
+        re.M,
+    )
+    assert (
+        CliRunner().invoke(main, ["-C", str(ov.root), "--offline", "verify"]).exit_code
+        == 0
+    )  # verify alone passes

@@ -27,3 +27,9 @@ def test_doctor_fails_without_git(overlay, tmp_path):
         env={"PATH": env_path_without_git(tmp_path)},
     )
     assert result.exit_code == 1 and "fail  git" in result.output
+
+
+def test_doctor_and_suite_still_run_outside_an_overlay(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    doctor = CliRunner().invoke(main, ["doctor", "--no-network"])
+    assert "manifest" in doctor.output and "Traceback" not in doctor.output

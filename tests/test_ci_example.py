@@ -175,3 +175,26 @@ def test_no_expression_is_pasted_into_a_script():
     for job in _jobs().values():
         for step in job["steps"]:
             assert not re.search(r"\$\{\{", step.get("run", "")), step["run"]
+
+
+def test_the_github_actions_example_checks_every_pr_and_links_on_bumps():
+    yaml = pytest.importorskip(
+        "yaml", reason="needs PyYAML to read the workflow example"
+    )
+    path = Path(__file__).parent.parent / "docs" / "examples" / "github-actions.yml"
+    jobs = yaml.safe_load(path.read_text())["jobs"]
+    check = "\n".join(s.get("run", "") for s in jobs["check"]["steps"])
+    assert "tools/rocm-toolchain.sh provision" in check
+    assert (
+        "overlay ci --only verify,check --require verify,check --arch gfx1030" in check
+    )
+    assert jobs["check"]["container"]["options"] == "--privileged"
+    cached = [
+        s["with"]["path"]
+        for s in jobs["check"]["steps"]
+        if s.get("uses", "").startswith("actions/cache")
+    ]
+    assert "${{ env.OVERLAY_TOOLCHAIN_DIR }}" in cached and ".ccache" in cached
+    assert "needs.check.outputs.bumped == 'true'" in jobs["link"]["if"]
+    link = "\n".join(s.get("run", "") for s in jobs["link"]["steps"])
+    assert "--require verify,build" in link and "--drift-from" in link

@@ -1,8 +1,8 @@
-"""The default gate (issue 30 item 6): ``make ci`` is the per-PR gate of docs/build.md.
-
-Before, ``make ci`` required nothing, so a CI job copied from it passed on a runner
-whose toolchain went missing; and the race lab's suites, skipped by ``ci``, said they
-"need the cpu backend" instead of naming the command that runs them.
+"""Which stages a gate requires (overlay/ci/gate.py): ``make ci`` is the per-PR gate of
+docs/build.md and requires its stages (``--require auto``: verify, and check where a
+toolchain is found or ``$CI`` is set), so a CI job copied from it fails on a runner whose
+toolchain went missing; a race-lab suite skipped by the gate names the command that runs
+it.
 """
 
 from __future__ import annotations

@@ -1,12 +1,17 @@
-"""The command line's shape: every command reachable, and start-up that loads only the CLI."""
+"""The command line's shape (overlay/cli/): every command reachable and with help, by
+``overlay``, ``python -m overlay.cli`` and the console script; start-up that loads only
+the CLI; a Ctrl-C during start-up, a closed stdout and an option missing its value each
+end in one line."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from overlay.cli import main
@@ -39,8 +44,8 @@ def test_every_command_is_listed_and_has_help():
 
 
 def test_python_m_reaches_every_command():
-    """`python -m overlay.cli build` once failed: the command was defined after the
-    ``__main__`` block."""
+    """``python -m overlay.cli NAME`` reaches every command (each is defined before the
+    ``__main__`` block)."""
     for name in main.list_commands(None):
         proc = _python("-m", "overlay.cli", name, "--help")
         assert proc.returncode == 0 and proc.stdout.startswith(
@@ -49,7 +54,7 @@ def test_python_m_reaches_every_command():
 
 
 def test_importing_the_cli_loads_no_command_module():
-    """Start-up is the floor every command pays (issue 14): the suites, jinja2, email,
+    """Start-up is the floor every command pays: the suites, jinja2, email,
     rich and the domain modules load only when a command needs them."""
     proc = _python(
         "-c", "import sys, overlay.cli; print(' '.join(sorted(sys.modules)))"
@@ -102,20 +107,6 @@ def test_a_global_option_after_the_command_says_where_it_goes(ov):
     assert "--debug is a global option: it goes before the command" in result.output
 
 
-#: docs/design.md §3: a module a newcomer can hold. Complexity is ruff's (C90, 15).
-MAX_MODULE_LINES = 600
-
-
-def test_no_module_is_over_the_line_limit():
-    """Issue 15: no module over 600 lines (ruff does not count lines; this does)."""
-    long = {
-        path.relative_to(ROOT).as_posix(): n
-        for path in sorted((ROOT / "overlay").rglob("*.py"))
-        if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES
-    }
-    assert not long, f"split these along their sections (docs/design.md §3): {long}"
-
-
 def test_verify_offers_every_format_render_knows():
     """``verify --format``'s choices are spelled in the CLI (importing the renderer
     there would load it for every command); they must stay render's own list."""
@@ -123,3 +114,65 @@ def test_verify_offers_every_format_render_knows():
 
     option = next(p for p in main.commands["verify"].params if p.name == "fmt")
     assert tuple(option.type.choices) == FORMATS
+
+
+#: Runs the console script's entry point as pip's wrapper does (``from M import F``,
+#: then ``sys.exit(F())``), with an import of click raising KeyboardInterrupt: a
+#: Ctrl-C that lands while the CLI is still being imported.
+_INTERRUPTED_IMPORT = """
+import sys
+class Interrupt:
+    def find_spec(self, name, path=None, target=None):
+        if name == "click":
+            raise KeyboardInterrupt
+        return None
+sys.meta_path.insert(0, Interrupt())
+module, _, attr = sys.argv[1].partition(":")
+sys.exit(getattr(__import__(module, fromlist=[attr]), attr)())
+"""
+
+
+def test_ctrl_c_during_imports_is_one_line_and_exit_130(tmp_path):
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    proc = subprocess.run(
+        [sys.executable, "-c", _INTERRUPTED_IMPORT, scripts["overlay"], "status"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 130, proc.stderr
+    assert proc.stderr.splitlines() == ["overlay: interrupted"], proc.stderr
+
+
+@pytest.mark.parametrize(
+    "args,hint",
+    [
+        (["rebase", "--onto"], "hint: overlay rebase --help"),
+        (["suite", "run", "--runs"], "hint: overlay suite run --help"),
+        (["--git-dir"], "hint: overlay --help"),
+    ],
+)
+def test_an_option_without_its_value_names_the_commands_help(tmp_path, args, hint):
+    from click.testing import CliRunner
+
+    from overlay.cli import main
+
+    result = CliRunner().invoke(main, ["-C", str(tmp_path), *args])
+    assert result.exit_code == 2
+    lines = [ln for ln in result.output.splitlines() if ln.strip()]
+    assert (
+        lines[0].startswith("overlay: option ") and "requires an argument" in lines[0]
+    )
+    assert lines[1:] == [hint], result.output
+
+
+def test_help_lists_every_command():
+    result = CliRunner().invoke(main, ["--help"])
+    assert result.exit_code == 0
+    for cmd in ("tree", "status", "export", "diff"):
+        assert f"  {cmd} " in result.output
+
+
+def test_version():
+    result = CliRunner().invoke(main, ["--version"])
+    assert result.exit_code == 0 and result.output.startswith("overlay, version ")

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from gitfixtures import cli
+from seriesfixtures import PDIR
 
 from overlay.cli.suites import suite
 
@@ -363,3 +365,19 @@ def test_env_option_sets_a_variable_on_top_of_the_suite_and_is_recorded(tmp_path
         tmp_path / "res",
     )
     assert bad.exit_code == 2 and "expected NAME=VALUE" in bad.output
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["", "# suites come later\n", "[suites]\n"],
+    ids=["empty", "comment", "table"],
+)
+def test_suite_list_on_a_file_without_suites_is_one_line_and_exit_2(clean, text):
+    suites = clean.root / PDIR / "suites"
+    suites.mkdir(exist_ok=True)
+    (suites / "suites.toml").write_text(text)
+    for args in (["suite", "list"], ["suite", "run", "--runs", "1"]):
+        result = cli(clean, *args)
+        assert result.exit_code == 2, (args, result.output)
+        lines = [ln for ln in result.output.splitlines() if ln.startswith("overlay:")]
+        assert len(lines) == 1 and "declares no suite" in lines[0], result.output

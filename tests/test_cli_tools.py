@@ -1,8 +1,7 @@
-"""Every error path ends in one ``overlay:`` line with its documented exit code (issue 13 item 6).
-
-Click's usage errors included: before, an unknown option printed click's
-three-line usage block.
-"""
+"""Every failure ends in one ``overlay:`` line and its documented exit code
+(overlay/cli/tools.py): click's usage errors, an unexpected exception (its traceback
+under ``--debug``), memory and recursion errors, an ``OverlayError`` raised outside the
+handler, a Ctrl-C, and messages holding line breaks."""
 
 from __future__ import annotations
 
@@ -11,6 +10,7 @@ import sys
 
 import pytest
 from click.testing import CliRunner
+from gitfixtures import overlay_lines
 
 from overlay.cli import main
 from overlay.errors import OverlayError
@@ -151,3 +151,14 @@ def test_messages_with_line_breaks_stay_one_line(tmp_path, monkeypatch):
         "overlay: bad line 'a\\x0ab\\x1b[1m'",
         "hint: x\\x0dy",
     ]
+
+
+def _interrupt(*_a, **_k):
+    raise KeyboardInterrupt
+
+
+def test_ctrl_c_in_any_command_is_exit_130_one_line(overlay, monkeypatch):
+    monkeypatch.setattr("overlay.engine.layers.compute_layers", _interrupt)
+    result = CliRunner().invoke(main, ["-C", str(overlay.root), "tree"])
+    assert result.exit_code == 130 and "Aborted!" not in result.output
+    assert overlay_lines(result.output) == ["overlay: interrupted"]

@@ -16,18 +16,6 @@ def run(overlay, *args, env=None):
     return result
 
 
-def test_help_lists_every_command():
-    result = CliRunner().invoke(main, ["--help"])
-    assert result.exit_code == 0
-    for cmd in ("tree", "status", "export", "diff"):
-        assert f"  {cmd} " in result.output
-
-
-def test_version():
-    result = CliRunner().invoke(main, ["--version"])
-    assert result.exit_code == 0 and result.output.startswith("overlay, version ")
-
-
 def test_tree_status_export_diff(overlay, tmp_path):
     store = Store()
     layers = compute_layers(store, load_manifest(str(overlay.root)), str(overlay.root))

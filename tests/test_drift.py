@@ -215,7 +215,7 @@ def test_owner_of_an_undefined_member_is_the_file_defining_its_siblings(tmp_path
 
 
 def test_owner_of_an_undefined_free_function_defines_its_header_siblings(tmp_path):
-    """Issue 29 item 2: a new function of ``gpu/slicing.h`` belongs in the ROCm file that
+    """A new function of ``gpu/slicing.h`` belongs in the ROCm file that
     defines that header's other functions, not in the file that calls ``core::`` most."""
     from overlay.drift import Diagnostic, DriftItem, owners_from_tree
 

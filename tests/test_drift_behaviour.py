@@ -1,4 +1,4 @@
-"""``overlay drift --behaviour`` (issue 29 item 3): the ROCm functors, compiled for the
+"""``overlay drift --behaviour`` (overlay/drift/behaviour.py): the ROCm functors, compiled for the
 host through the shim, against upstream's CPU functors, on a small stand-in tree (no
 fork or upstream code) and a small upstream history for the attribution."""
 

@@ -1,12 +1,10 @@
-"""The edit loop under kills, stale locks and an open edit (issue 26, items 1-4).
-
-A record is all or nothing across its files: a kill at any point, then the documented
-way out (a re-run of ``record``, ``edit``, ``edit --abort``), ends with the records
-as before or as recorded, one entry, no temp file, the user's edit intact. Kills are
-real SIGKILLs of a child ``overlay`` process, placed by hooks installed in the child
-(``os.replace`` of one file, a work-tree removal) so that the same test means the same
-moment whatever the code's own kill points are. Real fixture repositories, no network.
-"""
+"""The journalled write of the records (overlay/edit/writes.py): a record is all or
+nothing across its files. A kill at any point, then the documented way out (a re-run of
+``record``, ``edit``, ``edit --abort``), ends with the records as before or as recorded,
+one entry, no temp file, the user's edit intact; a lock a killed git left does not block
+the next command. Kills are real SIGKILLs of a child ``overlay`` process, placed by hooks
+installed in the child (``os.replace`` of one file, a work-tree removal) so that the same
+test means the same moment whatever the code's own kill points are."""
 
 from __future__ import annotations
 
@@ -15,15 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gitfixtures import PATCH, cli, lines, records_hash
-from test_edit import (
-    DEVICE,
-    HEADER,
-    overlay_lines,
-    two_patches,
-    verify_clean,
-    workdir_of,
-)
+from gitfixtures import PATCH, cli, lines, overlay_lines, records_hash
+from test_edit import DEVICE, HEADER, two_patches, verify_clean, workdir_of
 
 from overlay.records import fixes
 
@@ -95,7 +86,7 @@ def no_temps(o) -> list[str]:
     )
 
 
-# -- item 1: a record is all or nothing ------------------------------------------------------
+# -- a record is all or nothing ------------------------------------------------------
 
 
 def test_record_killed_between_the_entry_and_the_series_is_completed_by_a_rerun(
@@ -133,7 +124,7 @@ def test_record_of_an_existing_patch_killed_before_the_carried_patch_is_written(
     verify_clean(clean)
 
 
-# -- item 2: a lock a killed git left, and --abort of what it cannot read ---------------------
+# -- a lock a killed git left, and --abort of what it cannot read ---------------------
 
 
 def test_a_lock_left_by_a_killed_git_add_does_not_block_edit_or_record(clean):
@@ -171,7 +162,7 @@ def test_abort_never_deletes_a_work_tree_whose_changes_it_cannot_read(clean):
     assert not (clean.root / ".overlay" / "edit.json").exists()
 
 
-# -- item 3: temp files and a kill inside the work tree's removal -----------------------------
+# -- temp files and a kill inside the work tree's removal -----------------------------
 
 
 def test_a_successful_record_removes_the_temp_files_a_killed_one_left(clean):
@@ -206,23 +197,3 @@ def test_a_kill_inside_the_work_tree_removal_is_described_right(clean):
     again = cli(clean, "record")
     assert again.exit_code == 2 and "no edit in progress" in again.output
     assert "start again" not in again.output
-
-
-# -- item 4: no rebase or sync under an open edit ---------------------------------------------
-
-
-def test_rebase_and_sync_are_refused_while_an_edit_is_open(ov, w):
-    assert cli(ov, "edit", "--new", "0001-x").exit_code == 0
-    newer_fork = w.fork.commit({"mlx/backend/rocm/extra.cpp": "extra\n"}, "more rocm")
-    before = records_hash(ov)
-    for args in (["rebase", "--onto", w.pin_clean], ["sync", "--fork", newer_fork]):
-        refused = cli(ov, *args)
-        assert refused.exit_code == 2, (args, refused.output)
-        (line,) = overlay_lines(refused.output)
-        assert "an edit of 0001-x.patch is open" in line, line
-        assert "`overlay record`" in refused.output
-        assert "`overlay edit --abort`" in refused.output
-        assert not (ov.root / ".overlay" / "rebase").exists()
-    assert records_hash(ov) == before
-    assert cli(ov, "edit", "--abort").exit_code == 0
-    assert cli(ov, "rebase", "--onto", w.pin_clean).exit_code == 0

@@ -1,8 +1,9 @@
-"""Issue 14: the stepwise apply in a number of git processes that does not grow with the
-series (the chain of copies, :func:`overlay.engine.chain.apply_chained`), the trees computed in
-Python (:mod:`overlay.git.treemodel`) and every refresh diff from one ``diff-tree --stdin``.
+"""The stepwise apply (overlay/engine/chain.py): the chain of copies applies a series in
+a number of git processes that does not grow with it, and an apply kept in the store is
+read back, not applied again; the trees computed in Python (:mod:`overlay.git.treemodel`)
+that it writes, and every refresh diff from one ``diff-tree --stdin``.
 
-Each is compared with the way it replaced: one ``git apply`` + ``write-tree`` per patch,
+Each is compared with the plain way: one ``git apply`` + ``write-tree`` per patch,
 ``write-tree`` on an index, one ``diff-tree`` per pair. Same trees, same bytes.
 """
 

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
+import os
+
 import pytest
 from click.testing import CliRunner
 from gitfixtures import Overlay, build_world, lines, make_patch, read_blob, tree_paths
 
 from overlay.cli import main
-from overlay.engine import PatchApplyError
+from overlay.engine import PatchApplyError, layers
 from overlay.engine.layers import compute_layers
 from overlay.errors import GitError, LayerError, OfflineMiss
 from overlay.git.store import Store
@@ -283,3 +286,58 @@ def test_remote_url_change_in_manifest_is_applied(overlay, world):
     )
     store, _ = layers_for(overlay)
     assert store.out("config", "remote.upstream.url") == str(moved)
+
+
+def test_a_second_merge_of_the_same_commits_is_read_from_the_store(
+    overlay, monkeypatch
+):
+    store = Store()
+    m = load_manifest(str(overlay.root))
+    w = overlay.world
+    layers.ensure_commits(store, m)
+    for pin in (w.pin_conflict, w.pin_clean):
+        store.ensure_commit(pin, ["upstream"])
+    first = layers.merge_fork_delta(
+        store, m.merge_base, w.pin_conflict, m.fork_commit, m.carry
+    )
+    assert first.stages  # the conflict world: stages must survive the cache
+    merges = []
+    real = Store.merge_trees
+    monkeypatch.setattr(
+        Store,
+        "merge_trees",
+        lambda self, *a, **k: merges.append(a) or real(self, *a, **k),
+    )
+    again = layers.merge_fork_delta(
+        store, m.merge_base, w.pin_conflict, m.fork_commit, m.carry
+    )
+    assert again == first and merges == []
+    # Another pin: merged, but the carried delta is not rebuilt.
+    edits = []
+    monkeypatch.setattr(
+        Store,
+        "edit_tree",
+        lambda self, *a, **k: edits.append(a) or pytest.fail("rebuilt"),
+    )
+    other = layers.merge_fork_delta(
+        store, m.merge_base, w.pin_clean, m.fork_commit, m.carry
+    )
+    assert len(merges) == 1 and other.tree != first.tree
+    monkeypatch.undo()
+    # A damaged record is merged again; another callable than Carry is not cached.
+    for top, _dirs, files in os.walk(os.path.join(store.git_dir, "overlay-merges")):
+        for name in files:
+            with open(os.path.join(top, name), "w") as fh:
+                json.dump({"tree": 5}, fh)
+    assert (
+        layers.merge_fork_delta(
+            store, m.merge_base, w.pin_conflict, m.fork_commit, m.carry
+        )
+        == first
+    )
+    assert (
+        layers.merge_fork_delta(
+            store, m.merge_base, w.pin_conflict, m.fork_commit, lambda p: m.carry(p)
+        )
+        == first
+    )

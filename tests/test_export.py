@@ -6,6 +6,7 @@ import json
 import os
 
 import pytest
+from gitfixtures import cli
 
 from overlay.errors import OverlayError, UnsafePath
 from overlay.export import STAMP, export_tree
@@ -182,3 +183,48 @@ def test_symlink_inside_the_tree_is_exported(store, tmp_path):
     )
     export_tree(store, tree, str(tmp_path / "dest"))
     assert os.readlink(tmp_path / "dest" / "d" / "ok") == "../sub/up/d"
+
+
+def test_export_strict_fails_on_a_hand_edit(overlay, tmp_path):
+    dest = tmp_path / "dest"
+    assert cli(overlay, "export", str(dest)).exit_code == 0
+    edited = next(
+        p
+        for p in sorted(dest.rglob("*"))
+        if p.is_file() and "overlay-export" not in p.name
+    )
+    edited.write_text("edited by hand\n")
+    plain = cli(overlay, "export", str(dest))
+    assert plain.exit_code == 0 and "edited by hand" in plain.output
+    strict = cli(overlay, "export", "--strict", str(dest))
+    assert strict.exit_code == 1, strict.output
+    assert "edited by hand" in strict.output
+    assert edited.read_text() == "edited by hand\n"
+
+
+def test_export_names_a_file_the_layer_does_not_have_and_strict_fails(
+    overlay, tmp_path
+):
+    """A file added to DEST by hand is never touched, but a build of DEST builds it:
+    the export names it (as ``git status`` names an untracked file), ``--strict``
+    fails on it, and removing it makes the export clean again."""
+    dest = tmp_path / "dest"
+    assert cli(overlay, "export", str(dest)).exit_code == 0
+    stray = dest / "mlx" / "backend" / "rocm" / "stray.cpp"
+    stray.parent.mkdir(parents=True, exist_ok=True)
+    stray.write_text("int stray;\n")
+    plain = cli(overlay, "export", str(dest))
+    assert plain.exit_code == 0, plain.output
+    assert (
+        "warning: " + str(dest) + ": 1 file(s) that the layer does not have were left "
+        "as they are: mlx/backend/rocm/stray.cpp"
+    ) in plain.output
+    strict = cli(overlay, "export", "--strict", str(dest))
+    assert strict.exit_code == 1, strict.output
+    assert "error: " in strict.output and "stray.cpp" in strict.output
+    assert stray.read_text() == "int stray;\n"
+    forced = cli(overlay, "export", "--force", str(dest))
+    assert forced.exit_code == 0 and stray.exists()  # never the export's to delete
+    stray.unlink()
+    clean = cli(overlay, "export", "--strict", str(dest))
+    assert clean.exit_code == 0 and "layer does not have" not in clean.output

@@ -1,5 +1,5 @@
-"""Issue 14: a cold export is written by git (a scratch index, ``read-tree``, ``checkout-index
--a``), byte for byte, and stays a resumable transaction when git or overlay is killed while
+"""A cold export is written by git (overlay/export/checkout.py) (a scratch index, ``read-tree``,
+``checkout-index -a``), byte for byte, and stays a resumable transaction when git or overlay is killed while
 git writes; a tree or store with attributes is written by Python instead."""
 
 from __future__ import annotations

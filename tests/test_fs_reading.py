@@ -1,12 +1,9 @@
-"""Every record is read through one function (``overlay.fs.atomic.read_record``), issue 13 item 2 and 6.
-
-Each test builds a real overlay (``gitfixtures``) and breaks one record the way
-the fuzz campaign did: a symlink out of the repository, ``/dev/zero``, a FIFO, a
-directory, a loop, a name too long, bytes that are not UTF-8. Every case must
-end in one ``overlay:`` line (exit 2) or, inside ``verify``, a finding; never a
-traceback, a MemoryError or a hang. ``hang_guard`` is only a guard: a blocked
-read fails the test instead of stalling the suite.
-"""
+"""Every record is read through one function (overlay/fs/reading.py): a symlink out of
+the repository, ``/dev/zero``, a FIFO, a directory, a loop, a name too long, bytes that
+are not UTF-8 each end in one ``overlay:`` line (exit 2) or, inside ``verify``, a
+finding, never a traceback, a MemoryError or a hang; files git ignores beside the
+records are no records. ``hang_guard`` is only a guard: a blocked read fails the test
+instead of stalling the suite."""
 
 from __future__ import annotations
 
@@ -14,13 +11,10 @@ import hashlib
 import os
 
 import pytest
-from click.testing import CliRunner
-from fuzzlib import hang_guard
-from gitfixtures import PATCH
+from fuzzlib import failure_line, guarded_cli, hang_guard, verify_codes
+from gitfixtures import PATCH, git
 
 from overlay.checks.verify import verify
-from overlay.cli import main
-from overlay.errors import ManifestError, PatchFormatError
 from overlay.fs import reading as records
 from overlay.fs.reading import (
     RecordError,
@@ -30,33 +24,7 @@ from overlay.fs.reading import (
     scan_record_dir,
 )
 from overlay.git.store import Store
-from overlay.records.manifest import load_manifest
-from overlay.records.series import load_patch, read_series
 from overlay.workspace import Workspace
-
-
-def run(root, *args):
-    with hang_guard():
-        result = CliRunner().invoke(main, ["-C", str(root), *args])
-    assert "Traceback" not in result.output, result.output
-    assert result.exception is None or isinstance(result.exception, SystemExit), repr(
-        result.exception
-    )
-    return result
-
-
-def one_line(result) -> str:
-    """The single ``overlay:`` line of a failed command (a ``hint:`` line may follow)."""
-    out = [ln for ln in result.output.splitlines() if ln.strip()]
-    assert out and out[0].startswith("overlay: "), result.output
-    assert all(ln.startswith("hint: ") for ln in out[1:]), result.output
-    return out[0]
-
-
-def codes(root):
-    with hang_guard():
-        return [(f.code, f.path) for f in verify(Workspace(str(root))).findings]
-
 
 # --------------------------------------------------------------------------- read_record itself
 
@@ -152,14 +120,14 @@ def test_scan_record_dir_refuses_links_and_special_files(tmp_path):
 
 
 def test_resolution_symlink_to_etc_passwd_is_not_read(clean, world):
-    """Issue 13 item 2: a resolution linking to /etc/passwd passed verify and landed in the store."""
+    """A resolution linking to /etc/passwd is refused by verify and never reaches the store."""
     clean.write_manifest(world.pin_conflict)
     res = clean.root / "patches-rocm" / "resolved" / "mlx"
     res.mkdir(parents=True)
     (res / "core.cpp").symlink_to("/etc/passwd")
-    found = codes(clean.root)
+    found = verify_codes(clean.root)
     assert ("LAY006", "patches-rocm/resolved/mlx/core.cpp") in found
-    result = run(clean.root, "verify")
+    result = guarded_cli(clean.root, "verify")
     assert result.exit_code == 1 and "is a symlink (-> /etc/passwd)" in result.output
     # Nothing of /etc/passwd reached the git store: verify did not compute the layers.
     with open("/etc/passwd", "rb") as fh:
@@ -178,7 +146,7 @@ def test_resolution_symlink_to_etc_passwd_is_not_read(clean, world):
     ],
 )
 def test_record_symlinked_to_dev_zero_is_one_line(clean, record):
-    """Issue 13 item 2: a record linked to /dev/zero was read until MemoryError."""
+    """A record linked to /dev/zero is one line: nothing reads it to the end."""
     path = clean.root / record
     path.unlink()
     path.symlink_to("/dev/zero")
@@ -188,69 +156,15 @@ def test_record_symlinked_to_dev_zero_is_one_line(clean, record):
         else [["status"], ["export", str(clean.root / "out")]]
     )
     for command in commands:
-        result = run(clean.root, *command)
+        result = guarded_cli(clean.root, *command)
         assert result.exit_code == 2, result.output
-        assert "outside the repository" in one_line(result) or "symlink" in one_line(
+        assert "outside the repository" in failure_line(
             result
-        )
-    result = run(clean.root, "verify")
+        ) or "symlink" in failure_line(result)
+    result = guarded_cli(clean.root, "verify")
     assert result.exit_code in (1, 2), result.output
     if result.exit_code == 2:
-        one_line(result)
-
-
-@pytest.mark.parametrize("kind", ["fifo", "directory", "loop", "dirlink"])
-def test_series_entry_that_is_not_a_file(clean, kind):
-    """Issue 13 item 6: IsADirectoryError / ELOOP tracebacks in series.load_patch."""
-    path = clean.root / "patches-rocm" / PATCH
-    path.unlink()
-    if kind == "fifo":
-        os.mkfifo(path)
-    elif kind == "directory":
-        path.mkdir()
-    elif kind == "loop":
-        path.symlink_to(PATCH)
-    else:
-        path.symlink_to(".")
-    with hang_guard():
-        with pytest.raises(RecordError):
-            load_patch(str(clean.root), PATCH)
-    result = run(clean.root, "status")
-    assert result.exit_code == 2 and PATCH in one_line(result)
-    assert ("SER014", f"patches-rocm/{PATCH}") in codes(clean.root)
-
-
-def test_series_entry_name_too_long(clean):
-    clean.write_series(["x" * 300 + ".patch"])
-    result = run(clean.root, "status")
-    assert result.exit_code == 2 and "too long" in one_line(result)
-    assert "SER001" in [c for c, _p in codes(clean.root)]  # such a file cannot exist
-
-
-def test_non_utf8_series_is_one_line(clean):
-    """Issue 13 item 6: a non-UTF-8 series gave a UnicodeDecodeError traceback."""
-    (clean.root / "patches-rocm" / "series").write_bytes(
-        PATCH.encode() + b"\n\xff\xfe\n"
-    )
-    result = run(clean.root, "status")
-    assert result.exit_code == 2
-    assert one_line(result) == (
-        "overlay: patches-rocm/series: series is not UTF-8: invalid start byte "
-        f"at byte {len(PATCH) + 1} (line 2)"
-    )
-    assert ("SER014", "patches-rocm/series") in codes(clean.root)
-    with pytest.raises(RecordError):
-        read_series(str(clean.root))
-
-
-def test_patch_symlinked_inside_the_repository_is_refused(clean):
-    """A patch may not be a symlink at all: refresh would replace the link by a file."""
-    real = clean.root / "kept.patch.txt"
-    path = clean.root / "patches-rocm" / PATCH
-    real.write_bytes(path.read_bytes())
-    path.unlink()
-    path.symlink_to(real)
-    assert ("SER014", f"patches-rocm/{PATCH}") in codes(clean.root)
+        failure_line(result)
 
 
 def test_manifest_and_local_fixes_symlinked_inside_are_followed(clean):
@@ -260,51 +174,74 @@ def test_manifest_and_local_fixes_symlinked_inside_are_followed(clean):
         kept.write_bytes(path.read_bytes())
         path.unlink()
         path.symlink_to(os.path.relpath(kept, path.parent))
-    assert codes(clean.root) == []
+    assert verify_codes(clean.root) == []
 
 
-def test_manifest_not_utf8_and_nested_toml(clean):
-    manifest = clean.root / "patches-rocm" / "overlay.toml"
-    text = manifest.read_bytes()
-    manifest.write_bytes(text + b"# \xff\n")
-    with pytest.raises(
-        ManifestError, match=r"not UTF-8: invalid start byte at byte \d+ \(line \d+\)"
-    ):
-        load_manifest(str(clean.root))
-    manifest.write_bytes(text + b"x = " + b"[" * 5000 + b"]" * 5000 + b"\n")
-    result = run(clean.root, "verify")
-    assert result.exit_code == 2 and "nested too deeply" in one_line(result)
-    manifest.write_bytes(text + b"[extra]\nn = " + b"7" * 5000 + b"\n")
-    result = run(clean.root, "status")
-    assert result.exit_code == 2 and "4300 digits" in one_line(result)
+def _git_repo(root) -> None:
+    git(root, "init", "-q")
 
 
-def test_hunk_header_number_of_5000_digits_is_one_line(clean):
-    """Issue 13 item 6: ValueError from unidiff on a hunk header number past 4,300 digits."""
-    path = clean.root / "patches-rocm" / PATCH
-    data = path.read_bytes()
-    start = data.index(b"@@ -") + 4
-    comma = data.index(b",", start)
-    path.write_bytes(data[:start] + b"1" * 5000 + data[comma:])
-    with pytest.raises(PatchFormatError):
-        load_patch(str(clean.root), PATCH)
-    result = run(clean.root, "status")
-    assert result.exit_code == 2
-    one_line(result)
-    assert ("SER004", f"patches-rocm/{PATCH}") in codes(clean.root)
+def test_ignored_file_beside_the_resolutions_is_no_record(clean):
+    resolved = clean.root / "patches-rocm" / "resolved"
+    resolved.mkdir()
+    (resolved / ".DS_Store").write_bytes(b"\x00\x00\x00\x01Bud1")
+    (clean.root / "patches-rocm" / "old.patch").write_text("leftover\n")
+    found = [f.code for f in verify(Workspace(str(clean.root))).findings]
+    assert {"LAY002", "FIX023", "SER002"} <= set(
+        found
+    )  # not a git repository: no ignore rules
+    _git_repo(clean.root)
+    (clean.root / ".gitignore").write_text(".DS_Store\n*.orig\nold.patch\n")
+    assert verify(Workspace(str(clean.root))).findings == []
 
 
-def test_suites_toml_symlinked_out_and_nested(tmp_path):
-    from overlay.suites.config import SuiteConfigError, load_suites
+def test_ignored_through_the_users_excludes_file(clean, isolated_git):
+    resolved = clean.root / "patches-rocm" / "resolved" / "mlx"
+    resolved.mkdir(parents=True)
+    (resolved / ".DS_Store").write_bytes(b"\x00")
+    _git_repo(clean.root)
+    excludes = isolated_git / "excludes"
+    excludes.write_text(".DS_Store\n")
+    with open(isolated_git / ".gitconfig", "a") as fh:
+        fh.write(f"[core]\n\texcludesFile = {excludes}\n")
+    assert verify(Workspace(str(clean.root))).findings == []
 
-    repo = tmp_path / "repo"
-    (repo / "patches-rocm" / "suites").mkdir(parents=True)
-    path = repo / "patches-rocm" / "suites" / "suites.toml"
-    path.symlink_to("/dev/zero")
-    with hang_guard():
-        with pytest.raises(SuiteConfigError, match="outside the repository"):
-            load_suites(str(path), str(repo))
-    path.unlink()
-    path.write_text("x = " + "[" * 5000 + "]" * 5000 + "\n")
-    with pytest.raises(SuiteConfigError, match="nested too deeply"):
-        load_suites(str(path), str(repo))
+
+def test_a_tracked_file_counts_even_where_ignored(clean):
+    resolved = clean.root / "patches-rocm" / "resolved"
+    resolved.mkdir()
+    (resolved / ".DS_Store").write_bytes(b"\x00")
+    _git_repo(clean.root)
+    (clean.root / ".gitignore").write_text(".DS_Store\n")
+    git(clean.root, "add", "-f", "patches-rocm/resolved/.DS_Store")
+    assert "LAY002" in [f.code for f in verify(Workspace(str(clean.root))).findings]
+
+
+def test_scan_record_dir_lists_what_it_left_out(clean):
+    from overlay.fs.reading import scan_record_dir
+
+    resolved = clean.root / "patches-rocm" / "resolved" / "mlx"
+    resolved.mkdir(parents=True)
+    (resolved / "core.cpp").write_text("x\n")
+    (resolved / "notes.swp").write_text("x\n")
+    _git_repo(clean.root)
+    (clean.root / ".gitignore").write_text("*.swp\n")
+    left: list[str] = []
+    out, errors = scan_record_dir(clean.root, "patches-rocm/resolved", ignored=left)
+    assert (list(out), errors, left) == (["mlx/core.cpp"], [], ["mlx/notes.swp"])
+    out, _ = scan_record_dir(clean.root, "patches-rocm/resolved", skip_ignored=False)
+    assert list(out) == ["mlx/core.cpp", "mlx/notes.swp"]
+
+
+def test_a_directory_git_ignores_as_a_whole_keeps_its_records(tmp_path):
+    from overlay.fs.reading import scan_record_dir
+
+    # An overlay kept under an ignored directory (a copy staged under .overlay/, a
+    # checkout under build/): the rules say nothing about single records there.
+    git(tmp_path, "init", "-q")
+    (tmp_path / ".gitignore").write_text("/build/\n")
+    resolved = tmp_path / "build" / "ov" / "patches-rocm" / "resolved" / "mlx"
+    resolved.mkdir(parents=True)
+    (resolved / "core.cpp").write_text("x\n")
+    out, errors = scan_record_dir(tmp_path / "build" / "ov", "patches-rocm/resolved")
+    assert (list(out), errors) == (["mlx/core.cpp"], [])

@@ -1,4 +1,4 @@
-"""Property-based fuzz of the records (issue 13): every mutation of every record, through
+"""Property-based fuzz of the records: every mutation of every record, through
 ``verify``, ``status``, ``export`` (and ``fix list`` / ``suite`` for their records), ends
 with exit 0, 1 or 2, no traceback, no ``internal error`` line, no hang.
 

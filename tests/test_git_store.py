@@ -1,10 +1,8 @@
-"""A new git store made by two processes at once (issue 26, item 6).
-
-Two repositories' first commands on one new store used to run two ``git init`` in
-one directory, and one of them failed in 2 of 5 tries (``could not lock config
-file``, ``File exists``). The store is now made beside its place and renamed in
-whole (``gitrun.create_bare_repo``). No network; no timing assertion: the processes
-are only started together, and each must succeed.
+"""The store (overlay/git/store.py) made by several processes at once: each makes it
+beside its place and renames it in whole (``create_bare_repo``), so that two
+repositories' first commands on one new store both succeed and the loser of the rename
+keeps the winner's store. No network; no timing assertion: the processes are only
+started together, and each must succeed.
 """
 
 from __future__ import annotations

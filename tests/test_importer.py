@@ -1,11 +1,10 @@
-"""``overlay import whole-file`` (issue 18, parts 3 and 4): a whole-file overlay made from
+"""``overlay import whole-file`` (overlay/importer/): a whole-file overlay made from
 fixture repositories becomes a manifest, resolutions and a series, and round-trips.
 
 The overlay holds: a core file where the fork's hook conflicts with the pin (plus a local
 change outside the conflict), a core file with the fork's hook and a local fix, backend
 changes named by one entry and by two, local-only files (text, binary, an executable),
-a fork file it drops, a file git ignores and a note that is not part of the tree.
-"""
+a fork file it drops, a file git ignores and a note that is not part of the tree."""
 
 from __future__ import annotations
 
@@ -616,3 +615,18 @@ def test_interrupt_says_what_was_written(team, monkeypatch):
     assert (
         result.exit_code == 130 and "after the records were written" in result.output
     ), result.output
+
+
+def test_a_file_name_that_is_not_utf8_is_one_line_naming_it(team):
+    os.makedirs(team.dir / "mlx" / "backend" / "rocm", exist_ok=True)
+    name = os.path.join(os.fsencode(team.dir), b"mlx/backend/rocm/caf\xe9.cpp")
+    with open(name, "wb") as fh:
+        fh.write(b"int x;\n")
+    result = team.run()
+    assert result.exit_code == 2, result.output
+    assert "internal error" not in result.output and "Traceback" not in result.output
+    lines = [ln for ln in result.output.splitlines() if ln.startswith("overlay:")]
+    assert len(lines) == 1, result.output
+    assert '"mlx/backend/rocm/caf\\351.cpp"' in lines[0], lines[0]  # as git quotes it
+    assert "not UTF-8" in lines[0]
+    assert not (team.root / "patches-rocm").exists()

@@ -1,4 +1,4 @@
-"""``overlay import whole-file`` keeps upstream's later lines (issue 25, item 8, last bullet).
+"""``overlay import whole-file`` keeps upstream's later lines (overlay/importer/carry.py).
 
 A whole-file overlay holds copies made before upstream moved on: the fork's file plus a
 local fix (a file the fork changes), MLX's file at the fork's merge base plus a local
@@ -120,7 +120,7 @@ class Copies:
 
 
 def test_a_copy_made_before_upstream_added_a_line_keeps_the_line(tmp_path):
-    """The old import wrote each copy over the pin: its patches deleted "array 11b
+    """Each copy is carried onto the pin, not written over it: no patch deletes "array 11b
     upstream added", "array 20 upstream" and "ops 24b upstream added"."""
     c = Copies(tmp_path)
     result = c.run("--format", "json")

@@ -1,4 +1,4 @@
-"""Issue 29 item 1 on the real mirrors: a link-only break fails the per-PR gate.
+"""The real mirrors: a link-only break fails the per-PR gate.
 
 An upstream commit that declares a new free function in ``mlx/backend/gpu/slicing.h``,
 defines it for Metal and CUDA and calls it from the shared ``gpu/primitives.cpp``

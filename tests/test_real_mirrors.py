@@ -71,7 +71,7 @@ def test_real_tree_status_and_export(real_mirrors, tmp_path):
     assert os.path.exists(dest / ".overlay-export.json")
 
 
-# Issue 3 acceptance: the project's own overlay verifies clean, and each mutation of a
+# The project's own overlay verifies clean, and each mutation of a
 # scratch copy is caught with the right code.
 import re  # noqa: E402
 import shutil  # noqa: E402
@@ -160,7 +160,7 @@ def test_real_overlay_mutations_are_caught(real_mirrors, tmp_path, mutation, cod
     assert code in _codes(root)
 
 
-# Issue 18 acceptance: a whole-file overlay made from this project's own exported tree
+# A whole-file overlay made from this project's own exported tree
 # (the files that differ from the pin, an UPSTREAM of fork 75915908, merge base
 # 39886de4, pin 3a621991, and this LOCAL_FIXES.md) imports, exports byte-identical
 # to the pin with the overlay copied over it, and verifies with no findings.
@@ -240,7 +240,7 @@ def test_real_whole_file_import_round_trip(real_mirrors, tmp_path):
 def test_real_abbreviated_index_lines_refresh_back_to_the_original(
     real_mirrors, tmp_path
 ):
-    """Issue 25, item 3: 0003's `index` lines cut to git format-patch's 7 hex: SER008 and
+    """0003's `index` lines cut to git format-patch's 7 hex: SER008 and
     SER011 for it alone (no false SER010 for the later patches on its files), and
     `overlay refresh` gives the original bytes back."""
     root = _scratch_overlay(tmp_path)

@@ -9,21 +9,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from gitfixtures import cli, lines, make_patch, records_hash
-
-from overlay.engine.layers import compute_layers
-from overlay.git.store import Store
-from overlay.records.manifest import load_manifest
+from gitfixtures import cli, lines, records_hash
+from seriesfixtures import add_patch
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def add_patch(o, name, edits, fix=1, subject="rocm: fix"):
-    store = Store()
-    layers = compute_layers(store, load_manifest(str(o.root)), str(o.root))
-    data, _ = make_patch(store, layers.patched, edits, fix=fix, subject=subject)
-    o.add_patch(name, data)
-    return data
 
 
 def manifest_text(o) -> str:

@@ -1,4 +1,4 @@
-"""A formatting-only patch conflict (issue 30 item 2): the stop says the sides differ
+"""A formatting-only patch conflict (overlay/rebase/formatting.py): the stop says the sides differ
 only in formatting and offers the clean merge of the clang-formatted sides, which
 ``--continue --take-formatted`` takes."""
 
@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 from gitfixtures import cli, git
-from test_engine import add_patch, work_file, write_fixes
+from seriesfixtures import add_patch, work_file, write_fixes
 
 FORMATTED = "int f(int a) {\n  return a + 1;\n}\n\nint g(int b) {\n  return b * 2;\n}\n"
 LOOSE = (

@@ -1,181 +1,23 @@
-"""The stumbles of a first week (issue 17): each test failed before its fix.
-
-Set-up within reach (1), root discovery (2), pin sanity (3, 4), interrupts (5),
-a run in progress named (9), --abort after a completed run and --skip that asks
-for --drop (6), export and status --dest naming the same hand edits (7), reports
-naming patches by file and Local-Fix number (8), a hand-broken patch (10), a CI
-gate that checked nothing (11). The edit loop (item 1) is tests/test_edit.py.
-Real git fixture repositories, no network, no timing.
-"""
+"""What a run left, in words (overlay/rebase/ondisk.py): a Ctrl-C during a run says how
+to continue or abort it, and one after it completed (or during its write phase, held
+back until the records are whole) says so; ``--abort``, ``--continue``, ``--skip`` and
+``--drop`` with no run in progress say what there is to undo, and how."""
 
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
-import pytest
-from click.testing import CliRunner
-from gitfixtures import cli, git, lines
-from test_rebase import add_patch  # noqa: E402  (one way to add a fixture patch)
-
-from overlay.cli import main
+from gitfixtures import cli, lines, overlay_lines
+from seriesfixtures import add_patch
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def overlay_lines(output: str) -> list[str]:
-    return [ln for ln in output.splitlines() if ln.startswith("overlay:")]
-
-
-# -- 1. set-up puts `overlay` within reach ---------------------------------------------
-
-
-def _readme() -> str:
-    return (ROOT / "README.md").read_text()
-
-
-def test_readme_setup_puts_overlay_on_path():
-    setup = (
-        _readme()
-        .split("## Set-up on a fresh machine", 1)[1]
-        .split("```sh", 1)[1]
-        .split("```", 1)[0]
-    )
-    assert ". .venv/bin/activate" in setup
-    dry = subprocess.run(
-        ["make", "-n", "-C", str(ROOT), "run"],
-        capture_output=True,
-        text=True,
-        env=dict(os.environ, MAKEFLAGS=""),
-    )
-    if dry.returncode != 0 and "No rule" in dry.stderr:
-        pytest.fail(dry.stderr)
-    assert ". .venv/bin/activate" in dry.stdout  # make run says how to reach `overlay`
-
-
-def test_every_readme_command_exists():
-    text = _readme()
-    commands = set(main.list_commands(None))
-    shown = set(re.findall(r"`overlay ([a-z]+)", text))
-    assert shown and shown <= commands, shown - commands
-    makefile = (ROOT / "Makefile").read_text()
-    targets = set(re.findall(r"^([a-z][a-z-]*):", makefile, re.M))
-    shown_make = set(re.findall(r"`make ([a-z][a-z-]*)`", text)) | set(
-        re.findall(r"^make ([a-z-]+)", text, re.M)
-    )
-    assert shown_make and shown_make <= targets, shown_make - targets
-
-
-# -- 2. root discovery ------------------------------------------------------------------
-
-
-def test_root_is_found_upwards_from_a_subdirectory(overlay, monkeypatch):
-    expected = CliRunner().invoke(
-        main, ["-C", str(overlay.root), "tree", "--layer", "pin"]
-    )
-    assert expected.exit_code == 0, expected.output
-    sub = overlay.root / "patches-rocm" / "deeper"
-    sub.mkdir()
-    monkeypatch.chdir(sub)
-    found = CliRunner().invoke(main, ["tree", "--layer", "pin"])
-    assert found.exit_code == 0, found.output
-    assert found.output == expected.output
-    # -C changes where the search starts, as git -C does.
-    monkeypatch.chdir(overlay.root.parent)
-    via_c = CliRunner().invoke(main, ["-C", str(sub), "tree", "--layer", "pin"])
-    assert via_c.exit_code == 0 and via_c.output == expected.output
-
-
-def test_no_root_names_where_it_looked(tmp_path, monkeypatch):
-    start = tmp_path / "a" / "b"
-    start.mkdir(parents=True)
-    monkeypatch.chdir(start)
-    result = CliRunner().invoke(main, ["tree"])
-    assert result.exit_code == 2
-    (line,) = overlay_lines(result.output)
-    assert f"not found in {start} or any parent directory up to /" in line
-    assert "Traceback" not in result.output
-    missing = CliRunner().invoke(main, ["-C", str(tmp_path / "nope"), "tree"])
-    assert missing.exit_code == 2 and "no such directory" in missing.output
-
-
-def test_doctor_and_suite_still_run_outside_an_overlay(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    doctor = CliRunner().invoke(main, ["doctor", "--no-network"])
-    assert "manifest" in doctor.output and "Traceback" not in doctor.output
-
-
-# -- 3/4. pin sanity --------------------------------------------------------------------
-
-
-def test_rebase_onto_the_fork_commit_is_refused_without_force(ov, w):
-    refused = cli(ov, "rebase", "--onto", w.fork_commit)
-    assert refused.exit_code == 2, refused.output
-    assert "is the fork commit" in refused.output and "--force" in refused.output
-    assert not (ov.root / ".overlay" / "rebase").exists()
-    forced = cli(ov, "rebase", "--onto", w.fork_commit, "--force")
-    assert "accepted because of --force" in forced.output
-    assert "refusing" not in forced.output
-
-
-def test_rebase_onto_a_commit_on_no_upstream_branch_is_refused(ov, w):
-    up = w.upstream.path
-    git(up, "checkout", "-q", "--detach", w.pin_clean)
-    pr = w.upstream.commit(
-        {"mlx/ops.cpp": lines("ops", change={3: "ops 3 pull request"})}, "unmerged PR"
-    )
-    git(up, "update-ref", "refs/pull/7/head", pr)
-    git(up, "checkout", "-q", "main")
-    refused = cli(ov, "rebase", "--onto", pr)
-    assert refused.exit_code == 2, refused.output
-    (line,) = overlay_lines(refused.output)
-    assert "no upstream branch or tag contains it" in line
-    assert "pass --force" in refused.output
-    assert cli(ov, "rebase", "--onto", pr, "--force").exit_code == 0
-
-
-def test_backwards_pin_names_patches_citing_commits_the_pin_lacks(ov, w):
-    ov.write_manifest(w.pin_clean)
-    add_patch(
-        ov,
-        "0001-follow.patch",
-        {"mlx/backend/rocm/device.cpp": lines("device", change={3: "d3"})},
-        fix=1,
-    )
-    add_patch(
-        ov,
-        "0002-other.patch",
-        {"mlx/backend/rocm/device.h": "#pragma once\n// other\n"},
-        fix=2,
-    )
-    (ov.root / "LOCAL_FIXES.md").write_text(
-        textwrap.dedent(f"""\
-        # Local changes relative to x/fork@{w.fork_commit[:8]}
-
-        ## Retarget onto the MLX pin ({w.pin_clean[:8]})
-
-        1. **Follow upstream ops.** Upstream {w.pin_clean[:9]} (upstream work) changed
-           ops; `mlx/backend/rocm/device.cpp` follows it.
-
-        2. **Older work.** Upstream {w.base[:10]} is the merge base; `mlx/backend/rocm/device.h`.
-
-        """)
-    )
-    back = cli(ov, "rebase", "--onto", w.base)
-    assert back.exit_code == 0, back.output
-    warned = [ln for ln in back.output.splitlines() if "which the new pin lacks" in ln]
-    assert len(warned) == 1, back.output
-    assert (
-        "0001-follow.patch (LOCAL_FIXES entry 1)" in warned[0]
-        and w.pin_clean[:9] in warned[0]
-    )
-
-
-# -- 5. interrupts ----------------------------------------------------------------------
+# -- a Ctrl-C during and after a run ------------------------------------------
 
 
 def _interrupt(*_a, **_k):
@@ -217,13 +59,6 @@ def test_ctrl_c_after_the_run_completed_says_so(ov, w, monkeypatch):
     )
 
 
-def test_ctrl_c_in_any_command_is_exit_130_one_line(overlay, monkeypatch):
-    monkeypatch.setattr("overlay.engine.layers.compute_layers", _interrupt)
-    result = CliRunner().invoke(main, ["-C", str(overlay.root), "tree"])
-    assert result.exit_code == 130 and "Aborted!" not in result.output
-    assert overlay_lines(result.output) == ["overlay: interrupted"]
-
-
 def test_real_sigint_mid_sync_in_a_fresh_process(ov, w):
     new_fork = w.fork.commit(
         {"mlx/backend/rocm/device.h": "#pragma once\n// newer\n"}, "fork moves on"
@@ -252,8 +87,8 @@ def test_real_sigint_mid_sync_in_a_fresh_process(ov, w):
 
 def test_sigint_while_the_records_are_written_lets_them_finish(ov, w):
     """Ctrl-C during the write phase is held back until the records are whole: the
-    line then says the run completed, and it is true (a new user once got "stopped
-    and resumable" with three records already rewritten)."""
+    line then says the run completed, and it is true (no "stopped and resumable"
+    with records already rewritten)."""
     new_fork = w.fork.commit(
         {"mlx/backend/rocm/device.h": "#pragma once\n// newer\n"}, "fork moves on"
     )
@@ -308,18 +143,7 @@ def test_interrupts_deferred_raises_after_the_block(tmp_path):
     assert proc.stdout.strip() == "block finished / interrupted after", proc.stderr
 
 
-# -- 9. a run in progress is named ------------------------------------------------------
-
-
-def test_onto_the_current_pin_during_a_run_names_the_run(ov, w):
-    assert cli(ov, "rebase", "--onto", w.pin_conflict).exit_code == 1
-    again = cli(ov, "rebase", "--onto", w.base)  # the manifest still holds the old pin
-    assert again.exit_code == 2, again.output
-    assert "nothing to do" not in again.output
-    assert "a rebase is in progress" in again.output and "--continue" in again.output
-
-
-# -- 6. --abort after a completed run ---------------------------------------------------
+# -- an action with no run in progress ------------------------------------------
 
 
 def test_abort_after_a_completed_run_says_how_to_undo_it(ov, w):
@@ -370,248 +194,3 @@ def test_continue_skip_drop_without_a_run_name_themselves(ov):
             and "--abort" not in result.output
         )
         assert "overlay rebase --onto SHA" in result.output
-
-
-def test_a_target_with_an_action_is_refused(ov, w):
-    for args in (
-        ("rebase", "--onto", w.pin_clean, "--abort"),
-        ("sync", "--fork", w.base, "--continue"),
-    ):
-        result = cli(ov, *args)
-        assert result.exit_code == 2, result.output
-        assert "starts a run" in result.output and "give one of them" in result.output
-
-
-def test_sync_to_an_older_fork_commit_says_backwards(ov, w):
-    older = cli(ov, "sync", "--fork", w.base)
-    assert older.exit_code == 2
-    assert "older than the current" in older.output and "backwards" in older.output
-    assert "rewritten" not in older.output
-
-
-# -- 11. a CI gate that checked nothing -------------------------------------------------
-
-
-def test_verify_strict_fails_on_warnings(ov):
-    lenient = CliRunner().invoke(
-        main, ["-C", str(ov.root), "--offline", "verify", "--only", "MAN"]
-    )
-    assert lenient.exit_code == 0 and "MAN002" in lenient.output
-    strict = CliRunner().invoke(
-        main, ["-C", str(ov.root), "--offline", "verify", "--only", "MAN", "--strict"]
-    )
-    assert strict.exit_code == 1 and "MAN002" in strict.output
-
-
-def test_ci_fails_verify_when_the_layers_were_not_checked(ov):
-    fixes = ov.root / "LOCAL_FIXES.md"
-    fixes.write_text(
-        fixes.read_text().replace("x/fork@", "world/fork@")
-    )  # no error finding at all
-    result = CliRunner().invoke(
-        main, ["-C", str(ov.root), "--offline", "ci", "--only", "verify"]
-    )
-    assert result.exit_code == 1, result.output
-    assert re.search(
-        r"^verify\s+FAILED\s+the layers could not be checked \(MAN002",
-        result.output,
-        re.M,
-    )
-    assert (
-        CliRunner().invoke(main, ["-C", str(ov.root), "--offline", "verify"]).exit_code
-        == 0
-    )  # verify alone passes
-
-
-# -- 6. --skip that would delete a patch asks, as an emptied patch does ----------------------
-
-
-def test_skip_on_the_last_stop_asks_for_drop_and_deletes_nothing(ov, w):
-    add_patch(
-        ov,
-        "0001-ops.patch",
-        {"mlx/ops.cpp": lines("ops", change={2: "ops 2 ours"})},
-        fix=7,
-    )
-    assert (
-        cli(ov, "rebase", "--onto", w.pin_clean).exit_code == 1
-    )  # the only (last) stop
-    asked = cli(ov, "rebase", "--skip")
-    assert asked.exit_code == 1, asked.output
-    (line,) = overlay_lines(asked.output)
-    assert (
-        "--skip would delete patches-rocm/0001-ops.patch" in line
-        and "LOCAL_FIXES entry 7 stays" in line
-    )
-    assert "`overlay rebase --drop` drops it" in line and "--abort" in line
-    assert (ov.root / "patches-rocm" / "0001-ops.patch").exists()
-    assert (
-        "stopped at patch 0001-ops.patch" in cli(ov, "rebase", "--status").output
-    )  # still resumable
-    assert (
-        cli(ov, "rebase", "--abort").exit_code == 0
-    )  # and --abort still restores everything
-    assert cli(ov, "rebase", "--onto", w.pin_clean).exit_code == 1
-    dropped = cli(ov, "rebase", "--drop")
-    assert (
-        dropped.exit_code == 0
-        and "0001-ops.patch: skipped (dropped by --drop" in dropped.output
-    )
-    assert not (ov.root / "patches-rocm" / "0001-ops.patch").exists()
-
-
-def test_skip_on_a_patch_that_changes_nothing_still_drops_it(ov, w):
-    add_patch(
-        ov, "0001-h.patch", {"mlx/backend/rocm/device.h": "#pragma once\n// patched\n"}
-    )
-    new_fork = w.fork.commit({"mlx/backend/rocm/device.h": None}, "fork drops device.h")
-    assert cli(ov, "sync", "--fork", new_fork).exit_code == 1
-    (
-        ov.root
-        / ".overlay"
-        / "rebase"
-        / "work"
-        / "mlx"
-        / "backend"
-        / "rocm"
-        / "device.h"
-    ).unlink()
-    empty = cli(ov, "sync", "--continue")  # the emptied patch: the run asks here
-    assert (
-        empty.exit_code == 1 and "`overlay sync --drop` (or `--skip`)" in empty.output
-    )
-    assert cli(ov, "sync", "--skip").exit_code == 0  # the answer
-    assert not (ov.root / "patches-rocm" / "0001-h.patch").exists()
-
-
-# -- 7. export truth: status --dest and export name the same hand edits -----------------------
-
-
-def test_status_and_export_agree_when_the_layer_changed(ov, w, tmp_path):
-    dest = tmp_path / "export"
-    assert cli(ov, "export", str(dest)).exit_code == 0
-    new_h = "#pragma once\n// the new patch\n"
-    (dest / "mlx/backend/rocm/device.h").write_text(
-        new_h
-    )  # what the new patch will write
-    (dest / "mlx/ops.cpp").write_text("edited by hand\n")  # an edit no layer writes
-    add_patch(
-        ov,
-        "0001-h.patch",
-        {
-            "mlx/backend/rocm/device.h": new_h,
-            "mlx/backend/rocm/device.cpp": lines("device", change={1: "d1"}),
-        },
-    )
-    status = cli(ov, "status", "--dest", str(dest))
-    assert status.exit_code == 0, status.output
-    note = f"warning: {dest}: 1 file(s) edited by hand since the export were left as they are: mlx/ops.cpp"
-    assert note in status.output and "stale" in status.output  # device.h is not an edit
-    exported = cli(ov, "export", str(dest))
-    assert exported.exit_code == 0 and note in exported.output, exported.output
-    assert "1 written" in exported.output  # device.cpp; device.h already held it
-    again = cli(ov, "status", "--dest", str(dest))
-    assert note in again.output and "up to date" in again.output
-
-
-# -- 8. reports name patches by file name and Local-Fix number -------------------------------
-
-
-def _range_diff(o) -> str:
-    report = (o.root / ".overlay" / "last-rebase.md").read_text()
-    section = report.split("### Range-diff", 1)[1].split("```")[1]
-    assert not re.search(r"^\s*\d+:", section, re.M), section  # no series positions
-    return section
-
-
-def test_last_rebase_range_diff_names_patches(ov, w):
-    add_patch(
-        ov,
-        "0001-device.patch",
-        {"mlx/backend/rocm/device.cpp": lines("device", change={9: "d9"})},
-        fix=4,
-    )
-    assert (
-        cli(ov, "rebase", "--onto", w.pin_clean).exit_code == 0
-    )  # every patch clean: the summary
-    assert "0001-device.patch (fix 4) = 0001-device.patch (fix 4)" in _range_diff(ov)
-    add_patch(
-        ov,
-        "0002-core.patch",
-        {
-            "mlx/core.cpp": lines(
-                "core",
-                change={
-                    5: "core 5 // rocm hook",
-                    20: "core 20 ours",
-                    25: "core 25 upstream",
-                },
-            )
-        },
-        fix=5,
-    )
-    up = w.upstream.path
-    git(up, "checkout", "-q", "--detach", w.pin_clean)
-    side = w.upstream.commit(
-        {
-            "mlx/core.cpp": lines(
-                "core", change={25: "core 25 upstream", 28: "core 28 up"}
-            )
-        },
-        "upstream edits core.cpp again",
-    )
-    git(up, "update-ref", "refs/heads/side", side)
-    git(up, "checkout", "-q", "main")
-    done = cli(
-        ov, "rebase", "--onto", side
-    )  # 0002's pre-image changed: merged, git's range-diff runs
-    assert done.exit_code == 0 and "0002-core.patch: merged" in done.output, done.output
-    section = _range_diff(ov)
-    assert "0001-device.patch (fix 4) = 0001-device.patch (fix 4)" in section
-    assert re.search(
-        r"^0002-core\.patch \(fix 5\) [=!] 0002-core\.patch \(fix 5\)$", section, re.M
-    ), section
-
-
-# -- 10. a hand-broken patch: its line, git's reason, no misleading FIX024 -------------------
-
-
-def test_hand_broken_patch_gives_the_line_and_gits_reason_and_no_fix024(ov, w):
-    from overlay.checks.verify import verify
-    from overlay.workspace import Workspace
-
-    data = add_patch(
-        ov,
-        "0001-device.patch",
-        {"mlx/backend/rocm/device.cpp": lines("device", change={3: "device 3 locked"})},
-        fix=1,
-    )
-    (ov.root / "LOCAL_FIXES.md").write_text(
-        (ov.root / "LOCAL_FIXES.md").read_text()
-        + "1. **Lock.** `mlx/backend/rocm/device.cpp` is locked. "
-        "Applies to the fork; kept in mlxcelverse under the 2026-10-06 fork policy, not proposed there.\n"
-    )
-    broken = data.replace(
-        b"+device 3 locked\n", b"+device 3 locked\n+a line typed by hand\n"
-    )
-    (ov.root / "patches-rocm" / "0001-device.patch").write_bytes(broken)
-    hunk_line = (
-        broken.split(b"\n").index(
-            next(ln for ln in broken.split(b"\n") if ln.startswith(b"@@"))
-        )
-        + 1
-    )
-    found = verify(Workspace(str(ov.root))).findings
-    (ser004,) = [f for f in found if f.code == "SER004"]
-    assert ser004.line == hunk_line and ser004.path == "patches-rocm/0001-device.patch"
-    assert "hunk header says -6 +6 lines" in ser004.message
-    assert "(git apply: corrupt patch at line" in ser004.message
-    assert "refresh` cannot" in ser004.hint
-    assert not [f for f in found if f.code == "FIX024"], found
-    row = next(
-        ln
-        for ln in (ROOT / "docs" / "findings.md").read_text().splitlines()
-        if ln.startswith("| SER004")
-    )
-    fix_column = row.rstrip(" |").rsplit(" | ", 1)[1]
-    assert "refresh" not in fix_column or "cannot" in fix_column, row

@@ -1,20 +1,28 @@
-"""Remembered patch-conflict resolutions (issue 30 item 1): git rerere's idea for the series.
+"""Remembered patch-conflict resolutions (overlay/rebase/rerere.py): git rerere's idea
+for the series.
 
 A patch that conflicts with the new base stops the run; the user's resolution is recorded
 on ``--continue`` keyed by the normalized conflict, and a later run that meets the very
 same conflict replays it, says so, and goes on without stopping. ``--forget`` forgets it,
 ``--abort`` forgets what its run recorded (shared case 17), and a team's shared directory
-``patches-rocm/rr-cache/`` is used only when it exists.
-"""
+``patches-rocm/rr-cache/`` is used only when it exists."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 from pathlib import Path
 
 from gitfixtures import cli, lines
-from test_engine import add_patch, work_file, write_fixes
+from seriesfixtures import (
+    CORE_RESOLVED,
+    PDIR,
+    add_patch,
+    assert_verify_clean,
+    work_file,
+    write_fixes,
+)
 
-PDIR = "patches-rocm"
 RR = Path(".overlay") / "rr-cache"
 RESOLVED_OPS = lines("ops", change={2: "ops 2 upstream and ours"})
 REPLAYED = "replayed the recorded resolution of mlx/ops.cpp for patch 0001-ops.patch"
@@ -133,3 +141,146 @@ def test_the_key_ignores_labels_side_order_and_the_base_section():
     heading = f"{lt}\nCaveats\n=======\n{eq}\ny\n{gt}\n".encode()
     assert b"Caveats\n=======\n" in normalize_conflict(heading)
     assert normalize_conflict(f"{lt}\nx\n{eq}\n".encode()) is None  # not closed
+
+
+def rr_entries(o) -> set[str]:
+    d = o.root / RR
+    return {p.name for p in d.iterdir()} if d.is_dir() else set()
+
+
+def test_case17_abort_forgets_what_the_run_recorded(ov, w):
+    add_patch(
+        ov,
+        "0001-ops.patch",
+        {"mlx/ops.cpp": lines("ops", change={2: "ops 2 ours"})},
+        fix=2,
+    )
+    write_fixes(
+        ov,
+        [("Ops 2.", ["mlx/ops.cpp"])],
+        retarget=[("Keep the ROCm hook.", ["mlx/core.cpp"])],
+    )
+    assert_verify_clean(ov)
+    before = rr_entries(ov)
+    first = cli(ov, "rebase", "--onto", w.pin_conflict)
+    assert (
+        first.exit_code == 1
+        and "mlx/core.cpp: the fork delta conflicts" in first.output
+    )
+    # A (bad) resolution is recorded when --continue takes it ...
+    work_file(ov, "mlx/core.cpp").write_text(
+        lines("core", change={5: "core 5 BAD", 25: "core 25 upstream"})
+    )
+    later = cli(ov, "rebase", "--continue")
+    # ... and the run goes on into a later stop (the patch conflicts with upstream's ops 2).
+    assert (
+        later.exit_code == 1
+        and "patch 0001-ops.patch conflicts with the new base" in later.output
+    )
+    recorded = rr_entries(ov) - before
+    assert recorded and any(not n.endswith(".path") for n in recorded)
+    aborted = cli(ov, "rebase", "--abort")
+    assert aborted.exit_code == 0, aborted.output
+    assert rr_entries(ov) == before  # the run's rr-cache records are gone
+    # A new run stops again instead of reusing the bad resolution.
+    again = cli(ov, "rebase", "--onto", w.pin_conflict)
+    assert (
+        again.exit_code == 1
+        and "mlx/core.cpp: the fork delta conflicts" in again.output
+    )
+    assert "reused" not in again.output
+    assert cli(ov, "rebase", "--abort").exit_code == 0
+
+
+def test_case17_abort_after_a_run_killed_while_committing_forgets_too(ov, w):
+    # The resolution is recorded by --continue, the process is SIGKILLed while the run writes
+    # its results (before it completes); --abort then forgets the record as well.
+    import sys
+
+    write_fixes(ov, retarget=[("Keep the ROCm hook.", ["mlx/core.cpp"])])
+    assert cli(ov, "rebase", "--onto", w.pin_conflict).exit_code == 1
+    work_file(ov, "mlx/core.cpp").write_text(
+        lines("core", change={5: "core 5 BAD", 25: "core 25 upstream"})
+    )
+    env = dict(
+        os.environ,
+        OVERLAY_TEST_KILL_AT="commit",
+        PYTHONPATH=str(Path(__file__).resolve().parent.parent),
+    )
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "overlay.cli",
+            "-C",
+            str(ov.root),
+            "rebase",
+            "--continue",
+        ],
+        env=env,
+        capture_output=True,
+    )
+    assert proc.returncode == -9
+    assert rr_entries(ov)  # recorded before the kill
+    assert cli(ov, "rebase", "--abort").exit_code == 0
+    assert rr_entries(ov) == set()
+    again = cli(ov, "rebase", "--onto", w.pin_conflict)
+    assert (
+        again.exit_code == 1
+        and "mlx/core.cpp: the fork delta conflicts" in again.output
+    )
+
+
+def test_case17_reused_resolution_is_shown_and_forget_forgets_it(ov, w):
+    write_fixes(ov, retarget=[("Keep the ROCm hook.", ["mlx/core.cpp"])])
+    assert cli(ov, "rebase", "--onto", w.pin_conflict).exit_code == 1
+    work_file(ov, "mlx/core.cpp").write_text(CORE_RESOLVED)
+    done = cli(ov, "rebase", "--continue")
+    assert done.exit_code == 0, done.output
+    assert_verify_clean(ov)
+    back = cli(
+        ov, "rebase", "--onto", w.base
+    )  # no conflict there: the resolution file goes
+    assert back.exit_code == 0 and "resolution mlx/core.cpp: removed" in back.output, (
+        back.output
+    )
+    assert_verify_clean(ov)
+    reused = cli(ov, "rebase", "--onto", w.pin_conflict)
+    assert reused.exit_code == 0, reused.output
+    assert "resolution mlx/core.cpp: reused" in reused.output
+    assert (
+        "review" in reused.output
+        and "overlay rebase --forget mlx/core.cpp" in reused.output
+    )
+    assert (
+        ov.root / PDIR / "resolved" / "mlx" / "core.cpp"
+    ).read_text() == CORE_RESOLVED
+    assert_verify_clean(ov)
+    # Forget it (the run is complete): the count is reported, and the next run stops.
+    forgot = cli(ov, "rebase", "--forget", "mlx/core.cpp")
+    assert (
+        forgot.exit_code == 0
+        and "forgot 1 recorded resolution(s) for mlx/core.cpp" in forgot.output
+    )
+    assert rr_entries(ov) == set()
+    none = cli(ov, "rebase", "--forget", "mlx/core.cpp")
+    assert (
+        none.exit_code == 0 and "no recorded resolution for mlx/core.cpp" in none.output
+    )
+    # The resolution is still in the records: the run that removes it remembers it again
+    # (as rerere records what it sees), and says so; forgetting it then makes the next
+    # run onto that conflict stop.
+    removed = cli(ov, "rebase", "--onto", w.base)
+    assert (
+        removed.exit_code == 0
+        and "stays in the rr-cache"
+        in (ov.root / ".overlay" / "last-rebase.md").read_text()
+    )
+    assert_verify_clean(ov)
+    assert len({n for n in rr_entries(ov) if not n.endswith(".path")}) == 1
+    assert cli(ov, "rebase", "--forget", "mlx/core.cpp").exit_code == 0
+    stops = cli(ov, "rebase", "--onto", w.pin_conflict)
+    assert (
+        stops.exit_code == 1
+        and "mlx/core.cpp: the fork delta conflicts" in stops.output
+    )

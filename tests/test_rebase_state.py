@@ -8,16 +8,11 @@ import json
 
 import pytest
 from gitfixtures import cli, lines, records_hash
-from test_rebase import add_patch
+from seriesfixtures import add_patch
 
 from overlay.rebase.ondisk import inspect_state
 from overlay.rebase.report import RebaseReport
-from overlay.rebase.state import (
-    EmptyStop,
-    PatchStop,
-    ResolutionStop,
-    RunState,
-)
+from overlay.rebase.state import EmptyStop, PatchStop, ResolutionStop, RunState
 
 SHA = {c: c * 40 for c in "abcdef0123456789"}
 KEY = "7" * 64
@@ -244,7 +239,7 @@ def test_an_old_patch_stop_is_written_alike_and_continued(ov, w):
     hand = _hand_written_patch_stop(ov, w, seen)
     old = old_bytes(hand)
     # The new code writes what the old one did, plus the rr-cache key of the conflict
-    # (issue 30 item 1), a key the old code never read; a stop without it is continued.
+    # (rebase/rerere.py), a key the old code never read; a stop without it is continued.
     assert list(seen["stop"]["keys"]) == ["mlx/ops.cpp"]
     with_keys = {**hand, "stop": {**hand["stop"], "keys": seen["stop"]["keys"]}}
     assert path.read_bytes() == old_bytes(with_keys)

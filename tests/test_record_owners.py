@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from gitfixtures import cli, lines
-from test_engine import add_patch, write_fixes
+from seriesfixtures import add_patch, write_fixes
 
 from overlay.records import series
 

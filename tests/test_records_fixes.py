@@ -1,16 +1,17 @@
-"""LOCAL_FIXES.md: parser and textual FIX checks (one pass, one or more failures), the
-project's own file, the code table; the document fixture other test_fixes_* files use.
-
-Cross-checks against the series: test_fixes_cross.py; fix list/new: test_fixes_new.py.
-"""
+"""LOCAL_FIXES.md as a whole (overlay/records/fixes/): the textual FIX checks (one pass,
+one or more failures), entry numbering on hostile numbers, the project's own file, the
+code table; the document fixture the other test_records_fixes_* files use."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
+from fuzzlib import hang_guard
+from gitfixtures import CLOSING, local_fixes
 
-from overlay.errors import OverlayError
+from overlay.cli import main
 from overlay.records import fixes
 
 FORK = "NripeshN/mlx"
@@ -75,95 +76,6 @@ def all_text_checks(d):
     return fixes.check_document(
         d, fork_repo=FORK, fork_commit=FORK_COMMIT, pin=PIN, closing_sentence=S
     )
-
-
-# --------------------------------------------------------------------------- parser
-
-
-def test_parse_good_document():
-    d = doc()
-    assert (d.title_line, d.fork_repo, d.fork_sha) == (1, FORK, "75915908")
-    assert [s.key for s in d.sections] == [
-        "retarget",
-        "kernels",
-        "build",
-        "api",
-        "dropped",
-    ]
-    assert d.section("retarget").pin == "39886de4"
-    es = d.entries()
-    assert [(e.number, e.line, e.end_line, e.section) for e in es] == [
-        (1, 5, 6, "retarget"),
-        (2, 10, 12, "kernels"),
-        (3, 16, 16, "build"),
-        (4, 20, 20, "api"),
-    ]
-    assert es[0].title == "Take the fork's device"
-    assert es[0].text == "Resolution of `mlx/backend/rocm/device.cpp` against the pin."
-    assert es[1].files == ("gemms/hipblaslt_gemm.cpp", "device.cpp")
-    assert es[1].file_lines == {"gemms/hipblaslt_gemm.cpp": 11, "device.cpp": 11}
-    assert es[3].files == ("mlx/backend/rocm/pinned.cu",)  # `std::mutex` is no file
-    b = d.section("dropped").bullets[0]
-    assert (b.line, b.names) == (
-        24,
-        ("docs/notes/", "setup.py"),
-    )  # `overlay ci` is in the reason
-    assert d.entry(3).title == "Pin the arch list" and d.entry(9) is None
-
-
-def test_parse_plain_continuation_and_title_period_outside_bold():
-    d = fixes.parse(
-        "# T\n\n## Fixes to the fork's build\n\n7. **Title**. First line\nsecond `a/b.c`\n\nprose\n"
-    )
-    (e,) = d.entries()
-    assert (e.number, e.title, e.text, e.files, e.end_line) == (
-        7,
-        "Title",
-        "First line second `a/b.c`",
-        ("a/b.c",),
-        6,
-    )
-
-
-def test_parse_code_fence_is_not_structure():
-    d = fixes.parse(
-        "# T\n\n## Fixes to the fork's build\n\n1. **A.** text\n```\n2. **B.** no\n## no\n```\n"
-    )
-    assert [e.number for e in d.entries()] == [1]
-    assert [s.key for s in d.sections] == ["build"]
-
-
-@pytest.mark.parametrize(
-    "token,expected",
-    [
-        ("mlx/backend/rocm/device.cpp", True),
-        ("gemms/x.cpp", True),
-        ("pinned.cu", True),
-        ("CMakeLists.txt", True),
-        (".gitignore", True),
-        ("docs/notes/", True),
-        ("std::mutex", False),
-        ("hipblasLtMatmul()", False),
-        ("MLX_BUILD_ROCM", False),
-        ("0.5", False),
-        ("a b.c", False),
-    ],
-)
-def test_looks_like_path(token, expected):
-    assert fixes.looks_like_path(token) is expected
-
-
-def test_fork_repo_from_url():
-    assert fixes.fork_repo_from_url("https://github.com/NripeshN/mlx.git") == FORK
-    assert fixes.fork_repo_from_url("git@github.com:NripeshN/mlx.git") == FORK
-
-
-def test_load_missing_and_non_utf8(tmp_path):
-    with pytest.raises(OverlayError, match="not found"):
-        fixes.load(tmp_path / "LOCAL_FIXES.md")
-    (tmp_path / "LOCAL_FIXES.md").write_bytes(b"# \xff\n")
-    with pytest.raises(OverlayError, match="not UTF-8"):
-        fixes.load(tmp_path / "LOCAL_FIXES.md")
 
 
 # --------------------------------------------------------------------------- textual checks
@@ -398,3 +310,42 @@ def test_emitted_codes_are_declared():
     )
     emitted = set(re.findall(r'"(FIX\d{3})"', source))
     assert emitted == set(fixes.CODES)
+
+
+def test_entry_number_20261201_is_one_finding_not_a_loop(clean, world):  # noqa: F811
+    """An entry numbered 20261201 is one FIX007, not a walk over every missing number."""
+    extra = f"\n20261201. **A date as a number.** Someone typed a date. {CLOSING}\n"
+    (clean.root / "LOCAL_FIXES.md").write_text(local_fixes(world, extra=extra))
+    doc = fixes.load(clean.root / "LOCAL_FIXES.md")
+    with hang_guard(60):
+        found = fixes.check_numbering(doc)
+    assert [(f.code, f.message) for f in found] == [
+        ("FIX007", "entry number 20261201 is above 9999")
+    ]
+    with hang_guard(120):
+        result = CliRunner().invoke(main, ["-C", str(clean.root), "verify"])
+    assert (
+        result.exit_code == 1
+        and "FIX007 entry number 20261201 is above 9999" in result.output
+    )
+
+
+def test_numbering_gaps_are_runs_and_huge_numbers_are_not_entries():
+    text = (
+        "# Local changes relative to a/b@12345678\n\n## Fixes to the fork's kernels\n\n"
+        "1. **One.** x.\n\n9999. **Last.** x.\n\n" + "7" * 5000 + ". **Huge.** x.\n"
+    )
+    doc = fixes.parse(text)
+    assert [e.number for e in doc.entries()] == [1, 9999]
+    assert [f.message for f in fixes.check_numbering(doc)] == [
+        "entry numbers have a gap: 2-9998 are missing"
+    ]
+    assert [f.code for f in fixes.check_items(doc)] == ["FIX011"]
+    assert (
+        fixes.next_number(
+            fixes.parse(
+                "## Fixes to the fork's kernels\n\n1. **A.** x\n\n20261201. **B.** x\n"
+            )
+        )
+        == 2
+    )

@@ -1,9 +1,12 @@
-"""LOCAL_FIXES.md against the series and the trees: FIX017..FIX025 and the trailer
-reader (the document fixture and helpers come from test_records_fixes)."""
+"""LOCAL_FIXES.md against the series and the trees
+(overlay/records/fixes/cross_checks.py): FIX017..FIX025, the names an entry may use
+(relative to mlx/, outside the tree by policy) and the trailer reader (the document
+fixture and helpers come from test_records_fixes)."""
 
 from __future__ import annotations
 
-from test_records_fixes import TREE, codes, doc
+import pytest
+from test_records_fixes import TREE, S, codes, doc
 
 from overlay.records import fixes
 from overlay.records.fixes import PatchRecord
@@ -215,3 +218,117 @@ def test_patch_trailers():
         and tr["Forwarded"] == ("not-needed", 6)
         and tr["---"] == ("", 7)
     )
+
+
+FIX021_TREE = {
+    "CMakeLists.txt",
+    "mlx/backend/rocm/device.cpp",
+    "mlx/backend/rocm/event.hip",
+    "mlx/backend/metal/indexing.cpp",
+    "mlx/backend/cuda/indexing.cpp",
+}
+
+
+def fix021(names: list[str], outside_tree=()) -> list[str]:
+    text = " ".join(f"`{n}`" for n in names)
+    d = fixes.parse(
+        "# Local changes relative to x/fork@aaaaaaaa\n\n## Retarget onto the MLX pin (aaaaaaaa)\n\n"
+        f"1. **Names.** {text}.\n"
+    )
+    found = fixes.check_patch_entries(d, [], FIX021_TREE, outside_tree=outside_tree)
+    return [f.message.split("`")[1] for f in found if f.code == "FIX021"]
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "state.mutex",
+        "blockIdx.y",  # expressions
+        ".hip",
+        ".cpp",  # bare extensions
+        "event.o",
+        "quantized/qmv_tiled_kernel.o",
+        "_deps/mlx-src",
+        "_deps/",
+        "build/rocm/CMakeCache.txt",
+        "rocvirtual.cpp",  # a bare name not in the tree is prose
+        "acme/Model-0.5B",  # a model id
+        "backend/metal/indexing.cpp",  # relative to mlx/
+        "backend/rocm/event.hip",
+        "mlx/backend/rocm/",  # relative to mlx/ again, and a directory
+    ],
+)
+def test_fix021_not_reported(name):
+    assert fix021([name]) == []
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "mlx/backend/rocm/gone.cpp",  # a real path that is gone
+        "gemms/gone.cpp",  # backend-relative
+        "third_party/rocwmma/rocwmma.hpp",  # a third-party source: reported until the policy names it
+        "tests/kv_cache.rs",  # the team's own repository: the same
+        "mlx/backend/gone/",  # a directory with nothing under it
+    ],
+)
+def test_fix021_reported(name):
+    assert fix021([name]) == [name]
+
+
+def test_fix021_outside_tree_globs():
+    names = [
+        "third_party/rocwmma/rocwmma.hpp",
+        "tests/kv_cache.rs",
+        "scripts/bench/run.sh",
+        "mlx/backend/rocm/gone.cpp",
+    ]
+    assert fix021(
+        names, outside_tree=["third_party/**", "tests/*.rs", "scripts/**"]
+    ) == ["mlx/backend/rocm/gone.cpp"]
+
+
+def test_fix020_accepts_a_name_relative_to_mlx():
+    d = fixes.parse(
+        "# Local changes relative to x/fork@aaaaaaaa\n\n## Fixes to the fork's kernels\n\n"
+        f"1. **Index.** Fixes `backend/metal/indexing.cpp`. {S}\n"
+    )
+    rec = fixes.PatchRecord(
+        "patches-rocm/0001-x.patch",
+        1,
+        "not-needed",
+        {"mlx/backend/metal/indexing.cpp"},
+        set(),
+    )
+    assert fixes.check_patch_entries(d, [rec], FIX021_TREE) == []
+
+
+def test_several_local_fix_trailers_each_count():
+    d = fixes.parse(
+        "# Local changes relative to x/fork@aaaaaaaa\n\n## Fixes to the fork's kernels\n\n"
+        f"1. **One.** In `mlx/backend/rocm/device.cpp`. {S}\n\n"
+        f"2. **Two.** Also in `mlx/backend/rocm/device.cpp`. {S}\n\n"
+        f"3. **Three.** In `mlx/backend/rocm/event.hip`. {S}\n"
+    )
+    both = fixes.PatchRecord(
+        "patches-rocm/0001-x.patch",
+        ("1", "2"),
+        "not-needed",
+        {"mlx/backend/rocm/device.cpp"},
+        set(),
+    )
+    assert [f.code for f in fixes.check_patch_entries(d, [both], FIX021_TREE)] == [
+        "FIX024"
+    ]  # entry 3 only
+    wrong = both._replace(local_fix=("1", "3"))
+    found = fixes.check_patch_entries(d, [wrong], FIX021_TREE)
+    assert sorted(f.code for f in found) == [
+        "FIX020",
+        "FIX024",
+    ]  # 3 does not name device.cpp; 2 has none
+    assert [
+        f.code
+        for f in fixes.check_patch_entries(
+            d, [both._replace(local_fix=())], FIX021_TREE
+        )
+    ][0] == "FIX017"

@@ -1,6 +1,7 @@
-"""``overlay fix list`` and ``overlay fix new``: rows, rendering a new entry into the
-file, writing it (the document fixture comes from test_records_fixes, the patch records from
-test_fixes_cross)."""
+"""``overlay fix list`` and ``overlay fix new`` (overlay/records/fixes/new.py): rows,
+rendering a new entry into the file (a byte-order mark and CRLF kept), writing it (the
+document fixture comes from test_records_fixes, the patch records from
+test_records_fixes_cross_checks)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import os
 import stat
 
 import pytest
+from gitfixtures import cli
 from test_records_fixes import FORK, FORK_COMMIT, PIN, S, all_text_checks, doc
 from test_records_fixes_cross_checks import P1, good_patches
 
@@ -143,3 +145,24 @@ def test_atomic_write_keeps_mode_and_cleans_up(tmp_path):
     with pytest.raises(OSError):
         atomic_write(tmp_path / "missing" / "f", b"x")
     assert sorted(os.listdir(tmp_path)) == ["f"]
+
+
+def test_fix_new_keeps_the_byte_order_mark_and_crlf(ov):
+    path = ov.root / "LOCAL_FIXES.md"
+    text = path.read_text().replace("\n", "\r\n")
+    path.write_bytes(b"\xef\xbb\xbf" + text.encode())
+    done = cli(
+        ov,
+        "fix",
+        "new",
+        "--section",
+        "kernels",
+        "--title",
+        "Lock it",
+        "--file",
+        "mlx/backend/rocm/device.cpp",
+    )
+    assert done.exit_code == 0, done.output
+    data = path.read_bytes()
+    assert data.startswith(b"\xef\xbb\xbf# Local changes"), data[:40]
+    assert b"**Lock it.**" in data and b"\n" not in data.replace(b"\r\n", b"")

@@ -1,5 +1,5 @@
-"""Issue 14: plain mail headers of a patch are read without the :mod:`email` package (an
-import every command paid); whatever the short reader accepts, it reads exactly as
+"""A patch's mail head (overlay/records/mailhead.py): plain headers are read without
+the :mod:`email` package; whatever the short reader accepts, it reads exactly as
 ``email``'s compat32 parser does, and it hands everything else to that parser."""
 
 from __future__ import annotations

@@ -1,20 +1,38 @@
-"""Issue 14 for a pin bump: the manifest's commits rewritten without tomlkit (the same
-bytes), and the fork-delta merge kept in the store so that a rebase merges once."""
+"""The manifest (overlay/records/manifest.py): the pins rewritten to exactly the bytes
+tomlkit writes, the optional policy keys read and checked, and a manifest that is not
+UTF-8 or nests too deep is one line."""
 
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
 
 import pytest
 import tomlkit
-from gitfixtures import MANIFEST, PATCH
+from fuzzlib import failure_line, guarded_cli
+from gitfixtures import CLOSING, MANIFEST
 
-from overlay.engine import layers
-from overlay.git.store import Store
-from overlay.records.manifest import load_manifest, set_pins
+from overlay.errors import ManifestError
+from overlay.records.manifest import load_manifest, parse_manifest, set_pins
 
+POLICY_MANIFEST = """\
+[upstream]
+url = "https://example.invalid/mlx.git"
+pin = "{sha}"
+[fork]
+url = "https://example.invalid/fork.git"
+branch = "rocm-support"
+commit = "{sha}"
+merge-base = "{sha}"
+[carry]
+include = ["mlx/**"]
+exclude = []
+[backend]
+cmake-option = "MLX_BUILD_ROCM"
+architectures = []
+[policy]
+closing-sentence = "{closing}"
+""".format(sha="a" * 40, closing=CLOSING)
+OLD = "Applies to the fork."  # an older form of the closing sentence
 ROOT = Path(__file__).resolve().parents[1]
 NEW = ("a" * 40, "b" * 40, "c" * 40)
 
@@ -80,122 +98,62 @@ def test_set_pins_leaves_anything_else_to_tomlkit(change):
     assert got is None or got == with_tomlkit(text, *NEW)
 
 
-def test_a_second_merge_of_the_same_commits_is_read_from_the_store(
-    overlay, monkeypatch
-):
-    store = Store()
-    m = load_manifest(str(overlay.root))
-    w = overlay.world
-    layers.ensure_commits(store, m)
-    for pin in (w.pin_conflict, w.pin_clean):
-        store.ensure_commit(pin, ["upstream"])
-    first = layers.merge_fork_delta(
-        store, m.merge_base, w.pin_conflict, m.fork_commit, m.carry
+def test_manifest_reads_the_optional_policy_keys():
+    m = parse_manifest(
+        POLICY_MANIFEST + f'older-closing-sentences = ["{OLD}"]\n'
+        "closing-sentence-required-from = 20\n"
+        'outside-tree = ["tests/**", "third_party/**"]\n'
     )
-    assert first.stages  # the conflict world: stages must survive the cache
-    merges = []
-    real = Store.merge_trees
-    monkeypatch.setattr(
-        Store,
-        "merge_trees",
-        lambda self, *a, **k: merges.append(a) or real(self, *a, **k),
-    )
-    again = layers.merge_fork_delta(
-        store, m.merge_base, w.pin_conflict, m.fork_commit, m.carry
-    )
-    assert again == first and merges == []
-    # Another pin: merged, but the carried delta is not rebuilt.
-    edits = []
-    monkeypatch.setattr(
-        Store,
-        "edit_tree",
-        lambda self, *a, **k: edits.append(a) or pytest.fail("rebuilt"),
-    )
-    other = layers.merge_fork_delta(
-        store, m.merge_base, w.pin_clean, m.fork_commit, m.carry
-    )
-    assert len(merges) == 1 and other.tree != first.tree
-    monkeypatch.undo()
-    # A damaged record is merged again; another callable than Carry is not cached.
-    for top, _dirs, files in os.walk(os.path.join(store.git_dir, "overlay-merges")):
-        for name in files:
-            with open(os.path.join(top, name), "w") as fh:
-                json.dump({"tree": 5}, fh)
+    assert m.older_closing_sentences == (OLD,)
+    assert m.closing_sentence_required_from == 20
+    assert m.outside_tree == ("tests/**", "third_party/**")
+    plain = parse_manifest(POLICY_MANIFEST)
     assert (
-        layers.merge_fork_delta(
-            store, m.merge_base, w.pin_conflict, m.fork_commit, m.carry
-        )
-        == first
-    )
-    assert (
-        layers.merge_fork_delta(
-            store, m.merge_base, w.pin_conflict, m.fork_commit, lambda p: m.carry(p)
-        )
-        == first
-    )
+        plain.older_closing_sentences,
+        plain.closing_sentence_required_from,
+        plain.outside_tree,
+    ) == ((), None, ())
 
 
-def test_ancestry_answers_are_remembered(overlay, monkeypatch, tmp_path):
-    store = Store()
-    m = load_manifest(str(overlay.root))
-    layers.ensure_commits(store, m)
-    w = overlay.world
-    store.ensure_commit(w.pin_clean, ["upstream"])
-    assert store.is_ancestor(m.merge_base, m.fork_commit) and not store.is_ancestor(
-        m.fork_commit, m.merge_base
-    )
-    assert store.merge_base(m.fork_commit, w.pin_clean) == m.merge_base
-    again = Store()  # another process: read from the store's file
-    monkeypatch.setattr(
-        Store, "git", lambda self, *a, **k: pytest.fail(f"git {a} ran again")
-    )
-    assert again.is_ancestor(m.merge_base, m.fork_commit) and not again.is_ancestor(
-        m.fork_commit, m.merge_base
-    )
-    assert again.merge_base(m.fork_commit, w.pin_clean) == m.merge_base
-    monkeypatch.undo()
-    missing = "e" * 40  # git cannot answer: nothing is remembered
-    assert not again.is_ancestor(missing, m.fork_commit)
-    assert f"is-ancestor {missing} {m.fork_commit}" not in again._ancestry()
-
-
-def test_refresh_reads_and_parses_each_patch_once(clean, monkeypatch):
-    """The series is read once per `refresh` (it was read again for the layers, the
-    second read as costly as the first: issue 14), and a batch of reads resolves the
-    patches' directory once, not once per patch."""
-    from gitfixtures import cli
-
-    from overlay.records import series
-
-    parsed: list[str] = []
-    real_parse = series.parse_patch
-    monkeypatch.setattr(
-        series,
-        "parse_patch",
-        lambda data, name, *a, **k: (
-            parsed.append(name) or real_parse(data, name, *a, **k)
+@pytest.mark.parametrize(
+    "extra, words",
+    [
+        (f'older-closing-sentences = ["{OLD}"]\n', "come together"),
+        ("closing-sentence-required-from = 20\n", "come together"),
+        (
+            "older-closing-sentences = []\nclosing-sentence-required-from = 3\n",
+            "at least one",
         ),
-    )
-    assert cli(clean, "refresh", "--check").exit_code == 0
-    assert parsed == [PATCH]
+        (
+            f'older-closing-sentences = ["{OLD}"]\nclosing-sentence-required-from = 0\n',
+            "1 or more",
+        ),
+        (
+            f'older-closing-sentences = ["{OLD}"]\nclosing-sentence-required-from = true\n',
+            "must be an integer",
+        ),
+        ('outside-tree = "tests/**"\n', "outside-tree must be a list"),
+        ('outside-tree = [""]\n', "empty glob"),
+        ("older-forms = []\n", "unknown key(s) older-forms"),
+    ],
+)
+def test_manifest_refuses_bad_policy_keys(extra, words):
+    with pytest.raises(ManifestError) as info:
+        parse_manifest(POLICY_MANIFEST + extra)
+    assert words in info.value.message
 
-    resolved: list[str] = []
-    real_realpath = os.path.realpath
-    monkeypatch.setattr(
-        os.path,
-        "realpath",
-        lambda p, *a, **k: resolved.append(p) or real_realpath(p, *a, **k),
-    )
-    series.load_series(str(clean.root))
-    one = len(resolved)
-    for k in range(2, 6):  # the same patch under four more names
-        (clean.root / "patches-rocm" / f"000{k}-copy.patch").write_bytes(
-            (clean.root / "patches-rocm" / PATCH).read_bytes()
-        )
-    names = [f"000{k}-copy.patch" for k in range(2, 6)]
-    (clean.root / "patches-rocm" / "series").write_text(
-        "\n".join([PATCH, *names]) + "\n"
-    )
-    resolved.clear()
-    assert [p.name for p in series.load_series(str(clean.root))] == [PATCH, *names]
-    assert len(resolved) == one, resolved
+
+def test_manifest_not_utf8_and_nested_toml(clean):
+    manifest = clean.root / "patches-rocm" / "overlay.toml"
+    text = manifest.read_bytes()
+    manifest.write_bytes(text + b"# \xff\n")
+    with pytest.raises(
+        ManifestError, match=r"not UTF-8: invalid start byte at byte \d+ \(line \d+\)"
+    ):
+        load_manifest(str(clean.root))
+    manifest.write_bytes(text + b"x = " + b"[" * 5000 + b"]" * 5000 + b"\n")
+    result = guarded_cli(clean.root, "verify")
+    assert result.exit_code == 2 and "nested too deeply" in failure_line(result)
+    manifest.write_bytes(text + b"[extra]\nn = " + b"7" * 5000 + b"\n")
+    result = guarded_cli(clean.root, "status")
+    assert result.exit_code == 2 and "4300 digits" in failure_line(result)

@@ -1,8 +1,5 @@
-"""Long work shows progress (issue 30 item 3): fetches, ``ci`` stages, compiled units.
-
-Before, a first ``verify`` on a fresh store fetched for 87 s printing nothing, and
-``ci --only verify,check`` printed nothing for 22 minutes.
-"""
+"""The one live progress line (overlay/report/progress.py): fetches, ``ci`` stages and
+compiled units say what they do, plain lines off a terminal, nothing when off."""
 
 from __future__ import annotations
 
@@ -78,8 +75,8 @@ def test_a_fetch_says_what_it_fetches_and_from_where(
 
 
 def test_verify_says_when_it_fetches_every_upstream_branch(overlay, world, monkeypatch):
-    """The fetch of upstream's branches and tags (for the fork-ahead check) was a
-    silent stretch after the commit fetches of a cold ``verify``: it says so too."""
+    """A cold ``verify`` says when it fetches upstream's branches and tags (for the
+    fork-ahead check), after the commit fetches."""
     make_clean_overlay(overlay, world)
     monkeypatch.setenv("OVERLAY_PROGRESS", "plain")
     result = CliRunner().invoke(main, ["-C", str(overlay.root), "verify"])
@@ -111,44 +108,3 @@ def test_ci_shows_each_stage_and_the_units_of_its_check(overlay, world, monkeypa
     assert "overlay: ci: check: running" in result.output
     assert "[1/3] check: mlx/backend/rocm/device.cpp" in result.output
     assert "check   FAILED   stopped after one unit" in result.output
-
-
-def test_make_test_leaves_the_real_mirror_tests_to_make_test_real(tmp_path):
-    """With the mirror variables exported for ``make run``, ``make test`` took 30
-    minutes instead of 3-5: the real-mirror tests are ``make test-real``'s."""
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parents[1]
-    dry = subprocess.run(
-        ["make", "-n", "-C", str(root), "test", "test-real"],
-        capture_output=True,
-        text=True,
-        env=dict(os.environ, MAKEFLAGS=""),
-    )
-    assert dry.returncode == 0, dry.stderr
-    assert '-m pytest -q -m "not real_mirrors"' in dry.stdout
-    assert "-m pytest -q -m real_mirrors" in dry.stdout
-    env = dict(os.environ, OVERLAY_UPSTREAM_URL="/x", OVERLAY_FORK_URL="/y")
-    collected = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "--collect-only",
-            "-q",
-            "-m",
-            "not real_mirrors",
-            "-p",
-            "no:cacheprovider",
-            "tests/test_real_mirrors.py",
-        ],
-        capture_output=True,
-        text=True,
-        cwd=root,
-        env=env,
-    )
-    assert "no tests collected" in collected.stdout or " deselected" in collected.stdout
-    assert "test_real_tree_status_and_export" not in collected.stdout

@@ -3,6 +3,7 @@
 from pathlib import Path
 
 import pytest
+from fuzzlib import hang_guard
 
 from overlay.errors import EXIT_USAGE
 from overlay.suites.config import (
@@ -248,3 +249,19 @@ def test_select_suites():
         SuiteConfigError, match='unknown suite "c" \\(declared: a, b\\)'
     ):
         select_suites(suites, ["c"])
+
+
+def test_suites_toml_symlinked_out_and_nested(tmp_path):
+    from overlay.suites.config import SuiteConfigError, load_suites
+
+    repo = tmp_path / "repo"
+    (repo / "patches-rocm" / "suites").mkdir(parents=True)
+    path = repo / "patches-rocm" / "suites" / "suites.toml"
+    path.symlink_to("/dev/zero")
+    with hang_guard():
+        with pytest.raises(SuiteConfigError, match="outside the repository"):
+            load_suites(str(path), str(repo))
+    path.unlink()
+    path.write_text("x = " + "[" * 5000 + "]" * 5000 + "\n")
+    with pytest.raises(SuiteConfigError, match="nested too deeply"):
+        load_suites(str(path), str(repo))

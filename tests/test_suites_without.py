@@ -197,8 +197,7 @@ def test_removing_a_patch_a_later_one_needs_names_it(overlay):
 
 def test_ab_without_builds_from_the_commands_store(two_patches, tmp_path, monkeypatch):
     """`overlay --git-dir S --offline suite ab NAME --without PATCH` builds the fix-removed
-    tree from S, offline: once the build took the default store, online, which lacks
-    the layers' objects (issue 15)."""
+    tree from S, offline (the default store, online, would lack the layers' objects)."""
     from types import SimpleNamespace
 
     root = str(two_patches.root)

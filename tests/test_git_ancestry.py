@@ -1,0 +1,35 @@
+"""The ancestry answers (overlay/git/ancestry.py): remembered in the store, so that
+another process asks git nothing it asked before; an answer git could not give is not
+remembered."""
+
+from __future__ import annotations
+
+import pytest
+
+from overlay.engine import layers
+from overlay.git.store import Store
+from overlay.records.manifest import load_manifest
+
+
+def test_ancestry_answers_are_remembered(overlay, monkeypatch, tmp_path):
+    store = Store()
+    m = load_manifest(str(overlay.root))
+    layers.ensure_commits(store, m)
+    w = overlay.world
+    store.ensure_commit(w.pin_clean, ["upstream"])
+    assert store.is_ancestor(m.merge_base, m.fork_commit) and not store.is_ancestor(
+        m.fork_commit, m.merge_base
+    )
+    assert store.merge_base(m.fork_commit, w.pin_clean) == m.merge_base
+    again = Store()  # another process: read from the store's file
+    monkeypatch.setattr(
+        Store, "git", lambda self, *a, **k: pytest.fail(f"git {a} ran again")
+    )
+    assert again.is_ancestor(m.merge_base, m.fork_commit) and not again.is_ancestor(
+        m.fork_commit, m.merge_base
+    )
+    assert again.merge_base(m.fork_commit, w.pin_clean) == m.merge_base
+    monkeypatch.undo()
+    missing = "e" * 40  # git cannot answer: nothing is remembered
+    assert not again.is_ancestor(missing, m.fork_commit)
+    assert f"is-ancestor {missing} {m.fork_commit}" not in again._ancestry()
