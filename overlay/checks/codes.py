@@ -96,7 +96,7 @@ CODES: dict[str, tuple[str, str]] = {
 
 #: Retired codes of the MAN, SER and LAY families -> what each meant. A code, once
 #: released, never changes meaning: none of these may be declared in :data:`CODES`
-#: again (``tests/test_finding_codes.py``); docs/findings.md lists them.
+#: again (``tests/test_checks_codes.py``); docs/findings.md lists them.
 RETIRED: dict[str, str] = {
     "SER009": "warning: a hunk applies only at an offset",
     "SER012": "warning: a patch applies only by a 3-way merge from its pre-image",

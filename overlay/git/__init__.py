@@ -7,5 +7,5 @@ environment git children get), :mod:`~overlay.git.fetch` (fetching into the stor
 :mod:`~overlay.git.objects` (writing blobs and trees through one ``cat-file``/``mktree``
 pair), :mod:`~overlay.git.treemodel` (trees as Python values), :mod:`~overlay.records.filediff`
 (tree diffs), :mod:`~overlay.git.ancestry` (the memoized ancestry questions).
-Everything else goes through these (tests/test_import_graph.py checks it).
+Everything else goes through these (tests/test_overlay.py checks it).
 """

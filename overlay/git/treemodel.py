@@ -8,8 +8,8 @@ on the way to an edit, read by the store's ``cat-file``) and the entries git's
 apply produced, and every new tree object is written to the store in one go
 (:func:`write_objects`, one ``git unpack-objects`` or ``git index-pack``). The
 objects are git's own format, so their names are the ones ``git write-tree``
-gives for the same index (``tests/test_chain_apply.py`` and
-``tests/test_rebase_processes.py`` compare them). A rebase builds its fork layer
+gives for the same index (``tests/test_engine_chain.py`` and
+``tests/test_git_treemodel.py`` compare them). A rebase builds its fork layer
 the same way (:func:`edit_tree`), its resolution blobs in the same write.
 
 Only SHA-1 stores are handled (the object names are computed here); a caller
