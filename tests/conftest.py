@@ -45,7 +45,7 @@ def pytest_collection_modifyitems(config, items):
     mirror variables are exported for ``make run``."""
     for item in items:
         names = set(getattr(item, "fixturenames", ()))
-        # layer_builds (test_racelab.py) is module-scoped and reads the mirrors itself
+        # layer_builds (test_suites_racelab.py) is module-scoped and reads the mirrors itself
         if names & {"real_mirrors", "layer_builds"}:
             item.add_marker(pytest.mark.real_mirrors)
 

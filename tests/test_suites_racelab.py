@@ -1,4 +1,4 @@
-"""The race lab (overlay/suites/racelab.py, patches-rocm/suites/racelab/).
+"""The race lab (overlay/suites/racelab/, patches-rocm/suites/racelab/).
 
 The tests that compile need the ROCm toolchain (a provisioned
 ``tools/rocm-toolchain.sh`` root and root privileges, or a system ROCm) and are
