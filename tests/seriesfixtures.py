@@ -8,7 +8,15 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from gitfixtures import CLOSING, cli, git, lines, make_patch, read_blob
+from gitfixtures import (
+    CLOSING,
+    PATCH,
+    cli,
+    git,
+    lines,
+    make_patch,
+    read_blob,
+)
 
 from overlay.engine.layers import compute_layers
 from overlay.git.store import EMPTY_TREE, Store
@@ -191,3 +199,19 @@ def made_elsewhere(ov, tmp_path, path: str, before: str, after: str) -> bytes:
     ov.add_patch("0001-elsewhere.patch", data)
     write_fixes(ov, [("Elsewhere.", [path])])
     return data
+
+
+def abbreviate_index_line(o):
+    """Cut the first ``index`` line of the ``clean`` overlay's patch to 12 hex digits."""
+    path = o.root / "patches-rocm" / PATCH
+    data = path.read_bytes()
+    start = data.index(b"\nindex ") + len(b"\nindex ")
+    old, rest = data[start:].split(b"..", 1)
+    path.write_bytes(data[:start] + old[:12] + b".." + rest)
+
+
+def add_unlisted_patch(o):
+    """A copy of the ``clean`` overlay's patch that the series does not list."""
+    (o.root / "patches-rocm" / "0002-stray.patch").write_bytes(
+        (o.root / "patches-rocm" / PATCH).read_bytes()
+    )

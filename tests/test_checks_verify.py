@@ -1,20 +1,28 @@
-"""`overlay verify` end to end on fixture overlays: one clean, then each record broken."""
+"""``overlay verify`` (overlay/checks/verify.py) end to end on fixture overlays: one
+clean, then each record broken; ``--only`` computes only what its families need and
+gives exactly a full run's findings of them, ``--skip`` and ``--strict``, the policy read
+from the manifest, MAN003 when the layers fail."""
 
 from __future__ import annotations
 
 import json
+import re
 
+import pytest
 from click.testing import CliRunner
 from gitfixtures import CLOSING, PATCH, cli, lines, local_fixes, make_patch
 from seriesfixtures import (
+    abbreviate_index_line,
     add_patch,
+    add_unlisted_patch,
     assert_verify_clean,
     patch_bytes,
     patched_blob,
     write_fixes,
 )
 
-from overlay.checks.verify import verify
+from overlay.checks import verify as checks
+from overlay.checks.verify import FAMILIES, verify
 from overlay.cli import main
 from overlay.engine.layers import compute_layers
 from overlay.git.store import Store
@@ -409,3 +417,93 @@ def test_man003_is_reported_when_the_layers_fail_and_no_hint_sends_to_refresh(ov
     assert refused.exit_code == 2, refused.output
     assert "not an ancestor" in refused.output and "overlay sync" in refused.output
     assert patch_bytes(ov, "0001-core.patch") == data
+
+
+BREAKS = {
+    "clean": lambda o, w: None,
+    "abbreviated index line (SER008, SER011)": lambda o, w: abbreviate_index_line(o),
+    "unlisted patch (SER002)": lambda o, w: add_unlisted_patch(o),
+    "stale and uncarried resolutions (LAY002, LAY004)": lambda o, w: (
+        o.add_resolution("mlx/core.cpp", "whatever\n"),
+        o.add_resolution("docs/index.md", "docs\n"),
+    ),
+    "merge base not an ancestor (MAN003)": lambda o, w: o.write_manifest(
+        w.base, base=w.pin_clean
+    ),
+    "closing sentence (FIX013)": lambda o, w: (o.root / "LOCAL_FIXES.md").write_text(
+        local_fixes(w, closing=CLOSING[:-10] + ".")
+    ),
+    "patch that does not apply (SER010)": lambda o, w: o.write_manifest(w.pin_conflict),
+}
+
+
+@pytest.mark.parametrize("name", list(BREAKS))
+def test_only_gives_the_full_runs_findings_of_its_families(clean, world, name):
+    BREAKS[name](clean, world)
+    full = verify(Workspace(str(clean.root))).findings
+    for family in FAMILIES:
+        alone = verify(Workspace(str(clean.root)), only=[family]).findings
+        assert alone == [f for f in full if f.family == family], (name, family)
+    pair = verify(Workspace(str(clean.root)), only=["SER", "FIX"]).findings
+    assert pair == [f for f in full if f.family in ("SER", "FIX")]
+
+
+def test_only_fix_does_no_refresh_and_no_stepwise_layers(clean, monkeypatch):
+    verify(Workspace(str(clean.root)))  # the layer cache is warm
+    import overlay.engine.layers as layers_module
+
+    asked = []
+    real = layers_module.compute_layers
+
+    def spy(*args, **kw):
+        asked.append(kw.get("stepwise"))
+        return real(*args, **kw)
+
+    monkeypatch.setattr(layers_module, "compute_layers", spy)
+    monkeypatch.setattr(
+        checks,
+        "refresh_series",
+        lambda *a: pytest.fail("--only FIX refreshed the series"),
+    )
+    monkeypatch.setattr(
+        checks,
+        "_fork_ahead_findings",
+        lambda *a: pytest.fail("--only FIX checked MAN004"),
+    )
+    assert verify(Workspace(str(clean.root)), only=["FIX"]).findings == []
+    assert asked == [False]
+    monkeypatch.setattr(
+        checks,
+        "_repo_paths",
+        lambda *a: pytest.fail("--only LAY listed the repository"),
+    )
+    assert verify(Workspace(str(clean.root)), only=["LAY"]).findings == []
+    assert asked == [False, False]
+
+
+def test_a_skip_of_a_code_no_finding_has_is_warned_about(clean):
+    result = CliRunner().invoke(
+        main, ["-C", str(clean.root), "verify", "--skip", "SER01O", "--skip", "SER010"]
+    )
+    assert result.exit_code == 0, result.output
+    assert result.stderr.count("overlay: warning:") == 1
+    assert "--skip SER01O: not a finding code" in result.stderr
+    retired = CliRunner().invoke(
+        main, ["-C", str(clean.root), "verify", "--skip", "SER009"]
+    )
+    assert retired.exit_code == 0
+    assert "--skip SER009: a retired code" in retired.stderr
+
+
+def test_skip_takes_a_comma_separated_list(clean):
+    # Two errors (SER002, and SER008 with SER011), then all skipped in one list.
+    add_unlisted_patch(clean)
+    abbreviate_index_line(clean)
+    plain = CliRunner().invoke(main, ["-C", str(clean.root), "verify"])
+    codes = sorted(set(re.findall(r" error ([A-Z]{3}\d{3}) ", plain.output)))
+    assert plain.exit_code == 1 and codes == ["SER002", "SER008", "SER011"], codes
+    listed = CliRunner().invoke(
+        main, ["-C", str(clean.root), "verify", "--skip", ",".join(codes)]
+    )
+    assert listed.exit_code == 0, listed.output
+    assert "warning" not in listed.stderr

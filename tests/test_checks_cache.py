@@ -1,104 +1,24 @@
-"""Issue 14 for `overlay verify`: --only computes only what its families need, and gives
-exactly the findings of a full run of those families."""
+"""The verdict cache of ``overlay verify`` (overlay/checks/cache.py): its answer is keyed
+on every input byte (the records, suites.toml, the tool and the store), so that nothing
+changed is a hit with the same report and any changed input (even with the same size
+and mtime) is a new verdict; the repository's paths are git's list, and what a missing
+object decides, or an input changed during the run, is not stored."""
 
 from __future__ import annotations
 
-import re
+import os
+import subprocess
 
 import pytest
-from gitfixtures import CLOSING, PATCH, local_fixes
+from click.testing import CliRunner
+from gitfixtures import PATCH, local_fixes
+from seriesfixtures import abbreviate_index_line, add_unlisted_patch
 
+from overlay.checks import cache as verdict
 from overlay.checks import verify as checks
-from overlay.checks.verify import FAMILIES, verify
+from overlay.cli import main
 from overlay.git.env import ls_files_z
 from overlay.git.store import Store
-from overlay.workspace import Workspace
-
-
-def _abbreviate(o):
-    path = o.root / "patches-rocm" / PATCH
-    data = path.read_bytes()
-    start = data.index(b"\nindex ") + len(b"\nindex ")
-    old, rest = data[start:].split(b"..", 1)
-    path.write_bytes(data[:start] + old[:12] + b".." + rest)
-
-
-def _unlisted(o):
-    (o.root / "patches-rocm" / "0002-stray.patch").write_bytes(
-        (o.root / "patches-rocm" / PATCH).read_bytes()
-    )
-
-
-BREAKS = {
-    "clean": lambda o, w: None,
-    "abbreviated index line (SER008, SER011)": lambda o, w: _abbreviate(o),
-    "unlisted patch (SER002)": lambda o, w: _unlisted(o),
-    "stale and uncarried resolutions (LAY002, LAY004)": lambda o, w: (
-        o.add_resolution("mlx/core.cpp", "whatever\n"),
-        o.add_resolution("docs/index.md", "docs\n"),
-    ),
-    "merge base not an ancestor (MAN003)": lambda o, w: o.write_manifest(
-        w.base, base=w.pin_clean
-    ),
-    "closing sentence (FIX013)": lambda o, w: (o.root / "LOCAL_FIXES.md").write_text(
-        local_fixes(w, closing=CLOSING[:-10] + ".")
-    ),
-    "patch that does not apply (SER010)": lambda o, w: o.write_manifest(w.pin_conflict),
-}
-
-
-@pytest.mark.parametrize("name", list(BREAKS))
-def test_only_gives_the_full_runs_findings_of_its_families(clean, world, name):
-    BREAKS[name](clean, world)
-    full = verify(Workspace(str(clean.root))).findings
-    for family in FAMILIES:
-        alone = verify(Workspace(str(clean.root)), only=[family]).findings
-        assert alone == [f for f in full if f.family == family], (name, family)
-    pair = verify(Workspace(str(clean.root)), only=["SER", "FIX"]).findings
-    assert pair == [f for f in full if f.family in ("SER", "FIX")]
-
-
-def test_only_fix_does_no_refresh_and_no_stepwise_layers(clean, monkeypatch):
-    verify(Workspace(str(clean.root)))  # the layer cache is warm
-    import overlay.engine.layers as layers_module
-
-    asked = []
-    real = layers_module.compute_layers
-
-    def spy(*args, **kw):
-        asked.append(kw.get("stepwise"))
-        return real(*args, **kw)
-
-    monkeypatch.setattr(layers_module, "compute_layers", spy)
-    monkeypatch.setattr(
-        checks,
-        "refresh_series",
-        lambda *a: pytest.fail("--only FIX refreshed the series"),
-    )
-    monkeypatch.setattr(
-        checks,
-        "_fork_ahead_findings",
-        lambda *a: pytest.fail("--only FIX checked MAN004"),
-    )
-    assert verify(Workspace(str(clean.root)), only=["FIX"]).findings == []
-    assert asked == [False]
-    monkeypatch.setattr(
-        checks,
-        "_repo_paths",
-        lambda *a: pytest.fail("--only LAY listed the repository"),
-    )
-    assert verify(Workspace(str(clean.root)), only=["LAY"]).findings == []
-    assert asked == [False, False]
-
-
-# -- the verdict cache -------------------------------------------------------------------
-import os  # noqa: E402
-import subprocess  # noqa: E402
-
-from click.testing import CliRunner  # noqa: E402
-
-from overlay.checks import cache as verdict  # noqa: E402
-from overlay.cli import main  # noqa: E402
 
 
 class Runs:
@@ -158,8 +78,8 @@ def test_nothing_changed_is_a_hit_with_the_same_report(clean, monkeypatch):
 EDITS = {
     "manifest": lambda o, w: o.write_manifest(w.base, base=w.pin_clean),
     "series": lambda o, w: o.write_series([]),
-    "patch bytes": lambda o, w: _abbreviate(o),
-    "a patch file not listed": lambda o, w: _unlisted(o),
+    "patch bytes": lambda o, w: abbreviate_index_line(o),
+    "a patch file not listed": lambda o, w: add_unlisted_patch(o),
     "LOCAL_FIXES.md": lambda o, w: (o.root / "LOCAL_FIXES.md").write_text(
         local_fixes(w, closing="Nope.")
     ),
@@ -346,39 +266,3 @@ def test_a_cached_verdict_still_says_a_run_is_stopped(clean, world, monkeypatch)
     code, report, _hit = run()
     assert code == 0 and "in progress" not in report
     assert run()[2] is True  # cached again once no run is in progress
-
-
-def test_a_skip_of_a_code_no_finding_has_is_warned_about(clean):
-    from click.testing import CliRunner
-
-    from overlay.cli import main
-
-    result = CliRunner().invoke(
-        main, ["-C", str(clean.root), "verify", "--skip", "SER01O", "--skip", "SER010"]
-    )
-    assert result.exit_code == 0, result.output
-    assert result.stderr.count("overlay: warning:") == 1
-    assert "--skip SER01O: not a finding code" in result.stderr
-    retired = CliRunner().invoke(
-        main, ["-C", str(clean.root), "verify", "--skip", "SER009"]
-    )
-    assert retired.exit_code == 0
-    assert "--skip SER009: a retired code" in retired.stderr
-
-
-def test_skip_takes_a_comma_separated_list(clean):
-    from click.testing import CliRunner
-
-    from overlay.cli import main
-
-    # Two errors (SER002, and SER008 with SER011), then all skipped in one list.
-    _unlisted(clean)
-    _abbreviate(clean)
-    plain = CliRunner().invoke(main, ["-C", str(clean.root), "verify"])
-    codes = sorted(set(re.findall(r" error ([A-Z]{3}\d{3}) ", plain.output)))
-    assert plain.exit_code == 1 and codes == ["SER002", "SER008", "SER011"], codes
-    listed = CliRunner().invoke(
-        main, ["-C", str(clean.root), "verify", "--skip", ",".join(codes)]
-    )
-    assert listed.exit_code == 0, listed.output
-    assert "warning" not in listed.stderr
