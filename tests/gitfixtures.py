@@ -9,6 +9,8 @@ from __future__ import annotations
 import dataclasses
 import os
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 from overlay.git.store import EMPTY_TREE, Store, git_env
@@ -470,3 +472,25 @@ def tree_of_every_kind(store: Store) -> str:
     }
     changes["vendor/mod"] = ("160000", GITLINK)
     return store.edit_tree(EMPTY_TREE, changes)
+
+
+def dead_pid() -> int:
+    """The pid of a process that has ended (and been reaped)."""
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def scratch_leftovers(tmp: Path) -> Path:
+    """A dead process's scratch directory, a day-old one from before names had a pid
+    (both swept), and a fresh one without a pid (kept); returns the one kept."""
+    dead = tmp / f"overlay-commits-{dead_pid()}-abcdefgh"
+    dead.mkdir()
+    (dead / "0").write_text("x")
+    legacy = tmp / "overlay-idx-k3j9x_2q"
+    legacy.mkdir()
+    old = time.time() - 2 * 86400
+    os.utime(legacy, (old, old))
+    fresh_legacy = tmp / "overlay-idx-a1b2c3d4"
+    fresh_legacy.mkdir()
+    return fresh_legacy

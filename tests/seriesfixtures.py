@@ -215,3 +215,17 @@ def add_unlisted_patch(o):
     (o.root / "patches-rocm" / "0002-stray.patch").write_bytes(
         (o.root / "patches-rocm" / PATCH).read_bytes()
     )
+
+
+def manifest_text(o) -> str:
+    """The manifest's text."""
+    return (o.root / "patches-rocm" / "overlay.toml").read_text()
+
+
+def stopped_run(ov, w) -> None:
+    """A rebase stopped on the fork-delta conflict in mlx/core.cpp, its work file resolved."""
+    stop = cli(ov, "rebase", "--onto", w.pin_conflict)
+    assert stop.exit_code == 1, stop.output
+    (ov.root / ".overlay" / "rebase" / "work" / "mlx" / "core.cpp").write_text(
+        CORE_RESOLVED
+    )

@@ -1,5 +1,8 @@
-"""The rebase lock, wedged rebase states and the sweep of what killed commands
-leave behind (issue 13, items 4 and 5).
+"""The one lock of the records and the rebase state (overlay/fs/records_lock.py,
+``.overlay/rebase.lock``): a command that changes them is refused while another holds
+it, readers (``verify``, ``status``) share it and writers wait for no reader, two
+commands at once never tear the state, and a start killed before its state is in place
+leaves no run.
 
 Concurrency is tested with real processes: the test process holds
 ``.overlay/rebase.lock`` as the protocol says (``flock``, ``"<pid> <command>"``
@@ -13,33 +16,19 @@ import fcntl
 import hashlib
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
-from gitfixtures import (
-    cli,
-    lines,
-    make_patch,
-    records_hash,
-)
-from gitfixtures import (
-    overlay_process as run,
-)
-from gitfixtures import (
-    refusal_line as one_line_refusal,
-)
+from gitfixtures import lines, records_hash
+from gitfixtures import overlay_process as run
+from gitfixtures import refusal_line as one_line_refusal
+from seriesfixtures import manifest_text, stopped_run
 
-from overlay.engine.layers import compute_layers
-from overlay.fs.atomic import TEMP_RE, sweep_scratch_dirs
 from overlay.fs.records_lock import LOCK_FILE
-from overlay.git.store import Store
 from overlay.rebase.ondisk import inspect_state
-from overlay.records.manifest import load_manifest
 
 ROOT = Path(__file__).resolve().parent.parent
 RESOLVED = lines(
@@ -72,10 +61,6 @@ def snapshot(o) -> str:
     return h.hexdigest()
 
 
-def manifest_text(o) -> str:
-    return (o.root / "patches-rocm" / "overlay.toml").read_text()
-
-
 @contextlib.contextmanager
 def holding(o, command: str = "rebase --continue", *, shared: bool = False):
     """Hold the rebase lock from the test process, as a running overlay command would."""
@@ -89,16 +74,6 @@ def holding(o, command: str = "rebase --continue", *, shared: bool = False):
         yield
     finally:
         os.close(fd)
-
-
-def stopped_run(ov, w) -> None:
-    """A rebase stopped on the fork-delta conflict in mlx/core.cpp, its work file resolved."""
-    stop = cli(ov, "rebase", "--onto", w.pin_conflict)
-    assert stop.exit_code == 1, stop.output
-    (ov.root / ".overlay" / "rebase" / "work" / "mlx" / "core.cpp").write_text(RESOLVED)
-
-
-# -- 1. the lock ------------------------------------------------------------------------------
 
 
 def test_every_command_on_the_state_is_refused_while_another_holds_the_lock(ov, w):
@@ -260,238 +235,3 @@ def test_a_start_killed_before_its_state_is_in_place_leaves_no_run(ov, w):
         again.returncode == 1 and "fork delta conflicts" in again.stdout + again.stderr
     )
     assert not (ov.root / ".overlay" / "rebase.tmp-new").exists()  # swept
-
-
-# -- 2. wedged states ---------------------------------------------------------------------------
-
-
-def _no_backup(state_dir: Path) -> None:
-    shutil.rmtree(state_dir / "backup")
-
-
-def _no_state(state_dir: Path) -> None:
-    (state_dir / "state.json").unlink()
-
-
-def _half_state(state_dir: Path) -> None:
-    data = (state_dir / "state.json").read_bytes()
-    (state_dir / "state.json").write_bytes(data[: len(data) // 2])
-
-
-def _wrong_state(state_dir: Path) -> None:
-    (state_dir / "state.json").write_text("[]")
-
-
-def _hostile_state(state_dir: Path) -> None:
-    state = json.loads((state_dir / "state.json").read_text())
-    state["backup"].append("../../outside.txt")
-    (state_dir / "state.json").write_text(json.dumps(state))
-
-
-@pytest.mark.parametrize(
-    "wedge, says",
-    [
-        (_no_backup, "is there but its backup"),
-        (_no_state, "holds its backup but no state.json"),
-        (_half_state, "is not valid JSON"),
-        (_wrong_state, "does not hold an object"),
-        (_hostile_state, "unsafe backed-up file"),
-    ],
-)
-def test_a_wedged_state_is_recognized_and_abort_recovers_it(ov, w, wedge, says):
-    ov.add_resolution("mlx/backend/rocm/device.h", "kept\n")
-    before = records_hash(ov)
-    stopped_run(ov, w)
-    wedge(ov.root / ".overlay" / "rebase")
-
-    status = run(ov, "rebase", "--status")
-    assert status.returncode == 0, status.stderr
-    assert "rebase state is wedged" in status.stdout and says in status.stdout
-    assert "`overlay rebase --abort` recovers it" in status.stdout
-    for args in (
-        ("rebase", "--continue"),
-        ("rebase", "--skip"),
-        ("rebase", "--onto", w.pin_clean),
-    ):
-        refused = run(ov, *args)
-        assert refused.returncode == 2, (args, refused.stdout, refused.stderr)
-        assert "wedged" in one_line_refusal(refused.stderr)
-        assert "--abort` recovers it" in refused.stderr
-    assert "is wedged" in run(ov, "verify", "--only", "SER").stderr
-
-    aborted = run(ov, "rebase", "--abort")
-    assert aborted.returncode == 0, aborted.stderr
-    assert (
-        "Traceback" not in aborted.stderr
-        and "aborted the wedged rebase state" in aborted.stdout
-    )
-    assert not (ov.root / ".overlay" / "rebase").exists()
-    assert records_hash(ov) == before
-    assert not (ov.root.parent / "outside.txt").exists()
-    assert "no rebase or sync in progress" in run(ov, "rebase", "--status").stdout
-    assert (
-        run(ov, "rebase", "--onto", w.pin_conflict).returncode == 1
-    )  # a new run starts
-
-
-def test_abort_of_a_wedged_state_killed_mid_commit_keeps_what_it_cannot_restore(ov, w):
-    store = Store()
-    layers = compute_layers(store, load_manifest(str(ov.root)), str(ov.root))
-    data, _ = make_patch(
-        store,
-        layers.patched,
-        {"mlx/backend/rocm/device.cpp": lines("device", change={9: "d9"})},
-    )
-    ov.add_patch("0001-device.patch", data)
-    before_series = (ov.root / "patches-rocm" / "series").read_bytes()
-    killed = run(
-        ov, "rebase", "--onto", w.pin_clean, env={"OVERLAY_TEST_KILL_AT": "commit"}
-    )
-    assert killed.returncode == -9
-    assert f'pin = "{w.pin_clean}"' in manifest_text(ov)  # the commit had begun
-    (
-        ov.root / ".overlay" / "rebase" / "backup" / "patches-rocm" / "overlay.toml"
-    ).unlink()
-    assert "the backup lacks 1 of the" in run(ov, "rebase", "--status").stdout
-    aborted = run(ov, "rebase", "--abort")
-    assert aborted.returncode == 0, aborted.stderr
-    assert (
-        "no backup copy, left as the run wrote them: patches-rocm/overlay.toml"
-        in aborted.stderr
-    )
-    assert f'pin = "{w.pin_clean}"' in manifest_text(ov)  # kept, and said so
-    assert (ov.root / "patches-rocm" / "series").read_bytes() == before_series
-    assert (ov.root / "patches-rocm" / "0001-device.patch").read_bytes() == data
-    assert not (ov.root / ".overlay" / "rebase").exists()
-
-
-# -- 3. what killed commands leave behind ------------------------------------------------------
-
-
-def _refreshable(ov) -> Path:
-    """A patch whose refresh changes bytes (a Date: header, which refresh drops)."""
-    store = Store()
-    layers = compute_layers(store, load_manifest(str(ov.root)), str(ov.root))
-    data, _ = make_patch(
-        store, layers.patched, {"mlx/ops.cpp": lines("ops", change={3: "ops 3 fixed"})}
-    )
-    data = data.replace(
-        b"Subject:", b"Date: Mon, 1 Jan 2024 00:00:00 +0000\nSubject:", 1
-    )
-    return ov.add_patch("0001-a.patch", data)
-
-
-def _temps(root: Path) -> list[str]:
-    return sorted(
-        str(p.relative_to(root)) for p in root.rglob("*") if TEMP_RE.match(p.name)
-    )
-
-
-def _dead_pid() -> int:
-    proc = subprocess.Popen([sys.executable, "-c", "pass"])
-    proc.wait()
-    return proc.pid
-
-
-def test_a_refresh_killed_before_its_rename_leaves_nothing_after_the_next_run(
-    ov, tmp_path
-):
-    patch = _refreshable(ov)
-    before = patch.read_bytes()
-    tmp = tmp_path / "tmp"
-    tmp.mkdir()
-    # A run killed inside a scratch directory (its index) leaves it, named with its pid.
-    killed = run(
-        ov, "refresh", env={"OVERLAY_TEST_KILL_AT": "scratch-idx", "TMPDIR": str(tmp)}
-    )
-    assert killed.returncode == -9
-    left = [p.name for p in tmp.iterdir() if p.name.startswith("overlay-idx-")]
-    assert left and all(re.match(r"overlay-idx-\d+-", n) for n in left)
-    # A run killed just before it renames the rewritten patch into place leaves its temp file.
-    killed = run(
-        ov, "refresh", env={"OVERLAY_TEST_KILL_AT": "refresh", "TMPDIR": str(tmp)}
-    )
-    assert killed.returncode == -9
-    assert patch.read_bytes() == before
-    assert _temps(ov.root) and all(
-        t.startswith("patches-rocm/.0001-a.patch.") for t in _temps(ov.root)
-    )
-    live = tmp / f"overlay-merge-{os.getpid()}-abcdefgh"  # this process is alive: kept
-    live.mkdir()
-    other = tmp / "overlay-notes"  # not ours: kept
-    other.mkdir()
-
-    done = run(ov, "refresh", env={"TMPDIR": str(tmp)})
-    assert done.returncode == 0, done.stderr
-    assert "rewrote 0001-a.patch" in done.stdout and b"Date:" not in patch.read_bytes()
-    assert _temps(ov.root) == []
-    assert sorted(p.name for p in tmp.iterdir()) == sorted([live.name, other.name])
-
-
-def _scratch_leftovers(tmp: Path) -> Path:
-    """A dead process's scratch directory, a day-old one from before names had a pid
-    (both swept), and a fresh one without a pid (kept); returns the one kept."""
-    dead = tmp / f"overlay-commits-{_dead_pid()}-abcdefgh"
-    dead.mkdir()
-    (dead / "0").write_text("x")
-    legacy = tmp / "overlay-idx-k3j9x_2q"
-    legacy.mkdir()
-    old = time.time() - 2 * 86400
-    os.utime(legacy, (old, old))
-    fresh_legacy = tmp / "overlay-idx-a1b2c3d4"
-    fresh_legacy.mkdir()
-    return fresh_legacy
-
-
-@pytest.mark.parametrize(
-    "command", [("rebase", "--abort"), ("rebase", "--onto", "PIN")]
-)
-def test_rebase_and_abort_sweep_record_temps_and_dead_scratch_dirs(
-    ov, w, tmp_path, command
-):
-    if command[1] == "--abort":
-        stopped_run(ov, w)
-    tmp = tmp_path / "tmp"
-    tmp.mkdir()
-    kept = _scratch_leftovers(tmp)
-    (ov.root / "patches-rocm" / "resolved" / "mlx").mkdir(parents=True, exist_ok=True)
-    for path in (
-        ov.root / "patches-rocm" / ".series.k3j9x_2q.tmp",
-        ov.root / ".LOCAL_FIXES.md.abcdefgh.tmp",
-        ov.root / "patches-rocm" / ".0001-x.patch.zzzzzzzz.tmp",
-        ov.root / "patches-rocm" / "resolved" / "mlx" / ".core.cpp.q1w2e3r4.tmp",
-    ):
-        path.write_text(
-            "half-written\n"
-        )  # what a kill just before atomic_write's rename leaves
-    result = run(
-        ov,
-        *[w.pin_clean if a == "PIN" else a for a in command],
-        env={"TMPDIR": str(tmp)},
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert _temps(ov.root) == []  # --abort's "as it was before the run" is true
-    assert sorted(p.name for p in tmp.iterdir()) == [kept.name]
-
-
-def test_export_sweeps_dead_scratch_dirs(ov, tmp_path):
-    tmp = tmp_path / "tmp"
-    tmp.mkdir()
-    kept = _scratch_leftovers(tmp)
-    result = run(ov, "export", str(tmp_path / "dest"), env={"TMPDIR": str(tmp)})
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert sorted(p.name for p in tmp.iterdir()) == [kept.name]
-
-
-def test_sweep_scratch_dirs_keeps_live_and_foreign_directories(tmp_path):
-    dead = tmp_path / f"overlay-idx-{_dead_pid()}-abcdefgh"
-    live = tmp_path / f"overlay-idx-{os.getpid()}-abcdefgh"
-    foreign = (
-        tmp_path / "overlay-idx-1234567890123-abcdefgh"
-    )  # no pid of ours can be that long
-    for d in (dead, live, foreign):
-        d.mkdir()
-    link = tmp_path / f"overlay-merge-{_dead_pid()}-linkxxxx"
-    link.symlink_to(live)
-    assert sweep_scratch_dirs(str(tmp_path)) == [dead.name]
-    assert live.is_dir() and foreign.is_dir() and link.is_symlink()

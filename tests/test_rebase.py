@@ -10,13 +10,9 @@ from pathlib import Path
 
 import pytest
 from gitfixtures import cli, lines, records_hash
-from seriesfixtures import add_patch
+from seriesfixtures import add_patch, manifest_text
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def manifest_text(o) -> str:
-    return (o.root / "patches-rocm" / "overlay.toml").read_text()
 
 
 def test_clean_rebase_moves_the_pin_and_keeps_comments(ov, w):

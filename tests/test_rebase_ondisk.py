@@ -1,18 +1,28 @@
 """What a run left, in words (overlay/rebase/ondisk.py): a Ctrl-C during a run says how
 to continue or abort it, and one after it completed (or during its write phase, held
 back until the records are whole) says so; ``--abort``, ``--continue``, ``--skip`` and
-``--drop`` with no run in progress say what there is to undo, and how."""
+``--drop`` with no run in progress say what there is to undo, and how; what killed
+commands leave (record temps, a refresh's temp, dead scratch directories) is swept by
+the next run."""
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
-from gitfixtures import cli, lines, overlay_lines
-from seriesfixtures import add_patch
+import pytest
+from gitfixtures import cli, lines, make_patch, overlay_lines, scratch_leftovers
+from gitfixtures import overlay_process as run
+from seriesfixtures import add_patch, stopped_run
+
+from overlay.engine.layers import compute_layers
+from overlay.fs.atomic import TEMP_RE
+from overlay.git.store import Store
+from overlay.records.manifest import load_manifest
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -194,3 +204,91 @@ def test_continue_skip_drop_without_a_run_name_themselves(ov):
             and "--abort" not in result.output
         )
         assert "overlay rebase --onto SHA" in result.output
+
+
+# -- what killed commands leave behind, swept ---------------------------------
+
+
+def _refreshable(ov) -> Path:
+    """A patch whose refresh changes bytes (a Date: header, which refresh drops)."""
+    store = Store()
+    layers = compute_layers(store, load_manifest(str(ov.root)), str(ov.root))
+    data, _ = make_patch(
+        store, layers.patched, {"mlx/ops.cpp": lines("ops", change={3: "ops 3 fixed"})}
+    )
+    data = data.replace(
+        b"Subject:", b"Date: Mon, 1 Jan 2024 00:00:00 +0000\nSubject:", 1
+    )
+    return ov.add_patch("0001-a.patch", data)
+
+
+def _temps(root: Path) -> list[str]:
+    return sorted(
+        str(p.relative_to(root)) for p in root.rglob("*") if TEMP_RE.match(p.name)
+    )
+
+
+def test_a_refresh_killed_before_its_rename_leaves_nothing_after_the_next_run(
+    ov, tmp_path
+):
+    patch = _refreshable(ov)
+    before = patch.read_bytes()
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    # A run killed inside a scratch directory (its index) leaves it, named with its pid.
+    killed = run(
+        ov, "refresh", env={"OVERLAY_TEST_KILL_AT": "scratch-idx", "TMPDIR": str(tmp)}
+    )
+    assert killed.returncode == -9
+    left = [p.name for p in tmp.iterdir() if p.name.startswith("overlay-idx-")]
+    assert left and all(re.match(r"overlay-idx-\d+-", n) for n in left)
+    # A run killed just before it renames the rewritten patch into place leaves its temp file.
+    killed = run(
+        ov, "refresh", env={"OVERLAY_TEST_KILL_AT": "refresh", "TMPDIR": str(tmp)}
+    )
+    assert killed.returncode == -9
+    assert patch.read_bytes() == before
+    assert _temps(ov.root) and all(
+        t.startswith("patches-rocm/.0001-a.patch.") for t in _temps(ov.root)
+    )
+    live = tmp / f"overlay-merge-{os.getpid()}-abcdefgh"  # this process is alive: kept
+    live.mkdir()
+    other = tmp / "overlay-notes"  # not ours: kept
+    other.mkdir()
+
+    done = run(ov, "refresh", env={"TMPDIR": str(tmp)})
+    assert done.returncode == 0, done.stderr
+    assert "rewrote 0001-a.patch" in done.stdout and b"Date:" not in patch.read_bytes()
+    assert _temps(ov.root) == []
+    assert sorted(p.name for p in tmp.iterdir()) == sorted([live.name, other.name])
+
+
+@pytest.mark.parametrize(
+    "command", [("rebase", "--abort"), ("rebase", "--onto", "PIN")]
+)
+def test_rebase_and_abort_sweep_record_temps_and_dead_scratch_dirs(
+    ov, w, tmp_path, command
+):
+    if command[1] == "--abort":
+        stopped_run(ov, w)
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    kept = scratch_leftovers(tmp)
+    (ov.root / "patches-rocm" / "resolved" / "mlx").mkdir(parents=True, exist_ok=True)
+    for path in (
+        ov.root / "patches-rocm" / ".series.k3j9x_2q.tmp",
+        ov.root / ".LOCAL_FIXES.md.abcdefgh.tmp",
+        ov.root / "patches-rocm" / ".0001-x.patch.zzzzzzzz.tmp",
+        ov.root / "patches-rocm" / "resolved" / "mlx" / ".core.cpp.q1w2e3r4.tmp",
+    ):
+        path.write_text(
+            "half-written\n"
+        )  # what a kill just before atomic_write's rename leaves
+    result = run(
+        ov,
+        *[w.pin_clean if a == "PIN" else a for a in command],
+        env={"TMPDIR": str(tmp)},
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert _temps(ov.root) == []  # --abort's "as it was before the run" is true
+    assert sorted(p.name for p in tmp.iterdir()) == [kept.name]
