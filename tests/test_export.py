@@ -1,27 +1,33 @@
-"""Incremental export and hostile tree entries."""
+"""``overlay export`` (overlay/export/__init__.py): an incremental, resumable
+transaction. A cold export then incremental ones, a file becoming a directory and back,
+hostile tree entries refused; a SIGKILL at every checkpoint (or twice, or a Ctrl-C)
+followed by a plain export ends equal to the tree; a hand edit is never overwritten and
+is reported (``--strict`` fails on it, and on a file the layer does not have), ``--force``
+restores what was deleted or edited and removes a killed run's temp files.
+"""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import shutil
+import subprocess
+import sys
 
 import pytest
+from click.testing import CliRunner
+from exportfixtures import ROOT, T1, T2, T3, assert_equals_tree, killed_export, mktree
 from gitfixtures import cli
 
+from overlay.cli import main
 from overlay.errors import OverlayError, UnsafePath
-from overlay.export import STAMP, export_tree
-from overlay.git.store import Store
+from overlay.export import LOCK, STAMP, edited_files, export_tree
+from overlay.git.store import Store, zsplit
 
 
 def blob(store: Store, data: bytes) -> str:
     return store.hash_blob(data)
-
-
-def mktree(store: Store, files: dict[str, tuple[str, bytes]], tmp_path) -> str:
-    changes = {p: (mode, blob(store, data)) for p, (mode, data) in files.items()}
-    from overlay.git.store import EMPTY_TREE
-
-    return store.edit_tree(EMPTY_TREE, changes)
 
 
 def raw_tree(store: Store, entries: list[tuple[str, str, str]]) -> str:
@@ -228,3 +234,194 @@ def test_export_names_a_file_the_layer_does_not_have_and_strict_fails(
     stray.unlink()
     clean = cli(overlay, "export", "--strict", str(dest))
     assert clean.exit_code == 0 and "layer does not have" not in clean.output
+
+
+def _kill_everywhere(store, base, tree, tmp_path, name, also=None):
+    """Kill an export of ``tree`` over ``base`` (a finished export or None) at every checkpoint in
+    turn; after each kill a plain re-export must end equal to the tree. Returns the number of points."""
+    point = 0
+    while True:
+        point += 1
+        dest = tmp_path / f"{name}-{point}"
+        if base is not None:
+            export_tree(store, base, str(dest))
+        if killed_export(store, tree, dest, str(point)) == 0:
+            assert_equals_tree(store, tree, dest)
+            return point - 1
+        if also is not None:  # the same killed state, resumed towards another tree
+            other = tmp_path / f"{name}-{point}-other"
+            shutil.copytree(dest, other, symlinks=True)
+            export_tree(store, also, str(other))
+            assert_equals_tree(store, also, other)
+        result = export_tree(store, tree, str(dest))
+        assert result.edited == []
+        assert_equals_tree(store, tree, dest)
+
+
+def test_sigkill_at_every_point_then_plain_export_completes(store, tmp_path):
+    t1, t2, t3 = (mktree(store, t, tmp_path) for t in (T1, T2, T3))
+    # T1 with a .gitattributes: its cold export is written by Python, file by file
+    attrs = {**T1, ".gitattributes": ("100644", b"*.sh -text\n")}
+    ta = mktree(store, attrs, tmp_path)
+    cold = _kill_everywhere(store, None, t1, tmp_path, "cold", also=t3)
+    cold_python = _kill_everywhere(store, None, ta, tmp_path, "cold-py", also=t3)
+    incremental = _kill_everywhere(store, t1, t2, tmp_path, "incr", also=t3)
+    # every blob read, both stamps (before and after their rename), every removal, and every file
+    # write before and after its rename; a cold export written by git: the blob reads, the
+    # journal, the point after git's checkout, the last stamp (the kills inside git's
+    # checkout: tests/test_export_checkout.py)
+    assert cold == len(T1) + 6
+    assert cold_python >= 20 and incremental >= 20
+
+
+def test_killed_twice_then_plain_export_completes(store, tmp_path):
+    t1, t2, t3 = (mktree(store, t, tmp_path) for t in (T1, T2, T3))
+    for first, second in [(12, 5), (14, 9), (17, 12), (20, 14)]:
+        dest = tmp_path / f"twice-{first}-{second}"
+        export_tree(store, t1, str(dest))
+        assert killed_export(store, t2, dest, str(first)) == -9
+        assert killed_export(store, t3, dest, str(second)) == -9
+        export_tree(store, t3, str(dest))
+        assert_equals_tree(store, t3, dest)
+
+
+def test_a_hand_edit_during_an_interrupted_run_is_still_refused(store, tmp_path):
+    t1, t2 = (mktree(store, t, tmp_path) for t in (T1, T2))
+    dest = tmp_path / "dest"
+    export_tree(store, t1, str(dest))
+    assert killed_export(store, t2, dest, "12") == -9
+    assert json.loads((dest / STAMP).read_text())["pending"]["tree"] == t2
+    (dest / "dir/c.txt").write_bytes(b"my own edit\n")
+    with pytest.raises(OverlayError, match="edited since the last export.*dir/c.txt"):
+        export_tree(store, t2, str(dest))
+    assert (dest / "dir/c.txt").read_bytes() == b"my own edit\n"
+    export_tree(store, t2, str(dest), force=True)
+    assert_equals_tree(store, t2, dest)
+
+
+def test_temp_files_of_a_killed_run_are_removed_by_force(store, tmp_path):
+    t1 = mktree(store, T1, tmp_path)
+    dest = tmp_path / "dest"
+    export_tree(store, t1, str(dest))
+    for tmp in (
+        "dir/.c.txt.k3j9x_2q.tmp",
+        ".a.txt.abcdefgh.tmp",
+        f".{STAMP}.q1w2e3r4.tmp",
+    ):
+        (dest / tmp).write_bytes(b"half")
+    (dest / ".notes.txt").write_bytes(b"mine")  # not a temp name of ours: kept
+    export_tree(store, t1, str(dest), force=True)
+    assert sorted(os.listdir(dest / "dir")) == ["c.txt", "sub"]
+    assert (dest / ".notes.txt").read_bytes() == b"mine"
+    os.unlink(dest / ".notes.txt")
+    assert_equals_tree(store, t1, dest)
+
+
+def test_a_killed_stamp_write_into_an_empty_dest_is_not_a_foreign_file(store, tmp_path):
+    t1 = mktree(store, T1, tmp_path)
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    (dest / f".{STAMP}.q1w2e3r4.tmp").write_bytes(b"{")
+    export_tree(store, t1, str(dest))
+    assert_equals_tree(store, t1, dest)
+
+
+def test_force_restores_deleted_and_edited_files_when_the_tree_is_unchanged(
+    store, tmp_path
+):
+    t1 = mktree(store, T1, tmp_path)
+    dest = tmp_path / "dest"
+    export_tree(store, t1, str(dest))
+    os.unlink(dest / "dir/sub/d.txt")
+    (dest / "a.txt").write_bytes(b"edited\n")
+    os.chmod(dest / "run.sh", 0o644)
+    plain = export_tree(store, t1, str(dest))
+    assert plain.edited == ["a.txt", "dir/sub/d.txt"] and plain.written == []
+    assert (dest / "a.txt").read_bytes() == b"edited\n"
+    forced = export_tree(store, t1, str(dest), force=True)
+    assert (
+        forced.written == ["a.txt", "dir/sub/d.txt", "run.sh"] and forced.edited == []
+    )
+    assert_equals_tree(store, t1, dest)
+
+
+def test_every_export_reports_the_hand_edits_it_leaves(store, tmp_path):
+    t1, t2 = (mktree(store, t, tmp_path) for t in (T1, T2))
+    dest = tmp_path / "dest"
+    export_tree(store, t1, str(dest))
+    (dest / "b.txt").write_bytes(b"b edited by hand\n")  # t2 leaves b.txt as it was
+    result = export_tree(store, t2, str(dest))
+    assert result.edited == ["b.txt"] and "b.txt" not in result.written
+    assert (dest / "b.txt").read_bytes() == b"b edited by hand\n"
+    assert (
+        export_tree(store, t2, str(dest)).edited == ["b.txt"] == edited_files(str(dest))
+    )
+    assert export_tree(store, t1, str(dest)).edited == ["b.txt"]
+
+
+def _cli(overlay, *args, kill_at=None):
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    if kill_at:
+        env["OVERLAY_TEST_KILL_AT"] = f"export:{kill_at}"
+    return subprocess.run(
+        [sys.executable, "-m", "overlay.cli", "-C", str(overlay.root), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+
+
+@pytest.mark.parametrize(
+    "point, signal_, state",
+    [
+        ("read", ":INT", "is as it was"),
+        ("stamped", ":INT", "partial export"),
+        ("written", "", None),
+    ],
+)
+def test_cli_interrupt_and_kill_then_plain_export(
+    overlay, tmp_path, point, signal_, state
+):
+    dest = tmp_path / "out"
+    tree = _cli(overlay, "tree").stdout.strip()
+    n = len(zsplit(Store().git("ls-tree", "-r", "-z", tree).stdout))
+    # checkpoints of a cold export: n blob reads, then before/at/after the stamp, then git's
+    # checkout has written the files (the last stamp not yet)
+    kill_at = {"read": 1, "stamped": n + 3, "written": n + 4}[point]
+    proc = _cli(overlay, "export", str(dest), kill_at=f"{kill_at}{signal_}")
+    if state is None:
+        assert proc.returncode == -9
+    else:
+        assert proc.returncode == 130, proc.stderr
+        lines = proc.stderr.splitlines()
+        assert (
+            len(lines) == 1
+            and lines[0].startswith("overlay: interrupted")
+            and state in lines[0]
+        )
+        assert f"`overlay export {dest}`" in lines[0]
+        with open(dest / LOCK) as fh:  # the destination lock was released
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    if state != "is as it was":
+        status = _cli(overlay, "status", "--dest", str(dest))
+        assert f"export    {dest}: interrupted export of {tree}" in status.stdout
+    done = _cli(overlay, "export", str(dest))
+    assert done.returncode == 0, done.stderr
+    assert_equals_tree(Store(), tree, dest)
+
+
+def test_cli_export_and_status_list_the_same_hand_edits(overlay, tmp_path):
+    dest = tmp_path / "out"
+    runner = CliRunner()
+    assert (
+        runner.invoke(main, ["-C", str(overlay.root), "export", str(dest)]).exit_code
+        == 0
+    )
+    (dest / "mlx/core.cpp").write_text("edited by hand\n")
+    exported = runner.invoke(main, ["-C", str(overlay.root), "export", str(dest)])
+    status = runner.invoke(
+        main, ["-C", str(overlay.root), "status", "--dest", str(dest)]
+    )
+    note = f"warning: {dest}: 1 file(s) edited by hand since the export were left as they are: mlx/core.cpp"
+    assert exported.exit_code == 0 and note in exported.output
+    assert status.exit_code == 0 and note in status.output

@@ -1,6 +1,8 @@
-"""A cold export is written by git (overlay/export/checkout.py) (a scratch index, ``read-tree``,
-``checkout-index -a``), byte for byte, and stays a resumable transaction when git or overlay is killed while
-git writes; a tree or store with attributes is written by Python instead."""
+"""A cold export written by git (overlay/export/checkout.py: a scratch index,
+``read-tree``, ``checkout-index -a``), byte for byte, that stays a resumable transaction
+when git or overlay is killed while git writes; a tree or store with attributes is
+written by Python instead.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import subprocess
 import sys
 
 import pytest
-from test_export_txn import ROOT, T1, T2, T3, assert_equals_tree, killed_export, mktree
+from exportfixtures import ROOT, T1, T2, T3, assert_equals_tree, killed_export, mktree
 
 from overlay.errors import GitError, UnsafePath
 from overlay.export import LOCK, STAMP, edited_files, export_tree

@@ -1,8 +1,13 @@
 """Reading git objects in Python (overlay/git/objects.py): tree objects and their
 entries read as ``ls-tree`` lists them, and the object questions asked inside one
-``Store.reading()`` answered as git answers them, for objects present and missing."""
+``Store.reading()`` answered as git answers them, for objects present and missing;
+the persistent ``cat-file --batch`` closes without hanging when its output is not
+drained."""
 
 from __future__ import annotations
+
+import os
+import threading
 
 import pytest
 from gitfixtures import tree_of_every_kind
@@ -96,3 +101,21 @@ def test_missing_objects_inside_reading_answer_as_git_does(store):
         assert store.missing_objects(asked) == absent  # the reader, chunk by chunk
         assert store.has_object(tree, "tree")  # still in step after the chunks
     assert store.missing_objects([]) == []
+
+
+def test_catfile_close_does_not_hang_when_output_is_not_drained(store):
+    oid = store.hash_blob(os.urandom(1 << 22))
+    cat = store.cat_file()
+    cat._proc.stdin.write(
+        oid.encode() + b"\n"
+    )  # as if Ctrl-C hit read() after the request
+    cat._proc.stdin.flush()
+    cat._proc.stdout.readline()
+    closer = threading.Thread(target=cat.close, daemon=True)
+    closer.start()
+    closer.join(60)  # a hang guard, not a timing assertion
+    hung = closer.is_alive()
+    if hung:
+        cat._proc.kill()
+    assert not hung
+    assert cat._proc.returncode is not None

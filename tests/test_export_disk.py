@@ -1,9 +1,11 @@
-"""Issue 14: a first export into an empty directory writes each file in place (no temp file
-and rename), streams the blobs, and stays a resumable transaction.
+"""What DEST holds and the writers that stay inside it (overlay/export/disk.py): a first
+export into an empty directory writes each file in place (no temp file and rename),
+streams the blobs, and stays a resumable transaction.
 
 A first export is written by git (``checkout-index``, tests/test_export_checkout.py) unless
 the tree holds a ``.gitattributes``: ``TA`` is such a tree, and these tests of the files
-Python writes in place use it; those that hold for both writers run with both trees."""
+Python writes in place use it; those that hold for both writers run with both trees.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import json
 import os
 
 import pytest
-from test_export_txn import T1, T2, assert_equals_tree, killed_export, mktree
+from exportfixtures import T1, T2, assert_equals_tree, killed_export, mktree
 
 from overlay import export as export_mod
 from overlay.errors import OverlayError
