@@ -450,3 +450,84 @@ def test_one_xml_writer_one_jinja_environment_one_progress_display():
             assert not jinja.search(text), f"{rel} makes its own jinja2 environment"
         if rel != "report/progress.py":
             assert not live.search(text), f"{rel} draws its own live progress line"
+
+
+#: Test files that test no one module or package, each with the reason it has a name
+#: of its own. Every other ``tests/test_*.py`` is named by the path of what it tests.
+CROSS_CUTTING = {
+    "test_cases.py": "the public-cases corpus: each case runs every command it touches",
+    "test_ci_example.py": "the GitHub Actions example of docs/examples/, linted as "
+    "GitHub reads it",
+    "test_fuzz.py": "the fuzz of every record (tests/fuzzlib.py, docs/fuzz.md)",
+    "test_interop.py": "the series read and applied by git am and quilt",
+    "test_isolation.py": "the test suite's own isolation (tests/conftest.py)",
+    "test_kill_sweep.py": "every write point of record and import killed "
+    "(tests/killsweep.py)",
+    "test_real_link_break.py": "a link-only break on the real mirrors and toolchain",
+    "test_real_mirrors.py": "the commands on the real upstream and fork mirrors",
+    "test_record_owners.py": "each record read and written by one module: a check over "
+    "every module of overlay/, with its own table of owners",
+}
+
+
+def package_paths(root: Path) -> tuple[set[str], set[str]]:
+    """The names a test file may take under ``root`` (the ``overlay/`` directory): every
+    module and package by its path with ``_`` for ``/`` (``build_attribute`` for
+    ``build/attribute.py``, ``records_fixes`` for ``records/fixes/``, ``overlay`` for
+    the package as a whole), and the packages among them."""
+    names, packages = {"overlay"}, set()
+    for path in root.rglob("*.py"):
+        parts = path.relative_to(root).with_suffix("").parts
+        if parts[-1] == "__init__":
+            if len(parts) > 1:
+                packages.add("_".join(parts[:-1]))
+                names.add("_".join(parts[:-1]))
+        elif not parts[-1].startswith("__"):
+            names.add("_".join(parts))
+    return names, packages
+
+
+def misnamed_tests(
+    tests: list[str], names: set[str], packages: set[str], allowed: set[str]
+) -> tuple[list[str], list[str]]:
+    """``(files, packages)``: the test files (``test_*.py``) that name no module or
+    package of ``names`` and are not in ``allowed``, and the ``packages`` that no test
+    file names, themselves or through a module of theirs."""
+    named = {t.removeprefix("test_").removesuffix(".py") for t in tests}
+    files = sorted(
+        t
+        for t in tests
+        if t not in allowed and t.removeprefix("test_").removesuffix(".py") not in names
+    )
+    untested = sorted(
+        p for p in packages if not any(n == p or n.startswith(p + "_") for n in named)
+    )
+    return files, untested
+
+
+def test_every_test_file_is_named_by_the_module_it_tests():
+    """``tests/`` mirrors the package: the test of ``overlay/<pkg>/<module>.py`` is
+    ``tests/test_<pkg>_<module>.py``, of a package ``tests/test_<pkg>.py``, of a top-level
+    module ``tests/test_<module>.py``; the files in :data:`CROSS_CUTTING` say why they
+    are not. Every package has a test file."""
+    names, packages = package_paths(ROOT / "overlay")
+    tests = sorted(p.name for p in (ROOT / "tests").glob("test_*.py"))
+    assert misnamed_tests(tests, names, packages, set(CROSS_CUTTING)) == ([], [])
+    assert set(CROSS_CUTTING) <= set(tests), "an allowed file that is gone"
+
+
+def test_the_test_name_check_finds_a_misnamed_file_and_an_untested_package():
+    names = {"overlay", "build", "build_cache", "records", "records_fixes", "layout"}
+    packages = {"build", "records", "records_fixes"}
+    tests = [
+        "test_build_cache.py",
+        "test_records.py",
+        "test_layout.py",
+        "test_first_week.py",
+        "test_build_cache_speed.py",
+        "test_corpus.py",
+    ]
+    assert misnamed_tests(tests, names, packages, {"test_corpus.py"}) == (
+        ["test_build_cache_speed.py", "test_first_week.py"],
+        ["records_fixes"],
+    )

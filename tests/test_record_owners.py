@@ -1,8 +1,9 @@
-"""Each record has one module that reads and writes it (issue 27), as quilt keeps
+"""Each record has one module that reads and writes it, as quilt keeps
 ``insert_in_series``, ``remove_from_series`` and ``rename_in_series`` in one file:
-``patches-rocm/series`` in ``overlay/records/series.py`` (with one line-ending rule, the series'
-own: the rebase turned CRLF into LF while the edit kept it), the last run's report
-(``.overlay/last-rebase.json`` and ``.md``) in ``overlay/rebase/report.py``."""
+``patches-rocm/series`` in ``overlay/records/series.py`` (its writers and their one
+line-ending rule: tests/test_records_series.py), the last run's report
+(``.overlay/last-rebase.json`` and ``.md``) in ``overlay/rebase/report.py``. A check over
+every module of the package, with its own table of owners."""
 
 from __future__ import annotations
 
@@ -10,46 +11,8 @@ import ast
 from pathlib import Path
 
 import pytest
-from gitfixtures import cli, lines
-from seriesfixtures import add_patch, write_fixes
-
-from overlay.records import series
 
 ROOT = Path(__file__).resolve().parent.parent
-
-CRLF = "# the fixes\r\n0001-a.patch\r\n\r\n0002-b.patch  # b\r\n"
-
-
-@pytest.mark.parametrize("text", [CRLF, CRLF.replace("\r\n", "\n")])
-def test_every_writer_keeps_the_series_line_ending(text):
-    nl = "\r\n" if "\r\n" in text else "\n"
-    added = series.series_with(text, "0003-c.patch", "0001-a.patch")
-    assert added.splitlines(keepends=True)[2] == "0003-c.patch" + nl
-    assert series.series_with(text, "0003-c.patch", None).endswith(
-        "0002-b.patch  # b" + nl + "0003-c.patch" + nl
-    )
-    assert series.series_renamed(text, "0002-b.patch", "0002-bb.patch") == text.replace(
-        "0002-b.patch", "0002-bb.patch"
-    )
-    assert series.series_keeping(text, {"0002-b.patch"}) == text.replace(
-        "0001-a.patch" + nl, ""
-    )
-    with pytest.raises(series.OverlayError):
-        series.series_renamed(text, "0009-x.patch", "y.patch")
-
-
-def test_a_rebase_that_drops_a_patch_keeps_a_crlf_series(ov, w):
-    device = "mlx/backend/rocm/device.cpp"
-    data = add_patch(
-        ov, "0001-device.patch", {device: lines("device", change={9: "d9"})}
-    )
-    ov.add_patch("0002-again.patch", data.replace(b"Local-Fix: 1", b"Local-Fix: 2"))
-    write_fixes(ov, [("Device.", [device]), ("Again.", [device])])
-    path = ov.root / "patches-rocm" / "series"
-    path.write_bytes(b"# ours\r\n0001-device.patch\r\n0002-again.patch\r\n")
-    done = cli(ov, "rebase", "--onto", w.pin_clean)
-    assert done.exit_code == 0, done.output
-    assert path.read_bytes() == b"# ours\r\n0001-device.patch\r\n"
 
 
 #: A record's path names (as the code spells them) -> the module that owns it.

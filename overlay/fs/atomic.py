@@ -69,7 +69,7 @@ def remove_stale_temps(
 def kill_point(name: str) -> None:
     """Test hook: ``OVERLAY_TEST_KILL_AT=<name>`` SIGKILLs the process here.
 
-    The kill tests (``tests/test_rebase.py``, ``tests/test_rebase_commit.py``) set the
+    The kill tests (``tests/test_rebase.py``, ``tests/test_rebase_ondisk.py``) set the
     variable in a child process to stop it at a named point, e.g. ``commit`` or
     ``refresh`` (just before a rewritten patch is renamed into place).
 
