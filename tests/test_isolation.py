@@ -1,8 +1,10 @@
-"""The test suite never reaches the user's git store or mirrors (conftest's isolation)."""
+"""The test suite never reaches the user's git store or mirrors (conftest's isolation),
+and ``make test`` leaves the real-mirror tests to ``make test-real``."""
 
 from __future__ import annotations
 
 import os
+import subprocess
 
 
 def test_undo_in_a_test_keeps_the_isolated_store(monkeypatch, isolated_git):
@@ -20,10 +22,8 @@ def test_undo_in_a_test_keeps_the_isolated_store(monkeypatch, isolated_git):
 
 
 def test_make_test_leaves_the_real_mirror_tests_to_make_test_real(tmp_path):
-    """With the mirror variables exported for ``make run``, ``make test`` took 30
-    minutes instead of 3-5: the real-mirror tests are ``make test-real``'s."""
-    import os
-    import subprocess
+    """With the mirror variables exported for ``make run``, ``make test`` still leaves
+    the real-mirror tests (half an hour) to ``make test-real``."""
     import sys
     from pathlib import Path
 

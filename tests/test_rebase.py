@@ -415,8 +415,8 @@ def test_backwards_pin_warns_and_next_steps_name_resolutions(ov, w):
 
 def test_sigkill_after_the_stale_resolutions_are_remembered_keeps_the_series(ov, w):
     """A kill between the save that remembers a removed resolution and the save of the
-    pending series left a state whose fork layer was done and whose series was empty:
-    --continue then wrote an empty series file."""
+    pending series leaves a state whose fork layer is done: --continue carries the
+    series (it never writes an empty series file)."""
     assert cli(ov, "rebase", "--onto", w.pin_conflict).exit_code == 1
     work = ov.root / ".overlay" / "rebase" / "work" / "mlx" / "core.cpp"
     work.write_text(lines("core", change={5: "core 5 both", 25: "core 25 upstream"}))
