@@ -7,8 +7,9 @@ import os
 
 import pytest
 
+from overlay import layout
 from overlay.errors import OverlayError, UnsafePath
-from overlay.export import STAMP, export_tree
+from overlay.export import export_tree
 from overlay.git.store import Store
 
 
@@ -82,7 +83,7 @@ def test_cold_then_incremental_export(store, tmp_path):
     assert not (dest / "dir" / "sub").exists()  # emptied directory removed
     assert (dest / "a.txt").stat().st_mtime_ns == mtimes["a.txt"]
     assert (dest / "dir/b.txt").read_bytes() == b"b2\n"
-    assert json.loads((dest / STAMP).read_text())["tree"] == t2
+    assert json.loads((dest / layout.EXPORT_STAMP).read_text())["tree"] == t2
 
 
 def test_file_to_directory_and_back(store, tmp_path):

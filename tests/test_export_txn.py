@@ -15,9 +15,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from overlay import layout
 from overlay.cli import main
 from overlay.errors import OverlayError
-from overlay.export import LOCK, STAMP, edited_files, export_tree
+from overlay.export import edited_files, export_tree
 from overlay.fs.atomic import TEMP_RE, atomic_write
 from overlay.git.store import EMPTY_TREE, Store, zsplit
 
@@ -73,7 +74,7 @@ def assert_equals_tree(store: Store, tree: str, dest: Path) -> None:
             full = os.path.join(top, name)
             rel = os.path.relpath(full, dest)
             assert not TEMP_RE.match(name), f"temp file left: {rel}"
-            if rel in (STAMP, LOCK):
+            if rel in (layout.EXPORT_STAMP, layout.EXPORT_LOCK):
                 continue
             st = os.lstat(full)
             if stat.S_ISLNK(st.st_mode):
@@ -84,7 +85,7 @@ def assert_equals_tree(store: Store, tree: str, dest: Path) -> None:
                     Path(full).read_bytes(),
                 )
     assert have == want
-    stamp = json.loads((dest / STAMP).read_text())
+    stamp = json.loads((dest / layout.EXPORT_STAMP).read_text())
     assert stamp["tree"] == tree and "pending" not in stamp
     assert sorted(stamp["files"]) == sorted(want)
 
@@ -159,7 +160,7 @@ def test_a_hand_edit_during_an_interrupted_run_is_still_refused(store, tmp_path)
     dest = tmp_path / "dest"
     export_tree(store, t1, str(dest))
     assert killed_export(store, t2, dest, "12") == -9
-    assert json.loads((dest / STAMP).read_text())["pending"]["tree"] == t2
+    assert json.loads((dest / layout.EXPORT_STAMP).read_text())["pending"]["tree"] == t2
     (dest / "dir/c.txt").write_bytes(b"my own edit\n")
     with pytest.raises(OverlayError, match="edited since the last export.*dir/c.txt"):
         export_tree(store, t2, str(dest))
@@ -175,7 +176,7 @@ def test_temp_files_of_a_killed_run_are_removed_by_force(store, tmp_path):
     for tmp in (
         "dir/.c.txt.k3j9x_2q.tmp",
         ".a.txt.abcdefgh.tmp",
-        f".{STAMP}.q1w2e3r4.tmp",
+        f".{layout.EXPORT_STAMP}.q1w2e3r4.tmp",
     ):
         (dest / tmp).write_bytes(b"half")
     (dest / ".notes.txt").write_bytes(b"mine")  # not a temp name of ours: kept
@@ -190,7 +191,7 @@ def test_a_killed_stamp_write_into_an_empty_dest_is_not_a_foreign_file(store, tm
     t1 = mktree(store, T1, tmp_path)
     dest = tmp_path / "dest"
     dest.mkdir()
-    (dest / f".{STAMP}.q1w2e3r4.tmp").write_bytes(b"{")
+    (dest / f".{layout.EXPORT_STAMP}.q1w2e3r4.tmp").write_bytes(b"{")
     export_tree(store, t1, str(dest))
     assert_equals_tree(store, t1, dest)
 
@@ -261,20 +262,20 @@ def test_a_format_1_stamp_is_read_and_upgraded(store, tmp_path):
     t1, t2 = (mktree(store, t, tmp_path) for t in (T1, T2))
     dest = tmp_path / "dest"
     export_tree(store, t1, str(dest))
-    stamp = json.loads((dest / STAMP).read_text())
+    stamp = json.loads((dest / layout.EXPORT_STAMP).read_text())
     old = {
         "format": 1,
         "tree": t1,
         "files": {p: rec[:2] for p, rec in stamp["files"].items()},
     }
-    (dest / STAMP).write_text(
+    (dest / layout.EXPORT_STAMP).write_text(
         json.dumps(old)
     )  # as the exports before stamps held blobs
     os.utime(dest / "a.txt", ns=(1, 1))  # touched, same content: not an edit
     (dest / "b.txt").write_bytes(b"edited\n")
     result = export_tree(store, t2, str(dest))
     assert result.edited == ["b.txt"] and "a.txt" in result.written
-    assert json.loads((dest / STAMP).read_text())["format"] == 2
+    assert json.loads((dest / layout.EXPORT_STAMP).read_text())["format"] == 2
     (dest / "b.txt").write_bytes(T2["b.txt"][1])
     assert edited_files(str(dest)) == []
 
@@ -341,7 +342,7 @@ def test_cli_interrupt_and_kill_then_plain_export(
             and state in lines[0]
         )
         assert f"`overlay export {dest}`" in lines[0]
-        with open(dest / LOCK) as fh:  # the destination lock was released
+        with open(dest / layout.EXPORT_LOCK) as fh:  # the destination lock was released
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
     if state != "is as it was":
         status = _cli(overlay, "status", "--dest", str(dest))

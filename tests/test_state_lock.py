@@ -34,9 +34,9 @@ from gitfixtures import (
     refusal_line as one_line_refusal,
 )
 
+from overlay import layout
 from overlay.engine.layers import compute_layers
 from overlay.fs.atomic import TEMP_RE, sweep_scratch_dirs
-from overlay.fs.records_lock import LOCK_FILE
 from overlay.git.store import Store
 from overlay.rebase.ondisk import inspect_state
 from overlay.records.manifest import load_manifest
@@ -62,7 +62,7 @@ def snapshot(o) -> str:
     h = hashlib.sha256()
     for path in sorted(p for p in o.root.rglob("*") if p.is_file() or p.is_symlink()):
         rel = str(path.relative_to(o.root))
-        if rel == LOCK_FILE:
+        if rel == layout.REBASE_LOCK:
             continue
         h.update(
             rel.encode()
@@ -80,7 +80,7 @@ def manifest_text(o) -> str:
 def holding(o, command: str = "rebase --continue", *, shared: bool = False):
     """Hold the rebase lock from the test process, as a running overlay command would."""
     (o.root / ".overlay").mkdir(exist_ok=True)
-    fd = os.open(o.root / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = os.open(o.root / layout.REBASE_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
         if not shared:

@@ -8,6 +8,7 @@ import re
 import pytest
 from gitfixtures import CLOSING, PATCH, local_fixes
 
+from overlay import layout
 from overlay.checks import verify as checks
 from overlay.checks.verify import FAMILIES, verify
 from overlay.git.env import ls_files_z
@@ -300,7 +301,9 @@ def test_strict_output_and_a_broken_cache_file(clean, monkeypatch, tmp_path):
     out = tmp_path / "report.txt"
     hit = CliRunner().invoke(main, ["-C", str(clean.root), "verify", "-o", str(out)])
     assert hit.output == text and out.read_text() == text and hit.exit_code == code
-    (clean.root / verdict.CACHE).write_bytes(b"overlay verify cache 1\n999\nshort")
+    (clean.root / layout.VERIFY_CACHE).write_bytes(
+        b"overlay verify cache 1\n999\nshort"
+    )
     assert run()[2] is False and run()[2] is True
 
 

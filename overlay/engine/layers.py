@@ -31,8 +31,6 @@ from overlay.records.manifest import Manifest
 from overlay.records.markers import conflict_regions
 from overlay.records.series import Patch, load_series
 
-#: The resolutions' directory (see :mod:`overlay.layout`).
-RESOLVED_DIR = layout.RESOLVED_DIR
 LAYERS = ("pin", "forked", "patched")
 
 

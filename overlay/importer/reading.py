@@ -8,6 +8,7 @@ import dataclasses
 import os
 import re
 
+from overlay import layout
 from overlay.errors import OverlayError
 from overlay.fs.paths import check_path
 from overlay.fs.reading import (
@@ -18,7 +19,6 @@ from overlay.fs.reading import (
     scan_record_dir,
 )
 from overlay.git.run import git_ignored
-from overlay.records import fixes
 
 UPSTREAM_FILE = "UPSTREAM"
 #: The keys an ``UPSTREAM`` record must hold.
@@ -211,13 +211,13 @@ def read_whole_file(directory: str) -> WholeFile:
             "UPSTREAM (docs/import.md)",
         ) from None
     try:
-        fixes_data = read_record(d, fixes.FILE_NAME, what="file")
+        fixes_data = read_record(d, layout.LOCAL_FIXES, what="file")
     except RecordMissing:
         raise OverlayError(
-            f"{directory} holds no {fixes.FILE_NAME}",
+            f"{directory} holds no {layout.LOCAL_FIXES}",
             hint="the import carries LOCAL_FIXES.md over and groups the patches by its entries",
         ) from None
-    decode_record(fixes_data, fixes.FILE_NAME, what="file")
+    decode_record(fixes_data, layout.LOCAL_FIXES, what="file")
     ignored: list[str] = []
     found, errors = scan_record_dir(d, "mlx", what="overlay file", ignored=ignored)
     if errors:
@@ -244,6 +244,6 @@ def read_whole_file(directory: str) -> WholeFile:
     outside = sorted(
         n
         for n in os.listdir(d)
-        if n not in (*TREE_NAMES, UPSTREAM_FILE, fixes.FILE_NAME)
+        if n not in (*TREE_NAMES, UPSTREAM_FILE, layout.LOCAL_FIXES)
     )
     return WholeFile(d, upstream, fixes_data, files, sorted(ignored), outside)

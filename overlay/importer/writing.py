@@ -18,8 +18,6 @@ from overlay.fs.atomic import atomic_write, counted_kill_point
 from overlay.fs.records_lock import state_lock
 from overlay.git.store import Store
 from overlay.importer.planning import ImportPlan
-from overlay.records import fixes
-from overlay.records.manifest import MANIFEST_PATH
 from overlay.records.series import series_listing
 
 _TEMP_PREFIX = "import-"
@@ -51,8 +49,8 @@ def _stage(tmp: str, plan: ImportPlan) -> None:
     """Write every record of the plan under ``tmp`` as the repository will hold them."""
     pdir = layout.under(tmp, layout.PATCH_DIR)
     os.makedirs(pdir)
-    atomic_write(os.path.join(tmp, fixes.FILE_NAME), plan.fixes_data)
-    atomic_write(os.path.join(tmp, MANIFEST_PATH), plan.manifest_text.encode("utf-8"))
+    atomic_write(os.path.join(tmp, layout.LOCAL_FIXES), plan.fixes_data)
+    atomic_write(os.path.join(tmp, layout.MANIFEST), plan.manifest_text.encode("utf-8"))
     atomic_write(
         layout.under(tmp, layout.SERIES),
         series_listing([p.name for p in plan.patches]).encode(),
@@ -68,7 +66,7 @@ def _stage(tmp: str, plan: ImportPlan) -> None:
 def _staged_files(plan: ImportPlan) -> dict[str, bytes]:
     """What :func:`_stage` writes under ``patches-rocm/``, by path relative to it."""
     files = {
-        os.path.relpath(MANIFEST_PATH, layout.PATCH_DIR): plan.manifest_text.encode(
+        os.path.relpath(layout.MANIFEST, layout.PATCH_DIR): plan.manifest_text.encode(
             "utf-8"
         ),
         os.path.relpath(layout.SERIES, layout.PATCH_DIR): series_listing(
@@ -173,7 +171,7 @@ def write_import(
         raise OverlayError(f"{target}: no such directory")
     pdir, lfix = (
         layout.under(target, layout.PATCH_DIR),
-        os.path.join(target, fixes.FILE_NAME),
+        os.path.join(target, layout.LOCAL_FIXES),
     )
     with state_lock(target, "import whole-file"):
         state = layout.under(target, layout.STATE_DIR)
@@ -200,7 +198,7 @@ def write_import(
             )
         if not force and other_fixes:
             raise OverlayError(
-                f"{fixes.FILE_NAME} exists with other content: "
+                f"{layout.LOCAL_FIXES} exists with other content: "
                 "the import carries the overlay's over",
                 hint="pass --force to move it aside to .overlay/import-backup-<time>-<random>/",
             )
@@ -220,9 +218,9 @@ def write_import(
                     os.rename(pdir, layout.under(backup, layout.PATCH_DIR))
                     kill()
                 if other_fixes:
-                    os.rename(lfix, os.path.join(backup, fixes.FILE_NAME))
+                    os.rename(lfix, os.path.join(backup, layout.LOCAL_FIXES))
                     kill()
-            os.replace(os.path.join(tmp, fixes.FILE_NAME), lfix)
+            os.replace(os.path.join(tmp, layout.LOCAL_FIXES), lfix)
             kill()
             if os.path.isdir(pdir) and not os.path.islink(pdir):
                 os.rmdir(

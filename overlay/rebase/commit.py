@@ -17,7 +17,7 @@ from overlay.engine.layers import read_resolutions
 from overlay.errors import OverlayError
 from overlay.fs.atomic import atomic_write
 from overlay.fs.reading import scan_record_dir
-from overlay.rebase.base import RESOLVED, RunBase, _checkpoint
+from overlay.rebase.base import RunBase, _checkpoint
 from overlay.rebase.files import prune_empty, write_if_changed
 from overlay.rebase.report import (
     PinChange,
@@ -31,14 +31,11 @@ from overlay.rebase.report import (
 from overlay.rebase.state import DROPPED, Bases, PatchStatus
 from overlay.records import fixes
 from overlay.records.manifest import (
-    MANIFEST_PATH,
     Manifest,
     set_uncarried_reviewed,
     with_pins,
 )
 from overlay.records.series import (
-    PATCH_DIR,
-    SERIES_PATH,
     parse_patch,
     series_keeping,
     series_text,
@@ -111,7 +108,7 @@ class CommitSteps(RunBase):
 
     def _write_manifest(self, new: Bases) -> None:
         """The manifest with the new commits, comments preserved."""
-        mpath = os.path.join(self.root, MANIFEST_PATH)
+        mpath = os.path.join(self.root, layout.MANIFEST)
         with open(mpath, encoding="utf-8") as fh:
             text = fh.read()
         updated = with_pins(text, new.pin, new.fork, new.merge_base)
@@ -131,7 +128,7 @@ class CommitSteps(RunBase):
         wanted, a refused entry) is read the full way.
         """
         found, errors = scan_record_dir(
-            self.root, RESOLVED, what="resolution", skip_ignored=False
+            self.root, layout.RESOLVED_DIR, what="resolution", skip_ignored=False
         )
         if not errors and all(rel in wanted for rel in found):
             return list(found)
@@ -142,19 +139,19 @@ class CommitSteps(RunBase):
         wanted = {p: e.blob for p, e in self.state.resolutions.items()}
         for rel in self._present_resolutions(wanted):
             if rel not in wanted:
-                os.unlink(os.path.join(self.root, RESOLVED, rel))
+                os.unlink(os.path.join(self.root, layout.RESOLVED_DIR, rel))
         for rel, oid in wanted.items():
-            full = os.path.join(self.root, RESOLVED, rel)
+            full = os.path.join(self.root, layout.RESOLVED_DIR, rel)
             data = self._blob(oid)
             os.makedirs(os.path.dirname(full), exist_ok=True)
             write_if_changed(full, data)
-        prune_empty(os.path.join(self.root, RESOLVED))
+        prune_empty(os.path.join(self.root, layout.RESOLVED_DIR))
 
     def _write_patches(self) -> list[str]:
         """Delete the dropped patches, write the refreshed ones; return the names kept."""
         kept = []
         for entry in self.state.patches:
-            full = os.path.join(self.root, PATCH_DIR, entry.name)
+            full = os.path.join(self.root, layout.PATCH_DIR, entry.name)
             if entry.status in DROPPED:
                 if os.path.exists(full):
                     os.unlink(full)
@@ -171,13 +168,13 @@ class CommitSteps(RunBase):
         old_series = series_text(self.root)
         new_series = series_keeping(old_series, kept)
         if new_series != old_series:
-            atomic_write(os.path.join(self.root, SERIES_PATH), new_series.encode())
+            atomic_write(os.path.join(self.root, layout.SERIES), new_series.encode())
 
     def _write_fix_pins(self, new: Bases) -> None:
         """The two commits ``LOCAL_FIXES.md``'s headings name, and the paths its entries
         name where the run followed an upstream rename (:mod:`overlay.records.fixes.rewrite`);
         each entry so changed is said in its patch's note."""
-        lf = os.path.join(self.root, fixes.FILE_NAME)
+        lf = os.path.join(self.root, layout.LOCAL_FIXES)
         if not os.path.isfile(lf):
             return
         with open(lf, "rb") as fh:
@@ -302,7 +299,7 @@ class CommitSteps(RunBase):
             f"review the fork's {len(self._uncarried)} change(s) outside [carry] "
             "(listed under Not carried; MAN005), then overlay sync --ack-uncarried"
         ]
-        lf = os.path.join(self.root, fixes.FILE_NAME)
+        lf = os.path.join(self.root, layout.LOCAL_FIXES)
         if os.path.isfile(lf):
             paths = [p for p, _c in self._uncarried]
             found = [

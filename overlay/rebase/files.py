@@ -8,7 +8,6 @@ import os
 from overlay import layout
 from overlay.fs.atomic import atomic_write
 from overlay.fs.paths import check_path
-from overlay.rebase.ondisk import RR_CACHE
 
 
 def files_under(top: str) -> set[str]:
@@ -68,14 +67,10 @@ def prune_empty(top: str) -> None:
             os.rmdir(dirpath)
 
 
-#: The rr-caches an entry may be in: the clone's and the team's shared one.
-RR_CACHES = (RR_CACHE, layout.SHARED_RR_CACHE)
-
-
 def rr_remove(root: str, key: str) -> None:
     """Remove rr-cache entry ``key`` (the resolution, its ``.path`` and, for a patch
     conflict, its ``.patch``) from every rr-cache it is in."""
-    for cache in RR_CACHES:
+    for cache in (layout.RR_CACHE, layout.SHARED_RR_CACHE):
         for name in (key, key + ".path", key + ".patch"):
             try:
                 os.unlink(os.path.join(root, cache, name))
@@ -94,7 +89,7 @@ def forget_resolution(root: str, path: str) -> int:
         counts once).
     """
     keys = set()
-    for rel in RR_CACHES:
+    for rel in (layout.RR_CACHE, layout.SHARED_RR_CACHE):
         cache = os.path.join(root, rel)
         for name in sorted(os.listdir(cache)) if os.path.isdir(cache) else []:
             if not name.endswith(".path"):

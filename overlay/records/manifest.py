@@ -15,7 +15,8 @@ import re
 import tomllib
 from collections.abc import Mapping
 
-from overlay.checks.locate import MANIFEST_PATH, find_root  # noqa: F401 - find_root re-exported (it lived here)
+from overlay import layout
+from overlay.checks.locate import find_root  # noqa: F401 - re-exported (it lived here)
 from overlay.errors import ManifestError
 from overlay.fs.paths import Carry
 from overlay.fs.reading import RecordError, RecordMissing, read_record_text
@@ -155,7 +156,7 @@ def load_toml(text: str, path: str, error: type = ManifestError) -> dict:
         raise error(f"{path}: not valid TOML: {str(exc).split(';')[0]}") from None
 
 
-def parse_manifest(text: str, path: str = MANIFEST_PATH) -> Manifest:
+def parse_manifest(text: str, path: str = layout.MANIFEST) -> Manifest:
     """Parse and validate manifest text.
 
     Args:
@@ -302,15 +303,15 @@ def load_manifest(root: str) -> Manifest:
             named) or invalid (exit 2).
     """
     try:
-        text = read_record_text(root, MANIFEST_PATH, what="manifest")
+        text = read_record_text(root, layout.MANIFEST, what="manifest")
     except RecordMissing:
         raise ManifestError(
-            f"{MANIFEST_PATH} not found under {root}",
+            f"{layout.MANIFEST} not found under {root}",
             hint="run overlay from the overlay repository or pass -C DIR",
         ) from None
     except RecordError as exc:
         raise ManifestError(exc.message, hint=exc.hint) from None
-    return parse_manifest(text, MANIFEST_PATH)
+    return parse_manifest(text, layout.MANIFEST)
 
 
 _TABLE_LINE = re.compile(r"^\s*\[\s*([A-Za-z0-9_-]+)\s*\]\s*(?:#.*)?$")

@@ -28,9 +28,6 @@ from overlay.records.filediff import diff_pieces, parse_file_diff
 from overlay.records.mailhead import is_patch_break as is_patch_break  # re-exported
 from overlay.records.mailhead import parse_head, split_patch
 
-PATCH_DIR = layout.PATCH_DIR
-SERIES_PATH = layout.SERIES
-
 
 @dataclasses.dataclass(frozen=True)
 class Patch:
@@ -110,7 +107,7 @@ def read_series(root: str) -> list[tuple[str, int]]:
             lists more than :data:`MAX_SERIES_ENTRIES` patches (exit 2).
     """
     try:
-        text = read_record_text(root, SERIES_PATH, what="series")
+        text = read_record_text(root, layout.SERIES, what="series")
     except RecordMissing:
         return []
     out = []
@@ -120,13 +117,13 @@ def read_series(root: str) -> list[tuple[str, int]]:
             continue
         if len(line.split()) != 1:
             raise PatchFormatError(
-                f"{SERIES_PATH}:{number}: expected one patch file name, got {raw[:80]!r}"
+                f"{layout.SERIES}:{number}: expected one patch file name, got {raw[:80]!r}"
             )
-        check_path(line, what=f"series entry at {SERIES_PATH}:{number}")
+        check_path(line, what=f"series entry at {layout.SERIES}:{number}")
         out.append((line, number))
         if len(out) > MAX_SERIES_ENTRIES:
             raise PatchFormatError(
-                f"{SERIES_PATH}:{number}: more than {MAX_SERIES_ENTRIES} patches listed"
+                f"{layout.SERIES}:{number}: more than {MAX_SERIES_ENTRIES} patches listed"
             )
     return out
 
@@ -219,16 +216,16 @@ def load_patch(root: str, name: str, resolved: dict[str, str] | None = None) -> 
             a name too long) (exit 2).
         UnsafePath: a header path is absolute, has ``..`` or ``.git`` (exit 2).
     """
-    rel = f"{PATCH_DIR}/{name}"
+    rel = f"{layout.PATCH_DIR}/{name}"
     try:
         data = read_record(
             root, rel, what="patch", allow_symlink=False, resolved=resolved
         )
     except RecordMissing:
         raise PatchFormatError(
-            f"{PATCH_DIR}/{name} is listed in series but does not exist"
+            f"{layout.PATCH_DIR}/{name} is listed in series but does not exist"
         ) from None
-    path = os.path.join(root, PATCH_DIR, name)
+    path = os.path.join(root, layout.PATCH_DIR, name)
     try:
         return parse_patch(data, name, path)
     except (ValueError, RecursionError) as exc:
@@ -254,7 +251,7 @@ def series_text(root: str) -> str:
         RecordError: the file is refused or not UTF-8 (exit 2).
     """
     try:
-        return read_record_text(root, SERIES_PATH, what="series")
+        return read_record_text(root, layout.SERIES, what="series")
     except RecordMissing:
         return ""
 
@@ -291,7 +288,7 @@ def series_with(text: str, name: str, after: str | None) -> str:
     else:
         at = next((i + 1 for i, ln in enumerate(lines) if _entry(ln) == after), -1)
         if at < 0:
-            raise OverlayError(f"{after} is not in {SERIES_PATH}")
+            raise OverlayError(f"{after} is not in {layout.SERIES}")
     lines.insert(at, name)
     return nl.join(lines) + nl
 
@@ -308,7 +305,7 @@ def series_renamed(text: str, old: str, new: str) -> str:
         if _entry(line) == old:
             lines[i] = line.replace(old, new, 1)
             return "".join(lines)
-    raise OverlayError(f"{old} is not in {SERIES_PATH}")
+    raise OverlayError(f"{old} is not in {layout.SERIES}")
 
 
 def series_keeping(text: str, kept: Collection[str]) -> str:

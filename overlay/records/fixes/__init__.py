@@ -52,7 +52,6 @@ from __future__ import annotations
 
 from overlay.records.fixes.cross_checks import (
     ARTEFACT_DIRS,
-    RESOLVED_PREFIX,
     SOURCE_EXTENSIONS,
     check_dropped,
     check_patch_entries,
@@ -65,7 +64,6 @@ from overlay.records.fixes.model import (
     BACKEND_PREFIX,
     CODES,
     ENTRY_SECTIONS,
-    FILE_NAME,
     MAX_ENTRY_NUMBER,
     MLX_PREFIX,
     POLICY_SECTIONS,
@@ -124,12 +122,10 @@ __all__ = [
     "BACKEND_PREFIX",
     "CODES",
     "ENTRY_SECTIONS",
-    "FILE_NAME",
     "MAX_ENTRY_NUMBER",
     "MLX_PREFIX",
     "PLACEHOLDER_BODY",
     "POLICY_SECTIONS",
-    "RESOLVED_PREFIX",
     "RETARGET_PREFIX",
     "RETIRED",
     "SECTION_HEADINGS",

@@ -13,10 +13,10 @@ import os
 import re
 from collections.abc import Iterable
 
+from overlay import layout
 from overlay.errors import OverlayError
 from overlay.fs.reading import RecordMissing, read_record_text
 from overlay.records.fixes.model import (
-    FILE_NAME,
     RETARGET_PREFIX,
     SECTION_HEADINGS,
     Bullet,
@@ -333,7 +333,7 @@ class _Parser:
         )
 
 
-def parse(text: str, path: str = FILE_NAME) -> Document:
+def parse(text: str, path: str = layout.LOCAL_FIXES) -> Document:
     """Parse ``LOCAL_FIXES.md`` text into a :class:`Document` (format: docs/design.md §7).
 
     Parsing never fails: whatever does not fit the format is kept where the
@@ -354,7 +354,7 @@ def parse(text: str, path: str = FILE_NAME) -> Document:
     return parser.document(text, path)
 
 
-def load(path: str | os.PathLike, rel_path: str = FILE_NAME) -> Document:
+def load(path: str | os.PathLike, rel_path: str = layout.LOCAL_FIXES) -> Document:
     """Read and parse ``LOCAL_FIXES.md`` from disk.
 
     The file is read with :func:`overlay.fs.atomic.read_record`, with the
