@@ -20,7 +20,7 @@ from overlay.checks.codes import finding as _f
 from overlay.checks.findings import Finding
 from overlay.engine.refresh import BinaryTurn, nul_turns
 from overlay.errors import PatchFormatError, UnsafePath
-from overlay.fs.reading import RecordError, read_record
+from overlay.fs.reading import RecordError
 from overlay.git.run import git_ignored
 from overlay.git.store import Store, first_error_line, run_git
 from overlay.records.manifest import Manifest
@@ -30,6 +30,7 @@ from overlay.records.series import (
     Patch,
     load_patch,
     parse_patch,
+    patch_bytes,
     read_series,
 )
 
@@ -87,7 +88,7 @@ def _unparsable(
     (read from its header alone, so its entry is not reported as patchless, FIX024)."""
     rel = f"{layout.PATCH_DIR}/{name}"
     try:
-        data = read_record(root, rel, what="patch", allow_symlink=False)
+        data = patch_bytes(root, name)
     except RecordError:
         data = None
     if isinstance(exc, UnsafePath):

@@ -42,7 +42,6 @@ from overlay.engine.records import missing_records
 from overlay.engine.refresh import refresh_series
 from overlay.errors import GitError, LayerError, OfflineMiss, UnsafePath
 from overlay.fs.paths import check_path
-from overlay.fs.reading import scan_record_dir
 from overlay.fs.records_lock import state_lock
 from overlay.git.store import Store
 from overlay.rebase.ondisk import in_progress_note
@@ -50,6 +49,7 @@ from overlay.records import fixes
 from overlay.records.fixes.model import finding
 from overlay.records.manifest import Manifest
 from overlay.records.markers import marker_lines
+from overlay.records.resolutions import scan_resolutions
 from overlay.records.series import Patch
 
 if TYPE_CHECKING:
@@ -98,10 +98,10 @@ def _resolution_findings(
     Returns:
         ``(findings, {path: bytes}, safe)``; ``safe`` is false when a resolution
         was refused (LAY006): the layers must then not be computed, because
-        :func:`overlay.engine.layers.read_resolutions` would read the refused file.
+        :func:`overlay.records.resolutions.read_resolutions` would read the refused file.
     """
     findings = []
-    resolutions, errors = scan_record_dir(root, layout.RESOLVED_DIR, what="resolution")
+    resolutions, errors = scan_resolutions(root)
     safe = not errors
     for exc in errors:
         findings.append(

@@ -13,12 +13,12 @@ from overlay.errors import OverlayError
 from overlay.fs.paths import check_path
 from overlay.fs.reading import (
     RecordMissing,
-    decode_record,
     read_record,
     read_record_text,
     scan_record_dir,
 )
 from overlay.git.run import git_ignored
+from overlay.records import fixes
 
 UPSTREAM_FILE = "UPSTREAM"
 #: The keys an ``UPSTREAM`` record must hold.
@@ -211,13 +211,12 @@ def read_whole_file(directory: str) -> WholeFile:
             "UPSTREAM (docs/import.md)",
         ) from None
     try:
-        fixes_data = read_record(d, layout.LOCAL_FIXES, what="file")
+        fixes_data = fixes.fixes_record(d)
     except RecordMissing:
         raise OverlayError(
             f"{directory} holds no {layout.LOCAL_FIXES}",
             hint="the import carries LOCAL_FIXES.md over and groups the patches by its entries",
         ) from None
-    decode_record(fixes_data, layout.LOCAL_FIXES, what="file")
     ignored: list[str] = []
     found, errors = scan_record_dir(d, "mlx", what="overlay file", ignored=ignored)
     if errors:

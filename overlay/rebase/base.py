@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from overlay import layout
-from overlay.engine.layers import Layers, compute_layers, read_resolutions
+from overlay.engine.layers import Layers, compute_layers
 from overlay.errors import EXIT_FINDINGS, GitError, OverlayError
 from overlay.fs.atomic import atomic_write, kill_point, scratch_dir
 from overlay.git.objects import write_typed
@@ -28,9 +28,10 @@ from overlay.rebase.ondisk import (
     inspect_state,
     wedged_hint,
 )
-from overlay.rebase.state import Bases, PatchStatus, RunState
+from overlay.rebase.state import Bases, PatchStatus, RunState, write_state
 from overlay.records.manifest import Manifest
-from overlay.records.series import Patch, parse_patch
+from overlay.records.resolutions import read_resolutions
+from overlay.records.series import Patch, read_patch_copy
 
 if TYPE_CHECKING:
     from overlay.workspace import Workspace
@@ -181,11 +182,7 @@ class RunBase:
                 "the state is not written again without its backup",
                 hint="check `git status`; restore the records with git if they changed",
             )
-        # Rename-atomic, not fsynced: a killed process leaves the old or the new state,
-        # never a torn one; a power loss may cost the last step, which is redone.
-        atomic_write(
-            os.path.join(self.dir, layout.STATE_JSON), self.state.dumps(), durable=False
-        )
+        write_state(self.dir, self.state)
 
     def _discard_dir(self) -> None:
         """Remove the state directory as one step: renamed away first, so a kill
@@ -231,9 +228,7 @@ class RunBase:
             os.makedirs(os.path.dirname(dst), exist_ok=True)
             shutil.copy2(os.path.join(self.root, rel), dst)
         self.state = RunState(kind=kind, old=old, new=new, backup=files)
-        atomic_write(
-            os.path.join(new_dir, layout.STATE_JSON), self.state.dumps(), durable=False
-        )
+        write_state(new_dir, self.state)
         _checkpoint("start")
         if os.path.isdir(self.dir):
             shutil.rmtree(self.dir)  # an empty leftover (inspect found nothing in it)
@@ -411,11 +406,9 @@ class RunBase:
         only when asked for)."""
         cache = self._patches
         if name not in cache or (not header_only and cache[name].changes == ()):
-            path = os.path.join(self.dir, layout.BACKUP, layout.PATCH_DIR, name)
-            with open(path, "rb") as fh:
-                cache[name] = parse_patch(
-                    fh.read(), name, path, header_only=header_only
-                )
+            cache[name] = read_patch_copy(
+                os.path.join(self.dir, layout.BACKUP), name, header_only=header_only
+            )
         return cache[name]
 
     def _old_layers(self) -> Layers | None:

@@ -1,5 +1,5 @@
-"""File helpers of a run: restore from the backup, write only what changed, prune
-empty directories, and the rr-cache entries (``rebase --forget``)."""
+"""File helpers of a run: restore from the backup, and the rr-cache entries
+(``rebase --forget``)."""
 
 from __future__ import annotations
 
@@ -43,28 +43,6 @@ def restore(backup: str, root: str, rel: str) -> bool:
     os.makedirs(os.path.dirname(dst), exist_ok=True)
     atomic_write(dst, data, mode=os.stat(src).st_mode & 0o7777)
     return True
-
-
-def write_if_changed(path: str, data: bytes) -> None:
-    """Write ``data`` to ``path`` (temp + rename) unless it already holds exactly that."""
-    try:
-        with open(path, "rb") as fh:
-            if fh.read() == data:
-                return
-    except FileNotFoundError:
-        pass
-    atomic_write(path, data)
-
-
-def prune_empty(top: str) -> None:
-    """Remove the empty directories under ``top`` (``top`` too, when it ends empty)."""
-    if not os.path.isdir(top):
-        return
-    for dirpath, _dirnames, _filenames in sorted(
-        os.walk(top, topdown=False), key=lambda t: -len(t[0])
-    ):
-        if not os.listdir(dirpath):
-            os.rmdir(dirpath)
 
 
 def rr_remove(root: str, key: str) -> None:

@@ -19,7 +19,6 @@ from overlay.engine.layers import (
     ForkMerge,
     changes_outside_conflicts,
     merge_fork_delta,
-    read_resolutions,
 )
 from overlay.git.treemodel import edit_tree
 from overlay.rebase.base import (
@@ -32,6 +31,7 @@ from overlay.rebase.base import (
 from overlay.rebase.state import Bases, PatchOutcome, ResolutionOutcome, ResolutionStop
 from overlay.records.manifest import Manifest
 from overlay.records.markers import marker_lines
+from overlay.records.resolutions import read_resolutions
 from overlay.records.series import read_series
 
 #: The fork-delta merge at the old bases, computed at most once and only when needed.

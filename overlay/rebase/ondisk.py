@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import os
 import shutil
 import signal
@@ -35,8 +34,8 @@ from overlay import layout
 from overlay.errors import OverlayError, UnsafePath
 from overlay.fs.atomic import remove_stale_temps, sweep_scratch_dirs
 from overlay.fs.paths import check_path
-from overlay.fs.reading import RecordError, read_record
-from overlay.rebase.state import RunState
+from overlay.fs.reading import RecordError
+from overlay.rebase.state import RunState, read_state_json
 
 if TYPE_CHECKING:
     from overlay.workspace import Workspace
@@ -134,13 +133,7 @@ def inspect_state(root: str) -> StateOnDisk:
             True, problem=f"{layout.REBASE_STATE_DIR} holds {left} but no state.json"
         )
     try:
-        raw = read_record(
-            root,
-            layout.REBASE_STATE,
-            what="rebase state",
-            allow_symlink=False,
-        )
-        data = json.loads(raw.decode("utf-8"))
+        data = read_state_json(root)
     except RecordError as exc:
         return StateOnDisk(True, problem=exc.message)
     except (UnicodeDecodeError, ValueError, RecursionError):

@@ -90,10 +90,13 @@ from overlay.records.fixes.new import (
     render_new_entry,
 )
 from overlay.records.fixes.parser import (
+    fixes_bytes,
+    fixes_record,
     fork_repo_from_url,
     load,
     looks_like_path,
     parse,
+    write_fixes,
 )
 from overlay.records.fixes.rewrite import rename_entry_paths, set_heading_pins
 from overlay.records.fixes.structure import (
@@ -157,6 +160,8 @@ __all__ = [
     "ends_with_closing",
     "entry_policy",
     "find_conflict_markers",
+    "fixes_bytes",
+    "fixes_record",
     "fork_repo_from_url",
     "list_entries",
     "load",
@@ -169,4 +174,5 @@ __all__ = [
     "render_new_entry",
     "resolve_name",
     "without_reference",
+    "write_fixes",
 ]
