@@ -29,6 +29,8 @@ SUITES_DIR = f"{PATCH_DIR}/suites"
 SUITES_TOML = f"{SUITES_DIR}/suites.toml"
 #: The race lab's host-model sources.
 RACELAB_DIR = f"{SUITES_DIR}/racelab"
+#: The race lab's mutants (``overlay suite mutate``).
+MUTANTS_TOML = f"{SUITES_DIR}/mutants.toml"
 #: The fixes document.
 LOCAL_FIXES = "LOCAL_FIXES.md"
 
@@ -41,8 +43,14 @@ REBASE_STATE_DIR = f"{STATE_DIR}/rebase"
 STATE_JSON = "state.json"
 BACKUP = "backup"
 WORK = "work"
+#: The run's state file.
+REBASE_STATE = f"{REBASE_STATE_DIR}/{STATE_JSON}"
 #: Where a stopped run's files are edited.
 REBASE_WORK_DIR = f"{REBASE_STATE_DIR}/{WORK}"
+#: A start builds the state directory here, then renames it to :data:`REBASE_STATE_DIR`.
+REBASE_STATE_NEW = f"{REBASE_STATE_DIR}.tmp-new"
+#: A run that ends (completed or aborted) renames its state directory here, then removes it.
+REBASE_STATE_OLD = f"{REBASE_STATE_DIR}.tmp-old"
 #: The lock of the rebase state and the records (outside the state directory, which
 #: comes and goes).
 REBASE_LOCK = f"{STATE_DIR}/rebase.lock"
@@ -55,6 +63,10 @@ VERIFY_CACHE = f"{STATE_DIR}/verify-cache"
 #: An ``overlay edit`` in progress: its checkout and its state.
 EDIT_DIR = f"{STATE_DIR}/edit"
 EDIT_STATE = f"{STATE_DIR}/edit.json"
+#: ``overlay record``'s journal: every record's bytes before it writes them (its
+#: rollback), and the journal being made before it is renamed into place.
+RECORD_JOURNAL = f"{STATE_DIR}/record-journal"
+RECORD_JOURNAL_NEW = f"{RECORD_JOURNAL}.tmp-new"
 #: The last completed rebase or sync, as JSON (its ``pins.before.pin`` is where it started).
 LAST_REBASE_JSON = f"{STATE_DIR}/last-rebase.json"
 #: The last completed rebase or sync, as Markdown.
@@ -68,11 +80,18 @@ BUILD_DIR = "build"
 EXPORTS_GLOB = f"{BUILD_DIR}/*/src"
 #: The suites' results root.
 SUITE_RESULTS_DIR = f"{BUILD_DIR}/suite-results"
+#: The race lab's builds (``build/race-lab/<label>``).
+RACE_LAB_BUILDS = f"{BUILD_DIR}/race-lab"
 #: Inside a backend's build directory (``build/<backend>/``): the exported tree,
 #: CMake's build of MLX, and the suite children built against it.
 BACKEND_SRC = "src"
 BACKEND_OBJ = "obj"
 BACKEND_SUITES = "suites"
+
+#: Inside an export directory (DEST): the export's stamp, its transaction record
+#: (:mod:`overlay.export.stamp`), and the lock an export holds.
+EXPORT_STAMP = ".overlay-export.json"
+EXPORT_LOCK = ".overlay-export.lock"
 
 
 def backend_dir(backend: str) -> str:

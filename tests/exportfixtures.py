@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from overlay.export import LOCK, STAMP
+from overlay import layout
 from overlay.fs.atomic import TEMP_RE
 from overlay.git.store import EMPTY_TREE, Store, zsplit
 
@@ -66,7 +66,7 @@ def assert_equals_tree(store: Store, tree: str, dest: Path) -> None:
             full = os.path.join(top, name)
             rel = os.path.relpath(full, dest)
             assert not TEMP_RE.match(name), f"temp file left: {rel}"
-            if rel in (STAMP, LOCK):
+            if rel in (layout.EXPORT_STAMP, layout.EXPORT_LOCK):
                 continue
             st = os.lstat(full)
             if stat.S_ISLNK(st.st_mode):
@@ -77,7 +77,7 @@ def assert_equals_tree(store: Store, tree: str, dest: Path) -> None:
                     Path(full).read_bytes(),
                 )
     assert have == want
-    stamp = json.loads((dest / STAMP).read_text())
+    stamp = json.loads((dest / layout.EXPORT_STAMP).read_text())
     assert stamp["tree"] == tree and "pending" not in stamp
     assert sorted(stamp["files"]) == sorted(want)
 

@@ -14,6 +14,7 @@ from click.testing import CliRunner
 from gitfixtures import PATCH, local_fixes
 from seriesfixtures import abbreviate_index_line, add_unlisted_patch
 
+from overlay import layout
 from overlay.checks import cache as verdict
 from overlay.checks import verify as checks
 from overlay.cli import main
@@ -220,7 +221,9 @@ def test_strict_output_and_a_broken_cache_file(clean, monkeypatch, tmp_path):
     out = tmp_path / "report.txt"
     hit = CliRunner().invoke(main, ["-C", str(clean.root), "verify", "-o", str(out)])
     assert hit.output == text and out.read_text() == text and hit.exit_code == code
-    (clean.root / verdict.CACHE).write_bytes(b"overlay verify cache 1\n999\nshort")
+    (clean.root / layout.VERIFY_CACHE).write_bytes(
+        b"overlay verify cache 1\n999\nshort"
+    )
     assert run()[2] is False and run()[2] is True
 
 

@@ -20,9 +20,10 @@ from click.testing import CliRunner
 from exportfixtures import ROOT, T1, T2, T3, assert_equals_tree, killed_export, mktree
 from gitfixtures import cli
 
+from overlay import layout
 from overlay.cli import main
 from overlay.errors import OverlayError, UnsafePath
-from overlay.export import LOCK, STAMP, edited_files, export_tree
+from overlay.export import edited_files, export_tree
 from overlay.git.store import Store, zsplit
 
 
@@ -89,7 +90,7 @@ def test_cold_then_incremental_export(store, tmp_path):
     assert not (dest / "dir" / "sub").exists()  # emptied directory removed
     assert (dest / "a.txt").stat().st_mtime_ns == mtimes["a.txt"]
     assert (dest / "dir/b.txt").read_bytes() == b"b2\n"
-    assert json.loads((dest / STAMP).read_text())["tree"] == t2
+    assert json.loads((dest / layout.EXPORT_STAMP).read_text())["tree"] == t2
 
 
 def test_file_to_directory_and_back(store, tmp_path):
@@ -290,7 +291,7 @@ def test_a_hand_edit_during_an_interrupted_run_is_still_refused(store, tmp_path)
     dest = tmp_path / "dest"
     export_tree(store, t1, str(dest))
     assert killed_export(store, t2, dest, "12") == -9
-    assert json.loads((dest / STAMP).read_text())["pending"]["tree"] == t2
+    assert json.loads((dest / layout.EXPORT_STAMP).read_text())["pending"]["tree"] == t2
     (dest / "dir/c.txt").write_bytes(b"my own edit\n")
     with pytest.raises(OverlayError, match="edited since the last export.*dir/c.txt"):
         export_tree(store, t2, str(dest))
@@ -306,7 +307,7 @@ def test_temp_files_of_a_killed_run_are_removed_by_force(store, tmp_path):
     for tmp in (
         "dir/.c.txt.k3j9x_2q.tmp",
         ".a.txt.abcdefgh.tmp",
-        f".{STAMP}.q1w2e3r4.tmp",
+        f".{layout.EXPORT_STAMP}.q1w2e3r4.tmp",
     ):
         (dest / tmp).write_bytes(b"half")
     (dest / ".notes.txt").write_bytes(b"mine")  # not a temp name of ours: kept
@@ -321,7 +322,7 @@ def test_a_killed_stamp_write_into_an_empty_dest_is_not_a_foreign_file(store, tm
     t1 = mktree(store, T1, tmp_path)
     dest = tmp_path / "dest"
     dest.mkdir()
-    (dest / f".{STAMP}.q1w2e3r4.tmp").write_bytes(b"{")
+    (dest / f".{layout.EXPORT_STAMP}.q1w2e3r4.tmp").write_bytes(b"{")
     export_tree(store, t1, str(dest))
     assert_equals_tree(store, t1, dest)
 
@@ -400,7 +401,7 @@ def test_cli_interrupt_and_kill_then_plain_export(
             and state in lines[0]
         )
         assert f"`overlay export {dest}`" in lines[0]
-        with open(dest / LOCK) as fh:  # the destination lock was released
+        with open(dest / layout.EXPORT_LOCK) as fh:  # the destination lock was released
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
     if state != "is as it was":
         status = _cli(overlay, "status", "--dest", str(dest))

@@ -15,9 +15,10 @@ import sys
 import pytest
 from exportfixtures import ROOT, T1, T2, T3, assert_equals_tree, killed_export, mktree
 
+from overlay import layout
 from overlay.errors import GitError, UnsafePath
-from overlay.export import LOCK, STAMP, edited_files, export_tree
 from overlay.export import checkout as export_checkout
+from overlay.export import edited_files, export_tree
 from overlay.fs.locks import LockBusy, flocked
 from overlay.git.store import Store
 
@@ -85,7 +86,7 @@ def test_a_cold_export_is_one_git_checkout_and_stamps_what_is_on_disk(
     assert checkouts == [["checkout-index", "-a"]] and rewrites == []
     assert result.written == sorted(T1) and result.previous is None
     assert_equals_tree(store, t1, dest)
-    stamp = json.loads((dest / STAMP).read_text())
+    stamp = json.loads((dest / layout.EXPORT_STAMP).read_text())
     for path, (size, mtime_ns, blob) in stamp["files"].items():
         st = os.lstat(dest / path)
         assert [size, mtime_ns] == [st.st_size, st.st_mtime_ns]
@@ -175,7 +176,7 @@ def test_a_hostile_link_is_refused_before_git_writes(store, tmp_path, checkouts)
     dest = tmp_path / "dest"
     with pytest.raises(UnsafePath, match="evil"):
         export_tree(store, tree, str(dest))
-    assert checkouts == [] and sorted(os.listdir(dest)) == [LOCK]
+    assert checkouts == [] and sorted(os.listdir(dest)) == [layout.EXPORT_LOCK]
 
 
 def test_git_killed_in_the_middle_of_a_file_then_plain_export_completes(
@@ -192,7 +193,10 @@ def test_git_killed_in_the_middle_of_a_file_then_plain_export_completes(
     monkeypatch.undo()
     assert 0 < (dest / "dir/big.bin").stat().st_size < len(files["dir/big.bin"][1])
     assert not (dest / "run.sh").exists()
-    assert json.loads((dest / STAMP).read_text())["pending"]["direct"] is True
+    assert (
+        json.loads((dest / layout.EXPORT_STAMP).read_text())["pending"]["direct"]
+        is True
+    )
     other = tmp_path / "other"
     shutil.copytree(dest, other, symlinks=True)
     result = export_tree(store, tree, str(dest))
@@ -222,9 +226,9 @@ def test_overlay_killed_while_git_writes_leaves_git_the_lock(store, tmp_path):
         capture_output=True,
     )
     assert proc.returncode == -9, proc.stderr.decode()
-    with pytest.raises(LockBusy), flocked(dest / LOCK, wait=False):
+    with pytest.raises(LockBusy), flocked(dest / layout.EXPORT_LOCK, wait=False):
         pass  # the next export waits for git to end
-    with flocked(dest / LOCK):
+    with flocked(dest / layout.EXPORT_LOCK):
         pass
     result = export_tree(store, tree, str(dest))
     assert result.written == [] and result.edited == []  # git wrote them all

@@ -16,8 +16,9 @@ import pytest
 from exportfixtures import T1, T2, assert_equals_tree, killed_export, mktree
 
 from overlay import export as export_mod
+from overlay import layout
 from overlay.errors import OverlayError
-from overlay.export import STAMP, export_tree
+from overlay.export import export_tree
 from overlay.git.store import Store
 
 #: T1 with attributes git's checkout would convert its files by (CRLF line ends, $Id$):
@@ -40,7 +41,7 @@ def _killed_direct(store, tree, dest, after_files: int) -> dict:
     n = len(TA)
     # n object checks, three stamp points, then two points per file
     assert killed_export(store, tree, dest, str(n + 3 + 2 * after_files)) == -9
-    return json.loads((dest / STAMP).read_text())
+    return json.loads((dest / layout.EXPORT_STAMP).read_text())
 
 
 @pytest.mark.parametrize("files", [T1, TA], ids=["git", "python"])
@@ -57,8 +58,8 @@ def test_a_cold_export_into_an_empty_directory_is_direct_and_uses_no_temp_file(
     fresh = tmp_path / "fresh"
     export_tree(store, t1, str(fresh))
     assert [os.path.basename(p) for p in renamed] == [
-        STAMP,
-        STAMP,
+        layout.EXPORT_STAMP,
+        layout.EXPORT_STAMP,
     ]  # only the stamp, twice
     assert_equals_tree(store, t1, fresh)
 
@@ -132,4 +133,4 @@ def test_a_missing_object_stops_the_export_before_anything_is_written(store, tmp
     dest = tmp_path / "dest"
     with pytest.raises(OverlayError, match="missing"):
         export_tree(store, t1, str(dest))
-    assert sorted(os.listdir(dest)) == [export_mod.LOCK]
+    assert sorted(os.listdir(dest)) == [layout.EXPORT_LOCK]

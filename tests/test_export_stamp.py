@@ -11,7 +11,8 @@ import os
 import pytest
 from exportfixtures import T1, T2, assert_equals_tree, mktree
 
-from overlay.export import STAMP, edited_files, export_tree
+from overlay import layout
+from overlay.export import edited_files, export_tree
 from overlay.fs.atomic import atomic_write
 from overlay.git.store import Store
 
@@ -54,19 +55,19 @@ def test_a_format_1_stamp_is_read_and_upgraded(store, tmp_path):
     t1, t2 = (mktree(store, t, tmp_path) for t in (T1, T2))
     dest = tmp_path / "dest"
     export_tree(store, t1, str(dest))
-    stamp = json.loads((dest / STAMP).read_text())
+    stamp = json.loads((dest / layout.EXPORT_STAMP).read_text())
     old = {
         "format": 1,
         "tree": t1,
         "files": {p: rec[:2] for p, rec in stamp["files"].items()},
     }
-    (dest / STAMP).write_text(
+    (dest / layout.EXPORT_STAMP).write_text(
         json.dumps(old)
     )  # as the exports before stamps held blobs
     os.utime(dest / "a.txt", ns=(1, 1))  # touched, same content: not an edit
     (dest / "b.txt").write_bytes(b"edited\n")
     result = export_tree(store, t2, str(dest))
     assert result.edited == ["b.txt"] and "a.txt" in result.written
-    assert json.loads((dest / STAMP).read_text())["format"] == 2
+    assert json.loads((dest / layout.EXPORT_STAMP).read_text())["format"] == 2
     (dest / "b.txt").write_bytes(T2["b.txt"][1])
     assert edited_files(str(dest)) == []

@@ -27,7 +27,7 @@ from gitfixtures import overlay_process as run
 from gitfixtures import refusal_line as one_line_refusal
 from seriesfixtures import manifest_text, stopped_run
 
-from overlay.fs.records_lock import LOCK_FILE
+from overlay import layout
 from overlay.rebase.ondisk import inspect_state
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -51,7 +51,7 @@ def snapshot(o) -> str:
     h = hashlib.sha256()
     for path in sorted(p for p in o.root.rglob("*") if p.is_file() or p.is_symlink()):
         rel = str(path.relative_to(o.root))
-        if rel == LOCK_FILE:
+        if rel == layout.REBASE_LOCK:
             continue
         h.update(
             rel.encode()
@@ -65,7 +65,7 @@ def snapshot(o) -> str:
 def holding(o, command: str = "rebase --continue", *, shared: bool = False):
     """Hold the rebase lock from the test process, as a running overlay command would."""
     (o.root / ".overlay").mkdir(exist_ok=True)
-    fd = os.open(o.root / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = os.open(o.root / layout.REBASE_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
         if not shared:

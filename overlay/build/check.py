@@ -11,6 +11,7 @@ import subprocess
 import threading
 from collections.abc import Callable, Sequence
 
+from overlay import layout
 from overlay.build.cache import launcher_path
 from overlay.build.diagnostics import ANSI_RE, tree_locator
 from overlay.build.results import BuildResult
@@ -292,7 +293,7 @@ def _label(result: BuildResult, full: str, cwd: str) -> str:
     for obj in {os.path.normpath(result.obj), os.path.realpath(result.obj)}:
         if full.startswith(obj + os.sep):
             rel = os.path.relpath(full, obj).replace(os.sep, "/")
-            return f"build/{result.backend}/obj/{rel}"
+            return f"{layout.backend_dir(result.backend)}/{layout.BACKEND_OBJ}/{rel}"
     return path
 
 

@@ -52,7 +52,6 @@ from overlay import __version__, layout
 from overlay.checks.locate import default_store_dir
 from overlay.git.env import ls_files_z
 
-CACHE = layout.VERIFY_CACHE
 _MAGIC = b"overlay verify cache 1\n"
 #: Reports kept for one set of inputs (one per combination of --format/--only/--skip).
 MAX_ENTRIES = 16
@@ -207,7 +206,7 @@ def repo_paths(root: str) -> list[str]:
             p
             for p in out.decode("utf-8", "replace").split("\0")
             if p
-            and not p.startswith(".overlay/")
+            and not p.startswith(f"{layout.STATE_DIR}/")
             and os.path.lexists(os.path.join(root, p))
         ]
     paths = []
@@ -285,7 +284,7 @@ def inputs(root: str, git_dir: str | None, offline: bool) -> bytes | None:
         _field(
             out,
             b"rebase",
-            _stat(layout.under(root, f"{layout.REBASE_STATE_DIR}/{layout.STATE_JSON}")),
+            _stat(layout.under(root, layout.REBASE_STATE)),
         )
         _field(
             out, b"repo", "\0".join(repo_paths(root)).encode("utf-8", "surrogateescape")
@@ -393,7 +392,7 @@ def _parse(data: bytes) -> tuple[bytes, list[tuple[bytes, bytes, bytes]]]:
 def _load(root: str) -> tuple[bytes, list[tuple[bytes, bytes, bytes]]] | None:
     """The cache file parsed (:func:`_parse`), or ``None`` when absent or unreadable."""
     try:
-        with open(os.path.join(root, CACHE), "rb") as fh:
+        with open(os.path.join(root, layout.VERIFY_CACHE), "rb") as fh:
             return _parse(fh.read())
     except (OSError, ValueError):
         return None
@@ -445,7 +444,7 @@ def remember(
     for item in entries:
         for piece in item:
             parts += [b"%d\n" % len(piece), piece]
-    path = os.path.join(root, CACHE)
+    path = os.path.join(root, layout.VERIFY_CACHE)
     try:
         layout.make_state_dir(root)
         os.makedirs(os.path.dirname(path), exist_ok=True)

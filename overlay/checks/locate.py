@@ -14,8 +14,6 @@ import os
 from overlay import layout
 from overlay.errors import ManifestError
 
-MANIFEST_PATH = layout.MANIFEST
-
 
 def find_root(start: str) -> str:
     """The overlay repository holding ``start``, found upwards as git finds its root.
@@ -34,19 +32,19 @@ def find_root(start: str) -> str:
     here = os.path.abspath(start)
     if not os.path.isdir(here):
         raise ManifestError(
-            f"cannot look for {MANIFEST_PATH} from {here}: no such directory",
+            f"cannot look for {layout.MANIFEST} from {here}: no such directory",
             hint="pass -C DIR with an existing directory",
         )
     probe = here
     while True:
-        if os.path.isfile(os.path.join(probe, MANIFEST_PATH)):
+        if os.path.isfile(os.path.join(probe, layout.MANIFEST)):
             return probe
         parent = os.path.dirname(probe)
         if parent == probe:
             break
         probe = parent
     raise ManifestError(
-        f"{MANIFEST_PATH} not found in {here} or any parent directory up to {probe}",
+        f"{layout.MANIFEST} not found in {here} or any parent directory up to {probe}",
         hint="run overlay inside the overlay repository, or pass -C DIR",
     )
 

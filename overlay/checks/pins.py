@@ -17,6 +17,7 @@ import os
 import re
 from collections.abc import Callable
 
+from overlay import layout
 from overlay.errors import GitError, OverlayError, PatchFormatError, UnsafePath
 from overlay.git.store import Store, is_sha
 from overlay.records import fixes
@@ -219,7 +220,7 @@ def _citations(
 ) -> list[Citation]:
     """The retarget entries of ``root``'s ``LOCAL_FIXES.md`` citing a commit that
     ``lacks`` (given its full name) picks; ``lines`` gets each entry's line."""
-    path = os.path.join(root, fixes.FILE_NAME)
+    path = os.path.join(root, layout.LOCAL_FIXES)
     if not os.path.isfile(path):
         return []
     section = fixes.load(path).section("retarget")

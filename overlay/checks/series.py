@@ -15,22 +15,22 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
+from overlay import layout
 from overlay.checks.codes import finding as _f
 from overlay.checks.findings import Finding
 from overlay.engine.refresh import BinaryTurn, nul_turns
 from overlay.errors import PatchFormatError, UnsafePath
-from overlay.fs.reading import RecordError, read_record
+from overlay.fs.reading import RecordError
 from overlay.git.run import git_ignored
 from overlay.git.store import Store, first_error_line, run_git
 from overlay.records.manifest import Manifest
 from overlay.records.markers import marker_lines
 from overlay.records.patchfmt import ZERO_FROM
 from overlay.records.series import (
-    PATCH_DIR,
-    SERIES_PATH,
     Patch,
     load_patch,
     parse_patch,
+    patch_bytes,
     read_series,
 )
 
@@ -86,9 +86,9 @@ def _unparsable(
 ) -> tuple[Finding, int | None]:
     """The SER004 finding for a patch that does not parse, and its ``Local-Fix`` number
     (read from its header alone, so its entry is not reported as patchless, FIX024)."""
-    rel = f"{PATCH_DIR}/{name}"
+    rel = f"{layout.PATCH_DIR}/{name}"
     try:
-        data = read_record(root, rel, what="patch", allow_symlink=False)
+        data = patch_bytes(root, name)
     except RecordError:
         data = None
     if isinstance(exc, UnsafePath):
@@ -129,7 +129,7 @@ def binary_turn_findings(turns: Iterable[BinaryTurn]) -> list[Finding]:
     return [
         _f(
             "SER015",
-            f"{PATCH_DIR}/{t.patch}",
+            f"{layout.PATCH_DIR}/{t.patch}",
             t.line,
             t.message(),
             "remove the NUL byte from the patch's lines (a source file holds none), then "
@@ -181,7 +181,7 @@ def link_findings(store: Store, forked: str, results: Iterable[Any]) -> list[Fin
             findings.append(
                 _f(
                     "SER016",
-                    f"{PATCH_DIR}/{patch.name}",
+                    f"{layout.PATCH_DIR}/{patch.name}",
                     change.line if change else None,
                     exc.message.replace("refusing symlink", "symlink", 1)
                     + (
@@ -220,10 +220,10 @@ def _check_series_text(
     try:
         listed = read_series(root)
     except RecordError as exc:
-        return [_f("SER014", SERIES_PATH, None, exc.message, exc.hint)], [], unparsed
+        return [_f("SER014", layout.SERIES, None, exc.message, exc.hint)], [], unparsed
     except (PatchFormatError, UnsafePath) as exc:
         return (
-            [_f("SER004", SERIES_PATH, getattr(exc, "line", None), exc.message)],
+            [_f("SER004", layout.SERIES, getattr(exc, "line", None), exc.message)],
             [],
             unparsed,
         )
@@ -234,7 +234,7 @@ def _check_series_text(
             findings.append(
                 _f(
                     "SER003",
-                    SERIES_PATH,
+                    layout.SERIES,
                     line,
                     f"{name} is listed twice (first at line {seen[name]})",
                     "remove the repeated line",
@@ -262,11 +262,11 @@ def _read_listed(root: str, name: str, line: int) -> Patch | tuple[Finding, int 
     Returns:
         The patch, or ``(finding, Local-Fix number or None)``.
     """
-    rel = f"{PATCH_DIR}/{name}"
-    if not os.path.lexists(os.path.join(root, PATCH_DIR, name)):
+    rel = f"{layout.PATCH_DIR}/{name}"
+    if not os.path.lexists(os.path.join(root, layout.PATCH_DIR, name)):
         missing = _f(
             "SER001",
-            SERIES_PATH,
+            layout.SERIES,
             line,
             f"{name} does not exist",
             "restore the file or remove it from series",
@@ -282,7 +282,7 @@ def _read_listed(root: str, name: str, line: int) -> Patch | tuple[Finding, int 
 
 def _patch_text_findings(patch: Patch, manifest: Manifest) -> list[Finding]:
     """SER005-008, SER013 and SER015 of one parsed patch, from its text alone."""
-    rel = f"{PATCH_DIR}/{patch.name}"
+    rel = f"{layout.PATCH_DIR}/{patch.name}"
     findings = []
     if not patch.subject:
         findings.append(
@@ -374,7 +374,7 @@ def _mail_head_findings(patch: Patch, rel: str) -> list[Finding]:
 def _unlisted_findings(root: str, listed: set[str]) -> list[Finding]:
     """SER002: a patch file in ``patches-rocm/`` that the series does not list (one git
     ignores is no record: not an unlisted patch either)."""
-    patch_dir = os.path.join(root, PATCH_DIR)
+    patch_dir = os.path.join(root, layout.PATCH_DIR)
     if not os.path.isdir(patch_dir):
         return []
     unlisted = [
@@ -382,15 +382,15 @@ def _unlisted_findings(root: str, listed: set[str]) -> list[Finding]:
         for fn in sorted(os.listdir(patch_dir))
         if fn.endswith(".patch") and fn not in listed
     ]
-    ignored = git_ignored(root, [f"{PATCH_DIR}/{fn}" for fn in unlisted])
+    ignored = git_ignored(root, [f"{layout.PATCH_DIR}/{fn}" for fn in unlisted])
     return [
         _f(
             "SER002",
-            f"{PATCH_DIR}/{fn}",
+            f"{layout.PATCH_DIR}/{fn}",
             None,
             f"{fn} is not listed in series",
             "add it to series in its place, or delete it",
         )
         for fn in unlisted
-        if f"{PATCH_DIR}/{fn}" not in ignored
+        if f"{layout.PATCH_DIR}/{fn}" not in ignored
     ]

@@ -42,7 +42,6 @@ from overlay.engine.records import missing_records
 from overlay.engine.refresh import refresh_series
 from overlay.errors import GitError, LayerError, OfflineMiss, UnsafePath
 from overlay.fs.paths import check_path
-from overlay.fs.reading import scan_record_dir
 from overlay.fs.records_lock import state_lock
 from overlay.git.store import Store
 from overlay.rebase.ondisk import in_progress_note
@@ -50,7 +49,8 @@ from overlay.records import fixes
 from overlay.records.fixes.model import finding
 from overlay.records.manifest import Manifest
 from overlay.records.markers import marker_lines
-from overlay.records.series import PATCH_DIR, Patch
+from overlay.records.resolutions import scan_resolutions
+from overlay.records.series import Patch
 
 if TYPE_CHECKING:
     from overlay.workspace import Workspace
@@ -66,11 +66,6 @@ __all__ = [
     "link_findings",
     "verify",
 ]
-
-#: The resolutions' directory, as findings name it.
-RESOLVED_DIR = layout.RESOLVED_DIR
-#: The manifest, as findings name it.
-MANIFEST = layout.MANIFEST
 
 
 @dataclasses.dataclass
@@ -103,10 +98,10 @@ def _resolution_findings(
     Returns:
         ``(findings, {path: bytes}, safe)``; ``safe`` is false when a resolution
         was refused (LAY006): the layers must then not be computed, because
-        :func:`overlay.engine.layers.read_resolutions` would read the refused file.
+        :func:`overlay.records.resolutions.read_resolutions` would read the refused file.
     """
     findings = []
-    resolutions, errors = scan_record_dir(root, RESOLVED_DIR, what="resolution")
+    resolutions, errors = scan_resolutions(root)
     safe = not errors
     for exc in errors:
         findings.append(
@@ -119,7 +114,7 @@ def _resolution_findings(
             )
         )
     for path, data in resolutions.items():
-        rel = f"{RESOLVED_DIR}/{path}"
+        rel = f"{layout.RESOLVED_DIR}/{path}"
         try:
             check_path(path, what="resolution")
         except UnsafePath as exc:
@@ -173,7 +168,7 @@ def _fork_ahead_findings(store: Store, manifest: Manifest) -> list[Finding]:
     return [
         _f(
             "MAN004",
-            MANIFEST,
+            layout.MANIFEST,
             None,
             f"fork commit {manifest.fork_commit[:12]} has merged {len(ahead)} upstream "
             f"commit(s) that pin {manifest.pin[:12]} lacks ({shown})",
@@ -199,7 +194,7 @@ def _uncarried_findings(store: Store, manifest: Manifest) -> list[Finding]:
     return [
         _f(
             "MAN005",
-            MANIFEST,
+            layout.MANIFEST,
             None,
             f"the fork changed {len(changes)} path(s) outside [carry] from "
             f"{reviewed[:12]} to {manifest.fork_commit[:12]}: {shown}",
@@ -240,13 +235,13 @@ def _fix_findings(
         closing_required_from=manifest.closing_sentence_required_from,
     )
     findings += fixes.check_resolutions(
-        doc, [f"{RESOLVED_DIR}/{p}" for p in resolutions]
+        doc, [f"{layout.RESOLVED_DIR}/{p}" for p in resolutions]
     )
     if layers is not None:
         # Every Local-Fix trailer counts: a patch may serve several entries.
         records = [
             fixes.PatchRecord(
-                f"{PATCH_DIR}/{p.name}",
+                f"{layout.PATCH_DIR}/{p.name}",
                 tuple(p.trailers.get("Local-Fix") or ()),
                 p.forwarded,
                 p.touched,
@@ -279,7 +274,7 @@ def _pin_citation_findings(
     warning of a rebase that moved the pin back, kept while it holds)."""
     return [
         finding(
-            fixes.FILE_NAME,
+            layout.LOCAL_FIXES,
             "FIX027",
             line or None,
             citation.describe(f"the pin {manifest.pin[:8]}"),
@@ -364,7 +359,7 @@ def _verify(ws: Workspace, *, only: Iterable[str], skip: Iterable[str]) -> Verif
             findings += _applied_series_findings(store, layers)
     # FIX family: the records. The file is read whatever --only says: one that cannot be
     # read stops verify (exit 2), as it always has.
-    doc = fixes.load(os.path.join(root, fixes.FILE_NAME))
+    doc = fixes.load(os.path.join(root, layout.LOCAL_FIXES))
     if "FIX" in families:
         findings += _fix_findings(
             root, store, manifest, doc, resolutions, patches, unparsed, layers, listing
@@ -394,12 +389,12 @@ def _layers_or_findings(
         layers = ws.layers(series=patches, stepwise=stepwise)
     except OfflineMiss as exc:
         hint = "run `overlay verify` once online to fill the git store"
-        return None, [_f("MAN002", MANIFEST, None, exc.message, hint)], False
+        return None, [_f("MAN002", layout.MANIFEST, None, exc.message, hint)], False
     except PatchApplyError as exc:
         where = f"{exc.file or '(no file)'}" + (
             f" hunk #{exc.hunk}" if exc.hunk else ""
         )
-        rel = f"{PATCH_DIR}/{exc.patch}"
+        rel = f"{layout.PATCH_DIR}/{exc.patch}"
         names = [p.name for p in patches]
         reached = patches[: names.index(exc.patch) + 1] if exc.patch in names else []
         return (
@@ -409,9 +404,9 @@ def _layers_or_findings(
             True,
         )
     except LayerError as exc:
-        return None, [_f("LAY001", MANIFEST, None, exc.message, exc.hint)], True
+        return None, [_f("LAY001", layout.MANIFEST, None, exc.message, exc.hint)], True
     except GitError as exc:
-        return None, [_f("MAN001", MANIFEST, None, exc.message)], False
+        return None, [_f("MAN001", layout.MANIFEST, None, exc.message)], False
     return layers, _unverifiable_findings(ws.store, patches, failed=False), True
 
 
@@ -424,7 +419,7 @@ def _unverifiable_findings(
     return [
         _f(
             "SER017",
-            f"{PATCH_DIR}/{patch.name}",
+            f"{layout.PATCH_DIR}/{patch.name}",
             None,
             f"{path}: {reason}: the patch is unverifiable, its text cannot be checked "
             "against its record",
@@ -474,7 +469,7 @@ def _merge_base_findings(store: Store, manifest: Manifest) -> list[Finding]:
         findings.append(
             _f(
                 "MAN003",
-                MANIFEST,
+                layout.MANIFEST,
                 None,
                 f"merge-base {manifest.merge_base[:12]} is not an ancestor of fork "
                 f"commit {manifest.fork_commit[:12]}",
@@ -490,7 +485,7 @@ def _gitlink_findings(listing: list[tuple[str, str, str, str]]) -> list[Finding]
     return [
         _f(
             "LAY007",
-            MANIFEST,
+            layout.MANIFEST,
             None,
             f"{path} is a submodule (gitlink {oid[:12]}) in the patched tree: "
             "`overlay export` and every build refuse it",
@@ -508,7 +503,7 @@ def _layer_findings(layers: Layers) -> list[Finding]:
     findings = [
         _f(
             "LAY002",
-            f"{RESOLVED_DIR}/{stale}",
+            f"{layout.RESOLVED_DIR}/{stale}",
             None,
             f"{stale} no longer conflicts; the resolution is not used",
             "delete it (and its retarget entry) or re-check the merge",
@@ -520,7 +515,7 @@ def _layer_findings(layers: Layers) -> list[Finding]:
             findings.append(
                 _f(
                     "LAY005",
-                    f"{RESOLVED_DIR}/{conflict.path}",
+                    f"{layout.RESOLVED_DIR}/{conflict.path}",
                     line,
                     f"outside the conflict regions of git's merge of pin and fork, the "
                     f"resolution {what}",
@@ -544,7 +539,7 @@ def _applied_series_findings(store: Store, layers: Layers) -> list[Finding]:
             findings.append(
                 _f(
                     "SER011",
-                    f"{PATCH_DIR}/{item.patch.name}",
+                    f"{layout.PATCH_DIR}/{item.patch.name}",
                     None,
                     "refreshing would change the patch's bytes",
                     "run `overlay refresh` and commit the result",

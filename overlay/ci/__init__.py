@@ -203,7 +203,8 @@ def stage_build(
         )
     log = os.path.relpath(
         os.path.join(
-            os.path.realpath(os.path.join(root, "build", backend)), "build.log"
+            os.path.realpath(layout.under(root, layout.backend_dir(backend))),
+            "build.log",
         ),
         root,
     )

@@ -99,7 +99,6 @@ def whole_file_cmd(
     # the importer loads when `import whole-file` runs, not for --help
     from overlay.importer import (
         DEFAULT_UPSTREAM_URL,
-        REPORT_MD,
         import_whole_file,
         render,
     )
@@ -118,7 +117,7 @@ def whole_file_cmd(
     )
     click.echo(render(report, fmt), nl=False)
     if fmt == "text":
-        click.echo(f"report written to {REPORT_MD}")
+        click.echo(f"report written to {layout.LAST_IMPORT_MD}")
         # .overlay/ is this clone's state (locks, reports, rr-cache), not a record to
         # commit; its own .gitignore (layout.make_state_dir) hides it, unless a rule of
         # the repository brings it back.

@@ -252,11 +252,14 @@ def _forget(ws: Workspace, path: str, kind: str) -> None:
 def _ack_uncarried(ws: Workspace) -> None:
     """``sync --ack-uncarried``: remove ``[fork] uncarried-reviewed`` (the fork's changes
     outside ``[carry]`` up to its commit are reviewed), under the records lock."""
-    # the lock and the manifest's writer load when `--ack-uncarried` runs
-    from overlay.fs.atomic import atomic_write
+    # the lock and the manifest's reader and writer load when `--ack-uncarried` runs
     from overlay.fs.records_lock import state_lock
     from overlay.rebase.ondisk import refuse_if_in_progress
-    from overlay.records.manifest import set_uncarried_reviewed
+    from overlay.records.manifest import (
+        manifest_text,
+        set_uncarried_reviewed,
+        write_manifest,
+    )
 
     with state_lock(ws.root, "sync --ack-uncarried"):
         refuse_if_in_progress(ws.root)
@@ -266,10 +269,8 @@ def _ack_uncarried(ws: Workspace) -> None:
                 "nothing to acknowledge: no fork change outside [carry] awaits review"
             )
             return
-        path = ws.path(layout.MANIFEST)
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
-        atomic_write(path, set_uncarried_reviewed(text, None).encode())
+        text = manifest_text(ws.root)
+        write_manifest(ws.root, set_uncarried_reviewed(text, None))
     click.echo(
         f"acknowledged the fork's changes outside [carry] from "
         f"{manifest.uncarried_reviewed[:12]} to {manifest.fork_commit[:12]}"

@@ -42,11 +42,6 @@ if TYPE_CHECKING:
 
 __all__ = ["suite"]
 
-#: ``suites.toml`` relative to the repository root.
-SUITES_TOML = layout.SUITES_TOML
-#: Default results directory relative to the repository root (git-ignored ``build/``).
-RESULTS_DIR = layout.SUITE_RESULTS_DIR
-
 
 def _load(ws: Workspace) -> dict:
     """The suites of :attr:`Workspace.suites_path`, by name.
@@ -67,7 +62,9 @@ def _load(ws: Workspace) -> dict:
 
 def _results_root(ws: Workspace, results_dir: str | None) -> str:
     """``--results``, else ``build/suite-results`` under the repository; absolute."""
-    return os.path.abspath(results_dir or layout.under(ws.base, RESULTS_DIR))
+    return os.path.abspath(
+        results_dir or layout.under(ws.base, layout.SUITE_RESULTS_DIR)
+    )
 
 
 def _runs_line(live: LiveProgress, prefix: str = "") -> ProgressFn:
@@ -98,7 +95,7 @@ def _emit(text: str, output: str | None) -> None:
     "suites_path",
     default=None,
     metavar="PATH",
-    help=f"suites.toml to read (default <root>/{SUITES_TOML}).",
+    help=f"suites.toml to read (default <root>/{layout.SUITES_TOML}).",
 )
 @click.pass_context
 def suite(ctx: click.Context, suites_path: str | None) -> None:
@@ -195,7 +192,7 @@ def _run_options(fn):
                 "results_dir",
                 default=None,
                 metavar="DIR",
-                help=f"Results root (default <root>/{RESULTS_DIR}).",
+                help=f"Results root (default <root>/{layout.SUITE_RESULTS_DIR}).",
             ),
             click.option(
                 "--child-dir",

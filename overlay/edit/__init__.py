@@ -33,8 +33,6 @@ sync is not started while an edit is open (:func:`refuse_during_edit`).
 from overlay.edit.finish import Completed, complete_interrupted, resume_record
 from overlay.edit.record import NothingToRecord, Recorded, record, wrap_message
 from overlay.edit.session import (
-    EDIT_DIR,
-    STATE_FILE,
     Session,
     Started,
     load_session,
@@ -52,8 +50,6 @@ from overlay.edit.start import (
 __all__ = [
     "Aborted",
     "Completed",
-    "EDIT_DIR",
-    "STATE_FILE",
     "NothingToRecord",
     "Recorded",
     "Session",

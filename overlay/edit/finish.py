@@ -10,10 +10,9 @@ import os
 import shutil
 from typing import TYPE_CHECKING
 
+from overlay import layout
 from overlay.edit.session import (
     BRANCH,
-    EDIT_DIR,
-    STATE_FILE,
     Session,
     records_locked,
     save_session,
@@ -82,7 +81,7 @@ def finish_record(
     if why is None:
         remove_worktree(root, journal.directory)
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(os.path.join(root, STATE_FILE))
+            os.unlink(os.path.join(root, layout.EDIT_STATE))
     else:
         if why != "unreadable" and os.path.isdir(workdir):
             wt_git(workdir, "update-ref", BRANCH, journal.start_commit)
@@ -109,8 +108,11 @@ def sweep_edit_leftovers(root: str) -> None:
     Call it holding the records' lock (then no live overlay command writes there).
     """
     sweep_killed_runs(root)
-    remove_stale_temps(os.path.join(root, os.path.dirname(STATE_FILE)), {"edit.json"})
-    edits = os.path.join(root, EDIT_DIR)
+    remove_stale_temps(
+        os.path.join(root, os.path.dirname(layout.EDIT_STATE)),
+        {os.path.basename(layout.EDIT_STATE)},
+    )
+    edits = os.path.join(root, layout.EDIT_DIR)
     with contextlib.suppress(OSError):
         for name in os.listdir(edits):
             full = os.path.join(edits, name)

@@ -14,6 +14,7 @@ import hashlib
 import os
 from typing import TYPE_CHECKING
 
+from overlay import layout
 from overlay.edit.finish import complete_interrupted, finish_record
 from overlay.edit.message import one_line, series_author, title_from, wrap_message
 from overlay.edit.session import (
@@ -39,8 +40,6 @@ from overlay.records import fixes
 from overlay.records.manifest import Manifest
 from overlay.records.patchfmt import format_patch, tree_diff
 from overlay.records.series import (
-    PATCH_DIR,
-    SERIES_PATH,
     Patch,
     parse_patch,
     read_series,
@@ -216,7 +215,9 @@ def record(
             raise OverlayError(
                 f"internal: {name} would not be byte-stable under refresh"
             )
-        new_patch = parse_patch(head.data, name, os.path.join(root, PATCH_DIR, name))
+        new_patch = parse_patch(
+            head.data, name, os.path.join(root, layout.PATCH_DIR, name)
+        )
         carried = _carry_later(store, edit)
         if head.planned is None:
             _check_entry_names(root, store, edit, head.number, new_patch)
@@ -265,9 +266,9 @@ def _new_name(root: str, session: Session, rename: str | None) -> str | None:
     if name == session.name:
         return None
     listed = {n for n, _line in read_series(root)}
-    if name in listed or os.path.lexists(os.path.join(root, PATCH_DIR, name)):
+    if name in listed or os.path.lexists(os.path.join(root, layout.PATCH_DIR, name)):
         raise OverlayError(
-            f"{PATCH_DIR}/{name} already exists: {session.name} is not renamed to it",
+            f"{layout.PATCH_DIR}/{name} already exists: {session.name} is not renamed to it",
             hint="choose another name",
         )
     return name
@@ -356,11 +357,11 @@ def _patch_head(
         OverlayError: ``--fix`` names no entry; a new patch lacks a subject or a
             description; the description is empty.
     """
-    lf_path = os.path.join(root, fixes.FILE_NAME)
+    lf_path = os.path.join(root, layout.LOCAL_FIXES)
     old = edit.old
     if msg.fix is not None and fixes.load(lf_path).entry(msg.fix) is None:
         raise OverlayError(
-            f"--fix {msg.fix}: {fixes.FILE_NAME} has no entry {msg.fix}",
+            f"--fix {msg.fix}: {layout.LOCAL_FIXES} has no entry {msg.fix}",
             hint="`overlay fix list` lists them; leave --fix out to add a new entry",
         )
     number = (
@@ -478,7 +479,7 @@ def _check_entry_names(
     Raises:
         OverlayError: it does not; nothing is recorded.
     """
-    doc = fixes.load(os.path.join(root, fixes.FILE_NAME))
+    doc = fixes.load(os.path.join(root, layout.LOCAL_FIXES))
     entry = doc.entry(number) if number is not None else None
     if entry is None:
         return
@@ -509,7 +510,7 @@ def _journal(
     is written there, its old file removed and its series line renamed."""
     session = edit.session
     planned: list[tuple[str, bytes | None]] = [
-        (os.path.join(PATCH_DIR, name), head.data)
+        (os.path.join(layout.PATCH_DIR, name), head.data)
     ]
     planned += [(os.path.relpath(p.path, root), data) for p, data in carried]
     if head.planned is not None:
@@ -518,13 +519,16 @@ def _journal(
         )
     if session.new:
         planned.append(
-            (SERIES_PATH, series_with(series_text(root), name, session.after).encode())
+            (
+                layout.SERIES,
+                series_with(series_text(root), name, session.after).encode(),
+            )
         )
     elif name != session.name:
-        planned.append((os.path.join(PATCH_DIR, session.name), None))
+        planned.append((os.path.join(layout.PATCH_DIR, session.name), None))
         planned.append(
             (
-                SERIES_PATH,
+                layout.SERIES,
                 series_renamed(series_text(root), session.name, name).encode(),
             )
         )

@@ -12,16 +12,12 @@ from collections.abc import Iterator
 from typing import Any
 
 from overlay import layout
-from overlay.edit.writes import JOURNAL_DIR
 from overlay.engine.layers import Layers
 from overlay.errors import OverlayError
 from overlay.fs.atomic import atomic_write
 from overlay.fs.records_lock import state_lock
 from overlay.rebase.ondisk import run_in_progress
-from overlay.records.series import SERIES_PATH
 
-EDIT_DIR = layout.EDIT_DIR
-STATE_FILE = layout.EDIT_STATE
 #: The work tree's branch.
 BRANCH = "refs/heads/overlay-edit"
 #: A new patch's name: one file name, letters, digits, ``.``, ``_``, ``-`` (quilt's habit).
@@ -100,7 +96,7 @@ def load_session(root: str) -> Session | None:
         OverlayError: the state file is unreadable or malformed (exit 2); the hint
             names ``overlay edit --abort``.
     """
-    path = os.path.join(root, STATE_FILE)
+    path = os.path.join(root, layout.EDIT_STATE)
     try:
         with open(path, encoding="utf-8") as fh:
             data = json.load(fh)
@@ -109,7 +105,7 @@ def load_session(root: str) -> Session | None:
         return None
     except (OSError, ValueError, KeyError, TypeError):
         raise OverlayError(
-            f"{STATE_FILE} is unreadable or not an overlay edit state",
+            f"{layout.EDIT_STATE} is unreadable or not an overlay edit state",
             hint="throw the edit away with `overlay edit --abort`",
         ) from None
 
@@ -117,7 +113,7 @@ def load_session(root: str) -> Session | None:
 def save_session(root: str, session: Session) -> None:
     """Write ``.overlay/edit.json`` (temp + rename)."""
     atomic_write(
-        os.path.join(root, STATE_FILE),
+        os.path.join(root, layout.EDIT_STATE),
         (json.dumps(dataclasses.asdict(session), indent=2) + "\n").encode(),
     )
 
@@ -149,7 +145,7 @@ def refuse_during_edit(root: str, command: str) -> None:
         name = current.name if current is not None else None
     except OverlayError:
         name = "a patch (its state file is unreadable)"
-    if name is None and os.path.isdir(os.path.join(root, JOURNAL_DIR)):
+    if name is None and os.path.isdir(os.path.join(root, layout.RECORD_JOURNAL)):
         name = "a patch (its `overlay record` was interrupted)"
     if name is None:
         return
@@ -190,7 +186,7 @@ def _index(layers: Layers, name: str) -> int:
     names = [r.patch.name for r in layers.patches]
     if name not in names:
         raise OverlayError(
-            f"{name} is not in {SERIES_PATH}",
+            f"{name} is not in {layout.SERIES}",
             hint="name a patch of the series (`overlay status` lists them), or use --new NAME",
         )
     return names.index(name)

@@ -11,10 +11,9 @@ import os
 import shutil
 from typing import TYPE_CHECKING
 
+from overlay import layout
 from overlay.edit.finish import Completed, complete_interrupted
 from overlay.edit.session import (
-    EDIT_DIR,
-    STATE_FILE,
     Session,
     Started,
     load_session,
@@ -29,7 +28,7 @@ from overlay.edit.worktree import make_worktree, snapshot
 from overlay.edit.writes import remove_worktree
 from overlay.errors import OverlayError
 from overlay.git.store import Store
-from overlay.records.series import PATCH_DIR, read_series, resolve_patch_name
+from overlay.records.series import read_series, resolve_patch_name
 
 if TYPE_CHECKING:
     from overlay.workspace import Workspace
@@ -104,9 +103,11 @@ def start_edit(
                 "`overlay edit --abort`",
             )
         if new is not None:
-            if name in listed or os.path.lexists(os.path.join(root, PATCH_DIR, name)):
+            if name in listed or os.path.lexists(
+                os.path.join(root, layout.PATCH_DIR, name)
+            ):
                 raise OverlayError(
-                    f"{PATCH_DIR}/{name} already exists",
+                    f"{layout.PATCH_DIR}/{name} already exists",
                     hint=f"edit it with `overlay edit {name}`, or choose another name",
                 )
         layers = ws.layers(stepwise=True)
@@ -120,7 +121,7 @@ def start_edit(
                 existing.subject,
                 hashlib.sha256(existing.data).hexdigest(),
             )
-        directory = os.path.join(EDIT_DIR, stem(name))
+        directory = os.path.join(layout.EDIT_DIR, stem(name))
         workdir = os.path.join(root, directory)
         if os.path.lexists(workdir):
             shutil.rmtree(workdir)  # a leftover of an edit whose state is gone
@@ -213,7 +214,7 @@ def abort_edit(ws: Workspace) -> Aborted:
             lost = _readable_changes(store, root, session)
             remove_worktree(root, session.directory)
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(os.path.join(root, STATE_FILE))
+            os.unlink(os.path.join(root, layout.EDIT_STATE))
         return Aborted(session, lost, completed)
 
 

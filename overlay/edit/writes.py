@@ -28,9 +28,6 @@ from overlay.errors import OverlayError
 from overlay.fs.atomic import atomic_write, counted_kill_point
 from overlay.fs.paths import check_path
 
-#: The journal of a record in progress, and where it is built before the commit point.
-JOURNAL_DIR = f"{layout.STATE_DIR}/record-journal"
-NEW_JOURNAL_DIR = f"{JOURNAL_DIR}.tmp-new"
 JOURNAL_FILE = "journal.json"
 #: A work tree being removed is renamed here first (``<stem>`` appended): a kill
 #: inside the removal never leaves a half-deleted tree where the edit was.
@@ -82,7 +79,7 @@ def save_journal(root: str, journal: Journal) -> None:
     Raises:
         OSError: it cannot be written; nothing of the records has changed.
     """
-    new = os.path.join(root, NEW_JOURNAL_DIR)
+    new = os.path.join(root, layout.RECORD_JOURNAL_NEW)
     shutil.rmtree(new, ignore_errors=True)
     os.makedirs(new)
     rows = []
@@ -96,7 +93,7 @@ def save_journal(root: str, journal: Journal) -> None:
     meta["files"] = rows
     atomic_write(os.path.join(new, JOURNAL_FILE), json.dumps(meta, indent=1).encode())
     checkpoint()
-    os.rename(new, os.path.join(root, JOURNAL_DIR))
+    os.rename(new, os.path.join(root, layout.RECORD_JOURNAL))
 
 
 def load_journal(root: str) -> Journal | None:
@@ -108,8 +105,8 @@ def load_journal(root: str) -> Journal | None:
     Raises:
         OverlayError: the journal is unreadable (exit 2).
     """
-    shutil.rmtree(os.path.join(root, NEW_JOURNAL_DIR), ignore_errors=True)
-    top = os.path.join(root, JOURNAL_DIR)
+    shutil.rmtree(os.path.join(root, layout.RECORD_JOURNAL_NEW), ignore_errors=True)
+    top = os.path.join(root, layout.RECORD_JOURNAL)
     try:
         with open(os.path.join(top, JOURNAL_FILE), encoding="utf-8") as fh:
             meta = json.load(fh)
@@ -129,14 +126,16 @@ def load_journal(root: str) -> Journal | None:
         return None
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise OverlayError(
-            f"{JOURNAL_DIR} (an interrupted `overlay record`) is unreadable: {exc}",
-            hint=f"see what it holds, put the records right with git, then remove {JOURNAL_DIR}",
+            f"{layout.RECORD_JOURNAL} (an interrupted `overlay record`) is unreadable: "
+            f"{exc}",
+            hint="see what it holds, put the records right with git, then remove "
+            f"{layout.RECORD_JOURNAL}",
         ) from None
 
 
 def remove_journal(root: str) -> None:
     """The last step of a record: ``journal.json`` first (then nothing is pending)."""
-    top = os.path.join(root, JOURNAL_DIR)
+    top = os.path.join(root, layout.RECORD_JOURNAL)
     with contextlib.suppress(FileNotFoundError):
         os.unlink(os.path.join(top, JOURNAL_FILE))
     shutil.rmtree(top, ignore_errors=True)

@@ -25,14 +25,12 @@ from overlay import layout
 from overlay.engine import PatchApplyError, PatchResult, apply_series
 from overlay.errors import GitError, LayerError
 from overlay.fs.paths import Carry, check_path
-from overlay.fs.reading import read_record_dir
 from overlay.git.store import EMPTY_TREE, Store
 from overlay.records.manifest import Manifest
 from overlay.records.markers import conflict_regions
+from overlay.records.resolutions import read_resolutions
 from overlay.records.series import Patch, load_series
 
-#: The resolutions' directory (see :mod:`overlay.layout`).
-RESOLVED_DIR = layout.RESOLVED_DIR
 LAYERS = ("pin", "forked", "patched")
 
 
@@ -154,21 +152,6 @@ def changes_outside_conflicts(auto: bytes, resolved: bytes) -> list[tuple[int, s
             )
         out.append((j1 + 1, what))
     return out
-
-
-def read_resolutions(root: str) -> dict[str, bytes]:
-    """Every file under ``<root>/patches-rocm/resolved/``, keyed by repository path.
-
-    Read through :func:`overlay.fs.atomic.read_record_dir`: regular files inside the
-    repository only (a resolution that is a symlink is refused, never followed).
-
-    Raises:
-        RecordError: a refused entry (exit 2); UnsafePath: a hostile name.
-    """
-    out = read_record_dir(root, layout.RESOLVED_DIR, what="resolution")
-    for rel in out:
-        check_path(rel, what="resolution")
-    return dict(sorted(out.items()))
 
 
 @dataclasses.dataclass
@@ -575,5 +558,4 @@ __all__ = [
     "compute_layers",
     "conflict_hunks",
     "ensure_commits",
-    "read_resolutions",
 ]

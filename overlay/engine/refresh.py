@@ -27,10 +27,16 @@ from collections.abc import Collection, Iterable, Sequence
 from overlay.engine import apply_text, carry_patch
 from overlay.engine.layers import Layers
 from overlay.errors import LayerError, OverlayError
-from overlay.fs.atomic import atomic_write, kill_point
+from overlay.fs.atomic import kill_point
 from overlay.git.store import Store
 from overlay.records.patchfmt import ZERO_FROM, tree_diff, tree_diffs
-from overlay.records.series import Patch, is_patch_break, parse_patch, split_patch
+from overlay.records.series import (
+    Patch,
+    is_patch_break,
+    parse_patch,
+    rewrite_patch,
+    split_patch,
+)
 
 _MBOX_FROM = re.compile(rb"^From [0-9a-f]{40} ")
 _DIFFSTAT = re.compile(
@@ -427,8 +433,8 @@ def write_refreshed(
         if wanted and item.patch.name not in wanted:
             continue
         if item.changed:
-            atomic_write(
-                item.patch.path, item.data, before_replace=lambda: kill_point("refresh")
+            rewrite_patch(
+                item.patch, item.data, before_replace=lambda: kill_point("refresh")
             )
             written.append(item.patch.name)
     return written

@@ -38,6 +38,7 @@ import dataclasses
 import os
 import time
 
+from overlay import layout
 from overlay.errors import OverlayError, UnsafePath
 from overlay.export.checkout import check_objects, check_out, scratch_checkout
 from overlay.export.disk import (
@@ -56,9 +57,7 @@ from overlay.export.disk import (
     write_new,
 )
 from overlay.export.stamp import (
-    LOCK,
     OURS,
-    STAMP,
     edited_files,
     edited_note,
     interrupted_error,
@@ -178,7 +177,7 @@ def export_tree(
     # index and merge inputs of a run); the pid in each name keeps live ones.
     sweep_scratch_dirs()
     try:
-        with flocked(os.path.join(dest, LOCK)) as lock_fd:
+        with flocked(os.path.join(dest, layout.EXPORT_LOCK)) as lock_fd:
             return _export_locked(store, tree, dest, force, started, lock_fd)
     except KeyboardInterrupt:
         raise interrupted_error(dest, tree) from None
@@ -290,7 +289,7 @@ def _open_run(store: Store, tree: str, dest: str, force: bool, started: float) -
     """The destination check and the last run's journal: DEST's stamp, the temp files a
     killed run left swept, and what the stamp records (an interrupted run included)."""
     stamp = _destination_stamp(dest, force)
-    remove_stale_temps(dest, {STAMP})
+    remove_stale_temps(dest, {layout.EXPORT_STAMP})
     recorded: dict[str, list] = (
         {p: list(v) for p, v in stamp["files"].items()} if stamp else {}
     )
@@ -301,7 +300,7 @@ def _open_run(store: Store, tree: str, dest: str, force: bool, started: float) -
     # file and a rename per file: nothing there can be the user's, and the
     # pending record says so ("direct"), so that a run killed mid-file is completed: a
     # file of a direct run holding the start of the blob it was writing is the run's.
-    direct = stamp is None and not (set(os.listdir(dest)) - {LOCK})
+    direct = stamp is None and not (set(os.listdir(dest)) - {layout.EXPORT_LOCK})
     previous = stamp["tree"] if stamp else None
     return _Run(
         store,
@@ -338,7 +337,10 @@ def _destination_stamp(dest: str, force: bool) -> dict | None:
     if (
         stamp is None
         and not force
-        and any(n not in OURS and temp_owner(n) != STAMP for n in os.listdir(dest))
+        and any(
+            n not in OURS and temp_owner(n) != layout.EXPORT_STAMP
+            for n in os.listdir(dest)
+        )
     ):
         raise OverlayError(
             f"{dest} is not empty and holds no overlay export stamp",
@@ -558,8 +560,6 @@ def _write_all(run: _Run, dest_real: str, blobs: Entries) -> None:
 
 
 __all__ = [
-    "LOCK",
-    "STAMP",
     "ExportResult",
     "edited_files",
     "edited_note",

@@ -13,17 +13,14 @@ from __future__ import annotations
 import json
 import os
 
+from overlay import layout
 from overlay.errors import EXIT_INTERRUPTED, OverlayError
 from overlay.export.disk import checkpoint, disk_state, is_recorded
 from overlay.fs.atomic import atomic_write, temp_owner
 from overlay.git.store import Store
 
-#: The stamp's file name in DEST.
-STAMP = ".overlay-export.json"
-#: The lock an export holds in DEST (:func:`overlay.fs.atomic.flocked`).
-LOCK = ".overlay-export.lock"
 #: The names in DEST that are overlay's own, never a tree's.
-OURS = {STAMP, LOCK}
+OURS = {layout.EXPORT_STAMP, layout.EXPORT_LOCK}
 
 
 def read_stamp(dest: str) -> dict | None:
@@ -38,7 +35,7 @@ def read_stamp(dest: str) -> dict | None:
     Raises:
         OverlayError: the stamp is unreadable or malformed (exit 2).
     """
-    path = os.path.join(dest, STAMP)
+    path = os.path.join(dest, layout.EXPORT_STAMP)
     try:
         with open(path, encoding="utf-8") as fh:
             data = json.load(fh)
@@ -197,7 +194,7 @@ def write_stamp(dest: str, tree: str | None, files: dict, pending: dict | None) 
     if pending is not None:
         data["pending"] = pending
     atomic_write(
-        os.path.join(dest, STAMP),
+        os.path.join(dest, layout.EXPORT_STAMP),
         json.dumps(data, sort_keys=True, separators=(",", ":")).encode(),
         before_replace=checkpoint,
     )
@@ -213,7 +210,7 @@ def interrupted_error(dest: str, tree: str) -> OverlayError:
     if stamp and stamp.get("pending"):
         msg = (
             f"interrupted: {dest} holds a partial export of "
-            f"{stamp['pending']['tree']} (recorded in {STAMP}); "
+            f"{stamp['pending']['tree']} (recorded in {layout.EXPORT_STAMP}); "
             f"a plain `overlay export {dest}` completes it"
         )
     elif stamp and stamp["tree"] == tree:

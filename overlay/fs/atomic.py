@@ -262,3 +262,25 @@ def atomic_write(
         if before_replace is not None:
             before_replace()
         os.replace(tmp, path)
+
+
+def write_if_changed(path: str, data: bytes) -> None:
+    """Write ``data`` to ``path`` (temp + rename) unless it already holds exactly that."""
+    try:
+        with open(path, "rb") as fh:
+            if fh.read() == data:
+                return
+    except FileNotFoundError:
+        pass
+    atomic_write(path, data)
+
+
+def prune_empty(top: str) -> None:
+    """Remove the empty directories under ``top`` (``top`` too, when it ends empty)."""
+    if not os.path.isdir(top):
+        return
+    for dirpath, _dirnames, _filenames in sorted(
+        os.walk(top, topdown=False), key=lambda t: -len(t[0])
+    ):
+        if not os.listdir(dirpath):
+            os.rmdir(dirpath)

@@ -12,9 +12,6 @@ from overlay import layout
 from overlay.errors import OverlayError
 from overlay.fs.locks import LockBusy, flocked, pid_alive
 
-#: The lock file, relative to the overlay repository.
-LOCK_FILE = layout.REBASE_LOCK
-
 
 class StateBusy(OverlayError):
     """Another overlay command holds the rebase lock (exit 2).
@@ -63,7 +60,7 @@ def state_lock(root: str, command: str, *, shared: bool = False) -> Iterator[Non
         OverlayError: an exclusive lock cannot be created (exit 2).
     """
     meta = layout.under(root, layout.STATE_DIR)
-    path = os.path.join(root, LOCK_FILE)
+    path = os.path.join(root, layout.REBASE_LOCK)
     with contextlib.ExitStack() as stack:
         try:
             if not shared:
@@ -86,7 +83,7 @@ def state_lock(root: str, command: str, *, shared: bool = False) -> Iterator[Non
                 "is running on this overlay"
             )
             raise StateBusy(
-                f"{who} and holds {LOCK_FILE}: `overlay {command}` is refused, so that "
+                f"{who} and holds {layout.REBASE_LOCK}: `overlay {command}` is refused, so that "
                 "the rebase state and the records are never read or written half-changed",
                 holder=holder,
                 hint=f"run `overlay {command}` again when it has finished",
@@ -94,7 +91,7 @@ def state_lock(root: str, command: str, *, shared: bool = False) -> Iterator[Non
         except OSError as exc:
             if not shared:
                 raise OverlayError(
-                    f"cannot lock {LOCK_FILE}: {exc.strerror or exc}"
+                    f"cannot lock {layout.REBASE_LOCK}: {exc.strerror or exc}"
                 ) from None
             # A reader that cannot open the lock file (a read-only checkout) reads unlocked.
         yield

@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import os
 
+from overlay import layout
 from overlay.errors import OverlayError
 from overlay.fs.atomic import atomic_write
 from overlay.git.store import Store
@@ -82,7 +83,6 @@ from overlay.importer.reading import (
     read_whole_file,
 )
 from overlay.importer.reporting import (
-    REPORT_MD,
     render,
     render_markdown,
     render_text,
@@ -141,7 +141,8 @@ def import_whole_file(
     )
     try:
         atomic_write(
-            os.path.join(target, REPORT_MD), render_markdown(report).encode("utf-8")
+            os.path.join(target, layout.LAST_IMPORT_MD),
+            render_markdown(report).encode("utf-8"),
         )
     except OSError:
         pass  # the report is also printed; a read-only .overlay/ costs only the copy
@@ -153,7 +154,6 @@ __all__ = [
     "DEFAULT_EXCLUDE",
     "DEFAULT_INCLUDE",
     "DEFAULT_UPSTREAM_URL",
-    "REPORT_MD",
     "TREE_NAMES",
     "UPSTREAM_FILE",
     "UPSTREAM_KEYS",

@@ -43,7 +43,6 @@ from overlay.importer.reading import Upstream, WholeFile
 from overlay.importer.rows import FileRow, file_rows
 from overlay.records import fixes
 from overlay.records.manifest import (
-    MANIFEST_PATH,
     Manifest,
     override_urls,
     parse_manifest,
@@ -279,7 +278,7 @@ def plan_import(
         closing_sentence=closing_sentence,
         architectures=architectures,
     )
-    manifest = parse_manifest(manifest_text, MANIFEST_PATH)
+    manifest = parse_manifest(manifest_text, layout.MANIFEST)
     rows = file_rows(
         whole, differs, dropped, resolutions, patches, named_by, changed, partial
     )
@@ -346,7 +345,7 @@ def _closing_sentence(doc: fixes.Document, given: str | None) -> tuple[str, str]
     inferred = infer_closing_sentence(doc)
     if inferred is None:
         raise OverlayError(
-            f"{fixes.FILE_NAME} has no kernels, build or API entry to take the policy's "
+            f"{layout.LOCAL_FIXES} has no kernels, build or API entry to take the policy's "
             "closing sentence from",
             hint="pass --closing-sentence TEXT",
         )

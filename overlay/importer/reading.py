@@ -8,11 +8,11 @@ import dataclasses
 import os
 import re
 
+from overlay import layout
 from overlay.errors import OverlayError
 from overlay.fs.paths import check_path
 from overlay.fs.reading import (
     RecordMissing,
-    decode_record,
     read_record,
     read_record_text,
     scan_record_dir,
@@ -211,13 +211,12 @@ def read_whole_file(directory: str) -> WholeFile:
             "UPSTREAM (docs/import.md)",
         ) from None
     try:
-        fixes_data = read_record(d, fixes.FILE_NAME, what="file")
+        fixes_data = fixes.fixes_record(d)
     except RecordMissing:
         raise OverlayError(
-            f"{directory} holds no {fixes.FILE_NAME}",
+            f"{directory} holds no {layout.LOCAL_FIXES}",
             hint="the import carries LOCAL_FIXES.md over and groups the patches by its entries",
         ) from None
-    decode_record(fixes_data, fixes.FILE_NAME, what="file")
     ignored: list[str] = []
     found, errors = scan_record_dir(d, "mlx", what="overlay file", ignored=ignored)
     if errors:
@@ -244,6 +243,6 @@ def read_whole_file(directory: str) -> WholeFile:
     outside = sorted(
         n
         for n in os.listdir(d)
-        if n not in (*TREE_NAMES, UPSTREAM_FILE, fixes.FILE_NAME)
+        if n not in (*TREE_NAMES, UPSTREAM_FILE, layout.LOCAL_FIXES)
     )
     return WholeFile(d, upstream, fixes_data, files, sorted(ignored), outside)

@@ -5,12 +5,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from overlay import layout
 from overlay.checks.render import summary_line
 from overlay.importer.planning import ImportPlan, record_of
 from overlay.report.templating import render_report, render_template
-
-REPORT_MD = layout.LAST_IMPORT_MD
 
 
 def report_data(

@@ -14,13 +14,14 @@ from overlay.engine.layers import (
 )
 from overlay.engine.refresh import refresh_series
 from overlay.errors import OverlayError
-from overlay.fs.atomic import atomic_write, counted_kill_point
+from overlay.fs.atomic import counted_kill_point
 from overlay.fs.records_lock import state_lock
 from overlay.git.store import Store
 from overlay.importer.planning import ImportPlan
 from overlay.records import fixes
-from overlay.records.manifest import MANIFEST_PATH
-from overlay.records.series import series_listing
+from overlay.records.manifest import write_manifest
+from overlay.records.resolutions import write_resolution
+from overlay.records.series import series_listing, write_patch, write_series
 
 _TEMP_PREFIX = "import-"
 _TEMP_SUFFIX = ".tmp"
@@ -49,26 +50,20 @@ def _nonempty_dir(path: str) -> bool:
 
 def _stage(tmp: str, plan: ImportPlan) -> None:
     """Write every record of the plan under ``tmp`` as the repository will hold them."""
-    pdir = layout.under(tmp, layout.PATCH_DIR)
-    os.makedirs(pdir)
-    atomic_write(os.path.join(tmp, fixes.FILE_NAME), plan.fixes_data)
-    atomic_write(os.path.join(tmp, MANIFEST_PATH), plan.manifest_text.encode("utf-8"))
-    atomic_write(
-        layout.under(tmp, layout.SERIES),
-        series_listing([p.name for p in plan.patches]).encode(),
-    )
+    os.makedirs(layout.under(tmp, layout.PATCH_DIR))
+    fixes.write_fixes(tmp, plan.fixes_data)
+    write_manifest(tmp, plan.manifest_text)
+    write_series(tmp, series_listing([p.name for p in plan.patches]))
     for patch in plan.patches:
-        atomic_write(os.path.join(pdir, patch.name), patch.data)
+        write_patch(tmp, patch.name, patch.data)
     for path, data in plan.resolutions.items():
-        full = os.path.join(layout.under(tmp, layout.RESOLVED_DIR), *path.split("/"))
-        os.makedirs(os.path.dirname(full), exist_ok=True)
-        atomic_write(full, data, mode=0o644)
+        write_resolution(tmp, path, data)
 
 
 def _staged_files(plan: ImportPlan) -> dict[str, bytes]:
     """What :func:`_stage` writes under ``patches-rocm/``, by path relative to it."""
     files = {
-        os.path.relpath(MANIFEST_PATH, layout.PATCH_DIR): plan.manifest_text.encode(
+        os.path.relpath(layout.MANIFEST, layout.PATCH_DIR): plan.manifest_text.encode(
             "utf-8"
         ),
         os.path.relpath(layout.SERIES, layout.PATCH_DIR): series_listing(
@@ -173,7 +168,7 @@ def write_import(
         raise OverlayError(f"{target}: no such directory")
     pdir, lfix = (
         layout.under(target, layout.PATCH_DIR),
-        os.path.join(target, fixes.FILE_NAME),
+        os.path.join(target, layout.LOCAL_FIXES),
     )
     with state_lock(target, "import whole-file"):
         state = layout.under(target, layout.STATE_DIR)
@@ -184,10 +179,13 @@ def write_import(
                 )  # a killed import's
         taken = _nonempty_dir(pdir) or os.path.islink(pdir)
         try:
-            with open(lfix, "rb") as fh:
-                other_fixes = fh.read() != plan.fixes_data
-        except FileNotFoundError:
-            other_fixes = False
+            present = fixes.fixes_bytes(target)
+            # Something that is not a regular file there is not the overlay's either.
+            other_fixes = (
+                present != plan.fixes_data
+                if present is not None
+                else os.path.exists(lfix)
+            )
         except OSError:
             other_fixes = True
         if taken and not other_fixes and _already_imported(pdir, plan):
@@ -200,7 +198,7 @@ def write_import(
             )
         if not force and other_fixes:
             raise OverlayError(
-                f"{fixes.FILE_NAME} exists with other content: "
+                f"{layout.LOCAL_FIXES} exists with other content: "
                 "the import carries the overlay's over",
                 hint="pass --force to move it aside to .overlay/import-backup-<time>-<random>/",
             )
@@ -220,9 +218,9 @@ def write_import(
                     os.rename(pdir, layout.under(backup, layout.PATCH_DIR))
                     kill()
                 if other_fixes:
-                    os.rename(lfix, os.path.join(backup, fixes.FILE_NAME))
+                    os.rename(lfix, os.path.join(backup, layout.LOCAL_FIXES))
                     kill()
-            os.replace(os.path.join(tmp, fixes.FILE_NAME), lfix)
+            os.replace(os.path.join(tmp, layout.LOCAL_FIXES), lfix)
             kill()
             if os.path.isdir(pdir) and not os.path.islink(pdir):
                 os.rmdir(

@@ -17,31 +17,24 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from overlay import layout
-from overlay.engine.layers import Layers, compute_layers, read_resolutions
+from overlay.engine.layers import Layers, compute_layers
 from overlay.errors import EXIT_FINDINGS, GitError, OverlayError
 from overlay.fs.atomic import atomic_write, kill_point, scratch_dir
 from overlay.git.objects import write_typed
 from overlay.git.store import CatFile, Store
 from overlay.git.treemodel import blob_name
 from overlay.rebase.ondisk import (
-    NEW_STATE_DIR,
-    OLD_STATE_DIR,
-    RR_CACHE,
-    STATE_DIR,
     StateOnDisk,
     inspect_state,
     wedged_hint,
 )
-from overlay.rebase.state import Bases, PatchStatus, RunState
-from overlay.records import fixes
-from overlay.records.manifest import MANIFEST_PATH, Manifest
-from overlay.records.series import PATCH_DIR, SERIES_PATH, Patch, parse_patch
+from overlay.rebase.state import Bases, PatchStatus, RunState, write_state
+from overlay.records.manifest import Manifest
+from overlay.records.resolutions import read_resolutions
+from overlay.records.series import Patch, read_patch_copy
 
 if TYPE_CHECKING:
     from overlay.workspace import Workspace
-
-#: Where the fork delta's conflict resolutions are recorded (repository-relative).
-RESOLVED = layout.RESOLVED_DIR
 
 #: git's conflict stages of one path: stage (1 base, 2 ours, 3 theirs) -> (mode, oid).
 Stages = Mapping[int, tuple[str, str]]
@@ -79,16 +72,16 @@ def tracked_files(
         root: the overlay repository.
         resolutions: :func:`read_resolutions` of ``root`` when the caller has it.
     """
-    out = [MANIFEST_PATH, SERIES_PATH, fixes.FILE_NAME]
-    pdir = os.path.join(root, PATCH_DIR)
+    out = [layout.MANIFEST, layout.SERIES, layout.LOCAL_FIXES]
+    pdir = os.path.join(root, layout.PATCH_DIR)
     if os.path.isdir(pdir):
         out += [
-            f"{PATCH_DIR}/{fn}"
+            f"{layout.PATCH_DIR}/{fn}"
             for fn in sorted(os.listdir(pdir))
             if fn.endswith(".patch")
         ]
     for rel in read_resolutions(root) if resolutions is None else resolutions:
-        out.append(f"{RESOLVED}/{rel}")
+        out.append(f"{layout.RESOLVED_DIR}/{rel}")
     return [p for p in out if os.path.isfile(os.path.join(root, p))]
 
 
@@ -108,7 +101,7 @@ class RunBase:
         self.ws = ws
         self.root = os.path.abspath(ws.root)
         self.store: Store = ws.store
-        self.dir = os.path.join(self.root, STATE_DIR)
+        self.dir = os.path.join(self.root, layout.REBASE_STATE_DIR)
         self.work = os.path.join(self.dir, layout.WORK)
         self._state: RunState | None = None
         self._cat: CatFile | None = None
@@ -185,20 +178,16 @@ class RunBase:
         if not os.path.isdir(self.dir):
             kind = self._state.kind if self._state is not None else "rebase"
             raise OverlayError(
-                f"{STATE_DIR} vanished while the {kind} ran; "
+                f"{layout.REBASE_STATE_DIR} vanished while the {kind} ran; "
                 "the state is not written again without its backup",
                 hint="check `git status`; restore the records with git if they changed",
             )
-        # Rename-atomic, not fsynced: a killed process leaves the old or the new state,
-        # never a torn one; a power loss may cost the last step, which is redone.
-        atomic_write(
-            os.path.join(self.dir, layout.STATE_JSON), self.state.dumps(), durable=False
-        )
+        write_state(self.dir, self.state)
 
     def _discard_dir(self) -> None:
         """Remove the state directory as one step: renamed away first, so a kill
         during the removal leaves no half state (the sweep removes the rest)."""
-        old = os.path.join(self.root, OLD_STATE_DIR)
+        old = os.path.join(self.root, layout.REBASE_STATE_OLD)
         if os.path.lexists(old):
             shutil.rmtree(old, ignore_errors=True)
         os.rename(self.dir, old)
@@ -227,7 +216,7 @@ class RunBase:
             )
         # Built beside its place and renamed into it: the state directory appears
         # whole (backup and state.json) or not at all, whenever the process dies.
-        new_dir = os.path.join(self.root, NEW_STATE_DIR)
+        new_dir = os.path.join(self.root, layout.REBASE_STATE_NEW)
         if os.path.lexists(new_dir):
             shutil.rmtree(new_dir)
         backup = os.path.join(new_dir, layout.BACKUP)
@@ -239,9 +228,7 @@ class RunBase:
             os.makedirs(os.path.dirname(dst), exist_ok=True)
             shutil.copy2(os.path.join(self.root, rel), dst)
         self.state = RunState(kind=kind, old=old, new=new, backup=files)
-        atomic_write(
-            os.path.join(new_dir, layout.STATE_JSON), self.state.dumps(), durable=False
-        )
+        write_state(new_dir, self.state)
         _checkpoint("start")
         if os.path.isdir(self.dir):
             shutil.rmtree(self.dir)  # an empty leftover (inspect found nothing in it)
@@ -365,7 +352,7 @@ class RunBase:
 
     def _rr_get(self, key: str) -> bytes | None:
         """The resolution recorded for conflict ``key``, or ``None``."""
-        path = os.path.join(self.root, RR_CACHE, key)
+        path = os.path.join(self.root, layout.RR_CACHE, key)
         try:
             with open(path, "rb") as fh:
                 return fh.read()
@@ -375,10 +362,10 @@ class RunBase:
     def _rr_put(self, key: str, data: bytes, path: str) -> None:
         """Record a resolution for later runs; the run remembers it so ``--abort``
         forgets it."""
-        os.makedirs(os.path.join(self.root, RR_CACHE), exist_ok=True)
-        atomic_write(os.path.join(self.root, RR_CACHE, key), data)
+        os.makedirs(os.path.join(self.root, layout.RR_CACHE), exist_ok=True)
+        atomic_write(os.path.join(self.root, layout.RR_CACHE, key), data)
         atomic_write(
-            os.path.join(self.root, RR_CACHE, key + ".path"),
+            os.path.join(self.root, layout.RR_CACHE, key + ".path"),
             path.encode("utf-8", "surrogateescape"),
         )
         self.state.rr_recorded.append(key)
@@ -419,11 +406,9 @@ class RunBase:
         only when asked for)."""
         cache = self._patches
         if name not in cache or (not header_only and cache[name].changes == ()):
-            path = os.path.join(self.dir, layout.BACKUP, PATCH_DIR, name)
-            with open(path, "rb") as fh:
-                cache[name] = parse_patch(
-                    fh.read(), name, path, header_only=header_only
-                )
+            cache[name] = read_patch_copy(
+                os.path.join(self.dir, layout.BACKUP), name, header_only=header_only
+            )
         return cache[name]
 
     def _old_layers(self) -> Layers | None:

@@ -13,12 +13,8 @@ import os
 
 from overlay import layout
 from overlay.checks.pins import uncarried_changes
-from overlay.engine.layers import read_resolutions
 from overlay.errors import OverlayError
-from overlay.fs.atomic import atomic_write
-from overlay.fs.reading import scan_record_dir
-from overlay.rebase.base import RESOLVED, RunBase, _checkpoint
-from overlay.rebase.files import prune_empty, write_if_changed
+from overlay.rebase.base import RunBase, _checkpoint
 from overlay.rebase.report import (
     PinChange,
     RebaseReport,
@@ -31,17 +27,24 @@ from overlay.rebase.report import (
 from overlay.rebase.state import DROPPED, Bases, PatchStatus
 from overlay.records import fixes
 from overlay.records.manifest import (
-    MANIFEST_PATH,
     Manifest,
+    manifest_text,
     set_uncarried_reviewed,
     with_pins,
+    write_manifest,
+)
+from overlay.records.resolutions import (
+    read_resolutions,
+    scan_resolutions,
+    write_resolutions,
 )
 from overlay.records.series import (
-    PATCH_DIR,
-    SERIES_PATH,
     parse_patch,
+    remove_patch,
     series_keeping,
     series_text,
+    write_patch,
+    write_series,
 )
 
 #: The report's note on a resolution whose path no longer conflicts.
@@ -111,15 +114,12 @@ class CommitSteps(RunBase):
 
     def _write_manifest(self, new: Bases) -> None:
         """The manifest with the new commits, comments preserved."""
-        mpath = os.path.join(self.root, MANIFEST_PATH)
-        with open(mpath, encoding="utf-8") as fh:
-            text = fh.read()
-        updated = with_pins(text, new.pin, new.fork, new.merge_base)
+        updated = with_pins(manifest_text(self.root), new.pin, new.fork, new.merge_base)
         if self._uncarried and self._manifest().uncarried_reviewed is None:
             # What the fork changed outside [carry] from here on awaits review (MAN005
             # of verify, until `overlay sync --ack-uncarried`).
             updated = set_uncarried_reviewed(updated, self.state.old.fork)
-        write_if_changed(mpath, updated.encode())
+        write_manifest(self.root, updated, if_changed=True)
 
     def _present_resolutions(self, wanted: dict[str, str]) -> list[str]:
         """The resolutions on disk, as :func:`read_resolutions` names them (and with its
@@ -130,9 +130,7 @@ class CommitSteps(RunBase):
         git says about them, and git is not asked. Anything else (a file not
         wanted, a refused entry) is read the full way.
         """
-        found, errors = scan_record_dir(
-            self.root, RESOLVED, what="resolution", skip_ignored=False
-        )
+        found, errors = scan_resolutions(self.root, skip_ignored=False)
         if not errors and all(rel in wanted for rel in found):
             return list(found)
         return list(read_resolutions(self.root))
@@ -140,29 +138,22 @@ class CommitSteps(RunBase):
     def _write_resolutions(self) -> None:
         """``patches-rocm/resolved/`` holds exactly the decided resolutions."""
         wanted = {p: e.blob for p, e in self.state.resolutions.items()}
-        for rel in self._present_resolutions(wanted):
-            if rel not in wanted:
-                os.unlink(os.path.join(self.root, RESOLVED, rel))
-        for rel, oid in wanted.items():
-            full = os.path.join(self.root, RESOLVED, rel)
-            data = self._blob(oid)
-            os.makedirs(os.path.dirname(full), exist_ok=True)
-            write_if_changed(full, data)
-        prune_empty(os.path.join(self.root, RESOLVED))
+        present = self._present_resolutions(wanted)
+        write_resolutions(
+            self.root, {rel: self._blob(oid) for rel, oid in wanted.items()}, present
+        )
 
     def _write_patches(self) -> list[str]:
         """Delete the dropped patches, write the refreshed ones; return the names kept."""
         kept = []
         for entry in self.state.patches:
-            full = os.path.join(self.root, PATCH_DIR, entry.name)
             if entry.status in DROPPED:
-                if os.path.exists(full):
-                    os.unlink(full)
+                remove_patch(self.root, entry.name)
                 continue
             kept.append(entry.name)
             if entry.blob is None:
                 continue  # applied exactly: the file keeps its bytes
-            write_if_changed(full, self._blob(entry.blob))
+            write_patch(self.root, entry.name, self._blob(entry.blob), if_changed=True)
         return kept
 
     def _write_series(self, kept: list[str]) -> None:
@@ -171,17 +162,15 @@ class CommitSteps(RunBase):
         old_series = series_text(self.root)
         new_series = series_keeping(old_series, kept)
         if new_series != old_series:
-            atomic_write(os.path.join(self.root, SERIES_PATH), new_series.encode())
+            write_series(self.root, new_series)
 
     def _write_fix_pins(self, new: Bases) -> None:
         """The two commits ``LOCAL_FIXES.md``'s headings name, and the paths its entries
         name where the run followed an upstream rename (:mod:`overlay.records.fixes.rewrite`);
         each entry so changed is said in its patch's note."""
-        lf = os.path.join(self.root, fixes.FILE_NAME)
-        if not os.path.isfile(lf):
+        text = fixes.fixes_bytes(self.root)
+        if text is None:
             return
-        with open(lf, "rb") as fh:
-            text = fh.read()
         updated = fixes.set_heading_pins(text, new.fork, new.pin)
         for entry in self.state.patches:
             renames = (
@@ -205,7 +194,7 @@ class CommitSteps(RunBase):
                     + ", ".join(sorted(renames.values()))
                 )
         if updated != text:
-            atomic_write(lf, updated)
+            fixes.write_fixes(self.root, updated)
 
     def _followed_renames(self, entry) -> dict[str, str]:
         """Old path -> new path for each file a merged patch moved with an upstream
@@ -302,7 +291,7 @@ class CommitSteps(RunBase):
             f"review the fork's {len(self._uncarried)} change(s) outside [carry] "
             "(listed under Not carried; MAN005), then overlay sync --ack-uncarried"
         ]
-        lf = os.path.join(self.root, fixes.FILE_NAME)
+        lf = os.path.join(self.root, layout.LOCAL_FIXES)
         if os.path.isfile(lf):
             paths = [p for p, _c in self._uncarried]
             found = [

@@ -1,5 +1,5 @@
-"""File helpers of a run: restore from the backup, write only what changed, prune
-empty directories, and the rr-cache entries (``rebase --forget``)."""
+"""File helpers of a run: restore from the backup, and the rr-cache entries
+(``rebase --forget``)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import os
 from overlay import layout
 from overlay.fs.atomic import atomic_write
 from overlay.fs.paths import check_path
-from overlay.rebase.ondisk import RR_CACHE
 
 
 def files_under(top: str) -> set[str]:
@@ -46,36 +45,10 @@ def restore(backup: str, root: str, rel: str) -> bool:
     return True
 
 
-def write_if_changed(path: str, data: bytes) -> None:
-    """Write ``data`` to ``path`` (temp + rename) unless it already holds exactly that."""
-    try:
-        with open(path, "rb") as fh:
-            if fh.read() == data:
-                return
-    except FileNotFoundError:
-        pass
-    atomic_write(path, data)
-
-
-def prune_empty(top: str) -> None:
-    """Remove the empty directories under ``top`` (``top`` too, when it ends empty)."""
-    if not os.path.isdir(top):
-        return
-    for dirpath, _dirnames, _filenames in sorted(
-        os.walk(top, topdown=False), key=lambda t: -len(t[0])
-    ):
-        if not os.listdir(dirpath):
-            os.rmdir(dirpath)
-
-
-#: The rr-caches an entry may be in: the clone's and the team's shared one.
-RR_CACHES = (RR_CACHE, layout.SHARED_RR_CACHE)
-
-
 def rr_remove(root: str, key: str) -> None:
     """Remove rr-cache entry ``key`` (the resolution, its ``.path`` and, for a patch
     conflict, its ``.patch``) from every rr-cache it is in."""
-    for cache in RR_CACHES:
+    for cache in (layout.RR_CACHE, layout.SHARED_RR_CACHE):
         for name in (key, key + ".path", key + ".patch"):
             try:
                 os.unlink(os.path.join(root, cache, name))
@@ -94,7 +67,7 @@ def forget_resolution(root: str, path: str) -> int:
         counts once).
     """
     keys = set()
-    for rel in RR_CACHES:
+    for rel in (layout.RR_CACHE, layout.SHARED_RR_CACHE):
         cache = os.path.join(root, rel)
         for name in sorted(os.listdir(cache)) if os.path.isdir(cache) else []:
             if not name.endswith(".path"):

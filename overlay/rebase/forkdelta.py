@@ -19,21 +19,19 @@ from overlay.engine.layers import (
     ForkMerge,
     changes_outside_conflicts,
     merge_fork_delta,
-    read_resolutions,
 )
 from overlay.git.treemodel import edit_tree
 from overlay.rebase.base import (
-    RESOLVED,
     RebaseStopped,
     RunBase,
     Stages,
     _checkpoint,
     stage_oids,
 )
-from overlay.rebase.ondisk import STATE_DIR
 from overlay.rebase.state import Bases, PatchOutcome, ResolutionOutcome, ResolutionStop
 from overlay.records.manifest import Manifest
 from overlay.records.markers import marker_lines
+from overlay.records.resolutions import read_resolutions
 from overlay.records.series import read_series
 
 #: The fork-delta merge at the old bases, computed at most once and only when needed.
@@ -169,14 +167,14 @@ class ForkDeltaSteps(RunBase):
     ) -> NoReturn:
         """Write the work file (and the recorded resolution beside it), save the stop and
         raise :class:`RebaseStopped` saying what to edit."""
-        work_path = os.path.join(STATE_DIR, layout.WORK, path)
+        work_path = os.path.join(layout.REBASE_STATE_DIR, layout.WORK, path)
         work = {path: self._labelled(merge.stages[path], new)}
         previous = ""
         if path in old_res:
             # The recorded resolution did not carry over cleanly: put it beside the file.
             work[path + ".recorded"] = old_res[path]
             previous = (
-                f" The recorded resolution {RESOLVED}/{path} no longer merges cleanly; "
+                f" The recorded resolution {layout.RESOLVED_DIR}/{path} no longer merges cleanly; "
                 f"it is beside the file as {work_path}.recorded for reference."
             )
         self._write_work(work)

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import os
 import shutil
 import signal
@@ -35,28 +34,17 @@ from overlay import layout
 from overlay.errors import OverlayError, UnsafePath
 from overlay.fs.atomic import remove_stale_temps, sweep_scratch_dirs
 from overlay.fs.paths import check_path
-from overlay.fs.reading import RecordError, read_record
-from overlay.rebase.state import RunState
-from overlay.records import fixes
-from overlay.records.manifest import MANIFEST_PATH
+from overlay.fs.reading import RecordError
+from overlay.rebase.state import RunState, read_state_json
 
 if TYPE_CHECKING:
     from overlay.workspace import Workspace
 
-STATE_DIR = layout.REBASE_STATE_DIR
-STATE_FILE = f"{STATE_DIR}/{layout.STATE_JSON}"
-#: A start builds the state directory here, then renames it to :data:`STATE_DIR`.
-NEW_STATE_DIR = f"{layout.REBASE_STATE_DIR}.tmp-new"
-#: A run that ends (completed or aborted) renames its state directory here, then removes it.
-OLD_STATE_DIR = f"{layout.REBASE_STATE_DIR}.tmp-old"
-#: The lock of the rebase state and the records (outside :data:`STATE_DIR`, which comes and goes).
-REPORT_JSON = layout.LAST_REBASE_JSON
-REPORT_MD = layout.LAST_REBASE_MD
-RR_CACHE = layout.RR_CACHE
-#: What a completed run may change; the git commands below name these paths.
-RUN_PATHS = f"{layout.PATCH_DIR} {layout.LOCAL_FIXES}"
-_DIFF = f"git diff --stat -- {RUN_PATHS}"
-_UNDO = f"git checkout -- {RUN_PATHS}"
+
+def _git_on_run_paths(verb: str) -> str:
+    """``git <verb> -- patches-rocm LOCAL_FIXES.md``: a git command on what a completed
+    run may change (``diff --stat`` reviews it, ``checkout`` undoes it)."""
+    return f"git {verb} -- {layout.PATCH_DIR} {layout.LOCAL_FIXES}"
 
 
 @dataclasses.dataclass
@@ -126,7 +114,7 @@ def inspect_state(root: str) -> StateOnDisk:
     Returns:
         :class:`StateOnDisk`. Never raises for what the directory holds.
     """
-    sdir = os.path.join(root, STATE_DIR)
+    sdir = os.path.join(root, layout.REBASE_STATE_DIR)
     try:
         names = os.listdir(sdir)
     except OSError:
@@ -141,20 +129,17 @@ def inspect_state(root: str) -> StateOnDisk:
             if has_backup
             else "leftover files (" + ", ".join(sorted(names)[:3]) + ")"
         )
-        return StateOnDisk(True, problem=f"{STATE_DIR} holds {left} but no state.json")
-    try:
-        raw = read_record(
-            root,
-            STATE_FILE,
-            what="rebase state",
-            allow_symlink=False,
+        return StateOnDisk(
+            True, problem=f"{layout.REBASE_STATE_DIR} holds {left} but no state.json"
         )
-        data = json.loads(raw.decode("utf-8"))
+    try:
+        data = read_state_json(root)
     except RecordError as exc:
         return StateOnDisk(True, problem=exc.message)
     except (UnicodeDecodeError, ValueError, RecursionError):
         return StateOnDisk(
-            True, problem=f"{STATE_FILE} is not valid JSON (half-written or damaged)"
+            True,
+            problem=f"{layout.REBASE_STATE} is not valid JSON (half-written or damaged)",
         )
     shape = _state_shape_error(data)
     if shape is not None:
@@ -162,7 +147,9 @@ def inspect_state(root: str) -> StateOnDisk:
     try:
         state = RunState.from_json(data)
     except ValueError as exc:
-        return StateOnDisk(True, problem=f"{STATE_FILE} is not a run state: {exc}")
+        return StateOnDisk(
+            True, problem=f"{layout.REBASE_STATE} is not a run state: {exc}"
+        )
     return _backup_state(backup if has_backup else None, state)
 
 
@@ -174,7 +161,8 @@ def _backup_state(backup: str | None, state: RunState) -> StateOnDisk:
             True,
             state.kind,
             state,
-            f"{STATE_FILE} is there but its backup ({STATE_DIR}/backup) is not",
+            f"{layout.REBASE_STATE} is there but its backup "
+            f"({layout.REBASE_STATE_DIR}/{layout.BACKUP}) is not",
             list(state.backup),
         )
     missing = [
@@ -239,7 +227,7 @@ def refuse_if_in_progress(root: str) -> StateOnDisk:
             hint=wedged_hint(kind),
         )
     raise OverlayError(
-        f"a {kind} is in progress ({STATE_FILE}); it is not started again",
+        f"a {kind} is in progress ({layout.REBASE_STATE}); it is not started again",
         hint=f"see it with `overlay {kind} --status`; finish it with `overlay {kind} "
         f"--continue` (or --skip a patch), or undo it with `overlay {kind} --abort`",
     )
@@ -262,7 +250,10 @@ def in_progress_note(root: str) -> str | None:
         return None
     kind = info.kind
     if info.problem:
-        return f"the {kind} state in {STATE_DIR} is wedged ({info.problem}); {wedged_hint(kind)}"
+        return (
+            f"the {kind} state in {layout.REBASE_STATE_DIR} is wedged ({info.problem}); "
+            f"{wedged_hint(kind)}"
+        )
     if info.state is not None and info.state.commit_started:
         # Only a kill can leave this (Ctrl-C is held back while the records are written).
         return (
@@ -315,7 +306,8 @@ class _RecordTemps:
     def __contains__(self, name: object) -> bool:
         """Whether ``name`` is a record of ``patches-rocm/`` (its temps may go)."""
         return isinstance(name, str) and (
-            name in ("overlay.toml", "series") or name.endswith(".patch")
+            name in (os.path.basename(layout.MANIFEST), os.path.basename(layout.SERIES))
+            or name.endswith(".patch")
         )
 
 
@@ -339,16 +331,22 @@ def sweep_killed_runs(root: str) -> list[str]:
         for name in remove_stale_temps(os.path.join(root, rel_dir), owners):
             removed.append(os.path.join(rel_dir, name) if rel_dir else name)
 
-    sweep("", {fixes.FILE_NAME})
+    sweep("", {layout.LOCAL_FIXES})
     sweep(layout.PATCH_DIR, _RecordTemps())
     resolved = layout.under(root, layout.RESOLVED_DIR)
     # A temp file under resolved/ would be read as a resolution: every temp name there goes.
     for dirpath, _dirs, _files in os.walk(resolved):
         sweep(os.path.relpath(dirpath, root))
-    sweep(layout.STATE_DIR, {"last-rebase.md", "last-rebase.json"})
-    sweep(RR_CACHE)
-    sweep(STATE_DIR, {layout.STATE_JSON})
-    for rel in (NEW_STATE_DIR, OLD_STATE_DIR):
+    sweep(
+        layout.STATE_DIR,
+        {
+            os.path.basename(layout.LAST_REBASE_MD),
+            os.path.basename(layout.LAST_REBASE_JSON),
+        },
+    )
+    sweep(layout.RR_CACHE)
+    sweep(layout.REBASE_STATE_DIR, {layout.STATE_JSON})
+    for rel in (layout.REBASE_STATE_NEW, layout.REBASE_STATE_OLD):
         full = os.path.join(root, rel)
         if os.path.islink(full) or os.path.isfile(full):
             os.unlink(full)
@@ -382,13 +380,15 @@ def interrupt_note(root: str | None, kind: str, since: float) -> str:
             "(`--status` shows where it stands)"
         )
     try:
-        completed = os.path.getmtime(os.path.join(root, REPORT_JSON)) >= since
+        completed = (
+            os.path.getmtime(os.path.join(root, layout.LAST_REBASE_JSON)) >= since
+        )
     except OSError:
         completed = False
     if completed:
         return (
             f"interrupted after the {kind} had completed: its report is in "
-            f".overlay/last-rebase.md; undo it with `{_UNDO}`"
+            f"{layout.LAST_REBASE_MD}; undo it with `{_git_on_run_paths('checkout')}`"
         )
     return f"interrupted before the {kind} started: nothing was changed"
 
@@ -399,17 +399,17 @@ def _changed_files(report: dict) -> list[str]:
     listed = report.get("files")
     if isinstance(listed, list) and all(isinstance(x, str) for x in listed):
         return list(listed)
-    out = [MANIFEST_PATH]
+    out = [layout.MANIFEST]
     pins = report.get("pins", {})
     if pins.get("before") != pins.get("after"):
-        out.append("LOCAL_FIXES.md (the pins in its headings)")
+        out.append(f"{layout.LOCAL_FIXES} (the pins in its headings)")
     dropped = []
     for p in report.get("patches", []):
         status = p.get("status", "")
         if status in ("upstream", "skipped"):
-            dropped.append(f"patches-rocm/{p['name']} (deleted)")
+            dropped.append(f"{layout.PATCH_DIR}/{p['name']} (deleted)")
         elif status in ("merged", "resolved", "clean (refreshed)"):
-            out.append(f"patches-rocm/{p['name']}")
+            out.append(f"{layout.PATCH_DIR}/{p['name']}")
     if dropped:
         out.append(layout.SERIES)
     out += dropped
@@ -466,8 +466,9 @@ def no_run_to_abort(ws: Workspace, action: str = "abort") -> OverlayError:
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return OverlayError(
             message,
-            hint=f"a completed run is not undone by --abort; review it with `{_DIFF}` "
-            f"and undo it with `{_UNDO}`",
+            hint="a completed run is not undone by --abort; review it with "
+            f"`{_git_on_run_paths('diff --stat')}` and undo it with "
+            f"`{_git_on_run_paths('checkout')}`",
         )
     if current is not None and current != (pins["after"]["pin"], pins["after"]["fork"]):
         return OverlayError(
@@ -478,8 +479,8 @@ def no_run_to_abort(ws: Workspace, action: str = "abort") -> OverlayError:
     return OverlayError(
         message,
         hint=f"{run} completed and changed {', '.join(_changed_files(report))}; review it with "
-        f"`{_DIFF}` and undo it with `{_UNDO}` "
-        "(new files under patches-rocm/resolved/ are removed by hand, see `git status`)",
+        f"`{_git_on_run_paths('diff --stat')}` and undo it with `{_git_on_run_paths('checkout')}` "
+        f"(new files under {layout.RESOLVED_DIR}/ are removed by hand, see `git status`)",
     )
 
 

@@ -29,7 +29,6 @@ from overlay.errors import OverlayError
 from overlay.git.store import MergeResult, TreeEntry
 from overlay.rebase.base import RebaseStopped, _checkpoint
 from overlay.rebase.formatting import FormatSteps
-from overlay.rebase.ondisk import STATE_DIR
 from overlay.rebase.rerere import RerereSteps
 from overlay.rebase.state import (
     EmptyStop,
@@ -43,9 +42,6 @@ from overlay.records.series import Patch, split_patch
 
 #: Tree changes as :meth:`overlay.git.store.Store.edit_tree` takes them.
 Changes = dict[str, tuple[str, str] | None]
-
-#: The work directory, as messages name it.
-WORK = os.path.join(STATE_DIR, layout.WORK)
 
 
 class PatchSteps(RerereSteps, FormatSteps):
@@ -326,8 +322,8 @@ class PatchSteps(RerereSteps, FormatSteps):
             stop,
             f"patch {patch.name} conflicts with the new base: "
             f"{'; '.join(what) or 'see git merge-tree'}. "
-            f"Edit the files under {WORK} (markers labelled new base / patch pre-image "
-            f"/ patch {patch.name}; delete a file there to delete it), then "
+            f"Edit the files under {layout.REBASE_WORK_DIR} (markers labelled new base / "
+            f"patch pre-image / patch {patch.name}; delete a file there to delete it), then "
             f"`overlay {self.state.kind} --continue`; or `--drop` to leave the patch "
             "out of the series (its file and series line go"
             + (f"; LOCAL_FIXES entry {fix} stays" if fix else "")
@@ -513,6 +509,6 @@ def _refuse_file_under_non_tree(
         raise OverlayError(
             f"{placed[0]}: the new base has {what} at {prefix}, so the patch's file "
             "cannot go there",
-            hint=f"delete {os.path.join(WORK, placed[0])} and --continue (the "
+            hint=f"delete {os.path.join(layout.REBASE_WORK_DIR, placed[0])} and --continue (the "
             "patch then leaves it alone), or --skip the patch, or --abort",
         )

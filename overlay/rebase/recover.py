@@ -14,10 +14,11 @@ import re
 
 from overlay import layout
 from overlay.errors import OverlayError
-from overlay.rebase.base import RESOLVED, RunBase, tracked_files
-from overlay.rebase.files import files_under, prune_empty, restore, rr_remove
-from overlay.rebase.ondisk import REPORT_JSON, StateOnDisk, interrupts_deferred
+from overlay.rebase.base import RunBase, tracked_files
+from overlay.rebase.files import files_under, restore, rr_remove
+from overlay.rebase.ondisk import StateOnDisk, interrupts_deferred
 from overlay.rebase.state import RunState
+from overlay.records.resolutions import prune_resolution_dirs
 
 
 @dataclasses.dataclass
@@ -60,7 +61,7 @@ class AbortSteps(RunBase):
         for rel in sorted(self.state.backup):
             if restore(backup, self.root, rel):
                 touched.append(rel)
-        prune_empty(os.path.join(self.root, RESOLVED))
+        prune_resolution_dirs(self.root)
         for key in self.state.rr_recorded:
             rr_remove(self.root, key)
         self._discard_dir()
@@ -113,7 +114,7 @@ class AbortSteps(RunBase):
             note = self._recover_from_state(info.state, backup, copies, restored, kept)
         elif copies:
             note = self._recover_from_backup(backup, copies, restored)
-        prune_empty(os.path.join(self.root, RESOLVED))
+        prune_resolution_dirs(self.root)
         self._discard_dir()
         self.ws.forget_records()  # restored from what was left
         return Recovery(info.kind, info.problem, sorted(restored), kept, note)
@@ -158,7 +159,7 @@ class AbortSteps(RunBase):
         completed after it was made. Returns the note for the user."""
         try:
             completed_after = os.path.getmtime(
-                os.path.join(self.root, REPORT_JSON)
+                os.path.join(self.root, layout.LAST_REBASE_JSON)
             ) > os.path.getmtime(backup)
         except OSError:
             completed_after = False

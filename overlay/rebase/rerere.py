@@ -10,7 +10,7 @@ replays the recorded file and says so; when every conflicted path of the patch i
 replayed, the run goes on without stopping.
 
 The records live in the clone's rr-cache (``.overlay/rr-cache``, beside the fork
-delta's) and, when the team has created it, in :data:`SHARED_RR_CACHE` inside the
+delta's) and, when the team has created it, in :data:`overlay.layout.SHARED_RR_CACHE` inside the
 repository: nothing is written there unless that directory exists. Each entry is
 ``<key>`` (the postimage), ``<key>.path`` and ``<key>.patch`` (the patch's name).
 ``--forget PATH`` forgets them as it forgets the fork delta's; ``--abort`` forgets
@@ -26,11 +26,7 @@ from collections.abc import Mapping
 from overlay import layout
 from overlay.fs.atomic import atomic_write
 from overlay.rebase.base import RunBase, Stages
-from overlay.rebase.ondisk import RR_CACHE
 from overlay.records.markers import marker_lines
-
-#: The team's shared rr-cache in the repository, used only when it exists.
-SHARED_RR_CACHE = layout.SHARED_RR_CACHE
 
 #: The marker size of the key's conflict text: longer than any marker a file holds,
 #: so a ``=======`` heading inside a conflict is never taken for git's separator.
@@ -81,10 +77,10 @@ def conflict_key(normalized: bytes) -> str:
 def cache_dirs(root: str) -> list[tuple[str, str]]:
     """``(label, directory)`` of every rr-cache a lookup reads: the clone's, then the
     team's shared one when it exists."""
-    out = [(RR_CACHE, os.path.join(root, RR_CACHE))]
-    shared = os.path.join(root, SHARED_RR_CACHE)
+    out = [(layout.RR_CACHE, os.path.join(root, layout.RR_CACHE))]
+    shared = os.path.join(root, layout.SHARED_RR_CACHE)
     if os.path.isdir(shared) and not os.path.islink(shared):
-        out.append((SHARED_RR_CACHE, shared))
+        out.append((layout.SHARED_RR_CACHE, shared))
     return out
 
 
@@ -160,9 +156,9 @@ class RerereSteps(RunBase):
                         os.path.join(directory, key + suffix),
                         text.encode("utf-8", "surrogateescape"),
                     )
-                if label == SHARED_RR_CACHE:
+                if label == layout.SHARED_RR_CACHE:
                     self.say(
                         f"recorded the resolution of {path} for patch {name} in "
-                        f"{SHARED_RR_CACHE}/ (the team's shared rr-cache: commit it)"
+                        f"{layout.SHARED_RR_CACHE}/ (the team's shared rr-cache: commit it)"
                     )
             self.state.rr_recorded.append(key)

@@ -6,12 +6,13 @@ from __future__ import annotations
 import os
 import shutil
 
+from overlay import layout
 from overlay.errors import OverlayError
 from overlay.rebase.base import RebaseStopped
 from overlay.rebase.commit import CommitSteps
 from overlay.rebase.forkdelta import ForkDeltaSteps
 from overlay.rebase.formatting import FORMATTED_SUFFIX
-from overlay.rebase.ondisk import STATE_DIR, interrupts_deferred
+from overlay.rebase.ondisk import interrupts_deferred
 from overlay.rebase.patches import PatchSteps
 from overlay.rebase.recover import AbortSteps
 from overlay.rebase.report import RebaseReport
@@ -27,7 +28,6 @@ from overlay.rebase.state import (
 )
 from overlay.records.manifest import Manifest
 from overlay.records.markers import marker_lines
-from overlay.records.series import PATCH_DIR
 
 
 class Rebase(ForkDeltaSteps, PatchSteps, CommitSteps, AbortSteps):
@@ -153,7 +153,7 @@ class Rebase(ForkDeltaSteps, PatchSteps, CommitSteps, AbortSteps):
                 found = marker_lines(fh.read())
             if found:
                 raise RebaseStopped(
-                    f"{os.path.join(STATE_DIR, 'work', rel)}:{found[0][0]}: conflict "
+                    f"{os.path.join(layout.REBASE_WORK_DIR, rel)}:{found[0][0]}: conflict "
                     "marker left; finish the edit, then --continue again"
                 )
 
@@ -186,7 +186,7 @@ class Rebase(ForkDeltaSteps, PatchSteps, CommitSteps, AbortSteps):
         fix = self._backup_patch(stop.name, header_only=True).local_fix
         if isinstance(stop, PatchStop) and not drop:
             raise RebaseStopped(
-                f"--skip would delete {PATCH_DIR}/{stop.name} and its series line when "
+                f"--skip would delete {layout.PATCH_DIR}/{stop.name} and its series line when "
                 "the run completes"
                 + (f" (LOCAL_FIXES entry {fix} stays)" if fix else "")
                 + ", and its change is not on the new base. It is not dropped without "

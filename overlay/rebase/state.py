@@ -10,8 +10,10 @@ nothing had changed. Keys that appear only after a step (``stale``,
 ``merge_stats``, ``rr_recorded``, ``commit_started``) are left out until then,
 and a field that is ``None`` here is a key that is absent there.
 
-This module imports nothing of overlay: :mod:`overlay.rebase.ondisk` (which reads the
-file) and :mod:`overlay.rebase` (which writes it) both build on it.
+The file's one reader and writer are here (:func:`read_state_json`,
+:func:`write_state`), on nothing of overlay but the layout and the file helpers:
+:mod:`overlay.rebase.ondisk` (which judges what a run left) and :mod:`overlay.rebase`
+(which saves each step) both build on it.
 """
 
 from __future__ import annotations
@@ -19,8 +21,13 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
+import os
 import re
 from typing import Any, ClassVar
+
+from overlay import layout
+from overlay.fs.atomic import atomic_write
+from overlay.fs.reading import read_record
 
 #: The ``format`` a run writes; earlier versions wrote the same.
 STATE_FORMAT = 1
@@ -438,3 +445,33 @@ class RunState:
             rr_recorded=_str_list(data.get("rr_recorded", []), "rr_recorded"),
             format=_int(data.get("format", STATE_FORMAT), "the format"),
         )
+
+
+def read_state_json(root: str) -> Any:
+    """``.overlay/rebase/state.json`` of ``root``, decoded (any JSON value: the caller
+    checks its shape), read as a record: a regular file inside the repository, not a
+    symlink, size-capped.
+
+    Raises:
+        RecordError: the file is missing, refused or unreadable (exit 2);
+        UnicodeDecodeError, ValueError, RecursionError: it is not valid JSON.
+    """
+    raw = read_record(
+        root, layout.REBASE_STATE, what="rebase state", allow_symlink=False
+    )
+    return json.loads(raw.decode("utf-8"))
+
+
+def write_state(state_dir: str, state: RunState) -> None:
+    """Write ``state`` as ``state.json`` in ``state_dir`` (the run's state directory,
+    or the one a start builds beside it).
+
+    Rename-atomic, not fsynced: a killed process leaves the old or the new state,
+    never a torn one; a power loss may cost the last step, which is redone.
+
+    Raises:
+        OSError: it cannot be written.
+    """
+    atomic_write(
+        os.path.join(state_dir, layout.STATE_JSON), state.dumps(), durable=False
+    )

@@ -15,8 +15,10 @@ import re
 import tomllib
 from collections.abc import Mapping
 
-from overlay.checks.locate import MANIFEST_PATH, find_root  # noqa: F401 - find_root re-exported (it lived here)
+from overlay import layout
+from overlay.checks.locate import find_root  # noqa: F401 - re-exported (it lived here)
 from overlay.errors import ManifestError
+from overlay.fs.atomic import atomic_write, write_if_changed
 from overlay.fs.paths import Carry
 from overlay.fs.reading import RecordError, RecordMissing, read_record_text
 from overlay.git.store import is_sha
@@ -155,7 +157,7 @@ def load_toml(text: str, path: str, error: type = ManifestError) -> dict:
         raise error(f"{path}: not valid TOML: {str(exc).split(';')[0]}") from None
 
 
-def parse_manifest(text: str, path: str = MANIFEST_PATH) -> Manifest:
+def parse_manifest(text: str, path: str = layout.MANIFEST) -> Manifest:
     """Parse and validate manifest text.
 
     Args:
@@ -302,15 +304,44 @@ def load_manifest(root: str) -> Manifest:
             named) or invalid (exit 2).
     """
     try:
-        text = read_record_text(root, MANIFEST_PATH, what="manifest")
+        text = read_record_text(root, layout.MANIFEST, what="manifest")
     except RecordMissing:
         raise ManifestError(
-            f"{MANIFEST_PATH} not found under {root}",
+            f"{layout.MANIFEST} not found under {root}",
             hint="run overlay from the overlay repository or pass -C DIR",
         ) from None
     except RecordError as exc:
         raise ManifestError(exc.message, hint=exc.hint) from None
-    return parse_manifest(text, MANIFEST_PATH)
+    return parse_manifest(text, layout.MANIFEST)
+
+
+def manifest_text(root: str) -> str:
+    """The manifest's text, for the writers below (:func:`with_pins`,
+    :func:`set_uncarried_reviewed`) to edit: read as text (its line ends as Python's
+    text mode gives them), after :func:`load_manifest` has read it as a record.
+
+    Raises:
+        OSError: it cannot be read; UnicodeDecodeError: it is not UTF-8.
+    """
+    with open(layout.under(root, layout.MANIFEST), encoding="utf-8") as fh:
+        return fh.read()
+
+
+def write_manifest(root: str, text: str, *, if_changed: bool = False) -> None:
+    """Write ``text`` as ``<root>/patches-rocm/overlay.toml`` (temp + rename).
+
+    Args:
+        root: the overlay repository (or a directory staged as one).
+        text: the whole manifest.
+        if_changed: leave the file alone when it already holds those bytes.
+    Raises:
+        OSError: it cannot be written.
+    """
+    path = layout.under(root, layout.MANIFEST)
+    if if_changed:
+        write_if_changed(path, text.encode())
+    else:
+        atomic_write(path, text.encode())
 
 
 _TABLE_LINE = re.compile(r"^\s*\[\s*([A-Za-z0-9_-]+)\s*\]\s*(?:#.*)?$")

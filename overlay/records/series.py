@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 from overlay import layout
 from overlay.errors import OverlayError, PatchFormatError
+from overlay.fs.atomic import atomic_write, write_if_changed
 from overlay.fs.paths import check_path
 from overlay.fs.reading import RecordMissing, read_record, read_record_text
 from overlay.records.filediff import FileChange as FileChange  # re-exported
@@ -27,9 +28,6 @@ from overlay.records.filediff import Hunk as Hunk  # re-exported
 from overlay.records.filediff import diff_pieces, parse_file_diff
 from overlay.records.mailhead import is_patch_break as is_patch_break  # re-exported
 from overlay.records.mailhead import parse_head, split_patch
-
-PATCH_DIR = layout.PATCH_DIR
-SERIES_PATH = layout.SERIES
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,7 +108,7 @@ def read_series(root: str) -> list[tuple[str, int]]:
             lists more than :data:`MAX_SERIES_ENTRIES` patches (exit 2).
     """
     try:
-        text = read_record_text(root, SERIES_PATH, what="series")
+        text = read_record_text(root, layout.SERIES, what="series")
     except RecordMissing:
         return []
     out = []
@@ -120,13 +118,13 @@ def read_series(root: str) -> list[tuple[str, int]]:
             continue
         if len(line.split()) != 1:
             raise PatchFormatError(
-                f"{SERIES_PATH}:{number}: expected one patch file name, got {raw[:80]!r}"
+                f"{layout.SERIES}:{number}: expected one patch file name, got {raw[:80]!r}"
             )
-        check_path(line, what=f"series entry at {SERIES_PATH}:{number}")
+        check_path(line, what=f"series entry at {layout.SERIES}:{number}")
         out.append((line, number))
         if len(out) > MAX_SERIES_ENTRIES:
             raise PatchFormatError(
-                f"{SERIES_PATH}:{number}: more than {MAX_SERIES_ENTRIES} patches listed"
+                f"{layout.SERIES}:{number}: more than {MAX_SERIES_ENTRIES} patches listed"
             )
     return out
 
@@ -219,16 +217,13 @@ def load_patch(root: str, name: str, resolved: dict[str, str] | None = None) -> 
             a name too long) (exit 2).
         UnsafePath: a header path is absolute, has ``..`` or ``.git`` (exit 2).
     """
-    rel = f"{PATCH_DIR}/{name}"
     try:
-        data = read_record(
-            root, rel, what="patch", allow_symlink=False, resolved=resolved
-        )
+        data = patch_bytes(root, name, resolved=resolved)
     except RecordMissing:
         raise PatchFormatError(
-            f"{PATCH_DIR}/{name} is listed in series but does not exist"
+            f"{layout.PATCH_DIR}/{name} is listed in series but does not exist"
         ) from None
-    path = os.path.join(root, PATCH_DIR, name)
+    path = os.path.join(root, layout.PATCH_DIR, name)
     try:
         return parse_patch(data, name, path)
     except (ValueError, RecursionError) as exc:
@@ -237,6 +232,76 @@ def load_patch(root: str, name: str, resolved: dict[str, str] | None = None) -> 
             f"{name}: cannot parse diff: {type(exc).__name__}: "
             f"{str(exc).split(';')[0][:120]}"
         ) from None
+
+
+def patch_bytes(root: str, name: str, resolved: dict[str, str] | None = None) -> bytes:
+    """The bytes of ``<root>/patches-rocm/<name>``, read as a record: a regular file
+    inside the repository, not a symlink, at most 16 MiB (as :func:`load_patch` reads
+    it).
+
+    Args:
+        root: the overlay repository; name: the patch's file name.
+        resolved: as :func:`load_patch`.
+    Raises:
+        RecordMissing: there is no such file; RecordError: it is refused (exit 2).
+    """
+    return read_record(
+        root,
+        f"{layout.PATCH_DIR}/{name}",
+        what="patch",
+        allow_symlink=False,
+        resolved=resolved,
+    )
+
+
+def read_patch_copy(top: str, name: str, *, header_only: bool = False) -> Patch:
+    """Parse the patch ``name`` of a copy of the records under ``top`` (a run's
+    backup, ``top/patches-rocm/<name>``), read as it is: the copy is the run's own,
+    made from files already read as records.
+
+    Raises:
+        OSError: the file cannot be read; PatchFormatError: it does not parse.
+    """
+    path = os.path.join(top, layout.PATCH_DIR, name)
+    with open(path, "rb") as fh:
+        return parse_patch(fh.read(), name, path, header_only=header_only)
+
+
+def write_patch(root: str, name: str, data: bytes, *, if_changed: bool = False) -> None:
+    """Write ``<root>/patches-rocm/<name>`` (temp + rename).
+
+    Args:
+        root: the overlay repository (or a directory staged as one).
+        name: the patch's file name; data: its bytes.
+        if_changed: leave the file alone when it already holds ``data``.
+    Raises:
+        OSError: it cannot be written.
+    """
+    path = os.path.join(root, layout.PATCH_DIR, name)
+    if if_changed:
+        write_if_changed(path, data)
+    else:
+        atomic_write(path, data)
+
+
+def rewrite_patch(
+    patch: Patch, data: bytes, *, before_replace: Callable[[], None] | None = None
+) -> None:
+    """Write ``data`` over the file ``patch`` was read from (:attr:`Patch.path`, temp +
+    rename; ``before_replace`` as :func:`overlay.fs.atomic.atomic_write` takes it).
+
+    Raises:
+        OSError: it cannot be written.
+    """
+    atomic_write(patch.path, data, before_replace=before_replace)
+
+
+def remove_patch(root: str, name: str) -> None:
+    """Delete ``<root>/patches-rocm/<name>`` when it exists (its series line is the
+    series writers' business)."""
+    path = os.path.join(root, layout.PATCH_DIR, name)
+    if os.path.exists(path):
+        os.unlink(path)
 
 
 def load_series(root: str) -> list[Patch]:
@@ -254,9 +319,19 @@ def series_text(root: str) -> str:
         RecordError: the file is refused or not UTF-8 (exit 2).
     """
     try:
-        return read_record_text(root, SERIES_PATH, what="series")
+        return read_record_text(root, layout.SERIES, what="series")
     except RecordMissing:
         return ""
+
+
+def write_series(root: str, text: str) -> None:
+    """Write ``text`` (from the writers below) as ``<root>/patches-rocm/series``
+    (temp + rename).
+
+    Raises:
+        OSError: it cannot be written.
+    """
+    atomic_write(layout.under(root, layout.SERIES), text.encode())
 
 
 def _line_end(text: str) -> str:
@@ -291,7 +366,7 @@ def series_with(text: str, name: str, after: str | None) -> str:
     else:
         at = next((i + 1 for i, ln in enumerate(lines) if _entry(ln) == after), -1)
         if at < 0:
-            raise OverlayError(f"{after} is not in {SERIES_PATH}")
+            raise OverlayError(f"{after} is not in {layout.SERIES}")
     lines.insert(at, name)
     return nl.join(lines) + nl
 
@@ -308,7 +383,7 @@ def series_renamed(text: str, old: str, new: str) -> str:
         if _entry(line) == old:
             lines[i] = line.replace(old, new, 1)
             return "".join(lines)
-    raise OverlayError(f"{old} is not in {SERIES_PATH}")
+    raise OverlayError(f"{old} is not in {layout.SERIES}")
 
 
 def series_keeping(text: str, kept: Collection[str]) -> str:

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from overlay import layout
 from overlay.errors import OverlayError
 from overlay.fs.reading import RecordError, RecordMissing, read_record_text
 from overlay.records.manifest import load_toml
@@ -393,7 +394,9 @@ def _parse_choices(
     return backend, hardware, proves, model, description
 
 
-def parse_suites(text: str, where: str = "suites.toml") -> dict[str, Suite]:
+def parse_suites(
+    text: str, where: str = os.path.basename(layout.SUITES_TOML)
+) -> dict[str, Suite]:
     """Parse and validate the text of a ``suites.toml``.
 
     Args:

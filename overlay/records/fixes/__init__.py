@@ -52,7 +52,6 @@ from __future__ import annotations
 
 from overlay.records.fixes.cross_checks import (
     ARTEFACT_DIRS,
-    RESOLVED_PREFIX,
     SOURCE_EXTENSIONS,
     check_dropped,
     check_patch_entries,
@@ -65,7 +64,6 @@ from overlay.records.fixes.model import (
     BACKEND_PREFIX,
     CODES,
     ENTRY_SECTIONS,
-    FILE_NAME,
     MAX_ENTRY_NUMBER,
     MLX_PREFIX,
     POLICY_SECTIONS,
@@ -92,10 +90,13 @@ from overlay.records.fixes.new import (
     render_new_entry,
 )
 from overlay.records.fixes.parser import (
+    fixes_bytes,
+    fixes_record,
     fork_repo_from_url,
     load,
     looks_like_path,
     parse,
+    write_fixes,
 )
 from overlay.records.fixes.rewrite import rename_entry_paths, set_heading_pins
 from overlay.records.fixes.structure import (
@@ -124,12 +125,10 @@ __all__ = [
     "BACKEND_PREFIX",
     "CODES",
     "ENTRY_SECTIONS",
-    "FILE_NAME",
     "MAX_ENTRY_NUMBER",
     "MLX_PREFIX",
     "PLACEHOLDER_BODY",
     "POLICY_SECTIONS",
-    "RESOLVED_PREFIX",
     "RETARGET_PREFIX",
     "RETIRED",
     "SECTION_HEADINGS",
@@ -161,6 +160,8 @@ __all__ = [
     "ends_with_closing",
     "entry_policy",
     "find_conflict_markers",
+    "fixes_bytes",
+    "fixes_record",
     "fork_repo_from_url",
     "list_entries",
     "load",
@@ -173,4 +174,5 @@ __all__ = [
     "render_new_entry",
     "resolve_name",
     "without_reference",
+    "write_fixes",
 ]

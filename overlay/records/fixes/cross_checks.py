@@ -452,9 +452,6 @@ def check_dropped(
     return out
 
 
-RESOLVED_PREFIX = layout.RESOLVED_DIR + "/"
-
-
 def check_resolutions(doc: Document, resolved_paths: Iterable[str]) -> list[Finding]:
     """Each ``patches-rocm/resolved/<path>`` file is named by an entry of the retarget section.
 
@@ -470,10 +467,11 @@ def check_resolutions(doc: Document, resolved_paths: Iterable[str]) -> list[Find
         FIX023 per resolution no retarget entry names (at the retarget heading, or
         line 1 when the section is absent).
     """
+    prefix = f"{layout.RESOLVED_DIR}/"
     targets = {}
     for rp in resolved_paths:
-        t = rp[len(RESOLVED_PREFIX) :] if rp.startswith(RESOLVED_PREFIX) else rp
-        targets[t] = rp if rp.startswith(RESOLVED_PREFIX) else RESOLVED_PREFIX + rp
+        t = rp[len(prefix) :] if rp.startswith(prefix) else rp
+        targets[t] = rp if rp.startswith(prefix) else prefix + rp
     sec = doc.section("retarget")
     tset = set(targets)
     base = _basenames(tset)
@@ -483,8 +481,8 @@ def check_resolutions(doc: Document, resolved_paths: Iterable[str]) -> list[Find
             continue
         for e in s.entries:
             for name in e.files:
-                if name.startswith(RESOLVED_PREFIX):
-                    name = name[len(RESOLVED_PREFIX) :]
+                if name.startswith(prefix):
+                    name = name[len(prefix) :]
                 cands = resolve_name(name, tset, base)
                 if len(cands) == 1:
                     named.add(cands[0])

@@ -12,10 +12,8 @@ from __future__ import annotations
 import dataclasses
 from typing import NamedTuple
 
-from overlay import layout
 from overlay.checks.findings import Finding
 
-FILE_NAME = layout.LOCAL_FIXES
 BACKEND_PREFIX = "mlx/backend/rocm/"
 #: Names with a directory part may also be written relative to ``mlx/``
 #: (``backend/metal/indexing.cpp``).

@@ -13,10 +13,16 @@ import os
 import re
 from collections.abc import Iterable
 
+from overlay import layout
 from overlay.errors import OverlayError
-from overlay.fs.reading import RecordMissing, read_record_text
+from overlay.fs.atomic import atomic_write
+from overlay.fs.reading import (
+    RecordMissing,
+    decode_record,
+    read_record,
+    read_record_text,
+)
 from overlay.records.fixes.model import (
-    FILE_NAME,
     RETARGET_PREFIX,
     SECTION_HEADINGS,
     Bullet,
@@ -333,7 +339,7 @@ class _Parser:
         )
 
 
-def parse(text: str, path: str = FILE_NAME) -> Document:
+def parse(text: str, path: str = layout.LOCAL_FIXES) -> Document:
     """Parse ``LOCAL_FIXES.md`` text into a :class:`Document` (format: docs/design.md §7).
 
     Parsing never fails: whatever does not fit the format is kept where the
@@ -354,7 +360,7 @@ def parse(text: str, path: str = FILE_NAME) -> Document:
     return parser.document(text, path)
 
 
-def load(path: str | os.PathLike, rel_path: str = FILE_NAME) -> Document:
+def load(path: str | os.PathLike, rel_path: str = layout.LOCAL_FIXES) -> Document:
     """Read and parse ``LOCAL_FIXES.md`` from disk.
 
     The file is read with :func:`overlay.fs.atomic.read_record`, with the
@@ -387,6 +393,47 @@ def load(path: str | os.PathLike, rel_path: str = FILE_NAME) -> Document:
     # A byte-order mark is not part of the title line (line numbers keep).
     text = text.removeprefix("\ufeff")
     return parse(text, rel_path)
+
+
+def fixes_bytes(root: str) -> bytes | None:
+    """``<root>/LOCAL_FIXES.md``'s bytes as they are (a byte-order mark kept), for a
+    rewrite of it or a comparison; ``None`` when it is not a regular file (none there,
+    a directory, a FIFO that a read would wait on).
+
+    Raises:
+        OSError: the file cannot be read (no permission).
+    """
+    path = os.path.join(root, layout.LOCAL_FIXES)
+    if not os.path.isfile(path):
+        return None
+    try:
+        with open(path, "rb") as fh:
+            return fh.read()
+    except FileNotFoundError:
+        return None
+
+
+def fixes_record(root: str) -> bytes:
+    """``<root>/LOCAL_FIXES.md`` read as a record (a regular file inside ``root``, a
+    symlink within it followed, at most 16 MiB) and checked to be UTF-8: the file of
+    a directory that is not an overlay repository yet (an import's source).
+
+    Raises:
+        RecordMissing: there is no such file; RecordError: it is refused or not
+            UTF-8 (exit 2).
+    """
+    data = read_record(root, layout.LOCAL_FIXES, what="file")
+    decode_record(data, layout.LOCAL_FIXES, what="file")
+    return data
+
+
+def write_fixes(root: str, data: bytes) -> None:
+    """Write ``data`` as ``<root>/LOCAL_FIXES.md`` (temp + rename).
+
+    Raises:
+        OSError: it cannot be written.
+    """
+    atomic_write(os.path.join(root, layout.LOCAL_FIXES), data)
 
 
 def fork_repo_from_url(url: str) -> str:

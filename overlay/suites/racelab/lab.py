@@ -18,8 +18,6 @@ SANITIZERS = {"tsan": "thread", "asan": "address"}
 #: The build record in the output directory.
 STAMP = "racelab.json"
 
-_LAB_SUBDIR = layout.RACELAB_DIR
-
 
 class LabError(OverlayError):
     """The race lab cannot be built: no toolchain (exit 2) or a compile error (exit 1)."""
@@ -98,9 +96,9 @@ CHILDREN = (
 
 def lab_sources_dir(root: str) -> str:
     """``<root>/patches-rocm/suites/racelab``: the model's and the drivers' sources."""
-    return os.path.join(root, _LAB_SUBDIR)
+    return os.path.join(root, layout.RACELAB_DIR)
 
 
 def default_out_dir(root: str, label: str) -> str:
     """``<root>/build/race-lab/<label>``: where :func:`build_layer` puts a build."""
-    return os.path.join(root, "build", "race-lab", label)
+    return os.path.join(layout.under(root, layout.RACE_LAB_BUILDS), label)

@@ -36,9 +36,6 @@ from overlay.suites.racelab.lab import CHILDREN, MODEL, LabChild
 if TYPE_CHECKING:
     from overlay.workspace import Workspace
 
-#: The mutants' file, relative to the repository root.
-MUTANTS_TOML = f"{layout.SUITES_DIR}/mutants.toml"
-
 
 class MutantError(OverlayError):
     """The mutants' file is invalid, or a mutant's edit does not match its file (exit 2)."""
@@ -151,7 +148,7 @@ def _int(table: Mapping, key: str, where: str) -> int:
 
 
 def parse_mutants(
-    text: str, where: str = MUTANTS_TOML
+    text: str, where: str = layout.MUTANTS_TOML
 ) -> tuple[list[Mutant], list[Uncaught]]:
     """Parse the mutants' file.
 
@@ -215,13 +212,13 @@ def load_mutants(root: str) -> tuple[list[Mutant], list[Uncaught]]:
     Raises:
         MutantError: the file is missing or invalid.
     """
-    path = layout.under(root, MUTANTS_TOML)
+    path = layout.under(root, layout.MUTANTS_TOML)
     try:
         with open(path, encoding="utf-8") as fh:
             text = fh.read()
     except OSError as exc:
-        raise MutantError(f"{MUTANTS_TOML}: {exc.strerror}") from None
-    return parse_mutants(text, MUTANTS_TOML)
+        raise MutantError(f"{layout.MUTANTS_TOML}: {exc.strerror}") from None
+    return parse_mutants(text, layout.MUTANTS_TOML)
 
 
 def apply_mutant(text: str, mutant: Mutant) -> str:
@@ -238,7 +235,7 @@ def apply_mutant(text: str, mutant: Mutant) -> str:
             raise MutantError(
                 f"mutant {mutant.id}: edit {n + 1} occurs {found} time(s) in "
                 f"{mutant.file}, expected {want}",
-                hint=f"update {MUTANTS_TOML} to the patched file as it is now",
+                hint=f"update {layout.MUTANTS_TOML} to the patched file as it is now",
             )
         text = text.replace(edit.find, edit.replace)
     return text
@@ -508,7 +505,7 @@ def run_check(
     # With --mutant, only the chosen mutants' fixes: the table is about them.
     shown = {m.fix for m in chosen} if only else set(fixes)
     uncaught = [u for u in uncaught if not shown or u.fix in shown]
-    lab_root = out_root or layout.under(root, f"{layout.BUILD_DIR}/race-lab/mutants")
+    lab_root = out_root or layout.under(root, f"{layout.RACE_LAB_BUILDS}/mutants")
     results = results_dir or layout.under(root, f"{layout.SUITE_RESULTS_DIR}/mutants")
     run_one = runner or suite_runner(
         results, os.path.dirname(layout.under(root, layout.SUITES_TOML))
