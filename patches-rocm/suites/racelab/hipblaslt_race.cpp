@@ -26,14 +26,25 @@
 //
 // OVERLAY_RACE_MODE picks the workload (default: the one above):
 //   * late: the weak-ordering stress. The threads meet at the barrier, then
-//     thread 0 alone runs its first GEMM (it creates the handle) while the
-//     others wait on a relaxed atomic, which gives ThreadSanitizer no
-//     happens-before edge; then they start, each with the f32 GEMM, whose
-//     entry point (hipblaslt_gemm_rowmajor_on_stream) reads the handle through
-//     get_handle() before taking any lock thread 0 released. So the only edge
-//     from the handle's creation to those reads is the init flag's
-//     release/acquire pair: weaken it and every run reports the race, on any
-//     schedule.
+//     thread 0 alone asks the route question (is_hipblaslt_available(), as
+//     MLX's matmul does before every GEMM), which creates the handle; it
+//     announces that on a relaxed atomic, which gives ThreadSanitizer no
+//     happens-before edge, and then sleeps (polling another relaxed atomic)
+//     until every other thread has run its first GEMM. Those start with the
+//     f32 GEMM, whose entry point (hipblaslt_gemm_rowmajor_on_stream) reads
+//     the handle through get_handle() before taking any lock thread 0
+//     released. So the only edge from the handle's creation to those reads is
+//     the init flag's release/acquire pair: weaken it and the race is there
+//     on every schedule. Thread 0 does next to nothing between the handle's
+//     creation and those reads on purpose. An earlier version let it run its
+//     whole first GEMM (and start the next one's host reference, some 500,000
+//     instrumented reads) before the others started, and ThreadSanitizer
+//     reported no race at all, not even on a probe global thread 0 wrote
+//     before that GEMM and the others read after the flag, while a probe it
+//     wrote just before the flag was reported: consistent with ThreadSanitizer
+//     v3 dropping a race whose earlier access has left that thread's trace
+//     (its stack can no longer be restored; history_size=7 did not help), and
+//     the relaxed flag went uncaught in 0 of 20 runs.
 //   * teardown: release of a stream's GEMM state while other threads run
 //     GEMMs. Each round a thread makes a new CommandEncoder (a new stream),
 //     runs the bf16 TN GEMM on it, queues a host callback on that stream that
@@ -408,6 +419,27 @@ void print_capture(const CaptureCounts& cc) {
   }
 }
 
+// late mode, before round 0 (see the header): thread 0 creates the handle
+// through the route question and then sleeps until the others have run their
+// first GEMM (at most 60 s, so a thread that died cannot hang the run); the
+// others wait until the handle exists. Only relaxed atomics and sleeps: no
+// happens-before edge between thread 0 and the others.
+void late_start(int t, int threads, std::atomic<int>& first_done,
+                std::atomic<int>& late_started) {
+  if (t == 0) {
+    (void)rocm::is_hipblaslt_available();
+    first_done.store(1, std::memory_order_relaxed);
+    for (int ms = 0; ms < 60000 && late_started.load(std::memory_order_relaxed) < threads - 1;
+         ++ms) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return;
+  }
+  while (first_done.load(std::memory_order_relaxed) == 0) {
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+}
+
 } // namespace
 
 int main() {
@@ -430,9 +462,11 @@ int main() {
   rocm::Device device(0);
   Barrier barrier(threads);
   Counts counts;
-  // late mode: thread 0's first GEMM is done. Relaxed on purpose: no
-  // happens-before edge for ThreadSanitizer (see the header).
+  // late mode: thread 0 has created the handle (first_done), and how many
+  // other threads have run their first GEMM (late_started). Relaxed on
+  // purpose: no happens-before edge for ThreadSanitizer (see the header).
   std::atomic<int> first_done{0};
+  std::atomic<int> late_started{0};
   CaptureCounts capture_counts;
   std::vector<std::thread> workers;
   for (int t = 0; t < threads; ++t) {
@@ -458,15 +492,13 @@ int main() {
             capture_round(st, device, rng, counts, capture_counts);
             break;
           }
+          if (mode == "late" && r == 0) {
+            late_start(t, threads, first_done, late_started);
+          }
           for (int i = 0; i < 4; ++i) {
-            if (mode == "late" && r == 0 && i == 0 && t != 0) {
-              while (first_done.load(std::memory_order_relaxed) == 0) {
-                std::this_thread::yield();
-              }
-            }
             run_gemm(st, ord[i], *gemms[ord[i]], r, rng, counts);
-            if (mode == "late" && r == 0 && i == 0 && t == 0) {
-              first_done.store(1, std::memory_order_relaxed);
+            if (mode == "late" && r == 0 && i == 0 && t != 0) {
+              late_started.fetch_add(1, std::memory_order_relaxed);
             }
           }
         }
