@@ -69,6 +69,17 @@
 //     Then it leaves a pending HIP error (hipSetDevice(99)) and runs the f32
 //     GEMM. Per thread the outcome is counted, and one line each says what the
 //     code did: "race-lab: capture: ..." and "race-lab: last error: ...".
+//   * release-capture: fix 2's open item 2, release while the stream
+//     captures. After a first round of the default workload, each thread
+//     makes a new encoder, runs the TN GEMM on it outside capture (the stream
+//     gets its workspace), begins a thread-local capture on it as
+//     decode_capture_begin does, runs the TN GEMM (recorded), and destroys the
+//     encoder with the capture still open, as Device::clear_encoders or exit
+//     would after a capture an exception left open: ~CommandEncoder's
+//     hipblaslt_release_stream_workspace runs on a capturing stream, on the
+//     thread that began the capture. Then it makes another encoder and runs
+//     the TN GEMM on it (its first workspace allocation). One line says what
+//     happened: "race-lab: release under capture: ...".
 //
 // Every mode ends with the model's route lines (racelab.h): what the code
 // under test did that only the fixed route does; the suites expect them.
@@ -333,6 +344,8 @@ struct CaptureCounts {
   // on a new stream, whose first workspace request allocates ([1]).
   std::atomic<int> error_cleared[2]{{0}, {0}};
   std::atomic<int> error_kept[2]{{0}, {0}};
+  // release-capture mode: encoders destroyed while their stream captured.
+  std::atomic<int> released_capturing{0};
 };
 
 // One TN GEMM under a thread-local capture of the thread's stream; returns
@@ -401,6 +414,45 @@ void capture_round(ThreadState& st, rocm::Device& dev, std::mt19937& rng, Counts
   }
 }
 
+// One release-capture round of thread `st.t` (see the header).
+void release_capture_round(ThreadState& st, rocm::Device& dev, std::mt19937& rng, Counts& counts,
+                           CaptureCounts& cc) {
+  cc.threads.fetch_add(1, std::memory_order_relaxed);
+  st.renew(dev);
+  run_gemm(st, 0, kTN, 1, rng, counts); // the stream gets its workspace outside capture
+  hipStream_t s = st.stream;
+  if (hipStreamBeginCapture(s, hipStreamCaptureModeThreadLocal) != hipSuccess) {
+    finding("hipblaslt-exception", st.t, 1, "hipStreamBeginCapture failed");
+    return;
+  }
+  try {
+    auto a = st.a[0].as_array({64, 64}, mx::bfloat16);
+    auto b = st.b[0].as_array({64, 64}, mx::bfloat16);
+    auto c = st.c[0].as_array({64, 64}, mx::bfloat16);
+    rocm::hipblaslt_gemm(st.encoder(), false, true, 64, 64, 64, 1.0f, a, 64, b, 64, 0.0f, c, 64,
+                         mx::bfloat16);
+  } catch (const std::exception& e) {
+    finding("hipblaslt-exception", st.t, 1, std::string("GEMM under capture: ") + e.what());
+  }
+  hipStreamCaptureStatus status = hipStreamCaptureStatusNone;
+  if (hipStreamIsCapturing(s, &status) == hipSuccess &&
+      status == hipStreamCaptureStatusActive) {
+    cc.released_capturing.fetch_add(1, std::memory_order_relaxed);
+  }
+  // ~CommandEncoder with the capture open: the release runs on a capturing
+  // stream, then the stream (and its capture) is destroyed.
+  st.owned.reset();
+  st.renew(dev);
+  run_gemm(st, 0, kTN, 2, rng, counts);
+}
+
+void print_release_capture(const CaptureCounts& cc) {
+  std::fprintf(stderr,
+               "race-lab: release under capture: %d of %d encoders destroyed while their stream "
+               "captured\n",
+               cc.released_capturing.load(), cc.threads.load());
+}
+
 void print_capture(const CaptureCounts& cc) {
   int n = cc.threads.load();
   std::fprintf(stderr,
@@ -448,7 +500,8 @@ int main() {
   const long long run = racelab::env_int("OVERLAY_RUN_INDEX", 1);
   const char* mode_env = std::getenv("OVERLAY_RACE_MODE");
   const std::string mode = mode_env ? mode_env : "";
-  if (mode != "" && mode != "late" && mode != "teardown" && mode != "capture") {
+  if (mode != "" && mode != "late" && mode != "teardown" && mode != "capture" &&
+      mode != "release-capture") {
     std::fprintf(stderr, "hipblaslt_race: unknown OVERLAY_RACE_MODE %s\n", mode.c_str());
     return 2;
   }
@@ -492,6 +545,10 @@ int main() {
             capture_round(st, device, rng, counts, capture_counts);
             break;
           }
+          if (mode == "release-capture" && r == 1) {
+            release_capture_round(st, device, rng, counts, capture_counts);
+            break;
+          }
           if (mode == "late" && r == 0) {
             late_start(t, threads, first_done, late_started);
           }
@@ -518,6 +575,9 @@ int main() {
   }
   if (mode == "capture") {
     print_capture(capture_counts);
+  }
+  if (mode == "release-capture") {
+    print_release_capture(capture_counts);
   }
   racelab::hipblaslt_route_summary();
   int reports = racelab::report_count();
