@@ -135,6 +135,26 @@ def test_a_missing_tree_source_is_named(tmp_path):
     assert err.value.exit_code == 1
 
 
+def test_a_layer_builds_only_the_children_whose_file_it_has(tmp_path):
+    """The fork's layer has no pinned arena: its lab (``suite ab --without-layer
+    forked``) builds the other children instead of failing on pinned.cu."""
+    from overlay.suites.racelab.builder import children_in
+
+    for rel in (
+        "mlx/backend/rocm/gemms/hipblaslt_gemm.cpp",
+        "mlx/backend/rocm/device.cpp",
+        "mlx/backend/rocm/worker.cpp",
+    ):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("// code under test\n")
+    names = [c.name for c in children_in(str(tmp_path))]
+    assert names == ["racelab_selftest", "hipblaslt_race", "rocblas_race"]
+    (tmp_path / "mlx/backend/rocm/pinned.cu").write_text("// the arena\n")
+    assert [c.name for c in children_in(str(tmp_path))] == [
+        c.name for c in racelab.CHILDREN
+    ]
+
+
 def test_a_second_layer_compiles_only_its_own_tree_objects(tmp_path):
     """The model's objects (lab sources that do not include the tree) are shared
     between the builds of two layers: the second compiles only what includes its tree.

@@ -244,6 +244,47 @@ def test_a_mutant_is_caught_and_the_baseline_is_clean(real_mirrors, tmp_path):
     assert "workspace-of-destroyed-stream" in cells["hipblaslt_release_ws_tsan"].kinds
 
 
+def test_the_parts_that_went_uncaught_are_caught(real_mirrors, tmp_path):
+    """Needs the ROCm toolchain: three parts the table once listed below 19 of 20, each
+    with the suite meant to catch it, twice (the table has 20 runs): the relaxed init
+    flag by the weak-ordering stress (0 of 20 when thread 0 ran a whole GEMM before the
+    others read the handle), the release's capture check by the release-under-capture
+    suite, and fix 1's check under its mutex by the availability route line."""
+    from overlay.git.store import Store
+
+    os.environ["OVERLAY_TOOLCHAIN_DIR"] = REAL_TOOLCHAIN
+    try:
+        racelab.find_lab_compiler(str(ROOT))
+    except racelab.LabError as exc:
+        pytest.skip(f"needs the ROCm toolchain for the race lab: {exc.message}")
+    wanted = {
+        "hipblaslt-init-relaxed": "hipblaslt_late_ws0_tsan",
+        "hipblaslt-release-capture-unchecked": "hipblaslt_release_capture_ws_tsan",
+        "rocblas-init-unlocked": "rocblas_race_ws_tsan",
+    }
+    suites = load_suites(str(ROOT / "patches-rocm/suites/suites.toml"))
+    suites = {k: v for k, v in suites.items() if k in wanted.values()}
+    result = mutate.run_check(
+        str(ROOT),
+        Store(str(tmp_path / "store.git")),
+        suites,
+        runs=2,
+        need=2,
+        only=list(wanted),
+        results_dir=str(tmp_path / "results"),
+        out_root=str(tmp_path / "lab"),
+    )
+    assert not result.baseline_failed, result.markdown()
+    rows = {r.mutant.id: r for r in result.rows if r.mutant is not None}
+    kinds = {}
+    for mid, suite in wanted.items():
+        cells = {c.suite: c for c in rows[mid].cells}
+        assert cells[suite].failed == 2, result.markdown()
+        kinds[mid] = cells[suite].kinds
+    assert "capture-violation" in kinds["hipblaslt-release-capture-unchecked"]
+    assert set(kinds["rocblas-init-unlocked"]) == {"marker"}
+
+
 def test_the_command_names_an_unknown_mutant_with_exit_2(monkeypatch, tmp_path):
     from click.testing import CliRunner
 

@@ -452,6 +452,22 @@ def _write_json(path: str, data: object) -> None:
     os.replace(tmp, path)
 
 
+def children_in(
+    tree_dir: str, children: Sequence[LabChild] = CHILDREN
+) -> list[LabChild]:
+    """The ``children`` whose code under test the exported tree at ``tree_dir`` has.
+
+    A layer without a child's file (the fork's layer has no pinned arena, so no
+    ``pinned_race``) builds the others; that child's suites then skip there (child not
+    found) instead of the whole build failing.
+    """
+    return [
+        c
+        for c in children
+        if all(os.path.isfile(os.path.join(tree_dir, s)) for s in c.tree_sources)
+    ]
+
+
 def _export_and_build(
     root: str, store, tree: str, label: str, out_dir: str | None, **kw
 ) -> LabBuild:
@@ -462,6 +478,7 @@ def _export_and_build(
     compiler = kw.pop("compiler", None) or find_lab_compiler(root)
     src = os.path.join(out_dir, "src")
     export_tree(store, tree, src)
+    kw.setdefault("children", children_in(src))
     return build_tree(
         root, src, out_dir, tree=tree, label=label, compiler=compiler, **kw
     )

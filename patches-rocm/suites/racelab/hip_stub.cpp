@@ -86,6 +86,9 @@ struct ihipStream_t {
   int capture_mode{0};          // hipStreamCaptureMode
   std::thread::id capture_thread; // the thread that began it
   uint64_t recorded{0};
+  // Destroyed while capturing: the capture was abandoned with the stream
+  // (hipStreamDestroy ends it; its graph is never made).
+  bool capture_abandoned{false};
 };
 
 struct ihipEvent_t {
@@ -383,6 +386,15 @@ bool stream_live(hipStream_t stream) {
   Hidden h;
   std::lock_guard<std::mutex> lk(registry().m);
   return registry().streams.count(stream) != 0;
+}
+
+bool stream_destroyed_capturing(hipStream_t stream) {
+  if (stream == nullptr) {
+    return false;
+  }
+  Hidden h;
+  std::lock_guard<std::mutex> lk(registry().m);
+  return registry().streams.count(stream) == 0 && stream->capture_abandoned;
 }
 
 bool allocation_live(const void* p) {
@@ -871,6 +883,13 @@ hipError_t hipStreamDestroy(hipStream_t stream) {
     auto& r = racelab::registry();
     std::lock_guard<std::mutex> lk(r.m);
     known = r.streams.erase(stream) != 0;
+    if (known && stream->capture != 0) {
+      // A capture left open dies with its stream; it no longer forbids the
+      // thread that began it anything.
+      stream->capture = 0;
+      stream->capture_abandoned = true;
+      racelab::g_capturing.fetch_sub(1, std::memory_order_relaxed);
+    }
   }
   if (!known) {
     racelab::report("use-of-destroyed-stream", "hipStreamDestroy of a destroyed or unknown stream");

@@ -26,14 +26,25 @@
 //
 // OVERLAY_RACE_MODE picks the workload (default: the one above):
 //   * late: the weak-ordering stress. The threads meet at the barrier, then
-//     thread 0 alone runs its first GEMM (it creates the handle) while the
-//     others wait on a relaxed atomic, which gives ThreadSanitizer no
-//     happens-before edge; then they start, each with the f32 GEMM, whose
-//     entry point (hipblaslt_gemm_rowmajor_on_stream) reads the handle through
-//     get_handle() before taking any lock thread 0 released. So the only edge
-//     from the handle's creation to those reads is the init flag's
-//     release/acquire pair: weaken it and every run reports the race, on any
-//     schedule.
+//     thread 0 alone asks the route question (is_hipblaslt_available(), as
+//     MLX's matmul does before every GEMM), which creates the handle; it
+//     announces that on a relaxed atomic, which gives ThreadSanitizer no
+//     happens-before edge, and then sleeps (polling another relaxed atomic)
+//     until every other thread has run its first GEMM. Those start with the
+//     f32 GEMM, whose entry point (hipblaslt_gemm_rowmajor_on_stream) reads
+//     the handle through get_handle() before taking any lock thread 0
+//     released. So the only edge from the handle's creation to those reads is
+//     the init flag's release/acquire pair: weaken it and the race is there
+//     on every schedule. Thread 0 does next to nothing between the handle's
+//     creation and those reads on purpose. An earlier version let it run its
+//     whole first GEMM (and start the next one's host reference, some 500,000
+//     instrumented reads) before the others started, and ThreadSanitizer
+//     reported no race at all, not even on a probe global thread 0 wrote
+//     before that GEMM and the others read after the flag, while a probe it
+//     wrote just before the flag was reported: consistent with ThreadSanitizer
+//     v3 dropping a race whose earlier access has left that thread's trace
+//     (its stack can no longer be restored; history_size=7 did not help), and
+//     the relaxed flag went uncaught in 0 of 20 runs.
 //   * teardown: release of a stream's GEMM state while other threads run
 //     GEMMs. Each round a thread makes a new CommandEncoder (a new stream),
 //     runs the bf16 TN GEMM on it, queues a host callback on that stream that
@@ -58,6 +69,17 @@
 //     Then it leaves a pending HIP error (hipSetDevice(99)) and runs the f32
 //     GEMM. Per thread the outcome is counted, and one line each says what the
 //     code did: "race-lab: capture: ..." and "race-lab: last error: ...".
+//   * release-capture: fix 2's open item 2, release while the stream
+//     captures. After a first round of the default workload, each thread
+//     makes a new encoder, runs the TN GEMM on it outside capture (the stream
+//     gets its workspace), begins a thread-local capture on it as
+//     decode_capture_begin does, runs the TN GEMM (recorded), and destroys the
+//     encoder with the capture still open, as Device::clear_encoders or exit
+//     would after a capture an exception left open: ~CommandEncoder's
+//     hipblaslt_release_stream_workspace runs on a capturing stream, on the
+//     thread that began the capture. Then it makes another encoder and runs
+//     the TN GEMM on it (its first workspace allocation). One line says what
+//     happened: "race-lab: release under capture: ...".
 //
 // Every mode ends with the model's route lines (racelab.h): what the code
 // under test did that only the fixed route does; the suites expect them.
@@ -322,6 +344,8 @@ struct CaptureCounts {
   // on a new stream, whose first workspace request allocates ([1]).
   std::atomic<int> error_cleared[2]{{0}, {0}};
   std::atomic<int> error_kept[2]{{0}, {0}};
+  // release-capture mode: encoders destroyed while their stream captured.
+  std::atomic<int> released_capturing{0};
 };
 
 // One TN GEMM under a thread-local capture of the thread's stream; returns
@@ -390,6 +414,45 @@ void capture_round(ThreadState& st, rocm::Device& dev, std::mt19937& rng, Counts
   }
 }
 
+// One release-capture round of thread `st.t` (see the header).
+void release_capture_round(ThreadState& st, rocm::Device& dev, std::mt19937& rng, Counts& counts,
+                           CaptureCounts& cc) {
+  cc.threads.fetch_add(1, std::memory_order_relaxed);
+  st.renew(dev);
+  run_gemm(st, 0, kTN, 1, rng, counts); // the stream gets its workspace outside capture
+  hipStream_t s = st.stream;
+  if (hipStreamBeginCapture(s, hipStreamCaptureModeThreadLocal) != hipSuccess) {
+    finding("hipblaslt-exception", st.t, 1, "hipStreamBeginCapture failed");
+    return;
+  }
+  try {
+    auto a = st.a[0].as_array({64, 64}, mx::bfloat16);
+    auto b = st.b[0].as_array({64, 64}, mx::bfloat16);
+    auto c = st.c[0].as_array({64, 64}, mx::bfloat16);
+    rocm::hipblaslt_gemm(st.encoder(), false, true, 64, 64, 64, 1.0f, a, 64, b, 64, 0.0f, c, 64,
+                         mx::bfloat16);
+  } catch (const std::exception& e) {
+    finding("hipblaslt-exception", st.t, 1, std::string("GEMM under capture: ") + e.what());
+  }
+  hipStreamCaptureStatus status = hipStreamCaptureStatusNone;
+  if (hipStreamIsCapturing(s, &status) == hipSuccess &&
+      status == hipStreamCaptureStatusActive) {
+    cc.released_capturing.fetch_add(1, std::memory_order_relaxed);
+  }
+  // ~CommandEncoder with the capture open: the release runs on a capturing
+  // stream, then the stream (and its capture) is destroyed.
+  st.owned.reset();
+  st.renew(dev);
+  run_gemm(st, 0, kTN, 2, rng, counts);
+}
+
+void print_release_capture(const CaptureCounts& cc) {
+  std::fprintf(stderr,
+               "race-lab: release under capture: %d of %d encoders destroyed while their stream "
+               "captured\n",
+               cc.released_capturing.load(), cc.threads.load());
+}
+
 void print_capture(const CaptureCounts& cc) {
   int n = cc.threads.load();
   std::fprintf(stderr,
@@ -408,6 +471,27 @@ void print_capture(const CaptureCounts& cc) {
   }
 }
 
+// late mode, before round 0 (see the header): thread 0 creates the handle
+// through the route question and then sleeps until the others have run their
+// first GEMM (at most 60 s, so a thread that died cannot hang the run); the
+// others wait until the handle exists. Only relaxed atomics and sleeps: no
+// happens-before edge between thread 0 and the others.
+void late_start(int t, int threads, std::atomic<int>& first_done,
+                std::atomic<int>& late_started) {
+  if (t == 0) {
+    (void)rocm::is_hipblaslt_available();
+    first_done.store(1, std::memory_order_relaxed);
+    for (int ms = 0; ms < 60000 && late_started.load(std::memory_order_relaxed) < threads - 1;
+         ++ms) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return;
+  }
+  while (first_done.load(std::memory_order_relaxed) == 0) {
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+}
+
 } // namespace
 
 int main() {
@@ -416,7 +500,8 @@ int main() {
   const long long run = racelab::env_int("OVERLAY_RUN_INDEX", 1);
   const char* mode_env = std::getenv("OVERLAY_RACE_MODE");
   const std::string mode = mode_env ? mode_env : "";
-  if (mode != "" && mode != "late" && mode != "teardown" && mode != "capture") {
+  if (mode != "" && mode != "late" && mode != "teardown" && mode != "capture" &&
+      mode != "release-capture") {
     std::fprintf(stderr, "hipblaslt_race: unknown OVERLAY_RACE_MODE %s\n", mode.c_str());
     return 2;
   }
@@ -430,9 +515,11 @@ int main() {
   rocm::Device device(0);
   Barrier barrier(threads);
   Counts counts;
-  // late mode: thread 0's first GEMM is done. Relaxed on purpose: no
-  // happens-before edge for ThreadSanitizer (see the header).
+  // late mode: thread 0 has created the handle (first_done), and how many
+  // other threads have run their first GEMM (late_started). Relaxed on
+  // purpose: no happens-before edge for ThreadSanitizer (see the header).
   std::atomic<int> first_done{0};
+  std::atomic<int> late_started{0};
   CaptureCounts capture_counts;
   std::vector<std::thread> workers;
   for (int t = 0; t < threads; ++t) {
@@ -458,15 +545,17 @@ int main() {
             capture_round(st, device, rng, counts, capture_counts);
             break;
           }
+          if (mode == "release-capture" && r == 1) {
+            release_capture_round(st, device, rng, counts, capture_counts);
+            break;
+          }
+          if (mode == "late" && r == 0) {
+            late_start(t, threads, first_done, late_started);
+          }
           for (int i = 0; i < 4; ++i) {
-            if (mode == "late" && r == 0 && i == 0 && t != 0) {
-              while (first_done.load(std::memory_order_relaxed) == 0) {
-                std::this_thread::yield();
-              }
-            }
             run_gemm(st, ord[i], *gemms[ord[i]], r, rng, counts);
-            if (mode == "late" && r == 0 && i == 0 && t == 0) {
-              first_done.store(1, std::memory_order_relaxed);
+            if (mode == "late" && r == 0 && i == 0 && t != 0) {
+              late_started.fetch_add(1, std::memory_order_relaxed);
             }
           }
         }
@@ -486,6 +575,9 @@ int main() {
   }
   if (mode == "capture") {
     print_capture(capture_counts);
+  }
+  if (mode == "release-capture") {
+    print_release_capture(capture_counts);
   }
   racelab::hipblaslt_route_summary();
   int reports = racelab::report_count();

@@ -661,13 +661,19 @@ void hipblaslt_route_summary() {
   // A buffer whose every user is destroyed: the fixed route freed it when the
   // stream's encoder went away. One that served a single, now destroyed,
   // stream and is still live is that stream's leaked workspace.
-  size_t dead = 0, still_live = 0;
+  // One whose single stream was destroyed while capturing is counted apart:
+  // freeing it there is refused, and the captured work names it.
+  size_t dead = 0, still_live = 0, abandoned = 0;
   for (auto& [p, users] : ws) {
     bool all_dead = true;
     for (hipStream_t s : users) {
       all_dead = all_dead && !stream_live(s);
     }
     if (!all_dead) {
+      continue;
+    }
+    if (users.size() == 1 && stream_destroyed_capturing(*users.begin())) {
+      abandoned += allocation_live(p) ? 1 : 0;
       continue;
     }
     ++dead;
@@ -692,6 +698,12 @@ void hipblaslt_route_summary() {
                  "race-lab: route: workspaces released: %zu of %zu buffers of destroyed streams "
                  "still live\n",
                  still_live, dead);
+  }
+  if (abandoned > 0) {
+    std::fprintf(stderr,
+                 "race-lab: route: workspaces left allocated with an abandoned capture: %zu "
+                 "(each of a stream destroyed while capturing)\n",
+                 abandoned);
   }
   std::fflush(stderr);
 }

@@ -70,6 +70,8 @@ bool stream_live(hipStream_t stream);
 
 // True when `p` lies inside a live hipMalloc allocation (no report).
 bool allocation_live(const void* p);
+// Whether `stream` was destroyed while it was capturing (the capture abandoned).
+bool stream_destroyed_capturing(hipStream_t stream);
 
 // The fix-route lines (docs/race-lab.md, "Fix-route markers"): what the model
 // saw the code under test do, printed on stderr as "race-lab: route: ..." at

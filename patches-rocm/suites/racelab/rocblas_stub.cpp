@@ -20,7 +20,10 @@
 //   * the route (racelab.h, rocblas_route_summary): which threads bound or
 //     used each handle, and how often a handle was moved to another stream
 //     while its old stream still had work queued (rocBLAS requires the old
-//     stream drained first: the handle's device memory is reused).
+//     stream drained first: the handle's device memory is reused); and how
+//     many handles were destroyed never bound nor used: the ones an
+//     availability check creates only to prove the library loads (fix 1's
+//     check, run once under its mutex, makes exactly one).
 
 #include "racelab.h"
 
@@ -84,6 +87,7 @@ struct Route {
   std::map<const void*, std::set<std::thread::id>> users; // handle -> threads
   long long rebinds{0};
   long long rebinds_pending{0}; // moved while the old stream had work queued
+  long long destroyed_unused{0}; // destroyed never bound nor used
 };
 Route& route() {
   static Route* r = new Route();
@@ -222,6 +226,12 @@ rocblas_status rocblas_destroy_handle(rocblas_handle handle) {
                   static_cast<void*>(handle), users);
     racelab::report("descriptor-destroyed-in-use", buf);
   }
+  {
+    racelab::Hidden hidden;
+    Route& r = route();
+    std::lock_guard<std::mutex> lk(r.m);
+    r.destroyed_unused += r.users.count(handle) == 0 ? 1 : 0;
+  }
   handle->magic = kDead;
   if (handle->workspace) {
     (void)hipFree(handle->workspace);
@@ -287,7 +297,7 @@ namespace racelab {
 
 void rocblas_route_summary() {
   size_t handles = 0, widest = 0;
-  long long rebinds = 0, pending = 0;
+  long long rebinds = 0, pending = 0, unused = 0;
   {
     Hidden h;
     Route& r = route();
@@ -298,6 +308,7 @@ void rocblas_route_summary() {
     }
     rebinds = r.rebinds;
     pending = r.rebinds_pending;
+    unused = r.destroyed_unused;
   }
   if (handles > 0 && widest == 1) {
     std::fprintf(stderr,
@@ -307,6 +318,16 @@ void rocblas_route_summary() {
   } else {
     std::fprintf(stderr, "race-lab: route: rocBLAS handles: %zu handles, one used by %zu threads\n",
                  handles, widest);
+  }
+  if (unused == 1) {
+    std::fprintf(stderr,
+                 "race-lab: route: rocBLAS availability: checked once (1 handle created to "
+                 "prove the library, destroyed unused)\n");
+  } else {
+    std::fprintf(stderr,
+                 "race-lab: route: rocBLAS availability: %lld handles created to prove the "
+                 "library and destroyed unused\n",
+                 unused);
   }
   if (pending == 0) {
     std::fprintf(stderr,
