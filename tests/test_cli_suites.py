@@ -92,6 +92,7 @@ def test_list_repository_suites_without_gpu():
         "rocblas_twostreams_ws_tsan": False,
         "hipblaslt_release_cbfirst_ws_tsan": False,
         "hipblaslt_capture_ws_tsan": False,
+        "hipblaslt_release_capture_ws_tsan": False,
         "pinned_alias_free_tsan": False,
         "pinned_alias_stack_tsan": False,
     }
