@@ -33,12 +33,14 @@ def test_repository_suites_file():
         "rocblas_race_ws0_asan",
     }
     # The mutation check's suites (docs/race-lab.md): teardown, weak ordering, capture,
-    # two streams a thread, and fix 3's alias guard; name -> the fix each proves.
+    # release under capture, two streams a thread, and fix 3's alias guard; name -> the
+    # fix each proves.
     more = {
         "hipblaslt_release_ws_tsan": 2,
         "hipblaslt_release_cbfirst_ws_tsan": 2,
         "hipblaslt_late_ws0_tsan": 2,
         "hipblaslt_capture_ws_tsan": 2,
+        "hipblaslt_release_capture_ws_tsan": 2,
         "rocblas_twostreams_ws_tsan": 1,
         "pinned_alias_free_tsan": 3,
         "pinned_alias_stack_tsan": 3,
