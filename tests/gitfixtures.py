@@ -304,9 +304,14 @@ __all__ = [
 
 
 def overlay_process(
-    o: Overlay, *args: str, env: dict[str, str] | None = None
+    o: Overlay,
+    *args: str,
+    env: dict[str, str] | None = None,
+    merged: bool = False,
 ) -> subprocess.CompletedProcess:
-    """``overlay -C <o.root> ARGS`` in a process of its own (text output); for kills and races."""
+    """``overlay -C <o.root> ARGS`` in a process of its own (text output); for kills and
+    races. ``merged``: stderr goes into stdout, one stream in the order it was written
+    (as a CI log takes ``2>&1``); ``stderr`` is then ``None``."""
     import sys
 
     root = Path(__file__).resolve().parent.parent
@@ -314,7 +319,8 @@ def overlay_process(
     return subprocess.run(
         [sys.executable, "-m", "overlay.cli", "-C", str(o.root), *args],
         env=full,
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT if merged else subprocess.PIPE,
         text=True,
     )
 

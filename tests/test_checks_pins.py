@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import textwrap
 
-from gitfixtures import cli, git, lines, overlay_lines
+from gitfixtures import cli, git, lines, overlay_lines, overlay_process
 from seriesfixtures import (
     CORE_RESOLVED,
     PDIR,
@@ -71,30 +71,9 @@ def test_verify_keeps_the_backwards_warning_while_it_holds(ov, w):
 def test_the_warning_comes_before_the_result_line_in_one_captured_stream(ov, w):
     # A pipe buffers stdout and not stderr: a log that takes both (2>&1, CI) must
     # still read warning, then result.
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-
     citing_overlay(ov, w)
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent))
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "overlay.cli",
-            "-C",
-            str(ov.root),
-            "rebase",
-            "--onto",
-            w.base,
-        ],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        check=False,
-    )
-    out = proc.stdout.decode().splitlines()
+    proc = overlay_process(ov, "rebase", "--onto", w.base, merged=True)
+    out = proc.stdout.splitlines()
     assert proc.returncode == 0, out
     warned = [i for i, ln in enumerate(out) if "which the new pin lacks" in ln]
     done = [i for i, ln in enumerate(out) if ln.startswith("rebase complete")]

@@ -9,11 +9,9 @@ same conflict replays it, says so, and goes on without stopping. ``--forget`` fo
 
 from __future__ import annotations
 
-import os
-import subprocess
 from pathlib import Path
 
-from gitfixtures import cli, lines
+from gitfixtures import cli, lines, overlay_process
 from seriesfixtures import (
     CORE_RESOLVED,
     PDIR,
@@ -195,30 +193,13 @@ def test_case17_abort_forgets_what_the_run_recorded(ov, w):
 def test_case17_abort_after_a_run_killed_while_committing_forgets_too(ov, w):
     # The resolution is recorded by --continue, the process is SIGKILLed while the run writes
     # its results (before it completes); --abort then forgets the record as well.
-    import sys
-
     write_fixes(ov, retarget=[("Keep the ROCm hook.", ["mlx/core.cpp"])])
     assert cli(ov, "rebase", "--onto", w.pin_conflict).exit_code == 1
     work_file(ov, "mlx/core.cpp").write_text(
         lines("core", change={5: "core 5 BAD", 25: "core 25 upstream"})
     )
-    env = dict(
-        os.environ,
-        OVERLAY_TEST_KILL_AT="commit",
-        PYTHONPATH=str(Path(__file__).resolve().parent.parent),
-    )
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "overlay.cli",
-            "-C",
-            str(ov.root),
-            "rebase",
-            "--continue",
-        ],
-        env=env,
-        capture_output=True,
+    proc = overlay_process(
+        ov, "rebase", "--continue", env={"OVERLAY_TEST_KILL_AT": "commit"}
     )
     assert proc.returncode == -9
     assert rr_entries(ov)  # recorded before the kill
