@@ -111,7 +111,8 @@ def _rename(ws: Workspace, patch: str, rename: str) -> None:
     """``edit --rename NAME PATCH``: an edit of PATCH recorded at once under NAME
     (the record's all-or-nothing write); the edit goes again if the record fails."""
     # overlay.edit (the session, its worktree) loads when `edit` runs
-    from overlay.edit import abort_edit, load_session, record, start_edit
+    from overlay.edit import abort_edit, load_session, start_edit
+    from overlay.edit.record import record
 
     current = load_session(ws.root)
     if current is not None:
@@ -303,7 +304,8 @@ def record_cmd(
     """Write the edit in progress into its patch file, LOCAL_FIXES.md entry and series
     line."""
     # overlay.edit loads when `record` runs
-    from overlay.edit import load_session, record, resume_record
+    from overlay.edit import load_session, resume_record
+    from overlay.edit.record import record
 
     completed = resume_record(ws)
     if completed is not None:

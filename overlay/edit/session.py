@@ -9,14 +9,16 @@ import json
 import os
 import re
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from overlay import layout
-from overlay.engine.layers import Layers
 from overlay.errors import OverlayError
 from overlay.fs.atomic import atomic_write
 from overlay.fs.records_lock import state_lock
 from overlay.rebase.ondisk import run_in_progress
+
+if TYPE_CHECKING:
+    from overlay.engine.layers import Layers
 
 #: The work tree's branch.
 BRANCH = "refs/heads/overlay-edit"

@@ -11,6 +11,18 @@ from overlay.errors import GitError, OfflineMiss
 from overlay.git.run import is_sha, missing_commit
 from overlay.report.progress import LiveProgress
 
+#: Every fetch leaves the store's commit-graph up to date (git's ``fetch.writeCommitGraph``,
+#: set for the fetch only, through git's ``GIT_CONFIG_*`` variables; git writes it
+#: incrementally, as a chain under ``objects/info/commit-graphs/``): git's file of the
+#: commits with their generation numbers, which ancestry questions walk instead of
+#: parsing commits. Is a new pin on an upstream branch or tag (``for-each-ref
+#: --contains`` over about a hundred refs of MLX) then costs 4 ms of CPU, not 26 ms.
+COMMIT_GRAPH_ENV = {
+    "GIT_CONFIG_COUNT": "1",
+    "GIT_CONFIG_KEY_0": "fetch.writeCommitGraph",
+    "GIT_CONFIG_VALUE_0": "true",
+}
+
 
 class Fetching:
     """Commits fetched on demand by SHA, user-given refs resolved.
@@ -22,7 +34,9 @@ class Fetching:
     offline: bool
     _remote_urls: dict[str, str]
 
-    def git(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    def git(
+        self, *args: str, env: dict[str, str] | None = None, check: bool = True
+    ) -> subprocess.CompletedProcess:
         """Run git against the store (:meth:`overlay.git.store.Store.git`)."""
         raise NotImplementedError
 
@@ -64,7 +78,13 @@ class Fetching:
                     f"commit {sha[:12]} from {remote} ({self._remote_urls.get(remote, '?')})"
                 )
                 if self.git(
-                    "fetch", "-q", "--no-tags", remote, f"{sha}:{keep}", check=False
+                    "fetch",
+                    "-q",
+                    "--no-tags",
+                    remote,
+                    f"{sha}:{keep}",
+                    env=COMMIT_GRAPH_ENV,
+                    check=False,
                 ).returncode == 0 and self.has_object(sha):
                     return
             for remote in remotes:
@@ -79,6 +99,7 @@ class Fetching:
                         _tags_option(remote),
                         remote,
                         f"+refs/heads/*:refs/remotes/{remote}/*",
+                        env=COMMIT_GRAPH_ENV,
                         check=False,
                     ).returncode
                     == 0
@@ -106,6 +127,7 @@ class Fetching:
                 "--prune",
                 "upstream",
                 "+refs/heads/*:refs/remotes/upstream/*",
+                env=COMMIT_GRAPH_ENV,
                 check=False,
             )
 
@@ -139,6 +161,7 @@ class Fetching:
                         "--prune",
                         remote,
                         f"+refs/heads/*:refs/remotes/{remote}/*",
+                        env=COMMIT_GRAPH_ENV,
                         check=False,
                     )
         sha = self._rev_parse_any(ref, remotes)

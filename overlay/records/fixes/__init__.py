@@ -45,77 +45,147 @@ The package's modules, in the order the work flows:
   headings' commits, the paths an entry names after a followed rename).
 
 Callers import from the package (``from overlay.records import fixes; fixes.parse(...)``);
-every name below is re-exported here.
+every name below is re-exported here, and imported from its module when first used
+(:mod:`overlay.lazy`): a command that rewrites the headings loads the parser and the
+rewrite, not the checks.
 """
 
 from __future__ import annotations
 
-from overlay.records.fixes.cross_checks import (
-    ARTEFACT_DIRS,
-    SOURCE_EXTENSIONS,
-    check_dropped,
-    check_patch_entries,
-    check_resolutions,
-    names_repository_path,
-    patch_trailers,
-    resolve_name,
-)
-from overlay.records.fixes.model import (
-    BACKEND_PREFIX,
-    CODES,
-    ENTRY_SECTIONS,
-    MAX_ENTRY_NUMBER,
-    MLX_PREFIX,
-    POLICY_SECTIONS,
-    RETARGET_PREFIX,
-    RETIRED,
-    SECTION_HEADINGS,
-    SECTION_ORDER,
-    TITLE_PREFIX,
-    Bullet,
-    Document,
-    Entry,
-    Malformed,
-    PatchRecord,
-    Section,
-)
-from overlay.records.fixes.new import (
-    PLACEHOLDER_BODY,
-    PlannedEntry,
-    add_entry,
-    entry_policy,
-    list_entries,
-    next_number,
-    plan_entry,
-    render_new_entry,
-)
-from overlay.records.fixes.parser import (
-    fixes_bytes,
-    fixes_record,
-    fork_repo_from_url,
-    load,
-    looks_like_path,
-    parse,
-    write_fixes,
-)
-from overlay.records.fixes.rewrite import rename_entry_paths, set_heading_pins
-from overlay.records.fixes.structure import (
-    check_items,
-    check_numbering,
-    check_retarget_pin,
-    check_sections,
-    check_title,
-)
-from overlay.records.fixes.wording import (
-    UPSTREAM_PATTERNS,
-    check_closing_sentence,
-    check_conflict_markers,
-    check_document,
-    check_upstream_marking,
-    check_upstream_packages,
-    ends_with_closing,
-    find_conflict_markers,
-    without_reference,
+from typing import TYPE_CHECKING
+
+from overlay.lazy import attach
+
+if TYPE_CHECKING:
+    from overlay.records.fixes.cross_checks import (
+        ARTEFACT_DIRS,
+        SOURCE_EXTENSIONS,
+        check_dropped,
+        check_patch_entries,
+        check_resolutions,
+        names_repository_path,
+        patch_trailers,
+        resolve_name,
+    )
+    from overlay.records.fixes.model import (
+        BACKEND_PREFIX,
+        CODES,
+        ENTRY_SECTIONS,
+        MAX_ENTRY_NUMBER,
+        MLX_PREFIX,
+        POLICY_SECTIONS,
+        RETARGET_PREFIX,
+        RETIRED,
+        SECTION_HEADINGS,
+        SECTION_ORDER,
+        TITLE_PREFIX,
+        Bullet,
+        Document,
+        Entry,
+        Malformed,
+        PatchRecord,
+        Section,
+    )
+    from overlay.records.fixes.new import (
+        PLACEHOLDER_BODY,
+        PlannedEntry,
+        add_entry,
+        entry_policy,
+        list_entries,
+        next_number,
+        plan_entry,
+        render_new_entry,
+    )
+    from overlay.records.fixes.parser import (
+        fixes_bytes,
+        fixes_record,
+        fork_repo_from_url,
+        load,
+        looks_like_path,
+        parse,
+        write_fixes,
+    )
+    from overlay.records.fixes.rewrite import rename_entry_paths, set_heading_pins
+    from overlay.records.fixes.structure import (
+        check_items,
+        check_numbering,
+        check_retarget_pin,
+        check_sections,
+        check_title,
+    )
+    from overlay.records.fixes.wording import (
+        UPSTREAM_PATTERNS,
+        check_closing_sentence,
+        check_conflict_markers,
+        check_document,
+        check_upstream_marking,
+        check_upstream_packages,
+        ends_with_closing,
+        find_conflict_markers,
+        without_reference,
+    )
+
+# Each name is imported from its module when first used (overlay.lazy).
+__getattr__, __dir__ = attach(
+    __name__,
+    {
+        "ARTEFACT_DIRS": "cross_checks",
+        "SOURCE_EXTENSIONS": "cross_checks",
+        "check_dropped": "cross_checks",
+        "check_patch_entries": "cross_checks",
+        "check_resolutions": "cross_checks",
+        "names_repository_path": "cross_checks",
+        "patch_trailers": "cross_checks",
+        "resolve_name": "cross_checks",
+        "BACKEND_PREFIX": "model",
+        "CODES": "model",
+        "ENTRY_SECTIONS": "model",
+        "MAX_ENTRY_NUMBER": "model",
+        "MLX_PREFIX": "model",
+        "POLICY_SECTIONS": "model",
+        "RETARGET_PREFIX": "model",
+        "RETIRED": "model",
+        "SECTION_HEADINGS": "model",
+        "SECTION_ORDER": "model",
+        "TITLE_PREFIX": "model",
+        "Bullet": "model",
+        "Document": "model",
+        "Entry": "model",
+        "Malformed": "model",
+        "PatchRecord": "model",
+        "Section": "model",
+        "PLACEHOLDER_BODY": "new",
+        "PlannedEntry": "new",
+        "add_entry": "new",
+        "entry_policy": "new",
+        "list_entries": "new",
+        "next_number": "new",
+        "plan_entry": "new",
+        "render_new_entry": "new",
+        "fixes_bytes": "parser",
+        "fixes_record": "parser",
+        "fork_repo_from_url": "parser",
+        "load": "parser",
+        "looks_like_path": "parser",
+        "parse": "parser",
+        "write_fixes": "parser",
+        "rename_entry_paths": "rewrite",
+        "set_heading_pins": "rewrite",
+        "check_items": "structure",
+        "check_numbering": "structure",
+        "check_retarget_pin": "structure",
+        "check_sections": "structure",
+        "check_title": "structure",
+        "UPSTREAM_PATTERNS": "wording",
+        "check_closing_sentence": "wording",
+        "check_conflict_markers": "wording",
+        "check_document": "wording",
+        "check_upstream_marking": "wording",
+        "check_upstream_packages": "wording",
+        "ends_with_closing": "wording",
+        "find_conflict_markers": "wording",
+        "without_reference": "wording",
+    },
 )
 
 __all__ = [

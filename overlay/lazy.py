@@ -1,0 +1,62 @@
+"""A package's names, imported from its modules when first used (PEP 562).
+
+A package that re-exports its modules' names (``from overlay.records import fixes;
+fixes.load(...)``) would otherwise import every module of it as soon as any one is
+imported: Python runs the package's ``__init__`` first. A command that needs one
+module of the package (``rebase`` the heading rewrite of ``LOCAL_FIXES.md``, not its
+checks) then pays for all of them at start-up, which is the floor every command pays.
+
+The scientific-python ``lazy_loader`` package does the same with more (stub files,
+a guard against a name shadowed by a module of the same name); importing it costs
+about 3 ms of start-up, more than the hook below, so the hook is written here.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Callable, Mapping
+from typing import Any
+
+
+def attach(
+    package: str, names: Mapping[str, str]
+) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+    """The ``__getattr__`` and ``__dir__`` of a package whose names come from its modules.
+
+    Args:
+        package: the package's ``__name__``.
+        names: exported name -> the module of the package that defines it (its last
+            part, e.g. ``{"load": "parser"}``).
+    Returns:
+        ``(__getattr__, __dir__)``: bind both at module level. A name is imported from
+        its module on first use and kept on the package, with every other name of
+        that module; ``__dir__`` lists the exported names.
+    Raises:
+        ValueError: an exported name is also the name of one of the modules: the
+            import system sets a loaded module as its package's attribute, so the
+            name would mean the module or the function depending on what was imported
+            first. Import such a name from its module.
+        AttributeError: (from ``__getattr__``) a name the package does not export.
+    """
+    shadowed = sorted(set(names) & set(names.values()))
+    if shadowed:
+        raise ValueError(f"{package}: {', '.join(shadowed)} also name its modules")
+    by_module: dict[str, list[str]] = {}
+    for name, module in names.items():
+        by_module.setdefault(module, []).append(name)
+
+    def __getattr__(name: str) -> Any:
+        module = names.get(name)
+        if module is None:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        loaded = importlib.import_module(f"{package}.{module}")
+        space = sys.modules[package].__dict__
+        for each in by_module[module]:
+            space[each] = getattr(loaded, each)
+        return space[name]
+
+    def __dir__() -> list[str]:
+        return sorted(names)
+
+    return __getattr__, __dir__
