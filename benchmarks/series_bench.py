@@ -28,7 +28,10 @@ patch is (count at N - count at 0) / N.
 Targets (issue 14): per patch cold verify <= 2 ms, tree <= 1.0 ms, refresh
 <= 0.5 ms; git processes grow by at most one per patch.
 
-Usage: python benchmarks/series_bench.py [--patches N] [--repeat N] [--out FILE]
+Every target is checked on the median of --runs runs (benchmarks/_record.py), recorded
+with their spread and the load.
+
+Usage: python benchmarks/series_bench.py [--patches N] [--repeat N] [--runs N] [--out FILE]
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from _cpu import GitCounter, bench_env, cpu_run, fresh_store, median, overlay_cmd  # noqa: E402
-from _record import mirror_bench_parser, mirrors_missing, record  # noqa: E402
+from _record import mirror_bench_parser, mirrors_missing, record, repeat_runs  # noqa: E402
 from _synth import make_overlay  # noqa: E402
 
 from overlay.engine.layers import compute_layers  # noqa: E402
@@ -91,46 +94,75 @@ def main() -> int:
                 overlay_cmd("-C", root, "--offline", "verify"),
                 env=bench_env(OVERLAY_GIT_DIR=warm[count]),
             )
-        times: dict[str, dict[int, list[float]]] = {
-            k: {0: [], n: []}
-            for k in ("cold_verify", "tree_fresh_store", "refresh_warm", "floor")
-        }
         run = 0
-        for _ in range(args.repeat):
-            for count in (n, 0) if run % 2 else (0, n):
-                root = roots[count]
 
-                def fresh() -> dict[str, str]:
-                    nonlocal run
-                    run += 1
-                    return bench_env(
-                        OVERLAY_GIT_DIR=fresh_store(
-                            base.git_dir, os.path.join(tmp, f"s{run}.git")
+        def one_run(_i: int) -> dict:
+            times: dict[str, dict[int, list[float]]] = {
+                k: {0: [], n: []}
+                for k in ("cold_verify", "tree_fresh_store", "refresh_warm", "floor")
+            }
+            for _ in range(args.repeat):
+                for count in (n, 0) if run % 2 else (0, n):
+                    root = roots[count]
+
+                    def fresh() -> dict[str, str]:
+                        nonlocal run
+                        run += 1
+                        return bench_env(
+                            OVERLAY_GIT_DIR=fresh_store(
+                                base.git_dir, os.path.join(tmp, f"s{run}.git")
+                            )
+                        )
+
+                    times["cold_verify"][count].append(
+                        cpu_run(
+                            overlay_cmd("-C", root, "--offline", "verify"), env=fresh()
                         )
                     )
+                    times["tree_fresh_store"][count].append(
+                        cpu_run(
+                            overlay_cmd(
+                                "-C", root, "--offline", "tree", "--layer", "patched"
+                            ),
+                            env=fresh(),
+                        )
+                    )
+                    times["refresh_warm"][count].append(
+                        cpu_run(
+                            overlay_cmd("-C", root, "--offline", "refresh", "--check"),
+                            env=bench_env(OVERLAY_GIT_DIR=warm[count]),
+                        )
+                    )
+                    env = fresh()
+                    env["GIT_DIR"] = env.pop("OVERLAY_GIT_DIR")
+                    times["floor"][count].append(
+                        cpu_run(floor_cmd(root, forked), env=env, shell=True)
+                    )
+            figures: dict = {
+                "median_cpu_s": {
+                    k: {str(c): round(median(v[c]), 3) for c in (0, n)}
+                    for k, v in times.items()
+                },
+                "per_patch_ms": {},
+                "total_per_patch_ms": {},
+            }
+            for k, v in times.items():
+                figures["per_patch_ms"][k] = round(
+                    1000 * (median(v[n]) - median(v[0])) / n, 3
+                )
+                figures["total_per_patch_ms"][k] = round(
+                    1000 * median(v[n]) / (n + real), 3
+                )
+            figures["tree_ratio_to_floor"] = round(
+                figures["per_patch_ms"]["tree_fresh_store"]
+                / figures["per_patch_ms"]["floor"],
+                2,
+            )
+            return figures
 
-                times["cold_verify"][count].append(
-                    cpu_run(overlay_cmd("-C", root, "--offline", "verify"), env=fresh())
-                )
-                times["tree_fresh_store"][count].append(
-                    cpu_run(
-                        overlay_cmd(
-                            "-C", root, "--offline", "tree", "--layer", "patched"
-                        ),
-                        env=fresh(),
-                    )
-                )
-                times["refresh_warm"][count].append(
-                    cpu_run(
-                        overlay_cmd("-C", root, "--offline", "refresh", "--check"),
-                        env=bench_env(OVERLAY_GIT_DIR=warm[count]),
-                    )
-                )
-                env = fresh()
-                env["GIT_DIR"] = env.pop("OVERLAY_GIT_DIR")
-                times["floor"][count].append(
-                    cpu_run(floor_cmd(root, forked), env=env, shell=True)
-                )
+        real = len(read_series(ROOT))
+        targets = {f"per_patch_ms.{k}": t for k, t in TARGETS_MS.items()}
+        summary = repeat_runs(one_run, args.runs, targets)
         counter = GitCounter()
         processes = {}
         try:
@@ -152,36 +184,27 @@ def main() -> int:
             counter.close()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    real = len(read_series(ROOT))
     out = {
         "what": f"the real series ({real} patches) and it plus {n} synthetic ones: CPU of the "
         "overlay process and its git children, per patch = (at N - at 0) / N",
         "patches": n,
         "real_patches": real,
         "repeat": args.repeat,
-        "median_cpu_s": {
-            k: {str(c): round(median(v[c]), 3) for c in (0, n)}
-            for k, v in times.items()
-        },
-        "per_patch_ms": {},
-        "total_per_patch_ms": {},
         "git_processes": {
             k: {str(c): v[c] for c in (0, n)} for k, v in processes.items()
         },
         "git_processes_per_patch": {
             k: round((v[n] - v[0]) / n, 3) for k, v in processes.items()
         },
-        "targets_per_patch_ms": TARGETS_MS,
+        **summary,
     }
-    for k, v in times.items():
-        out["per_patch_ms"][k] = round(1000 * (median(v[n]) - median(v[0])) / n, 3)
-        out["total_per_patch_ms"][k] = round(1000 * median(v[n]) / (n + real), 3)
-    out["tree_ratio_to_floor"] = round(
-        out["per_patch_ms"]["tree_fresh_store"] / out["per_patch_ms"]["floor"], 2
-    )
-    out["met"] = all(
-        out["per_patch_ms"][k] <= t for k, t in TARGETS_MS.items()
-    ) and all(g <= 1.0 for g in out["git_processes_per_patch"].values())
+    grown = [k for k, g in out["git_processes_per_patch"].items() if g > 1.0]
+    if grown:  # git processes grow by at most one per patch (counted once, not timed)
+        out["missed"] = [
+            *out["missed"],
+            *(f"git_processes_per_patch.{k}" for k in grown),
+        ]
+        out["met"] = False
     return record(out, args.out)
 
 

@@ -455,6 +455,8 @@ def test_one_xml_writer_one_jinja_environment_one_progress_display():
 #: Test files that test no one module or package, each with the reason it has a name
 #: of its own. Every other ``tests/test_*.py`` is named by the path of what it tests.
 CROSS_CUTTING = {
+    "test_benchmarks.py": "the benchmark scripts' shared runner (benchmarks/_record.py): "
+    "medians and spread of the runs, every target checked",
     "test_cases.py": "the public-cases corpus: each case runs every command it touches",
     "test_ci_example.py": "the GitHub Actions example of docs/examples/, linted as "
     "GitHub reads it",

@@ -1,0 +1,160 @@
+#!/usr/bin/env python3
+"""The everyday commands as a user runs them, each against the start-up floor and its git floor.
+
+Needs OVERLAY_UPSTREAM_URL and OVERLAY_FORK_URL (the real mirrors) and a store that
+holds this repository's commits (OVERLAY_GIT_DIR or the default store). As in
+benchmarks/rebase_bench.py, each repeat starts from a copy of this repository's
+records and a fresh store that borrows the warm store's objects and holds its
+upstream branches and tags, in which `overlay --offline verify` ran once and the
+patched layer was exported once to a directory (untimed). Then, as whole processes,
+timed as CPU (user + system, children included), medians of --repeat timings per run:
+
+* `overlay --offline status` and `overlay --offline tree`: git floor one
+  `git rev-parse --verify PIN^{commit}` in the store (the one process a script that
+  trusts its caches still starts);
+* `overlay --offline refresh --check`: git floor one `git diff-tree -r -p
+  --full-index FORKED PATCHED` (the whole series as one diff);
+* `overlay --offline edit 0013-floor-divide-floors.patch`: git floor `git archive
+  PATCHED | tar -x` into an empty directory (the files the user edits);
+* a line added to the patch's file there, then `overlay --offline record`: git floor
+  `git diff HEAD~1` in the edit's checkout (the patch as git shows it), timed before
+  the record;
+* `overlay --offline export DIR` after that record (incremental: one file changed
+  since the export): git floor one `git diff-tree -r -z OLD NEW` (what changed).
+
+The import floor is `python -c "import overlay.cli"`, timed beside each command.
+Target (issue 31): each command at most 1.5x the import floor plus its git floor
+(`<command>_over_floors` at most 1.0), checked on the median of --runs runs
+(benchmarks/_record.py), recorded with their spread and the load.
+
+Usage: python benchmarks/everyday_bench.py [--repeat N] [--runs N] [--out FILE]
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from _cpu import bench_env, cpu_run, median, overlay_cmd  # noqa: E402
+from _record import mirror_bench_parser, mirrors_missing, record, repeat_runs  # noqa: E402
+from rebase_bench import prepared, upstream_refs  # noqa: E402
+
+from overlay.engine.layers import ensure_commits  # noqa: E402
+from overlay.git.store import Store  # noqa: E402
+from overlay.records.manifest import load_manifest  # noqa: E402
+
+#: The patch the edit and the record work on, and the file of it they change.
+PATCH = "0013-floor-divide-floors.patch"
+EDITED = "mlx/backend/rocm/device/binary_ops.hpp"
+#: The command at most this many import floors plus its git floor (issue 31).
+IMPORT_FLOORS = 1.5
+COMMANDS = ("status", "tree", "refresh_check", "edit", "record", "export_incremental")
+
+
+def one_repeat(base: Store, tmp: str, name: str, refs: bytes) -> dict[str, float]:
+    """One timing of each command and of each floor, in a fresh copy."""
+    root, store = prepared(base, tmp, name, "HEAD", refs)
+    env = bench_env(OVERLAY_GIT_DIR=store.git_dir)
+    git = ["git", f"--git-dir={store.git_dir}"]
+
+    def overlay(*args: str) -> list[str]:
+        return overlay_cmd("-C", root, "--offline", *args)
+
+    def out(cmd: list[str]) -> str:
+        return subprocess.run(
+            cmd, env=env, check=True, capture_output=True, text=True
+        ).stdout.strip()
+
+    pin = load_manifest(root).pin
+    forked = out(overlay("tree", "--layer", "forked"))
+    patched = out(overlay("tree", "--layer", "patched"))
+    dest = os.path.join(tmp, name + "-export")
+    cpu_run(overlay("export", dest), env=env)  # untimed: the first, cold export
+    t: dict[str, float] = {}
+    t["import_floor"] = cpu_run(
+        [sys.executable, "-c", "import overlay.cli"], env=bench_env()
+    )
+    rev_parse = [*git, "rev-parse", "--verify", "--quiet", f"{pin}^{{commit}}"]
+    t["status"] = cpu_run(overlay("status"), env=env)
+    t["status_git_floor"] = cpu_run(rev_parse)
+    t["tree"] = cpu_run(overlay("tree"), env=env)
+    t["tree_git_floor"] = cpu_run(rev_parse)
+    t["refresh_check"] = cpu_run(overlay("refresh", "--check"), env=env)
+    t["refresh_check_git_floor"] = cpu_run(
+        [*git, "diff-tree", "-r", "-p", "--full-index", forked, patched]
+    )
+    files = os.path.join(tmp, name + "-files")
+    os.makedirs(files)
+    t["edit_git_floor"] = cpu_run(
+        f"git --git-dir={store.git_dir} archive {patched} | tar -x -C {files}",
+        shell=True,
+    )
+    t["edit"] = cpu_run(overlay("edit", PATCH), env=env)
+    work = os.path.join(root, ".overlay", "edit", PATCH.removesuffix(".patch"))
+    with open(os.path.join(work, EDITED), "a") as fh:
+        fh.write("// a line added by overlay's everyday benchmark\n")
+    t["record_git_floor"] = cpu_run(["git", "-C", work, "diff", "HEAD~1"])
+    t["record"] = cpu_run(overlay("record"), env=env)
+    new = out(overlay("tree", "--layer", "patched"))
+    assert new != patched, "the record changed nothing"
+    t["export_incremental"] = cpu_run(overlay("export", dest), env=env)
+    t["export_incremental_git_floor"] = cpu_run(
+        [*git, "diff-tree", "-r", "-z", patched, new]
+    )
+    return t
+
+
+def main() -> int:
+    ap = mirror_bench_parser(__doc__, "everyday.json", repeat=7)
+    args = ap.parse_args()
+    if mirrors_missing():
+        return 2
+    base = Store()
+    ensure_commits(base, load_manifest(ROOT))
+    base.refresh_upstream_refs()  # online, untimed: branches, tags, commit-graph
+    refs = upstream_refs(base)
+    with tempfile.TemporaryDirectory(prefix="overlay-everyday-bench-") as tmp:
+        one_repeat(base, tmp, "warmup", refs)  # untimed: fills the bytecode cache
+        count = [0]
+
+        def one_run(_run: int) -> dict:
+            timings: dict[str, list[float]] = {}
+            for _ in range(args.repeat):
+                count[0] += 1
+                for key, value in one_repeat(base, tmp, f"r{count[0]}", refs).items():
+                    timings.setdefault(key, []).append(value)
+            med = {k: round(median(v), 4) for k, v in timings.items()}
+            return {
+                "median_cpu_s": med,
+                **{
+                    f"{c}_over_floors": round(
+                        med[c]
+                        / (IMPORT_FLOORS * med["import_floor"] + med[f"{c}_git_floor"]),
+                        3,
+                    )
+                    for c in COMMANDS
+                },
+            }
+
+        summary = repeat_runs(
+            one_run, args.runs, {f"{c}_over_floors": 1.0 for c in COMMANDS}
+        )
+    out = {
+        "what": "status, tree, refresh --check, edit, record and an incremental export of "
+        "this repository's records as whole processes, each against 1.5x the import of "
+        "overlay.cli plus its git floor; CPU, children included",
+        "repeat": args.repeat,
+        "import_floors": IMPORT_FLOORS,
+        **summary,
+    }
+    return record(out, args.out)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

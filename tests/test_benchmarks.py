@@ -1,0 +1,64 @@
+"""The benchmark scripts' shared runner (benchmarks/_record.py): each figure recorded as
+the median of the runs with their spread and the load, every target checked on the
+medians, a missed one named and the exit 1."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+
+from _record import record, repeat_runs  # noqa: E402
+
+
+def _runs(*figures: dict):
+    return lambda i: figures[i]
+
+
+def test_each_figure_is_the_median_of_the_runs_with_its_spread():
+    out = repeat_runs(
+        _runs(
+            {"a": {"ratio": 1.0, "s": 0.3}, "b": 5},
+            {"a": {"ratio": 3.0, "s": 0.1}, "b": 7},
+            {"a": {"ratio": 2.0, "s": 0.2}, "b": 6},
+        ),
+        3,
+        {"a.ratio": 2.5},
+    )
+    assert out["median"] == {"a": {"ratio": 2.0, "s": 0.2}, "b": 6.0}
+    assert out["spread"] == {
+        "a": {"ratio": [1.0, 3.0], "s": [0.1, 0.3]},
+        "b": [5.0, 7.0],
+    }
+    assert out["met"] and out["missed"] == []
+    assert len(out["load_average_1min"]) == 4  # before each run and after the last
+
+
+def test_a_target_is_checked_on_the_median_not_the_best_run():
+    # One run meets the target; the median of the three does not.
+    with pytest.raises(SystemExit, match="targets name no figure: other"):
+        repeat_runs(
+            _runs({"r": 0.9}, {"r": 1.3}, {"r": 1.2}), 3, {"r": 1.0, "other": 9}
+        )
+    out = repeat_runs(_runs({"r": 0.9}, {"r": 1.3}, {"r": 1.2}), 3, {"r": 1.0})
+    assert out["median"]["r"] == 1.2 and out["missed"] == ["r"] and not out["met"]
+
+
+def test_fewer_than_three_runs_are_refused():
+    with pytest.raises(SystemExit, match="at least 3"):
+        repeat_runs(_runs({"r": 1.0}, {"r": 1.0}), 2, {})
+
+
+def test_a_missed_target_exits_1_and_is_named(tmp_path, capsys):
+    out = repeat_runs(_runs({"r": 2.0}, {"r": 2.0}, {"r": 2.0}), 3, {"r": 1.0})
+    path = tmp_path / "result.json"
+    assert record(out, str(path)) == 1
+    assert "missed: r" in capsys.readouterr().err
+    written = json.loads(path.read_text())
+    assert written["missed"] == ["r"] and written["cpu_count"] and written["date"]
+    met = repeat_runs(_runs({"r": 0.5}, {"r": 0.5}, {"r": 0.5}), 3, {"r": 1.0})
+    assert record(met, str(path)) == 0
