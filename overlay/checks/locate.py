@@ -49,12 +49,17 @@ def find_root(start: str) -> str:
     )
 
 
-def default_store_dir() -> str:
-    """The default git store: ``$OVERLAY_GIT_DIR``, else ``$XDG_CACHE_HOME/overlay/store.git``
-    (``~/.cache`` when ``XDG_CACHE_HOME`` is unset)."""
-    if os.environ.get("OVERLAY_GIT_DIR"):
-        return os.environ["OVERLAY_GIT_DIR"]
+def cache_dir() -> str:
+    """overlay's directory of the user's cache: ``$XDG_CACHE_HOME/overlay`` (``~/.cache``
+    when ``XDG_CACHE_HOME`` is unset), where the default git store lives."""
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(
         os.path.expanduser("~"), ".cache"
     )
-    return os.path.join(base, "overlay", "store.git")
+    return os.path.join(base, "overlay")
+
+
+def default_store_dir() -> str:
+    """The default git store: ``$OVERLAY_GIT_DIR``, else ``store.git`` of :func:`cache_dir`."""
+    if os.environ.get("OVERLAY_GIT_DIR"):
+        return os.environ["OVERLAY_GIT_DIR"]
+    return os.path.join(cache_dir(), "store.git")

@@ -8,10 +8,14 @@ is plain data prints it through :func:`render_report`.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
+import os
 from collections.abc import Callable
 from typing import Any
+
+from overlay.checks.locate import cache_dir
 
 
 @functools.cache
@@ -22,7 +26,8 @@ def environment() -> Any:
     Settings: templates from the package's ``templates/`` folder; no HTML autoescape
     (the output is Markdown, and a path such as ``a<b>.cpp`` must read as written);
     the template's trailing newline kept; an undefined name raises instead of
-    rendering empty (a renamed report field fails loudly, in the tests).
+    rendering empty (a renamed report field fails loudly, in the tests); the compiled
+    templates kept between commands (:func:`_bytecode_cache`).
     """
     import jinja2  # only a command that renders a template
 
@@ -31,7 +36,33 @@ def environment() -> Any:
         autoescape=False,
         keep_trailing_newline=True,
         undefined=jinja2.StrictUndefined,
+        bytecode_cache=_bytecode_cache(jinja2),
     )
+
+
+def _bytecode_cache(jinja2: Any) -> Any:
+    """jinja2's cache of compiled templates, in ``overlay/templates/`` of the user's cache
+    directory (beside the default git store, :func:`overlay.checks.locate.cache_dir`),
+    or ``None`` where that cannot be made.
+
+    Compiling a template is most of what rendering a report costs; jinja2 keys each
+    entry on the template's source and its own and Python's versions, compiles again
+    over a damaged entry, and writes an entry whole (temp file and rename). A cache
+    that cannot be written only costs the compile: its write errors are ignored.
+    """
+    directory = os.path.join(cache_dir(), "templates")
+    try:
+        os.makedirs(directory, exist_ok=True)
+    except OSError:
+        return None
+
+    class QuietCache(jinja2.FileSystemBytecodeCache):
+        # jinja2 itself compiles again over a damaged entry; a failed write is ours.
+        def dump_bytecode(self, bucket: Any) -> None:
+            with contextlib.suppress(OSError):
+                super().dump_bytecode(bucket)
+
+    return QuietCache(directory)
 
 
 def render_template(name: str, **values: Any) -> str:
