@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -275,7 +276,7 @@ def test_unknown_commit_is_a_clear_error(overlay, world):
     assert f"commit {'f' * 40} is not in upstream" in err.value.message
 
 
-def test_remote_url_change_in_manifest_is_applied(overlay, world):
+def test_remote_url_change_in_manifest_is_applied_by_the_next_fetch(overlay, world):
     store, _ = layers_for(overlay)
     assert store.out("config", "remote.upstream.url") == str(world.upstream.path)
     text = (overlay.root / "patches-rocm" / "overlay.toml").read_text()
@@ -284,7 +285,11 @@ def test_remote_url_change_in_manifest_is_applied(overlay, world):
     (overlay.root / "patches-rocm" / "overlay.toml").write_text(
         text.replace(str(world.upstream.path), str(moved))
     )
-    store, _ = layers_for(overlay)
+    config = Path(store.git_dir) / "config"
+    before = config.read_bytes()
+    store, _ = layers_for(overlay)  # the layer cache answers: nothing is fetched
+    assert config.read_bytes() == before
+    store.refresh_upstream_refs()  # a fetch points the remote at the new URL first
     assert store.out("config", "remote.upstream.url") == str(moved)
 
 

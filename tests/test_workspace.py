@@ -19,6 +19,8 @@ def test_the_store_points_at_the_manifests_remotes_once_both_are_known(overlay):
     assert ws.root == str(overlay.root)
     store = ws.store
     urls = ws.manifest.remote_urls()
+    assert store._remote_urls == urls
+    store.point_remotes()  # what every fetch does first
     for name, url in urls.items():
         assert store.out("config", f"remote.{name}.url") == url
     assert ws.store is store  # opened once

@@ -82,14 +82,17 @@ def upstream_refs_containing(
     if fetch:
         store.refresh_upstream_refs()
     scopes = UPSTREAM_SCOPES
-    if not store.git(
-        "for-each-ref", "--count=1", "--format=%(refname)", *scopes
-    ).stdout.strip():
-        return None
     out = store.git(
         "for-each-ref", "--format=%(refname)", "--contains", sha, *scopes
     ).stdout
-    return [r for r in out.decode("utf-8", "replace").splitlines() if r]
+    found = [r for r in out.decode("utf-8", "replace").splitlines() if r]
+    # No ref contains it: tell "none at all" from "none of them" (a second process,
+    # only on this way).
+    if not found and not store.git(
+        "for-each-ref", "--count=1", "--format=%(refname)", *scopes
+    ).stdout.strip():
+        return None
+    return found
 
 
 def check_new_pin(

@@ -48,6 +48,10 @@ class Fetching:
         """:meth:`overlay.git.store.Store.has_object`."""
         raise NotImplementedError
 
+    def point_remotes(self) -> None:
+        """:meth:`overlay.git.store.Store.point_remotes`."""
+        raise NotImplementedError
+
     def ensure_commit(self, sha: str, remotes: Sequence[str]) -> None:
         """Make sure commit ``sha`` is in the store, fetching it by SHA if needed.
 
@@ -69,6 +73,7 @@ class Fetching:
                 f"commit {sha} is not in the git store and --offline forbids fetching",
                 hint=f"run once online to fetch it from {where}",
             )
+        self.point_remotes()
         answered = []  # the remotes whose branches could be fetched
         # A first fetch of a large mirror takes minutes: say what, from where, how long.
         with self.lock(), LiveProgress("fetch") as live:
@@ -118,6 +123,7 @@ class Fetching:
         if self.offline:
             return
         url = self._remote_urls.get("upstream", "?")
+        self.point_remotes()
         with self.lock(), LiveProgress("fetch") as live:
             live.show(f"every branch and tag of upstream ({url})")
             self.git(
@@ -151,6 +157,7 @@ class Fetching:
             return ref
         if not self.offline:
             # A name (branch, tag) means what the remote says now: refresh first.
+            self.point_remotes()
             with self.lock(), LiveProgress("fetch") as live:
                 for remote in remotes:
                     live.show(f"branches of {remote} to resolve {ref!r}")

@@ -172,34 +172,42 @@ class Store(Fetching, RememberedAncestry):
                 self._lock_depth = 0
 
     # -- remotes and objects ----------------------------------------------------
-    def set_remote(self, name: str, url: str) -> str | None:
-        """Point remote ``name`` at ``url``; update it when the manifest changed.
+    def set_remote(self, name: str, url: str) -> None:
+        """Point remote ``name`` at ``url`` for the fetches of this store (the manifest's
+        URL, or its override). The store's configuration is written when a fetch
+        first needs it (:meth:`point_remotes`): a command that fetches nothing starts
+        no git for its remotes.
 
         Args:
             name: ``"upstream"`` or ``"fork"``.
             url: URL or local path (a mirror works).
-        Returns:
-            The previous URL when it was changed, else ``None``.
         """
         self._remote_urls[name] = url
-        if self._config_urls is None:
-            self._config_urls = self._read_remote_urls()
-        old = self._config_urls.get(name, "")
-        if old == url:
-            return None
-        with self.lock():
-            self.git("config", f"remote.{name}.url", url)
-        self._config_urls[name] = url
-        return old or None
 
     def set_remotes(self, urls: Mapping[str, str]) -> None:
         """Point the remotes at ``urls`` (``{"upstream": url, "fork": url}``: a manifest's
         ``remote_urls()``, or :func:`overlay.records.manifest.override_urls`): every remote
-        overlay fetches from is set here. Cheap when they already point there (the
-        configuration is read once per store).
+        overlay fetches from is set here (see :meth:`set_remote`).
         """
         for name, url in urls.items():
             self.set_remote(name, url)
+
+    def point_remotes(self) -> None:
+        """Write the remotes set so far into the store's configuration where it differs
+        (``remote.<name>.url``): called by every fetch before git runs. The
+        configuration is read once per store, and written only for a remote whose URL
+        changed (the manifest's, or an override).
+
+        Raises:
+            GitError: the configuration cannot be written (exit 2).
+        """
+        if self._config_urls is None:
+            self._config_urls = self._read_remote_urls()
+        for name, url in self._remote_urls.items():
+            if self._config_urls.get(name, "") != url:
+                with self.lock():
+                    self.git("config", f"remote.{name}.url", url)
+                self._config_urls[name] = url
 
     def _read_remote_urls(self) -> dict[str, str]:
         """Every ``remote.<name>.url`` of the store's configuration, from one ``git config``

@@ -24,7 +24,6 @@ from overlay.engine import (
     exact_prefix,
     upstream_commit,
 )
-from overlay.engine.refresh import refreshed_bytes
 from overlay.errors import OverlayError
 from overlay.git.store import MergeResult, TreeEntry
 from overlay.rebase.base import RebaseStopped, _checkpoint
@@ -158,6 +157,9 @@ class PatchSteps(RerereSteps, FormatSteps):
             # On its recorded pre-images: the diff, and so the file, keeps every byte.
             entry.carried("clean", carried.tree, None, False)
         else:
+            # the refresh (and difflib) load only for a patch merged, not carried exactly
+            from overlay.engine.refresh import refreshed_bytes
+
             data = refreshed_bytes(
                 patch.data, tree_diff(self.store, tree, carried.tree)
             )
@@ -415,6 +417,9 @@ class PatchSteps(RerereSteps, FormatSteps):
             self.save()
             shutil.rmtree(self.work, ignore_errors=True)
             raise RebaseStopped(self._empty_message(stop.name))
+        # the refresh (and difflib) load only for a patch resolved by hand
+        from overlay.engine.refresh import refreshed_bytes
+
         data = refreshed_bytes(patch.data, tree_diff(store, base, new_tree))
         self.state.patch(stop.name).carried(
             "resolved", new_tree, store.hash_blob(data), data != patch.data
