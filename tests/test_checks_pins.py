@@ -68,6 +68,16 @@ def test_verify_keeps_the_backwards_warning_while_it_holds(ov, w):
     assert fix027(ov) == []
 
 
+def test_an_entry_without_a_patch_is_not_told_to_change_its_patch(ov, w):
+    citing_overlay(ov, w)
+    fixes = ov.root / "LOCAL_FIXES.md"
+    fixes.write_text(fixes.read_text().replace("1. **Follow", "2. **Follow"))
+    assert cli(ov, "rebase", "--onto", w.base).exit_code == 0
+    (found,) = fix027(ov)
+    assert "LOCAL_FIXES entry 2 (no patch)" in found["message"]
+    assert found["hint"].startswith("the entry cites API the pin does not have")
+
+
 def test_the_warning_comes_before_the_result_line_in_one_captured_stream(ov, w):
     # A pipe buffers stdout and not stderr: a log that takes both (2>&1, CI) must
     # still read warning, then result.

@@ -336,6 +336,7 @@ def test_fix_new_and_list(clean):
         ],
     )
     assert out.exit_code == 0 and "added entry 2" in out.output
+    assert "put `Local-Fix: 2` in its patch" in out.output
     text = (clean.root / "LOCAL_FIXES.md").read_text()
     assert "2. **Add the arena.**" in text and "`mlx/backend/rocm/pinned.cu`" in text
     listed = runner.invoke(main, ["-C", str(clean.root), "fix", "list"])
@@ -343,6 +344,27 @@ def test_fix_new_and_list(clean):
         f"patch: patches-rocm/{PATCH}" in listed.output
         and "(no patch)" in listed.output
     )
+
+
+def test_fix_new_for_a_resolution_asks_for_no_patch(clean):
+    # A retarget entry that names only resolutions has no patch to carry Local-Fix.
+    out = CliRunner().invoke(
+        main,
+        [
+            "-C",
+            str(clean.root),
+            "fix",
+            "new",
+            "--section",
+            "retarget",
+            "--title",
+            "Keep the merged core",
+            "--file",
+            "patches-rocm/resolved/mlx/core.cpp",
+        ],
+    )
+    assert out.exit_code == 0, out.output
+    assert out.output == "added entry 2 to LOCAL_FIXES.md\n"
 
 
 def test_every_code_is_documented():

@@ -305,6 +305,22 @@ def test_new_patch_goes_after_the_named_one(clean):
     verify_clean(clean)
 
 
+def test_after_takes_a_unique_start_of_a_name_and_says_which_option_was_wrong(clean):
+    two_patches(clean)
+    started = cli(clean, "edit", "--new", "0001a-header", "--after", "0001")
+    assert started.exit_code == 0, started.output
+    work = clean.root / workdir_of(started.output)
+    assert (work / DEVICE).read_text() == lines(
+        "device", change={3: "device 3 locked"}
+    )  # on 0001, not on 0002
+    assert cli(clean, "edit", "--abort").exit_code == 0
+    wrong = cli(clean, "edit", "--new", "0001a-header", "--after", "0009")
+    assert wrong.exit_code == 2
+    (line,) = overlay_lines(wrong.output)
+    assert line == "overlay: --after 0009.patch is not in patches-rocm/series"
+    assert "--new NAME" not in wrong.output  # --new was given
+
+
 def test_keep_leaves_the_work_tree_for_another_round(clean):
     cli(clean, "edit", "--new", "0002-x")
     work = clean.root / ".overlay" / "edit" / "0002-x"

@@ -59,6 +59,7 @@ def test_conflict_markers_continue_and_recorded_resolution(ov, w):
     assert still.exit_code == 1 and "core.cpp:5: conflict marker left" in still.output
     status = cli(ov, "rebase", "--status")
     assert "stopped at resolution mlx/core.cpp" in status.output
+    assert status.output.rstrip().endswith("then --continue (or --abort)")  # no --skip
     resolved = lines(
         "core",
         change={5: "core 5 upstream rewrite // rocm hook", 25: "core 25 upstream"},

@@ -247,6 +247,7 @@ def test_an_old_patch_stop_is_written_alike_and_continued(ov, w):
     status = cli(ov, "rebase", "--status")
     assert "patch 0001-ops.patch: stopped" in status.output
     assert "stopped at patch 0001-ops.patch" in status.output
+    assert "then --continue (or --drop it, or --abort)" in status.output
     work = ov.root / ".overlay" / "rebase" / "work" / "mlx" / "ops.cpp"
     work.write_text(lines("ops", change={2: "ops 2 upstream and ours"}))
     done = cli(ov, "rebase", "--continue")

@@ -88,9 +88,12 @@ def upstream_refs_containing(
     found = [r for r in out.decode("utf-8", "replace").splitlines() if r]
     # No ref contains it: tell "none at all" from "none of them" (a second process,
     # only on this way).
-    if not found and not store.git(
-        "for-each-ref", "--count=1", "--format=%(refname)", *scopes
-    ).stdout.strip():
+    if (
+        not found
+        and not store.git(
+            "for-each-ref", "--count=1", "--format=%(refname)", *scopes
+        ).stdout.strip()
+    ):
         return None
     return found
 

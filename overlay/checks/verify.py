@@ -278,9 +278,15 @@ def _pin_citation_findings(
             "FIX027",
             line or None,
             citation.describe(f"the pin {manifest.pin[:8]}"),
-            hint="the patch follows API the pin does not have, so the tree may not "
-            "build: move the pin to a commit that has it (`overlay rebase --onto`), "
-            "or change the patch and the entry's citation",
+            hint=(
+                "the patch follows API the pin does not have, so the tree may not "
+                "build: move the pin to a commit that has it (`overlay rebase --onto`), "
+                "or change the patch and the entry's citation"
+                if citation.patches
+                else "the entry cites API the pin does not have: move the pin to a "
+                "commit that has it (`overlay rebase --onto`), or correct the entry's "
+                "citation"
+            ),
         )
         for line, citation in pin_lacks_citations(
             store, root, manifest.pin, manifest.fork_commit

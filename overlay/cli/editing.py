@@ -412,9 +412,12 @@ def fix_new_cmd(
             body,
             **fixes.entry_policy(manifest),
         )
+    # An entry that names only resolutions (patches-rocm/resolved/) has no patch.
+    resolved = layout.RESOLVED_DIR + "/"
+    only_resolutions = bool(files) and all(f.startswith(resolved) for f in files)
     click.echo(
-        f"added entry {number} to {layout.LOCAL_FIXES}; "
-        f"put `Local-Fix: {number}` in its patch"
+        f"added entry {number} to {layout.LOCAL_FIXES}"
+        + ("" if only_resolutions else f"; put `Local-Fix: {number}` in its patch")
     )
 
 

@@ -139,9 +139,15 @@ def _print_status(st) -> None:
     for entry in st.patches:
         click.echo(f"  patch {entry.name}: {entry.status}")
     if st.stop is not None:
+        # A conflicting patch goes only with --drop, an emptied one with --skip; a
+        # conflicting fork path has only --abort.
+        others = {
+            "patch": "--drop it, or --abort",
+            "empty": "--skip it, or --abort",
+        }.get(st.stop.type, "--abort")
         click.echo(
             f"stopped at {st.stop.type} {st.stop.what}: edit the files under "
-            f"{layout.REBASE_WORK_DIR}/, then --continue (or --skip a patch, or --abort)"
+            f"{layout.REBASE_WORK_DIR}/, then --continue (or {others})"
         )
 
 

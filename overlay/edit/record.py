@@ -465,8 +465,9 @@ def _carry_later(store: Store, edit: _Edit) -> list[tuple[Patch, bytes]]:
             f"{exc.message}; your change to {session.name} would break it, so "
             "nothing was recorded",
             hint=f"change the edit in {session.directory} so the later patch still "
-            "applies; if that patch must change too, record the rest first, then "
-            "`overlay edit` that patch",
+            "applies: record the part of it that the later patch takes, then "
+            "`overlay edit` the later patch and make the rest of the change there "
+            "(or `overlay edit --abort`)",
         ) from None
     return [(r.patch, r.data) for r in refreshed if r.changed]
 

@@ -183,13 +183,15 @@ def stem(name: str) -> str:
     return name[: -len(".patch")] if name.endswith(".patch") else name
 
 
-def _index(layers: Layers, name: str) -> int:
-    """Where patch ``name`` is in the series; ``OverlayError`` when it is not."""
+def _index(layers: Layers, name: str, option: str = "") -> int:
+    """Where patch ``name`` is in the series; ``OverlayError`` when it is not
+    (``option``: the option that named it, ``--after``, for the message)."""
     names = [r.patch.name for r in layers.patches]
     if name not in names:
         raise OverlayError(
-            f"{name} is not in {layout.SERIES}",
-            hint="name a patch of the series (`overlay status` lists them), or use --new NAME",
+            f"{option + ' ' if option else ''}{name} is not in {layout.SERIES}",
+            hint="name a patch of the series (`overlay status` lists them)"
+            + ("" if option else ", or use --new NAME"),
         )
     return names.index(name)
 
@@ -209,7 +211,11 @@ def where(
 ) -> tuple[str, str, int]:
     """``(base, start, index of the first later patch)`` for an edit of ``name``."""
     if new:
-        at = len(layers.patches) - 1 if after is None else _index(layers, after)
+        at = (
+            len(layers.patches) - 1
+            if after is None
+            else _index(layers, after, "--after")
+        )
         base = _tree_after(layers, at)
         return base, base, at + 1
     at = _index(layers, name)

@@ -80,8 +80,9 @@ def start_edit(
         else:
             assert patch is not None
             name = resolve_patch_name(listed, patch)
-        if after is not None and not after.endswith(".patch"):
-            after = after + ".patch"
+        if after is not None:
+            # A unique start of a name will do, as for the PATCH argument.
+            after = resolve_patch_name(listed, after)
         current = load_session(root)
         if current is not None:
             if (
