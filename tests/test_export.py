@@ -192,6 +192,39 @@ def test_symlink_inside_the_tree_is_exported(store, tmp_path):
     assert os.readlink(tmp_path / "dest" / "d" / "ok") == "../sub/up/d"
 
 
+def test_a_trees_links_are_kept_in_the_store_and_read_back(
+    store, tmp_path, monkeypatch
+):
+    # A tree never changes: its symlinks, listed once, are kept under its name and the
+    # next question (status, verify) starts no git; the export lists the tree itself.
+    from overlay.export import LINKS_CACHE, tree_links, unsafe_tree_links
+
+    tree = mktree(
+        store,
+        {
+            "sub/up": ("120000", b".."),
+            "d/l1": ("120000", b"../sub/up/.."),
+            "f": ("100644", b"x\n"),
+        },
+        tmp_path,
+    )
+    assert tree_links(store, tree) == {"sub/up": "..", "d/l1": "../sub/up/.."}
+    assert store.cache_read(LINKS_CACHE, tree) == {
+        "links": {"sub/up": "..", "d/l1": "../sub/up/.."}
+    }
+    started = []
+    real = Store.git
+    monkeypatch.setattr(
+        Store, "git", lambda self, *a, **k: started.append(a[0]) or real(self, *a, **k)
+    )
+    monkeypatch.setattr(Store, "cat_file", lambda self: started.append("cat-file"))
+    assert list(unsafe_tree_links(store, tree)) == ["d/l1"]
+    assert started == []
+    monkeypatch.undo()
+    with pytest.raises(UnsafePath, match="'d/l1'"):  # the export's own listing
+        export_tree(store, tree, str(tmp_path / "dest"))
+
+
 def test_export_strict_fails_on_a_hand_edit(overlay, tmp_path):
     dest = tmp_path / "dest"
     assert cli(overlay, "export", str(dest)).exit_code == 0

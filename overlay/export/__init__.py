@@ -108,6 +108,11 @@ def _entries(store: Store, tree: str) -> Entries:
     return out
 
 
+#: The store's directory of each tree's symlinks (:meth:`Store.cache_read`), keyed on the
+#: tree's name: a tree never changes, so neither do its links.
+LINKS_CACHE = "overlay-links"
+
+
 def tree_links(
     store: Store,
     tree: str,
@@ -117,6 +122,10 @@ def tree_links(
 ) -> dict[str, str]:
     """Every symlink of ``tree``: path -> target (undecodable bytes kept as surrogates).
 
+    Kept in the store under the tree's name (:data:`LINKS_CACHE`): a later question
+    about the same tree (``status``, ``verify``, the next export) reads the record
+    instead of listing the whole tree and reading each target.
+
     Args:
         store: git store holding the tree.
         tree: tree SHA.
@@ -125,16 +134,22 @@ def tree_links(
     Returns:
         ``{path: target}``.
     """
+    if entries is None:
+        kept = store.cache_read(LINKS_CACHE, tree)
+        if kept is not None and isinstance(kept.get("links"), dict):
+            return dict(kept["links"])
     entries = entries if entries is not None else _entries(store, tree)
     wanted = {p: oid for p, (mode, oid) in entries.items() if mode == "120000"}
-    if not wanted:
-        return {}
-    with contextlib.ExitStack() as stack:
-        reader = cat if cat is not None else stack.enter_context(store.cat_file())
-        return {
-            p: reader.read(oid)[1].decode("utf-8", "surrogateescape")
-            for p, oid in wanted.items()
-        }
+    links: dict[str, str] = {}
+    if wanted:
+        with contextlib.ExitStack() as stack:
+            reader = cat if cat is not None else stack.enter_context(store.cat_file())
+            links = {
+                p: reader.read(oid)[1].decode("utf-8", "surrogateescape")
+                for p, oid in wanted.items()
+            }
+    store.cache_write(LINKS_CACHE, tree, {"links": links})
+    return links
 
 
 def unsafe_tree_links(store: Store, tree: str) -> dict[str, UnsafePath]:
