@@ -179,7 +179,10 @@ def refresh_cmd(
     # a killed refresh's temp files must not race a live writer's.
     with state_lock(ws.root, "refresh"):
         sweep_killed_runs(ws.root)
-        _refresh_locked(ws, patches, check, accept_text)
+        # One cat-file answers every object question of the command (Store.reading),
+        # not a `cat-file -e` per commit and tree checked.
+        with ws.store.reading():
+            _refresh_locked(ws, patches, check, accept_text)
 
 
 def _refuse_binary_turns(turns) -> None:
