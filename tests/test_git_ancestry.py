@@ -33,3 +33,24 @@ def test_ancestry_answers_are_remembered(overlay, monkeypatch, tmp_path):
     missing = "e" * 40  # git cannot answer: nothing is remembered
     assert not again.is_ancestor(missing, m.fork_commit)
     assert f"is-ancestor {missing} {m.fork_commit}" not in again._ancestry()
+
+
+def test_one_walk_answers_both_directions(overlay, monkeypatch):
+    # A rebase asks whether the new pin descends from the old one and the other way
+    # round: one `git merge-base` answers both, also for commits on two branches.
+    store = Store()
+    m = load_manifest(str(overlay.root))
+    layers.ensure_commits(store, m)
+    w = overlay.world
+    store.ensure_commit(w.pin_clean, ["upstream"])
+    started = []
+    real = Store.git
+    monkeypatch.setattr(
+        Store, "git", lambda self, *a, **k: started.append(a) or real(self, *a, **k)
+    )
+    assert store.is_ancestor(m.merge_base, w.pin_clean)
+    assert not store.is_ancestor(w.pin_clean, m.merge_base)
+    assert not store.is_ancestor(w.pin_clean, m.fork_commit)  # on two branches
+    assert not store.is_ancestor(m.fork_commit, w.pin_clean)
+    assert store.is_ancestor(m.fork_commit, m.fork_commit)
+    assert [a[0] for a in started] == ["merge-base", "merge-base", "merge-base"]

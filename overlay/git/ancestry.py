@@ -26,7 +26,10 @@ class RememberedAncestry:
 
     # -- ancestry, remembered -------------------------------------------------
     def is_ancestor(self, a: str, b: str) -> bool:
-        """``git merge-base --is-ancestor a b``, remembered in the store for full commit names.
+        """Whether ``a`` is an ancestor of ``b``, remembered in the store for full commit
+        names: there one ``git merge-base a b`` answers it and the question the other way
+        round (a rebase asks both of the old and the new pin); for other names, ``git
+        merge-base --is-ancestor a b``.
 
         The answer for two commits never changes, and it is a walk of history each time
         (a noticeable part of every uncached verify, docs/engine.md).
@@ -39,9 +42,21 @@ class RememberedAncestry:
         known = self._ancestry().get(key)
         if known is not None:
             return bool(known)
+        if is_sha(a) and is_sha(b):
+            # One walk answers both directions: a is an ancestor of b exactly when it is
+            # their merge base (then the only one), and b of a when b is.
+            proc = self.git("merge-base", a, b, check=False)
+            if proc.returncode in (0, 1):
+                base = proc.stdout.decode().strip()
+                self._remember_all(
+                    {
+                        f"merge-base {a} {b}": base,
+                        key: base == a,
+                        f"is-ancestor {b} {a}": base == b,
+                    }
+                )
+                return base == a
         code = self.git("merge-base", "--is-ancestor", a, b, check=False).returncode
-        if code in (0, 1) and is_sha(a) and is_sha(b):
-            self._remember(key, code == 0)
         return code == 0
 
     def merge_base(self, a: str, b: str) -> str | None:
@@ -87,10 +102,14 @@ class RememberedAncestry:
 
     def _remember(self, key: str, value: bool | str) -> None:
         """Remember one ancestry answer in the store (best effort)."""
+        self._remember_all({key: value})
+
+    def _remember_all(self, answers: dict[str, bool | str]) -> None:
+        """Remember ancestry answers in the store with one write (best effort)."""
         known = self._ancestry()
-        if len(known) >= self._ANCESTRY_MAX:
+        if len(known) + len(answers) > self._ANCESTRY_MAX:
             known.clear()  # upstream tips move with every fetch: keep the file small, not complete
-        known[key] = value
+        known.update(answers)
         try:
             atomic_write(
                 os.path.join(self.git_dir, self._ANCESTRY),
