@@ -5,8 +5,10 @@ handler, a Ctrl-C, and messages holding line breaks."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -162,3 +164,23 @@ def test_ctrl_c_in_any_command_is_exit_130_one_line(overlay, monkeypatch):
     result = CliRunner().invoke(main, ["-C", str(overlay.root), "tree"])
     assert result.exit_code == 130 and "Aborted!" not in result.output
     assert overlay_lines(result.output) == ["overlay: interrupted"]
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full here")
+def test_a_full_disk_is_one_line_not_an_internal_error(overlay):
+    # Output to a full disk (or a quota, a read-only file system) is the machine's
+    # refusal: one `overlay:` line and exit 2, not a bug to report.
+    root = Path(__file__).resolve().parent.parent
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run(
+            [sys.executable, "-m", "overlay.cli", "-C", str(overlay.root), "status"],
+            env=dict(os.environ, PYTHONPATH=str(root)),
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+    assert proc.returncode == 2
+    lines = proc.stderr.splitlines()
+    assert lines[0] == "overlay: cannot write: No space left on device", lines
+    assert lines[1].startswith("hint: free space") and len(lines) == 2
+    assert "internal error" not in proc.stderr

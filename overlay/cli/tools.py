@@ -19,6 +19,7 @@ one line. Exit codes are documented in ``docs/exit-codes.md``.
 
 from __future__ import annotations
 
+import errno
 import functools
 import importlib
 import os
@@ -212,9 +213,22 @@ def _broken_pipe() -> int:
     return EXIT_BROKEN_PIPE
 
 
+#: errno values that say the machine refused a write (a full disk, a quota, a read-only
+#: file system): the environment's doing, not a bug, said as such.
+_WRITE_REFUSED = {errno.ENOSPC, errno.EDQUOT, errno.EROFS}
+
+
 def _internal(exc: BaseException, debug: bool) -> int:
     if debug:
         traceback.print_exception(exc)
+    if isinstance(exc, OSError) and exc.errno in _WRITE_REFUSED:
+        where = f" ({exc.filename})" if exc.filename else ""
+        click.echo(f"overlay: cannot write{where}: {exc.strerror}", err=True)
+        click.echo(
+            "hint: free space, or write where it is allowed, then run the command again",
+            err=True,
+        )
+        return EXIT_USAGE
     what = (
         f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
         if str(exc).strip()
