@@ -318,28 +318,22 @@ def test_formats_and_filters(clean):
     assert skipped.exit_code == 0, skipped.output
 
 
-def test_fix_new_and_list(clean):
-    runner = CliRunner()
-    out = runner.invoke(
+def _fix_new(clean, section: str, title: str, path: str):
+    """``overlay fix new`` of one entry naming ``path``."""
+    return CliRunner().invoke(
         main,
-        [
-            "-C",
-            str(clean.root),
-            "fix",
-            "new",
-            "--section",
-            "api",
-            "--title",
-            "Add the arena.",
-            "--file",
-            "mlx/backend/rocm/pinned.cu",
-        ],
+        ["-C", str(clean.root), "fix", "new", "--section", section, "--title", title]
+        + ["--file", path],
     )
+
+
+def test_fix_new_and_list(clean):
+    out = _fix_new(clean, "api", "Add the arena.", "mlx/backend/rocm/pinned.cu")
     assert out.exit_code == 0 and "added entry 2" in out.output
     assert "put `Local-Fix: 2` in its patch" in out.output
     text = (clean.root / "LOCAL_FIXES.md").read_text()
     assert "2. **Add the arena.**" in text and "`mlx/backend/rocm/pinned.cu`" in text
-    listed = runner.invoke(main, ["-C", str(clean.root), "fix", "list"])
+    listed = CliRunner().invoke(main, ["-C", str(clean.root), "fix", "list"])
     assert (
         f"patch: patches-rocm/{PATCH}" in listed.output
         and "(no patch)" in listed.output
@@ -348,20 +342,8 @@ def test_fix_new_and_list(clean):
 
 def test_fix_new_for_a_resolution_asks_for_no_patch(clean):
     # A retarget entry that names only resolutions has no patch to carry Local-Fix.
-    out = CliRunner().invoke(
-        main,
-        [
-            "-C",
-            str(clean.root),
-            "fix",
-            "new",
-            "--section",
-            "retarget",
-            "--title",
-            "Keep the merged core",
-            "--file",
-            "patches-rocm/resolved/mlx/core.cpp",
-        ],
+    out = _fix_new(
+        clean, "retarget", "Keep the merged core", "patches-rocm/resolved/mlx/core.cpp"
     )
     assert out.exit_code == 0, out.output
     assert out.output == "added entry 2 to LOCAL_FIXES.md\n"
