@@ -8,7 +8,7 @@ checks) then pays for all of them at start-up, which is the floor every command 
 
 The scientific-python ``lazy_loader`` package does the same with more (stub files,
 a guard against a name shadowed by a module of the same name); importing it costs
-about 3 ms of start-up, more than the hook below, so the hook is written here.
+start-up of its own, more than the hook below, so the hook is written here.
 """
 
 from __future__ import annotations

@@ -17,8 +17,7 @@ here it is two commands:
   the patch it was made on. Patches later in the series are checked on the new tree:
   exactly when they still sit on their recorded pre-images, else carried by the
   engine's merge-ort cherry-pick (:func:`overlay.engine.refresh.carry_series`) and
-  rewritten; a
-  conflict refuses the record and writes nothing.
+  rewritten; a conflict refuses the record and writes nothing.
 
 Every check runs before the first write; then a journal of the record is committed
 (``.overlay/record-journal/``, :mod:`overlay.edit.writes`), the files are written
