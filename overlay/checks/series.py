@@ -157,9 +157,6 @@ def link_findings(store: Store, forked: str, results: Iterable[Any]) -> list[Fin
     Returns:
         Findings located at the patch's ``diff --git`` line of the link.
     """
-    # export: only the SER family reads links; `verify --only` others skip it
-    from overlay.export import unsafe_tree_links
-
     findings: list[Finding] = []
     before: set[str] | None = None
     for result in results:
@@ -171,6 +168,9 @@ def link_findings(store: Store, forked: str, results: Iterable[Any]) -> list[Fin
         }
         if not links or result.tree is None:
             continue
+        # export's link check loads only for a patch that touches a symlink
+        from overlay.export import unsafe_tree_links
+
         if before is None:
             before = set(unsafe_tree_links(store, forked))
         bad = unsafe_tree_links(store, result.tree)

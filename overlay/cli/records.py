@@ -208,9 +208,8 @@ def _refuse_unsafe_links(ws: Workspace, series: list[Patch]) -> None:
     must not end as if all were well. The check is verify's own (``link_findings``,
     on :func:`overlay.fs.paths.unsafe_links`). A series that no longer applies where it
     is recorded is carried, not checked here: its layers are not computed."""
-    # verify's link check and renderer load when `refresh` writes
-    from overlay.checks.render import render
-    from overlay.checks.verify import link_findings
+    # the series checks load when `refresh` runs; the renderer only for a finding
+    from overlay.checks.series import link_findings
 
     try:
         layers = ws.layers(stepwise=True, series=series)
@@ -218,6 +217,9 @@ def _refuse_unsafe_links(ws: Workspace, series: list[Patch]) -> None:
         return
     findings = link_findings(ws.store, layers.forked, layers.patches)
     if findings:
+        # the findings' renderer (and its JUnit and XML) loads only to print one
+        from overlay.checks.render import render
+
         click.echo(render(findings, "text"), nl=False)
         raise OverlayError(
             f"refresh refused: {len(findings)} symlink(s) of the series point out of "
