@@ -45,9 +45,8 @@ class RememberedAncestry:
         if is_sha(a) and is_sha(b):
             # One walk answers both directions: a is an ancestor of b exactly when it is
             # their merge base (then the only one), and b of a when b is.
-            proc = self.git("merge-base", a, b, check=False)
-            if proc.returncode in (0, 1):
-                base = proc.stdout.decode().strip()
+            base = self._ask_merge_base(a, b)
+            if base is not None:
                 self._remember_all(
                     {
                         f"merge-base {a} {b}": base,
@@ -69,11 +68,16 @@ class RememberedAncestry:
         known = self._ancestry().get(key)
         if known is not None:
             return known or None
-        proc = self.git("merge-base", a, b, check=False)
-        base = proc.stdout.decode().strip()
-        if proc.returncode in (0, 1) and is_sha(a) and is_sha(b):
+        base = self._ask_merge_base(a, b)
+        if base is not None and is_sha(a) and is_sha(b):
             self._remember(key, base)
         return base or None
+
+    def _ask_merge_base(self, a: str, b: str) -> str | None:
+        """``git merge-base a b``: the base, ``""`` when the two have none, ``None`` when
+        git could not answer (a missing object: nothing to remember)."""
+        proc = self.git("merge-base", a, b, check=False)
+        return proc.stdout.decode().strip() if proc.returncode in (0, 1) else None
 
     def remembered(self, key: str) -> bool | str | None:
         """An answer :meth:`remember` kept for ``key`` (``None``: none is kept)."""
