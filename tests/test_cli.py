@@ -176,3 +176,24 @@ def test_help_lists_every_command():
 def test_version():
     result = CliRunner().invoke(main, ["--version"])
     assert result.exit_code == 0 and result.output.startswith("overlay, version ")
+
+
+def test_the_console_script_collects_less_and_freezes_what_is_left_at_its_end():
+    """The entry point raises the youngest generation's threshold before the CLI loads
+    and freezes the objects when the command ends; the command's exit status and the
+    atexit handlers (which run after it) are as before."""
+    proc = _python(
+        "-c",
+        "import atexit, gc, sys\n"
+        "atexit.register(lambda: print(gc.get_threshold()[0], gc.get_freeze_count() > 0))\n"
+        "sys.argv = ['overlay', 'no-such-command']\n"
+        "from overlay.__main__ import GC_YOUNG_THRESHOLD, main\n"
+        "print(GC_YOUNG_THRESHOLD, gc.get_freeze_count())\n"
+        "main()\n",
+    )
+    assert proc.returncode == 2, proc.stderr
+    before, after = proc.stdout.splitlines()
+    threshold = before.split()[0]
+    assert before == f"{threshold} 0" and int(threshold) > 700
+    assert after == f"{threshold} True"
+    assert proc.stderr.startswith("overlay: no such command 'no-such-command'")

@@ -7,6 +7,7 @@ itself in :mod:`overlay.rebase`.
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING
 
 import click
@@ -300,14 +301,20 @@ def _start_run_locked(ws: Workspace, kind: str, fmt: str, **kwargs) -> None:
     """Plan the run (:func:`overlay.rebase.plan.plan_run`), say its warnings, run it and
     print its report; ``kwargs`` are :func:`~overlay.rebase.plan.plan_run`'s options."""
     # the refusals' modules load when a run starts
-    from overlay.edit.session import refuse_during_edit
     from overlay.rebase.ondisk import refuse_if_in_progress
 
     # Before anything is resolved or fetched: a run in progress or an open edit refuses
     # a new run at once, before any refusal of the plan whose hint (`--force`) would
     # only lead to this one.
     info = refuse_if_in_progress(ws.root)
-    refuse_during_edit(ws.root, kind)
+    if any(
+        os.path.lexists(ws.path(name))
+        for name in (layout.EDIT_STATE, layout.RECORD_JOURNAL)
+    ):
+        # the edit's module: only when an edit's state file or record journal is there
+        from overlay.edit.session import refuse_during_edit
+
+        refuse_during_edit(ws.root, kind)
     # One cat-file answers the plan's commit checks and the run's object questions
     # (Store.reading), not a `cat-file -e` per check.
     with ws.store.reading():

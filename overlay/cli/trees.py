@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 
 import click
 
@@ -60,14 +61,18 @@ def tree_cmd(
 @handle_errors
 def status_cmd(ws: Workspace, dest: tuple[str, ...]) -> None:
     """Show pins, layer SHAs, the series with files and +/- counts, export stamps."""
-    # the records lock and the run's files load when `status` runs
+    # the records lock loads when `status` runs
     from overlay.fs.records_lock import state_lock
-    from overlay.rebase.ondisk import in_progress_note
 
     root = ws.found  # without one, the layers say where it looked
     with state_lock(root, "status", shared=True) if root else contextlib.nullcontext():
         unsafe = _status_locked(ws, dest)  # one consistent snapshot of the records
-        note = in_progress_note(root) if root else None
+        note = None
+        if root and os.path.isdir(os.path.join(root, layout.REBASE_STATE_DIR)):
+            # rebase.ondisk: only when a run's state directory is there
+            from overlay.rebase.ondisk import in_progress_note
+
+            note = in_progress_note(root)
         if note:
             click.echo(f"note: {note}")
     if unsafe:
