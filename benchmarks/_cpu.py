@@ -128,8 +128,9 @@ def fresh_store(base_git_dir: str, where: str) -> str:
 
 
 def overlay_cmd(*args: str) -> list[str]:
-    """``python -m overlay.cli ARGS`` with this interpreter (the checkout's overlay)."""
-    return [sys.executable, "-m", "overlay.cli", *args]
+    """``python -m overlay ARGS`` with this interpreter: the checkout's overlay through
+    the console script's entry point (``overlay.__main__:main``, what ``overlay`` runs)."""
+    return [sys.executable, "-m", "overlay", *args]
 
 
 _PYCACHE: list[str] = []
