@@ -1,6 +1,7 @@
 """The benchmark scripts' shared runner (benchmarks/_record.py): each figure recorded as
 the median of the runs with their spread and the load, every target checked on the
-medians, a missed one named and the exit 1."""
+medians, a missed one named and the exit 1; and the README's table made from several
+invocations' records (benchmarks/summarize.py)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
 from _record import record, repeat_runs  # noqa: E402
+from summarize import main as summarize  # noqa: E402
 
 
 def _runs(*figures: dict):
@@ -62,3 +64,56 @@ def test_a_missed_target_exits_1_and_is_named(tmp_path, capsys):
     assert written["missed"] == ["r"] and written["cpu_count"] and written["date"]
     met = repeat_runs(_runs({"r": 0.5}, {"r": 0.5}, {"r": 0.5}), 3, {"r": 1.0})
     assert record(met, str(path)) == 0
+
+
+def _invocation(
+    tmp_path: Path, name: str, ratio: float, low: float, high: float
+) -> str:
+    path = tmp_path / name
+    path.write_text(
+        json.dumps(
+            {
+                "what": "the bump",
+                "median": {"median_cpu_s": {"bump": ratio / 10}, "bump_ratio": ratio},
+                "spread": {
+                    "median_cpu_s": {"bump": [low / 10, high / 10]},
+                    "bump_ratio": [low, high],
+                },
+                "targets": {"bump_ratio": 3.0},
+            }
+        )
+    )
+    return str(path)
+
+
+def test_the_table_gives_the_median_of_the_invocations_and_the_spread_of_all_runs(
+    tmp_path, capsys
+):
+    files = [
+        _invocation(tmp_path, "1.json", 3.31, 3.12, 3.32),
+        _invocation(tmp_path, "2.json", 2.90, 2.80, 3.40),
+        _invocation(tmp_path, "3.json", 3.05, 2.95, 3.10),
+    ]
+    assert summarize([*files, "--label", "bump_ratio=pin bump"]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[2] == (
+        "| pin bump | 3.05x | 3.31x, 2.90x, 3.05x | 2.80x to 3.40x | 3.00x | **missed** |"
+    )
+    assert table[3] == (
+        "| median_cpu_s.bump | 0.305 s | 0.331 s, 0.290 s, 0.305 s "
+        "| 0.280 s to 0.340 s |  |  |"
+    )
+    assert summarize([files[1], "--only", "bump_ratio"]) == 0
+    assert capsys.readouterr().out.splitlines()[2].endswith("| 3.00x | met |")
+
+
+def test_the_table_refuses_records_of_different_scripts(tmp_path):
+    first = _invocation(tmp_path, "1.json", 3.31, 3.12, 3.32)
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"what": "export", "median": {}, "spread": {}}))
+    with pytest.raises(SystemExit, match="different scripts"):
+        summarize([first, str(other)])
+    listing = tmp_path / "list.json"
+    listing.write_text("[]")
+    with pytest.raises(SystemExit, match="not a benchmark record"):
+        summarize([first, str(listing)])
