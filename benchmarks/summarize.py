@@ -70,7 +70,7 @@ def fmt(value: float, key: str) -> str:
         return f"{value:.2f} ms"
     if "rss_mb" in key:
         return f"{value:.1f} MB"
-    if key.endswith("_s") or "cpu_s." in key or key.endswith("_s.0"):
+    if key.endswith("_s") or "_s." in key:
         return f"{value:.3f} s"
     return f"{value:.2f}x"
 
