@@ -28,6 +28,12 @@ from collections.abc import Mapping
 from typing import Any
 
 
+def _refuse(message: str) -> SystemExit:
+    """``message`` on stderr as one ``summarize:`` line; the exit (2) to raise."""
+    print(f"summarize: {message}", file=sys.stderr)
+    return SystemExit(2)
+
+
 def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, float]:
     """The numbers of a nested mapping by dotted key (``{"a": {"b": 1}}`` gives
     ``{"a.b": 1}``); anything else is left out."""
@@ -54,12 +60,12 @@ def load(paths: list[str]) -> list[dict]:
             with open(path, encoding="utf-8") as fh:
                 data = json.load(fh)
         except (OSError, ValueError) as exc:
-            raise SystemExit(f"summarize: {path}: {exc}") from None
+            raise _refuse(f"{path}: {exc}") from None
         if not isinstance(data, dict) or not {"median", "spread"} <= data.keys():
-            raise SystemExit(f"summarize: {path}: not a benchmark record")
+            raise _refuse(f"{path}: not a benchmark record")
         records.append(data)
     if len({r.get("what") for r in records}) > 1:
-        raise SystemExit("summarize: the files record different scripts")
+        raise _refuse("the files record different scripts")
     return records
 
 
@@ -88,7 +94,7 @@ def rows(
     ]
     for key in keys:
         if not all(key in m for m in medians):
-            raise SystemExit(f"summarize: {key}: not a figure of every file")
+            raise _refuse(f"{key}: not a figure of every file")
         each = [m[key] for m in medians]
         mid = statistics.median(each)
         low, high = [], []
