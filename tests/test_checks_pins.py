@@ -7,6 +7,7 @@ a sync does not carry is said until acknowledged."""
 from __future__ import annotations
 
 import json
+import os
 import textwrap
 
 from gitfixtures import cli, git, lines, overlay_lines, overlay_process
@@ -19,6 +20,9 @@ from seriesfixtures import (
     upstream_branch,
     write_fixes,
 )
+
+from overlay.checks import pins
+from overlay.git.store import Store
 
 
 def citing_overlay(ov, w):
@@ -285,3 +289,27 @@ def test_sync_names_fork_changes_outside_carry_until_acknowledged(ov, w):
     assert "MAN005" not in cli(ov, "verify", "--only", "MAN").output
     again = cli(ov, "sync", "--ack-uncarried")
     assert again.exit_code == 0 and "nothing to acknowledge" in again.output
+
+
+def test_the_series_is_read_only_when_an_entry_cites_what_the_pin_lacks(
+    ov, w, monkeypatch
+):
+    """FIX027 and the bump's backwards check name the citing entry's patches from the
+    series; with nothing cited that the pin lacks, the series is not read for them."""
+    citing_overlay(ov, w)
+    read = []
+    real = pins.load_series
+    monkeypatch.setattr(
+        pins, "load_series", lambda root: read.append(root) or real(root)
+    )
+    store = Store(os.environ["OVERLAY_GIT_DIR"])
+    assert (
+        pins.pin_lacks_citations(store, str(ov.root), w.pin_clean, w.fork_commit) == []
+    )
+    assert read == []
+    ((line, citation),) = pins.pin_lacks_citations(
+        store, str(ov.root), w.base, w.fork_commit
+    )
+    assert read == [str(ov.root)]
+    assert (citation.entry, citation.patches) == (1, ("0001-follow.patch",))
+    assert citation.commits == (w.pin_clean[:9],)

@@ -232,6 +232,21 @@ def _citations(
     section = fixes.load(path).section("retarget")
     if section is None:
         return []
+    found: list[tuple[int, tuple[str, ...]]] = []
+    for entry in section.entries:
+        lacking = [
+            word
+            for word in dict.fromkeys(_SHA_RE.findall(f"{entry.title} {entry.text}"))
+            if (full := _commit_named(store, word)) is not None and lacks(full)
+        ]
+        if lacking:
+            if lines is not None:
+                lines[entry.number] = entry.line
+            found.append((entry.number, tuple(lacking)))
+    if not found:
+        # The series names each citing entry's patches: it is read (every patch parsed)
+        # only when an entry cites what the pin lacks, not on every verify and bump.
+        return []
     try:
         series = load_series(root)
     except (OverlayError, PatchFormatError, UnsafePath, OSError):
@@ -243,22 +258,10 @@ def _citations(
         except (TypeError, ValueError):
             continue
         by_fix.setdefault(number, []).append(patch.name)
-    out = []
-    for entry in section.entries:
-        lacking = [
-            word
-            for word in dict.fromkeys(_SHA_RE.findall(f"{entry.title} {entry.text}"))
-            if (full := _commit_named(store, word)) is not None and lacks(full)
-        ]
-        if lacking:
-            if lines is not None:
-                lines[entry.number] = entry.line
-            out.append(
-                Citation(
-                    entry.number, tuple(by_fix.get(entry.number, ())), tuple(lacking)
-                )
-            )
-    return out
+    return [
+        Citation(number, tuple(by_fix.get(number, ())), lacking)
+        for number, lacking in found
+    ]
 
 
 def _commit_named(store: Store, word: str) -> str | None:
