@@ -59,20 +59,20 @@ def mirror_bench_parser(doc: str, result: str, repeat: int) -> argparse.Argument
     return ap
 
 
-def _leaves(tree: Mapping[str, Any], prefix: str = "") -> dict[str, float]:
+def leaves(tree: Mapping[str, Any], prefix: str = "") -> dict[str, float]:
     """The numeric leaves of a nested dict, by dotted path (``disk.ratio``)."""
     out: dict[str, float] = {}
     for key, value in tree.items():
         path = f"{prefix}{key}"
         if isinstance(value, Mapping):
-            out.update(_leaves(value, path + "."))
+            out.update(leaves(value, path + "."))
         elif isinstance(value, int | float) and not isinstance(value, bool):
             out[path] = float(value)
     return out
 
 
 def _nest(flat: Mapping[str, Any]) -> dict[str, Any]:
-    """:func:`_leaves` undone: dotted paths back into nested dicts."""
+    """:func:`leaves` undone: dotted paths back into nested dicts."""
     out: dict[str, Any] = {}
     for path, value in flat.items():
         *parents, last = path.split(".")
@@ -107,7 +107,7 @@ def repeat_runs(
     loads, figures = [], []
     for i in range(runs):
         loads.append(round(os.getloadavg()[0], 2))
-        figures.append(_leaves(one_run(i)))
+        figures.append(leaves(one_run(i)))
         print(f"run {i + 1} of {runs} done", file=sys.stderr)
     loads.append(round(os.getloadavg()[0], 2))
     paths = list(figures[0])

@@ -22,29 +22,21 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 from collections.abc import Mapping
 from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from _record import leaves  # noqa: E402
 
 
 def _refuse(message: str) -> SystemExit:
     """``message`` on stderr as one ``summarize:`` line; the exit (2) to raise."""
     print(f"summarize: {message}", file=sys.stderr)
     return SystemExit(2)
-
-
-def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, float]:
-    """The numbers of a nested mapping by dotted key (``{"a": {"b": 1}}`` gives
-    ``{"a.b": 1}``); anything else is left out."""
-    out: dict[str, float] = {}
-    for key, value in tree.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, Mapping):
-            out.update(flatten(value, name + "."))
-        elif isinstance(value, int | float) and not isinstance(value, bool):
-            out[name] = float(value)
-    return out
 
 
 def load(paths: list[str]) -> list[dict]:
@@ -85,7 +77,7 @@ def rows(
     records: list[dict], only: list[str] | None, labels: dict[str, str]
 ) -> list[str]:
     """The table's rows (a header first) for ``records``."""
-    medians = [flatten(r["median"]) for r in records]
+    medians = [leaves(r["median"]) for r in records]
     targets = records[0].get("targets") or {}
     keys = only or sorted(medians[0])
     out = [
