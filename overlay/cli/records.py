@@ -8,9 +8,8 @@ from typing import TYPE_CHECKING
 
 import click
 
-from overlay import layout
 from overlay.cli.options import format_option, output_option
-from overlay.cli.tools import exit_with, handle_errors
+from overlay.cli.tools import exit_with, handle_errors, run_note
 from overlay.errors import EXIT_FINDINGS, LayerError, OverlayError
 from overlay.workspace import Workspace
 
@@ -95,13 +94,9 @@ def _warn_unknown_codes(skip: Iterable[str]) -> None:
 def _note_run_in_progress(ws: Workspace) -> None:
     """Say a stopped run beside a cached verdict: the records are keyed, the run state
     is not."""
-    if os.path.isdir(ws.path(layout.REBASE_STATE_DIR)):
-        # rebase.ondisk: only when a run's state directory is there
-        from overlay.rebase.ondisk import in_progress_note
-
-        note = in_progress_note(ws.root)
-        if note:
-            click.echo(f"note: {note}", err=True)
+    note = run_note(ws.root)
+    if note:
+        click.echo(f"note: {note}", err=True)
 
 
 def _verify_now(

@@ -31,6 +31,7 @@ from typing import NoReturn
 
 import click
 
+from overlay import layout
 from overlay.errors import EXIT_INTERRUPTED, EXIT_USAGE, OverlayError
 from overlay.workspace import Workspace
 
@@ -128,6 +129,20 @@ def exit_with(code: int) -> NoReturn:
         click.exceptions.Exit: always; the root group turns it into the status.
     """
     raise click.exceptions.Exit(code)
+
+
+def run_note(root: str) -> str | None:
+    """The line that a rebase or sync is in progress at ``root``
+    (:func:`overlay.rebase.ondisk.in_progress_note`), or ``None``; the run state's
+    modules load only when its directory (``.overlay/rebase/``) is there, as it is not
+    for almost every ``status`` and ``verify``.
+    """
+    if not os.path.isdir(os.path.join(root, layout.REBASE_STATE_DIR)):
+        return None
+    # rebase.ondisk: only when a run's state directory is there
+    from overlay.rebase.ondisk import in_progress_note
+
+    return in_progress_note(root)
 
 
 def workspace(ctx: click.Context | None = None) -> Workspace:

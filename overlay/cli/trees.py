@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import contextlib
-import os
 
 import click
 
 from overlay import layout
-from overlay.cli.tools import exit_with, handle_errors
+from overlay.cli.tools import exit_with, handle_errors, run_note
 from overlay.errors import EXIT_INTERRUPTED, OverlayError
 from overlay.workspace import Workspace
 
@@ -67,12 +66,7 @@ def status_cmd(ws: Workspace, dest: tuple[str, ...]) -> None:
     root = ws.found  # without one, the layers say where it looked
     with state_lock(root, "status", shared=True) if root else contextlib.nullcontext():
         unsafe = _status_locked(ws, dest)  # one consistent snapshot of the records
-        note = None
-        if root and os.path.isdir(os.path.join(root, layout.REBASE_STATE_DIR)):
-            # rebase.ondisk: only when a run's state directory is there
-            from overlay.rebase.ondisk import in_progress_note
-
-            note = in_progress_note(root)
+        note = run_note(root) if root else None
         if note:
             click.echo(f"note: {note}")
     if unsafe:
