@@ -168,7 +168,7 @@ def refresh_cmd(
     """
     # the records lock and the sweep load when `refresh` runs
     from overlay.fs.records_lock import state_lock
-    from overlay.rebase.ondisk import sweep_killed_runs
+    from overlay.fs.sweep import sweep_killed_runs
 
     # Exclusive: refresh rewrites patches that a rebase also writes, and the sweep of
     # a killed refresh's temp files must not race a live writer's.

@@ -34,7 +34,7 @@ def _rebase_action(
     refused with one line; --status then says which command is running."""
     # the records lock and the run's files load when an action runs
     from overlay.fs.records_lock import StateBusy, state_lock
-    from overlay.rebase.ondisk import sweep_killed_runs
+    from overlay.fs.sweep import sweep_killed_runs
 
     try:
         with state_lock(ctx.root, f"{kind} --{action}", shared=action == "status"):
@@ -290,7 +290,7 @@ def _start_run(ws: Workspace, kind: str, fmt: str, **kwargs) -> None:
     no start works from a manifest another run changed meanwhile."""
     # the lock and the sweep load when a run starts
     from overlay.fs.records_lock import state_lock
-    from overlay.rebase.ondisk import sweep_killed_runs
+    from overlay.fs.sweep import sweep_killed_runs
 
     with state_lock(ws.root, f"{kind} --{'onto' if kind == 'rebase' else 'fork'}"):
         sweep_killed_runs(ws.root)

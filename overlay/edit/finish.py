@@ -29,8 +29,8 @@ from overlay.edit.writes import (
 )
 from overlay.errors import OverlayError
 from overlay.fs.atomic import remove_stale_temps
+from overlay.fs.sweep import sweep_killed_runs
 from overlay.git.store import Store
-from overlay.rebase.ondisk import sweep_killed_runs
 
 if TYPE_CHECKING:
     from overlay.workspace import Workspace

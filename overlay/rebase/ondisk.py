@@ -1,5 +1,4 @@
-"""What a rebase or sync run left on disk, and the sweep of what a killed command
-left behind.
+"""What a rebase or sync run left on disk.
 
 The files :mod:`overlay.rebase` writes: the state directory ``.overlay/rebase/``
 (``state.json`` and ``backup/``: a run in progress) and the report
@@ -16,7 +15,7 @@ sync commands, ``refresh`` and ``fix new`` exclusively, ``verify``, ``status``
 and ``--status`` shared. A command that finds the lock taken is refused at once
 with one ``overlay:`` line naming the holder (exit 2): nobody waits, nobody
 sees a half-changed state. Only a holder of the exclusive lock may call
-:func:`sweep_killed_runs`.
+:func:`overlay.fs.sweep.sweep_killed_runs`.
 """
 
 from __future__ import annotations
@@ -24,15 +23,13 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-import shutil
 import signal
 import threading
-from collections.abc import Container, Iterator
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from overlay import layout
 from overlay.errors import OverlayError, UnsafePath
-from overlay.fs.atomic import remove_stale_temps, sweep_scratch_dirs
 from overlay.fs.paths import check_path
 from overlay.fs.reading import RecordError
 from overlay.rebase.state import RunState, read_state_json
@@ -297,65 +294,6 @@ def interrupts_deferred() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
         if pending and not failed:
             raise KeyboardInterrupt
-
-
-class _RecordTemps:
-    """The names whose temp files may be swept in ``patches-rocm/``: the manifest,
-    the series, the patches."""
-
-    def __contains__(self, name: object) -> bool:
-        """Whether ``name`` is a record of ``patches-rocm/`` (its temps may go)."""
-        return isinstance(name, str) and (
-            name in (os.path.basename(layout.MANIFEST), os.path.basename(layout.SERIES))
-            or name.endswith(".patch")
-        )
-
-
-def sweep_killed_runs(root: str) -> list[str]:
-    """Remove what killed overlay commands left behind: the temp files ``atomic_write``
-    leaves next to a record, the state directory a run was building or removing,
-    and the scratch directories of dead processes.
-
-    Call it holding the exclusive :func:`~overlay.fs.records_lock.state_lock`: then
-    no live command is writing a record, so every temp name there belongs to a dead one.
-
-    Args:
-        root: overlay repository.
-    Returns:
-        Repository-relative paths (and scratch directory names) removed, sorted.
-    """
-    removed: list[str] = []
-
-    def sweep(rel_dir: str, owners: Container[str] | None = None) -> None:
-        """Remove the stale temps in ``rel_dir`` (of ``owners`` only, when given)."""
-        for name in remove_stale_temps(os.path.join(root, rel_dir), owners):
-            removed.append(os.path.join(rel_dir, name) if rel_dir else name)
-
-    sweep("", {layout.LOCAL_FIXES})
-    sweep(layout.PATCH_DIR, _RecordTemps())
-    resolved = layout.under(root, layout.RESOLVED_DIR)
-    # A temp file under resolved/ would be read as a resolution: every temp name there goes.
-    for dirpath, _dirs, _files in os.walk(resolved):
-        sweep(os.path.relpath(dirpath, root))
-    sweep(
-        layout.STATE_DIR,
-        {
-            os.path.basename(layout.LAST_REBASE_MD),
-            os.path.basename(layout.LAST_REBASE_JSON),
-        },
-    )
-    sweep(layout.RR_CACHE)
-    sweep(layout.REBASE_STATE_DIR, {layout.STATE_JSON})
-    for rel in (layout.REBASE_STATE_NEW, layout.REBASE_STATE_OLD):
-        full = os.path.join(root, rel)
-        if os.path.islink(full) or os.path.isfile(full):
-            os.unlink(full)
-            removed.append(rel)
-        elif os.path.isdir(full):
-            shutil.rmtree(full, ignore_errors=True)
-            removed.append(rel)
-    removed += sweep_scratch_dirs()
-    return sorted(removed)
 
 
 def interrupt_note(root: str | None, kind: str, since: float) -> str:
