@@ -1,4 +1,4 @@
-"""``overlay export`` (overlay/export/__init__.py): an incremental, resumable
+"""``overlay export`` (overlay/export/run.py): an incremental, resumable
 transaction. A cold export then incremental ones, a file becoming a directory and back,
 hostile tree entries refused; a SIGKILL at every checkpoint (or twice, or a Ctrl-C)
 followed by a plain export ends equal to the tree; a hand edit is never overwritten and

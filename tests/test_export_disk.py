@@ -15,10 +15,10 @@ import os
 import pytest
 from exportfixtures import T1, T2, assert_equals_tree, killed_export, mktree
 
-from overlay import export as export_mod
 from overlay import layout
 from overlay.errors import OverlayError
 from overlay.export import export_tree
+from overlay.export import run as export_mod
 from overlay.git.store import Store
 
 #: T1 with attributes git's checkout would convert its files by (CRLF line ends, $Id$):

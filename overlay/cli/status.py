@@ -6,10 +6,9 @@ export is up to date, stale, half written or edited by hand) are decided here.
 
 from __future__ import annotations
 
-import dataclasses
 import glob
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from overlay import layout
 from overlay.export import edited_files, read_stamp, unsafe_tree_links
@@ -22,8 +21,7 @@ if TYPE_CHECKING:
 URL_OVERRIDES = {"upstream": "OVERLAY_UPSTREAM_URL", "fork": "OVERLAY_FORK_URL"}
 
 
-@dataclasses.dataclass
-class Remote:
+class Remote(NamedTuple):
     """One remote: its URL and the variable that overrode the manifest's, if any."""
 
     name: str
@@ -46,25 +44,25 @@ def remotes(manifest: Manifest) -> dict[str, Remote]:
     }
 
 
-@dataclasses.dataclass
-class ExportState:
+class ExportState(NamedTuple):
     """How one export directory stands against the patched layer.
 
     Attributes:
         dest: the export directory.
         state: ``"no stamp"`` (never exported), ``"interrupted"`` (an export was
             cut short), ``"up to date"`` or ``"stale"`` (another tree than the layer).
-        tree: the tree the stamp names (the interrupted export's, when interrupted).
-        files: how many files the stamp lists.
+        tree: the tree the stamp names (the interrupted export's, when interrupted;
+            ``None`` without a stamp).
+        files: how many files the stamp lists (0 without a stamp or when interrupted).
         edited: files edited by hand since the export (see
             :func:`overlay.export.edited_files`).
     """
 
     dest: str
     state: str
-    tree: str | None = None
-    files: int = 0
-    edited: list[str] = dataclasses.field(default_factory=list)
+    tree: str | None
+    files: int
+    edited: list[str]
 
 
 def unsafe_links_added(store: Store, forked: str, patched: str) -> list[str]:
@@ -103,11 +101,9 @@ def export_state(dest: str, store: Store, patched: str) -> ExportState:
     """
     stamp = read_stamp(dest)
     if stamp is None:
-        return ExportState(dest, "no stamp")
+        return ExportState(dest, "no stamp", None, 0, [])
+    edited = edited_files(dest, stamp, store=store, tree=patched)
     if stamp.get("pending"):
-        out = ExportState(dest, "interrupted", stamp["pending"]["tree"])
-    else:
-        state = "up to date" if stamp["tree"] == patched else "stale"
-        out = ExportState(dest, state, stamp["tree"], len(stamp["files"]))
-    out.edited = edited_files(dest, stamp, store=store, tree=patched)
-    return out
+        return ExportState(dest, "interrupted", stamp["pending"]["tree"], 0, edited)
+    state = "up to date" if stamp["tree"] == patched else "stale"
+    return ExportState(dest, state, stamp["tree"], len(stamp["files"]), edited)

@@ -11,9 +11,7 @@ the process at.
 
 from __future__ import annotations
 
-import hashlib
 import os
-import signal
 import stat
 
 from overlay.errors import OverlayError
@@ -44,11 +42,15 @@ def checkpoint() -> None:
         return
     _passed[0] += 1
     if _passed[0] == int(spec[1]):
+        import signal  # only when the test hook fires
+
         os.kill(os.getpid(), signal.SIGINT if spec[2:] == ["INT"] else signal.SIGKILL)
 
 
 def _blob_oid(data: bytes, hexlen: int) -> str:
     """``git hash-object`` of ``data`` (sha1, or sha256 for a 64-hex store)."""
+    import hashlib  # OpenSSL's: only when a file's stat data changed since the export
+
     h = hashlib.sha256() if hexlen == 64 else hashlib.sha1()
     h.update(b"blob %d\0" % len(data))
     h.update(data)
