@@ -268,17 +268,12 @@ def test_bracketed_subject_is_kept_and_stable(overlay):
                 load_manifest(str(overlay.root)),
                 str(overlay.root),
                 patches=[
-                    parsed.__class__(
-                        **{
-                            **parsed.__dict__,
-                            "path": str(
-                                overlay.add_patch(
-                                    "0001-rocm-fix-the-header.patch",
-                                    patch,
-                                    listed=False,
-                                )
-                            ),
-                        }
+                    parsed._replace(
+                        path=str(
+                            overlay.add_patch(
+                                "0001-rocm-fix-the-header.patch", patch, listed=False
+                            )
+                        )
                     )
                 ],
             ).patched,

@@ -9,7 +9,14 @@ import os
 from gitfixtures import dead_pid, scratch_leftovers
 from gitfixtures import overlay_process as run
 
-from overlay.fs.atomic import sweep_scratch_dirs
+from overlay.fs.atomic import (
+    _temp_file,
+    atomic_write,
+    scratch_dir,
+    sweep_scratch_dirs,
+    temp_dir,
+    temp_owner,
+)
 
 
 def test_export_sweeps_dead_scratch_dirs(ov, tmp_path):
@@ -33,3 +40,43 @@ def test_sweep_scratch_dirs_keeps_live_and_foreign_directories(tmp_path):
     link.symlink_to(live)
     assert sweep_scratch_dirs(str(tmp_path)) == [dead.name]
     assert live.is_dir() and foreign.is_dir() and link.is_symlink()
+
+
+def test_temp_dir_is_where_tempfile_makes_scratch_directories(tmp_path, monkeypatch):
+    # The sweep looks where scratch_dir makes them, as tempfile would choose.
+    import tempfile
+
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    monkeypatch.setenv("TMPDIR", str(mine))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # tempfile caches its choice
+    assert temp_dir() == tempfile.gettempdir() == str(mine)
+    with scratch_dir("idx") as made:
+        assert os.path.dirname(made) == str(mine)
+        assert os.path.basename(made).startswith(f"overlay-idx-{os.getpid()}-")
+    # A TMPDIR that is not a writable directory is passed over, as tempfile does.
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "absent"))
+    monkeypatch.setenv("TEMP", str(mine))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    assert temp_dir() == tempfile.gettempdir() == str(mine)
+    if os.geteuid() != 0:  # root may write anywhere
+        mine.chmod(0o500)
+        try:
+            assert temp_dir() != str(mine)
+        finally:
+            mine.chmod(0o700)
+
+
+def test_atomic_write_leaves_one_file_of_the_mode_asked_and_no_temp(tmp_path):
+    target = tmp_path / "record.toml"
+    atomic_write(target, b"a = 1\n", mode=0o640)
+    assert target.read_bytes() == b"a = 1\n"
+    assert target.stat().st_mode & 0o777 == 0o640
+    atomic_write(target, b"a = 2\n")  # the mode of the file it replaces
+    assert target.stat().st_mode & 0o777 == 0o640
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["record.toml"]
+    # A temp name is found again as this record's (remove_stale_temps after a kill).
+    fd, tmp = _temp_file(str(tmp_path), "record.toml")
+    os.close(fd)
+    assert temp_owner(os.path.basename(tmp)) == "record.toml"
+    assert oct(os.stat(tmp).st_mode & 0o777) == oct(0o600)

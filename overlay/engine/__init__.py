@@ -29,9 +29,9 @@ module holds the series apply and the carry onto a new base.
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 from overlay.engine.chain import apply_chained
 from overlay.engine.gitapply import (
@@ -64,8 +64,7 @@ from overlay.git.store import (
 from overlay.records.series import Patch
 
 
-@dataclasses.dataclass
-class PatchResult:
+class PatchResult(NamedTuple):
     """How one patch of the series applied.
 
     Attributes:
@@ -272,8 +271,7 @@ def _changed_entries(
     return result
 
 
-@dataclasses.dataclass
-class Carried:
+class Carried(NamedTuple):
     """One patch carried onto a new base by :func:`carry_patch`.
 
     Attributes:

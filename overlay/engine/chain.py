@@ -16,7 +16,6 @@ the patch, the file and the reason.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 from collections.abc import Sequence
@@ -245,6 +244,8 @@ APPLIES_VERSION = 1
 def chain_key(lines: Sequence[str], sections: Sequence[bytes]) -> str:
     """The key of a chain's proof: SHA-256 of everything git is given (the index lines,
     each section's bytes with its length, the version of the flags)."""
+    import hashlib  # OpenSSL's: only where a chain is applied, not on a cached layer
+
     h = hashlib.sha256(b"overlay apply-chain %d\0" % APPLIES_VERSION)
     for line in lines:
         h.update(line.encode("utf-8", "surrogateescape") + b"\0")

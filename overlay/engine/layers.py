@@ -16,10 +16,13 @@ fixed identity and date. git does all merging and applying.
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
+import contextlib
+import functools
+import importlib
 import json
+import sys
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 from overlay import layout
 from overlay.engine import PatchApplyError, PatchResult, apply_series
@@ -34,8 +37,7 @@ from overlay.records.series import Patch, load_series
 LAYERS = ("pin", "forked", "patched")
 
 
-@dataclasses.dataclass
-class Conflict:
+class Conflict(NamedTuple):
     """A carried path where the fork delta conflicts with the pin.
 
     Attributes:
@@ -52,7 +54,7 @@ class Conflict:
     path: str
     hunks: list[tuple[int, int]]
     resolved: bool = False
-    outside: list[tuple[int, str]] = dataclasses.field(default_factory=list)
+    outside: Sequence[tuple[int, str]] = ()
 
     def describe(self) -> str:
         """``path (conflict hunks at lines a-b, c-d)`` for messages."""
@@ -62,8 +64,7 @@ class Conflict:
         return f"{self.path} (conflict hunks at lines {spans})"
 
 
-@dataclasses.dataclass
-class Layers:
+class Layers(NamedTuple):
     """The computed layers and what was learned computing them.
 
     Attributes:
@@ -154,8 +155,7 @@ def changes_outside_conflicts(auto: bytes, resolved: bytes) -> list[tuple[int, s
     return out
 
 
-@dataclasses.dataclass
-class ForkMerge:
+class ForkMerge(NamedTuple):
     """git's merge of the carried fork delta onto a pin, before any resolution.
 
     Attributes:
@@ -306,10 +306,32 @@ def _carried_delta(
 MERGE_CACHE_VERSION = 1
 
 
+def _sha256(data: bytes = b""):
+    """A SHA-256 hash object of ``data`` (:func:`_sha256_new`)."""
+    return _sha256_new()(data)
+
+
+@functools.cache
+def _sha256_new():
+    """SHA-256's constructor: CPython's own implementation (``_sha2``, named
+    ``_sha256`` before 3.12) where there is one, else :mod:`hashlib`'s.
+
+    The layers' cache keys hash a few kilobytes of records on every command that asks
+    for its layers; importing :mod:`hashlib` loads OpenSSL first, which costs more
+    than that hashing. The digests are the same.
+    """
+    # the module of this version first: a failed import searches the whole path
+    names = ("_sha2", "_sha256") if sys.version_info >= (3, 12) else ("_sha256",)
+    for name in names:
+        with contextlib.suppress(ImportError):
+            return importlib.import_module(name).sha256
+    import hashlib  # a Python without CPython's own SHA-256
+
+    return hashlib.sha256
+
+
 def _json_key(*parts) -> str:
-    return hashlib.sha256(
-        json.dumps([MERGE_CACHE_VERSION, *parts]).encode()
-    ).hexdigest()
+    return _sha256(json.dumps([MERGE_CACHE_VERSION, *parts]).encode()).hexdigest()
 
 
 def compute_forked(
@@ -464,7 +486,7 @@ def _cache_key(
     series: Sequence[Patch],
 ) -> str:
     """sha256 over everything a layer depends on: commits, carry globs, resolutions, patch bytes."""
-    h = hashlib.sha256(
+    h = _sha256(
         json.dumps(
             [
                 LAYER_CACHE_VERSION,
@@ -477,11 +499,9 @@ def _cache_key(
         ).encode()
     )
     for path, data in sorted(resolutions.items()):
-        h.update(b"R" + path.encode() + b"\0" + hashlib.sha256(data).digest())
+        h.update(b"R" + path.encode() + b"\0" + _sha256(data).digest())
     for patch in series:
-        h.update(
-            b"P" + patch.name.encode() + b"\0" + hashlib.sha256(patch.data).digest()
-        )
+        h.update(b"P" + patch.name.encode() + b"\0" + _sha256(patch.data).digest())
     return h.hexdigest()
 
 

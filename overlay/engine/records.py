@@ -15,7 +15,6 @@ look-ups: :func:`blob_checker`'s ``known`` (asked only for a pre-image that diff
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from overlay.git.store import Store, TreeEntry, is_sha
@@ -72,14 +71,13 @@ def resolve_records(store: Store, patches: Sequence[Patch]) -> list[Patch]:
 
     def resolved(change: FileChange) -> FileChange:
         old, new = change.old_oid, change.new_oid
-        return dataclasses.replace(
-            change,
+        return change._replace(
             old_oid=full.get(old, old) if old else old,
             new_oid=full.get(new, new) if new else new,
         )
 
     return [
-        dataclasses.replace(patch, changes=tuple(resolved(c) for c in patch.changes))
+        patch._replace(changes=tuple(resolved(c) for c in patch.changes))
         if any(c.old_oid in full or c.new_oid in full for c in patch.changes)
         else patch
         for patch in patches

@@ -12,12 +12,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-import random
 import re
-import shutil
-import signal
 import stat
-import tempfile
 import time
 from collections.abc import Callable, Container, Iterator
 
@@ -77,7 +73,7 @@ def kill_point(name: str) -> None:
         name: the point's name.
     """
     if os.environ.get("OVERLAY_TEST_KILL_AT") == name:
-        os.kill(os.getpid(), signal.SIGKILL)
+        _killed()
 
 
 #: Checkpoints of each family passed in this process (see :func:`counted_kill_point`).
@@ -100,7 +96,14 @@ def counted_kill_point(family: str) -> None:
         return
     _passed[family] = _passed.get(family, 0) + 1
     if _passed[family] == int(count):
-        os.kill(os.getpid(), signal.SIGKILL)
+        _killed()
+
+
+def _killed() -> None:
+    """SIGKILL this process (a test hook's kill)."""
+    import signal  # only when a test hook fires
+
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 #: Kinds of scratch directory overlay makes under the temp directory
@@ -114,6 +117,31 @@ _SCRATCH_RE = re.compile(
 #: A scratch directory without a pid in its name (made before names carried one)
 #: is removed once it is this old: a scratch directory lives for seconds.
 LEGACY_SCRATCH_AGE_S = 24 * 3600
+
+
+#: Where :func:`temp_dir` looks after the environment's choice (``tempfile``'s list
+#: on POSIX).
+_TEMP_DIRS = ("/tmp", "/var/tmp", "/usr/tmp")
+
+
+def temp_dir() -> str:
+    """The directory of scratch directories: ``TMPDIR`` (else ``TEMP``, ``TMP``) when
+    it names a directory this user may write, else the first such of ``/tmp``,
+    ``/var/tmp``, ``/usr/tmp``, else the current directory.
+
+    ``tempfile.gettempdir()`` chooses from the same list on POSIX (it tries a file
+    where this checks permissions). Every command that sweeps asks where; importing
+    :mod:`tempfile` for it (shutil, random, bz2 and lzma with it) would cost each of
+    them more than the sweep.
+
+    Returns:
+        An absolute path.
+    """
+    env = [os.environ.get(k) for k in ("TMPDIR", "TEMP", "TMP")]
+    for d in (*env, *_TEMP_DIRS):
+        if d and os.path.isdir(d) and os.access(d, os.W_OK | os.X_OK):
+            return os.path.abspath(d)
+    return os.getcwd()
 
 
 @contextlib.contextmanager
@@ -132,7 +160,11 @@ def scratch_dir(kind: str) -> Iterator[str]:
     """
     if kind not in SCRATCH_KINDS:
         raise ValueError(f"unknown scratch kind {kind!r}")
-    with tempfile.TemporaryDirectory(prefix=f"overlay-{kind}-{os.getpid()}-") as tmp:
+    import tempfile  # only where a git step needs a scratch directory
+
+    with tempfile.TemporaryDirectory(
+        prefix=f"overlay-{kind}-{os.getpid()}-", dir=temp_dir()
+    ) as tmp:
         kill_point(f"scratch-{kind}")
         yield tmp
 
@@ -146,11 +178,11 @@ def sweep_scratch_dirs(tmpdir: str | None = None) -> list[str]:
     touched; a symlink is never followed.
 
     Args:
-        tmpdir: where to look; default ``tempfile.gettempdir()``.
+        tmpdir: where to look; default :func:`temp_dir`.
     Returns:
         The names removed (sorted).
     """
-    tmpdir = tmpdir or tempfile.gettempdir()
+    tmpdir = tmpdir or temp_dir()
     try:
         names = os.listdir(tmpdir)
     except OSError:
@@ -175,6 +207,8 @@ def sweep_scratch_dirs(tmpdir: str | None = None) -> list[str]:
             else now - st.st_mtime > LEGACY_SCRATCH_AGE_S
         )
         if stale:
+            import shutil  # only when a dead process left a directory
+
             shutil.rmtree(full, ignore_errors=True)
             removed.append(name)
     return sorted(removed)
@@ -189,8 +223,7 @@ def atomic_symlink(target: str, path: str | os.PathLike) -> None:
     path = os.fspath(path)
     directory, base = os.path.split(path)
     while True:
-        rand = "".join(random.choice(_TEMP_CHARS) for _ in range(8))
-        tmp = os.path.join(directory, f".{base}.{rand}.tmp")
+        tmp = _temp_name(directory, base)
         try:
             os.symlink(target, tmp)
             break
@@ -198,6 +231,33 @@ def atomic_symlink(target: str, path: str | os.PathLike) -> None:
             continue
     with _removed_on_failure(tmp):
         os.replace(tmp, path)
+
+
+def _temp_name(directory: str, base: str) -> str:
+    """A new temp name ``DIRECTORY/.BASE.XXXXXXXX.tmp`` (:data:`TEMP_RE`): eight
+    characters of :data:`_TEMP_CHARS`, as ``tempfile.mkstemp`` draws them."""
+    rand = "".join(_TEMP_CHARS[b % len(_TEMP_CHARS)] for b in os.urandom(8))
+    return os.path.join(directory, f".{base}.{rand}.tmp")
+
+
+def _temp_file(directory: str, base: str) -> tuple[int, str]:
+    """Create a new temp file for ``base`` in ``directory`` as ``tempfile.mkstemp``
+    does (``O_EXCL``, mode 0600, not inherited by children, a symlink not followed),
+    without importing :mod:`tempfile`, which every command that writes would pay at
+    start-up (it imports :mod:`shutil`, :mod:`random`, bz2 and lzma).
+
+    Returns:
+        ``(fd, path)``, the file open for writing.
+    Raises:
+        OSError: the directory is missing or not writable.
+    """
+    flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW
+    while True:
+        tmp = _temp_name(directory, base)
+        try:
+            return os.open(tmp, flags, 0o600), tmp
+        except FileExistsError:
+            continue
 
 
 @contextlib.contextmanager
@@ -249,9 +309,7 @@ def atomic_write(
             mode = os.stat(path).st_mode & 0o7777
         except FileNotFoundError:
             mode = DEFAULT_MODE
-    fd, tmp = tempfile.mkstemp(
-        dir=directory, prefix="." + os.path.basename(path) + ".", suffix=".tmp"
-    )
+    fd, tmp = _temp_file(directory, os.path.basename(path))
     with _removed_on_failure(tmp):
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)

@@ -11,13 +11,11 @@ Neither starts a process per object (an export reads a thousand blobs).
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
 import struct
 import subprocess
-import tempfile
 import zlib
 from collections.abc import Iterator, Sequence
+from typing import NamedTuple
 
 from overlay.errors import GitError
 from overlay.git.run import (
@@ -223,8 +221,7 @@ class ObjectReader(CatFile):
             self._started = None
 
 
-@dataclasses.dataclass(frozen=True)
-class TreeEntry:
+class TreeEntry(NamedTuple):
     """One row of ``git ls-tree``: ``mode`` (``100644``, ``160000`` ...), ``kind``
     (``blob``, ``tree``, ``commit`` for a gitlink), ``oid`` and ``path``."""
 
@@ -234,8 +231,7 @@ class TreeEntry:
     path: str
 
 
-@dataclasses.dataclass
-class MergeResult:
+class MergeResult(NamedTuple):
     """What ``git merge-tree --write-tree`` (merge-ort) made of three trees.
 
     Attributes:
@@ -282,6 +278,8 @@ def read_objects(git_dir: str, oids: Sequence[str]) -> Iterator[tuple[str, bytes
     """
     if not oids:
         return
+    import tempfile  # only where objects are read in a batch
+
     with tempfile.TemporaryFile() as names:
         names.write("".join(f"{oid}\n" for oid in oids).encode())
         names.seek(0)
@@ -406,6 +404,8 @@ def synthetic_commits(
         f"<{SYNTHETIC_IDENTITY['GIT_AUTHOR_EMAIL']}> "
         f"{SYNTHETIC_IDENTITY['GIT_AUTHOR_DATE']}"
     )
+    import hashlib  # OpenSSL's: only where commits are written
+
     out: list[tuple[str, bytes]] = []
     for tree, parents, message in specs:
         lines = [f"tree {tree}"]
@@ -450,6 +450,8 @@ def write_typed(git_dir: str, objects: dict[str, tuple[str, bytes]]) -> None:
         # series' apply (docs/engine.md); git's next repack compresses them.
         parts.append(zlib.compress(body, 0))
     pack = b"".join(parts)
+    import hashlib  # OpenSSL's: only where objects are written
+
     pack += hashlib.sha1(pack).digest()
     if len(objects) < UNPACK_LIMIT:
         run_git(["unpack-objects", "-q"], git_dir=git_dir, input=pack)

@@ -15,12 +15,11 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
-import tempfile
 from collections.abc import Sequence
 
 from overlay.errors import GitError
+from overlay.fs.atomic import temp_dir
 from overlay.fs.locks import flocked
 from overlay.git.env import git_env
 
@@ -88,13 +87,27 @@ def git_executable() -> str:
     Raises:
         GitError: git is not installed (exit 2).
     """
-    key = os.environ.get("PATH", "")
+    key = os.environ.get("PATH", os.defpath)
     if key not in _WHICH:
-        _WHICH[key] = shutil.which("git")
+        # shutil.which's lookup on POSIX, written out: importing shutil (which imports
+        # bz2 and lzma) would cost every command more than the lookup itself.
+        dirs = key.split(os.pathsep) if key else []  # an empty PATH finds nothing
+        found = (os.path.join(d or os.curdir, "git") for d in dirs)
+        _WHICH[key] = next(
+            (p for p in found if os.access(p, os.X_OK) and not os.path.isdir(p)),
+            None,
+        )
     path = _WHICH[key]
     if path is None:
         raise GitError("git not found on PATH", hint="install git 2.38 or newer")
     return path
+
+
+def neutral_cwd() -> str:
+    """A working directory for a git child that has no repository of its own: the temp
+    directory (:func:`overlay.fs.atomic.temp_dir`), never the user's current
+    directory, where a repository's configuration would apply."""
+    return temp_dir()
 
 
 def run_git(
@@ -134,7 +147,7 @@ def run_git(
         if git_dir is not None and os.path.isdir(git_dir):
             cwd = git_dir
         else:
-            cwd = tempfile.gettempdir()
+            cwd = neutral_cwd()
     proc = subprocess.run(
         cmd,
         input=input,
@@ -220,6 +233,8 @@ def create_bare_repo(git_dir: str) -> None:
     """
     parent = os.path.dirname(git_dir)
     os.makedirs(parent, exist_ok=True)
+    import tempfile  # only where a store is made
+
     with tempfile.TemporaryDirectory(
         prefix=f".{os.path.basename(git_dir)}.init-{os.getpid()}-", dir=parent
     ) as scratch:
@@ -265,7 +280,9 @@ def git_ignored(root: str | os.PathLike, rels: Sequence[str]) -> set[str]:
         input=("\0".join(rels) + "\0").encode("utf-8", "surrogateescape"),
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
-        cwd=tempfile.gettempdir(),
+        # `-C` moves git into the repository before it looks for one, so where the
+        # process starts is never read: the file system's root, always there.
+        cwd=os.sep,
         env=git_env(user_config=True),
         check=False,
     )
@@ -287,7 +304,7 @@ def user_identity(repo: str) -> str | None:
         try:
             proc = subprocess.run(
                 [git_executable(), "-C", repo, "config", "--get", key],
-                cwd=tempfile.gettempdir(),
+                cwd=neutral_cwd(),
                 env=git_env(user_config=True),
                 capture_output=True,
             )
@@ -306,7 +323,7 @@ def git_version() -> str | None:
         proc = subprocess.run(
             [git_executable(), "--version"],
             capture_output=True,
-            cwd=tempfile.gettempdir(),
+            cwd=neutral_cwd(),
             env=git_env(),
             timeout=10.0,
         )
@@ -324,7 +341,7 @@ def remote_reachable(url: str, *, timeout: float = 10.0) -> bool:
         proc = subprocess.run(
             [git_executable(), "ls-remote", "--heads", "--end-of-options", url],
             capture_output=True,
-            cwd=tempfile.gettempdir(),
+            cwd=neutral_cwd(),
             env=git_env(user_config=True),
             timeout=timeout,
         )

@@ -10,15 +10,14 @@ here. Applying is git's job (:mod:`overlay.engine`).
 
 from __future__ import annotations
 
-import dataclasses
 import re
+from typing import NamedTuple
 
 from overlay.errors import PatchFormatError
 from overlay.fs.paths import check_path
 
 
-@dataclasses.dataclass(frozen=True)
-class Hunk:
+class Hunk(NamedTuple):
     """One hunk: pre-image and post-image line ranges (1-based starts, lengths)."""
 
     source_start: int
@@ -28,8 +27,7 @@ class Hunk:
     section: str
 
 
-@dataclasses.dataclass(frozen=True)
-class FileChange:
+class FileChange(NamedTuple):
     """What one patch does to one file.
 
     Attributes:
@@ -188,9 +186,12 @@ _HUNK_HEAD = re.compile(rb"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 MAX_HUNK_LINES = 10_000_000
 
 
-@dataclasses.dataclass
 class _ExtHeaders:
-    """What the extended header lines of one file's diff (before its first ``@@``) say."""
+    """What the extended header lines of one file's diff (before its first ``@@``) say.
+
+    A plain class: its attributes start as the class's values below and are set as
+    lines are read (a dataclass would cost every command's start-up for nothing).
+    """
 
     src: str | None = None
     dst: str | None = None
@@ -243,16 +244,19 @@ class _ExtHeaders:
         return (None if self.added_file else src), (None if self.deleted_file else dst)
 
 
-@dataclasses.dataclass
 class _Body:
-    """What follows the extended headers of one file's diff: hunks or a binary patch."""
+    """What follows the extended headers of one file's diff: hunks or a binary patch
+    (a plain class, as :class:`_ExtHeaders`)."""
 
-    hunks: list[Hunk] = dataclasses.field(default_factory=list)
+    hunks: list[Hunk]
     binary: bool = False
     binary_data: bool = False
     added: int = 0
     removed: int = 0
     nul_line: int | None = None
+
+    def __init__(self) -> None:
+        self.hunks = []
 
 
 def parse_file_diff(section: bytes, first_line: int, name: str) -> FileChange:

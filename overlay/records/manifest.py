@@ -9,11 +9,11 @@ documented in ``docs/manifest.md``.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
 import tomllib
 from collections.abc import Mapping
+from typing import NamedTuple
 
 from overlay import layout
 from overlay.checks.locate import find_root  # noqa: F401 - re-exported (it lived here)
@@ -47,8 +47,7 @@ OPTIONAL: dict[str, dict[str, type]] = {
 _URL_RE = re.compile(r"^(https?|ssh|git|file)://\S+$|^[\w.-]+@[\w.-]+:\S+$")
 
 
-@dataclasses.dataclass(frozen=True)
-class Manifest:
+class Manifest(NamedTuple):
     """The validated manifest.
 
     Attributes:

@@ -14,9 +14,9 @@ for the modules that import them from :mod:`overlay.records.series`.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Callable, Collection, Sequence
+from typing import NamedTuple
 
 from overlay import layout
 from overlay.errors import OverlayError, PatchFormatError
@@ -30,8 +30,7 @@ from overlay.records.mailhead import is_patch_break as is_patch_break  # re-expo
 from overlay.records.mailhead import parse_head, split_patch
 
 
-@dataclasses.dataclass(frozen=True)
-class Patch:
+class Patch(NamedTuple):
     """A parsed patch file.
 
     Attributes:

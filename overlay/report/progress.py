@@ -19,7 +19,6 @@ Where it shows (:func:`progress_mode`):
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 import threading
 import time
@@ -206,6 +205,8 @@ class LiveProgress:
 
     def _fit(self, text: str) -> str:
         """``text``, or its end after ``...`` when it is wider than the terminal allows."""
+        import shutil  # only when a progress line is drawn (it imports bz2 and lzma)
+
         width = max(
             20, shutil.get_terminal_size((100, 20)).columns - len(self.label) - 40
         )
