@@ -1,4 +1,5 @@
-"""A package's names, imported from its modules when first used (PEP 562).
+"""A package's names, imported from its modules when first used (PEP 562), and
+regular expressions compiled when first used (:func:`lazy_pattern`).
 
 A package that re-exports its modules' names (``from overlay.records import fixes;
 fixes.load(...)``) would otherwise import every module of it as soon as any one is
@@ -14,9 +15,10 @@ start-up of its own, more than the hook below, so the hook is written here.
 from __future__ import annotations
 
 import importlib
+import re
 import sys
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, cast, overload
 
 
 def attach(
@@ -60,3 +62,41 @@ def attach(
         return sorted(names)
 
     return __getattr__, __dir__
+
+
+@overload
+def lazy_pattern(regex: str, flags: int = 0) -> re.Pattern[str]: ...
+@overload
+def lazy_pattern(regex: bytes, flags: int = 0) -> re.Pattern[bytes]: ...
+def lazy_pattern(regex: str | bytes, flags: int = 0) -> re.Pattern:
+    """A module's regular expression, compiled by :func:`re.compile` when first used.
+
+    A module's patterns compiled at import cost every command that imports it, most
+    of which never match against them (``status`` loads the patch parser's and the
+    manifest's, and uses a few). Each attribute asked for (``match``, ``sub``,
+    ``pattern`` ...) is then the compiled pattern's own, kept on the object, so a
+    second call costs what a call on a compiled pattern costs.
+
+    Args:
+        regex, flags: as for :func:`re.compile`.
+    Returns:
+        An object that answers as the compiled pattern does (typed as one). It is not
+        a :class:`re.Pattern`: pass ``.pattern`` where a function of :mod:`re` wants one.
+    Raises:
+        re.error: (on first use) the expression does not compile.
+    """
+    return cast(re.Pattern, _Pattern(regex, flags))
+
+
+class _Pattern:
+    """A regular expression compiled on its first use (see :func:`lazy_pattern`)."""
+
+    def __init__(self, regex: str | bytes, flags: int) -> None:
+        self._args = (regex, flags)
+
+    def __getattr__(self, name: str) -> Any:
+        # Called only for a name not yet kept: compile (re caches it too), keep, answer.
+        regex, flags = self._args
+        value = getattr(re.compile(regex, flags), name)
+        self.__dict__[name] = value
+        return value

@@ -144,3 +144,27 @@ def test_the_heading_rewrite_loads_none_of_the_checks():
         "overlay.edit.start",
     ):
         assert heavy not in loaded
+
+
+def test_a_lazy_pattern_compiles_on_first_use_and_answers_as_the_pattern(monkeypatch):
+    import re
+
+    from overlay.lazy import lazy_pattern
+
+    compiled = []
+    real = re.compile
+    monkeypatch.setattr(re, "compile", lambda *a: compiled.append(a) or real(*a))
+    hunk = lazy_pattern(rb"^@@ -(\d+)(?:,(\d+))? @@")
+    word = lazy_pattern(r"^[a-z]+$", re.I)
+    assert compiled == []  # nothing compiled at definition
+    assert hunk.match(b"@@ -3,4 @@").groups() == (b"3", b"4")
+    assert compiled == [(rb"^@@ -(\d+)(?:,(\d+))? @@", 0)]
+    assert hunk.match(b"@@ -1 @@")  # a method asked for again is the one kept
+    assert len(compiled) == 1
+    assert word.fullmatch("MiXed") and not word.fullmatch("two words")
+    assert word.sub("x", "abc") == "x" and word.pattern == "^[a-z]+$"
+    # one compile per new attribute (re's own cache answers the later ones)
+    assert compiled[1:] == [(r"^[a-z]+$", re.I)] * 3
+    broken = lazy_pattern(r"(unclosed")
+    with pytest.raises(re.error):
+        broken.match("x")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import functools
 import os
-import re
 import shlex
 import subprocess
 import threading
@@ -33,6 +32,7 @@ from overlay.build.units import (
     run_units,
 )
 from overlay.errors import OverlayError
+from overlay.lazy import lazy_pattern
 
 #: Arguments a syntax-only run must not pass on, besides the object and the dependency
 #: file's (:func:`overlay.build.symbols.drop_flags`): compile-only (``-c``) and the
@@ -89,7 +89,7 @@ def _syntax_only_shell(
     return " && ".join(kept)
 
 
-_MISSING_INCLUDE_RE = re.compile(
+_MISSING_INCLUDE_RE = lazy_pattern(
     r"fatal error: (?:'(?P<clang>[^']+)' file not found"
     r"|(?P<gcc>[^\s:][^:]*): No such file or directory)"
 )

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import time
 
 from overlay.build.cache import resolve_cache
@@ -17,6 +16,7 @@ from overlay.build.results import BuildResult
 from overlay.build.runlog import BuildLog, run_logged
 from overlay.build.toolchain import Toolchain
 from overlay.errors import EXIT_FINDINGS, OverlayError
+from overlay.lazy import lazy_pattern
 
 CONFIGURE_RECORD = ".overlay-configure.json"
 
@@ -27,15 +27,15 @@ class BuildError(OverlayError):
     exit_code = EXIT_FINDINGS
 
 
-_CMAKE_ERROR_RE = re.compile(
+_CMAKE_ERROR_RE = lazy_pattern(
     r"^CMake Error(?: (?:at|in) (?P<where>[^\s:][^:]*(?::\d+)?(?: \([^)]*\))?))?:\s*(?P<msg>.*)$"
 )
 
 
-_CMAKE_FRAME_RE = re.compile(r"^\s+(?P<where>\S[^:]*:\d+ \([^)]*\))\s*$")
+_CMAKE_FRAME_RE = lazy_pattern(r"^\s+(?P<where>\S[^:]*:\d+ \([^)]*\))\s*$")
 
 
-_NOT_FOUND_RE = re.compile(r"^\s*(?:-- )?(?P<line>Could NOT find \S.*)$")
+_NOT_FOUND_RE = lazy_pattern(r"^\s*(?:-- )?(?P<line>Could NOT find \S.*)$")
 
 
 def cmake_error_summary(output: str) -> str:

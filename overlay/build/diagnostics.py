@@ -37,34 +37,38 @@ import re
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from overlay.lazy import lazy_pattern
+
 if TYPE_CHECKING:
     from overlay.build.attribute import Origin
 
 ERROR = "error"
 UNDEFINED = "undefined"
 
-ANSI_RE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-_DIAG_RE = re.compile(
+ANSI_RE = lazy_pattern(r"\x1b\[[0-9;]*[A-Za-z]")
+_DIAG_RE = lazy_pattern(
     r"^(?P<path>[^\s:][^:]*):(?P<line>\d+):(?:(?P<col>\d+):)?\s*"
     r"(?P<kind>fatal error|error|note|warning):\s*(?P<msg>.*)$"
 )
-_HERE_RE = re.compile(
+_HERE_RE = lazy_pattern(
     r"^(?P<path>[^\s:][^:]*):(?P<line>\d+):(?:(?P<col>\d+):)?\s+required from here"
 )
 #: The first line of a new GCC/Clang context (``x.h: In instantiation of ...``,
 #: ``x.cpp: In function ...``, ``In file included from ...``): the ``required from
 #: here`` that places the next system-header error comes after it.
-_CONTEXT_RE = re.compile(r"^(?:In file included from |[^\s:][^:]*: (?:In |At global))")
+_CONTEXT_RE = lazy_pattern(
+    r"^(?:In file included from |[^\s:][^:]*: (?:In |At global))"
+)
 #: A Clang instantiation-chain note (``in instantiation of function template
 #: specialization 'f<int>' requested here``): the only note that moves an error.
-_REQUESTED_RE = re.compile(r"^in instantiation of\b.*\brequested here$")
+_REQUESTED_RE = lazy_pattern(r"^in instantiation of\b.*\brequested here$")
 #: GCC 14+'s structured notes (``  • there is 1 candidate``).
-_BULLET_RE = re.compile(r"^\s+[\u2022*-]\s+(?P<msg>.*)$")
-_UNDEF_RE = re.compile(
+_BULLET_RE = lazy_pattern(r"^\s+[\u2022*-]\s+(?P<msg>.*)$")
+_UNDEF_RE = lazy_pattern(
     r"undefined (?:reference to [`'\u2018]|symbol: )(?P<sym>[^'\u2019\n]+)"
 )
 #: An error line with no file and line: the driver's, the linker's.
-_UNLOCATED_RE = re.compile(
+_UNLOCATED_RE = lazy_pattern(
     r"^(?P<tool>[^\s:]+): (?:fatal )?error: (?P<msg>.*)$|.*undefined reference to .*"
 )
 

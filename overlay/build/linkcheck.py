@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 
 from overlay.build.runlog import BuildLog
 from overlay.build.toolchain import Toolchain
+from overlay.lazy import lazy_pattern
 
 
 @dataclasses.dataclass
@@ -98,7 +99,7 @@ class LinkCheck:
         return out
 
 
-_NM_LINE_RE = re.compile(
+_NM_LINE_RE = lazy_pattern(
     r"^(?P<file>.+?)(?:\[(?P<member>[^\]]+)\])?: (?P<name>\S+) (?P<type>\S)(?:\s|$)"
 )
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import re
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
@@ -29,11 +28,12 @@ from overlay.export import export_tree
 from overlay.fs.atomic import atomic_write
 from overlay.fs.locks import dir_lock
 from overlay.git.store import Store
+from overlay.lazy import lazy_pattern
 
 if TYPE_CHECKING:
     from overlay.workspace import Workspace
 
-_PROGRESS_RE = re.compile(r"^\[(\d+)/(\d+)\] (.*)$")
+_PROGRESS_RE = lazy_pattern(r"^\[(\d+)/(\d+)\] (.*)$")
 
 
 def changed_paths(store: Store, layers: Layers) -> list[str]:

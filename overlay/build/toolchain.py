@@ -15,6 +15,7 @@ import subprocess
 from collections.abc import Sequence
 
 from overlay.errors import OverlayError
+from overlay.lazy import lazy_pattern
 
 BACKENDS = ("rocm", "cpu", "cuda")
 
@@ -24,7 +25,7 @@ ENV_TOOLCHAIN_DIR = "OVERLAY_TOOLCHAIN_DIR"
 
 
 #: Architectures for which the fork's CMake requires rocWMMA (not in Debian's packages).
-ROCWMMA_ARCH_RE = re.compile(r"^(gfx1[12]|gfx908|gfx90a|gfx942)")
+ROCWMMA_ARCH_RE = lazy_pattern(r"^(gfx1[12]|gfx908|gfx90a|gfx942)")
 
 
 class ToolchainError(OverlayError):

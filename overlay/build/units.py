@@ -12,7 +12,6 @@ import concurrent.futures
 import dataclasses
 import json
 import os
-import re
 import shlex
 import subprocess
 import threading
@@ -23,6 +22,7 @@ from overlay.build.cache import launcher_path
 from overlay.build.results import BuildResult, UnitResult
 from overlay.build.runlog import BuildLog, run_logged
 from overlay.build.toolchain import Toolchain, ToolchainError
+from overlay.lazy import lazy_pattern
 
 SOURCE_SUFFIXES = (".cpp", ".cc", ".cxx", ".c", ".hip", ".cu")
 
@@ -91,7 +91,7 @@ def tu_argv(
     )
 
 
-_CUSTOM_RE = re.compile(r"^build (\S+?)(?: \|[^:]*)?: CUSTOM_COMMAND (\S+)")
+_CUSTOM_RE = lazy_pattern(r"^build (\S+?)(?: \|[^:]*)?: CUSTOM_COMMAND (\S+)")
 
 
 def hip_targets(obj: str) -> dict[str, str]:

@@ -14,12 +14,12 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
-import re
 from collections.abc import Callable
 
 from overlay import layout
 from overlay.errors import GitError, OverlayError, PatchFormatError, UnsafePath
 from overlay.git.store import Store, is_sha
+from overlay.lazy import lazy_pattern
 from overlay.records import fixes
 from overlay.records.series import load_series
 
@@ -31,7 +31,7 @@ UPSTREAM_SCOPES = ("refs/remotes/upstream/", "refs/tags/")
 
 
 #: An abbreviated or full commit name in prose (8 to 40 hex digits, whole word).
-_SHA_RE = re.compile(r"(?<![0-9A-Za-z])[0-9a-f]{8,40}(?![0-9A-Za-z])")
+_SHA_RE = lazy_pattern(r"(?<![0-9A-Za-z])[0-9a-f]{8,40}(?![0-9A-Za-z])")
 
 
 @dataclasses.dataclass(frozen=True)

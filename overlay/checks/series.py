@@ -23,6 +23,7 @@ from overlay.errors import PatchFormatError, UnsafePath
 from overlay.fs.reading import RecordError
 from overlay.git.run import git_ignored
 from overlay.git.store import Store, first_error_line, run_git
+from overlay.lazy import lazy_pattern
 from overlay.records.manifest import Manifest
 from overlay.records.markers import marker_lines
 from overlay.records.patchfmt import ZERO_FROM
@@ -34,7 +35,7 @@ from overlay.records.series import (
     read_series,
 )
 
-_INDEX_RE = re.compile(rb"^index ([0-9a-f]+)\.\.([0-9a-f]+)", re.M)
+_INDEX_RE = lazy_pattern(rb"^index ([0-9a-f]+)\.\.([0-9a-f]+)", re.M)
 
 
 def _line_of(data: bytes, offset: int) -> int:

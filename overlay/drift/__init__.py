@@ -48,9 +48,10 @@ from overlay.drift.declarations import (
 )
 from overlay.drift.owners import free_function_owner, is_namespace
 from overlay.git.store import Store
+from overlay.lazy import lazy_pattern
 
-_QUOTED = re.compile(r"[`'\u2018\"]([^`'\u2019\"]+)[`'\u2019\"]")
-_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_QUOTED = lazy_pattern(r"[`'\u2018\"]([^`'\u2019\"]+)[`'\u2019\"]")
+_IDENT = lazy_pattern(r"[A-Za-z_][A-Za-z0-9_]*")
 _COMMON = frozenset(
     """
 int void char bool float double long short unsigned signed const constexpr static inline auto

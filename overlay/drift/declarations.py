@@ -18,9 +18,10 @@ from collections.abc import Sequence
 
 from overlay.build.diagnostics import Diagnostic
 from overlay.git.store import Store
+from overlay.lazy import lazy_pattern
 
 HEADER_GLOBS = ("*.h", "*.hpp", "*.hh", "*.cuh")
-_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_IDENT = lazy_pattern(r"[A-Za-z_][A-Za-z0-9_]*")
 _Q = "[`'\u2018]"  # an opening quote (GCC uses \u2018...\u2019 in UTF-8 locales)
 _UNQ = "[`'\u2019]"  # a closing quote
 _NQ = "[^`'\u2018\u2019]"

@@ -15,12 +15,14 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
+from overlay.lazy import lazy_pattern
+
 #: Words that start a statement, not a declaration: ``return f(x);`` declares nothing.
 _STATEMENT_WORDS = frozenset(
     "return if else while for switch case throw delete new co_return do using typedef".split()
 )
 #: A declaration's head at the start of a line: type words, then ``name(``.
-_DECL_HEAD = re.compile(
+_DECL_HEAD = lazy_pattern(
     r"(?m)^[ \t]*(?P<types>(?:[\w:<>,*&]+[ \t]+)+)[*&]?(?:\w+::)*(?P<name>\w+)\s*\("
 )
 SOURCE_SUFFIXES = (".cpp", ".hip", ".cu", ".cc")

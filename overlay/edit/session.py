@@ -7,7 +7,6 @@ import contextlib
 import dataclasses
 import json
 import os
-import re
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -15,6 +14,7 @@ from overlay import layout
 from overlay.errors import OverlayError
 from overlay.fs.atomic import atomic_write
 from overlay.fs.records_lock import state_lock
+from overlay.lazy import lazy_pattern
 from overlay.rebase.ondisk import run_in_progress
 
 if TYPE_CHECKING:
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 #: The work tree's branch.
 BRANCH = "refs/heads/overlay-edit"
 #: A new patch's name: one file name, letters, digits, ``.``, ``_``, ``-`` (quilt's habit).
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+_NAME_RE = lazy_pattern(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 
 
 @dataclasses.dataclass

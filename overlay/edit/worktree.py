@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import shutil
 import subprocess
 
@@ -15,10 +14,11 @@ from overlay.fs.atomic import atomic_write
 from overlay.fs.locks import pid_alive
 from overlay.fs.paths import check_path
 from overlay.git.store import CatFile, Store, run_git
+from overlay.lazy import lazy_pattern
 
 #: The private index a snapshot adds the work tree to, and its git lock:
 #: ``overlay-record-<pid>.index[.lock]`` (``overlay-record.index`` before names had a pid).
-_PRIVATE_INDEX_RE = re.compile(
+_PRIVATE_INDEX_RE = lazy_pattern(
     r"^overlay-record(?:-(?P<pid>\d{1,9}))?\.index(?:\.lock)?$"
 )
 

@@ -12,19 +12,19 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import stat
 import time
 from collections.abc import Callable, Container, Iterator
 
 from overlay.fs.locks import pid_alive
+from overlay.lazy import lazy_pattern
 
 DEFAULT_MODE = 0o644
 
 #: Temp names written by this module: ``.NAME.XXXXXXXX.tmp`` next to ``NAME``
 #: (``tempfile.mkstemp``'s eight characters), so a later run can find the ones a
 #: killed process left behind.
-TEMP_RE = re.compile(r"^\.(?P<name>.+)\.[a-z0-9_]{8}\.tmp$")
+TEMP_RE = lazy_pattern(r"^\.(?P<name>.+)\.[a-z0-9_]{8}\.tmp$")
 _TEMP_CHARS = "abcdefghijklmnopqrstuvwxyz0123456789_"
 
 
@@ -111,7 +111,7 @@ def _killed() -> None:
 #: commits are written from memory) but still swept: an older overlay killed while
 #: writing them left one.
 SCRATCH_KINDS = ("idx", "commits", "merge")
-_SCRATCH_RE = re.compile(
+_SCRATCH_RE = lazy_pattern(
     r"^overlay-(?:idx|commits|merge)-(?:(?P<pid>\d{1,9})-)?[a-z0-9_]{8}$"
 )
 #: A scratch directory without a pid in its name (made before names carried one)

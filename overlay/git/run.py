@@ -14,7 +14,6 @@ long-lived readers of :mod:`overlay.git.objects`, :func:`git_env` and
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 from collections.abc import Sequence
 
@@ -22,6 +21,7 @@ from overlay.errors import GitError
 from overlay.fs.atomic import temp_dir
 from overlay.fs.locks import flocked
 from overlay.git.env import git_env
+from overlay.lazy import lazy_pattern
 
 #: ``-c`` options passed to every git call (docs/design.md §10: determinism flags).
 GIT_FLAGS: tuple[str, ...] = (
@@ -64,7 +64,7 @@ SYNTHETIC_IDENTITY = {
 
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 NULL_OID = "0" * 40
-_SHA_RE = re.compile(r"^[0-9a-f]{40}$")
+_SHA_RE = lazy_pattern(r"^[0-9a-f]{40}$")
 
 
 def is_sha(value: str) -> bool:

@@ -41,6 +41,7 @@ from overlay.importer.patches import (
 )
 from overlay.importer.reading import Upstream, WholeFile
 from overlay.importer.rows import FileRow, file_rows
+from overlay.lazy import lazy_pattern
 from overlay.records import fixes
 from overlay.records.manifest import (
     Manifest,
@@ -50,7 +51,7 @@ from overlay.records.manifest import (
 from overlay.records.markers import conflict_regions
 from overlay.records.patchfmt import DEFAULT_AUTHOR
 
-_OWNER_NAME = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
+_OWNER_NAME = lazy_pattern(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
 
 
 @dataclasses.dataclass

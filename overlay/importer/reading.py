@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import re
 
 from overlay import layout
 from overlay.errors import OverlayError
@@ -18,6 +17,7 @@ from overlay.fs.reading import (
     scan_record_dir,
 )
 from overlay.git.run import git_ignored
+from overlay.lazy import lazy_pattern
 from overlay.records import fixes
 
 UPSTREAM_FILE = "UPSTREAM"
@@ -32,10 +32,10 @@ UPSTREAM_KEYS = (
 #: The tree part of a whole-file overlay directory; everything else in it is records or notes.
 TREE_NAMES = ("mlx", "CMakeLists.txt")
 
-_UPSTREAM_LINE = re.compile(
+_UPSTREAM_LINE = lazy_pattern(
     r"^(?P<key>[A-Za-z_][A-Za-z0-9_.-]*)\s*[:=]\s*(?P<value>.*?)\s*$"
 )
-_HEX_REF = re.compile(r"^[0-9a-fA-F]{7,40}$")
+_HEX_REF = lazy_pattern(r"^[0-9a-fA-F]{7,40}$")
 
 
 @dataclasses.dataclass(frozen=True)

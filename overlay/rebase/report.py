@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 from collections.abc import Sequence
 from typing import Any
 
 from overlay import layout
 from overlay.fs.atomic import atomic_write
+from overlay.lazy import lazy_pattern
 from overlay.rebase.state import Bases
 from overlay.report.templating import render_report, render_template
 
@@ -219,7 +219,7 @@ def last_rebase_pin(root: str, pin: str) -> str | None:
 
 #: A header line of ``git range-diff --no-color``: ``1:  abc1234 = 1:  def5678 subject``
 #: (``-:  -------`` on the side a patch is missing from).
-_RANGE_HEAD = re.compile(
+_RANGE_HEAD = lazy_pattern(
     r"^\s*(\d+|-):\s+(?:[0-9a-f]+|-+)\s([<>=!])\s+(\d+|-):\s+(?:[0-9a-f]+|-+)\s(.*)$"
 )
 

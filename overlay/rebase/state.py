@@ -22,12 +22,12 @@ import dataclasses
 import enum
 import json
 import os
-import re
 from typing import Any, ClassVar
 
 from overlay import layout
 from overlay.fs.atomic import atomic_write
 from overlay.fs.reading import read_record
+from overlay.lazy import lazy_pattern
 
 #: The ``format`` a run writes; earlier versions wrote the same.
 STATE_FORMAT = 1
@@ -61,7 +61,7 @@ class Phase(enum.Enum):
 
 
 #: An rr-cache key.
-_SHA256 = re.compile(r"[0-9a-f]{64}")
+_SHA256 = lazy_pattern(r"[0-9a-f]{64}")
 
 
 def _str_list(value: Any, what: str) -> list[str]:

@@ -15,6 +15,7 @@ from typing import NamedTuple
 
 from overlay.errors import PatchFormatError
 from overlay.fs.paths import check_path
+from overlay.lazy import lazy_pattern
 
 
 class Hunk(NamedTuple):
@@ -180,8 +181,8 @@ def _diff_git_paths(line: bytes) -> tuple[str | None, str | None]:
     return _header_path(parts[0], "prefixed"), _header_path(parts[-1], "prefixed")
 
 
-_INDEX_LINE = re.compile(rb"^index ([0-9a-f]+)\.\.([0-9a-f]+)(?: (\d{6}))?\r?$")
-_HUNK_HEAD = re.compile(rb"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
+_INDEX_LINE = lazy_pattern(rb"^index ([0-9a-f]+)\.\.([0-9a-f]+)(?: (\d{6}))?\r?$")
+_HUNK_HEAD = lazy_pattern(rb"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 #: a hunk larger than this many lines is not a source patch (ValueError-free bound).
 MAX_HUNK_LINES = 10_000_000
 

@@ -16,9 +16,10 @@ import re
 from typing import NamedTuple
 
 from overlay.errors import PatchFormatError
+from overlay.lazy import lazy_pattern
 
-_SUBJECT_TAG = re.compile(r"^\[PATCH[^\]]*\]\s*")
-_TRAILER = re.compile(r"^([A-Za-z][A-Za-z0-9-]*):\s*(.*)$")
+_SUBJECT_TAG = lazy_pattern(r"^\[PATCH[^\]]*\]\s*")
+_TRAILER = lazy_pattern(r"^([A-Za-z][A-Za-z0-9-]*):\s*(.*)$")
 
 
 class PatchHead(NamedTuple):
@@ -184,7 +185,7 @@ def _message_and_notes(body: list[str]) -> tuple[int, list[str], list[str]]:
     return brk, message, notes
 
 
-_SIMPLE_HEADER = re.compile(r"^([A-Za-z][A-Za-z0-9-]*):([\t\x20-\x7e]*)$")
+_SIMPLE_HEADER = lazy_pattern(r"^([A-Za-z][A-Za-z0-9-]*):([\t\x20-\x7e]*)$")
 
 
 class _Headers:

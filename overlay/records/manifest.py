@@ -10,7 +10,6 @@ documented in ``docs/manifest.md``.
 from __future__ import annotations
 
 import os
-import re
 import tomllib
 from collections.abc import Mapping
 from typing import NamedTuple
@@ -22,6 +21,7 @@ from overlay.fs.atomic import atomic_write, write_if_changed
 from overlay.fs.paths import Carry
 from overlay.fs.reading import RecordError, RecordMissing, read_record_text
 from overlay.git.store import is_sha
+from overlay.lazy import lazy_pattern
 
 #: table -> {key: type}; every key is required.
 SCHEMA: dict[str, dict[str, type]] = {
@@ -44,7 +44,7 @@ OPTIONAL: dict[str, dict[str, type]] = {
     },
 }
 
-_URL_RE = re.compile(r"^(https?|ssh|git|file)://\S+$|^[\w.-]+@[\w.-]+:\S+$")
+_URL_RE = lazy_pattern(r"^(https?|ssh|git|file)://\S+$|^[\w.-]+@[\w.-]+:\S+$")
 
 
 class Manifest(NamedTuple):
@@ -343,8 +343,8 @@ def write_manifest(root: str, text: str, *, if_changed: bool = False) -> None:
         atomic_write(path, text.encode())
 
 
-_TABLE_LINE = re.compile(r"^\s*\[\s*([A-Za-z0-9_-]+)\s*\]\s*(?:#.*)?$")
-_PIN_LINE = re.compile(
+_TABLE_LINE = lazy_pattern(r"^\s*\[\s*([A-Za-z0-9_-]+)\s*\]\s*(?:#.*)?$")
+_PIN_LINE = lazy_pattern(
     r'^(\s*(pin|commit|merge-base)\s*=\s*")([0-9a-f]{40})("\s*(?:#.*)?)$'
 )
 _PIN_KEYS = {("upstream", "pin"), ("fork", "commit"), ("fork", "merge-base")}

@@ -22,12 +22,12 @@ verify and ``--continue`` refuse honest documents (shared case 11).
 
 from __future__ import annotations
 
-import re
+from overlay.lazy import lazy_pattern
 
-_OPEN = re.compile(rb"^<{7}(?: |\r?$)")
-_BASE = re.compile(rb"^\|{7}(?: |\r?$)")
-_SEP = re.compile(rb"^={7}\r?$")
-_CLOSE = re.compile(rb"^>{7}(?: |\r?$)")
+_OPEN = lazy_pattern(rb"^<{7}(?: |\r?$)")
+_BASE = lazy_pattern(rb"^\|{7}(?: |\r?$)")
+_SEP = lazy_pattern(rb"^={7}\r?$")
+_CLOSE = lazy_pattern(rb"^>{7}(?: |\r?$)")
 
 
 def marker_lines(data: bytes | str) -> list[tuple[int, str]]:

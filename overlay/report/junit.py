@@ -23,8 +23,10 @@ import re
 import xml.etree.ElementTree as ET
 from collections.abc import Iterable, Sequence
 
+from overlay.lazy import lazy_pattern
+
 #: Characters XML 1.0 does not allow (its ``Char`` production, inverted).
-_XML_INVALID = re.compile("[^\t\n\r\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+_XML_INVALID = lazy_pattern("[^\t\n\r\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
 STATUSES = ("passed", "failed", "skipped")
 

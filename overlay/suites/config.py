@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import math
 import os
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -36,6 +35,7 @@ from typing import Any
 from overlay import layout
 from overlay.errors import OverlayError
 from overlay.fs.reading import RecordError, RecordMissing, read_record_text
+from overlay.lazy import lazy_pattern
 from overlay.records.manifest import load_toml
 
 __all__ = [
@@ -81,9 +81,9 @@ _SUITE_KEYS = frozenset(
     }
 )
 _MARKER_KEYS = frozenset({"stream", "text", "expect"})
-_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
-_ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_EXPECT_RE = re.compile(r"^\s*(?:(exactly|at\s+least)\s+(\d+)|(never))\s*$")
+_NAME_RE = lazy_pattern(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+_ENV_RE = lazy_pattern(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_EXPECT_RE = lazy_pattern(r"^\s*(?:(exactly|at\s+least)\s+(\d+)|(never))\s*$")
 
 
 class SuiteConfigError(OverlayError):

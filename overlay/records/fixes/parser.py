@@ -22,6 +22,7 @@ from overlay.fs.reading import (
     read_record,
     read_record_text,
 )
+from overlay.lazy import lazy_pattern
 from overlay.records.fixes.model import (
     RETARGET_PREFIX,
     SECTION_HEADINGS,
@@ -32,27 +33,29 @@ from overlay.records.fixes.model import (
     Section,
 )
 
-_TITLE_RE = re.compile(r"^Local changes relative to (?P<repo>\S+?)@(?P<sha>\S+)$")
-_RETARGET_RE = re.compile(r"^Retarget onto the MLX pin \((?P<pin>[^()\s]*)\)$")
-_HEADING_RE = re.compile(r"^(?P<hashes>#{1,6})(?:\s+(?P<text>.*?))?\s*$")
+_TITLE_RE = lazy_pattern(r"^Local changes relative to (?P<repo>\S+?)@(?P<sha>\S+)$")
+_RETARGET_RE = lazy_pattern(r"^Retarget onto the MLX pin \((?P<pin>[^()\s]*)\)$")
+_HEADING_RE = lazy_pattern(r"^(?P<hashes>#{1,6})(?:\s+(?P<text>.*?))?\s*$")
 #: Any run of ``#`` then text, space or not: where a mangled heading is looked for.
-_LOOSE_HEADING_RE = re.compile(r"^(?P<hashes>#+)\s*(?P<text>.*?)\s*$")
+_LOOSE_HEADING_RE = lazy_pattern(r"^(?P<hashes>#+)\s*(?P<text>.*?)\s*$")
 #: A line of text alone, no ``#``: a heading that lost its hashes (group 1 is empty, as
 #: the hashes group of :data:`_LOOSE_HEADING_RE`).
-_BARE_HEADING_RE = re.compile(r"^()(?P<text>[A-Za-z].*)$")
-_LOOSE_PIN_RE = re.compile(r"\((?P<pin>[^()\s]*)\)")
-_NUMBERED_RE = re.compile(r"^(?P<num>\d+)[.)]\s+(?P<rest>.*)$")
-_ENTRY_TITLE_RE = re.compile(
+_BARE_HEADING_RE = lazy_pattern(r"^()(?P<text>[A-Za-z].*)$")
+_LOOSE_PIN_RE = lazy_pattern(r"\((?P<pin>[^()\s]*)\)")
+_NUMBERED_RE = lazy_pattern(r"^(?P<num>\d+)[.)]\s+(?P<rest>.*)$")
+_ENTRY_TITLE_RE = lazy_pattern(
     r"^\*\*(?P<title>[^*]+?)(?P<dot1>\.?)\*\*(?P<dot2>\.?)(?:\s+(?P<text>.*))?$"
 )
-_BULLET_RE = re.compile(r"^[-*+]\s+(?P<text>.*)$")
-_FENCE_RE = re.compile(r"^\s*(```|~~~)")
-_BACKTICK_RE = re.compile(r"`([^`\n]+)`")
-_BULLET_HEAD_RE = re.compile(r"^(?:`[^`]+`\s*(?:,\s*|and\s+)?)+")
+_BULLET_RE = lazy_pattern(r"^[-*+]\s+(?P<text>.*)$")
+_FENCE_RE = lazy_pattern(r"^\s*(```|~~~)")
+_BACKTICK_RE = lazy_pattern(r"`([^`\n]+)`")
+_BULLET_HEAD_RE = lazy_pattern(r"^(?:`[^`]+`\s*(?:,\s*|and\s+)?)+")
 # Word characters include non-ASCII letters (``naïve_gemm.hip``); a space inside a name
 # counts when the token also has a directory part (git quotes such names, shared case 10).
-_PATHLIKE_RE = re.compile(r"^[\w.+@-]+(?:/[\w.+@ -]+)*/?$")
-_EXT_RE = re.compile(r"(?:[^./]\.[A-Za-z][A-Za-z0-9_+-]*|^\.[A-Za-z][A-Za-z0-9_.-]*)$")
+_PATHLIKE_RE = lazy_pattern(r"^[\w.+@-]+(?:/[\w.+@ -]+)*/?$")
+_EXT_RE = lazy_pattern(
+    r"(?:[^./]\.[A-Za-z][A-Za-z0-9_+-]*|^\.[A-Za-z][A-Za-z0-9_.-]*)$"
+)
 
 
 def looks_like_path(token: str) -> bool:

@@ -13,13 +13,16 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 
+from overlay.lazy import lazy_pattern
 from overlay.records.fixes.model import BACKEND_PREFIX, MLX_PREFIX
 from overlay.records.fixes.parser import parse
 
-_TITLE_RE = re.compile(
+_TITLE_RE = lazy_pattern(
     rb"^((?:\xef\xbb\xbf)?# Local changes relative to \S+@)[0-9a-fA-F]{8}", re.M
 )
-_RETARGET_RE = re.compile(rb"^(## Retarget onto the MLX pin \()[0-9a-fA-F]{8}\)", re.M)
+_RETARGET_RE = lazy_pattern(
+    rb"^(## Retarget onto the MLX pin \()[0-9a-fA-F]{8}\)", re.M
+)
 
 
 def set_heading_pins(text: bytes, fork: str, pin: str) -> bytes:

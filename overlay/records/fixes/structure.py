@@ -7,9 +7,8 @@ Each check takes a parsed :class:`~overlay.records.fixes.model.Document` and ret
 
 from __future__ import annotations
 
-import re
-
 from overlay.checks.findings import Finding
+from overlay.lazy import lazy_pattern
 from overlay.records.fixes.model import (
     MAX_ENTRY_NUMBER,
     RETARGET_PREFIX,
@@ -21,7 +20,7 @@ from overlay.records.fixes.model import (
     sorted_findings,
 )
 
-_HEX8_RE = re.compile(r"^[0-9a-f]{8}$")
+_HEX8_RE = lazy_pattern(r"^[0-9a-f]{8}$")
 
 
 def check_title(doc: Document, fork_repo: str, fork_commit: str) -> list[Finding]:

@@ -9,6 +9,7 @@ import re
 from collections.abc import Iterable, Iterator, Sequence
 
 from overlay.checks.findings import Finding
+from overlay.lazy import lazy_pattern
 from overlay.records.fixes.model import (
     POLICY_SECTIONS,
     Document,
@@ -41,7 +42,7 @@ UPSTREAM_PATTERNS = (
     r"(?:proposed|upstreamed|submitted|sent)\s+(?:there|upstream)",
     r"also\s+be\s+(?:proposed|upstreamed|submitted)\b",
 )
-_UPSTREAM_RE = re.compile(
+_UPSTREAM_RE = lazy_pattern(
     "|".join(f"(?:{p})" for p in UPSTREAM_PATTERNS), re.IGNORECASE
 )
 
@@ -49,7 +50,7 @@ _UPSTREAM_RE = re.compile(
 #: (several separated by commas or semicolons), in parentheses, after the sentence's
 #: final period or just before it.
 _ISSUE_REF = r"(?:[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+)?#\d+"
-_TRAILING_REF_RE = re.compile(
+_TRAILING_REF_RE = lazy_pattern(
     rf"\s+\((?:{_ISSUE_REF})(?:\s*[,;]\s*{_ISSUE_REF})*\)(?P<dot>\.?)$"
 )
 

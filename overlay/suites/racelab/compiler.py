@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import re
 import shlex
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from overlay.lazy import lazy_pattern
 from overlay.suites.racelab.lab import MODEL, MODELS_ENV, LabError
 
 if TYPE_CHECKING:  # overlay.build is heavy; the lab needs it only to find the toolchain
@@ -24,7 +24,7 @@ FORWARDED_ENV = (
     "HIPBLASLT_*",
 )
 
-_CLANG_RE = re.compile(r"^clang\+\+-(\d+)$")
+_CLANG_RE = lazy_pattern(r"^clang\+\+-(\d+)$")
 
 
 @dataclasses.dataclass

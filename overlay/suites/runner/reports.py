@@ -5,17 +5,18 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from overlay.lazy import lazy_pattern
 from overlay.suites.config import Marker
 
 #: Bytes of a run's stderr scanned for reports (a runaway child's log is cut there).
 REPORT_SCAN_BYTES = 64 << 20
 
-_SANITIZER_RE = re.compile(
+_SANITIZER_RE = lazy_pattern(
     rb"^(?:==\d+==)?(?:WARNING|ERROR): "
     rb"((?:Thread|Address|Leak|Memory|UndefinedBehavior)Sanitizer): (.*)$",
     re.M,
 )
-_CHILD_REPORT_RE = re.compile(
+_CHILD_REPORT_RE = lazy_pattern(
     rb"^overlay-suite: report ([A-Za-z0-9][A-Za-z0-9_.-]*):", re.M
 )
 
