@@ -196,7 +196,7 @@ class Workspace:
         Args:
             pin: preview on another MLX commit (a ref resolved against ``upstream``).
             fork: preview with another fork commit (resolved against ``fork``).
-            stepwise: keep each patch's tree (see :func:`overlay.engine.layers.apply_series`).
+            stepwise: keep each patch's tree (see :func:`overlay.engine.apply.apply_series`).
             empty_series: leave the series out (``patched`` is then ``forked``).
             series: the patches to apply, in order, instead of reading ``series``: the
                 series as the caller just read it

@@ -9,7 +9,8 @@ from __future__ import annotations
 import pytest
 from gitfixtures import lines, make_patch, read_blob
 
-from overlay.engine.layers import PatchApplyError, compute_layers
+from overlay.engine import PatchApplyError
+from overlay.engine.layers import compute_layers
 from overlay.git.store import Store
 from overlay.records.manifest import load_manifest
 from overlay.records.patchfmt import format_patch, tree_diff

@@ -1,4 +1,4 @@
-"""The patch engine (overlay/engine/__init__.py) through the commands a user runs: the
+"""The patch engine (overlay/engine/apply.py) through the commands a user runs: the
 shared cases 10-14 (a quoted non-ASCII path, setext headings, Latin-1 context, a
 directory that becomes a submodule, modify/delete) and the engine's other outcomes
 (context that also matches elsewhere, a patch half upstream, an add/add conflict).

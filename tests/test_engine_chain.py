@@ -15,8 +15,8 @@ import os
 import pytest
 from gitfixtures import make_patch
 
-from overlay import engine
 from overlay.engine import PatchApplyError, apply_series
+from overlay.engine import apply as engine
 from overlay.engine import chain as engine_chain
 from overlay.engine import records as engine_records
 from overlay.git.store import EMPTY_TREE, Store

@@ -162,7 +162,7 @@ def test_removing_a_patch_a_later_one_needs_names_it(overlay):
     )
     overlay.add_patch("0001-lock.patch", first)
     overlay.add_patch("0002-lock-twice.patch", second)
-    from overlay.engine.layers import PatchApplyError
+    from overlay.engine import PatchApplyError
 
     with pytest.raises(PatchApplyError) as err:
         layers_without(Workspace.of(str(overlay.root), store), "0001-lock.patch")

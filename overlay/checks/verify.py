@@ -37,7 +37,8 @@ from overlay.checks.series import (
     git_apply_reason,
     link_findings,
 )
-from overlay.engine.layers import Layers, PatchApplyError
+from overlay.engine.gitapply import PatchApplyError
+from overlay.engine.layers import Layers
 from overlay.engine.records import missing_records
 from overlay.engine.refresh import refresh_series
 from overlay.errors import GitError, LayerError, OfflineMiss, UnsafePath

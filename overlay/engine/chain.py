@@ -17,20 +17,20 @@ the patch, the file and the reason.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Sequence
 
 from overlay.engine.gitapply import applied_exactly, git_apply
 from overlay.errors import PatchFormatError
 from overlay.fs.atomic import scratch_dir
 from overlay.git.store import Store, TreeEntry, is_sha, zsplit
+from overlay.lazy import lazy_pattern
 from overlay.records.series import FileChange, Patch, diff_pieces, split_patch
 
 #: The blob of an empty file: what a deletion, re-emitted as a copy, must leave.
 _EMPTY_BLOB = "e69de29bb2d1d6434b8b29ae775ad8c2e48c5391"
 #: The modes a blob entry of the chain's index can have.
 _MODES = frozenset({"100644", "100755", "120000"})
-_NEEDS_QUOTE = re.compile(rb'[\x00-\x20"\\\x7f-\xff]')
+_NEEDS_QUOTE = lazy_pattern(rb'[\x00-\x20"\\\x7f-\xff]')
 
 #: One file change of a patch and the path (``k/<path>``) its result is at.
 Step = tuple[FileChange, str]

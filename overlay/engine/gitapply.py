@@ -17,13 +17,14 @@ from collections.abc import Iterable, Sequence
 from overlay.engine.records import postimage_mismatches
 from overlay.errors import LayerError
 from overlay.git.store import Store, TreeEntry, first_error_line, is_sha
+from overlay.lazy import lazy_pattern
 from overlay.records.series import Patch
 
 #: git's note for a hunk it placed away from its stated line (refused by the engine).
-OFFSET_RE = re.compile(
+OFFSET_RE = lazy_pattern(
     r"^Hunk #(\d+) succeeded at (\d+) \(offset (-?\d+) lines?\)\.", re.M
 )
-_FAILED_AT_RE = re.compile(r"^error: patch failed: (.+):(\d+)$", re.M)
+_FAILED_AT_RE = lazy_pattern(r"^error: patch failed: (.+):(\d+)$", re.M)
 
 
 class PatchApplyError(LayerError):

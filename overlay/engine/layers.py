@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 from overlay import layout
-from overlay.engine import PatchApplyError, PatchResult, apply_series
+from overlay.engine.results import PatchResult
 from overlay.errors import GitError, LayerError
 from overlay.fs.paths import Carry, check_path
 from overlay.git.store import EMPTY_TREE, Store
@@ -434,7 +434,7 @@ def compute_layers(
         root: overlay repository (``patches-rocm/`` lives there).
         pin, fork, merge_base: override the manifest's commits (preview a bump).
         patches: use this series instead of reading ``series``.
-        stepwise: keep each patch's tree (see :func:`apply_series`).
+        stepwise: keep each patch's tree (see :func:`overlay.engine.apply.apply_series`).
     Returns:
         :class:`Layers`.
     Raises:
@@ -458,6 +458,9 @@ def compute_layers(
         forked, carried, dropped, conflicts, stale = compute_forked(
             store, merge_base, pin, fork, manifest.carry, resolutions
         )
+        # the engine's apply: only for layers not in the cache
+        from overlay.engine.apply import apply_series
+
         patched, results = apply_series(store, forked, series, stepwise=stepwise)
         layers = Layers(
             pin=store.tree_of(pin),
@@ -569,10 +572,8 @@ __all__ = [
     "EMPTY_TREE",
     "LAYERS",
     "Layers",
-    "PatchApplyError",
     "PatchResult",
     "ForkMerge",
-    "apply_series",
     "compute_forked",
     "merge_fork_delta",
     "compute_layers",

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import re
 from collections.abc import Collection, Iterable, Sequence
 
 from overlay.engine import apply_text, carry_patch
@@ -29,6 +28,7 @@ from overlay.engine.layers import Layers
 from overlay.errors import LayerError, OverlayError
 from overlay.fs.atomic import kill_point
 from overlay.git.store import Store
+from overlay.lazy import lazy_pattern
 from overlay.records.patchfmt import ZERO_FROM, tree_diff, tree_diffs
 from overlay.records.series import (
     Patch,
@@ -38,8 +38,8 @@ from overlay.records.series import (
     split_patch,
 )
 
-_MBOX_FROM = re.compile(rb"^From [0-9a-f]{40} ")
-_DIFFSTAT = re.compile(
+_MBOX_FROM = lazy_pattern(rb"^From [0-9a-f]{40} ")
+_DIFFSTAT = lazy_pattern(
     rb"^ (?:.+ \| +(?:\d+ ?[-+]*|Bin .*)|\d+ files? changed.*|(?:create|delete) mode \d+ .*"
     rb"|rename .* \(\d+%\)|mode change .*|copy .* \(\d+%\))\r?$"
 )
@@ -199,7 +199,7 @@ class Refreshed:
         return binary_turns(self.patch, self.data)
 
 
-_FULL_INDEX = re.compile(rb"^index ([0-9a-f]+)\.\.([0-9a-f]+)")
+_FULL_INDEX = lazy_pattern(rb"^index ([0-9a-f]+)\.\.([0-9a-f]+)")
 
 
 def rewrite_reasons(old: bytes, new: bytes) -> list[str]:

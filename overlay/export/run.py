@@ -3,7 +3,6 @@ transaction is described in :mod:`overlay.export`)."""
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import time
 from typing import NamedTuple
@@ -98,9 +97,9 @@ def export_tree(
         raise interrupted_error(dest, tree) from None
 
 
-@dataclasses.dataclass
 class _Run:
-    """One export run, filled in step by step by :func:`_export_locked`.
+    """One export run, filled in step by step by :func:`_export_locked` (a plain class:
+    a dataclass costs every export's start-up to build).
 
     Attributes:
         store, tree, dest, force, started: as given to :func:`export_tree`.
@@ -117,21 +116,28 @@ class _Run:
         sizes: blob -> size of every blob to write.
     """
 
-    store: Store
-    tree: str
-    dest: str
-    force: bool
-    started: float
-    stamp: dict | None
-    recorded: dict[str, list]
-    previous: str | None
-    pending: dict
-    pend: dict[str, str | None]
-    direct: bool
-    final: dict[str, list]
-    edited: list[str] = dataclasses.field(default_factory=list)
-    actions: dict[str, tuple[str, str] | None] = dataclasses.field(default_factory=dict)
-    sizes: dict[str, int] = dataclasses.field(default_factory=dict)
+    def __init__(
+        self,
+        store: Store,
+        tree: str,
+        dest: str,
+        force: bool,
+        started: float,
+        stamp: dict | None,
+        recorded: dict[str, list],
+        previous: str | None,
+        pending: dict,
+        pend: dict[str, str | None],
+        direct: bool,
+        final: dict[str, list],
+    ) -> None:
+        self.store, self.tree, self.dest = store, tree, dest
+        self.force, self.started = force, started
+        self.stamp, self.recorded, self.previous = stamp, recorded, previous
+        self.pending, self.pend, self.direct, self.final = pending, pend, direct, final
+        self.edited: list[str] = []
+        self.actions: dict[str, tuple[str, str] | None] = {}
+        self.sizes: dict[str, int] = {}
 
     def result(
         self,
