@@ -11,10 +11,9 @@ pin lacks (shared case 18).
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
 import os
 from collections.abc import Callable
+from typing import NamedTuple
 
 from overlay import layout
 from overlay.errors import GitError, OverlayError, PatchFormatError, UnsafePath
@@ -34,8 +33,7 @@ UPSTREAM_SCOPES = ("refs/remotes/upstream/", "refs/tags/")
 _SHA_RE = lazy_pattern(r"(?<![0-9A-Za-z])[0-9a-f]{8,40}(?![0-9A-Za-z])")
 
 
-@dataclasses.dataclass(frozen=True)
-class Citation:
+class Citation(NamedTuple):
     """A retarget entry citing an upstream commit that the new pin lacks.
 
     Attributes:
@@ -310,6 +308,8 @@ def fork_ahead(store: Store, fork: str, pin: str) -> list[str]:
         return []
     # The answer depends on the two commits and upstream's tips only: kept in the
     # store, a later question about the same three costs the one for-each-ref above.
+    import hashlib  # OpenSSL's: only where the fork's history is asked
+
     digest = hashlib.sha256("\n".join(tips).encode()).hexdigest()
     key = f"fork-ahead {fork} {pin} {digest}"
     known = store.remembered(key)

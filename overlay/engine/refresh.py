@@ -19,11 +19,10 @@ verify`` reports SER015.
 
 from __future__ import annotations
 
-import dataclasses
 import difflib
 from collections.abc import Collection, Iterable, Sequence
+from typing import NamedTuple
 
-from overlay.engine import apply_text, carry_patch
 from overlay.engine.layers import Layers
 from overlay.errors import LayerError, OverlayError
 from overlay.fs.atomic import kill_point
@@ -87,8 +86,7 @@ def refreshed_bytes(data: bytes, diff: bytes) -> bytes:
     return b"\n".join(out) + b"\n" + diff
 
 
-@dataclasses.dataclass(frozen=True)
-class BinaryTurn:
+class BinaryTurn(NamedTuple):
     """A file whose text diff a refresh would write as a binary patch.
 
     Attributes:
@@ -164,8 +162,7 @@ def binary_turns(patch: Patch, new_data: bytes) -> list[BinaryTurn]:
     return sorted(turns.values(), key=lambda t: order.get(t.path, len(order)))
 
 
-@dataclasses.dataclass
-class Refreshed:
+class Refreshed(NamedTuple):
     """One patch's refresh.
 
     Attributes:
@@ -334,6 +331,9 @@ def carry_series(
             resolved), or it would become empty (already there: it is never
             deleted by a refresh), or its pre-image blobs are not in the store.
     """
+    # the engine's carry: only for a series that no longer sits on its records
+    from overlay.engine.apply import carry_patch
+
     out = []
     tree = forked
     for patch in patches:
@@ -391,6 +391,9 @@ def _text_or_carry(store: Store, patch: Patch, tree: str) -> str:
     Raises:
         LayerError: neither can run, or the carry conflicts.
     """
+    # the engine's apply and carry: only for a patch whose text the user accepted
+    from overlay.engine.apply import apply_text, carry_patch
+
     try:
         return apply_text(store, tree, patch)
     except LayerError:

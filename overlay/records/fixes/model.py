@@ -121,8 +121,7 @@ class Entry:
     )
 
 
-@dataclasses.dataclass(frozen=True)
-class Bullet:
+class Bullet(NamedTuple):
     """An unnumbered ``- text`` bullet (the Dropped section's items).
 
     Attributes:
@@ -142,8 +141,7 @@ class Bullet:
     names: tuple[str, ...]
 
 
-@dataclasses.dataclass(frozen=True)
-class Malformed:
+class Malformed(NamedTuple):
     """A line that starts like an entry (``N.``) but has no ``**Title.**``."""
 
     line: int
