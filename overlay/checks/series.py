@@ -162,11 +162,7 @@ def link_findings(store: Store, forked: str, results: Iterable[Any]) -> list[Fin
     before: set[str] | None = None
     for result in results:
         patch = result.patch
-        links = {
-            c.path: c
-            for c in patch.changes
-            if c.target and "120000" in (c.new_mode, c.old_mode)
-        }
+        links = {c.path: c for c in patch.link_changes if c.target}
         if not links or result.tree is None:
             continue
         # export's link check loads only for a patch that touches a symlink

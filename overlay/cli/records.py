@@ -203,7 +203,10 @@ def _refuse_unsafe_links(ws: Workspace, series: list[Patch]) -> None:
     must not end as if all were well. The check is verify's own (``link_findings``,
     on :func:`overlay.fs.paths.unsafe_links`). A series that no longer applies where it
     is recorded is carried, not checked here: its layers are not computed."""
-    # the series checks load when `refresh` runs; the renderer only for a finding
+    if not any(p.link_changes for p in series):
+        return  # a series that touches no symlink makes none point out
+    # the series checks load for a series that touches a symlink; the renderer only
+    # for a finding
     from overlay.checks.series import link_findings
 
     try:

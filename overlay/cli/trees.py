@@ -186,7 +186,9 @@ def export_cmd(ws: Workspace, dest: str, layer: str, force: bool, strict: bool) 
     from overlay.export.stamp import read_stamp, stray_files, stray_note
 
     try:
-        result = export_tree(ws.store, ws.layers().tree(layer), dest, force=force)
+        # One cat-file answers the object questions of the layers and of the export.
+        with ws.store.reading():
+            result = export_tree(ws.store, ws.layers().tree(layer), dest, force=force)
     except KeyboardInterrupt:
         # export_tree reports its own interrupts; this one came before it ran.
         raise OverlayError(

@@ -88,7 +88,9 @@ def scratch_checkout(
 
 
 def check_objects(store: Store, oids: list[str]) -> dict[str, int]:
-    """Every object is in the store (one ``git cat-file --batch-check``), one checkpoint each.
+    """Every object is in the store, one checkpoint each: asked of the store's reader
+    inside :meth:`~overlay.git.store.Store.reading`, else of one ``git cat-file
+    --batch-check``.
 
     Returns:
         object -> size.
@@ -97,6 +99,13 @@ def check_objects(store: Store, oids: list[str]) -> dict[str, int]:
     """
     sizes: dict[str, int] = {}
     if not oids:
+        return sizes
+    if store.reader is not None:
+        for oid, size in zip(oids, store.reader.sizes(oids), strict=True):
+            if size is None:
+                raise GitError(f"object {oid} is missing from the git store")
+            sizes[oid] = size
+            checkpoint()
         return sizes
     lines = store.git(
         "cat-file", "--batch-check", input="".join(f"{oid}\n" for oid in oids).encode()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterable
 from typing import NamedTuple
 
 from overlay import layout
@@ -459,15 +460,28 @@ def _remove_all(run: _Run, dest_real: str) -> list[str]:
     return removals
 
 
+#: Up to this many blobs an export writes are read one by one from the store's reader
+#: (a round trip each); more are streamed from a ``cat-file --batch`` of their own,
+#: whose start costs less than that many round trips.
+READ_ONE_BY_ONE = 64
+
+
 def _write_all(run: _Run, dest_real: str, blobs: Entries) -> None:
-    """Write every blob (path order), streamed from one ``git cat-file --batch``: in
-    place in a direct export, else through a temp file and a rename."""
+    """Write every blob (path order), read from the store's reader (a few, inside
+    :meth:`~overlay.git.store.Store.reading`) or streamed from one ``git cat-file
+    --batch``: in place in a direct export, else through a temp file and a rename."""
     checked: set[str] = set()
     mask = umask() if run.direct else 0
     paths = list(blobs)  # sorted
     if not paths:
         return
-    contents = run.store.read_objects([blobs[p][1] for p in paths])
+    reader = run.store.reader
+    if reader is not None and len(paths) <= READ_ONE_BY_ONE:
+        contents: Iterable[tuple[str, bytes]] = (
+            reader.read(blobs[p][1]) for p in paths
+        )
+    else:
+        contents = run.store.read_objects([blobs[p][1] for p in paths])
     for path, (_kind, data) in zip(paths, contents, strict=True):
         mode, oid = blobs[path]
         if not (run.direct and new_parent(run.dest, path, checked)):

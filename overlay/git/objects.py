@@ -154,12 +154,17 @@ class ObjectReader(CatFile):
         return fields[0].decode(), fields[1].decode()
 
     def infos(self, oids: Sequence[str]) -> list[bool]:
-        """Whether each of ``oids`` names an object, asked in chunks written at once (one
-        round trip per chunk, not per object). A chunk's questions and answers stay
-        below the pipes' 64 KiB, so neither side blocks the other."""
+        """Whether each of ``oids`` names an object (see :meth:`sizes`)."""
+        return [size is not None for size in self.sizes(oids)]
+
+    def sizes(self, oids: Sequence[str]) -> list[int | None]:
+        """The size in bytes of each object of ``oids``, ``None`` for one that is not
+        there, asked in chunks written at once (one round trip per chunk, not per
+        object). A chunk's questions and answers stay below the pipes' 64 KiB, so
+        neither side blocks the other."""
         proc = self._proc
         assert proc.stdin and proc.stdout
-        found: list[bool] = []
+        found: list[int | None] = []
         for start in range(0, len(oids), 500):
             chunk = oids[start : start + 500]
             assert not any("\n" in oid for oid in chunk)
@@ -167,7 +172,8 @@ class ObjectReader(CatFile):
             proc.stdin.flush()
             for _ in chunk:
                 fields = proc.stdout.readline().split()
-                found.append(len(fields) == 3 and fields[1] != b"missing")
+                ok = len(fields) == 3 and fields[1] != b"missing"
+                found.append(int(fields[2]) if ok else None)
         return found
 
     def tree(self, oid: str) -> list[Row]:

@@ -61,6 +61,12 @@ class Patch(NamedTuple):
         return frozenset(p for c in self.changes for p in (c.source, c.target) if p)
 
     @property
+    def link_changes(self) -> tuple[FileChange, ...]:
+        """The changes that make, change or remove a symlink (mode 120000 on either
+        side), in order."""
+        return tuple(c for c in self.changes if "120000" in (c.new_mode, c.old_mode))
+
+    @property
     def deleted(self) -> frozenset[str]:
         """Paths the patch deletes (a rename's old name included)."""
         return frozenset(
