@@ -111,7 +111,7 @@ def test_refuses_a_directory_it_did_not_create(store, tmp_path):
     t1 = mktree(store, {"a": ("100644", b"a\n")}, tmp_path)
     with pytest.raises(OverlayError, match="holds no overlay export stamp"):
         export_tree(store, t1, str(dest))
-    assert sorted(os.listdir(dest)) == [".overlay-export.lock", "mine.txt"]
+    assert sorted(os.listdir(dest)) == ["mine.txt"]  # not even the lock file
     export_tree(store, t1, str(dest), force=True)
     assert (dest / "a").read_bytes() == b"a\n"
     assert (dest / "mine.txt").read_text() == "user data"
@@ -239,6 +239,8 @@ def test_export_strict_fails_on_a_hand_edit(overlay, tmp_path):
     strict = cli(overlay, "export", "--strict", str(dest))
     assert strict.exit_code == 1, strict.output
     assert "edited by hand" in strict.output
+    assert "--force to restore" in strict.output  # the way out for an edit only
+    assert "layer does not have" not in strict.output
     assert edited.read_text() == "edited by hand\n"
 
 
@@ -262,6 +264,8 @@ def test_export_names_a_file_the_layer_does_not_have_and_strict_fails(
     strict = cli(overlay, "export", "--strict", str(dest))
     assert strict.exit_code == 1, strict.output
     assert "error: " in strict.output and "stray.cpp" in strict.output
+    assert "hint: remove the files the layer does not have" in strict.output
+    assert "--force" not in strict.output  # it never removes them
     assert stray.read_text() == "int stray;\n"
     forced = cli(overlay, "export", "--force", str(dest))
     assert forced.exit_code == 0 and stray.exists()  # never the export's to delete
@@ -459,3 +463,16 @@ def test_cli_export_and_status_list_the_same_hand_edits(overlay, tmp_path):
     note = f"warning: {dest}: 1 file(s) edited by hand since the export were left as they are: mlx/core.cpp"
     assert exported.exit_code == 0 and note in exported.output
     assert status.exit_code == 0 and note in status.output
+
+
+def test_export_refuses_a_dest_it_cannot_make_in_one_line(overlay, tmp_path):
+    afile = tmp_path / "afile"
+    afile.write_text("x\n")
+    dangling = tmp_path / "dangling"
+    dangling.symlink_to(tmp_path / "gone")
+    for dest in (afile / "sub", dangling):
+        result = cli(overlay, "export", str(dest))
+        assert result.exit_code == 2, result.output
+        assert "overlay: cannot make " + str(dest) in result.output
+        assert "internal error" not in result.output
+    assert afile.read_text() == "x\n" and dangling.is_symlink()

@@ -210,11 +210,16 @@ def export_cmd(ws: Workspace, dest: str, layer: str, force: bool, strict: bool) 
     for note in notes:
         click.echo(f"{kind}: {dest}: {note}", err=True)
     if strict and notes:
-        click.echo(
-            "hint: move the edits into a patch (`overlay edit`) and remove the files "
-            "the layer does not have, or pass --force to restore the layer's files",
-            err=True,
-        )
+        # Each way out for what was found: --force restores edited files, never strays.
+        ways = (
+            [
+                "move the edits into a patch (`overlay edit`) or pass --force to restore "
+                "the layer's files"
+            ]
+            if result.edited
+            else []
+        ) + (["remove the files the layer does not have"] if strays else [])
+        click.echo(f"hint: {'; '.join(ways)}", err=True)
         exit_with(1)
 
 

@@ -79,15 +79,26 @@ def export_tree(
     Returns:
         :class:`ExportResult`; an interrupted earlier run is completed first.
     Raises:
-        OverlayError: DEST is non-empty and was not made by overlay, or files
-            to be replaced were edited by hand (nothing is written; exit 2);
-            Ctrl-C (exit 130, saying what DEST holds).
+        OverlayError: DEST cannot be made, is non-empty and was not made by
+            overlay (nothing is written there, not even the lock file), or files to
+            be replaced were edited by hand (nothing is written; exit 2); Ctrl-C
+            (exit 130, saying what DEST holds).
         UnsafePath: a tree entry is hostile (nothing is written; exit 2).
     """
     started = time.perf_counter()
     arm_checkpoints()
     dest = os.path.abspath(dest)
-    os.makedirs(dest, exist_ok=True)
+    try:
+        os.makedirs(dest, exist_ok=True)
+    except OSError as exc:
+        raise OverlayError(
+            f"cannot make {dest}: {exc.strerror or type(exc).__name__}",
+            hint="choose a directory that is, or can be made, a directory",
+        ) from None
+    if not force and not os.path.exists(os.path.join(dest, layout.EXPORT_STAMP)):
+        # Refused before the lock file is made: a directory that is not an export
+        # is left exactly as it was (the check runs again under the lock).
+        _destination_stamp(dest, force)
     # Scratch directories of overlay processes that were killed (they hold the
     # index and merge inputs of a run); the pid in each name keeps live ones.
     sweep_scratch_dirs()
