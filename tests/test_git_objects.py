@@ -121,13 +121,12 @@ def test_catfile_close_does_not_hang_when_output_is_not_drained(store):
     assert cat._proc.returncode is not None
 
 
-def test_sizes_inside_reading_are_what_git_says(store):
+def test_object_sizes_inside_and_outside_reading_are_what_git_says(store):
     # export's object check asks the run's reader for every blob's size.
     tree = tree_of_every_kind(store)
     blobs = [oid for _m, kind, oid, _p in listing(store, tree) if kind == "blob"]
     absent = blob_name(b"not in the store\n")
-    with store.reading():
-        assert store.reader is not None
-        sizes = store.reader.sizes([*blobs, absent])
     want = [int(store.git("cat-file", "-s", oid).stdout) for oid in blobs]
-    assert sizes == [*want, None]
+    assert store.object_sizes([*blobs, absent]) == [*want, None]  # one --batch-check
+    with store.reading():
+        assert store.object_sizes([*blobs, absent]) == [*want, None]  # the reader

@@ -88,9 +88,8 @@ def scratch_checkout(
 
 
 def check_objects(store: Store, oids: list[str]) -> dict[str, int]:
-    """Every object is in the store, one checkpoint each: asked of the store's reader
-    inside :meth:`~overlay.git.store.Store.reading`, else of one ``git cat-file
-    --batch-check``.
+    """Every object is in the store (:meth:`~overlay.git.store.Store.object_sizes`: the
+    run's reader, else one ``git cat-file --batch-check``), one checkpoint each.
 
     Returns:
         object -> size.
@@ -98,23 +97,10 @@ def check_objects(store: Store, oids: list[str]) -> dict[str, int]:
         GitError: one is missing (before anything is written; exit 2).
     """
     sizes: dict[str, int] = {}
-    if not oids:
-        return sizes
-    if store.reader is not None:
-        for oid, size in zip(oids, store.reader.sizes(oids), strict=True):
-            if size is None:
-                raise GitError(f"object {oid} is missing from the git store")
-            sizes[oid] = size
-            checkpoint()
-        return sizes
-    lines = store.git(
-        "cat-file", "--batch-check", input="".join(f"{oid}\n" for oid in oids).encode()
-    ).stdout
-    # One line per name, and the empty field after the last line end.
-    for oid, line in zip(oids, lines.split(b"\n"), strict=False):
-        if line.endswith(b" missing"):
+    for oid, size in zip(oids, store.object_sizes(oids), strict=True):
+        if size is None:
             raise GitError(f"object {oid} is missing from the git store")
-        sizes[oid] = int(line.rsplit(b" ", 1)[1])
+        sizes[oid] = size
         checkpoint()
     return sizes
 

@@ -153,10 +153,6 @@ class ObjectReader(CatFile):
             return None
         return fields[0].decode(), fields[1].decode()
 
-    def infos(self, oids: Sequence[str]) -> list[bool]:
-        """Whether each of ``oids`` names an object (see :meth:`sizes`)."""
-        return [size is not None for size in self.sizes(oids)]
-
     def sizes(self, oids: Sequence[str]) -> list[int | None]:
         """The size in bytes of each object of ``oids``, ``None`` for one that is not
         there, asked in chunks written at once (one round trip per chunk, not per

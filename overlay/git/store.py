@@ -232,27 +232,37 @@ class Store(Fetching, RememberedAncestry):
         )
 
     def missing_objects(self, oids: Sequence[str]) -> list[str]:
-        """The names among ``oids`` the store has no object for, in order.
-
-        Inside :meth:`reading` the reader is asked, one round trip per 500 names
-        (:meth:`ObjectReader.infos`); outside, one ``git cat-file --batch-check``
-        answers for all of them.
+        """The names among ``oids`` the store has no object for, in order
+        (:meth:`object_sizes`).
 
         Args:
             oids: full object names (40 or 64 hex).
         Returns:
             The missing ones; empty when the store has every object.
         """
+        sizes = self.object_sizes(oids)
+        return [oid for oid, size in zip(oids, sizes, strict=True) if size is None]
+
+    def object_sizes(self, oids: Sequence[str]) -> list[int | None]:
+        """The size in bytes of each object of ``oids``, ``None`` for one the store
+        lacks, in order.
+
+        Inside :meth:`reading` the reader is asked, one round trip per 500 names
+        (:meth:`ObjectReader.sizes`); outside, one ``git cat-file --batch-check``
+        answers for all of them.
+
+        Args:
+            oids: full object names (40 or 64 hex).
+        """
         if not oids:
             return []
         if self._reader is not None:
-            found = self._reader.infos(oids)
-        else:
-            proc = self.git(
-                "cat-file", "--batch-check", input=("\n".join(oids) + "\n").encode()
-            )
-            found = [line.split()[1] != b"missing" for line in proc.stdout.splitlines()]
-        return [oid for oid, there in zip(oids, found, strict=True) if not there]
+            return self._reader.sizes(oids)
+        proc = self.git(
+            "cat-file", "--batch-check", input=("\n".join(oids) + "\n").encode()
+        )
+        rows = [line.split() for line in proc.stdout.splitlines()]
+        return [None if row[1] == b"missing" else int(row[2]) for row in rows]
 
     def resolve_blobs(self, names: Sequence[str]) -> dict[str, str]:
         """The full name of each abbreviated blob name that names exactly one blob here.
