@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from overlay import layout
+from overlay.digests import sha256
 from overlay.errors import GitError, OverlayError, PatchFormatError, UnsafePath
 from overlay.git.store import Store, is_sha
 from overlay.lazy import lazy_pattern
@@ -308,9 +309,7 @@ def fork_ahead(store: Store, fork: str, pin: str) -> list[str]:
         return []
     # The answer depends on the two commits and upstream's tips only: kept in the
     # store, a later question about the same three costs the one for-each-ref above.
-    import hashlib  # OpenSSL's: only where the fork's history is asked
-
-    digest = hashlib.sha256("\n".join(tips).encode()).hexdigest()
+    digest = sha256("\n".join(tips).encode()).hexdigest()
     key = f"fork-ahead {fork} {pin} {digest}"
     known = store.remembered(key)
     if isinstance(known, str):

@@ -10,7 +10,6 @@ the files, then the end of the edit (:mod:`overlay.edit.writes`,
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import os
 from typing import TYPE_CHECKING
 
@@ -316,7 +315,7 @@ def _check_edit(
         ) from None
     old = None if session.new else layers.patches[first_later - 1].patch
     if base != session.base or (
-        old is not None and hashlib.sha256(old.data).hexdigest() != session.patch_sha256
+        old is not None and sha256(old.data) != session.patch_sha256
     ):
         raise OverlayError(
             f"the layer below {session.name} changed since `overlay edit` (a patch, the "

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import os
 import shutil
 from typing import TYPE_CHECKING
 
 from overlay import layout
+from overlay.digests import sha256
 from overlay.edit.finish import Completed, complete_interrupted
 from overlay.edit.session import (
     Session,
@@ -120,7 +120,7 @@ def start_edit(
             existing = layers.patches[first_later - 1].patch
             subject, digest = (
                 existing.subject,
-                hashlib.sha256(existing.data).hexdigest(),
+                sha256(existing.data).hexdigest(),
             )
         directory = os.path.join(layout.EDIT_DIR, stem(name))
         workdir = os.path.join(root, directory)

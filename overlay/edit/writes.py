@@ -18,12 +18,11 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import json
 import os
 import shutil
 
-from overlay import layout
+from overlay import digests, layout
 from overlay.errors import OverlayError
 from overlay.fs.atomic import atomic_write, counted_kill_point
 from overlay.fs.paths import check_path
@@ -206,4 +205,4 @@ def remove_worktree(root: str, directory: str) -> None:
 
 def sha256(data: bytes) -> str:
     """The hex sha256 of ``data`` (the edit state's ``patch_sha256``)."""
-    return hashlib.sha256(data).hexdigest()
+    return digests.sha256(data).hexdigest()

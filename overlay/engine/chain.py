@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
+from overlay.digests import sha256
 from overlay.engine.gitapply import applied_exactly, git_apply
 from overlay.errors import PatchFormatError
 from overlay.fs.atomic import scratch_dir
@@ -244,9 +245,10 @@ APPLIES_VERSION = 1
 def chain_key(lines: Sequence[str], sections: Sequence[bytes]) -> str:
     """The key of a chain's proof: SHA-256 of everything git is given (the index lines,
     each section's bytes with its length, the version of the flags)."""
-    import hashlib  # OpenSSL's: only where a chain is applied, not on a cached layer
-
-    h = hashlib.sha256(b"overlay apply-chain %d\0" % APPLIES_VERSION)
+    h = sha256(
+        b"overlay apply-chain %d\0" % APPLIES_VERSION,
+        size=sum(len(text) for text in sections),
+    )
     for line in lines:
         h.update(line.encode("utf-8", "surrogateescape") + b"\0")
     for text in sections:

@@ -16,15 +16,12 @@ fixed identity and date. git does all merging and applying.
 
 from __future__ import annotations
 
-import contextlib
-import functools
-import importlib
 import json
-import sys
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 from overlay import layout
+from overlay.digests import sha256
 from overlay.engine.results import PatchResult
 from overlay.errors import GitError, LayerError
 from overlay.fs.paths import Carry, check_path
@@ -306,32 +303,8 @@ def _carried_delta(
 MERGE_CACHE_VERSION = 1
 
 
-def _sha256(data: bytes = b""):
-    """A SHA-256 hash object of ``data`` (:func:`_sha256_new`)."""
-    return _sha256_new()(data)
-
-
-@functools.cache
-def _sha256_new():
-    """SHA-256's constructor: CPython's own implementation (``_sha2``, named
-    ``_sha256`` before 3.12) where there is one, else :mod:`hashlib`'s.
-
-    The layers' cache keys hash a few kilobytes of records on every command that asks
-    for its layers; importing :mod:`hashlib` loads OpenSSL first, which costs more
-    than that hashing. The digests are the same.
-    """
-    # the module of this version first: a failed import searches the whole path
-    names = ("_sha2", "_sha256") if sys.version_info >= (3, 12) else ("_sha256",)
-    for name in names:
-        with contextlib.suppress(ImportError):
-            return importlib.import_module(name).sha256
-    import hashlib  # a Python without CPython's own SHA-256
-
-    return hashlib.sha256
-
-
 def _json_key(*parts) -> str:
-    return _sha256(json.dumps([MERGE_CACHE_VERSION, *parts]).encode()).hexdigest()
+    return sha256(json.dumps([MERGE_CACHE_VERSION, *parts]).encode()).hexdigest()
 
 
 def compute_forked(
@@ -489,7 +462,7 @@ def _cache_key(
     series: Sequence[Patch],
 ) -> str:
     """sha256 over everything a layer depends on: commits, carry globs, resolutions, patch bytes."""
-    h = _sha256(
+    h = sha256(
         json.dumps(
             [
                 LAYER_CACHE_VERSION,
@@ -502,9 +475,9 @@ def _cache_key(
         ).encode()
     )
     for path, data in sorted(resolutions.items()):
-        h.update(b"R" + path.encode() + b"\0" + _sha256(data).digest())
+        h.update(b"R" + path.encode() + b"\0" + sha256(data).digest())
     for patch in series:
-        h.update(b"P" + patch.name.encode() + b"\0" + _sha256(patch.data).digest())
+        h.update(b"P" + patch.name.encode() + b"\0" + sha256(patch.data).digest())
     return h.hexdigest()
 
 

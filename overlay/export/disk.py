@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import stat
 
+from overlay.digests import sha1, sha256
 from overlay.errors import OverlayError
 from overlay.fs.atomic import atomic_symlink, atomic_write, remove_stale_temps
 from overlay.git.store import Store
@@ -49,9 +50,7 @@ def checkpoint() -> None:
 
 def _blob_oid(data: bytes, hexlen: int) -> str:
     """``git hash-object`` of ``data`` (sha1, or sha256 for a 64-hex store)."""
-    import hashlib  # OpenSSL's: only when a file's stat data changed since the export
-
-    h = hashlib.sha256() if hexlen == 64 else hashlib.sha1()
+    h = (sha256 if hexlen == 64 else sha1)(size=len(data))
     h.update(b"blob %d\0" % len(data))
     h.update(data)
     return h.hexdigest()

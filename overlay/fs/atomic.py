@@ -160,13 +160,24 @@ def scratch_dir(kind: str) -> Iterator[str]:
     """
     if kind not in SCRATCH_KINDS:
         raise ValueError(f"unknown scratch kind {kind!r}")
-    import tempfile  # only where a git step needs a scratch directory
-
-    with tempfile.TemporaryDirectory(
-        prefix=f"overlay-{kind}-{os.getpid()}-", dir=temp_dir()
-    ) as tmp:
+    # As tempfile.mkdtemp makes it (mode 0700, a new name until one is free), without
+    # importing tempfile (random, shutil, bz2 and lzma with it) for the one directory.
+    parent = temp_dir()
+    while True:
+        rand = "".join(_TEMP_CHARS[b % len(_TEMP_CHARS)] for b in os.urandom(8))
+        tmp = os.path.join(parent, f"overlay-{kind}-{os.getpid()}-{rand}")
+        try:
+            os.mkdir(tmp, 0o700)
+            break
+        except FileExistsError:
+            continue
+    try:
         kill_point(f"scratch-{kind}")
         yield tmp
+    finally:
+        import shutil  # only to remove a scratch directory (it imports bz2 and lzma)
+
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def sweep_scratch_dirs(tmpdir: str | None = None) -> list[str]:

@@ -17,6 +17,7 @@ import zlib
 from collections.abc import Iterator, Sequence
 from typing import NamedTuple
 
+from overlay.digests import sha1
 from overlay.errors import GitError
 from overlay.git.run import (
     GIT_FLAGS,
@@ -406,15 +407,13 @@ def synthetic_commits(
         f"<{SYNTHETIC_IDENTITY['GIT_AUTHOR_EMAIL']}> "
         f"{SYNTHETIC_IDENTITY['GIT_AUTHOR_DATE']}"
     )
-    import hashlib  # OpenSSL's: only where commits are written
-
     out: list[tuple[str, bytes]] = []
     for tree, parents, message in specs:
         lines = [f"tree {tree}"]
         lines += [f"parent {out[p][0] if isinstance(p, int) else p}" for p in parents]
         lines += [f"author {ident}", f"committer {ident}", "", message]
         body = ("\n".join(lines) + "\n").encode()
-        out.append((hashlib.sha1(b"commit %d\0" % len(body) + body).hexdigest(), body))
+        out.append((sha1(b"commit %d\0" % len(body) + body).hexdigest(), body))
     return out
 
 
@@ -452,9 +451,7 @@ def write_typed(git_dir: str, objects: dict[str, tuple[str, bytes]]) -> None:
         # series' apply (docs/engine.md); git's next repack compresses them.
         parts.append(zlib.compress(body, 0))
     pack = b"".join(parts)
-    import hashlib  # OpenSSL's: only where objects are written
-
-    pack += hashlib.sha1(pack).digest()
+    pack += sha1(pack).digest()
     if len(objects) < UNPACK_LIMIT:
         run_git(["unpack-objects", "-q"], git_dir=git_dir, input=pack)
     else:

@@ -18,9 +18,9 @@ falls back to git for anything else.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Iterable
 
+from overlay.digests import sha1
 from overlay.git.objects import parse_ls_tree, write_typed
 from overlay.git.store import EMPTY_TREE, Store
 
@@ -177,7 +177,7 @@ def _tree_object(
     """Hash one tree object from its entries (see :func:`_entry`) in git's order; add it
     to ``objects``; return its name."""
     body = b"".join(e[3] for e in sorted(entries, key=lambda e: e[2]))
-    oid = hashlib.sha1(b"tree %d\0" % len(body) + body).hexdigest()
+    oid = sha1(b"tree %d\0" % len(body) + body).hexdigest()
     objects[oid] = body
     return oid
 
@@ -216,7 +216,7 @@ def write_objects(store: Store, objects: dict[str, bytes], kind: str = "tree") -
 
 def blob_name(data: bytes) -> str:
     """The SHA-1 name git gives ``data`` as a blob (``git hash-object --no-filters``)."""
-    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+    return sha1(b"blob %d\0" % len(data) + data).hexdigest()
 
 
 def edit_tree(

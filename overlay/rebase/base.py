@@ -9,7 +9,6 @@ the layers at the old bases. The steps themselves live beside it
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import shutil
@@ -17,6 +16,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from overlay import layout
+from overlay.digests import sha256
 from overlay.engine.layers import Layers, compute_layers
 from overlay.errors import EXIT_FINDINGS, GitError, OverlayError
 from overlay.fs.atomic import atomic_write, kill_point, scratch_dir
@@ -348,7 +348,7 @@ class RunBase:
         """rerere-like identity of a conflict: the whole conflicted text with the marker
         labels stripped (the resolution is a whole file, so everything must match)."""
         normalized = re.sub(rb"(?m)^(<{7}|>{7}|\|{7}) .*$", rb"\1", text)
-        return hashlib.sha256(normalized).hexdigest()
+        return sha256(normalized).hexdigest()
 
     def _rr_get(self, key: str) -> bytes | None:
         """The resolution recorded for conflict ``key``, or ``None``."""

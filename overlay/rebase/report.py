@@ -4,25 +4,22 @@ The report is a :class:`RebaseReport` built by :meth:`overlay.rebase.run.Rebase.
 its JSON form (:meth:`RebaseReport.to_json`, ``.overlay/last-rebase.json`` and
 ``--format json``) is ``{kind, pins: {before, after}, merge, resolutions: [...],
 patches: [...], range_diff, next_steps}``, key for key as earlier versions wrote it.
-The Markdown comes from the jinja2 template ``overlay/templates/rebase_report.md.j2``.
+The Markdown is written by :func:`render_markdown`.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from overlay import layout
 from overlay.fs.atomic import atomic_write
 from overlay.lazy import lazy_pattern
 from overlay.rebase.state import Bases
-from overlay.report.templating import render_report, render_template
 
 
-@dataclasses.dataclass
-class ReportResolution:
+class ReportResolution(NamedTuple):
     """One line of the report's resolutions: a path and how it was settled.
 
     ``status`` is a :class:`overlay.rebase.state.ResolutionOutcome` status, or
@@ -38,8 +35,7 @@ class ReportResolution:
         return {"path": self.path, "status": self.status, "note": self.note}
 
 
-@dataclasses.dataclass
-class ReportPatch:
+class ReportPatch(NamedTuple):
     """One line of the report's series: a patch, its Local-Fix number and outcome.
 
     ``status`` is a :class:`overlay.rebase.state.PatchOutcome` status, with
@@ -61,8 +57,7 @@ class ReportPatch:
         }
 
 
-@dataclasses.dataclass
-class PinChange:
+class PinChange(NamedTuple):
     """The bases before and after the run (``pins`` in the JSON form)."""
 
     before: Bases
@@ -73,8 +68,7 @@ class PinChange:
         return {"before": self.before.to_json(), "after": self.after.to_json()}
 
 
-@dataclasses.dataclass
-class RebaseReport:
+class RebaseReport(NamedTuple):
     """What a completed rebase or sync did.
 
     Attributes:
@@ -99,7 +93,7 @@ class RebaseReport:
     patches: list[ReportPatch]
     range_diff: str
     next_steps: list[str]
-    uncarried: list[tuple[str, list[str]]] = dataclasses.field(default_factory=list)
+    uncarried: Sequence[tuple[str, list[str]]] = ()
 
     def to_json(self) -> dict[str, Any]:
         """The JSON object of ``.overlay/last-rebase.json`` and ``--format json``."""
@@ -266,8 +260,69 @@ def label_range_diff(text: str, old: Sequence[str], new: Sequence[str]) -> str:
 
 
 def render_markdown(report: RebaseReport) -> str:
-    """The report as a Markdown section (for ``.overlay/last-rebase.md`` and the PR body)."""
-    return render_template("rebase_report.md.j2", r=report)
+    """The report as a Markdown section (for ``.overlay/last-rebase.md`` and the PR body).
+
+    Written out here rather than as a jinja2 template: every rebase and sync writes
+    this report, and importing jinja2 costs a run more than all its own modules do.
+    The bytes are those of the template this replaced, kept as the tests' reference
+    (``tests/data/rebase_report.md.j2``): a header with the bases before and after,
+    the fork delta's counts, a table of resolutions, one of the series, the paths not
+    carried (a sync), the range-diff in a fenced block, and the next steps.
+    """
+    before, after = report.pins.before, report.pins.after
+    forks = (
+        (f" / fork {before.fork[:8]}", f" / fork {after.fork[:8]}")
+        if report.kind == "sync"
+        else ("", "")
+    )
+    merge = report.merge
+    out = [
+        f"## overlay {report.kind}: {before.pin[:8]}{forks[0]} → "
+        f"{after.pin[:8]}{forks[1]}\n\n"
+        "| | before | after |\n|---|---|---|\n"
+        f"| MLX pin | `{before.pin}` | `{after.pin}` |\n"
+        f"| fork commit | `{before.fork}` | `{after.fork}` |\n"
+        f"| fork merge base | `{before.merge_base}` | `{after.merge_base}` |\n\n"
+        f"Fork delta: {merge.get('carried', 0)} carried path(s), "
+        f"{merge.get('conflicts', 0)} conflicting with the new pin.\n\n"
+        "### Resolutions\n"
+    ]
+    if report.resolutions:
+        out.append("\n| path | outcome | note |\n|---|---|---|\n")
+        out += [f"| `{x.path}` | {x.status} | {x.note} |\n" for x in report.resolutions]
+    else:
+        out.append("\nNone needed.\n")
+    out.append("\n### Series\n")
+    if report.patches:
+        out.append("\n| patch | Local-Fix | outcome | note |\n|---|---|---|---|\n")
+        out += [
+            f"| `{p.name}` | {p.local_fix if p.local_fix is not None else ''} "
+            f"| {p.status} | {p.note} |\n"
+            for p in report.patches
+        ]
+    else:
+        out.append("\nThe series is empty.\n")
+    out.append("\n")
+    if report.uncarried:
+        out.append(
+            f"\n### Not carried\n\nThe fork changed {len(report.uncarried)} path(s) "
+            "between the two fork commits that the overlay does not carry (`[carry]` "
+            "of `patches-rocm/overlay.toml`):\n\n| path | fork commits |\n|---|---|\n"
+        )
+        out += [
+            f"| `{path}` | {'; '.join(map(str, commits))} |\n"
+            for path, commits in report.uncarried
+        ]
+        out.append("\n")
+    if report.range_diff:
+        out.append(
+            "\n### Range-diff (old series → new series)\n\n"
+            f"```\n{report.range_diff.rstrip()}\n```\n"
+        )
+    out.append("\n### Next steps\n\n")
+    out += [f"- `{s}`\n" for s in report.next_steps]
+    out.append("\n")
+    return "".join(out)
 
 
 def render_text(report: RebaseReport) -> str:
@@ -302,7 +357,12 @@ def render_text(report: RebaseReport) -> str:
 
 
 def render(report: RebaseReport, fmt: str) -> str:
-    """The report as ``fmt``: ``text``, ``json`` (:meth:`RebaseReport.to_json`,
-    indented by two) or ``markdown`` (:func:`overlay.report.templating.render_report`)."""
-    data: Any = report.to_json() if fmt == "json" else report
-    return render_report(data, fmt, text=render_text, template="rebase_report.md.j2")
+    """The report as ``fmt``: ``text`` (:func:`render_text`), ``json``
+    (:meth:`RebaseReport.to_json`, indented by two, one trailing newline, as
+    :func:`overlay.report.templating.render_report` writes it) or ``markdown``
+    (:func:`render_markdown`)."""
+    if fmt == "json":
+        return json.dumps(report.to_json(), indent=2) + "\n"
+    if fmt == "markdown":
+        return render_markdown(report)
+    return render_text(report)

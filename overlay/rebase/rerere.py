@@ -19,11 +19,11 @@ what its run recorded (shared case 17).
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections.abc import Mapping
 
 from overlay import layout
+from overlay.digests import sha256
 from overlay.fs.atomic import atomic_write
 from overlay.rebase.base import RunBase, Stages
 from overlay.records.markers import marker_lines
@@ -71,7 +71,7 @@ def normalize_conflict(text: bytes, size: int = KEY_MARKER_SIZE) -> bytes | None
 def conflict_key(normalized: bytes) -> str:
     """The sha256 key of a normalized patch conflict (apart from the fork delta's keys,
     which hash other text)."""
-    return hashlib.sha256(b"overlay patch conflict\0" + normalized).hexdigest()
+    return sha256(b"overlay patch conflict\0" + normalized).hexdigest()
 
 
 def cache_dirs(root: str) -> list[tuple[str, str]]:

@@ -22,7 +22,7 @@ import dataclasses
 import enum
 import json
 import os
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 from overlay import layout
 from overlay.fs.atomic import atomic_write
@@ -90,8 +90,7 @@ def _opt_str(value: Any, what: str) -> str | None:
     return None if value is None else _str(value, what)
 
 
-@dataclasses.dataclass
-class Bases:
+class Bases(NamedTuple):
     """The three commits a layer stack is built from (full SHAs)."""
 
     pin: str

@@ -34,6 +34,8 @@ The package's modules, in the order the work flows:
 * :mod:`~overlay.records.fixes.model` -- format constants, :data:`CODES`, the parsed shapes
   (:class:`Document`, :class:`Section`, :class:`Entry`, ...) and :class:`PatchRecord`;
 * :mod:`~overlay.records.fixes.parser` -- :func:`parse` and :func:`load`;
+* :mod:`~overlay.records.fixes.file` -- the file's bytes: :func:`fixes_bytes`,
+  :func:`fixes_record`, :func:`write_fixes`;
 * :mod:`~overlay.records.fixes.structure` -- checks of the document's shape (FIX001..FIX012,
   FIX026);
 * :mod:`~overlay.records.fixes.wording` -- checks of what it says (FIX013..FIX016) and
@@ -67,6 +69,7 @@ if TYPE_CHECKING:
         patch_trailers,
         resolve_name,
     )
+    from overlay.records.fixes.file import fixes_bytes, fixes_record, write_fixes
     from overlay.records.fixes.model import (
         BACKEND_PREFIX,
         CODES,
@@ -97,13 +100,10 @@ if TYPE_CHECKING:
         render_new_entry,
     )
     from overlay.records.fixes.parser import (
-        fixes_bytes,
-        fixes_record,
         fork_repo_from_url,
         load,
         looks_like_path,
         parse,
-        write_fixes,
     )
     from overlay.records.fixes.rewrite import rename_entry_paths, set_heading_pins
     from overlay.records.fixes.structure import (
@@ -162,13 +162,13 @@ __getattr__, __dir__ = attach(
         "next_number": "new",
         "plan_entry": "new",
         "render_new_entry": "new",
-        "fixes_bytes": "parser",
-        "fixes_record": "parser",
+        "fixes_bytes": "file",
+        "fixes_record": "file",
         "fork_repo_from_url": "parser",
         "load": "parser",
         "looks_like_path": "parser",
         "parse": "parser",
-        "write_fixes": "parser",
+        "write_fixes": "file",
         "rename_entry_paths": "rewrite",
         "set_heading_pins": "rewrite",
         "check_items": "structure",

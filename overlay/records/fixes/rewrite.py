@@ -14,8 +14,6 @@ import re
 from collections.abc import Iterable, Mapping
 
 from overlay.lazy import lazy_pattern
-from overlay.records.fixes.model import BACKEND_PREFIX, MLX_PREFIX
-from overlay.records.fixes.parser import parse
 
 _TITLE_RE = lazy_pattern(
     rb"^((?:\xef\xbb\xbf)?# Local changes relative to \S+@)[0-9a-fA-F]{8}", re.M
@@ -42,6 +40,9 @@ def set_heading_pins(text: bytes, fork: str, pin: str) -> bytes:
 def _forms(path: str) -> list[tuple[str, str]]:
     """The ways an entry may name ``path`` (full, relative to ``mlx/backend/rocm/`` or
     ``mlx/``, the bare file name; FIX020's rule), each with its prefix."""
+    # the file's model, only where a run followed a rename (every run sets the pins)
+    from overlay.records.fixes.model import BACKEND_PREFIX, MLX_PREFIX
+
     out = [(path, "")]
     for prefix in (BACKEND_PREFIX, MLX_PREFIX):
         if path.startswith(prefix):
@@ -73,6 +74,9 @@ def rename_entry_paths(
     Returns:
         ``(new bytes, the entry numbers that changed)``.
     """
+    # the parser, only where a run followed a rename (every run sets the pins)
+    from overlay.records.fixes.parser import parse
+
     doc = parse(text.decode("utf-8", "replace"))
     lines = text.split(b"\n")
     changed = []
