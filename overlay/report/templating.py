@@ -1,9 +1,10 @@
 """The one jinja2 environment and the one report dispatch (text, JSON, Markdown).
 
-Every Markdown report (``ci``'s PR summary, a rebase or sync report, an import report,
-a LOCAL_FIXES.md entry from ``fix new``) comes from a template in
-``overlay/templates/``, rendered by the environment here; every command whose report
-is plain data prints it through :func:`render_report`.
+Every Markdown report but one (``ci``'s PR summary, an import report, a LOCAL_FIXES.md
+entry from ``fix new``) comes from a template in ``overlay/templates/``, rendered by
+the environment here; the import report, plain data, prints through
+:func:`render_report`. The exception is the rebase or sync report, which every run
+writes: :func:`overlay.rebase.report.render_markdown` writes it without jinja2.
 """
 
 from __future__ import annotations

@@ -1,0 +1,57 @@
+"""SHA-1 and SHA-256 (overlay/digests.py): the same digests as hashlib's, CPython's own
+implementation for a small input (OpenSSL not loaded), OpenSSL's for a large one."""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from overlay import digests
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize("name", ["sha1", "sha256"])
+@pytest.mark.parametrize(
+    "size", [0, 1, 63, 64, 65, 4096, digests.BULK - 1, digests.BULK]
+)
+def test_the_digests_are_hashlibs(name, size):
+    data = bytes(range(256)) * (size // 256) + bytes(size % 256)
+    ours = getattr(digests, name)(data)
+    assert ours.hexdigest() == getattr(hashlib, name)(data).hexdigest()
+    # updated in parts, as the layers' and the chains' keys are
+    h = getattr(digests, name)(data[:7], size=size)
+    h.update(data[7:])
+    assert h.digest() == getattr(hashlib, name)(data).digest()
+
+
+def _run(code: str) -> str:
+    return subprocess.run(
+        [sys.executable, "-c", "import sys\nfrom overlay import digests\n" + code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+
+
+def test_a_small_input_loads_no_openssl():
+    out = _run(
+        "h = digests.sha1(b'blob 1\\0x')\n"
+        "digests.sha256(b'x' * 1000).hexdigest()\n"
+        "print(h.hexdigest(), 'hashlib' in sys.modules)\n"
+    )
+    assert out == "c1b0730e0133447badcfd47fd144e254807b06e1 False\n"
+
+
+def test_a_large_input_goes_to_openssl():
+    # a size given up front counts as much as the bytes given
+    out = _run(
+        f"digests.sha256(b'head', size={digests.BULK})\n"
+        "print('hashlib' in sys.modules)\n"
+    )
+    assert out == "True\n"
