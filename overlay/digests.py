@@ -5,8 +5,11 @@ Importing :mod:`hashlib` loads OpenSSL, which costs a command more than hashing 
 most of overlay's digests cover (the objects of a few trees and commits written, the
 cache key of a few kilobytes of records); OpenSSL's hashing is several times faster
 per byte. So :func:`sha1` and :func:`sha256` give CPython's own (``_sha1``, and
-``_sha256``, named ``_sha2`` from 3.12) for an input under :data:`BULK` bytes, unless
-:mod:`hashlib` is loaded already; OpenSSL's otherwise. The digests are the same.
+``_sha256``, named ``_sha2`` from 3.12) until the process has given it :data:`BULK`
+bytes in all, and OpenSSL's from then on (or from the start, when :mod:`hashlib` is
+loaded already): a command that hashes little never loads OpenSSL, and one that hashes
+much (the trees of a long series) pays the slower hashing for at most what the import
+costs. The digests are the same.
 """
 
 from __future__ import annotations
@@ -16,9 +19,13 @@ import importlib
 import sys
 from typing import Any
 
-#: From this many bytes hashed on, OpenSSL's: about what CPython's own SHA-1 hashes in
-#: the time the import of OpenSSL takes (measured on the benchmark machine, docs/engine.md).
+#: From this many bytes hashed in the process on, OpenSSL's: about what CPython's own
+#: SHA-1 hashes in the time the import of OpenSSL takes (measured on the benchmark
+#: machine, docs/engine.md).
 BULK = 1 << 19
+
+#: The bytes given to CPython's own implementations so far in this process.
+_given = [0]
 
 # the module of this version first: a failed import searches the whole path
 _OWN = {
@@ -33,7 +40,7 @@ def sha1(data: bytes = b"", size: int = 0) -> Any:
     Args:
         data: the first bytes hashed.
         size: how many bytes the caller hashes in all, when it goes on with
-            ``update`` (the larger of this and ``len(data)`` picks the implementation).
+            ``update`` (the larger of this and ``len(data)`` is what is counted).
     Returns:
         A :mod:`hashlib`-style object (``update``, ``digest``, ``hexdigest``).
     """
@@ -46,10 +53,12 @@ def sha256(data: bytes = b"", size: int = 0) -> Any:
 
 
 def _constructor(name: str, size: int) -> Any:
-    """``name``'s constructor for an input of ``size`` bytes."""
-    if size < BULK and "hashlib" not in sys.modules:
+    """``name``'s constructor for an input of ``size`` bytes (counted in :data:`_given`
+    when it is CPython's own)."""
+    if _given[0] + size < BULK and "hashlib" not in sys.modules:
         own = _own(name)
         if own is not None:
+            _given[0] += size
             return own
     import hashlib  # OpenSSL's: a large input, or a Python without its own
 

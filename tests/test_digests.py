@@ -1,5 +1,6 @@
 """SHA-1 and SHA-256 (overlay/digests.py): the same digests as hashlib's, CPython's own
-implementation for a small input (OpenSSL not loaded), OpenSSL's for a large one."""
+implementation while the process has hashed little (OpenSSL not loaded), OpenSSL's for
+a large input and once many small ones add up."""
 
 from __future__ import annotations
 
@@ -23,6 +24,8 @@ def test_the_digests_are_hashlibs(name, size):
     data = bytes(range(256)) * (size // 256) + bytes(size % 256)
     ours = getattr(digests, name)(data)
     assert ours.hexdigest() == getattr(hashlib, name)(data).hexdigest()
+    # CPython's own, which this process (hashlib loaded) is not given
+    assert digests._own(name)(data).digest() == getattr(hashlib, name)(data).digest()
     # updated in parts, as the layers' and the chains' keys are
     h = getattr(digests, name)(data[:7], size=size)
     h.update(data[7:])
@@ -55,3 +58,15 @@ def test_a_large_input_goes_to_openssl():
         "print('hashlib' in sys.modules)\n"
     )
     assert out == "True\n"
+
+
+def test_many_small_inputs_go_to_openssl_once_they_add_up():
+    out = _run(
+        f"n = {digests.BULK} // 4096\n"
+        "for _ in range(n - 1):\n"
+        "    digests.sha1(b'x' * 4096)\n"
+        "before = 'hashlib' in sys.modules\n"
+        "digests.sha1(b'x' * 4096)\n"
+        "print(before, 'hashlib' in sys.modules)\n"
+    )
+    assert out == "False True\n"
