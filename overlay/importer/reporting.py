@@ -171,4 +171,4 @@ def render_markdown(report: dict) -> str:
 def render(report: dict, fmt: str) -> str:
     """Dispatch on ``fmt``: ``text``, ``json`` or ``markdown``
     (:func:`overlay.report.templating.render_report`)."""
-    return render_report(report, fmt, text=render_text, template="import_report.md.j2")
+    return render_report(report, fmt, text=render_text, markdown=render_markdown)

@@ -17,6 +17,7 @@ from overlay import layout
 from overlay.fs.atomic import atomic_write
 from overlay.lazy import lazy_pattern
 from overlay.rebase.state import Bases
+from overlay.report.templating import render_report
 
 
 class ReportResolution(NamedTuple):
@@ -358,11 +359,7 @@ def render_text(report: RebaseReport) -> str:
 
 def render(report: RebaseReport, fmt: str) -> str:
     """The report as ``fmt``: ``text`` (:func:`render_text`), ``json``
-    (:meth:`RebaseReport.to_json`, indented by two, one trailing newline, as
-    :func:`overlay.report.templating.render_report` writes it) or ``markdown``
-    (:func:`render_markdown`)."""
-    if fmt == "json":
-        return json.dumps(report.to_json(), indent=2) + "\n"
-    if fmt == "markdown":
-        return render_markdown(report)
-    return render_text(report)
+    (:meth:`RebaseReport.to_json`, indented by two) or ``markdown``
+    (:func:`render_markdown`), through :func:`overlay.report.templating.render_report`."""
+    data: Any = report.to_json() if fmt == "json" else report
+    return render_report(data, fmt, text=render_text, markdown=render_markdown)

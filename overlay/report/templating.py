@@ -2,9 +2,9 @@
 
 Every Markdown report but one (``ci``'s PR summary, an import report, a LOCAL_FIXES.md
 entry from ``fix new``) comes from a template in ``overlay/templates/``, rendered by
-the environment here; the import report, plain data, prints through
-:func:`render_report`. The exception is the rebase or sync report, which every run
-writes: :func:`overlay.rebase.report.render_markdown` writes it without jinja2.
+the environment here. The exception is the rebase or sync report, which every run
+writes: :func:`overlay.rebase.report.render_markdown` writes it without jinja2. The
+import and the rebase report print through :func:`render_report`.
 """
 
 from __future__ import annotations
@@ -77,23 +77,28 @@ def render_template(name: str, **values: Any) -> str:
 
 
 def render_report(
-    report: Any, fmt: str, *, text: Callable[[Any], str], template: str
+    report: Any,
+    fmt: str,
+    *,
+    text: Callable[[Any], str],
+    markdown: Callable[[Any], str],
 ) -> str:
-    """Dispatch a report given as plain data on ``fmt``.
+    """Dispatch a report on ``fmt``.
 
     Args:
-        report: JSON-serialisable data (dicts, lists, strings, numbers).
-        fmt: ``json`` (indented, one trailing newline), ``markdown`` (``template``
-            rendered with the report as ``r``) or anything else for ``text``.
-        text: renders the plain-text form.
-        template: the Markdown template's file name under ``overlay/templates/``.
+        report: the report; for ``json``, JSON-serialisable data (dicts, lists,
+            strings, numbers).
+        fmt: ``json`` (indented, one trailing newline), ``markdown`` or anything else
+            for ``text``.
+        text, markdown: render the plain-text and the Markdown form (a template of
+            ``overlay/templates/`` through :func:`render_template`, or code).
     Returns:
         The rendered text, ending in a newline.
     """
     if fmt == "json":
         return json.dumps(report, indent=2) + "\n"
     if fmt == "markdown":
-        return render_template(template, r=report)
+        return markdown(report)
     return text(report)
 
 
