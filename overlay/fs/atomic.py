@@ -164,8 +164,7 @@ def scratch_dir(kind: str) -> Iterator[str]:
     # importing tempfile (random, shutil, bz2 and lzma with it) for the one directory.
     parent = temp_dir()
     while True:
-        rand = "".join(_TEMP_CHARS[b % len(_TEMP_CHARS)] for b in os.urandom(8))
-        tmp = os.path.join(parent, f"overlay-{kind}-{os.getpid()}-{rand}")
+        tmp = os.path.join(parent, f"overlay-{kind}-{os.getpid()}-{_random_chars()}")
         try:
             os.mkdir(tmp, 0o700)
             break
@@ -247,8 +246,12 @@ def atomic_symlink(target: str, path: str | os.PathLike) -> None:
 def _temp_name(directory: str, base: str) -> str:
     """A new temp name ``DIRECTORY/.BASE.XXXXXXXX.tmp`` (:data:`TEMP_RE`): eight
     characters of :data:`_TEMP_CHARS`, as ``tempfile.mkstemp`` draws them."""
-    rand = "".join(_TEMP_CHARS[b % len(_TEMP_CHARS)] for b in os.urandom(8))
-    return os.path.join(directory, f".{base}.{rand}.tmp")
+    return os.path.join(directory, f".{base}.{_random_chars()}.tmp")
+
+
+def _random_chars() -> str:
+    """Eight characters of :data:`_TEMP_CHARS`, as ``tempfile`` draws a name's."""
+    return "".join(_TEMP_CHARS[b % len(_TEMP_CHARS)] for b in os.urandom(8))
 
 
 def _temp_file(directory: str, base: str) -> tuple[int, str]:
