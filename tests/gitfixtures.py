@@ -299,6 +299,7 @@ __all__ = [
     "read_blob",
     "tree_paths",
     "env_path_without_git",
+    "fresh_python",
     "os",
 ]
 
@@ -323,6 +324,19 @@ def overlay_process(
         stderr=subprocess.STDOUT if merged else subprocess.PIPE,
         text=True,
     )
+
+
+def fresh_python(code: str) -> str:
+    """The standard output of ``code`` run in a new interpreter from the checkout's root
+    (what a command's own process imports, untouched by the test process's); it must
+    exit 0."""
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=Path(__file__).resolve().parent.parent,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
 
 
 def refusal_line(stderr: str) -> str:

@@ -5,15 +5,11 @@ a large input and once many small ones add up."""
 from __future__ import annotations
 
 import hashlib
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
+from gitfixtures import fresh_python
 
 from overlay import digests
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.mark.parametrize("name", ["sha1", "sha256"])
@@ -33,13 +29,7 @@ def test_the_digests_are_hashlibs(name, size):
 
 
 def _run(code: str) -> str:
-    return subprocess.run(
-        [sys.executable, "-c", "import sys\nfrom overlay import digests\n" + code],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    return fresh_python("import sys\nfrom overlay import digests\n" + code)
 
 
 def test_a_small_input_loads_no_openssl():

@@ -4,12 +4,12 @@ packages that use it: their typed imports and their lazy map name the same thing
 from __future__ import annotations
 
 import ast
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+from gitfixtures import fresh_python
 
 from overlay.lazy import attach
 
@@ -118,8 +118,8 @@ def test_the_typed_imports_and_the_lazy_map_agree(init):
 
 
 def test_the_heading_rewrite_loads_none_of_the_checks():
-    # What a completed rebase loads of LOCAL_FIXES.md's package: the parser and the
-    # heading rewrite, not the checks and the new-entry code.
+    # What a completed rebase loads of LOCAL_FIXES.md's package: the file's bytes and
+    # the heading rewrite, not the checks and the new-entry code.
     code = (
         "import sys\n"
         "from overlay.records import fixes\n"
@@ -127,13 +127,7 @@ def test_the_heading_rewrite_loads_none_of_the_checks():
         "from overlay.edit import refuse_during_edit\n"
         "print(' '.join(sorted(m for m in sys.modules if m.startswith('overlay.'))))\n"
     )
-    loaded = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.split()
+    loaded = fresh_python(code).split()
     assert "overlay.records.fixes.rewrite" in loaded
     assert "overlay.edit.session" in loaded
     for heavy in (

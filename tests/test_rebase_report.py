@@ -5,11 +5,10 @@ shape, and a rebase renders it without importing jinja2."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import jinja2
+from gitfixtures import fresh_python
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -24,7 +23,6 @@ from overlay.rebase.report import (
 from overlay.rebase.state import Bases
 
 DATA = Path(__file__).resolve().parent / "data"
-ROOT = Path(__file__).resolve().parent.parent
 
 # The settings overlay's jinja2 environment had (overlay/report/templating.py).
 REFERENCE = jinja2.Environment(
@@ -102,11 +100,4 @@ def test_rendering_the_markdown_does_not_import_jinja2():
         "render_markdown(RebaseReport('rebase', PinChange(b, b), {}, [], [], '', []))\n"
         "print('jinja2' in sys.modules)\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    assert out == "False\n"
+    assert fresh_python(code) == "False\n"

@@ -4,16 +4,13 @@ record, written whole; and read without loading the parser."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
+from gitfixtures import fresh_python
 
 from overlay.fs.reading import RecordError, RecordMissing
 from overlay.records.fixes.file import fixes_bytes, fixes_record, write_fixes
 
-ROOT = Path(__file__).resolve().parent.parent
 TEXT = "\ufeff# Local changes relative to NripeshN/mlx@75915908\r\n\r\n- `a.cpp`: kept.\r\n"
 
 
@@ -56,11 +53,6 @@ def test_reading_the_bytes_loads_no_parser(tmp_path):
         f"data = fixes.fixes_bytes({str(tmp_path)!r})\n"
         "print(len(data), sorted(m for m in sys.modules if m.startswith('overlay.records.fixes.')))\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    assert out == f"{len(TEXT.encode())} ['overlay.records.fixes.file']\n"
+    assert (
+        fresh_python(code) == f"{len(TEXT.encode())} ['overlay.records.fixes.file']\n"
+    )
