@@ -7,6 +7,7 @@ import contextlib
 import os
 import shutil
 import subprocess
+import time
 
 from overlay.edit.session import BRANCH
 from overlay.errors import OverlayError
@@ -14,12 +15,22 @@ from overlay.fs.atomic import atomic_write
 from overlay.fs.locks import pid_alive
 from overlay.fs.paths import check_path
 from overlay.git.store import CatFile, Store, run_git
+from overlay.git.treemodel import blob_name
 from overlay.lazy import lazy_pattern
 
 #: The private index a snapshot adds the work tree to, and its git lock:
 #: ``overlay-record-<pid>.index[.lock]`` (``overlay-record.index`` before names had a pid).
 _PRIVATE_INDEX_RE = lazy_pattern(
     r"^overlay-record(?:-(?P<pid>\d{1,9}))?\.index(?:\.lock)?$"
+)
+
+#: One entry of ``git ls-files --stage --debug -z``: ``<mode> <oid> <stage>\t<path>\0``
+#: and the stat data git keeps for it (git's ``show_ce`` and ``print_debug``; the
+#: flags in hex).
+_DEBUG_ENTRY_RE = lazy_pattern(
+    rb"(\d+) ([0-9a-f]+) \d\t([^\0]*)\0"
+    rb"  ctime: (\d+):(\d+)\n  mtime: (\d+):(\d+)\n"
+    rb"  dev: \d+\tino: (\d+)\n  uid: \d+\tgid: \d+\n  size: (\d+)\tflags: [0-9a-f]+\n"
 )
 
 
@@ -99,6 +110,94 @@ def make_worktree(
     wt_git(workdir, "reset", "-q", "--hard", commits[-1])
 
 
+#: At most this many bytes of racy files are compared by content before git is left
+#: to compare every file (:func:`trust_stat_data`).
+RACY_BYTES_MAX = 1 << 20
+
+
+def trust_stat_data(workdir: str, index: str) -> bool:
+    """Date the private copy ``index`` of the work tree's index now, when no file git
+    would take as unchanged has changed since git recorded it.
+
+    git (built without ``USE_NSEC``, as Debian's is) compares whole seconds: an entry
+    whose file's mtime is not older than the index file is "racily clean", and ``git
+    add`` reads and hashes the file again. ``overlay edit``'s ``git reset --hard``
+    writes every file and the index within the same second or two, so every entry
+    of a fresh edit is racy and a record hashed the whole tree (most of its time).
+    This applies git's own rule (``Documentation/technical/racy-git.txt``) at the
+    nanoseconds the file system keeps: an entry whose file git could take as unchanged
+    (the same mtime second and size) is proven unchanged when its mtime and ctime to
+    the nanosecond and its inode are the ones git recorded and its mtime is older than
+    the index file's; otherwise, as git does for a racy entry, when the file's
+    content is the entry's blob (regular files, :data:`RACY_BYTES_MAX` bytes in all).
+    When every such entry is proven, a copy of the index dated now lets git trust the
+    stat data; otherwise (or when git's listing does not read as expected) nothing
+    changes and git compares content as before.
+
+    Args:
+        workdir: the work tree.
+        index: a copy of its index (mtime kept, ``shutil.copy2``), which git reads next.
+    Returns:
+        Whether the copy was dated now.
+    """
+    out = wt_git(
+        workdir, "ls-files", "--stage", "--debug", "-z", index=index, check=False
+    )
+    if out.returncode != 0:
+        return False
+    index_mtime = os.stat(index).st_mtime_ns
+    expected = 0
+    racy: list[tuple[str, bytes, str]] = []  # (path, mode, blob) compared by content
+    for m in _DEBUG_ENTRY_RE.finditer(out.stdout):
+        if m.start() != expected:
+            return False  # a line this parser does not know: leave it to git
+        expected = m.end()
+        mode, blob, path = m.group(1), m.group(2).decode(), os.fsdecode(m.group(3))
+        if mode == b"160000":
+            continue  # a submodule: git asks its HEAD, not the stat data
+        try:
+            st = os.lstat(os.path.join(workdir, path))
+        except OSError:
+            continue  # gone: git sees that itself
+        mtime = int(m.group(6)) * 1_000_000_000 + int(m.group(7))
+        if st.st_mtime_ns // 1_000_000_000 != mtime // 1_000_000_000 or (
+            st.st_size & 0xFFFFFFFF != int(m.group(9))
+        ):
+            continue  # git sees the change itself
+        ctime = int(m.group(4)) * 1_000_000_000 + int(m.group(5))
+        if (
+            st.st_mtime_ns != mtime
+            or st.st_ctime_ns != ctime
+            or st.st_ino & 0xFFFFFFFF != int(m.group(8))
+            or mtime >= index_mtime
+        ):
+            racy.append((path, mode, blob))
+    if expected != len(out.stdout) or not _same_content(workdir, racy):
+        return False
+    now = time.time_ns()
+    os.utime(index, ns=(now, now))
+    return True
+
+
+def _same_content(workdir: str, entries: list[tuple[str, bytes, str]]) -> bool:
+    """Whether each ``(path, mode, blob)`` of ``entries`` is a regular file of the work
+    tree holding exactly the blob (no filter between them), within
+    :data:`RACY_BYTES_MAX` bytes in all."""
+    left = RACY_BYTES_MAX
+    for path, mode, blob in entries:
+        if mode not in (b"100644", b"100755"):
+            return False
+        try:
+            with open(os.path.join(workdir, path), "rb") as fh:
+                data = fh.read(left + 1)
+        except OSError:
+            return False
+        left -= len(data)
+        if left < 0 or blob_name(data) != blob:
+            return False
+    return True
+
+
 def snapshot(store: Store, workdir: str, base: str) -> str:
     """The work tree as a tree in the git store (every file, as ``git add -A`` sees it).
 
@@ -120,6 +219,8 @@ def snapshot(store: Store, workdir: str, base: str) -> str:
         shutil.copy2(os.path.join(workdir, ".git", "index"), index)
     except FileNotFoundError:
         pass
+    else:
+        trust_stat_data(workdir, index)
     try:
         wt_git(workdir, "add", "-A", "--", ".", index=index)
         tree = wt_git(workdir, "write-tree", index=index).stdout.decode().strip()

@@ -1,0 +1,182 @@
+"""The edit's work tree: a record trusts git's stat data only where it is proven
+(``trust_stat_data``), and whatever the files went through, the tree it reads is the
+one git reads when it hashes every file."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+from gitfixtures import git
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from overlay.edit.worktree import RACY_BYTES_MAX, trust_stat_data
+
+FILES = {f"src/f{i}.txt": f"line {i}\n" * (i + 1) for i in range(6)}
+
+
+def _checkout(tmp: Path, files: dict[str, str] = FILES) -> Path:
+    """A repository whose work tree and index are as ``overlay edit`` leaves them,
+    dated ten seconds ago: every file written within the index's second, just before
+    it. (Dated back, so that what the test does next, in the same second as the
+    setup, comes in a later second than the checkout, as a user's edit does; a copy
+    of the index dated now then changes what git compares.)"""
+    work = tmp / "work"
+    work.mkdir()
+    git(work, "init", "-q")
+    for path, text in files.items():
+        (work / path).parent.mkdir(parents=True, exist_ok=True)
+        (work / path).write_text(text)
+    git(work, "add", "-A")
+    git(work, "commit", "-q", "-m", "base")
+    for path in files:
+        (work / path).unlink()
+    git(work, "reset", "-q", "--hard")
+    past = time.time_ns() - 10 * 1_000_000_000
+    for path in files:
+        os.utime(work / path, ns=(past, past))
+    git(work, "update-index", "-q", "--refresh")  # the stat data follows
+    os.utime(work / ".git" / "index", ns=(past + 1000, past + 1000))
+    return work
+
+
+def _tree(work: Path, index: Path | None) -> str:
+    """``git add -A`` then ``write-tree`` on ``index`` (``None``: a new index, so git
+    hashes every file: the truth)."""
+    env = dict(os.environ)
+    if index is None:
+        index = work / ".git" / "truth.index"
+        index.unlink(missing_ok=True)
+    env["GIT_INDEX_FILE"] = str(index)
+    for args in (["add", "-A", "--", "."], ["write-tree"]):
+        proc = subprocess.run(
+            ["git", *args], cwd=work, env=env, capture_output=True, check=True
+        )
+    return proc.stdout.decode().strip()
+
+
+def _private_copy(work: Path) -> Path:
+    copy = work / ".git" / "private.index"
+    shutil.copy2(work / ".git" / "index", copy)
+    return copy
+
+
+def _same_stamp_rewrite(path: Path, text: str) -> None:
+    """Rewrite ``path`` in place (same inode) and put its mtime back to the very
+    nanosecond it had: only ctime tells the edit."""
+    before = path.stat()
+    with open(path, "r+") as fh:
+        fh.write(text)
+        fh.truncate()
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+
+
+def test_a_fresh_checkout_is_trusted_and_reads_as_git_reads_it(tmp_path):
+    work = _checkout(tmp_path)
+    copy = _private_copy(work)
+    before = copy.stat().st_mtime_ns
+    assert trust_stat_data(str(work), str(copy)) is True
+    assert copy.stat().st_mtime_ns > before
+    assert _tree(work, copy) == _tree(work, None)
+
+
+def test_an_edit_git_would_see_leaves_the_copy_trusted(tmp_path):
+    work = _checkout(tmp_path)
+    (work / "src/f1.txt").write_text("longer than before\n" * 9)
+    (work / "src/f2.txt").unlink()
+    (work / "src/new.txt").write_text("new\n")
+    copy = _private_copy(work)
+    assert trust_stat_data(str(work), str(copy)) is True
+    assert _tree(work, copy) == _tree(work, None)
+
+
+def test_a_same_size_rewrite_with_the_old_mtime_is_not_trusted(tmp_path):
+    """The edit git misses at seconds: same size, same mtime second; the copy keeps
+    its date, so git compares content and reads the edit."""
+    work = _checkout(tmp_path)
+    path = work / "src/f3.txt"
+    _same_stamp_rewrite(path, path.read_text().replace("line", "LINE"))
+    copy = _private_copy(work)
+    before = copy.stat().st_mtime_ns
+    assert trust_stat_data(str(work), str(copy)) is False
+    assert copy.stat().st_mtime_ns == before
+    assert _tree(work, copy) == _tree(work, None)
+
+
+def test_racy_entries_with_their_content_unchanged_are_trusted(tmp_path):
+    """Entries as new as their index (at nanoseconds) are compared by content, as git
+    compares them: unchanged bytes leave the copy trusted, changed bytes do not."""
+    work = _checkout(tmp_path)
+    copy = _private_copy(work)
+    first = (work / "src/f0.txt").stat().st_mtime_ns
+    os.utime(copy, ns=(first, first))  # every entry racy
+    assert trust_stat_data(str(work), str(copy)) is True
+    assert _tree(work, copy) == _tree(work, None)
+    _same_stamp_rewrite(work / "src/f5.txt", (work / "src/f5.txt").read_text().upper())
+    copy = _private_copy(work)
+    os.utime(copy, ns=(first, first))
+    assert trust_stat_data(str(work), str(copy)) is False
+    assert _tree(work, copy) == _tree(work, None)
+
+
+def test_racy_entries_beyond_the_byte_budget_are_left_to_git(tmp_path):
+    big = {"big.bin": "x" * (RACY_BYTES_MAX + 1)}
+    work = _checkout(tmp_path, big)
+    copy = _private_copy(work)
+    stamp = (work / "big.bin").stat().st_mtime_ns
+    os.utime(copy, ns=(stamp, stamp))  # the entry as new as its index
+    assert trust_stat_data(str(work), str(copy)) is False
+
+
+def test_an_unreadable_listing_changes_nothing(tmp_path):
+    work = _checkout(tmp_path)
+    copy = work / ".git" / "private.index"
+    copy.write_bytes(b"not an index")
+    before = copy.stat().st_mtime_ns
+    assert trust_stat_data(str(work), str(copy)) is False
+    assert copy.stat().st_mtime_ns == before
+
+
+#: What may happen to a file between the checkout and the record.
+EDITS = st.sampled_from(
+    ["keep", "same-size same-stamp", "same-size", "append", "delete", "touch"]
+)
+
+
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(edits=st.lists(EDITS, min_size=len(FILES), max_size=len(FILES)))
+def test_whatever_the_files_went_through_the_tree_is_gits(tmp_path_factory, edits):
+    work = _checkout(tmp_path_factory.mktemp("wt"))
+    for path, edit in zip(sorted(FILES), edits, strict=True):
+        file = work / path
+        text = file.read_text()
+        if edit == "same-size same-stamp":
+            _same_stamp_rewrite(file, text.upper())
+        elif edit == "same-size":
+            file.write_text(text.upper())
+        elif edit == "append":
+            file.write_text(text + "more\n")
+        elif edit == "delete":
+            file.unlink()
+        elif edit == "touch":
+            file.touch()
+    copy = _private_copy(work)
+    trust_stat_data(str(work), str(copy))
+    assert _tree(work, copy) == _tree(work, None)
+
+
+def test_the_user_index_is_left_alone(tmp_path):
+    work = _checkout(tmp_path)
+    index = work / ".git" / "index"
+    before = (index.read_bytes(), index.stat().st_mtime_ns)
+    _same_stamp_rewrite(work / "src/f0.txt", "LINE 0\n")
+    trust_stat_data(str(work), str(_private_copy(work)))
+    assert (index.read_bytes(), index.stat().st_mtime_ns) == before
