@@ -10,11 +10,12 @@ import subprocess
 import time
 from pathlib import Path
 
-from gitfixtures import git
+from gitfixtures import cli, git
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from overlay.edit.worktree import RACY_BYTES_MAX, trust_stat_data
+from overlay.git.store import Store
 
 FILES = {f"src/f{i}.txt": f"line {i}\n" * (i + 1) for i in range(6)}
 
@@ -180,3 +181,27 @@ def test_the_user_index_is_left_alone(tmp_path):
     _same_stamp_rewrite(work / "src/f0.txt", "LINE 0\n")
     trust_stat_data(str(work), str(_private_copy(work)))
     assert (index.read_bytes(), index.stat().st_mtime_ns) == before
+
+
+def test_a_file_the_user_committed_in_the_work_tree_reaches_the_store(clean):
+    """The user's own ``git add`` and ``git commit`` in the work tree write the blob
+    into the work tree's objects only; the record copies what the tree needs into the
+    store, so the patch, the layers and verify all read it."""
+    assert cli(clean, "edit", "--new", "0002-committed").exit_code == 0
+    work = clean.root / ".overlay" / "edit" / "0002-committed"
+    added = work / "mlx" / "backend" / "rocm" / "committed.h"
+    added.write_text("#pragma once\n// committed by hand\n")
+    git(work, "add", "-A")
+    git(work, "commit", "-q", "-m", "by hand")
+    blob = git(work, "rev-parse", "HEAD:mlx/backend/rocm/committed.h")
+    result = cli(
+        clean, "record", "-m", "rocm: committed", "--description", "Why it is there."
+    )
+    assert result.exit_code == 0, result.output
+    assert Store().has_object(blob, "blob")  # the store of the tests (conftest)
+    patch = (clean.root / "patches-rocm" / "0002-committed.patch").read_text()
+    assert "+// committed by hand" in patch
+    verify = cli(clean, "verify")
+    assert verify.exit_code == 0 and "no findings" in verify.output.lower(), (
+        verify.output
+    )

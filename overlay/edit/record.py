@@ -543,11 +543,12 @@ def _journal(
             files.append((rel, old, data))
     # The work tree's history at the recorded patch (kept with --keep, or when it
     # changed after a kill): the layer below, then the patch.
-    start_commit = store.commit_tree(
-        edit.tree,
-        [store.commit_tree(edit.base, (), "overlay: the layer below the patch")],
-        head.subject,
-    )
+    start_commit = store.commit_chain(
+        [
+            (edit.base, [], "overlay: the layer below the patch"),
+            (edit.tree, [0], head.subject),
+        ]
+    )[-1]
     kept = dataclasses.replace(
         session,
         name=name,

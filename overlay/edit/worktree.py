@@ -14,6 +14,7 @@ from overlay.errors import OverlayError
 from overlay.fs.atomic import atomic_write
 from overlay.fs.locks import pid_alive
 from overlay.fs.paths import check_path
+from overlay.git.objects import write_typed
 from overlay.git.store import CatFile, Store, run_git
 from overlay.git.treemodel import blob_name
 from overlay.lazy import lazy_pattern
@@ -201,7 +202,19 @@ def _same_content(workdir: str, entries: list[tuple[str, bytes, str]]) -> bool:
 def snapshot(store: Store, workdir: str, base: str) -> str:
     """The work tree as a tree in the git store (every file, as ``git add -A`` sees it).
 
-    The user's own index in the work tree is left alone: a copy takes the adds.
+    The user's own index in the work tree is left alone: a copy takes the adds. The
+    objects the tree has beyond ``base`` go into the store with one git process.
+
+    Args:
+        store: the git store the work tree borrows its objects from.
+        workdir: the work tree (:func:`make_worktree`).
+        base: the tree of the layer below the patch (in the store).
+    Returns:
+        The tree's name, in the store.
+    Raises:
+        OverlayError: the work tree is gone (exit 2).
+        UnsafePath: a path in it git could not check out (exit 2).
+        GitError: git refused to read the work tree.
     """
     if not os.path.isdir(os.path.join(workdir, ".git")):
         raise OverlayError(
@@ -215,7 +228,8 @@ def snapshot(store: Store, workdir: str, base: str) -> str:
         # copy2: the copy keeps the index's mtime. git (which compares whole seconds)
         # reads an entry whose mtime is not older than its index as "racily clean"
         # and compares content; a copy stamped "now" made a same-size edit in the
-        # same second as the index look unchanged ("nothing to record").
+        # same second as the index look unchanged ("nothing to record"). It is dated
+        # now only where trust_stat_data proves that safe.
         shutil.copy2(os.path.join(workdir, ".git", "index"), index)
     except FileNotFoundError:
         pass
@@ -227,28 +241,24 @@ def snapshot(store: Store, workdir: str, base: str) -> str:
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(index)
+    if tree == base:
+        return tree
+    # The objects the work tree's tree has and ``base`` has not (``-t``: the trees on
+    # the way too) are copied into the store byte for byte, so the tree has the same
+    # name there. Most are in the work tree's own objects (what ``git add`` wrote);
+    # one the store has already is written again harmlessly.
     rows = wt_git(
-        workdir, "diff-tree", "-r", "-z", "--no-renames", base, tree
+        workdir, "diff-tree", "-r", "-t", "-z", "--no-renames", base, tree
     ).stdout.split(b"\0")
-    changes: dict[str, tuple[str, str] | None] = {}
-    with CatFile(os.path.join(workdir, ".git")) as cat:
-        for i in range(0, len(rows) - 1, 2):
-            meta = rows[i].decode().lstrip(":").split()
-            path = check_path(
-                rows[i + 1].decode("utf-8", "surrogateescape"), what="work tree path"
-            )
-            if meta[4] == "D":
-                changes[path] = None
-                continue
-            mode, oid = meta[1], meta[3]
-            if mode != "160000" and not store.has_object(oid, "blob"):
-                store.hash_blob(
-                    cat.read(oid)[1]
-                )  # the same bytes give the same name in the store
-            changes[path] = (mode, oid)
-    result = store.edit_tree(base, changes)
-    if result != tree:  # both repositories must agree on every byte
-        raise OverlayError(
-            f"internal: the work tree's tree {tree[:12]} is {result[:12]} in the git store"
+    new = {tree: "tree"}
+    for i in range(0, len(rows) - 1, 2):
+        meta = rows[i].decode().lstrip(":").split()
+        check_path(
+            rows[i + 1].decode("utf-8", "surrogateescape"), what="work tree path"
         )
-    return result
+        if meta[4] != "D" and meta[1] != "160000":  # a gitlink names no object here
+            new[meta[3]] = "tree" if meta[1] == "040000" else "blob"
+    with CatFile(os.path.join(workdir, ".git")) as cat:
+        objects = {oid: cat.read(oid) for oid in new}
+    write_typed(store.git_dir, objects)
+    return tree
