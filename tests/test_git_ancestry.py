@@ -54,3 +54,67 @@ def test_one_walk_answers_both_directions(overlay, monkeypatch):
     assert not store.is_ancestor(m.fork_commit, w.pin_clean)
     assert store.is_ancestor(m.fork_commit, m.fork_commit)
     assert [a[0] for a in started] == ["merge-base", "merge-base", "merge-base"]
+
+
+def _counting(monkeypatch) -> list:
+    started: list = []
+    real = Store.git
+    monkeypatch.setattr(
+        Store, "git", lambda self, *a, **k: started.append(a) or real(self, *a, **k)
+    )
+    return started
+
+
+def test_one_walk_answers_whether_several_commits_are_below_one(overlay, monkeypatch):
+    # A pin bump asks whether the old pin and the merge base are both below the new pin:
+    # one `git merge-base --independent` answers both, then is_ancestor asks nothing.
+    store = Store()
+    m = load_manifest(str(overlay.root))
+    layers.ensure_commits(store, m)
+    w = overlay.world
+    store.ensure_commit(w.pin_clean, ["upstream"])
+    started = _counting(monkeypatch)
+    assert store.ancestors_of(w.pin_clean, [m.merge_base, w.pin_clean])
+    assert [a[:2] for a in started] == [("merge-base", "--independent")]
+    assert store.is_ancestor(m.merge_base, w.pin_clean)
+    assert not store.is_ancestor(w.pin_clean, m.merge_base)
+    assert store.is_ancestor(w.pin_clean, w.pin_clean)
+    assert store.ancestors_of(w.pin_clean, [m.merge_base])
+    assert len(started) == 1
+    monkeypatch.undo()
+    monkeypatch.setattr(
+        Store, "git", lambda self, *a, **k: pytest.fail(f"git {a} ran again")
+    )
+    assert Store().is_ancestor(m.merge_base, w.pin_clean)  # another process
+
+
+def test_a_commit_not_below_says_no_and_nothing_is_remembered(overlay, monkeypatch):
+    store = Store()
+    m = load_manifest(str(overlay.root))
+    layers.ensure_commits(store, m)
+    w = overlay.world
+    store.ensure_commit(w.pin_clean, ["upstream"])
+    # The fork commit is on another branch than the pin; the merge base is below both.
+    assert not store.ancestors_of(w.pin_clean, [m.merge_base, m.fork_commit])
+    known = store._ancestry()
+    assert f"is-ancestor {m.merge_base} {w.pin_clean}" not in known
+    assert f"is-ancestor {m.fork_commit} {w.pin_clean}" not in known
+    assert not store.ancestors_of(m.merge_base, [w.pin_clean])
+    # A no already known answers without git.
+    assert not store.is_ancestor(m.fork_commit, w.pin_clean)
+    started = _counting(monkeypatch)
+    assert not store.ancestors_of(w.pin_clean, [m.merge_base, m.fork_commit])
+    assert started == []
+
+
+def test_a_merge_base_is_remembered_below_both_commits(overlay, monkeypatch):
+    store = Store()
+    m = load_manifest(str(overlay.root))
+    layers.ensure_commits(store, m)
+    w = overlay.world
+    store.ensure_commit(w.pin_clean, ["upstream"])
+    assert store.merge_base(m.fork_commit, w.pin_clean) == m.merge_base
+    started = _counting(monkeypatch)
+    assert store.is_ancestor(m.merge_base, m.fork_commit)
+    assert store.is_ancestor(m.merge_base, w.pin_clean)
+    assert started == []

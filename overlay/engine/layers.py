@@ -26,6 +26,7 @@ from overlay.engine.results import PatchResult
 from overlay.errors import GitError, LayerError
 from overlay.fs.paths import Carry, check_path
 from overlay.git.store import EMPTY_TREE, Store
+from overlay.git.treemodel import edit_tree
 from overlay.records.manifest import Manifest
 from overlay.records.markers import conflict_regions
 from overlay.records.resolutions import read_resolutions
@@ -284,7 +285,9 @@ def _carried_delta(
             continue
         carried.append(path)
         changes[path] = None if status == "D" else (new_mode, new_oid)
-    theirs = store.edit_tree(base_tree, changes) if changes else None
+    # In Python, its trees written as one pack (treemodel.edit_tree): the index way
+    # is three git processes.
+    theirs = edit_tree(store, base_tree, changes, {}) if changes else None
     if key:
         store.cache_write(
             "overlay-merges",

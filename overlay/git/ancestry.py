@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from collections.abc import Sequence
 
 from overlay.fs.atomic import atomic_write
 from overlay.git.run import is_sha
@@ -58,8 +59,41 @@ class RememberedAncestry:
         code = self.git("merge-base", "--is-ancestor", a, b, check=False).returncode
         return code == 0
 
+    def ancestors_of(self, tip: str, commits: Sequence[str]) -> bool:
+        """Whether every one of ``commits`` is an ancestor of (or equal to) ``tip``, asked
+        of git once for all of them (``git merge-base --independent``: of the set with
+        ``tip``, only ``tip`` is left exactly when each is reachable from it).
+
+        A yes is remembered for each commit as :meth:`is_ancestor` remembers it, both
+        ways round, so that its questions about them cost no process. A no is not
+        remembered (git does not say which commit is not); ask :meth:`is_ancestor`
+        for each then. Full commit names only; anything else is asked one by one.
+
+        Returns:
+            True when each of ``commits`` is an ancestor of ``tip``.
+        """
+        if not (is_sha(tip) and all(is_sha(c) for c in commits)):
+            return all(self.is_ancestor(c, tip) for c in commits)
+        known = [self._ancestry().get(f"is-ancestor {c} {tip}") for c in commits]
+        if False in known:
+            return False
+        asked = [c for c, answer in zip(commits, known, strict=True) if answer is None]
+        if not asked:
+            return True
+        proc = self.git("merge-base", "--independent", tip, *asked, check=False)
+        if proc.returncode != 0 or proc.stdout.split() != [tip.encode()]:
+            return False
+        answers: dict[str, bool | str] = {}
+        for c in asked:
+            answers[f"is-ancestor {c} {tip}"] = True
+            answers[f"is-ancestor {tip} {c}"] = c == tip
+            answers[f"merge-base {c} {tip}"] = c
+        self._remember_all(answers)
+        return True
+
     def merge_base(self, a: str, b: str) -> str | None:
-        """``git merge-base a b`` (the best common ancestor), remembered like :meth:`is_ancestor`.
+        """``git merge-base a b`` (the best common ancestor), remembered like :meth:`is_ancestor`,
+        with what it says of ancestry: the base is an ancestor of both.
 
         Returns:
             Its name, or ``None`` when the two have no common ancestor.
@@ -70,7 +104,11 @@ class RememberedAncestry:
             return known or None
         base = self._ask_merge_base(a, b)
         if base is not None and is_sha(a) and is_sha(b):
-            self._remember(key, base)
+            answers: dict[str, bool | str] = {key: base}
+            if base:
+                answers[f"is-ancestor {base} {a}"] = True
+                answers[f"is-ancestor {base} {b}"] = True
+            self._remember_all(answers)
         return base or None
 
     def _ask_merge_base(self, a: str, b: str) -> str | None:

@@ -105,6 +105,10 @@ def plan_run(
         new_base = old.merge_base
         if not force:
             refuse_broken_ancestry(store, new_base, new_fork)
+    if new_pin != old.pin:
+        # One walk of history answers whether the old pin and the merge base are both
+        # below the new pin: the questions below about them then start no process.
+        store.ancestors_of(new_pin, [old.pin, new_base])
     ahead_note = None
     if (new_fork, new_pin) != (old.fork, old.pin) and not _clear_forward(
         store, old, new_fork, new_pin
@@ -170,7 +174,13 @@ def _sync_base(
     fork commit and the pin."""
     if merge_base:
         return store.resolve(merge_base, ["fork", "upstream"])
-    return store.out("merge-base", new_fork, new_pin)
+    base = store.merge_base(new_fork, new_pin)
+    if base is None:
+        raise OverlayError(
+            f"fork commit {new_fork[:12]} and pin {new_pin[:12]} have no common ancestor",
+            hint="give --merge-base",
+        )
+    return base
 
 
 def _refuse_fork_not_descending(store: Store, old_fork: str, new_fork: str) -> None:
