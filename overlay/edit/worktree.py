@@ -101,11 +101,12 @@ def make_worktree(
     # Borrow the store's objects instead of copying a few thousand files' blobs.
     with open(alternates, "w", encoding="utf-8") as fh:
         fh.write(os.path.join(store.git_dir, "objects") + "\n")
-    commits = [store.commit_tree(base, (), "overlay: the layer below the patch")]
+    specs: list[tuple[str, list[str | int], str]] = [
+        (base, [], "overlay: the layer below the patch")
+    ]
     if start != base:
-        commits.append(
-            store.commit_tree(start, commits, subject or "overlay: the patch")
-        )
+        specs.append((start, [0], subject or "overlay: the patch"))
+    commits = store.commit_chain(specs)  # one git process for both
     wt_git(workdir, "symbolic-ref", "HEAD", BRANCH)
     wt_git(workdir, "update-ref", BRANCH, commits[-1])
     wt_git(workdir, "reset", "-q", "--hard", commits[-1])
