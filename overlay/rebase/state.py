@@ -406,8 +406,12 @@ class RunState:
         return out
 
     def dumps(self) -> bytes:
-        """The bytes of ``state.json``: :meth:`to_json`, indented by one, keys sorted."""
-        return json.dumps(self.to_json(), indent=1, sort_keys=True).encode()
+        """The bytes of ``state.json``: :meth:`to_json` on one line, keys sorted.
+
+        Not indented: :mod:`json` encodes an indented document in Python, a tenth of a
+        pin bump's own work for its five saves (``overlay rebase --status`` is what
+        a person reads)."""
+        return json.dumps(self.to_json(), sort_keys=True).encode()
 
     @classmethod
     def from_json(cls, data: Any) -> RunState:

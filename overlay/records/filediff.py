@@ -403,21 +403,31 @@ def _count_hunk_lines(
         ``(index after the hunk and its "\\ No newline" lines, old lines still
         expected, new lines still expected)``: both 0 for a whole hunk.
     """
-    while i < len(lines) and (old_left or new_left):
-        c = lines[i][:1]
-        if body.nul_line is None and b"\0" in lines[i]:
+    # The lines of every patch pass here: locals, and a NUL looked for once the first
+    # is not yet known (a hot loop of a pin bump's own work).
+    end = len(lines)
+    added = removed = 0
+    nul = body.nul_line is None
+    while i < end and (old_left or new_left):
+        ln = lines[i]
+        c = ln[:1]
+        if nul and b"\0" in ln:
             body.nul_line = first_line + i
-        if c == b" " or lines[i] in (b"", b"\r"):
-            old_left, new_left = old_left - 1, new_left - 1
+            nul = False
+        if c == b" " or ln == b"" or ln == b"\r":
+            old_left -= 1
+            new_left -= 1
         elif c == b"-":
             old_left -= 1
-            body.removed += 1
+            removed += 1
         elif c == b"+":
             new_left -= 1
-            body.added += 1
+            added += 1
         elif c != b"\\":
             break
         i += 1
-    while i < len(lines) and lines[i][:1] == b"\\":
+    body.added += added
+    body.removed += removed
+    while i < end and lines[i][:1] == b"\\":
         i += 1  # "\ No newline at end of file"
     return i, old_left, new_left
