@@ -16,6 +16,7 @@ fixed identity and date. git does all merging and applying.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
@@ -26,7 +27,7 @@ from overlay.engine.results import PatchResult
 from overlay.errors import GitError, LayerError
 from overlay.fs.paths import Carry, check_path
 from overlay.git.store import EMPTY_TREE, Store
-from overlay.git.treemodel import edit_tree
+from overlay.git.treemodel import blob_name, edit_tree
 from overlay.records.manifest import Manifest
 from overlay.records.markers import conflict_regions
 from overlay.records.resolutions import read_resolutions
@@ -334,7 +335,10 @@ def compute_forked(
     merge = merge_fork_delta(store, base, pin, fork, carry)
     conflicts: list[Conflict] = []
     fixes: dict[str, tuple[str, str] | None] = {}
-    with store.cat_file() as cat:
+    blobs: dict[str, bytes] = {}  # the resolutions, written with the tree's objects
+    with contextlib.ExitStack() as stack:
+        # Inside Store.reading, its reader; else a cat-file of this merge's own.
+        cat = store.reader or stack.enter_context(store.cat_file())
         for path, stage in sorted(merge.stages.items()):
             mode = (stage.get(2) or stage.get(3) or stage.get(1) or ("100644", ""))[0]
             entry = store.entries(merge.tree, [path]).get(path)
@@ -345,7 +349,13 @@ def compute_forked(
             )
             hunks = conflict_hunks(auto) if auto is not None else []
             if path in resolutions:
-                fixes[path] = (mode, store.hash_blob(resolutions[path]))
+                data = resolutions[path]
+                if len(merge.tree) == 40:  # named here, written by edit_tree below
+                    oid = blob_name(data)
+                    blobs[oid] = data
+                else:
+                    oid = store.hash_blob(data)
+                fixes[path] = (mode, oid)
                 outside = (
                     changes_outside_conflicts(auto, resolutions[path])
                     if auto is not None
@@ -361,7 +371,9 @@ def compute_forked(
             + "; ".join(c.describe() for c in unresolved),
             hint=f"resolve with `overlay rebase`, or write {layout.RESOLVED_DIR}/<path>",
         )
-    forked = store.edit_tree(merge.tree, fixes)
+    # In Python, the resolutions and the trees written as one pack (the index way was a
+    # hash-object per resolution and three git processes more).
+    forked = edit_tree(store, merge.tree, fixes, blobs)
     stale = sorted(p for p in resolutions if p not in merge.stages)
     return forked, merge.carried, merge.dropped, conflicts, stale
 
