@@ -137,9 +137,23 @@ def test_an_unreadable_listing_changes_nothing(tmp_path):
     work = _checkout(tmp_path)
     copy = work / ".git" / "private.index"
     copy.write_bytes(b"not an index")
-    before = copy.stat().st_mtime_ns
+    before = time.time_ns() - 10 * 1_000_000_000
+    os.utime(copy, ns=(before, before))  # old enough for dating it to matter
     assert trust_stat_data(str(work), str(copy)) is False
     assert copy.stat().st_mtime_ns == before
+
+
+def test_an_index_of_this_very_second_is_left_alone(tmp_path):
+    """Dated now, it would still be in its own second: git finds every entry racy
+    whatever its date, so nothing is asked of git and the date stays."""
+    work = _checkout(tmp_path)
+    copy = _private_copy(work)
+    # Half a second ahead: the check below runs within the index's second even when
+    # this line runs at the end of one.
+    stamp = time.time_ns() + 500_000_000
+    os.utime(copy, ns=(stamp, stamp))
+    assert trust_stat_data(str(work), str(copy)) is False
+    assert copy.stat().st_mtime_ns == stamp
 
 
 #: What may happen to a file between the checkout and the record.

@@ -142,12 +142,15 @@ def trust_stat_data(workdir: str, index: str) -> bool:
     Returns:
         Whether the copy was dated now.
     """
+    index_mtime = os.stat(index).st_mtime_ns
+    now = time.time_ns()
+    if now // 1_000_000_000 <= index_mtime // 1_000_000_000:
+        return False  # still the index's second: git would find every entry racy anyway
     out = wt_git(
         workdir, "ls-files", "--stage", "--debug", "-z", index=index, check=False
     )
     if out.returncode != 0:
         return False
-    index_mtime = os.stat(index).st_mtime_ns
     expected = 0
     racy: list[tuple[str, bytes, str]] = []  # (path, mode, blob) compared by content
     for m in _DEBUG_ENTRY_RE.finditer(out.stdout):
@@ -176,7 +179,6 @@ def trust_stat_data(workdir: str, index: str) -> bool:
             racy.append((path, mode, blob))
     if expected != len(out.stdout) or not _same_content(workdir, racy):
         return False
-    now = time.time_ns()
     os.utime(index, ns=(now, now))
     return True
 
