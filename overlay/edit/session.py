@@ -15,7 +15,6 @@ from overlay.errors import OverlayError
 from overlay.fs.atomic import atomic_write
 from overlay.fs.records_lock import state_lock
 from overlay.lazy import lazy_pattern
-from overlay.rebase.ondisk import run_in_progress
 
 if TYPE_CHECKING:
     from overlay.engine.layers import Layers
@@ -121,7 +120,15 @@ def save_session(root: str, session: Session) -> None:
 
 
 def refuse_during_run(root: str) -> None:
-    """Refuse an edit or a record while a rebase or sync is in progress (exit 2)."""
+    """Refuse an edit or a record while a rebase or sync is in progress (exit 2).
+
+    The run state's modules load only when its directory (``.overlay/rebase/``) is
+    there, as :func:`overlay.cli.tools.run_note` does."""
+    if not os.path.isdir(os.path.join(root, layout.REBASE_STATE_DIR)):
+        return
+    # rebase.ondisk: only when a run's state directory is there
+    from overlay.rebase.ondisk import run_in_progress
+
     kind = run_in_progress(root)
     if kind is not None:
         raise OverlayError(

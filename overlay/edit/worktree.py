@@ -134,7 +134,8 @@ def trust_stat_data(workdir: str, index: str) -> bool:
     content is the entry's blob (regular files, :data:`RACY_BYTES_MAX` bytes in all).
     When every such entry is proven, a copy of the index dated now lets git trust the
     stat data; otherwise (or when git's listing does not read as expected) nothing
-    changes and git compares content as before.
+    changes and git compares content as before. Nothing is asked of git while it is
+    still the index's second: dated now, every entry would still be racy to git.
 
     Args:
         workdir: the work tree.
