@@ -60,6 +60,8 @@ RR_CACHE = f"{STATE_DIR}/rr-cache"
 SHARED_RR_CACHE = f"{PATCH_DIR}/rr-cache"
 #: ``verify``'s verdict cache.
 VERIFY_CACHE = f"{STATE_DIR}/verify-cache"
+#: The manifest's table as :mod:`tomllib` last read it, keyed on the manifest's bytes.
+MANIFEST_CACHE = f"{STATE_DIR}/manifest-cache.json"
 #: An ``overlay edit`` in progress: its checkout and its state.
 EDIT_DIR = f"{STATE_DIR}/edit"
 EDIT_STATE = f"{STATE_DIR}/edit.json"

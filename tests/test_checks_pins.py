@@ -131,10 +131,12 @@ def test_case18_fork_ahead_of_the_pin_is_refused_then_allowed(ov, w):
         (w.pin_clean, "upstream work"),
     ):
         assert f"{sha[:12]} {subject}" in refused.output, refused.output
-    # Nothing changed but the rebase lock file the refused command held (it stays, empty).
+    # Nothing changed but the rebase lock file the refused command held (it stays,
+    # empty) and the manifest's table kept for the next command.
     assert tree_hash(ov.root, skip=".overlay") == before
     assert sorted(p.name for p in (ov.root / ".overlay").iterdir()) == [
         ".gitignore",
+        "manifest-cache.json",
         "rebase.lock",
     ]
     allowed = cli(ov, "sync", "--fork", merged, "--allow-fork-ahead")

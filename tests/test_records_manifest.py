@@ -4,12 +4,13 @@ UTF-8 or nests too deep is one line."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 import tomlkit
 from fuzzlib import failure_line, guarded_cli
-from gitfixtures import CLOSING, MANIFEST
+from gitfixtures import CLOSING, MANIFEST, fresh_python
 
 from overlay.errors import ManifestError
 from overlay.records.manifest import load_manifest, parse_manifest, set_pins
@@ -157,3 +158,75 @@ def test_manifest_not_utf8_and_nested_toml(clean):
     manifest.write_bytes(text + b"[extra]\nn = " + b"7" * 5000 + b"\n")
     result = guarded_cli(clean.root, "status")
     assert result.exit_code == 2 and "4300 digits" in failure_line(result)
+
+
+# -- the table kept for the next command ----------------------------------------------
+
+
+def _cache(root: Path) -> Path:
+    return root / ".overlay" / "manifest-cache.json"
+
+
+def test_the_table_is_kept_and_read_back_without_tomllib(clean):
+    first = load_manifest(str(clean.root))
+    assert not _cache(clean.root).exists()  # no state directory: none is made for it
+    (clean.root / ".overlay").mkdir()
+    assert load_manifest(str(clean.root)) == first
+    kept = json.loads(_cache(clean.root).read_text())
+    assert kept["table"]["upstream"]["pin"] == first.pin
+    # A new process: the same bytes are read from the state, tomllib never imported.
+    out = fresh_python(
+        "import sys; from overlay.records.manifest import load_manifest; "
+        f"m = load_manifest({str(clean.root)!r}); "
+        "print(m.pin, 'tomllib' in sys.modules)"
+    )
+    assert out.split() == [first.pin, "False"]
+    assert load_manifest(str(clean.root)) == first
+
+
+def test_an_edit_of_the_same_size_is_read_from_the_file(clean):
+    (clean.root / ".overlay").mkdir(exist_ok=True)
+    manifest = clean.root / "patches-rocm" / "overlay.toml"
+    first = load_manifest(str(clean.root))
+    text = manifest.read_text()
+    new_pin = "f" * 40 if first.pin != "f" * 40 else "e" * 40
+    manifest.write_text(text.replace(first.pin, new_pin))  # the same size
+    assert load_manifest(str(clean.root)).pin == new_pin
+    assert json.loads(_cache(clean.root).read_text())["table"]["upstream"]["pin"] == (
+        new_pin
+    )
+
+
+@pytest.mark.parametrize("damage", [b"", b"{not json", b"[]", b'{"key": 1}'])
+def test_a_damaged_cache_is_parsed_again_and_replaced(clean, damage):
+    (clean.root / ".overlay").mkdir(exist_ok=True)
+    first = load_manifest(str(clean.root))
+    _cache(clean.root).write_bytes(damage)
+    assert load_manifest(str(clean.root)) == first
+    assert json.loads(_cache(clean.root).read_text())["table"]["upstream"]["pin"] == (
+        first.pin
+    )
+
+
+def test_a_kept_table_is_validated_as_a_parsed_one(clean):
+    """A table read back (even one a person edited in the state) passes the same checks:
+    the cache saves the parse, never the validation."""
+    (clean.root / ".overlay").mkdir(exist_ok=True)
+    load_manifest(str(clean.root))
+    kept = json.loads(_cache(clean.root).read_text())
+    del kept["table"]["upstream"]["pin"]
+    _cache(clean.root).write_text(json.dumps(kept))
+    with pytest.raises(ManifestError, match=r"\[upstream\] missing key\(s\) pin"):
+        load_manifest(str(clean.root))
+
+
+def test_an_invalid_manifest_is_never_kept(clean):
+    (clean.root / ".overlay").mkdir(exist_ok=True)
+    load_manifest(str(clean.root))
+    _cache(clean.root).unlink()
+    manifest = clean.root / "patches-rocm" / "overlay.toml"
+    manifest.write_text(manifest.read_text() + "[broken\n")
+    for _ in range(2):
+        with pytest.raises(ManifestError, match="not valid TOML"):
+            load_manifest(str(clean.root))
+    assert not _cache(clean.root).exists()

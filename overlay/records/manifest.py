@@ -1,6 +1,8 @@
 """``patches-rocm/overlay.toml``: the pins, remotes, carried paths and policy.
 
-Read with :mod:`tomllib` and validated on load: every missing or unknown key is
+Read with :mod:`tomllib` (the table kept in the clone's state for the next command
+that reads the very same bytes, :func:`load_manifest`) and validated on load: every
+missing or unknown key is
 named in one error; SHAs must be 40 lowercase hex; URLs must be ``https://``,
 ``http://``, ``ssh://``, ``git@host:path``, ``file://`` or an existing local
 path. The manifest is the one place the pin is written (docs/design.md §4); the keys are
@@ -9,13 +11,15 @@ documented in ``docs/manifest.md``.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
-import tomllib
 from collections.abc import Mapping
 from typing import NamedTuple
 
 from overlay import layout
 from overlay.checks.locate import find_root  # noqa: F401 - re-exported (it lived here)
+from overlay.digests import sha256
 from overlay.errors import ManifestError
 from overlay.fs.atomic import atomic_write, write_if_changed
 from overlay.fs.paths import Carry
@@ -144,6 +148,8 @@ def load_toml(text: str, path: str, error: type = ManifestError) -> dict:
     Raises:
         error: the text is not valid TOML, nests too deeply, or holds a number too long.
     """
+    import tomllib  # only a text no cache holds: the import is most of the parse
+
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -156,19 +162,23 @@ def load_toml(text: str, path: str, error: type = ManifestError) -> dict:
         raise error(f"{path}: not valid TOML: {str(exc).split(';')[0]}") from None
 
 
-def parse_manifest(text: str, path: str = layout.MANIFEST) -> Manifest:
+def parse_manifest(
+    text: str, path: str = layout.MANIFEST, *, table: dict | None = None
+) -> Manifest:
     """Parse and validate manifest text.
 
     Args:
         text: TOML source.
         path: file name used in messages.
+        table: ``text`` already parsed (:func:`load_manifest`'s cache); validated all
+            the same.
     Returns:
         A :class:`Manifest`.
     Raises:
         ManifestError: TOML syntax error, missing/unknown tables or keys (all
         named), wrong types, a SHA that is not 40 hex, a bad URL (exit 2).
     """
-    data = load_toml(text, path, ManifestError)
+    data = table if table is not None else load_toml(text, path, ManifestError)
     # Values are checked only once the shape holds, so they can be indexed freely.
     for check in (_shape_problems, _value_problems):
         problems = check(data)
@@ -311,7 +321,48 @@ def load_manifest(root: str) -> Manifest:
         ) from None
     except RecordError as exc:
         raise ManifestError(exc.message, hint=exc.hint) from None
-    return parse_manifest(text, layout.MANIFEST)
+    return parse_manifest(text, layout.MANIFEST, table=_table(root, text))
+
+
+#: Bump when what is kept for a manifest would differ for the same bytes.
+MANIFEST_CACHE_VERSION = 1
+
+
+def _table(root: str, text: str) -> dict:
+    """The TOML table of the manifest ``text``: the one :mod:`tomllib` gave for the very
+    same text before, kept in ``.overlay/`` (:data:`~overlay.layout.MANIFEST_CACHE`),
+    else :mod:`tomllib`'s, then kept (best effort, replaced atomically) where the
+    clone's state directory is already there.
+
+    Most commands read the manifest, and importing and running :mod:`tomllib` is a
+    noticeable part of a short one (``status``, ``refresh --check``); JSON of the
+    table reads back the same values (strings, integers, floats, booleans, arrays and
+    tables; a table holding anything else, a date, is not kept).
+
+    Raises:
+        ManifestError: the text is not valid TOML (:func:`load_toml`; never kept).
+    """
+    key = sha256(
+        f"overlay-manifest {MANIFEST_CACHE_VERSION}\0".encode() + text.encode()
+    ).hexdigest()
+    path = layout.under(root, layout.MANIFEST_CACHE)
+    try:
+        with open(path, "rb") as fh:
+            kept = json.loads(fh.read())
+        if kept.get("key") == key and isinstance(kept.get("table"), dict):
+            return kept["table"]
+    except (OSError, ValueError, AttributeError):
+        pass  # none kept, another text's, or damaged: parse again
+    table = load_toml(text, layout.MANIFEST, ManifestError)
+    try:
+        data = json.dumps({"key": key, "table": table}).encode()
+    except (TypeError, ValueError):
+        return table  # a value JSON does not hold
+    # Only into a state directory that is there: reading the manifest makes none.
+    if os.path.isdir(os.path.dirname(path)):
+        with contextlib.suppress(OSError):
+            atomic_write(path, data, durable=False)
+    return table
 
 
 def manifest_text(root: str) -> str:
@@ -389,6 +440,8 @@ def set_pins(text: str, pin: str, fork_commit: str, merge_base: str) -> str | No
     if done != _PIN_KEYS:
         return None
     out = "\n".join(lines)
+    import tomllib  # the rewrite is checked by parsing both texts (a run's end only)
+
     try:
         before, after = tomllib.loads(text), tomllib.loads(out)
     except tomllib.TOMLDecodeError:
