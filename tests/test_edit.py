@@ -695,3 +695,22 @@ def test_a_new_patch_is_authored_by_the_git_identity_of_the_repository(clean):
     new_patch(clean, "0002-later", 20)
     data = (clean.root / PDIR / "0002-later.patch").read_text()
     assert "From: Ada Lovelace <ada@example.org>\n" in data
+
+
+def test_an_existing_patch_touching_a_file_its_entry_does_not_name_is_refused_with_the_way_out(
+    clean,
+):
+    """The entry came from the patch's own Local-Fix, not from --fix: the hint says to
+    name the file there, not to leave out an option the user never gave."""
+    assert cli(clean, "edit", PATCH).exit_code == 0
+    work = clean.root / ".overlay" / "edit" / PATCH.removesuffix(".patch")
+    (work / HEADER).write_text((work / HEADER).read_text() + "// more\n")
+    before = records_hash(clean)
+    result = cli(clean, "record")
+    assert result.exit_code == 2, result.output
+    assert f"does not name {HEADER}" in result.output
+    assert "of LOCAL_FIXES.md (in backticks), then run `overlay record` again" in (
+        result.output
+    )
+    assert "--fix" not in result.output
+    assert records_hash(clean) == before

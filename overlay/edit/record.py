@@ -219,7 +219,9 @@ def record(
         )
         carried = _carry_later(store, edit)
         if head.planned is None:
-            _check_entry_names(root, store, edit, head.number, new_patch)
+            _check_entry_names(
+                root, store, edit, head.number, new_patch, given=fix is not None
+            )
         if (
             edit.old is not None
             and edit.old.data == head.data
@@ -472,9 +474,16 @@ def _carry_later(store: Store, edit: _Edit) -> list[tuple[Patch, bytes]]:
 
 
 def _check_entry_names(
-    root: str, store: Store, edit: _Edit, number: int | None, new_patch: Patch
+    root: str,
+    store: Store,
+    edit: _Edit,
+    number: int | None,
+    new_patch: Patch,
+    *,
+    given: bool,
 ) -> None:
-    """A named or kept entry must name every file the patch touches (FIX020).
+    """A named or kept entry must name every file the patch touches (FIX020);
+    ``given``: the entry came from ``--fix`` (the hint then offers leaving it out).
 
     Raises:
         OverlayError: it does not; nothing is recorded.
@@ -487,11 +496,16 @@ def _check_entry_names(
     named = {c for name in entry.files for c in fixes.resolve_name(name, universe)}
     unnamed = sorted(p for p in new_patch.touched if p not in named)
     if unnamed:
+        other = (
+            "or leave --fix out so that record adds an entry naming it"
+            if given
+            else "then run `overlay record` again"
+        )
         raise OverlayError(
             f"LOCAL_FIXES.md entry {number} does not name {', '.join(unnamed)}, which "
             f"{edit.session.name} touches (verify: FIX020); nothing was recorded",
-            hint=f"name the file in entry {number} (in backticks), or leave --fix out so "
-            "that record adds an entry naming it",
+            hint=f"name the file in entry {number} of LOCAL_FIXES.md (in backticks), "
+            + other,
         )
 
 
