@@ -1,12 +1,11 @@
 """``patches-rocm/overlay.toml``: the pins, remotes, carried paths and policy.
 
 Read with :mod:`tomllib` (the table kept in the clone's state for the next command
-that reads the very same bytes, :func:`load_manifest`) and validated on load: every
-missing or unknown key is
-named in one error; SHAs must be 40 lowercase hex; URLs must be ``https://``,
-``http://``, ``ssh://``, ``git@host:path``, ``file://`` or an existing local
-path. The manifest is the one place the pin is written (docs/design.md §4); the keys are
-documented in ``docs/manifest.md``.
+that reads the very same bytes, :func:`load_manifest`) and validated on every load:
+every missing or unknown key is named in one error; SHAs must be 40 lowercase hex;
+URLs must be ``https://``, ``http://``, ``ssh://``, ``git@host:path``, ``file://`` or
+an existing local path. The manifest is the one place the pin is written
+(docs/design.md §4); the keys are documented in ``docs/manifest.md``.
 """
 
 from __future__ import annotations
