@@ -11,12 +11,28 @@ from overlay.git.store import Store
 from overlay.records.manifest import load_manifest
 
 
-def test_ancestry_answers_are_remembered(overlay, monkeypatch, tmp_path):
+def _store(overlay):
+    """The tests' store with the overlay's three commits and the clean pin fetched;
+    ``(store, manifest, world)``."""
     store = Store()
     m = load_manifest(str(overlay.root))
     layers.ensure_commits(store, m)
-    w = overlay.world
-    store.ensure_commit(w.pin_clean, ["upstream"])
+    store.ensure_commit(overlay.world.pin_clean, ["upstream"])
+    return store, m, overlay.world
+
+
+def _counting(monkeypatch) -> list:
+    """The arguments of every git call of a store from now on (git still runs)."""
+    started: list = []
+    real = Store.git
+    monkeypatch.setattr(
+        Store, "git", lambda self, *a, **k: started.append(a) or real(self, *a, **k)
+    )
+    return started
+
+
+def test_ancestry_answers_are_remembered(overlay, monkeypatch, tmp_path):
+    store, m, w = _store(overlay)
     assert store.is_ancestor(m.merge_base, m.fork_commit) and not store.is_ancestor(
         m.fork_commit, m.merge_base
     )
@@ -38,16 +54,8 @@ def test_ancestry_answers_are_remembered(overlay, monkeypatch, tmp_path):
 def test_one_walk_answers_both_directions(overlay, monkeypatch):
     # A rebase asks whether the new pin descends from the old one and the other way
     # round: one `git merge-base` answers both, also for commits on two branches.
-    store = Store()
-    m = load_manifest(str(overlay.root))
-    layers.ensure_commits(store, m)
-    w = overlay.world
-    store.ensure_commit(w.pin_clean, ["upstream"])
-    started = []
-    real = Store.git
-    monkeypatch.setattr(
-        Store, "git", lambda self, *a, **k: started.append(a) or real(self, *a, **k)
-    )
+    store, m, w = _store(overlay)
+    started = _counting(monkeypatch)
     assert store.is_ancestor(m.merge_base, w.pin_clean)
     assert not store.is_ancestor(w.pin_clean, m.merge_base)
     assert not store.is_ancestor(w.pin_clean, m.fork_commit)  # on two branches
@@ -56,23 +64,10 @@ def test_one_walk_answers_both_directions(overlay, monkeypatch):
     assert [a[0] for a in started] == ["merge-base", "merge-base", "merge-base"]
 
 
-def _counting(monkeypatch) -> list:
-    started: list = []
-    real = Store.git
-    monkeypatch.setattr(
-        Store, "git", lambda self, *a, **k: started.append(a) or real(self, *a, **k)
-    )
-    return started
-
-
 def test_one_walk_answers_whether_several_commits_are_below_one(overlay, monkeypatch):
     # A pin bump asks whether the old pin and the merge base are both below the new pin:
     # one `git merge-base --independent` answers both, then is_ancestor asks nothing.
-    store = Store()
-    m = load_manifest(str(overlay.root))
-    layers.ensure_commits(store, m)
-    w = overlay.world
-    store.ensure_commit(w.pin_clean, ["upstream"])
+    store, m, w = _store(overlay)
     started = _counting(monkeypatch)
     assert store.ancestors_of(w.pin_clean, [m.merge_base, w.pin_clean])
     assert [a[:2] for a in started] == [("merge-base", "--independent")]
@@ -89,11 +84,7 @@ def test_one_walk_answers_whether_several_commits_are_below_one(overlay, monkeyp
 
 
 def test_a_commit_not_below_says_no_and_nothing_is_remembered(overlay, monkeypatch):
-    store = Store()
-    m = load_manifest(str(overlay.root))
-    layers.ensure_commits(store, m)
-    w = overlay.world
-    store.ensure_commit(w.pin_clean, ["upstream"])
+    store, m, w = _store(overlay)
     # The fork commit is on another branch than the pin; the merge base is below both.
     assert not store.ancestors_of(w.pin_clean, [m.merge_base, m.fork_commit])
     known = store._ancestry()
@@ -108,11 +99,7 @@ def test_a_commit_not_below_says_no_and_nothing_is_remembered(overlay, monkeypat
 
 
 def test_a_merge_base_is_remembered_below_both_commits(overlay, monkeypatch):
-    store = Store()
-    m = load_manifest(str(overlay.root))
-    layers.ensure_commits(store, m)
-    w = overlay.world
-    store.ensure_commit(w.pin_clean, ["upstream"])
+    store, m, w = _store(overlay)
     assert store.merge_base(m.fork_commit, w.pin_clean) == m.merge_base
     started = _counting(monkeypatch)
     assert store.is_ancestor(m.merge_base, m.fork_commit)
