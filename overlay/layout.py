@@ -113,6 +113,18 @@ def under(root: str, rel: str) -> str:
     return os.path.join(root, *rel.split("/"))
 
 
+def run_state_present(root: str) -> bool:
+    """Whether ``<root>/.overlay/rebase/`` (a run's state directory) is there: the run
+    state's modules need loading only then (``status``, ``edit``, ``record``).
+
+    Args:
+        root: the overlay repository.
+    Returns:
+        True when the directory (or a symlink to one) exists.
+    """
+    return os.path.isdir(under(root, REBASE_STATE_DIR))
+
+
 #: The one line of ``.overlay/.gitignore`` that matters: everything in it.
 STATE_GITIGNORE = "# made by overlay: this clone's state, never a record\n*\n"
 

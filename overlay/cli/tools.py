@@ -137,7 +137,7 @@ def run_note(root: str) -> str | None:
     modules load only when its directory (``.overlay/rebase/``) is there, as it is not
     for almost every ``status`` and ``verify``.
     """
-    if not os.path.isdir(os.path.join(root, layout.REBASE_STATE_DIR)):
+    if not layout.run_state_present(root):
         return None
     # rebase.ondisk: only when a run's state directory is there
     from overlay.rebase.ondisk import in_progress_note

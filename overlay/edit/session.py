@@ -124,7 +124,7 @@ def refuse_during_run(root: str) -> None:
 
     The run state's modules load only when its directory (``.overlay/rebase/``) is
     there, as :func:`overlay.cli.tools.run_note` does."""
-    if not os.path.isdir(os.path.join(root, layout.REBASE_STATE_DIR)):
+    if not layout.run_state_present(root):
         return
     # rebase.ondisk: only when a run's state directory is there
     from overlay.rebase.ondisk import run_in_progress
