@@ -156,6 +156,46 @@ def test_chain_runs_a_fixed_number_of_git_processes(store, tmp_path, monkeypatch
     )  # ls-tree, update-index, apply, ls-files, ls-tree, unpack/index-pack
 
 
+def _apply_inputs(monkeypatch) -> list[list[bytes]]:
+    """The contents of the files of every ``git apply`` the chain runs, per run."""
+    runs: list[list[bytes]] = []
+    real = engine_chain.git_apply
+
+    def spy(store, env, names):
+        runs.append([open(n, "rb").read() for n in names])
+        return real(store, env, names)
+
+    monkeypatch.setattr(engine_chain, "git_apply", spy)
+    return runs
+
+
+def test_patches_of_other_files_share_an_input_and_a_patch_on_a_written_file_starts_one(
+    store, tmp_path, monkeypatch
+):
+    # Patches 1-3 edit three files, 4 edits the first again (it reads patch 1's
+    # result: a new input), 5 a file no patch of that input wrote.
+    tree = base_tree(store)
+    steps = [
+        {"edits": {"a.txt": "one\ntwo 1\nthree\n"}},
+        {"edits": {"dir/sub/c.h": "#pragma once\n// 2\n"}},
+        {"edits": {"new/made.txt": "made by 3\n"}},
+        {"edits": {"a.txt": "one\ntwo 4\nthree\n"}},
+        {"edits": {"gone.txt": None}},
+    ]
+    patches, trees = series(store, tmp_path, tree, steps)
+    runs = _apply_inputs(monkeypatch)
+    _tree, results = apply_series(store, tree, patches, stepwise=True)
+    assert [r.tree for r in results] == trees
+    # One apply, and git's result kept: the chain held (no patch-at-a-time fallback).
+    (inputs,) = runs
+    assert len(_kept(store)) == 1 and len(inputs) == 2
+    assert inputs[0].count(b"diff --git") == 3 and b"b/1/a.txt" in inputs[0]
+    assert b"a/1/a.txt b/4/a.txt" in inputs[1] and b"b/5/gone.txt" in inputs[1]
+    # The same series one patch at a time gives the same trees.
+    one_by_one, _ = sequential(store, tree, patches)
+    assert one_by_one == trees[-1]
+
+
 def test_a_patch_whose_result_differs_from_its_record_is_named_as_before(
     store, tmp_path
 ):

@@ -59,7 +59,7 @@ def _quote(name: str) -> str:
 def chain_sections(
     patches: Sequence[Patch], initial: dict[str, TreeEntry | None]
 ) -> tuple[list[str], list[bytes], list[list[Step]]] | None:
-    """The series re-emitted as one patch of copies, for :func:`apply_chained`.
+    """The series re-emitted as patches of copies, for :func:`apply_chained`.
 
     Every path the series touches starts as ``0/<path>`` (the layer below); each
     file change of patch ``k`` becomes a copy from where that path's content is now
@@ -67,26 +67,40 @@ def chain_sections(
     hunks, so git writes every patch's result as an entry of its own. A deletion is a
     copy that must come out empty; a creation is created at ``k/<path>``.
 
+    The re-emitted patches are grouped into git's inputs. git reads the source of a
+    copy from the index as it stood when the input began (``git apply`` takes the
+    file changes of one input as changes of one tree, where a copy's source is the
+    pre-image), and each input meets the index the inputs before it left. So patch
+    ``k`` joins the current input unless it copies from a path a patch of that input
+    wrote; then it begins the next. A series that touches many files needs a few
+    inputs, not one file per patch.
+
     Args:
         patches: the series; initial: the layer below's entry at every touched path.
     Returns:
-        ``(index lines for update-index, each patch's re-emitted text, per patch
+        ``(index lines for update-index, the text of each input in order, per patch
         [(change, the path its result is at)])``, or ``None`` when the series needs
         the one-patch-at-a-time path: a binary change, a gitlink, or a patch that
         names one path in two file changes. (A result the patch does not record in
         full is refused later, when the results are compared with the records.)
     """
     at, lines = _layer_below(initial)
-    sections: list[bytes] = []
+    inputs: list[list[bytes]] = []
     plan: list[list[Step]] = []
+    current: set[int] = set()  # the patches of the last input
     for k, patch in enumerate(patches, 1):
         pieces = _pieces(patch)
         section = None if pieces is None else _patch_section(k, patch, pieces, at)
         if section is None:
             return None
-        sections.append(section[0])
-        plan.append(section[1])
-    return lines, sections, plan
+        text, steps, reads = section
+        if not inputs or reads & current:
+            inputs.append([])
+            current = set()
+        inputs[-1].append(text)
+        current.add(k)
+        plan.append(steps)
+    return lines, [b"".join(texts) for texts in inputs], plan
 
 
 def _layer_below(
@@ -133,12 +147,14 @@ def _pieces(patch: Patch) -> list[bytes] | None:
 
 def _patch_section(
     k: int, patch: Patch, pieces: list[bytes], at: dict[str, int]
-) -> tuple[bytes, list[Step]] | None:
+) -> tuple[bytes, list[Step], set[int]] | None:
     """Patch ``k`` re-emitted as copies onto ``k/<path>``, with ``at`` (path -> the
-    patch that last wrote it) advanced past it; ``None`` when a change's source is
-    no file there."""
+    patch that last wrote it) advanced past it: ``(its text, its steps, the patches
+    whose results it copies from, 0 for the layer below)``; ``None`` when a change's
+    source is no file there."""
     steps: list[Step] = []
     text = []
+    reads: set[int] = set()
     for change, piece in zip(patch.changes, pieces, strict=True):
         cut = piece.find(b"\n@@")
         body = (
@@ -152,6 +168,7 @@ def _patch_section(
         else:
             if change.source not in at:
                 return None
+            reads.add(at[change.source])
             src = f"{at[change.source]}/{change.source}"
             head = _copy_head(change, src, dst, body)
             if change.target is None or change.rename:
@@ -160,7 +177,7 @@ def _patch_section(
             at[change.target] = k
         text.append(("\n".join(head) + "\n").encode("utf-8", "surrogateescape") + body)
         steps.append((change, dst))
-    return b"".join(text), steps
+    return b"".join(text), steps, reads
 
 
 def _creation_head(change: FileChange, dst: str, body: bytes) -> list[str]:
@@ -227,8 +244,8 @@ def apply_chained(
     chain = chain_sections(patches, initial)
     if chain is None:
         return None
-    lines, sections, plan = chain
-    index = _run_chain(store, lines, sections)
+    lines, inputs, plan = chain
+    index = _run_chain(store, lines, inputs)
     if index is None or not _as_recorded(plan, expected_after, index):
         return None
     return _write_trees(store, base_tree, plan, index)
@@ -236,22 +253,22 @@ def apply_chained(
 
 #: The store's directory of proven applies (:func:`_run_chain`).
 APPLIES = "overlay-applies"
-#: Bump when the git input of a chain (lines, sections, the flags of
+#: Bump when the git input of a chain (lines, inputs, the flags of
 #: :func:`overlay.engine.gitapply.git_apply`) changes meaning, so older proofs are not
 #: read.
 APPLIES_VERSION = 1
 
 
-def chain_key(lines: Sequence[str], sections: Sequence[bytes]) -> str:
+def chain_key(lines: Sequence[str], inputs: Sequence[bytes]) -> str:
     """The key of a chain's proof: SHA-256 of everything git is given (the index lines,
-    each section's bytes with its length, the version of the flags)."""
+    each input's bytes with its length, the version of the flags)."""
     h = sha256(
         b"overlay apply-chain %d\0" % APPLIES_VERSION,
-        size=sum(len(text) for text in sections),
+        size=sum(len(text) for text in inputs),
     )
     for line in lines:
         h.update(line.encode("utf-8", "surrogateescape") + b"\0")
-    for text in sections:
+    for text in inputs:
         h.update(b"\0%d\0" % len(text) + text)
     return h.hexdigest()
 
@@ -280,22 +297,22 @@ def _recalled(store: Store, key: str) -> IndexEntries | None:
 
 
 def _run_chain(
-    store: Store, lines: list[str], sections: list[bytes]
+    store: Store, lines: list[str], inputs: list[bytes]
 ) -> IndexEntries | None:
     """The entries git's apply of the chain leaves, or ``None`` when git fails, skips a
     file or places a hunk at an offset.
 
-    ``git apply`` is a function of its input: the same index lines and sections give the
+    ``git apply`` is a function of its input: the same index lines and inputs give the
     same entries. So a chain git applied once is kept in the store, keyed on that whole
     input (:func:`chain_key`), and read back instead of applied again (a pin bump that
     leaves the patched files alone meets the very chain the verify before it applied).
     What is read back is then checked against the records exactly as git's
     output is. A failure is not kept: git says again what is wrong.
     """
-    key = chain_key(lines, sections)
+    key = chain_key(lines, inputs)
     index = _recalled(store, key)
     if index is None:
-        index = _apply(store, lines, sections)
+        index = _apply(store, lines, inputs)
         if index is not None:
             store.cache_write(
                 APPLIES, key, {"index": [[p, *e] for p, e in sorted(index.items())]}
@@ -303,9 +320,7 @@ def _run_chain(
     return index
 
 
-def _apply(
-    store: Store, lines: list[str], sections: list[bytes]
-) -> IndexEntries | None:
+def _apply(store: Store, lines: list[str], inputs: list[bytes]) -> IndexEntries | None:
     """Apply the chain on a scratch index (see :func:`_run_chain`)."""
     # A scratch index, swept after a kill as every other.
     with scratch_dir("idx") as tmp:
@@ -318,10 +333,9 @@ def _apply(
                 env=env,
                 input=("\0".join(lines) + "\0").encode("utf-8", "surrogateescape"),
             )
-        # One input file per patch: git chains the patches of separate inputs (each
-        # meets the index the ones before it left), never the sections of one.
+        # One file per input (chain_sections says which patches share one).
         names = []
-        for k, text in enumerate(sections, 1):
+        for k, text in enumerate(inputs, 1):
             names.append(os.path.join(tmp, f"{k}.patch"))
             with open(names[-1], "wb") as fh:
                 fh.write(text)
