@@ -226,6 +226,7 @@ def _check_series_text(
         )
     seen: dict[str, int] = {}
     patches: list[Patch] = []
+    resolved: dict[str, str] = {}  # patches-rocm/ resolved once for the whole series
     for name, line in listed:
         if name in seen:
             findings.append(
@@ -239,7 +240,7 @@ def _check_series_text(
             )
             continue
         seen[name] = line
-        read = _read_listed(root, name, line)
+        read = _read_listed(root, name, line, resolved)
         if isinstance(read, Patch):
             patches.append(read)
             findings += _patch_text_findings(read, manifest)
@@ -252,9 +253,12 @@ def _check_series_text(
     return findings, patches, unparsed
 
 
-def _read_listed(root: str, name: str, line: int) -> Patch | tuple[Finding, int | None]:
+def _read_listed(
+    root: str, name: str, line: int, resolved: dict[str, str]
+) -> Patch | tuple[Finding, int | None]:
     """The listed patch ``name``, or the finding that refuses it (SER001 missing,
     SER014 refused as a record, SER004 unparsable, with its ``Local-Fix`` number).
+    ``resolved`` as :func:`overlay.records.series.load_patch` takes it.
 
     Returns:
         The patch, or ``(finding, Local-Fix number or None)``.
@@ -270,7 +274,7 @@ def _read_listed(root: str, name: str, line: int) -> Patch | tuple[Finding, int 
         )
         return missing, None
     try:
-        return load_patch(root, name)
+        return load_patch(root, name, resolved)
     except RecordError as exc:
         return _f("SER014", rel, None, exc.message, exc.hint), None
     except (PatchFormatError, UnsafePath) as exc:

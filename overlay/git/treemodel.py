@@ -19,12 +19,15 @@ falls back to git for anything else.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from operator import itemgetter
 
 from overlay.digests import sha1
 from overlay.git.objects import parse_ls_tree, write_typed
 from overlay.git.store import EMPTY_TREE, Store
 
 _TREE_MODE = "40000"
+#: The sort key of an entry of :func:`_entry` (its third item), as a C function.
+_SORT_KEY = itemgetter(2)
 
 
 class TreeConflict(Exception):
@@ -176,7 +179,7 @@ def _tree_object(
 ) -> str:
     """Hash one tree object from its entries (see :func:`_entry`) in git's order; add it
     to ``objects``; return its name."""
-    body = b"".join(e[3] for e in sorted(entries, key=lambda e: e[2]))
+    body = b"".join([e[3] for e in sorted(entries, key=_SORT_KEY)])
     oid = sha1(b"tree %d\0" % len(body) + body).hexdigest()
     objects[oid] = body
     return oid

@@ -232,6 +232,8 @@ def check_patch_entries(
     for e in doc.entries():
         entries.setdefault(e.number, e)
     by_entry: dict[int, list[PatchRecord]] = {}
+    # An entry's names resolved once, however many patches cite it.
+    resolved: dict[int, tuple[set[str], dict[str, list[str]]]] = {}
     out: list[Finding] = []
     for p in records:
         # Findings and named entries in trailer order, so the report order is kept.
@@ -240,7 +242,9 @@ def check_patch_entries(
                 out.append(item)
                 continue
             by_entry.setdefault(item.number, []).append(p)
-            out += _unnamed_touched(doc, item, p, universe, base_u)
+            if item.number not in resolved:
+                resolved[item.number] = _named_paths(item, universe, base_u)
+            out += _unnamed_touched(doc, item, p, *resolved[item.number])
     repo = set(repo_paths)
     skip_fix024 = set(unparsed)
     for e in doc.entries():
@@ -352,15 +356,12 @@ def _missing_names(
     return out
 
 
-def _unnamed_touched(
-    doc: Document,
-    e: Entry,
-    p: PatchRecord,
-    universe: set[str],
-    base_u: dict[str, list[str]],
-) -> list[Finding]:
-    """FIX020 for each path ``p`` touches that entry ``e`` does not name."""
-    out = []
+def _named_paths(
+    e: Entry, universe: set[str], base_u: dict[str, list[str]]
+) -> tuple[set[str], dict[str, list[str]]]:
+    """The paths entry ``e`` names (:func:`resolve_name` against ``universe``, with
+    its base names ``base_u``): ``(paths named by exactly one reading, {path: the
+    names that mean it among others}``)."""
     named: set[str] = set()
     ambiguous: dict[str, list[str]] = {}
     for name in e.files:
@@ -370,6 +371,19 @@ def _unnamed_touched(
         elif len(cands) > 1:
             for c in cands:
                 ambiguous.setdefault(c, []).append(name)
+    return named, ambiguous
+
+
+def _unnamed_touched(
+    doc: Document,
+    e: Entry,
+    p: PatchRecord,
+    named: set[str],
+    ambiguous: dict[str, list[str]],
+) -> list[Finding]:
+    """FIX020 for each path ``p`` touches that entry ``e`` does not name (``named``
+    and ``ambiguous`` from :func:`_named_paths`)."""
+    out = []
     for t in sorted(p.touched):
         if t in named:
             continue
