@@ -22,7 +22,7 @@ from seriesfixtures import (
 )
 
 from overlay.checks import pins
-from overlay.git.store import Store
+from overlay.git.store import EMPTY_TREE, Store
 
 
 def citing_overlay(ov, w):
@@ -315,3 +315,33 @@ def test_the_series_is_read_only_when_an_entry_cites_what_the_pin_lacks(
     assert read == [str(ov.root)]
     assert (citation.entry, citation.patches) == (1, ("0001-follow.patch",))
     assert citation.commits == (w.pin_clean[:9],)
+
+
+def test_upstream_contains_asks_the_branches_then_the_tags(tmp_path, monkeypatch):
+    store = Store(str(tmp_path / "store.git"), offline=True)
+    # main: a -> b; a tag on c, a commit of no branch; d on nothing at all.
+    a, b, c, d = store.commit_chain(
+        [
+            (EMPTY_TREE, [], "a"),
+            (EMPTY_TREE, [0], "b"),
+            (EMPTY_TREE, [0], "c, tagged only"),
+            (EMPTY_TREE, [0], "d, on nothing"),
+        ]
+    )
+    assert pins.upstream_contains(store, a, fetch=False) is None  # no ref at all
+    store.git("update-ref", "refs/remotes/upstream/main", b)
+    store.git("update-ref", "refs/tags/v1", c)
+    seen: list[tuple] = []
+    real = Store.git
+    monkeypatch.setattr(
+        Store,
+        "git",
+        lambda self, *args, **kw: seen.append(args) or real(self, *args, **kw),
+    )
+    assert pins.upstream_contains(store, a, fetch=False) is True
+    # On a branch: the tags are not walked.
+    assert [args[-1] for args in seen] == ["refs/remotes/upstream/"]
+    seen.clear()
+    assert pins.upstream_contains(store, c, fetch=False) is True
+    assert [args[-1] for args in seen] == ["refs/remotes/upstream/", "refs/tags/"]
+    assert pins.upstream_contains(store, d, fetch=False) is False

@@ -63,10 +63,12 @@ def _ancestor(store: Store, a: str, b: str) -> bool:
     return store.is_ancestor(a, b)
 
 
-def upstream_refs_containing(
-    store: Store, sha: str, *, fetch: bool = True
-) -> list[str] | None:
-    """The upstream branches and tags of the git store that contain ``sha``.
+def upstream_contains(store: Store, sha: str, *, fetch: bool = True) -> bool | None:
+    """Whether an upstream branch or tag of the git store contains ``sha``.
+
+    The branches are asked first, the tags only when no branch contains it: a pin on
+    upstream's history is on a branch (most often ``main``), and git's walk from the
+    branch tips alone costs half of the walk from every tag as well.
 
     Args:
         store: git store with an ``upstream`` remote.
@@ -74,27 +76,23 @@ def upstream_refs_containing(
         fetch: refresh ``refs/remotes/upstream/*`` and the tags from ``upstream``
             first (skipped when the store is offline).
     Returns:
-        Ref names (``refs/remotes/upstream/main``, ``refs/tags/v0.32.1``, ...), empty
-        when none contains ``sha``; ``None`` when the store holds no upstream branch
-        and no tag at all (nothing to check against, e.g. offline before any fetch).
+        ``True`` or ``False``; ``None`` when the store holds no upstream branch and no
+        tag at all (nothing to check against, e.g. offline before any fetch).
     """
     if fetch:
         store.refresh_upstream_refs()
-    scopes = UPSTREAM_SCOPES
-    out = store.git(
-        "for-each-ref", "--format=%(refname)", "--contains", sha, *scopes
-    ).stdout
-    found = [r for r in out.decode("utf-8", "replace").splitlines() if r]
-    # No ref contains it: tell "none at all" from "none of them" (a second process,
+    for scope in UPSTREAM_SCOPES:
+        if store.git(
+            "for-each-ref", "--count=1", "--format=%(refname)", "--contains", sha, scope
+        ).stdout.strip():
+            return True
+    # No ref contains it: tell "none at all" from "none of them" (one more process,
     # only on this way).
-    if (
-        not found
-        and not store.git(
-            "for-each-ref", "--count=1", "--format=%(refname)", *scopes
-        ).stdout.strip()
-    ):
+    if not store.git(
+        "for-each-ref", "--count=1", "--format=%(refname)", *UPSTREAM_SCOPES
+    ).stdout.strip():
         return None
-    return found
+    return False
 
 
 def check_new_pin(
@@ -118,7 +116,7 @@ def check_new_pin(
         fork_commits: the fork commits in play (current and new); the pin may not be one.
         old_pin: the current pin, whose history is upstream's.
         force: accept anyway (the refusal becomes a warning).
-        fetch: see :func:`upstream_refs_containing`.
+        fetch: see :func:`upstream_contains`.
     Returns:
         Warning lines for the user (empty when the pin is sound).
     Raises:
@@ -135,13 +133,13 @@ def check_new_pin(
     elif old_pin is not None and store.is_ancestor(new_pin, old_pin):
         pass  # the pin's own history is upstream's
     else:
-        refs = upstream_refs_containing(store, new_pin, fetch=fetch)
-        if refs is None:
+        contained = upstream_contains(store, new_pin, fetch=fetch)
+        if contained is None:
             warnings.append(
                 f"cannot check that pin {new_pin[:12]} is on an upstream branch or tag: the git "
                 "store has none (offline?)"
             )
-        elif not refs:
+        elif not contained:
             problem = (
                 "no upstream branch or tag contains it (looked in refs/remotes/upstream/* "
                 "and the tags of the git store): a fork-only commit or an unmerged pull "
@@ -210,8 +208,8 @@ def pin_lacks_citations(
     def lacks(full: str) -> bool:
         if _ancestor(store, full, pin):
             return False
-        refs = upstream_refs_containing(store, full, fetch=False)
-        return bool(refs) if refs is not None else not _ancestor(store, full, fork)
+        contained = upstream_contains(store, full, fetch=False)
+        return contained if contained is not None else not _ancestor(store, full, fork)
 
     found = _citations(store, root, lacks, lines)
     return [(lines.get(c.entry, 0), c) for c in found]
