@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import pytest
 from gitfixtures import make_patch
@@ -162,7 +163,7 @@ def _apply_inputs(monkeypatch) -> list[list[bytes]]:
     real = engine_chain.git_apply
 
     def spy(store, env, names):
-        runs.append([open(n, "rb").read() for n in names])
+        runs.append([Path(n).read_bytes() for n in names])
         return real(store, env, names)
 
     monkeypatch.setattr(engine_chain, "git_apply", spy)
