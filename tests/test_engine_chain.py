@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 from gitfixtures import make_patch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from overlay.engine import PatchApplyError, apply_series
 from overlay.engine import apply as engine
@@ -195,6 +197,60 @@ def test_patches_of_other_files_share_an_input_and_a_patch_on_a_written_file_sta
     # The same series one patch at a time gives the same trees.
     one_by_one, _ = sequential(store, tree, patches)
     assert one_by_one == trees[-1]
+
+
+#: The paths a generated series works on (two share a directory, one is nested).
+_POOL = ["a.txt", "dir/b.c", "dir/sub/c.h", "new/made.txt"]
+#: One step of a generated series: per path of the pool, leave it, write line k of it
+#: anew, delete it, or move its content to ``moved/<name>`` (a rename, when it exists).
+_STEP = st.lists(
+    st.sampled_from(["keep", "edit", "delete", "move"]),
+    min_size=len(_POOL),
+    max_size=len(_POOL),
+).filter(lambda ops: any(op != "keep" for op in ops))
+
+
+@settings(
+    max_examples=20,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(steps=st.lists(_STEP, min_size=1, max_size=7))
+def test_any_series_chained_gives_the_trees_of_one_patch_at_a_time(
+    tmp_path_factory, steps
+):
+    # However the patches fall into git's inputs (a patch that reads what one of the
+    # same input wrote begins a new one), each patch's tree is the one-at-a-time one.
+    tmp = tmp_path_factory.mktemp("chain")
+    store = Store(str(tmp / "store.git"))
+    tree = base_tree(store)
+    files = {p: store.git("cat-file", "blob", f"{tree}:{p}").stdout for p in _POOL[:3]}
+    specs = []
+    for k, ops in enumerate(steps, 1):
+        edits: dict[str, bytes | None] = {}
+        for path, op in zip(_POOL, ops, strict=True):
+            moved = "moved/" + path.rsplit("/", 1)[-1]
+            if op == "edit":
+                lines = (files.get(path) or b"").splitlines(keepends=True) or [b"\n"]
+                lines[k % len(lines)] = b"line %d of patch %d\n" % (k % len(lines), k)
+                files[path] = edits[path] = b"".join(lines)
+            elif op == "delete" and path in files:
+                del files[path]
+                edits[path] = None
+            elif op == "move" and path in files and moved not in files:
+                files[moved] = edits[moved] = files.pop(path)
+                edits[path] = None
+        if edits:
+            specs.append({"edits": edits})
+    if not specs:
+        return
+    patches, trees = series(store, tmp, tree, specs)
+    chained, results = apply_series(store, tree, patches, stepwise=True)
+    assert [r.tree for r in results] == trees and chained == trees[-1]
+    # The chain held: git's result is kept (a fallback to one at a time keeps none).
+    assert len(_kept(store)) == 1
+    one_by_one, seq_results = sequential(store, tree, patches)
+    assert [r.tree for r in seq_results] == trees
 
 
 def test_a_patch_whose_result_differs_from_its_record_is_named_as_before(
