@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 
 import pytest
-from gitfixtures import make_patch
+from gitfixtures import make_patch, read_blob
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -224,7 +224,7 @@ def test_any_series_chained_gives_the_trees_of_one_patch_at_a_time(
     tmp = tmp_path_factory.mktemp("chain")
     store = Store(str(tmp / "store.git"))
     tree = base_tree(store)
-    files = {p: store.git("cat-file", "blob", f"{tree}:{p}").stdout for p in _POOL[:3]}
+    files = {p: read_blob(store, tree, p) for p in _POOL[:3]}
     specs = []
     for k, ops in enumerate(steps, 1):
         edits: dict[str, bytes | None] = {}

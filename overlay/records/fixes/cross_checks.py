@@ -360,8 +360,12 @@ def _named_paths(
     e: Entry, universe: set[str], base_u: dict[str, list[str]]
 ) -> tuple[set[str], dict[str, list[str]]]:
     """The paths entry ``e`` names (:func:`resolve_name` against ``universe``, with
-    its base names ``base_u``): ``(paths named by exactly one reading, {path: the
-    names that mean it among others}``)."""
+    its base names ``base_u``).
+
+    Returns:
+        ``(named, ambiguous)``: the paths a name of the entry means and nothing else,
+        and ``{path: the entry's names that mean it among other paths}``.
+    """
     named: set[str] = set()
     ambiguous: dict[str, list[str]] = {}
     for name in e.files:
