@@ -12,6 +12,7 @@ from gitfixtures import overlay_process as run
 from overlay.fs.atomic import (
     _temp_file,
     atomic_write,
+    input_files,
     scratch_dir,
     sweep_scratch_dirs,
     temp_dir,
@@ -80,3 +81,59 @@ def test_atomic_write_leaves_one_file_of_the_mode_asked_and_no_temp(tmp_path):
     os.close(fd)
     assert temp_owner(os.path.basename(tmp)) == "record.toml"
     assert oct(os.stat(tmp).st_mode & 0o777) == oct(0o600)
+
+
+def _merge_file_of(paths, fds):
+    """``git merge-file -p`` on ``paths`` (ours, base, theirs) as the rebase runs it."""
+    from overlay.git.run import run_git
+
+    return run_git(
+        ["merge-file", "-p", "-L", "o", "-L", "b", "-L", "t", *paths],
+        check=False,
+        pass_fds=fds,
+    )
+
+
+def test_input_files_give_git_merge_file_its_three_texts_and_leave_nothing(
+    tmp_path, monkeypatch
+):
+    # Large enough that a short write would show; a conflict after a megabyte and a
+    # change of theirs at the end, so all of each text is read.
+    head = b"".join(b"line %d\n" % n for n in range(100_000))
+    ours = head + b"ours\nend\n"
+    base = head + b"base\nend\n"
+    theirs = head + b"theirs\nEND\n"
+    expected = head + b"<<<<<<< o\nours\nend\n=======\ntheirs\nEND\n>>>>>>> t\n"
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    with input_files((ours, base, theirs)) as (paths, fds):
+        if hasattr(os, "memfd_create") and os.path.isdir("/proc/self/fd"):
+            assert len(fds) == 3 and not os.listdir(tmp_path)  # nothing on disk
+        proc = _merge_file_of(paths, fds)
+    assert (proc.returncode, proc.stdout) == (1, expected)
+    assert not os.listdir(tmp_path)
+    if fds:
+        for fd in fds:  # closed with the block
+            try:
+                os.fstat(fd)
+            except OSError:
+                continue
+            raise AssertionError(f"descriptor {fd} still open")
+
+
+def test_input_files_fall_back_to_a_scratch_directory_without_memory_files(
+    tmp_path, monkeypatch
+):
+    def refused(*_args):
+        raise OSError(38, "Function not implemented")
+
+    monkeypatch.setattr(os, "memfd_create", refused, raising=False)
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    with input_files((b"x\n", b"y\n", b"z\n")) as (paths, fds):
+        assert fds == ()
+        assert [os.path.dirname(p) for p in paths] == [os.path.dirname(paths[0])] * 3
+        assert os.path.basename(os.path.dirname(paths[0])).startswith(
+            f"overlay-merge-{os.getpid()}-"
+        )
+        proc = _merge_file_of(paths, fds)
+    assert proc.returncode == 1 and b"<<<<<<< o\nx\n=======\nz\n>>>>>>> t\n" in proc.stdout
+    assert not os.listdir(tmp_path)

@@ -102,9 +102,17 @@ class Store(Fetching, RememberedAncestry):
         input: bytes | None = None,
         env: dict[str, str] | None = None,
         check: bool = True,
+        pass_fds: Sequence[int] = (),
     ) -> subprocess.CompletedProcess:
         """Run git against the store (see :func:`run_git`)."""
-        return run_git(args, git_dir=self.git_dir, input=input, env=env, check=check)
+        return run_git(
+            args,
+            git_dir=self.git_dir,
+            input=input,
+            env=env,
+            check=check,
+            pass_fds=pass_fds,
+        )
 
     def out(
         self, *args: str, input: bytes | None = None, env: dict[str, str] | None = None

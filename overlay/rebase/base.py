@@ -19,7 +19,7 @@ from overlay import layout
 from overlay.digests import sha256
 from overlay.engine.layers import Layers, compute_layers
 from overlay.errors import EXIT_FINDINGS, GitError, OverlayError
-from overlay.fs.atomic import atomic_write, kill_point, scratch_dir
+from overlay.fs.atomic import atomic_write, input_files, kill_point
 from overlay.git.objects import write_typed
 from overlay.git.store import CatFile, Store
 from overlay.git.treemodel import blob_name
@@ -285,13 +285,7 @@ class RunBase:
     ) -> tuple[bytes, bool]:
         """``git merge-file -p`` on three texts (``--diff3`` adds the base section,
         ``marker_size`` longer markers); returns ``(result, clean)``."""
-        with scratch_dir("merge") as tmp:
-            paths = []
-            for name, data in (("ours", ours), ("base", base), ("theirs", theirs)):
-                path = os.path.join(tmp, name)
-                with open(path, "wb") as fh:
-                    fh.write(data)
-                paths.append(path)
+        with input_files((ours, base, theirs)) as (paths, fds):
             proc = self.store.git(
                 "merge-file",
                 "-p",
@@ -305,6 +299,7 @@ class RunBase:
                 labels[2],
                 *paths,
                 check=False,
+                pass_fds=fds,
             )
         if proc.returncode < 0 or proc.returncode > 127:
             raise GitError(f"git merge-file failed: {proc.stderr.decode().strip()}")
