@@ -345,3 +345,49 @@ def test_upstream_contains_asks_the_branches_then_the_tags(tmp_path, monkeypatch
     assert pins.upstream_contains(store, c, fetch=False) is True
     assert [args[-1] for args in seen] == ["refs/remotes/upstream/", "refs/tags/"]
     assert pins.upstream_contains(store, d, fetch=False) is False
+
+
+def test_a_new_pin_at_an_upstream_tip_listed_by_the_plan_needs_no_walk(
+    tmp_path, monkeypatch
+):
+    # A pin bump's plan lists upstream's tips (fork_ahead); its pin check then finds a
+    # new pin that is a tip (a bump to main) in that list, and starts no process. A fetch
+    # forgets the list: a moved branch is asked of git again.
+    up = tmp_path / "up"
+    git(tmp_path, "init", "-q", "-b", "main", str(up))
+    git(up, "commit", "-q", "--allow-empty", "-m", "a")
+    a = git(up, "rev-parse", "HEAD").strip()
+    git(up, "commit", "-q", "--allow-empty", "-m", "b")
+    b = git(up, "rev-parse", "HEAD").strip()
+    store = Store(str(tmp_path / "store.git"))
+    store.set_remote("upstream", str(up))
+    store.refresh_upstream_refs()
+    seen: list[tuple] = []
+    real = Store.git
+    monkeypatch.setattr(
+        Store,
+        "git",
+        lambda self, *args, **kw: seen.append(args) or real(self, *args, **kw),
+    )
+    assert store.listed_upstream_tips() is None
+    assert pins.fork_ahead(store, b, b) == []  # lists the tips, as the plan does
+    assert store.listed_upstream_tips() == [b]
+    seen.clear()
+    assert pins.upstream_contains(store, b, fetch=False) is True
+    assert seen == []  # a tip: no process
+    assert pins.upstream_contains(store, a, fetch=False) is True  # below one: a walk
+    assert [args[0] for args in seen] == ["for-each-ref"]
+    # upstream's main moves on; the fetch forgets the list, and the new tip is found.
+    git(up, "commit", "-q", "--allow-empty", "-m", "c")
+    c = git(up, "rev-parse", "HEAD").strip()
+    store.refresh_upstream_refs()
+    assert store.listed_upstream_tips() is None
+    assert store.upstream_tips() == [c]
+    seen.clear()
+    assert pins.upstream_contains(store, c, fetch=False) is True
+    assert seen == []
+    # A commit on no upstream ref, with the tips listed: one walk per scope, no count.
+    (d,) = store.commit_chain([(EMPTY_TREE, [], "d, on nothing")])
+    seen.clear()
+    assert pins.upstream_contains(store, d, fetch=False) is False
+    assert [args[-1] for args in seen] == ["refs/remotes/upstream/", "refs/tags/"]

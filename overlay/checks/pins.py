@@ -18,17 +18,11 @@ from typing import NamedTuple
 from overlay import layout
 from overlay.digests import sha256
 from overlay.errors import GitError, OverlayError, PatchFormatError, UnsafePath
+from overlay.git.fetch import UPSTREAM_SCOPES
 from overlay.git.store import Store, is_sha
 from overlay.lazy import lazy_pattern
 from overlay.records import fixes
 from overlay.records.series import load_series
-
-#: The refs of the git store that say what upstream holds: its branches as fetched and
-#: the tags (tags come from ``upstream`` only: the fork's fetches take none). With the
-#: pin's history, the one definition of "an upstream commit" (:func:`fork_ahead`,
-#: :func:`check_new_pin`, MAN004; docs/engine.md).
-UPSTREAM_SCOPES = ("refs/remotes/upstream/", "refs/tags/")
-
 
 #: An abbreviated or full commit name in prose (8 to 40 hex digits, whole word).
 _SHA_RE = lazy_pattern(r"(?<![0-9A-Za-z])[0-9a-f]{8,40}(?![0-9A-Za-z])")
@@ -81,11 +75,22 @@ def upstream_contains(store: Store, sha: str, *, fetch: bool = True) -> bool | N
     """
     if fetch:
         store.refresh_upstream_refs()
+    tips = store.listed_upstream_tips()
+    if tips is not None:
+        # Listed by this process since its last fetch (a pin bump's plan lists them):
+        # a tip, as ``main`` is for a bump to it, is contained, and no tip at all is
+        # nothing to check against, without a process.
+        if sha in tips:
+            return True
+        if not tips:
+            return None
     for scope in UPSTREAM_SCOPES:
         if store.git(
             "for-each-ref", "--count=1", "--format=%(refname)", "--contains", sha, scope
         ).stdout.strip():
             return True
+    if tips:
+        return False  # upstream refs there are (listed above), and none contains it
     # No ref contains it: tell "none at all" from "none of them" (one more process,
     # only on this way).
     if not store.git(
@@ -296,13 +301,7 @@ def fork_ahead(store: Store, fork: str, pin: str) -> list[str]:
         the store holds no upstream branch or tag (nothing to tell upstream by). Four git
         processes at most.
     """
-    tips = sorted(
-        set(
-            store.out(
-                "for-each-ref", "--format=%(objectname)", *UPSTREAM_SCOPES
-            ).split()
-        )
-    )
+    tips = store.upstream_tips()
     if not tips:
         return []
     # The answer depends on the two commits and upstream's tips only: kept in the

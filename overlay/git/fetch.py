@@ -24,6 +24,14 @@ COMMIT_GRAPH_ENV = {
 }
 
 
+#: The refs of the git store that say what upstream holds: its branches as fetched and
+#: the tags (tags come from ``upstream`` only: the fork's fetches take none, see
+#: :func:`_tags_option`). With the pin's history, the one definition of "an upstream
+#: commit" (:func:`overlay.checks.pins.fork_ahead`,
+#: :func:`overlay.checks.pins.check_new_pin`, MAN004; docs/engine.md).
+UPSTREAM_SCOPES = ("refs/remotes/upstream/", "refs/tags/")
+
+
 class Fetching:
     """Commits fetched on demand by SHA, user-given refs resolved.
 
@@ -33,6 +41,42 @@ class Fetching:
 
     offline: bool
     _remote_urls: dict[str, str]
+    #: :meth:`upstream_tips` as last listed; ``None`` until then and after a fetch.
+    _tips: list[str] | None = None
+
+    def upstream_tips(self) -> list[str]:
+        """The commits that upstream's branches and tags in the store point at
+        (:data:`UPSTREAM_SCOPES`), sorted, each once.
+
+        Listed by one ``for-each-ref`` the first time a process asks, and kept until
+        overlay fetches into the store: a pin bump's plan asks it (whether the fork is
+        ahead of the old pin) and its pin check reads it again (whether the new pin is
+        a tip, as a bump to upstream's ``main`` is), for one process.
+
+        Returns:
+            Full commit names; empty when the store holds no upstream branch or tag.
+        """
+        if self._tips is None:
+            self._tips = sorted(
+                set(
+                    self.git("for-each-ref", "--format=%(objectname)", *UPSTREAM_SCOPES)
+                    .stdout.decode()
+                    .split()
+                )
+            )
+        return self._tips
+
+    def listed_upstream_tips(self) -> list[str] | None:
+        """:meth:`upstream_tips` when this process listed them since its last fetch,
+        else ``None`` (listing them costs a git process; this costs none)."""
+        return self._tips
+
+    def _fetch(self, *args: str) -> int:
+        """``git fetch ARGS`` into the store (the commit-graph kept up to date); its
+        exit status. The upstream tips listed before are forgotten: the fetch may
+        have moved them."""
+        self._tips = None
+        return self.git("fetch", *args, env=COMMIT_GRAPH_ENV, check=False).returncode
 
     def git(
         self, *args: str, env: dict[str, str] | None = None, check: bool = True
@@ -82,15 +126,9 @@ class Fetching:
                 live.show(
                     f"commit {sha[:12]} from {remote} ({self._remote_urls.get(remote, '?')})"
                 )
-                if self.git(
-                    "fetch",
-                    "-q",
-                    "--no-tags",
-                    remote,
-                    f"{sha}:{keep}",
-                    env=COMMIT_GRAPH_ENV,
-                    check=False,
-                ).returncode == 0 and self.has_object(sha):
+                if self._fetch(
+                    "-q", "--no-tags", remote, f"{sha}:{keep}"
+                ) == 0 and self.has_object(sha):
                     return
             for remote in remotes:
                 live.show(
@@ -98,15 +136,12 @@ class Fetching:
                     f"looking for {sha[:12]}"
                 )
                 if (
-                    self.git(
-                        "fetch",
+                    self._fetch(
                         "-q",
                         _tags_option(remote),
                         remote,
                         f"+refs/heads/*:refs/remotes/{remote}/*",
-                        env=COMMIT_GRAPH_ENV,
-                        check=False,
-                    ).returncode
+                    )
                     == 0
                 ):
                     answered.append(remote)
@@ -126,15 +161,12 @@ class Fetching:
         self.point_remotes()
         with self.lock(), LiveProgress("fetch") as live:
             live.show(f"every branch and tag of upstream ({url})")
-            self.git(
-                "fetch",
+            self._fetch(
                 "-q",
                 "--tags",
                 "--prune",
                 "upstream",
                 "+refs/heads/*:refs/remotes/upstream/*",
-                env=COMMIT_GRAPH_ENV,
-                check=False,
             )
 
     def resolve(self, ref: str, remotes: Sequence[str] = ("upstream", "fork")) -> str:
@@ -161,15 +193,12 @@ class Fetching:
             with self.lock(), LiveProgress("fetch") as live:
                 for remote in remotes:
                     live.show(f"branches of {remote} to resolve {ref!r}")
-                    self.git(
-                        "fetch",
+                    self._fetch(
                         "-q",
                         _tags_option(remote),
                         "--prune",
                         remote,
                         f"+refs/heads/*:refs/remotes/{remote}/*",
-                        env=COMMIT_GRAPH_ENV,
-                        check=False,
                     )
         sha = self._rev_parse_any(ref, remotes)
         if sha is None:
@@ -206,6 +235,6 @@ class Fetching:
 
 def _tags_option(remote: str) -> str:
     """``--tags`` for the upstream remote, ``--no-tags`` for any other: the store's
-    tags are upstream's (:data:`overlay.checks.pins.UPSTREAM_SCOPES`), and a fork's tag of a
+    tags are upstream's (:data:`UPSTREAM_SCOPES`), and a fork's tag of a
     fork-only commit must not make that commit "upstream"."""
     return "--tags" if remote == "upstream" else "--no-tags"
