@@ -197,3 +197,36 @@ def test_the_console_script_collects_less_and_freezes_what_is_left_at_its_end():
     assert before == f"{threshold} 0" and int(threshold) > 700
     assert after == f"{threshold} True"
     assert proc.stderr.startswith("overlay: no such command 'no-such-command'")
+
+
+def test_short_root_is_parsed_as_the_long_one_and_loads_no_difflib(ov, tmp_path):
+    """`-C DIR` means `--root DIR`; click's own way to it (a failed long match whose
+    error suggests names) imported difflib on every such command."""
+    from overlay.cli.tools import long_forms
+
+    assert long_forms(main, ["-C", "d", "--offline", "status", "-C", "x"]) == [
+        "--root=d",
+        "--offline",
+        "status",
+        "-C",  # a subcommand's options are its own parser's
+        "x",
+    ]
+    assert long_forms(main, ["-Cd", "tree"]) == ["--root=d", "tree"]
+    # A long option's value is a value, however it looks; `--` and a lone -C are kept.
+    assert long_forms(main, ["--git-dir", "-C", "tree"]) == ["--git-dir", "-C", "tree"]
+    assert long_forms(main, ["--", "-C", "d"]) == ["--", "-C", "d"]
+    assert long_forms(main, ["-C"]) == ["-C"]
+    script = (
+        "import sys\n"
+        "from overlay.cli import main\n"
+        f"code = main(['-C', {str(ov.root)!r}, 'status'],"
+        " standalone_mode=False)\n"
+        "print(code, 'difflib' in sys.modules)\n"
+    )
+    proc = _python("-c", script)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split()[-2:] == ["0", "False"], proc.stdout + proc.stderr
+    # The same status as with the long form (the commits are in the store now).
+    short = CliRunner().invoke(main, ["-C", str(ov.root), "--offline", "status"])
+    long = CliRunner().invoke(main, ["--root", str(ov.root), "--offline", "status"])
+    assert short.exit_code == long.exit_code == 0 and short.output == long.output

@@ -19,7 +19,6 @@ verify`` reports SER015.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Collection, Iterable, Sequence
 from typing import NamedTuple
 
@@ -210,6 +209,8 @@ def rewrite_reasons(old: bytes, new: bytes) -> list[str]:
         E.g. ``["index lines made full-length", "hunk line numbers"]``; empty when
         the bytes are equal.
     """
+    import difflib  # only for a patch a refresh changes: `refresh --check` of a clean series never
+
     a, b = old.splitlines(keepends=True), new.splitlines(keepends=True)
     found: dict[str, None] = {}
     for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(
