@@ -346,3 +346,54 @@ def test_a_second_merge_of_the_same_commits_is_read_from_the_store(
         )
         == first
     )
+
+
+def test_the_forked_layer_of_the_same_commits_and_resolutions_is_read_from_the_store(
+    overlay, world, monkeypatch
+):
+    # After `overlay record` only the series changes: the layers are computed again,
+    # but the forked layer (a resolution applied and checked against git's merge) is
+    # read. Another resolution's bytes compute it again.
+    overlay.write_manifest(world.pin_conflict)
+    resolved = lines(
+        "core",
+        change={5: "core 5 upstream rewrite // rocm hook", 25: "core 25 upstream"},
+    )
+    overlay.add_resolution("mlx/core.cpp", resolved)
+    store = Store()
+    m = load_manifest(str(overlay.root))
+    layers.ensure_commits(store, m)
+    resolutions = {"mlx/core.cpp": resolved.encode()}
+    args = (store, m.merge_base, m.pin, m.fork_commit, m.carry)
+    first = layers.compute_forked(*args, resolutions)
+    assert [c.path for c in first[3]] == ["mlx/core.cpp"] and first[3][0].resolved
+    checked = []
+    real = layers.changes_outside_conflicts
+    monkeypatch.setattr(
+        layers,
+        "changes_outside_conflicts",
+        lambda *a: checked.append(a) or real(*a),
+    )
+    monkeypatch.setattr(
+        layers, "edit_tree", lambda *a, **k: pytest.fail("the forked tree rebuilt")
+    )
+    assert layers.compute_forked(*args, resolutions) == first
+    assert checked == []
+    monkeypatch.undo()
+    monkeypatch.setattr(
+        layers,
+        "changes_outside_conflicts",
+        lambda *a: checked.append(a) or real(*a),
+    )
+    other = dict(resolutions, **{"mlx/core.cpp": resolved.encode() + b"// more\n"})
+    changed = layers.compute_forked(*args, other)
+    assert len(checked) == 1 and changed[0] != first[0]
+    assert changed[3][0].outside  # the added line is outside git's conflict region
+    # The same answer through compute_layers (the cache is the engine's), and a
+    # damaged record is computed again.
+    assert layers_for(overlay)[1].forked == first[0]
+    for top, _dirs, files in os.walk(os.path.join(store.git_dir, "overlay-merges")):
+        for name in files:
+            with open(os.path.join(top, name), "w") as fh:
+                json.dump({"forked": 5}, fh)
+    assert layers.compute_forked(*args, resolutions) == first

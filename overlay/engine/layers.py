@@ -303,7 +303,9 @@ def _carried_delta(
     return base_tree, carried, dropped, theirs
 
 
-#: Bump when a cached fork-delta merge would differ for the same commits and globs.
+#: Bump when a cached fork-delta merge, or a forked layer (:func:`compute_forked`: the
+#: resolutions applied and checked), would differ for the same commits, globs and
+#: resolutions.
 MERGE_CACHE_VERSION = 1
 
 
@@ -332,6 +334,24 @@ def compute_forked(
         LayerError: a conflicted path has no resolution (exit 1); the message
         names every such path and its conflict hunks.
     """
+    globs = (
+        [list(carry.include), list(carry.exclude)] if isinstance(carry, Carry) else None
+    )
+    key = (
+        _json_key(
+            "forked",
+            base,
+            pin,
+            fork,
+            globs,
+            [[p, sha256(data).hexdigest()] for p, data in sorted(resolutions.items())],
+        )
+        if globs is not None
+        else None
+    )
+    kept = _forked_read(store, key) if key else None
+    if kept is not None:
+        return kept
     merge = merge_fork_delta(store, base, pin, fork, carry)
     conflicts: list[Conflict] = []
     fixes: dict[str, tuple[str, str] | None] = {}
@@ -375,7 +395,58 @@ def compute_forked(
     # hash-object per resolution and three git processes more).
     forked = edit_tree(store, merge.tree, fixes, blobs)
     stale = sorted(p for p in resolutions if p not in merge.stages)
+    if key:
+        store.cache_write(
+            "overlay-merges",
+            key,
+            {
+                "forked": forked,
+                "carried": merge.carried,
+                "dropped": merge.dropped,
+                "conflicts": _conflicts_json(conflicts),
+                "stale": stale,
+            },
+        )
     return forked, merge.carried, merge.dropped, conflicts, stale
+
+
+def _forked_read(
+    store: Store, key: str
+) -> tuple[str, list[str], list[str], list[Conflict], list[str]] | None:
+    """:func:`compute_forked`'s answer as kept under ``key`` (the merge's commits and
+    globs and every resolution's bytes), or ``None``: absent, damaged, or its tree gone
+    from the store.
+
+    The forked layer does not depend on the series: after ``overlay record`` (or any
+    edit of a patch) the layers are computed again, and this answer spares them the
+    resolutions' checks against git's merge (:func:`changes_outside_conflicts`) and
+    the write of the forked tree."""
+    rec = store.cache_read("overlay-merges", key)
+    try:
+        if rec is not None and store.has_object(rec["forked"], "tree"):
+            return (
+                rec["forked"],
+                list(rec["carried"]),
+                list(rec["dropped"]),
+                _conflicts_from_json(rec["conflicts"]),
+                list(rec["stale"]),
+            )
+    except (KeyError, TypeError, ValueError, IndexError):
+        pass  # a damaged record: compute again
+    return None
+
+
+def _conflicts_json(conflicts: Sequence[Conflict]) -> list[list]:
+    """``conflicts`` as JSON lists (:func:`_conflicts_from_json` reads them back)."""
+    return [[c.path, c.hunks, c.resolved, c.outside] for c in conflicts]
+
+
+def _conflicts_from_json(rows: Sequence[Sequence]) -> list[Conflict]:
+    """The :class:`Conflict` objects :func:`_conflicts_json` wrote."""
+    return [
+        Conflict(c[0], [tuple(h) for h in c[1]], c[2], [tuple(o) for o in c[3]])
+        for c in rows
+    ]
 
 
 def ensure_commits(
@@ -519,10 +590,7 @@ def _cache_read(
         patched=rec["patched"],
         carried_changes=rec["carried"],
         dropped_changes=rec["dropped"],
-        conflicts=[
-            Conflict(c[0], [tuple(h) for h in c[1]], c[2], [tuple(o) for o in c[3]])
-            for c in rec["conflicts"]
-        ],
+        conflicts=_conflicts_from_json(rec["conflicts"]),
         stale_resolutions=rec["stale"],
         patches=[
             PatchResult(p, r["state"], r["tree"])
@@ -544,9 +612,7 @@ def _cache_write(store: Store, key: str, layers: Layers, stepwise: bool) -> None
         "patched": layers.patched,
         "carried": layers.carried_changes,
         "dropped": layers.dropped_changes,
-        "conflicts": [
-            [c.path, c.hunks, c.resolved, c.outside] for c in layers.conflicts
-        ],
+        "conflicts": _conflicts_json(layers.conflicts),
         "stale": layers.stale_resolutions,
         "stepwise": stepwise,
         "patches": [{"state": r.state, "tree": r.tree} for r in layers.patches],
