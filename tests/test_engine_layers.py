@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from gitfixtures import Overlay, build_world, lines, make_patch, read_blob, tree_paths
 
 from overlay.cli import main
-from overlay.engine import PatchApplyError, layers
+from overlay.engine import PatchApplyError, forked, layers
 from overlay.engine.layers import compute_layers
 from overlay.errors import GitError, LayerError, OfflineMiss
 from overlay.git.store import Store
@@ -302,7 +302,7 @@ def test_a_second_merge_of_the_same_commits_is_read_from_the_store(
     layers.ensure_commits(store, m)
     for pin in (w.pin_conflict, w.pin_clean):
         store.ensure_commit(pin, ["upstream"])
-    first = layers.merge_fork_delta(
+    first = forked.merge_fork_delta(
         store, m.merge_base, w.pin_conflict, m.fork_commit, m.carry
     )
     assert first.stages  # the conflict world: stages must survive the cache
@@ -313,7 +313,7 @@ def test_a_second_merge_of_the_same_commits_is_read_from_the_store(
         "merge_trees",
         lambda self, *a, **k: merges.append(a) or real(self, *a, **k),
     )
-    again = layers.merge_fork_delta(
+    again = forked.merge_fork_delta(
         store, m.merge_base, w.pin_conflict, m.fork_commit, m.carry
     )
     assert again == first and merges == []
@@ -324,7 +324,7 @@ def test_a_second_merge_of_the_same_commits_is_read_from_the_store(
         "edit_tree",
         lambda self, *a, **k: edits.append(a) or pytest.fail("rebuilt"),
     )
-    other = layers.merge_fork_delta(
+    other = forked.merge_fork_delta(
         store, m.merge_base, w.pin_clean, m.fork_commit, m.carry
     )
     assert len(merges) == 1 and other.tree != first.tree
@@ -335,13 +335,13 @@ def test_a_second_merge_of_the_same_commits_is_read_from_the_store(
             with open(os.path.join(top, name), "w") as fh:
                 json.dump({"tree": 5}, fh)
     assert (
-        layers.merge_fork_delta(
+        forked.merge_fork_delta(
             store, m.merge_base, w.pin_conflict, m.fork_commit, m.carry
         )
         == first
     )
     assert (
-        layers.merge_fork_delta(
+        forked.merge_fork_delta(
             store, m.merge_base, w.pin_conflict, m.fork_commit, lambda p: m.carry(p)
         )
         == first
@@ -365,28 +365,28 @@ def test_the_forked_layer_of_the_same_commits_and_resolutions_is_read_from_the_s
     layers.ensure_commits(store, m)
     resolutions = {"mlx/core.cpp": resolved.encode()}
     args = (store, m.merge_base, m.pin, m.fork_commit, m.carry)
-    first = layers.compute_forked(*args, resolutions)
+    first = forked.compute_forked(*args, resolutions)
     assert [c.path for c in first[3]] == ["mlx/core.cpp"] and first[3][0].resolved
     checked = []
-    real = layers.changes_outside_conflicts
+    real = forked.changes_outside_conflicts
     monkeypatch.setattr(
-        layers,
+        forked,
         "changes_outside_conflicts",
         lambda *a: checked.append(a) or real(*a),
     )
     monkeypatch.setattr(
-        layers, "edit_tree", lambda *a, **k: pytest.fail("the forked tree rebuilt")
+        forked, "edit_tree", lambda *a, **k: pytest.fail("the forked tree rebuilt")
     )
-    assert layers.compute_forked(*args, resolutions) == first
+    assert forked.compute_forked(*args, resolutions) == first
     assert checked == []
     monkeypatch.undo()
     monkeypatch.setattr(
-        layers,
+        forked,
         "changes_outside_conflicts",
         lambda *a: checked.append(a) or real(*a),
     )
     other = dict(resolutions, **{"mlx/core.cpp": resolved.encode() + b"// more\n"})
-    changed = layers.compute_forked(*args, other)
+    changed = forked.compute_forked(*args, other)
     assert len(checked) == 1 and changed[0] != first[0]
     assert changed[3][0].outside  # the added line is outside git's conflict region
     # The same answer through compute_layers (the cache is the engine's), and a
@@ -396,4 +396,4 @@ def test_the_forked_layer_of_the_same_commits_and_resolutions_is_read_from_the_s
         for name in files:
             with open(os.path.join(top, name), "w") as fh:
                 json.dump({"forked": 5}, fh)
-    assert layers.compute_forked(*args, resolutions) == first
+    assert forked.compute_forked(*args, resolutions) == first

@@ -135,5 +135,7 @@ def test_input_files_fall_back_to_a_scratch_directory_without_memory_files(
             f"overlay-merge-{os.getpid()}-"
         )
         proc = _merge_file_of(paths, fds)
-    assert proc.returncode == 1 and b"<<<<<<< o\nx\n=======\nz\n>>>>>>> t\n" in proc.stdout
+    assert (
+        proc.returncode == 1 and b"<<<<<<< o\nx\n=======\nz\n>>>>>>> t\n" in proc.stdout
+    )
     assert not os.listdir(tmp_path)

@@ -26,7 +26,8 @@ onto a new base), :mod:`overlay.engine.records` (the records checked without git
 :mod:`overlay.engine.gitapply` (``git apply`` and :class:`PatchApplyError`),
 :mod:`overlay.engine.chain` (the stepwise apply as one chain of copies),
 :mod:`overlay.engine.layers` (the three layers, kept in the store, and each patch's
-result). This package imports each name from its module when first used
+result), :mod:`overlay.engine.forked` (the fork delta merged onto the pin, the
+resolutions on its conflicts). This package imports each name from its module when first used
 (:mod:`overlay.lazy`): a command whose layers are in the cache loads no apply.
 """
 

@@ -21,7 +21,7 @@ The import writes into the target repository ``patches-rocm/overlay.toml`` (from
   of the imported records must equal the target, and does before anything is written
   (the records are computed again from a temporary directory);
 * the forked layer is the carried fork delta merged onto the pin with the layer
-  code (:mod:`overlay.engine.layers`); a fork change that the target does not hold (the
+  code (:mod:`overlay.engine.forked`); a fork change that the target does not hold (the
   overlay has no file there, or the pin's) is not carried: its path joins
   ``[carry] exclude``, and so does nothing else;
 * where the fork delta conflicts with the pin, the path gets a resolution: git's

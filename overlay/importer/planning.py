@@ -9,7 +9,7 @@ import re
 from collections.abc import Sequence
 
 from overlay import layout
-from overlay.engine.layers import (
+from overlay.engine.forked import (
     ForkMerge,
     changes_outside_conflicts,
     compute_forked,

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import NoReturn
 
 from overlay import layout
-from overlay.engine.layers import (
+from overlay.engine.forked import (
     ForkMerge,
     changes_outside_conflicts,
     merge_fork_delta,
