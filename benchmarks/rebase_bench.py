@@ -52,7 +52,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _cpu import bench_env, cpu_run, fresh_store, median, overlay_cmd  # noqa: E402
 from _record import mirror_bench_parser, mirrors_missing, record, repeat_runs  # noqa: E402
 
-from overlay.engine.layers import _carried_delta, ensure_commits  # noqa: E402
+from overlay.engine.forked import _carried_delta  # noqa: E402
+from overlay.engine.layers import ensure_commits  # noqa: E402
 from overlay.git.store import Store  # noqa: E402
 from overlay.rebase.run import Rebase  # noqa: E402
 from overlay.rebase.state import Bases  # noqa: E402

@@ -1,17 +1,20 @@
 """The benchmark scripts' shared runner (benchmarks/_record.py): each figure recorded as
 the median of the runs with their spread and the load, every target checked on the
 medians, a missed one named and the exit 1; and the README's table made from several
-invocations' records (benchmarks/summarize.py)."""
+invocations' records (benchmarks/summarize.py); every script loads (--help)."""
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
+sys.path.insert(0, str(BENCH))
 
 from _record import record, repeat_runs  # noqa: E402
 from summarize import main as summarize  # noqa: E402
@@ -121,3 +124,19 @@ def test_the_table_refuses_records_of_different_scripts(tmp_path, capsys):
             summarize([first, str(second)])
         assert ended.value.code == 2
         assert capsys.readouterr().err == f"summarize: {said}\n"
+
+
+@pytest.mark.parametrize(
+    "script", sorted(p.name for p in BENCH.glob("*_bench.py")) + ["suite_overhead.py"]
+)
+def test_every_script_loads_and_says_how_it_is_run(script):
+    """A script's imports of overlay's modules break with a move of the code; its
+    --help loads all of them (no mirror, no store needed) and must still work."""
+    proc = subprocess.run(
+        [sys.executable, str(BENCH / script), "--help"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("usage:"), proc.stdout
