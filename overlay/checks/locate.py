@@ -33,7 +33,7 @@ def find_root(start: str) -> str:
     if not os.path.isdir(here):
         raise ManifestError(
             f"cannot look for {layout.MANIFEST} from {here}: no such directory",
-            hint="pass -C DIR with an existing directory",
+            hint="pass -C DIR (--root DIR) with an existing directory",
         )
     probe = here
     while True:
