@@ -159,9 +159,7 @@ def merge_fork_delta(
         UnsafePath: a fork path is hostile.
         LayerError: git merge-tree failed for another reason than conflicts.
     """
-    globs = (
-        [list(carry.include), list(carry.exclude)] if isinstance(carry, Carry) else None
-    )
+    globs = _carry_globs(carry)
     key = _json_key("merge", base, pin, fork, globs) if globs is not None else None
     cached = store.cache_read("overlay-merges", key) if key else None
     try:
@@ -274,6 +272,14 @@ def _carried_delta(
 MERGE_CACHE_VERSION = 1
 
 
+def _carry_globs(carry: Callable[[str], bool]) -> list[list[str]] | None:
+    """The include and exclude globs of ``carry`` for a key of ``overlay-merges/``;
+    ``None`` for another callable than :class:`Carry` (its answers are not kept)."""
+    return (
+        [list(carry.include), list(carry.exclude)] if isinstance(carry, Carry) else None
+    )
+
+
 def _json_key(*parts) -> str:
     return sha256(json.dumps([MERGE_CACHE_VERSION, *parts]).encode()).hexdigest()
 
@@ -299,9 +305,7 @@ def compute_forked(
         LayerError: a conflicted path has no resolution (exit 1); the message
         names every such path and its conflict hunks.
     """
-    globs = (
-        [list(carry.include), list(carry.exclude)] if isinstance(carry, Carry) else None
-    )
+    globs = _carry_globs(carry)
     key = (
         _json_key(
             "forked",
