@@ -5,6 +5,8 @@ process's and anything not overlay's are kept."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 from gitfixtures import dead_pid, scratch_leftovers
 from gitfixtures import overlay_process as run
@@ -13,6 +15,7 @@ from overlay.fs.atomic import (
     _temp_file,
     atomic_write,
     input_files,
+    remove_dir,
     scratch_dir,
     sweep_scratch_dirs,
     temp_dir,
@@ -139,3 +142,32 @@ def test_input_files_fall_back_to_a_scratch_directory_without_memory_files(
         proc.returncode == 1 and b"<<<<<<< o\nx\n=======\nz\n>>>>>>> t\n" in proc.stdout
     )
     assert not os.listdir(tmp_path)
+
+
+def test_remove_dir_unlinks_a_flat_directory_without_shutil_and_a_nested_one_with_it(
+    tmp_path,
+):
+    flat = tmp_path / "flat"
+    flat.mkdir()
+    for name in ("index", "index.lock"):
+        (flat / name).write_bytes(b"x")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "kept").write_bytes(b"kept")
+    (flat / "link").symlink_to(outside)
+    code = (
+        "import sys; from overlay.fs.atomic import remove_dir; "
+        f"remove_dir({str(flat)!r}); print('shutil' in sys.modules)"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    assert proc.stdout.strip() == "False"  # a flat directory needs no shutil
+    assert not flat.exists() and (outside / "kept").read_bytes() == b"kept"
+    nested = tmp_path / "nested"
+    (nested / "a" / "b").mkdir(parents=True)
+    (nested / "a" / "b" / "f").write_bytes(b"x")
+    (nested / "g").write_bytes(b"x")
+    remove_dir(str(nested))
+    assert not nested.exists()
+    remove_dir(str(nested))  # gone already: nothing to do, no error

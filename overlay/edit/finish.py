@@ -31,8 +31,12 @@ from overlay.errors import OverlayError
 from overlay.fs.atomic import remove_stale_temps
 from overlay.fs.sweep import sweep_killed_runs
 from overlay.git.store import Store
+from overlay.records.series import patch_bytes, read_series
 
 if TYPE_CHECKING:
+    from overlay.engine.layers import Layers
+    from overlay.engine.results import PatchResult
+    from overlay.records.series import Patch
     from overlay.workspace import Workspace
 
 
@@ -158,3 +162,53 @@ def resume_record(ws: Workspace) -> Completed | None:
     if completed is not None:
         ws.forget_records()  # that record wrote them
     return completed
+
+
+def keep_recorded_layers(
+    root: str,
+    store: Store,
+    layers: Layers,
+    before: int,
+    new_patch: Patch,
+    applied: tuple[str, list[PatchResult]],
+) -> bool:
+    """Keep the recorded series' layers for the next command (``export``, ``tree``,
+    ``verify``; :func:`overlay.engine.layers.keep_layers`).
+
+    The first ``before`` patches of ``layers`` are unchanged; the recorded patch is
+    exact, its result the work tree it was rendered from (both sides of its change
+    are in the store: the records' truth, docs/design.md §5); the later ones are as
+    the engine applied them onto that tree. Kept only when the series the files now
+    hold is these patches, byte for byte; best effort (a record never fails by it).
+
+    Args:
+        root: overlay repository, after the record's files were written.
+        store: git store.
+        layers: the layers the record was checked on (:meth:`Workspace.layers`).
+        before: how many patches of ``layers`` come before the recorded one.
+        new_patch: the recorded patch, parsed from the bytes written.
+        applied: ``(patched tree, results of the later patches)``: the tree the
+            work tree became with the later patches applied, and how they applied.
+    Returns:
+        ``True`` when the layers were kept.
+    """
+    # the engine's modules: only for a record (the edit loop's other commands load none)
+    from overlay.engine.layers import keep_layers
+    from overlay.engine.results import PatchResult
+
+    tree, later = applied
+    results = [
+        *(PatchResult(r.patch, r.state) for r in layers.patches[:before]),
+        PatchResult(new_patch, "exact"),
+        *(PatchResult(r.patch, r.state) for r in later),
+    ]
+    series = [r.patch for r in results]
+    try:
+        listed = [name for name, _line in read_series(root)]
+        if listed != [p.name for p in series] or any(
+            patch_bytes(root, p.name) != p.data for p in series
+        ):
+            return False
+    except (OSError, OverlayError):
+        return False
+    return keep_layers(store, layers, series, tree, results)

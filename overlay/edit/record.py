@@ -14,7 +14,11 @@ import os
 from typing import TYPE_CHECKING
 
 from overlay import layout
-from overlay.edit.finish import complete_interrupted, finish_record
+from overlay.edit.finish import (
+    complete_interrupted,
+    finish_record,
+    keep_recorded_layers,
+)
 from overlay.edit.message import one_line, series_author, title_from, wrap_message
 from overlay.edit.session import (
     Session,
@@ -33,6 +37,7 @@ from overlay.edit.writes import (
 from overlay.engine import PatchApplyError, apply_series
 from overlay.engine.layers import Layers
 from overlay.engine.refresh import carry_series, refreshed_bytes
+from overlay.engine.results import PatchResult
 from overlay.errors import EXIT_FINDINGS, LayerError, OverlayError
 from overlay.git.store import Store
 from overlay.records import fixes
@@ -217,7 +222,7 @@ def record(
         new_patch = parse_patch(
             head.data, name, os.path.join(root, layout.PATCH_DIR, name)
         )
-        carried = _carry_later(store, edit)
+        carried, applied = _carry_later(store, edit)
         if head.planned is None:
             _check_entry_names(
                 root, store, edit, head.number, new_patch, given=fix is not None
@@ -237,6 +242,9 @@ def record(
         save_journal(root, journal)
         finish_record(root, store, journal)
         ws.forget_records()
+        if applied is not None:
+            before = edit.first_later - (0 if edit.old is None else 1)
+            keep_recorded_layers(root, store, edit.layers, before, new_patch, applied)
         after = session.after if session.new else None
         if session.new and after is None and edit.first_later > 0:
             after = layers.patches[edit.first_later - 1].patch.name
@@ -443,19 +451,24 @@ def _old(old: Patch | None) -> Patch:
     return old
 
 
-def _carry_later(store: Store, edit: _Edit) -> list[tuple[Patch, bytes]]:
+def _carry_later(
+    store: Store, edit: _Edit
+) -> tuple[list[tuple[Patch, bytes]], tuple[str, list[PatchResult]] | None]:
     """The later patches on the new tree: exactly as they are, else carried by the
-    engine; returns those whose file changes, with their new bytes.
+    engine.
 
+    Returns:
+        ``(carried, applied)``: the later patches whose file changes, with their new
+        bytes; and, when none changes, the patched tree with the later patches'
+        results (``None`` when some were carried).
     Raises:
         LayerError: a later patch conflicts with the change; nothing is written.
     """
     later = [r.patch for r in edit.layers.patches[edit.first_later :]]
     if not later:
-        return []
+        return [], (edit.tree, [])
     try:
-        apply_series(store, edit.tree, later)
-        return []
+        return [], apply_series(store, edit.tree, later)
     except PatchApplyError:
         pass
     session = edit.session
@@ -470,7 +483,7 @@ def _carry_later(store: Store, edit: _Edit) -> list[tuple[Patch, bytes]]:
             "`overlay edit` the later patch and make the rest of the change there "
             "(or `overlay edit --abort`)",
         ) from None
-    return [(r.patch, r.data) for r in refreshed if r.changed]
+    return [(r.patch, r.data) for r in refreshed if r.changed], None
 
 
 def _check_entry_names(

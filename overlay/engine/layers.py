@@ -45,6 +45,10 @@ class Layers(NamedTuple):
         conflicts: carried paths that conflicted (all resolved when this object exists).
         stale_resolutions: ``resolved/`` paths that no longer conflict.
         patches: one :class:`PatchResult` per series entry.
+        below: the layer cache's digest of everything below the series (commits,
+            carry globs, resolutions; :func:`keep_layers` keys another series on the
+            same layers below by it); ``""`` when not computed by
+            :func:`compute_layers`.
     """
 
     pin: str
@@ -55,6 +59,7 @@ class Layers(NamedTuple):
     conflicts: list[Conflict]
     stale_resolutions: list[str]
     patches: list[PatchResult]
+    below: str = ""
 
     def tree(self, layer: str) -> str:
         """The tree SHA of ``layer`` (``pin``, ``forked`` or ``patched``)."""
@@ -118,11 +123,12 @@ def compute_layers(
         pin = pin or manifest.pin
         fork = fork or manifest.fork_commit
         merge_base = merge_base or manifest.merge_base
-        key = _cache_key(manifest, pin, fork, merge_base, resolutions, series)
+        below = _below_key(manifest, pin, fork, merge_base, resolutions)
+        key = _series_key(below, series)
         cached = _cache_read(store, key, series, stepwise)
         if cached is not None:
             store.set_remotes(manifest.remote_urls())  # later steps fetch by them
-            return cached
+            return cached._replace(below=below)
         pin, fork, merge_base = ensure_commits(
             store, manifest, pin=pin, fork=fork, merge_base=merge_base
         )
@@ -142,24 +148,64 @@ def compute_layers(
             conflicts=conflicts,
             stale_resolutions=stale,
             patches=results,
+            below=below,
         )
         _cache_write(store, key, layers, stepwise)
     return layers
 
 
+def keep_layers(
+    store: Store,
+    below: Layers,
+    series: Sequence[Patch],
+    patched: str,
+    results: Sequence[PatchResult],
+) -> bool:
+    """Keep in the layer cache the layers of another ``series`` on the same layers
+    below as ``below`` (the same commits, carry globs and resolutions), with the
+    ``patched`` tree and ``results`` the caller proved: what :func:`compute_layers`
+    would compute for that series, so that the next command reads them.
+
+    ``overlay record`` calls it: the tree it wrote the patch from is the patch's
+    post-image (the records' truth, docs/design.md §5), the patches after it were
+    applied onto that tree by the engine, and those before it are unchanged.
+
+    Args:
+        store: git store.
+        below: layers from :func:`compute_layers` (their ``below`` digest).
+        series: the new series, in order, as its files now hold it.
+        patched: its patched tree.
+        results: one per patch of ``series``.
+    Returns:
+        ``True`` when kept; ``False`` when ``below`` has no digest, a result is
+        not of its patch, or one is unverified (nothing is kept then).
+    """
+    if not below.below or len(results) != len(series):
+        return False
+    if any(
+        r.patch is not p or r.state == "unverified"
+        for r, p in zip(results, series, strict=True)
+    ):
+        return False
+    layers = below._replace(patched=patched, patches=list(results))
+    _cache_write(store, _series_key(below.below, series), layers, stepwise=False)
+    return True
+
+
 #: Bump when the layer algorithm changes what a tree would be for the same inputs.
-LAYER_CACHE_VERSION = 3
+#: (4: the key is two digests, the layers below and then the series.)
+LAYER_CACHE_VERSION = 4
 
 
-def _cache_key(
+def _below_key(
     manifest: Manifest,
     pin: str,
     fork: str,
     merge_base: str,
     resolutions: dict[str, bytes],
-    series: Sequence[Patch],
 ) -> str:
-    """sha256 over everything a layer depends on: commits, carry globs, resolutions, patch bytes."""
+    """sha256 over everything the layers below the series depend on: commits, carry
+    globs, resolutions (their paths and bytes)."""
     h = sha256(
         json.dumps(
             [
@@ -174,6 +220,13 @@ def _cache_key(
     )
     for path, data in sorted(resolutions.items()):
         h.update(b"R" + path.encode() + b"\0" + sha256(data).digest())
+    return h.hexdigest()
+
+
+def _series_key(below: str, series: Sequence[Patch]) -> str:
+    """The layer cache's key: sha256 over :func:`_below_key`'s digest and each patch's
+    name and bytes, in order."""
+    h = sha256(below.encode())
     for patch in series:
         h.update(b"P" + patch.name.encode() + b"\0" + sha256(patch.data).digest())
     return h.hexdigest()
@@ -240,4 +293,5 @@ __all__ = [
     "PatchResult",
     "compute_layers",
     "ensure_commits",
+    "keep_layers",
 ]

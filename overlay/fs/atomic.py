@@ -174,9 +174,41 @@ def scratch_dir(kind: str) -> Iterator[str]:
         kill_point(f"scratch-{kind}")
         yield tmp
     finally:
-        import shutil  # only to remove a scratch directory (it imports bz2 and lzma)
+        remove_dir(tmp)
 
-        shutil.rmtree(tmp, ignore_errors=True)
+
+def remove_dir(path: str) -> None:
+    """Remove the directory ``path`` and what it holds, ignoring errors (as
+    ``shutil.rmtree(path, ignore_errors=True)``; a symlink is never followed).
+
+    A scratch directory holds a few plain files (an index and its lock, merge
+    inputs): those are unlinked here, and :mod:`shutil` is imported only for a
+    directory that holds a directory. Importing it (bz2 and lzma with it) cost a
+    short command such as ``export`` or ``tree`` about 3 ms, more than the rest of
+    its scratch index (docs/engine.md, "Costs behind some choices").
+
+    Args:
+        path: the directory; gone already is fine.
+    """
+    try:
+        with os.scandir(path) as it:
+            entries = list(it)
+    except OSError:
+        return
+    for entry in entries:
+        try:
+            if entry.is_dir(follow_symlinks=False):
+                break
+            os.unlink(entry.path)
+        except OSError:
+            break
+    else:
+        with contextlib.suppress(OSError):
+            os.rmdir(path)
+            return
+    import shutil  # only for a nested tree (it imports bz2 and lzma)
+
+    shutil.rmtree(path, ignore_errors=True)
 
 
 #: A process's own descriptors as paths (Linux's proc file system): in a child that
