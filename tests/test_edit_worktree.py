@@ -219,3 +219,44 @@ def test_a_file_the_user_committed_in_the_work_tree_reaches_the_store(clean):
     assert verify.exit_code == 0 and "no findings" in verify.output.lower(), (
         verify.output
     )
+
+
+def test_a_record_writes_the_work_tree_objects_into_the_store_not_the_checkout(clean):
+    """git writes the recorded blob straight into the store: the work tree's own object
+    directory stays empty (no copy afterwards), and the patch, layers and verify read
+    the blob from the store."""
+    assert cli(clean, "edit", "--new", "0002-direct").exit_code == 0
+    work = clean.root / ".overlay" / "edit" / "0002-direct"
+    (work / "mlx" / "backend" / "rocm" / "direct.h").write_text("// straight in\n")
+    result = cli(
+        clean,
+        "record",
+        "--keep",
+        "-m",
+        "rocm: direct",
+        "--description",
+        "Why it is there.",
+    )
+    assert result.exit_code == 0, result.output
+    own = work / ".git" / "objects"
+    assert sorted(p.name for p in own.iterdir()) == ["info", "pack"]
+    assert not list((own / "pack").iterdir())
+    blob = git(work, "hash-object", "mlx/backend/rocm/direct.h")
+    assert Store().has_object(blob, "blob")
+    assert cli(clean, "edit", "--abort").exit_code == 0
+    verify = cli(clean, "verify")
+    assert verify.exit_code == 0 and "no findings" in verify.output.lower()
+
+
+def test_a_work_tree_path_git_took_but_a_record_may_not_hold_is_refused(clean):
+    assert cli(clean, "edit", "--new", "0002-odd").exit_code == 0
+    work = clean.root / ".overlay" / "edit" / "0002-odd"
+    before = {p.name: p.read_bytes() for p in (clean.root / "patches-rocm").iterdir()}
+    (work / "mlx" / "back\\slash.h").write_text("// odd\n")
+    result = cli(clean, "record", "-m", "rocm: odd", "--description", "Why.")
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith("overlay: refusing work tree path")
+    assert "Traceback" not in result.output
+    assert {
+        p.name: p.read_bytes() for p in (clean.root / "patches-rocm").iterdir()
+    } == before

@@ -39,6 +39,7 @@ from overlay.engine.layers import Layers
 from overlay.engine.refresh import carry_series, refreshed_bytes
 from overlay.engine.results import PatchResult
 from overlay.errors import EXIT_FINDINGS, LayerError, OverlayError
+from overlay.fs.paths import check_path
 from overlay.git.store import Store
 from overlay.records import fixes
 from overlay.records.manifest import Manifest
@@ -242,8 +243,8 @@ def record(
         save_journal(root, journal)
         finish_record(root, store, journal)
         ws.forget_records()
-        if applied is not None:
-            before = edit.first_later - (0 if edit.old is None else 1)
+        if applied is not None:  # the first patches as they were, then this one
+            before = edit.first_later - (edit.old is not None)
             keep_recorded_layers(root, store, edit.layers, before, new_patch, applied)
         after = session.after if session.new else None
         if session.new and after is None and edit.first_later > 0:
@@ -344,7 +345,9 @@ def _check_edit(
             else "a patch is never emptied by record; remove it from patches-rocm/series "
             "yourself if that is what you want, and `overlay edit --abort`",
         )
-    changed = [row[5] for row in store.diff_tree(base, tree)]
+    changed = [
+        check_path(row[5], what="work tree path") for row in store.diff_tree(base, tree)
+    ]
     uncarried = [p for p in changed if not manifest.carry(p)]
     if uncarried:
         raise OverlayError(
@@ -455,12 +458,8 @@ def _carry_later(
     store: Store, edit: _Edit
 ) -> tuple[list[tuple[Patch, bytes]], tuple[str, list[PatchResult]] | None]:
     """The later patches on the new tree: exactly as they are, else carried by the
-    engine.
-
-    Returns:
-        ``(carried, applied)``: the later patches whose file changes, with their new
-        bytes; and, when none changes, the patched tree with the later patches'
-        results (``None`` when some were carried).
+    engine. Returns ``(carried, applied)``: those whose file changes, with their new
+    bytes; when none does, ``applied`` (the patched tree, the later ones' results).
     Raises:
         LayerError: a later patch conflicts with the change; nothing is written.
     """
@@ -504,6 +503,10 @@ def _check_entry_names(
     doc = fixes.load(os.path.join(root, layout.LOCAL_FIXES))
     entry = doc.entry(number) if number is not None else None
     if entry is None:
+        return
+    # A touched path is in the universe and names itself there (resolve_name's first
+    # rule): when the entry names each in full, the tree need not be listed.
+    if new_patch.touched <= {name.removeprefix("./") for name in entry.files}:
         return
     universe = {row[3] for row in store.ls_tree(edit.tree)} | set(new_patch.deleted)
     named = {c for name in entry.files for c in fixes.resolve_name(name, universe)}

@@ -13,7 +13,6 @@ from overlay.edit.session import BRANCH
 from overlay.errors import OverlayError
 from overlay.fs.atomic import atomic_write
 from overlay.fs.locks import pid_alive
-from overlay.fs.paths import check_path
 from overlay.git.objects import write_typed
 from overlay.git.store import CatFile, Store, run_git
 from overlay.git.treemodel import blob_name
@@ -70,9 +69,11 @@ def wt_git(
     input: bytes | None = None,
     index: str | None = None,
     check: bool = True,
+    env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess:
-    """git in the work tree's own repository (never the overlay repository's)."""
-    env = {"GIT_WORK_TREE": workdir}
+    """git in the work tree's own repository (never the overlay repository's);
+    ``index``: another index file; ``env``: more variables for git."""
+    env = {**(env or {}), "GIT_WORK_TREE": workdir}
     if index is not None:
         env["GIT_INDEX_FILE"] = index
     return run_git(
@@ -206,8 +207,12 @@ def _same_content(workdir: str, entries: list[tuple[str, bytes, str]]) -> bool:
 def snapshot(store: Store, workdir: str, base: str) -> str:
     """The work tree as a tree in the git store (every file, as ``git add -A`` sees it).
 
-    The user's own index in the work tree is left alone: a copy takes the adds. The
-    objects the tree has beyond ``base`` go into the store with one git process.
+    The user's own index in the work tree is left alone: a copy takes the adds. git
+    writes the new objects straight into the store (``GIT_OBJECT_DIRECTORY``, the
+    work tree's own objects an alternate), where the tree is then named: copying
+    them there after the add took three more git processes. Its paths are not
+    checked here; a caller that writes records from the tree checks the paths it
+    changes (:func:`overlay.fs.paths.check_path`).
 
     Args:
         store: the git store the work tree borrows its objects from.
@@ -217,7 +222,6 @@ def snapshot(store: Store, workdir: str, base: str) -> str:
         The tree's name, in the store.
     Raises:
         OverlayError: the work tree is gone (exit 2).
-        UnsafePath: a path in it git could not check out (exit 2).
         GitError: git refused to read the work tree.
     """
     if not os.path.isdir(os.path.join(workdir, ".git")):
@@ -239,30 +243,59 @@ def snapshot(store: Store, workdir: str, base: str) -> str:
         pass
     else:
         trust_stat_data(workdir, index)
+    into_store = {
+        "GIT_OBJECT_DIRECTORY": os.path.join(store.git_dir, "objects"),
+        "GIT_ALTERNATE_OBJECT_DIRECTORIES": os.path.join(workdir, ".git", "objects"),
+    }
     try:
-        wt_git(workdir, "add", "-A", "--", ".", index=index)
-        tree = wt_git(workdir, "write-tree", index=index).stdout.decode().strip()
+        wt_git(workdir, "add", "-A", "--", ".", index=index, env=into_store)
+        tree = (
+            wt_git(workdir, "write-tree", index=index, env=into_store)
+            .stdout.decode()
+            .strip()
+        )
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(index)
-    if tree == base:
-        return tree
-    # The objects the work tree's tree has and ``base`` has not (``-t``: the trees on
-    # the way too) are copied into the store byte for byte, so the tree has the same
-    # name there. Most are in the work tree's own objects (what ``git add`` wrote);
-    # one the store has already is written again harmlessly.
+    if tree != base and _holds_objects(into_store["GIT_ALTERNATE_OBJECT_DIRECTORIES"]):
+        _copy_objects(store, workdir, base, tree)
+    return tree
+
+
+def _holds_objects(objects: str) -> bool:
+    """Whether the object directory ``objects`` holds any object (loose or packed).
+
+    A work tree's own object directory is empty as :func:`make_worktree` leaves it
+    (its commits are in the store); only the user's own git (an ``add``, a
+    ``commit`` in the work tree) or an older overlay's snapshot writes there.
+    """
+    try:
+        with os.scandir(objects) as it:
+            for entry in it:
+                if entry.name == "pack":
+                    if os.listdir(entry.path):
+                        return True
+                elif entry.name != "info":
+                    return True
+        return False
+    except OSError:
+        return True  # unreadable: copy, as when in doubt
+
+
+def _copy_objects(store: Store, workdir: str, base: str, tree: str) -> None:
+    """Copy into the store the objects ``tree`` has and ``base`` has not (``-t``: the
+    trees on the way too), byte for byte, read through the work tree's repository
+    (its own objects, then the store's): a blob the user's own ``git add`` wrote into
+    the work tree's objects reaches the store. One the store has already is written
+    again harmlessly."""
     rows = wt_git(
         workdir, "diff-tree", "-r", "-t", "-z", "--no-renames", base, tree
     ).stdout.split(b"\0")
     new = {tree: "tree"}
     for i in range(0, len(rows) - 1, 2):
         meta = rows[i].decode().lstrip(":").split()
-        check_path(
-            rows[i + 1].decode("utf-8", "surrogateescape"), what="work tree path"
-        )
         if meta[4] != "D" and meta[1] != "160000":  # a gitlink names no object here
             new[meta[3]] = "tree" if meta[1] == "040000" else "blob"
     with CatFile(os.path.join(workdir, ".git")) as cat:
         objects = {oid: cat.read(oid) for oid in new}
     write_typed(store.git_dir, objects)
-    return tree
