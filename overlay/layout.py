@@ -41,6 +41,8 @@ REBASE_STATE_DIR = f"{STATE_DIR}/rebase"
 #: Inside it: the run's state, the records as they were before it (``--abort``
 #: restores them), and the files a stop leaves for the user to edit.
 STATE_JSON = "state.json"
+BACKUP_JSON = "backup.json"
+#: An older overlay's backup: a directory of copies (still read, never written).
 BACKUP = "backup"
 WORK = "work"
 #: The run's state file.

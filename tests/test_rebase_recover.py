@@ -6,7 +6,6 @@ the middle of its commit keeps what it cannot restore, and says so."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -21,7 +20,24 @@ from overlay.records.manifest import load_manifest
 
 
 def _no_backup(state_dir: Path) -> None:
-    shutil.rmtree(state_dir / "backup")
+    (state_dir / "backup.json").unlink()
+
+
+def _half_backup(state_dir: Path) -> None:
+    data = (state_dir / "backup.json").read_bytes()
+    (state_dir / "backup.json").write_bytes(data[: len(data) // 2])
+
+
+def as_an_older_overlay_left_it(state_dir: Path) -> None:
+    """The backup as a directory of copies (``backup/``), as overlay wrote it before
+    ``backup.json``."""
+    doc = json.loads((state_dir / "backup.json").read_text(encoding="utf-8"))
+    for rel, entry in doc["files"].items():
+        path = state_dir / "backup" / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(entry["data"].encode("latin-1"))
+        path.chmod(entry["mode"])
+    (state_dir / "backup.json").unlink()
 
 
 def _no_state(state_dir: Path) -> None:
@@ -47,6 +63,7 @@ def _hostile_state(state_dir: Path) -> None:
     "wedge, says",
     [
         (_no_backup, "is there but its backup"),
+        (_half_backup, "the backup lacks"),
         (_no_state, "holds its backup but no state.json"),
         (_half_state, "is not valid JSON"),
         (_wrong_state, "does not hold an object"),
@@ -104,9 +121,10 @@ def test_abort_of_a_wedged_state_killed_mid_commit_keeps_what_it_cannot_restore(
     )
     assert killed.returncode == -9
     assert f'pin = "{w.pin_clean}"' in manifest_text(ov)  # the commit had begun
-    (
-        ov.root / ".overlay" / "rebase" / "backup" / "patches-rocm" / "overlay.toml"
-    ).unlink()
+    backup = ov.root / ".overlay" / "rebase" / "backup.json"
+    doc = json.loads(backup.read_text(encoding="utf-8"))
+    del doc["files"]["patches-rocm/overlay.toml"]
+    backup.write_text(json.dumps(doc), encoding="utf-8")
     assert "the backup lacks 1 of the" in run(ov, "rebase", "--status").stdout
     aborted = run(ov, "rebase", "--abort")
     assert aborted.returncode == 0, aborted.stderr
@@ -118,3 +136,20 @@ def test_abort_of_a_wedged_state_killed_mid_commit_keeps_what_it_cannot_restore(
     assert (ov.root / "patches-rocm" / "series").read_bytes() == before_series
     assert (ov.root / "patches-rocm" / "0001-device.patch").read_bytes() == data
     assert not (ov.root / ".overlay" / "rebase").exists()
+
+
+def test_a_run_an_older_overlay_stopped_is_in_progress_and_aborts_from_its_copies(
+    ov, w
+):
+    ov.add_resolution("mlx/backend/rocm/device.h", "kept\n")
+    before = records_hash(ov)
+    stopped_run(ov, w)
+    state_dir = ov.root / ".overlay" / "rebase"
+    as_an_older_overlay_left_it(state_dir)
+    (ov.root / "patches-rocm" / "series").write_text("changed by the run\n")
+    status = run(ov, "rebase", "--status")
+    assert status.returncode == 0 and "wedged" not in status.stdout, status.stdout
+    aborted = run(ov, "rebase", "--abort")
+    assert aborted.returncode == 0, aborted.stderr
+    assert records_hash(ov) == before
+    assert not state_dir.exists()

@@ -26,6 +26,7 @@ OWNERS = {
     "resolutions": ({"RESOLVED_DIR"}, "overlay/records/resolutions.py"),
     "LOCAL_FIXES.md": ({"LOCAL_FIXES"}, "overlay/records/fixes/"),
     "run state": ({"REBASE_STATE", "STATE_JSON"}, "overlay/rebase/state.py"),
+    "run backup": ({"BACKUP_JSON", "BACKUP"}, "overlay/rebase/backup.py"),
     "last-run report": (
         {"LAST_REBASE_JSON", "LAST_REBASE_MD"},
         "overlay/rebase/report.py",

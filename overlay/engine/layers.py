@@ -100,6 +100,7 @@ def compute_layers(
     fork: str | None = None,
     merge_base: str | None = None,
     patches: Sequence[Patch] | None = None,
+    resolutions: dict[str, bytes] | None = None,
     stepwise: bool = False,
 ) -> Layers:
     """All three layers for the overlay at ``root`` (manifest values unless overridden).
@@ -110,6 +111,8 @@ def compute_layers(
         root: overlay repository (``patches-rocm/`` lives there).
         pin, fork, merge_base: override the manifest's commits (preview a bump).
         patches: use this series instead of reading ``series``.
+        resolutions: use these (path below ``resolved/`` -> bytes) instead of
+            reading ``patches-rocm/resolved/`` (a run's backup holds the old ones).
         stepwise: keep each patch's tree (see :func:`overlay.engine.apply.apply_series`).
     Returns:
         :class:`Layers`.
@@ -119,7 +122,8 @@ def compute_layers(
     """
     with store.lock():
         series = list(load_series(root) if patches is None else patches)
-        resolutions = read_resolutions(root)
+        if resolutions is None:
+            resolutions = read_resolutions(root)
         pin = pin or manifest.pin
         fork = fork or manifest.fork_commit
         merge_base = merge_base or manifest.merge_base

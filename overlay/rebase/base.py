@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
@@ -19,10 +18,11 @@ from overlay import layout
 from overlay.digests import sha256
 from overlay.engine.layers import Layers, compute_layers
 from overlay.errors import EXIT_FINDINGS, GitError, OverlayError
-from overlay.fs.atomic import atomic_write, input_files, kill_point
+from overlay.fs.atomic import atomic_write, input_files, kill_point, remove_dir
 from overlay.git.objects import write_typed
 from overlay.git.store import CatFile, Store
 from overlay.git.treemodel import blob_name
+from overlay.rebase.backup import Backup, read_backup, write_backup
 from overlay.rebase.ondisk import (
     StateOnDisk,
     inspect_state,
@@ -31,7 +31,7 @@ from overlay.rebase.ondisk import (
 from overlay.rebase.state import Bases, PatchStatus, RunState, write_state
 from overlay.records.manifest import Manifest
 from overlay.records.resolutions import read_resolutions
-from overlay.records.series import Patch, read_patch_copy
+from overlay.records.series import Patch, parse_patch
 
 if TYPE_CHECKING:
     from overlay.workspace import Workspace
@@ -106,6 +106,8 @@ class RunBase:
         self._state: RunState | None = None
         self._cat: CatFile | None = None
         self._patches: dict[str, Patch] = {}
+        # The run's backup (written by start, else read on first use).
+        self._backup: Backup | None = None
         self._old: Layers | None = None
         self._old_done = False
         # The resolutions as :meth:`start` read them (and backed them up): the run's
@@ -166,6 +168,7 @@ class RunBase:
                 hint=wedged_hint(info.kind),
             )
         self.state = info.state
+        self._backup = info.backup
 
     def save(self) -> None:
         """Write the state atomically.
@@ -189,9 +192,9 @@ class RunBase:
         during the removal leaves no half state (the sweep removes the rest)."""
         old = os.path.join(self.root, layout.REBASE_STATE_OLD)
         if os.path.lexists(old):
-            shutil.rmtree(old, ignore_errors=True)
+            remove_dir(old)
         os.rename(self.dir, old)
-        shutil.rmtree(old, ignore_errors=True)
+        remove_dir(old)
 
     def start(
         self, kind: str, new: Bases, old: Bases, info: StateOnDisk | None = None
@@ -218,20 +221,16 @@ class RunBase:
         # whole (backup and state.json) or not at all, whenever the process dies.
         new_dir = os.path.join(self.root, layout.REBASE_STATE_NEW)
         if os.path.lexists(new_dir):
-            shutil.rmtree(new_dir)
-        backup = os.path.join(new_dir, layout.BACKUP)
-        os.makedirs(backup)
+            remove_dir(new_dir)
+        os.makedirs(new_dir)
         resolutions = read_resolutions(self.root)
         files = tracked_files(self.root, resolutions)
-        for rel in files:
-            dst = os.path.join(backup, rel)
-            os.makedirs(os.path.dirname(dst), exist_ok=True)
-            shutil.copy2(os.path.join(self.root, rel), dst)
+        self._backup = write_backup(new_dir, self.root, files)
         self.state = RunState(kind=kind, old=old, new=new, backup=files)
         write_state(new_dir, self.state)
         _checkpoint("start")
         if os.path.isdir(self.dir):
-            shutil.rmtree(self.dir)  # an empty leftover (inspect found nothing in it)
+            remove_dir(self.dir)  # an empty leftover (inspect found nothing in it)
         os.rename(new_dir, self.dir)
         self._start_resolutions = resolutions
 
@@ -369,7 +368,7 @@ class RunBase:
     def _write_work(self, files: Mapping[str, bytes | None]) -> list[str]:
         """Replace the work directory with ``files`` (``None``: only its directory)."""
         if os.path.isdir(self.work):
-            shutil.rmtree(self.work)
+            remove_dir(self.work)
         written = []
         for rel, data in files.items():
             full = os.path.join(self.work, rel)
@@ -396,13 +395,32 @@ class RunBase:
                 break
         return tree
 
+    def backup(self) -> Backup:
+        """The run's backup (:mod:`overlay.rebase.backup`): as :meth:`start` wrote it,
+        else as :meth:`load` found it, else read now (empty when there is none)."""
+        if self._backup is None:
+            self._backup = read_backup(self.dir) or Backup({}, 0.0, "")
+        return self._backup
+
     def _backup_patch(self, name: str, *, header_only: bool = False) -> Patch:
         """The patch as it was when the run started (parsed once per process; the diff
-        only when asked for)."""
+        only when asked for).
+
+        Raises:
+            FileNotFoundError: the backup holds no copy of it.
+            PatchFormatError: the copy does not parse.
+        """
         cache = self._patches
         if name not in cache or (not header_only and cache[name].changes == ()):
-            cache[name] = read_patch_copy(
-                os.path.join(self.dir, layout.BACKUP), name, header_only=header_only
+            backup = self.backup()
+            rel = f"{layout.PATCH_DIR}/{name}"
+            if rel not in backup.copies:
+                raise FileNotFoundError(f"{backup.where} holds no copy of {rel}")
+            cache[name] = parse_patch(
+                backup.copies[rel][0],
+                name,
+                f"{backup.where}:{rel}",
+                header_only=header_only,
             )
         return cache[name]
 
@@ -418,11 +436,12 @@ class RunBase:
                 self._old = compute_layers(
                     self.store,
                     self._manifest(),
-                    os.path.join(self.dir, layout.BACKUP),
+                    self.root,
                     pin=old.pin,
                     fork=old.fork,
                     merge_base=old.merge_base,
                     patches=[self._backup_patch(e.name) for e in self.state.patches],
+                    resolutions=self.backup().resolutions(),
                     stepwise=True,
                 )
             except OverlayError:

@@ -94,15 +94,12 @@ class CommitSteps(RunBase):
     def _refuse_edited_records(self) -> None:
         """Never overwrite what the user edited while the run was stopped: refuse when a
         backed-up record differs from its backup (or is gone)."""
-        backup = os.path.join(self.dir, layout.BACKUP)
+        copies = self.backup().copies
         edited = []
         for rel in self.state.backup:
             try:
-                with (
-                    open(os.path.join(self.root, rel), "rb") as a,
-                    open(os.path.join(backup, rel), "rb") as b,
-                ):
-                    if a.read() != b.read():
+                with open(os.path.join(self.root, rel), "rb") as fh:
+                    if rel not in copies or fh.read() != copies[rel][0]:
                         edited.append(rel)
             except FileNotFoundError:
                 edited.append(rel)

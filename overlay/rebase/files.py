@@ -10,19 +10,9 @@ from overlay.fs.atomic import atomic_write
 from overlay.fs.paths import check_path
 
 
-def files_under(top: str) -> set[str]:
-    """Slash-separated paths of the regular files under ``top`` (symlinks not followed)."""
-    out = set()
-    for dirpath, _dirs, files in os.walk(top):
-        for name in files:
-            full = os.path.join(dirpath, name)
-            if os.path.isfile(full) and not os.path.islink(full):
-                out.add(os.path.relpath(full, top).replace(os.sep, "/"))
-    return out
-
-
-def restore(backup: str, root: str, rel: str) -> bool:
-    """Copy ``backup/rel`` to ``root/rel`` unless it already holds those bytes.
+def restore(root: str, rel: str, data: bytes, mode: int) -> bool:
+    """Write ``data`` (a backed-up copy, with its ``mode``) to ``root/rel`` unless
+    the file already holds those bytes.
 
     Returns:
         True when the file was written.
@@ -30,10 +20,7 @@ def restore(backup: str, root: str, rel: str) -> bool:
         UnsafePath: ``rel`` would lead outside ``root``.
     """
     check_path(rel, what="backed-up file")
-    src = os.path.join(backup, *rel.split("/"))
     dst = os.path.join(root, *rel.split("/"))
-    with open(src, "rb") as fh:
-        data = fh.read()
     try:
         with open(dst, "rb") as fh:
             if fh.read() == data:
@@ -41,7 +28,7 @@ def restore(backup: str, root: str, rel: str) -> bool:
     except (FileNotFoundError, IsADirectoryError):
         pass
     os.makedirs(os.path.dirname(dst), exist_ok=True)
-    atomic_write(dst, data, mode=os.stat(src).st_mode & 0o7777)
+    atomic_write(dst, data, mode=mode)
     return True
 
 

@@ -13,7 +13,6 @@ pre-image differ only in formatting or whitespace.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 
 from overlay.fs.atomic import scratch_dir
@@ -27,6 +26,8 @@ FORMATTED_SUFFIX = ".formatted"
 
 def clang_format() -> str | None:
     """The ``clang-format`` program on PATH, or ``None``."""
+    import shutil  # only when a format is compared (it imports bz2 and lzma)
+
     return shutil.which("clang-format")
 
 

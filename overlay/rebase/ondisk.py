@@ -1,7 +1,7 @@
 """What a rebase or sync run left on disk.
 
 The files :mod:`overlay.rebase` writes: the state directory ``.overlay/rebase/``
-(``state.json`` and ``backup/``: a run in progress) and the report
+(``state.json`` and ``backup.json``: a run in progress) and the report
 ``.overlay/last-rebase.json`` (the last completed run). A run's state
 directory appears and disappears whole (it is built beside its place and
 renamed), so a state that is there only in part (``state.json`` without its
@@ -32,6 +32,7 @@ from overlay import layout
 from overlay.errors import OverlayError, UnsafePath
 from overlay.fs.paths import check_path
 from overlay.fs.reading import RecordError
+from overlay.rebase.backup import Backup, read_backup
 from overlay.rebase.state import RunState, read_state_json
 
 if TYPE_CHECKING:
@@ -54,7 +55,8 @@ class StateOnDisk:
         kind: ``"rebase"`` or ``"sync"`` (``"rebase"`` when ``state.json`` cannot say).
         state: the parsed ``state.json`` when it is there and well formed, else ``None``.
         problem: why the state is wedged, in words; ``None`` when it is whole.
-        missing: files of ``state.backup`` that have no copy under ``backup/``.
+        missing: files of ``state.backup`` that have no copy in the backup.
+        backup: the run's backup (:mod:`overlay.rebase.backup`) when it is there.
     """
 
     present: bool
@@ -62,6 +64,7 @@ class StateOnDisk:
     state: RunState | None = None
     problem: str | None = None
     missing: list[str] = dataclasses.field(default_factory=list)
+    backup: Backup | None = None
 
 
 def _state_shape_error(state: Any) -> str | None:
@@ -103,8 +106,9 @@ def inspect_state(root: str) -> StateOnDisk:
     """Read ``.overlay/rebase/``: is a run in progress, and is its state whole?
 
     A whole state is a valid ``state.json`` (read as a record: a regular file
-    inside the repository, size-capped) with a ``backup/`` holding a copy of
-    every file it lists. Anything else in a non-empty directory is wedged.
+    inside the repository, size-capped) with a backup (``backup.json``, or an older
+    overlay's ``backup/``) holding a copy of every file it lists. Anything else in a
+    non-empty directory is wedged.
 
     Args:
         root: overlay repository.
@@ -118,16 +122,17 @@ def inspect_state(root: str) -> StateOnDisk:
         return StateOnDisk(False)
     if not names:
         return StateOnDisk(False)
-    backup = os.path.join(sdir, layout.BACKUP)
-    has_backup = os.path.isdir(backup) and not os.path.islink(backup)
+    backup = read_backup(sdir)
     if not os.path.lexists(os.path.join(sdir, layout.STATE_JSON)):
         left = (
             "its backup"
-            if has_backup
+            if backup is not None
             else "leftover files (" + ", ".join(sorted(names)[:3]) + ")"
         )
         return StateOnDisk(
-            True, problem=f"{layout.REBASE_STATE_DIR} holds {left} but no state.json"
+            True,
+            problem=f"{layout.REBASE_STATE_DIR} holds {left} but no state.json",
+            backup=backup,
         )
     try:
         data = read_state_json(root)
@@ -147,10 +152,10 @@ def inspect_state(root: str) -> StateOnDisk:
         return StateOnDisk(
             True, problem=f"{layout.REBASE_STATE} is not a run state: {exc}"
         )
-    return _backup_state(backup if has_backup else None, state)
+    return _backup_state(backup, state)
 
 
-def _backup_state(backup: str | None, state: RunState) -> StateOnDisk:
+def _backup_state(backup: Backup | None, state: RunState) -> StateOnDisk:
     """A run with a valid ``state``: whole when ``backup`` (``None``: not there) holds
     a copy of every file the state lists, else wedged."""
     if backup is None:
@@ -159,14 +164,10 @@ def _backup_state(backup: str | None, state: RunState) -> StateOnDisk:
             state.kind,
             state,
             f"{layout.REBASE_STATE} is there but its backup "
-            f"({layout.REBASE_STATE_DIR}/{layout.BACKUP}) is not",
+            f"({layout.REBASE_STATE_DIR}/{layout.BACKUP_JSON}) is not",
             list(state.backup),
         )
-    missing = [
-        rel
-        for rel in state.backup
-        if not os.path.isfile(os.path.join(backup, *rel.split("/")))
-    ]
+    missing = [rel for rel in state.backup if rel not in backup.copies]
     if missing:
         return StateOnDisk(
             True,
@@ -176,8 +177,9 @@ def _backup_state(backup: str | None, state: RunState) -> StateOnDisk:
             f"file(s) it should hold ({', '.join(missing[:3])}"
             f"{' ...' if len(missing) > 3 else ''})",
             missing,
+            backup,
         )
-    return StateOnDisk(True, state.kind, state)
+    return StateOnDisk(True, state.kind, state, backup=backup)
 
 
 def run_in_progress(root: str) -> str | None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 from typing import NoReturn
 
 from overlay import layout
@@ -25,6 +24,7 @@ from overlay.engine import (
     upstream_commit,
 )
 from overlay.errors import OverlayError
+from overlay.fs.atomic import remove_dir
 from overlay.git.store import MergeResult, TreeEntry
 from overlay.rebase.base import RebaseStopped, _checkpoint
 from overlay.rebase.formatting import FormatSteps
@@ -415,7 +415,7 @@ class PatchSteps(RerereSteps, FormatSteps):
             # Empty after the edit: never dropped silently.
             self.state.stop = EmptyStop(stop.name)
             self.save()
-            shutil.rmtree(self.work, ignore_errors=True)
+            remove_dir(self.work)
             raise RebaseStopped(self._empty_message(stop.name))
         # the refresh (and difflib) load only for a patch resolved by hand
         from overlay.engine.refresh import refreshed_bytes

@@ -14,8 +14,9 @@ import re
 
 from overlay import layout
 from overlay.errors import OverlayError
+from overlay.rebase.backup import Backup
 from overlay.rebase.base import RunBase, tracked_files
-from overlay.rebase.files import files_under, restore, rr_remove
+from overlay.rebase.files import restore, rr_remove
 from overlay.rebase.ondisk import StateOnDisk, interrupts_deferred
 from overlay.rebase.state import RunState
 from overlay.records.resolutions import prune_resolution_dirs
@@ -57,9 +58,10 @@ class AbortSteps(RunBase):
     def _abort(self) -> list[str]:
         """:meth:`abort` itself, with Ctrl-C held back."""
         touched = self._remove_created(set(self.state.backup))
-        backup = os.path.join(self.dir, layout.BACKUP)
+        copies = self.backup().copies
         for rel in sorted(self.state.backup):
-            if restore(backup, self.root, rel):
+            # A whole state (load refuses any other) has a copy of each.
+            if restore(self.root, rel, *copies[rel]):
                 touched.append(rel)
         prune_resolution_dirs(self.root)
         for key in self.state.rr_recorded:
@@ -105,15 +107,14 @@ class AbortSteps(RunBase):
             info = self.inspect()
         if not info.present or not info.problem:
             raise OverlayError("the rebase state is not wedged")
-        backup = os.path.join(self.dir, layout.BACKUP)
-        copies = files_under(backup)
+        backup = info.backup or Backup({}, 0.0, "")
         restored: list[str] = []
         kept: list[str] = []
         note = ""
         if info.state is not None:
-            note = self._recover_from_state(info.state, backup, copies, restored, kept)
-        elif copies:
-            note = self._recover_from_backup(backup, copies, restored)
+            note = self._recover_from_state(info.state, backup, restored, kept)
+        elif backup.copies:
+            note = self._recover_from_backup(backup, restored)
         prune_resolution_dirs(self.root)
         self._discard_dir()
         self.ws.forget_records()  # restored from what was left
@@ -122,8 +123,7 @@ class AbortSteps(RunBase):
     def _recover_from_state(
         self,
         state: RunState,
-        backup: str,
-        copies: set[str],
+        backup: Backup,
         restored: list[str],
         kept: list[str],
     ) -> str:
@@ -140,8 +140,8 @@ class AbortSteps(RunBase):
                 "before it"
             )
         for rel in sorted(saved):
-            if rel in copies:
-                if restore(backup, self.root, rel):
+            if rel in backup.copies:
+                if restore(self.root, rel, *backup.copies[rel]):
                     restored.append(rel)
             elif state.commit_started:
                 kept.append(rel)
@@ -152,15 +152,14 @@ class AbortSteps(RunBase):
                 rr_remove(self.root, key)
         return note
 
-    def _recover_from_backup(
-        self, backup: str, copies: set[str], restored: list[str]
-    ) -> str:
+    def _recover_from_backup(self, backup: Backup, restored: list[str]) -> str:
         """Recover from a backup without a state: restore its copies, unless a run
         completed after it was made. Returns the note for the user."""
         try:
-            completed_after = os.path.getmtime(
-                os.path.join(self.root, layout.LAST_REBASE_JSON)
-            ) > os.path.getmtime(backup)
+            completed_after = (
+                os.path.getmtime(os.path.join(self.root, layout.LAST_REBASE_JSON))
+                > backup.mtime
+            )
         except OSError:
             completed_after = False
         if completed_after:
@@ -168,8 +167,8 @@ class AbortSteps(RunBase):
                 "a run completed after this backup was made (.overlay/last-rebase.json "
                 "is newer): the backup is its leftover, and nothing was restored from it"
             )
-        for rel in sorted(copies):
-            if restore(backup, self.root, rel):
+        for rel in sorted(backup.copies):
+            if restore(self.root, rel, *backup.copies[rel]):
                 restored.append(rel)
         return (
             "without state.json the files the run may have created are not known: "

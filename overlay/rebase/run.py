@@ -4,10 +4,10 @@
 from __future__ import annotations
 
 import os
-import shutil
 
 from overlay import layout
 from overlay.errors import OverlayError
+from overlay.fs.atomic import remove_dir
 from overlay.rebase.base import RebaseStopped
 from overlay.rebase.commit import CommitSteps
 from overlay.rebase.forkdelta import ForkDeltaSteps
@@ -97,7 +97,7 @@ class Rebase(ForkDeltaSteps, PatchSteps, CommitSteps, AbortSteps):
             self._take_edit(stop)
             self.state.stop = None
             self.save()
-            shutil.rmtree(self.work, ignore_errors=True)
+            remove_dir(self.work)
         return self.run()
 
     def _take_edit(self, stop: Stop) -> None:
@@ -202,5 +202,5 @@ class Rebase(ForkDeltaSteps, PatchSteps, CommitSteps, AbortSteps):
         )
         self.state.stop = None
         self.save()
-        shutil.rmtree(self.work, ignore_errors=True)
+        remove_dir(self.work)
         return self.run()

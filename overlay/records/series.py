@@ -259,19 +259,6 @@ def patch_bytes(root: str, name: str, resolved: dict[str, str] | None = None) ->
     )
 
 
-def read_patch_copy(top: str, name: str, *, header_only: bool = False) -> Patch:
-    """Parse the patch ``name`` of a copy of the records under ``top`` (a run's
-    backup, ``top/patches-rocm/<name>``), read as it is: the copy is the run's own,
-    made from files already read as records.
-
-    Raises:
-        OSError: the file cannot be read; PatchFormatError: it does not parse.
-    """
-    path = os.path.join(top, layout.PATCH_DIR, name)
-    with open(path, "rb") as fh:
-        return parse_patch(fh.read(), name, path, header_only=header_only)
-
-
 def write_patch(root: str, name: str, data: bytes, *, if_changed: bool = False) -> None:
     """Write ``<root>/patches-rocm/<name>`` (temp + rename).
 
