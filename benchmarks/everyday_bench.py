@@ -20,8 +20,10 @@ timed as CPU (user + system, children included), medians of --repeat timings per
   `git diff HEAD~1` in the edit's checkout (the patch as git shows it), timed before
   the record. Both run once the clock is past the second the edit's checkout wrote
   its index in (:func:`after_the_edits_second`), as a person's record always is;
-* `overlay --offline export DIR` after that record (incremental: one file changed
-  since the export): git floor one `git diff-tree -r -z OLD NEW` (what changed).
+* `overlay --offline export DIR` right after that record, no command between them
+  (incremental: one file changed since the export): git floor one `git diff-tree -r
+  -z OLD NEW` (what changed). Until 2026-12-03 an untimed `overlay tree` ran between
+  the two, which computed the new layers for the export.
 
 The import floor is `python -c "import overlay.cli"`, timed beside each command.
 Target (issue 31): each command at most 1.5x the import floor plus its git floor
@@ -119,9 +121,11 @@ def one_repeat(base: Store, tmp: str, name: str, refs: bytes) -> dict[str, float
         fh.write("// a line added by overlay's everyday benchmark\n")
     t["record_git_floor"] = cpu_run(["git", "-C", work, "diff", "HEAD~1"])
     t["record"] = cpu_run(overlay("record"), env=env)
+    # Right after the record, as a user types it: a command between the two (the
+    # `tree` below) would compute the new layers for the export.
+    t["export_incremental"] = cpu_run(overlay("export", dest), env=env)
     new = out(overlay("tree", "--layer", "patched"))
     assert new != patched, "the record changed nothing"
-    t["export_incremental"] = cpu_run(overlay("export", dest), env=env)
     t["export_incremental_git_floor"] = cpu_run(
         [*git, "diff-tree", "-r", "-z", patched, new]
     )

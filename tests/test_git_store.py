@@ -77,3 +77,35 @@ def test_an_empty_directory_becomes_the_store(tmp_path):
 
 def _a_commit(git_dir: str) -> str:
     return Store(git_dir).commit_tree(EMPTY_TREE, (), "x")
+
+
+def test_has_object_reads_a_loose_objects_type_and_asks_git_otherwise(
+    tmp_path, monkeypatch
+):
+    store = Store(str(tmp_path / "store.git"))
+    blob = store.hash_blob(b"a file\n")
+    tree = store.out("mktree", input=f"100644 blob {blob}\tf\n".encode())
+    (commit,) = store.commit_chain([(tree, [], "one")])
+    asked: list[tuple] = []
+    real = Store.git
+    monkeypatch.setattr(
+        Store,
+        "git",
+        lambda self, *args, **kw: asked.append(args) or real(self, *args, **kw),
+    )
+    # Loose, of the kind asked: no git process.
+    assert store.has_object(tree, "tree") and store.has_object(blob, "blob")
+    assert asked == []
+    # Another kind, absent, or not a name: git answers (a commit peels to its tree).
+    assert store.has_object(commit, "tree")
+    assert not store.has_object(blob, "tree")
+    assert not store.has_object("0" * 40, "tree")
+    assert not store.has_object("not-a-name", "tree")
+    assert len(asked) == 4
+    # Packed (the loose files gone): git answers, and finds it.
+    real(store, "update-ref", "refs/heads/kept", commit)
+    real(store, "repack", "-a", "-d", "-q")
+    real(store, "prune-packed")
+    assert not (Path(store.git_dir) / "objects" / tree[:2] / tree[2:]).exists()
+    asked.clear()
+    assert store.has_object(tree, "tree") and asked
