@@ -514,3 +514,16 @@ def scratch_leftovers(tmp: Path) -> Path:
     fresh_legacy = tmp / "overlay-idx-a1b2c3d4"
     fresh_legacy.mkdir()
     return fresh_legacy
+
+
+def git_calls(monkeypatch) -> list[tuple]:
+    """The arguments of every git process a :class:`Store` starts from here on (through
+    :meth:`Store.git`), in order."""
+    seen: list[tuple] = []
+    real = Store.git
+    monkeypatch.setattr(
+        Store,
+        "git",
+        lambda self, *args, **kw: seen.append(args) or real(self, *args, **kw),
+    )
+    return seen

@@ -10,7 +10,7 @@ import json
 import os
 import textwrap
 
-from gitfixtures import cli, git, lines, overlay_lines, overlay_process
+from gitfixtures import cli, git, git_calls, lines, overlay_lines, overlay_process
 from seriesfixtures import (
     CORE_RESOLVED,
     PDIR,
@@ -317,18 +317,6 @@ def test_the_series_is_read_only_when_an_entry_cites_what_the_pin_lacks(
     assert citation.commits == (w.pin_clean[:9],)
 
 
-def _git_calls(monkeypatch) -> list[tuple]:
-    """The arguments of every git process a Store starts from here on."""
-    seen: list[tuple] = []
-    real = Store.git
-    monkeypatch.setattr(
-        Store,
-        "git",
-        lambda self, *args, **kw: seen.append(args) or real(self, *args, **kw),
-    )
-    return seen
-
-
 def test_upstream_contains_asks_the_branches_then_the_tags(tmp_path, monkeypatch):
     store = Store(str(tmp_path / "store.git"), offline=True)
     # main: a -> b; a tag on c, a commit of no branch; d on nothing at all.
@@ -343,7 +331,7 @@ def test_upstream_contains_asks_the_branches_then_the_tags(tmp_path, monkeypatch
     assert pins.upstream_contains(store, a, fetch=False) is None  # no ref at all
     store.git("update-ref", "refs/remotes/upstream/main", b)
     store.git("update-ref", "refs/tags/v1", c)
-    seen = _git_calls(monkeypatch)
+    seen = git_calls(monkeypatch)
     assert pins.upstream_contains(store, a, fetch=False) is True
     # On a branch: the tags are not walked.
     assert [args[-1] for args in seen] == ["refs/remotes/upstream/"]
@@ -368,7 +356,7 @@ def test_a_new_pin_at_an_upstream_tip_listed_by_the_plan_needs_no_walk(
     store = Store(str(tmp_path / "store.git"))
     store.set_remote("upstream", str(up))
     store.refresh_upstream_refs()
-    seen = _git_calls(monkeypatch)
+    seen = git_calls(monkeypatch)
     assert store.listed_upstream_tips() is None
     assert pins.fork_ahead(store, b, b) == []  # lists the tips, as the plan does
     assert store.listed_upstream_tips() == [b]

@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from gitfixtures import git_calls
+
 from overlay.git import run as gitrun
 from overlay.git.store import EMPTY_TREE, Store
 
@@ -86,13 +88,8 @@ def test_has_object_reads_a_loose_objects_type_and_asks_git_otherwise(
     blob = store.hash_blob(b"a file\n")
     tree = store.out("mktree", input=f"100644 blob {blob}\tf\n".encode())
     (commit,) = store.commit_chain([(tree, [], "one")])
-    asked: list[tuple] = []
     real = Store.git
-    monkeypatch.setattr(
-        Store,
-        "git",
-        lambda self, *args, **kw: asked.append(args) or real(self, *args, **kw),
-    )
+    asked = git_calls(monkeypatch)
     # Loose, of the kind asked: no git process.
     assert store.has_object(tree, "tree") and store.has_object(blob, "blob")
     assert asked == []
