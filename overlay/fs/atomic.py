@@ -184,8 +184,8 @@ def remove_dir(path: str) -> None:
     A scratch directory holds a few plain files (an index and its lock, merge
     inputs): those are unlinked here, and :mod:`shutil` is imported only for a
     directory that holds a directory. Importing it (bz2 and lzma with it) cost a
-    short command such as ``export`` or ``tree`` about 3 ms, more than the rest of
-    its scratch index (docs/engine.md, "Costs behind some choices").
+    short command such as ``export`` or ``tree`` about 1 ms (docs/engine.md, "Costs
+    behind some choices").
 
     Args:
         path: the directory; gone already is fine.
@@ -307,9 +307,7 @@ def sweep_scratch_dirs(tmpdir: str | None = None) -> list[str]:
             else now - st.st_mtime > LEGACY_SCRATCH_AGE_S
         )
         if stale:
-            import shutil  # only when a dead process left a directory
-
-            shutil.rmtree(full, ignore_errors=True)
+            remove_dir(full)
             removed.append(name)
     return sorted(removed)
 

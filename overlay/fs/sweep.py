@@ -15,7 +15,7 @@ import os
 from collections.abc import Container
 
 from overlay import layout
-from overlay.fs.atomic import remove_stale_temps, sweep_scratch_dirs
+from overlay.fs.atomic import remove_dir, remove_stale_temps, sweep_scratch_dirs
 
 
 class _RecordTemps:
@@ -71,9 +71,7 @@ def sweep_killed_runs(root: str) -> list[str]:
             os.unlink(full)
             removed.append(rel)
         elif os.path.isdir(full):
-            import shutil  # only when a killed run left its state directory
-
-            shutil.rmtree(full, ignore_errors=True)
+            remove_dir(full)
             removed.append(rel)
     removed += sweep_scratch_dirs()
     return sorted(removed)

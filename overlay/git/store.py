@@ -253,7 +253,7 @@ class Store(Fetching, RememberedAncestry):
         cat-file -e`` was one of the three git processes of an export after a
         record, about 2 ms (docs/engine.md, "Costs behind some choices").
         """
-        if len(oid) not in (40, 64) or not all(c in "0123456789abcdef" for c in oid):
+        if not is_sha(oid):
             return None
         path = os.path.join(self.git_dir, "objects", oid[:2], oid[2:])
         try:

@@ -107,7 +107,8 @@ class AbortSteps(RunBase):
             info = self.inspect()
         if not info.present or not info.problem:
             raise OverlayError("the rebase state is not wedged")
-        backup = info.backup or Backup({}, 0.0, "")
+        self._backup = info.backup
+        backup = self.backup()
         restored: list[str] = []
         kept: list[str] = []
         note = ""
