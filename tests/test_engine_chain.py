@@ -311,14 +311,18 @@ def test_tree_model_matches_write_tree(store):
 def test_many_objects_go_in_one_pack(store, monkeypatch):
     from overlay.git import objects as gitobjects
 
-    monkeypatch.setattr(gitobjects, "UNPACK_LIMIT", 2)
+    monkeypatch.setattr(gitobjects, "LOOSE_LIMIT", 2)
     tree = base_tree(store)
     model = TreeModel(listing(store, tree), tree)
     for i in range(5):
         model.set(f"p{i}/f.txt", "100644", store.hash_blob(b"%d\n" % i))
     got = model.write()
+    packs = set(os.listdir(os.path.join(store.git_dir, "objects", "pack")))
     write_objects(store, model.objects)
     assert store.has_object(got, "tree") and len(model.objects) > 2
+    new = set(os.listdir(os.path.join(store.git_dir, "objects", "pack"))) - packs
+    assert len([n for n in new if n.endswith(".pack")]) == 1
+    assert not os.path.exists(os.path.join(store.git_dir, "objects", got[:2], got[2:]))
 
 
 def test_tree_diffs_are_the_bytes_of_one_diff_per_pair(store, tmp_path):

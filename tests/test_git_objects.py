@@ -8,11 +8,18 @@ from __future__ import annotations
 
 import os
 import threading
+from hashlib import sha1
 
 import pytest
 from gitfixtures import tree_of_every_kind
 
-from overlay.git.objects import parse_ls_tree, parse_tree_object, write_typed
+from overlay.git import objects as gitobjects
+from overlay.git.objects import (
+    parse_ls_tree,
+    parse_tree_object,
+    write_loose,
+    write_typed,
+)
 from overlay.git.store import Store
 from overlay.git.treemodel import blob_name, listing
 
@@ -130,3 +137,75 @@ def test_object_sizes_inside_and_outside_reading_are_what_git_says(store):
     assert store.object_sizes([*blobs, absent]) == [*want, None]  # one --batch-check
     with store.reading():
         assert store.object_sizes([*blobs, absent]) == [*want, None]  # the reader
+
+
+def _objects(n: int, salt: bytes = b"") -> dict[str, tuple[str, bytes]]:
+    return {
+        blob_name(b"%s%d\n" % (salt, k)): ("blob", b"%s%d\n" % (salt, k))
+        for k in range(n)
+    }
+
+
+def test_few_objects_are_written_loose_as_git_reads_them(store):
+    tree = tree_of_every_kind(store)
+    commit_body = (
+        b"tree %s\nauthor a <a@b> 0 +0000\ncommitter a <a@b> 0 +0000\n\nm\n"
+        % (tree.encode())
+    )
+    commit = sha1(b"commit %d\0" % len(commit_body) + commit_body).hexdigest()
+    objects = {**_objects(3), commit: ("commit", commit_body)}
+    packs = os.listdir(os.path.join(store.git_dir, "objects", "pack"))
+    write_typed(store.git_dir, objects)
+    for name, (kind, body) in objects.items():
+        assert store.git("cat-file", "-t", name).stdout.strip() == kind.encode()
+        assert store.git("cat-file", kind, name).stdout == body
+        path = os.path.join(store.git_dir, "objects", name[:2], name[2:])
+        assert os.stat(path).st_mode & 0o777 == 0o444  # as git leaves one
+    assert os.listdir(os.path.join(store.git_dir, "objects", "pack")) == packs
+    store.git("fsck", "--strict", "--no-dangling")  # raises on a damaged object
+    assert not [
+        n
+        for d in os.listdir(os.path.join(store.git_dir, "objects"))
+        if len(d) == 2
+        for n in os.listdir(os.path.join(store.git_dir, "objects", d))
+        if n.startswith("tmp_obj_")
+    ]
+
+
+def test_a_loose_object_already_there_is_left_as_it_is(store):
+    objects = _objects(1, b"kept")
+    (name,) = objects
+    store.hash_blob(objects[name][1])  # git wrote it first
+    path = os.path.join(store.git_dir, "objects", name[:2], name[2:])
+    before = os.stat(path)
+    write_loose(store.git_dir, objects)
+    after = os.stat(path)
+    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+
+
+def test_a_temporary_file_a_killed_writer_left_does_not_stop_the_next(store):
+    objects = _objects(1, b"stale")
+    (name,) = objects
+    fan = os.path.join(store.git_dir, "objects", name[:2])
+    os.makedirs(fan, exist_ok=True)
+    stale = os.path.join(fan, f"tmp_obj_{os.getpid()}_{name[2:10]}")
+    with open(stale, "wb") as fh:
+        fh.write(b"half")
+    os.chmod(stale, 0o444)
+    write_loose(store.git_dir, objects)
+    assert store.git("cat-file", "blob", name).stdout == objects[name][1]
+    assert not os.path.exists(stale)
+
+
+def test_from_the_limit_on_the_objects_go_in_one_pack(store):
+    objects = _objects(gitobjects.LOOSE_LIMIT, b"many")
+    pack_dir = os.path.join(store.git_dir, "objects", "pack")
+    packs = set(os.listdir(pack_dir))
+    write_typed(store.git_dir, objects)
+    new = set(os.listdir(pack_dir)) - packs
+    assert len([n for n in new if n.endswith(".pack")]) == 1
+    assert store.missing_objects(list(objects)) == []
+    name = next(iter(objects))
+    assert not os.path.exists(
+        os.path.join(store.git_dir, "objects", name[:2], name[2:])
+    )

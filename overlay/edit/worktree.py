@@ -107,7 +107,7 @@ def make_worktree(
     ]
     if start != base:
         specs.append((start, [0], subject or "overlay: the patch"))
-    commits = store.commit_chain(specs)  # one git process for both
+    commits = store.commit_chain(specs)  # written in Python: no git process
     wt_git(workdir, "symbolic-ref", "HEAD", BRANCH)
     wt_git(workdir, "update-ref", BRANCH, commits[-1])
     wt_git(workdir, "reset", "-q", "--hard", commits[-1])

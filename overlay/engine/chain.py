@@ -223,8 +223,9 @@ def apply_chained(
     result stays in the index. One ``ls-files`` reads them all; each must be the
     post-image the patch records. The tree after each patch is then computed from
     the layer below (:mod:`overlay.git.treemodel`: in a run the directories it edits are
-    read by the store's reader, else one ``ls-tree`` lists the tree) and written with
-    one ``unpack-objects``: at most six git processes for any length of series, where
+    read by the store's reader, else one ``ls-tree`` lists the tree) and written in one
+    go (:func:`overlay.git.objects.write_typed`: loose files, or one ``index-pack`` for
+    many): at most six git processes for any length of series, where
     the one-at-a-time path starts two per patch.
 
     Args:

@@ -249,7 +249,7 @@ def _carried_delta(
             continue
         carried.append(path)
         changes[path] = None if status == "D" else (new_mode, new_oid)
-    # In Python, its trees written as one pack (treemodel.edit_tree): the index way
+    # In Python, its trees written in one go (treemodel.edit_tree): the index way
     # is three git processes.
     theirs = edit_tree(store, base_tree, changes, {}) if changes else None
     if key:
@@ -360,7 +360,7 @@ def compute_forked(
             + "; ".join(c.describe() for c in unresolved),
             hint=f"resolve with `overlay rebase`, or write {layout.RESOLVED_DIR}/<path>",
         )
-    # In Python, the resolutions and the trees written as one pack (the index way was a
+    # In Python, the resolutions and the trees written in one go (the index way was a
     # hash-object per resolution and three git processes more).
     forked = edit_tree(store, merge.tree, fixes, blobs)
     stale = sorted(p for p in resolutions if p not in merge.stages)

@@ -521,12 +521,12 @@ class Store(Fetching, RememberedAncestry):
     def commit_chain(
         self, specs: Sequence[tuple[str, Sequence[str | int], str]]
     ) -> list[str]:
-        """Write several synthetic commits with one git process.
+        """Write several synthetic commits, without a git process.
 
         Each commit has the fixed identity and date of :data:`SYNTHETIC_IDENTITY`, so
         its name is the same as :meth:`commit_tree` would give. The bodies and names are
-        computed here and written as one pack (:func:`overlay.git.objects.write_typed`):
-        no scratch files.
+        computed here and written as loose objects
+        (:func:`overlay.git.objects.write_typed`): no scratch files, no git process.
 
         Args:
             specs: ``[(tree, parents, message), ...]``; a parent is a SHA, or the int

@@ -6,7 +6,8 @@ trees are computed from the tree below the series (one ``git ls-tree -r -t``
 listing, or, inside :meth:`overlay.git.store.Store.reading`, only the directories
 on the way to an edit, read by the store's ``cat-file``) and the entries git's
 apply produced, and every new tree object is written to the store in one go
-(:func:`write_objects`, one ``git unpack-objects`` or ``git index-pack``). The
+(:func:`write_objects`: loose files written here, or one ``git index-pack`` for
+many; :func:`overlay.git.objects.write_typed`). The
 objects are git's own format, so their names are the ones ``git write-tree``
 gives for the same index (``tests/test_engine_chain.py`` and
 ``tests/test_git_treemodel.py`` compare them). A rebase builds its fork layer
@@ -212,8 +213,8 @@ def remember_trees(store: Store, objects: dict[str, bytes]) -> None:
 
 
 def write_objects(store: Store, objects: dict[str, bytes], kind: str = "tree") -> None:
-    """Write ``objects`` (name -> content, all of type ``kind``) into the store with one
-    git process (:func:`overlay.git.objects.write_typed`)."""
+    """Write ``objects`` (name -> content, all of type ``kind``) into the store in one go
+    (:func:`overlay.git.objects.write_typed`: loose, or one pack for many)."""
     write_typed(store.git_dir, {oid: (kind, body) for oid, body in objects.items()})
 
 
@@ -230,8 +231,9 @@ def edit_tree(
 ) -> str:
     """:meth:`Store.edit_tree` computed here: ``tree`` with ``changes`` (path -> ``(mode,
     oid)``, or ``None`` to delete), its new tree objects and the new ``blobs`` (name ->
-    content) written by one git process, where the index way takes three (``read-tree``,
-    ``update-index``, ``write-tree``) and a ``hash-object`` per blob.
+    content) written in one go (:func:`overlay.git.objects.write_typed`), where the index
+    way takes three git processes (``read-tree``, ``update-index``, ``write-tree``) and a
+    ``hash-object`` per blob.
 
     Inside :meth:`Store.reading` only the directories on the way to an edit are read,
     and the new trees are told to the reader (:func:`tree_model`). A store that is

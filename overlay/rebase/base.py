@@ -248,10 +248,10 @@ class RunBase:
     def _blob_name(self, data: bytes) -> str:
         """The name of ``data`` as a blob of the store. In a SHA-1 store it is computed
         here and the write waits for :meth:`_flush_blobs` (or the fork layer's one write,
-        :func:`overlay.git.treemodel.edit_tree`): one git process for every blob of the run
-        instead of one ``hash-object`` each. Every save of a state that names
-        such a blob comes after that write, so a kill never leaves a state naming a blob
-        the store lacks."""
+        :func:`overlay.git.treemodel.edit_tree`): one write for every blob of the run
+        (:func:`overlay.git.objects.write_typed`) instead of one ``hash-object`` each.
+        Every save of a state that names such a blob comes after that write, so a kill
+        never leaves a state naming a blob the store lacks."""
         if len(self.state.new.pin) != 40:
             return self.store.hash_blob(data)
         oid = blob_name(data)

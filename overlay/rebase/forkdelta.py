@@ -202,7 +202,7 @@ class ForkDeltaSteps(RunBase):
             if path in merge.stages
         }
         # Computed in Python from the merged tree's listing; its trees and this run's
-        # resolution blobs are written by one git process (treemodel.edit_tree).
+        # resolution blobs are written in one go (treemodel.edit_tree, write_typed).
         forked = edit_tree(self.store, merge.tree, changes, self._new_blobs)
         self._new_blobs = {}
         self.state.stale = sorted(p for p in old_res if p not in merge.stages)
