@@ -422,14 +422,13 @@ def synthetic_commits(
 #: The pack format's object type codes.
 _TYPE_CODES = {"commit": 1, "tree": 2, "blob": 3, "tag": 4}
 #: Fewer objects than this are written as loose files here, more as one pack by
-#: ``git index-pack``. A loose object written here is one small file (about 70 us of
-#: CPU each); a git process is 3 to 6 ms whatever it writes, and the pack it keeps is
-#: two files however many objects it holds. So the 3 commits of a merge and the 42
-#: trees of the pin bump are loose (0.4 and 3 ms, were 3 and 5 ms through git), and
-#: the 4,400 trees of a 1,000-patch series one pack (docs/engine.md, "Costs behind
-#: some choices"). git keeps a fetch of fewer than 100 objects loose
-#: (``fetch.unpackLimit``) for the same reason.
-LOOSE_LIMIT = 64
+#: ``git index-pack``. A git process is 3 to 4 ms of CPU whatever it writes; a loose
+#: object written here 0.1 to 0.4 ms, most of it the kernel's (the fan-out directory
+#: made, the file created and renamed; a fresh store has no fan-out directories yet).
+#: In a fresh store the 3 commits of a merge cost 1.1 ms loose against 3.8 ms through
+#: git, 8 objects the same either way, and the 42 trees of the pin bump 11 ms loose
+#: against 4 ms as a pack (docs/engine.md, "Costs behind some choices").
+LOOSE_LIMIT = 8
 
 
 def write_typed(git_dir: str, objects: dict[str, tuple[str, bytes]]) -> None:

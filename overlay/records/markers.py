@@ -22,12 +22,22 @@ verify and ``--continue`` refuse honest documents (shared case 11).
 
 from __future__ import annotations
 
-from overlay.lazy import lazy_pattern
+#: The first seven bytes of every marker line.
+_OPEN, _BASE, _SEP, _CLOSE = b"<<<<<<<", b"|||||||", b"=======", b">>>>>>>"
+_HEADS = frozenset({_OPEN, _BASE, _SEP, _CLOSE})
 
-_OPEN = lazy_pattern(rb"^<{7}(?: |\r?$)")
-_BASE = lazy_pattern(rb"^\|{7}(?: |\r?$)")
-_SEP = lazy_pattern(rb"^={7}\r?$")
-_CLOSE = lazy_pattern(rb"^>{7}(?: |\r?$)")
+
+def _marker(line: bytes) -> bytes | None:
+    """The head of ``line`` (:data:`_OPEN` ...) when it is a marker line as the module
+    says (seven characters, then a space or the end of the line, a ``\\r`` before the
+    end counting as the end; ``=======`` with nothing after it), else ``None``."""
+    head = line[:7]
+    if head not in _HEADS:
+        return None
+    rest = line[7:]
+    if rest in (b"", b"\r") or (rest[:1] == b" " and head != _SEP):
+        return head
+    return None
 
 
 def marker_lines(data: bytes | str) -> list[tuple[int, str]]:
@@ -41,14 +51,19 @@ def marker_lines(data: bytes | str) -> list[tuple[int, str]]:
     if isinstance(data, str):
         data = data.encode("utf-8", "surrogateescape")
     out: list[tuple[int, str]] = []
+    if _OPEN not in data and _BASE not in data and _CLOSE not in data:
+        return out  # none can stand alone, and ======= only after a <<<<<<<
     inside = False
     for number, line in enumerate(data.split(b"\n"), 1):
-        if _OPEN.match(line):
-            inside = True
-        elif _CLOSE.match(line):
-            inside = False
-        elif not (_BASE.match(line) or (inside and _SEP.match(line))):
+        if line[:7] not in _HEADS:
+            continue  # most lines: no call
+        head = _marker(line)
+        if head is None or (head == _SEP and not inside):
             continue
+        if head == _OPEN:
+            inside = True
+        elif head == _CLOSE:
+            inside = False
         out.append((number, line.rstrip(b"\r").decode("utf-8", "replace")))
     return out
 
@@ -61,11 +76,16 @@ def has_markers(data: bytes | str) -> bool:
 def conflict_regions(data: bytes) -> list[tuple[int, int]]:
     """Line spans of complete ``<<<<<<<`` ... ``>>>>>>>`` regions (1-based, markers included)."""
     spans: list[tuple[int, int]] = []
+    if _OPEN not in data:
+        return spans
     start = None
     for number, line in enumerate(data.split(b"\n"), 1):
-        if _OPEN.match(line):
+        if line[:7] not in _HEADS:
+            continue
+        head = _marker(line)
+        if head == _OPEN:
             start = number
-        elif _CLOSE.match(line) and start is not None:
+        elif head == _CLOSE and start is not None:
             spans.append((start, number))
             start = None
     return spans
