@@ -71,3 +71,42 @@ def test_a_format_1_stamp_is_read_and_upgraded(store, tmp_path):
     assert json.loads((dest / layout.EXPORT_STAMP).read_text())["format"] == 2
     (dest / "b.txt").write_bytes(T2["b.txt"][1])
     assert edited_files(str(dest)) == []
+
+
+def _walk_strays(dest: str, files: dict) -> list[str]:
+    """The strays as os.walk finds them (the definition the scandir walk keeps)."""
+    from overlay.export.stamp import OURS
+    from overlay.fs.atomic import temp_owner
+
+    out = []
+    for top, _dirs, names in os.walk(dest):
+        rel = os.path.relpath(top, dest)
+        prefix = "" if rel == "." else rel.replace(os.sep, "/") + "/"
+        out += [
+            prefix + n
+            for n in names
+            if prefix + n not in files
+            and not (not prefix and n in OURS)
+            and not temp_owner(n)
+        ]
+    return sorted(out)
+
+
+def test_strays_are_the_files_os_walk_finds_beside_the_stamp(tmp_path):
+    from overlay.export.stamp import stray_files
+
+    dest = tmp_path / "dest"
+    for rel in ["a.txt", "d/b.txt", "d/e/c.txt", "d/e/f/g.txt", "top.cpp"]:
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        (dest / rel).write_text(rel)
+    (dest / "d" / "to-dir").symlink_to(dest / "d" / "e")  # a directory: not entered
+    (dest / "d" / "to-file").symlink_to(dest / "a.txt")  # a file
+    (dest / "broken").symlink_to(dest / "nowhere")  # a file too
+    (dest / "empty").mkdir()
+    (dest / layout.EXPORT_STAMP).write_text("{}")  # overlay's own name
+    files = {"a.txt": [], "d/e/c.txt": []}
+    got = stray_files(str(dest), {"files": files})
+    assert got == _walk_strays(str(dest), files)
+    assert got == ["broken", "d/b.txt", "d/e/f/g.txt", "d/to-file", "top.cpp"]
+    assert stray_files(str(dest), None) == []
+    assert stray_files(str(tmp_path / "absent"), {"files": {}}) == []

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 from gitfixtures import dead_pid, scratch_leftovers
 from gitfixtures import overlay_process as run
 
@@ -171,3 +172,20 @@ def test_remove_dir_unlinks_a_flat_directory_without_shutil_and_a_nested_one_wit
     remove_dir(str(nested))
     assert not nested.exists()
     remove_dir(str(nested))  # gone already: nothing to do, no error
+
+
+@pytest.mark.parametrize(
+    "name, owner",
+    [
+        (".a.txt.k3j9x_2q.tmp", "a.txt"),
+        (".a.txt.k3j9x_2q.tmp\n", "a.txt"),  # as the pattern reads one
+        (".a.txt.K3J9X_2Q.tmp", None),
+        ("a.txt.k3j9x_2q.tmp", None),
+        (".a.txt.k3j9x_2q.tmpx", None),
+        (".a.txt", None),
+        ("main.cpp", None),
+        ("", None),
+    ],
+)
+def test_temp_owner_names_the_file_a_temp_name_belongs_to(name, owner):
+    assert temp_owner(name) == owner

@@ -8,7 +8,8 @@ modules that each need the other; ``from overlay.x import y`` is an edge to
 ``overlay/git/``; a function-local import says why; no module is over 600 lines; the
 design map names every module; no module cites an issue or a trial; XML, jinja2 and the
 progress display each have one home; ``tests/`` mirrors the package; the README's
-commands exist."""
+commands exist; no module defines a named tuple or a dataclass under deferred
+annotations."""
 
 from __future__ import annotations
 
@@ -426,6 +427,40 @@ def test_the_history_finder_finds_issues_and_trials():
         "The issue is a race in the allocator; 14 issues of the lock remain.\n"
     )
     assert history_mentions(text) == [1, 2, 3]
+
+
+_RECORD_CLASS = re.compile(
+    r"^class \w+\(NamedTuple\)|^@(dataclasses\.)?dataclass", re.M
+)
+
+
+def deferred_records(text: str) -> bool:
+    """Whether ``text`` defines a named tuple or a dataclass under
+    ``from __future__ import annotations`` (their string annotations are compiled
+    or matched one by one at import)."""
+    return bool(_RECORD_CLASS.search(text)) and bool(
+        re.search(r"^from __future__ import annotations$", text, re.M)
+    )
+
+
+def test_no_named_tuple_or_dataclass_under_deferred_annotations():
+    found = [
+        path.relative_to(ROOT).as_posix()
+        for path in sorted((ROOT / "overlay").rglob("*.py"))
+        if deferred_records(path.read_text(encoding="utf-8"))
+    ]
+    assert found == [], (
+        "drop `from __future__ import annotations` where a NamedTuple or dataclass "
+        f"is defined (docs/design.md §10): {found}"
+    )
+
+
+def test_the_deferred_annotation_finder_finds_one():
+    nt = "class Row(NamedTuple):\n    a: str\n"
+    dc = "@dataclasses.dataclass\nclass S:\n    a: str\n"
+    future = "from __future__ import annotations\n\n"
+    assert deferred_records(future + nt) and deferred_records(future + dc)
+    assert not deferred_records(nt) and not deferred_records(future + "class A:\n")
 
 
 def test_one_xml_writer_one_jinja_environment_one_progress_display():

@@ -16,8 +16,6 @@ applies every hunk at its stated line), and for a 3-way merged patch, whose
 ranges moved, the nearest hunk (marked ``approximate``).
 """
 
-from __future__ import annotations
-
 import dataclasses
 from collections.abc import Iterable, Sequence
 

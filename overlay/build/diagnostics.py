@@ -29,8 +29,6 @@ exported tree (``build``), :func:`prefix_locator` strips the exported trees'
 prefixes (``drift``, which reads a log without knowing the compiler's directory).
 """
 
-from __future__ import annotations
-
 import dataclasses
 import os
 import re
@@ -108,7 +106,7 @@ class Diagnostic:
     severity: str = "error"
     in_tree: bool = True
     count: int = 1
-    origin: Origin | None = None
+    origin: "Origin | None" = None
     reported_at: str | None = None
 
     def attribution(self) -> str:

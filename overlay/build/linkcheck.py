@@ -1,8 +1,6 @@
 """The link check after a full build: undefined ``mlx::core`` symbols over every object
 of the library's static archives (``nm``, ``c++filt``)."""
 
-from __future__ import annotations
-
 import dataclasses
 import os
 import re

@@ -1,8 +1,6 @@
 """What one build is asked to do (:class:`BuildOptions`), apart from the workspace it
 builds and the callbacks that show its progress (:func:`overlay.build.build`)."""
 
-from __future__ import annotations
-
 import dataclasses
 
 from overlay.build.toolchain import Toolchain

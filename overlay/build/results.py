@@ -1,8 +1,6 @@
 """What a build did: :class:`BuildResult` (per-unit results, attributed errors, the
 link check) and the report lines the CLI prints."""
 
-from __future__ import annotations
-
 import dataclasses
 
 from overlay.build.diagnostics import Diagnostic

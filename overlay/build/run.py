@@ -1,8 +1,6 @@
 """The build run: export, configure, compile (ninja, ``--only-changed`` or ``--check``),
 link check, suite children, then attribute the errors."""
 
-from __future__ import annotations
-
 import dataclasses
 import json
 import os
@@ -58,7 +56,7 @@ BUILD_LOCK = ".overlay-build.lock"
 
 
 def build(
-    ws: Workspace,
+    ws: "Workspace",
     options: BuildOptions,
     *,
     layers: Layers | None = None,

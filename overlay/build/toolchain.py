@@ -4,8 +4,6 @@
 build. Errors: :class:`ToolchainError` (no toolchain, a missing tool; exit 2).
 """
 
-from __future__ import annotations
-
 import dataclasses
 import os
 import re

@@ -6,8 +6,6 @@ Both run their units through :func:`run_units`: C++ units straight from
 ``compile_commands.json`` in parallel, the HIP custom commands through one ninja.
 """
 
-from __future__ import annotations
-
 import concurrent.futures
 import dataclasses
 import json

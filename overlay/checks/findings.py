@@ -5,8 +5,6 @@ are stable strings ``<FAMILY><NNN>`` (for example ``FIX003``), listed with their
 meaning in ``docs/findings.md``; a code never changes meaning once released.
 """
 
-from __future__ import annotations
-
 import dataclasses
 from collections.abc import Iterable
 

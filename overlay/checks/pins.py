@@ -9,8 +9,6 @@ not have. A fork commit for ``overlay sync`` must not hold upstream commits the
 pin lacks (shared case 18).
 """
 
-from __future__ import annotations
-
 import os
 from collections.abc import Callable
 from typing import NamedTuple

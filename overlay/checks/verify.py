@@ -16,8 +16,6 @@ Textual checks need no git store at all; the rest need the pinned objects
 (fetched on demand unless ``offline``).
 """
 
-from __future__ import annotations
-
 import dataclasses
 import os
 from collections.abc import Iterable
@@ -296,7 +294,7 @@ def _pin_citation_findings(
 
 
 def verify(
-    ws: Workspace, *, only: Iterable[str] = (), skip: Iterable[str] = ()
+    ws: "Workspace", *, only: Iterable[str] = (), skip: Iterable[str] = ()
 ) -> VerifyResult:
     """Run every check of the overlay of ``ws``.
 
@@ -330,7 +328,9 @@ def verify(
     return result
 
 
-def _verify(ws: Workspace, *, only: Iterable[str], skip: Iterable[str]) -> VerifyResult:
+def _verify(
+    ws: "Workspace", *, only: Iterable[str], skip: Iterable[str]
+) -> VerifyResult:
     """The checks of :func:`verify`, under its lock, family by family."""
     root, store, manifest = ws.root, ws.store, ws.manifest
     families = {f.upper() for f in only} or set(FAMILIES)
@@ -377,7 +377,7 @@ def _verify(ws: Workspace, *, only: Iterable[str], skip: Iterable[str]) -> Verif
 
 
 def _layers_or_findings(
-    ws: Workspace, patches: list[Patch], *, safe: bool, stepwise: bool
+    ws: "Workspace", patches: list[Patch], *, safe: bool, stepwise: bool
 ) -> tuple[Layers | None, list[Finding], bool]:
     """The layers of the patches that parsed, or the finding that says why there are
     none (MAN001, MAN002, SER010, LAY001; nothing when a refused resolution, LAY006,

@@ -7,8 +7,6 @@ chroot made by ``tools/rocm-toolchain.sh``) with its version, and the GPUs visib
 (AMD through ``/dev/kfd``, NVIDIA through ``nvidia-smi``).
 """
 
-from __future__ import annotations
-
 import dataclasses
 import re
 import subprocess
@@ -50,7 +48,7 @@ def _out(argv: list[str], timeout: float = 10.0) -> str | None:
     )
 
 
-def run_checks(ws: Workspace, *, network: bool = True) -> list[Check]:
+def run_checks(ws: "Workspace", *, network: bool = True) -> list[Check]:
     """Every check, in report order; inside or outside an overlay repository.
 
     Args:

@@ -8,8 +8,6 @@ one writer :mod:`overlay.report.junit`, the Markdown through the one jinja2 envi
 re-exports them.
 """
 
-from __future__ import annotations
-
 import dataclasses
 import json
 

@@ -4,8 +4,6 @@ The command renders these; the verdicts (which URL is an override, whether an
 export is up to date, stale, half written or edited by hand) are decided here.
 """
 
-from __future__ import annotations
-
 import glob
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, NamedTuple
@@ -29,7 +27,7 @@ class Remote(NamedTuple):
     override: str | None
 
 
-def remotes(manifest: Manifest) -> dict[str, Remote]:
+def remotes(manifest: "Manifest") -> dict[str, Remote]:
     """``{"upstream": Remote, "fork": Remote}``: the URLs the store fetches from, each
     with the environment variable that replaced the manifest's URL (``None`` when none)."""
     urls = manifest.remote_urls()
@@ -65,7 +63,7 @@ class ExportState(NamedTuple):
     edited: list[str]
 
 
-def unsafe_links_added(store: Store, forked: str, patched: str) -> list[str]:
+def unsafe_links_added(store: "Store", forked: str, patched: str) -> list[str]:
     """The symlinks the series makes that point out of the tree, in words: the one
     check of ``overlay export`` and ``verify``'s SER016 (:func:`overlay.fs.paths.unsafe_links`);
     a link already unsafe in the forked layer is not the series' doing.
@@ -93,7 +91,7 @@ def export_dirs(root: str, dests: Sequence[str]) -> list[str]:
     return list(dests) or sorted(glob.glob(layout.under(root, layout.EXPORTS_GLOB)))
 
 
-def export_state(dest: str, store: Store, patched: str) -> ExportState:
+def export_state(dest: str, store: "Store", patched: str) -> ExportState:
     """The verdict on the export in ``dest`` against the patched layer ``patched``.
 
     Raises:

@@ -183,7 +183,7 @@ def export_cmd(ws: Workspace, dest: str, layer: str, force: bool, strict: bool) 
     CI job must not build a tree that is not the layer's)."""
     # the exporter loads when `export` runs
     from overlay.export import edited_note, export_tree
-    from overlay.export.stamp import read_stamp, stray_files, stray_note
+    from overlay.export.stamp import stray_files, stray_note
 
     try:
         # One cat-file answers the object questions of the layers and of the export.
@@ -202,7 +202,7 @@ def export_cmd(ws: Workspace, dest: str, layer: str, force: bool, strict: bool) 
         f"{len(result.removed)} removed, {result.unchanged} unchanged "
         f"({result.seconds:.2f} s)"
     )
-    strays = stray_files(dest, read_stamp(dest))
+    strays = stray_files(dest, {"files": result.files})
     notes = ([edited_note(result.edited)] if result.edited else []) + (
         [stray_note(strays)] if strays else []
     )

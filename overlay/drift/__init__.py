@@ -24,8 +24,6 @@ references become ``undefined`` diagnostics). The declaration search lives in
 :mod:`overlay.drift.declarations`.
 """
 
-from __future__ import annotations
-
 import dataclasses
 import os
 import re

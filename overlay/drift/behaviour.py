@@ -18,8 +18,6 @@ their ``<cmath>`` meaning, ``__half`` and ``bfloat16`` are not compared (the shi
 stand-ins are floats), and floats a few ulps apart agree (intrinsic rounding).
 """
 
-from __future__ import annotations
-
 import dataclasses
 import json
 import os

@@ -2,8 +2,6 @@
 removed (:func:`finish_record`); and the completion of a record a kill interrupted
 (:func:`complete_interrupted`), which every command of the edit loop runs first."""
 
-from __future__ import annotations
-
 import contextlib
 import dataclasses
 import os
@@ -145,7 +143,7 @@ def complete_interrupted(root: str, store: Store) -> Completed | None:
     return finish_record(root, store, journal, resume=True)
 
 
-def resume_record(ws: Workspace) -> Completed | None:
+def resume_record(ws: "Workspace") -> Completed | None:
     """``overlay record`` first: under the records' lock, complete a record a kill
     interrupted (:func:`complete_interrupted`).
 
@@ -167,10 +165,10 @@ def resume_record(ws: Workspace) -> Completed | None:
 def keep_recorded_layers(
     root: str,
     store: Store,
-    layers: Layers,
+    layers: "Layers",
     before: int,
-    new_patch: Patch,
-    applied: tuple[str, list[PatchResult]],
+    new_patch: "Patch",
+    applied: tuple[str, list["PatchResult"]],
 ) -> bool:
     """Keep the recorded series' layers for the next command (``export``, ``tree``,
     ``verify``; :func:`overlay.engine.layers.keep_layers`).

@@ -7,8 +7,6 @@ the files, then the end of the edit (:mod:`overlay.edit.writes`,
 :mod:`overlay.edit.finish`).
 """
 
-from __future__ import annotations
-
 import dataclasses
 import os
 from typing import TYPE_CHECKING
@@ -149,7 +147,7 @@ class _Head:
 
 
 def record(
-    ws: Workspace,
+    ws: "Workspace",
     *,
     subject: str | None = None,
     description: str | None = None,

@@ -1,8 +1,6 @@
 """The edit in progress (``.overlay/edit.json``), the records' lock, and where in the
 series an edit sits."""
 
-from __future__ import annotations
-
 import contextlib
 import dataclasses
 import json
@@ -190,7 +188,7 @@ def stem(name: str) -> str:
     return name[: -len(".patch")] if name.endswith(".patch") else name
 
 
-def _index(layers: Layers, name: str, option: str = "") -> int:
+def _index(layers: "Layers", name: str, option: str = "") -> int:
     """Where patch ``name`` is in the series; ``OverlayError`` when it is not
     (``option``: the option that named it, ``--after``, for the message)."""
     names = [r.patch.name for r in layers.patches]
@@ -203,7 +201,7 @@ def _index(layers: Layers, name: str, option: str = "") -> int:
     return names.index(name)
 
 
-def _tree_after(layers: Layers, index: int) -> str:
+def _tree_after(layers: "Layers", index: int) -> str:
     """The tree after patch ``index`` (``-1``: the layer below the series)."""
     if index < 0:
         return layers.forked
@@ -214,7 +212,7 @@ def _tree_after(layers: Layers, index: int) -> str:
 
 
 def where(
-    layers: Layers, name: str, new: bool, after: str | None
+    layers: "Layers", name: str, new: bool, after: str | None
 ) -> tuple[str, str, int]:
     """``(base, start, index of the first later patch)`` for an edit of ``name``."""
     if new:

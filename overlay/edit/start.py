@@ -2,8 +2,6 @@
 (:func:`show_edit`, :func:`changed_files`), throw it away (:func:`abort_edit`). Each
 first completes a record a kill interrupted (:func:`~.finish.complete_interrupted`)."""
 
-from __future__ import annotations
-
 import contextlib
 import dataclasses
 import os
@@ -35,7 +33,7 @@ if TYPE_CHECKING:
 
 
 def start_edit(
-    ws: Workspace,
+    ws: "Workspace",
     *,
     patch: str | None = None,
     new: str | None = None,
@@ -185,7 +183,7 @@ class Aborted:
     completed: Completed | None = None
 
 
-def abort_edit(ws: Workspace) -> Aborted:
+def abort_edit(ws: "Workspace") -> Aborted:
     """``overlay edit --abort``: throw the work tree and the edit state away.
 
     A record a kill interrupted is completed first (its journal had passed every
@@ -245,7 +243,7 @@ def _readable_changes(store: Store, root: str, session: Session) -> list[str]:
         ) from None
 
 
-def show_edit(ws: Workspace) -> tuple[Completed | None, Session | None, list[str]]:
+def show_edit(ws: "Workspace") -> tuple[Completed | None, Session | None, list[str]]:
     """Plain ``overlay edit``: an interrupted record completed, then the edit in
     progress and the paths it changes.
 

@@ -14,8 +14,6 @@ file at its new bytes, the edit ended), so a re-run of ``record`` never adds a
 second entry. An error (not a kill) while writing puts back what was written.
 """
 
-from __future__ import annotations
-
 import contextlib
 import dataclasses
 import json

@@ -1,8 +1,6 @@
 """The series apply and the carry of one patch onto a new base: the engine's two
 operations (described in :mod:`overlay.engine`)."""
 
-from __future__ import annotations
-
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 

@@ -11,8 +11,6 @@ series, so a changed patch leaves it to be read. :mod:`overlay.engine.layers` pu
 it between the pin and the patched layer.
 """
 
-from __future__ import annotations
-
 import contextlib
 import json
 from collections.abc import Callable, Sequence

@@ -12,8 +12,6 @@ Same inputs, same tree SHA: the synthetic commits the merge runs on have a
 fixed identity and date. git does all merging and applying.
 """
 
-from __future__ import annotations
-
 import json
 from collections.abc import Sequence
 from typing import NamedTuple

@@ -17,8 +17,6 @@ the path, the line); ``overlay refresh`` then writes nothing and ``overlay
 verify`` reports SER015.
 """
 
-from __future__ import annotations
-
 from collections.abc import Collection, Iterable, Sequence
 from typing import NamedTuple
 

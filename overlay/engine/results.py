@@ -2,8 +2,6 @@
 gives per patch and :mod:`overlay.engine.layers` keeps in its cache, in a module of its
 own so that layers read from the cache load no apply."""
 
-from __future__ import annotations
-
 from typing import NamedTuple
 
 from overlay.records.series import Patch

@@ -1,8 +1,6 @@
 """The export's run itself, in the steps of :func:`_export_locked` (the
 transaction is described in :mod:`overlay.export`)."""
 
-from __future__ import annotations
-
 import os
 import time
 from collections.abc import Iterable
@@ -52,6 +50,8 @@ class ExportResult(NamedTuple):
         edited: files that differ from the export and were kept as the user left them.
         seconds: wall time.
         resumed: the tree of an interrupted run this one completed or replaced, else ``None``.
+        files: what DEST's stamp now records, path -> ``[size, mtime_ns, blob]``
+            (for :func:`overlay.export.stamp.stray_files`, without reading it again).
     """
 
     tree: str
@@ -62,6 +62,7 @@ class ExportResult(NamedTuple):
     edited: list[str]
     seconds: float
     resumed: str | None = None
+    files: dict[str, list] = {}
 
 
 def export_tree(
@@ -169,6 +170,7 @@ class _Run:
             edited,
             time.perf_counter() - self.started,
             resumed,
+            self.final,
         )
 
 

@@ -31,6 +31,8 @@ _TEMP_CHARS = "abcdefghijklmnopqrstuvwxyz0123456789_"
 def temp_owner(name: str) -> str | None:
     """The file name a temp name belongs to (``.a.txt.k3j9x_2q.tmp`` -> ``a.txt``),
     else ``None``."""
+    if name[:1] != "." or ".tmp" not in name[-5:]:
+        return None  # most names (every file of an export's DEST): no pattern
     match = TEMP_RE.match(name)
     return match.group("name") if match else None
 
@@ -290,7 +292,8 @@ def sweep_scratch_dirs(tmpdir: str | None = None) -> list[str]:
     removed = []
     now = time.time()
     for name in names:
-        match = _SCRATCH_RE.match(name)
+        # The prefix first: the pattern is compiled only where a scratch name is.
+        match = _SCRATCH_RE.match(name) if name.startswith("overlay-") else None
         if not match:
             continue
         full = os.path.join(tmpdir, name)

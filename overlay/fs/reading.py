@@ -11,8 +11,6 @@ line naming the file (exit 2, or a finding inside ``overlay verify``).
 Re-exported by :mod:`overlay.fs.atomic`, where callers have always found them.
 """
 
-from __future__ import annotations
-
 import errno
 import os
 import stat

@@ -9,8 +9,6 @@ Neither starts a process per object (an export reads a thousand blobs).
 ``-z`` output into them.
 """
 
-from __future__ import annotations
-
 import contextlib
 import os
 import struct
@@ -90,7 +88,7 @@ class CatFile:
             self._proc.kill()
             self._proc.wait()
 
-    def __enter__(self) -> CatFile:
+    def __enter__(self) -> "CatFile":
         return self
 
     def __exit__(self, *exc) -> None:
@@ -175,7 +173,7 @@ class ObjectReader(CatFile):
                 found.append(int(fields[2]) if ok else None)
         return found
 
-    def tree(self, oid: str) -> list[Row]:
+    def tree(self, oid: str) -> list["Row"]:
         """The entries of tree ``oid`` (:func:`parse_tree_object`), read once per block.
 
         Raises:
@@ -196,7 +194,7 @@ class ObjectReader(CatFile):
         no read asks git for them."""
         self._written.update(objects)
 
-    def entries(self, tree: str, paths: Sequence[str]) -> dict[str, TreeEntry]:
+    def entries(self, tree: str, paths: Sequence[str]) -> dict[str, "TreeEntry"]:
         """What ``git ls-tree -r -t --full-tree TREE -- PATHS`` gives for exactly ``paths``
         (in its order), read from the tree objects on the way to each path: a few
         reads of this process instead of a git process."""

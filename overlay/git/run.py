@@ -21,7 +21,6 @@ from overlay.errors import GitError
 from overlay.fs.atomic import temp_dir
 from overlay.fs.locks import flocked
 from overlay.git.env import git_env
-from overlay.lazy import lazy_pattern
 
 #: ``-c`` options passed to every git call (docs/design.md §10: determinism flags).
 GIT_FLAGS: tuple[str, ...] = (
@@ -64,12 +63,14 @@ SYNTHETIC_IDENTITY = {
 
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 NULL_OID = "0" * 40
-_SHA_RE = lazy_pattern(r"^[0-9a-f]{40}$")
+_HEX = "0123456789abcdef"
 
 
 def is_sha(value: str) -> bool:
-    """True when ``value`` is a full 40-hex lowercase object name."""
-    return bool(_SHA_RE.match(value))
+    """True when ``value`` is a full 40-hex lowercase object name (nothing before or
+    after it; string operations: a pattern compiled in every process cost more than
+    the questions it answered)."""
+    return len(value) == 40 and not value.strip(_HEX)
 
 
 #: git commands that talk to a remote: they keep the user's global configuration

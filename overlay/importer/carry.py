@@ -11,8 +11,6 @@ before, and the upstream lines the patch then removes are named (the idea of LAY
 for a patch instead of a resolution).
 """
 
-from __future__ import annotations
-
 import dataclasses
 from collections.abc import Sequence
 

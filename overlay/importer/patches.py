@@ -1,7 +1,5 @@
 """The imported series: each patch's name, subject and description."""
 
-from __future__ import annotations
-
 import dataclasses
 import re
 import textwrap

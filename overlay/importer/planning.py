@@ -1,7 +1,5 @@
 """Planning an import: the records of a whole-file overlay, computed before any is written."""
 
-from __future__ import annotations
-
 import dataclasses
 import difflib
 import os

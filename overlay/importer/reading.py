@@ -2,8 +2,6 @@
 and the overlay files, each as a record (``docs/records.md``).
 """
 
-from __future__ import annotations
-
 import dataclasses
 import os
 

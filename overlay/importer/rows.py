@@ -1,7 +1,5 @@
 """What each path of the overlay became: the rows of the import report."""
 
-from __future__ import annotations
-
 import dataclasses
 
 from overlay import layout

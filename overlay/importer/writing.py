@@ -1,7 +1,5 @@
 """Writing an import's records: staged, checked, then renamed into place under the lock."""
 
-from __future__ import annotations
-
 import dataclasses
 import os
 import shutil

@@ -14,8 +14,6 @@ directory of an older overlay holds ``backup/``, a directory of copies: it is re
 well, so a run stopped before an upgrade still continues and aborts.
 """
 
-from __future__ import annotations
-
 import json
 import os
 import stat

@@ -18,8 +18,6 @@ sees a half-changed state. Only a holder of the exclusive lock may call
 :func:`overlay.fs.sweep.sweep_killed_runs`.
 """
 
-from __future__ import annotations
-
 import contextlib
 import dataclasses
 import os
@@ -362,7 +360,7 @@ def _changed_files(report: dict) -> list[str]:
     return out
 
 
-def no_run_to_abort(ws: Workspace, action: str = "abort") -> OverlayError:
+def no_run_to_abort(ws: "Workspace", action: str = "abort") -> OverlayError:
     """The error for ``--abort`` (``--continue``, ``--skip``, ``--drop``) when no run is
     in progress. For ``--abort`` it says how to undo the last completed run with git,
     naming the files it changed, while the manifest still holds that run's pin and fork
@@ -424,7 +422,7 @@ def no_run_to_abort(ws: Workspace, action: str = "abort") -> OverlayError:
     )
 
 
-def _manifest_pins(ws: Workspace) -> tuple[str, str] | None:
+def _manifest_pins(ws: "Workspace") -> tuple[str, str] | None:
     """``(pin, fork commit)`` of the manifest, or ``None`` when it cannot be read."""
     try:
         manifest = ws.manifest

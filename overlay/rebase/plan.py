@@ -16,8 +16,6 @@ And what the last completed run left in ``.overlay/last-rebase.json``: the pin i
 started from, the old end of the range ``drift`` and ``build`` attribute errors over.
 """
 
-from __future__ import annotations
-
 import dataclasses
 from typing import TYPE_CHECKING
 
@@ -59,7 +57,7 @@ class RunPlan:
 
 
 def plan_run(
-    ws: Workspace,
+    ws: "Workspace",
     kind: str,
     *,
     pin: str | None = None,
@@ -132,7 +130,7 @@ def plan_run(
     return plan
 
 
-def _clear_forward(store: Store, old: Bases, new_fork: str, new_pin: str) -> bool:
+def _clear_forward(store: "Store", old: Bases, new_fork: str, new_pin: str) -> bool:
     """True when the pin moves forward with the same fork and the old pin had nothing
     of the fork's ahead of it: the new pin holds all the old one held, so nothing can
     be ahead of it either, and the common bump needs no walk of history (the old
@@ -145,7 +143,7 @@ def _clear_forward(store: Store, old: Bases, new_fork: str, new_pin: str) -> boo
 
 
 def _fork_ahead_note(
-    store: Store, fork: str, pin: str, allow_fork_ahead: bool
+    store: "Store", fork: str, pin: str, allow_fork_ahead: bool
 ) -> str | None:
     """Refuse a fork that holds upstream commits the pin lacks; with
     ``allow_fork_ahead``, the warning that says what verify will report instead.
@@ -168,7 +166,7 @@ def _fork_ahead_note(
 
 
 def _sync_base(
-    store: Store, old: Bases, new_pin: str, new_fork: str, merge_base: str | None
+    store: "Store", old: Bases, new_pin: str, new_fork: str, merge_base: str | None
 ) -> str:
     """A sync's merge base: ``--merge-base`` resolved, else git's merge base of the new
     fork commit and the pin."""
@@ -183,7 +181,7 @@ def _sync_base(
     return base
 
 
-def _refuse_fork_not_descending(store: Store, old_fork: str, new_fork: str) -> None:
+def _refuse_fork_not_descending(store: "Store", old_fork: str, new_fork: str) -> None:
     """Refuse a sync to a fork commit that does not descend from the current one: a
     move backwards says how far back, a rewrite says so.
 
@@ -205,7 +203,7 @@ def _refuse_fork_not_descending(store: Store, old_fork: str, new_fork: str) -> N
     )
 
 
-def start_checks(ws: Workspace, kind: str, plan: RunPlan, force: bool) -> list[str]:
+def start_checks(ws: "Workspace", kind: str, plan: RunPlan, force: bool) -> list[str]:
     """The checks right before a run starts (and before "nothing to do").
 
     For a rebase to a new pin, refuse one that is not an upstream commit unless
@@ -255,7 +253,7 @@ def last_run_start(root: str) -> str:
     )
 
 
-def drift_range(ws: Workspace, drift_from: str | None) -> tuple[str, str] | None:
+def drift_range(ws: "Workspace", drift_from: str | None) -> tuple[str, str] | None:
     """``(old pin, manifest pin)`` for drift attribution in ``build`` and ``ci``:
     ``drift_from`` resolved, else the pin the last rebase started from when it moved
     to the manifest's pin, else ``None``.

@@ -6,8 +6,6 @@ found in part (*wedged*, :func:`overlay.rebase.ondisk.inspect_state`) is recover
 from what is left of it (:meth:`AbortSteps.recover_wedged`).
 """
 
-from __future__ import annotations
-
 import dataclasses
 import os
 import re

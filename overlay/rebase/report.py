@@ -7,8 +7,6 @@ patches: [...], range_diff, next_steps}``, key for key as earlier versions wrote
 The Markdown is written by :func:`render_markdown`.
 """
 
-from __future__ import annotations
-
 import json
 from collections.abc import Sequence
 from typing import Any, NamedTuple
@@ -113,7 +111,7 @@ class RebaseReport(NamedTuple):
         )
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> RebaseReport:
+    def from_json(cls, data: dict[str, Any]) -> "RebaseReport":
         """Read :meth:`to_json`'s form (a ``last-rebase.json``).
 
         Raises:

@@ -16,8 +16,6 @@ The file's one reader and writer are here (:func:`read_state_json`,
 (which saves each step) both build on it.
 """
 
-from __future__ import annotations
-
 import dataclasses
 import enum
 import json
@@ -102,7 +100,7 @@ class Bases(NamedTuple):
         return {"pin": self.pin, "fork": self.fork, "merge_base": self.merge_base}
 
     @classmethod
-    def from_json(cls, data: Any) -> Bases:
+    def from_json(cls, data: Any) -> "Bases":
         """Read :meth:`to_json`'s form. Raises ``ValueError`` when a commit is missing."""
         if not isinstance(data, dict):
             raise ValueError("the pins are not an object")
@@ -134,7 +132,7 @@ class ResolutionOutcome:
         return {"status": self.status, "blob": self.blob, "note": self.note}
 
     @classmethod
-    def from_json(cls, data: Any) -> ResolutionOutcome:
+    def from_json(cls, data: Any) -> "ResolutionOutcome":
         """Read :meth:`to_json`'s form (``note`` may be absent). Raises ``ValueError``."""
         if not isinstance(data, dict):
             raise ValueError("a resolution is not an object")
@@ -198,7 +196,7 @@ class PatchOutcome:
         return out
 
     @classmethod
-    def from_json(cls, data: Any) -> PatchOutcome:
+    def from_json(cls, data: Any) -> "PatchOutcome":
         """Read :meth:`to_json`'s form. Raises ``ValueError``."""
         if not isinstance(data, dict):
             raise ValueError("a patch entry is not an object")
@@ -414,7 +412,7 @@ class RunState:
         return json.dumps(self.to_json(), sort_keys=True).encode()
 
     @classmethod
-    def from_json(cls, data: Any) -> RunState:
+    def from_json(cls, data: Any) -> "RunState":
         """Read the object :meth:`to_json` (or an earlier version) wrote.
 
         Raises:

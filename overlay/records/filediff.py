@@ -8,8 +8,6 @@ how a hunk whose header lost its ``@@`` was silently shortened; so the diffs are
 here. Applying is git's job (:mod:`overlay.engine`).
 """
 
-from __future__ import annotations
-
 import re
 from typing import NamedTuple
 

@@ -10,8 +10,6 @@ imported only for a head it cannot read (folded or non-ASCII lines), so that no
 command's start-up pays for importing it (docs/engine.md).
 """
 
-from __future__ import annotations
-
 import re
 from typing import NamedTuple
 

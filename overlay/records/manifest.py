@@ -8,8 +8,6 @@ an existing local path. The manifest is the one place the pin is written
 (docs/design.md §4); the keys are documented in ``docs/manifest.md``.
 """
 
-from __future__ import annotations
-
 import contextlib
 import json
 import os

@@ -12,8 +12,6 @@ recorded blobs, hunks); this module ties them into a :class:`Patch`. ``FileChang
 for the modules that import them from :mod:`overlay.records.series`.
 """
 
-from __future__ import annotations
-
 import os
 from collections.abc import Callable, Collection, Sequence
 from typing import NamedTuple

@@ -16,8 +16,6 @@ control byte in a stage message) is written as the visible text ``\\xNN``
 what was there.
 """
 
-from __future__ import annotations
-
 import dataclasses
 import re
 import xml.etree.ElementTree as ET

@@ -23,8 +23,6 @@ Unknown keys and bad values raise :class:`SuiteConfigError` naming the file,
 the suite and the key. The reference is ``docs/suites.md``.
 """
 
-from __future__ import annotations
-
 import math
 import os
 from collections.abc import Callable, Mapping

@@ -7,8 +7,6 @@ patch); :data:`CODES` (every ``FIXnnn`` code with its severity); and the two hel
 every check uses to build and order its findings.
 """
 
-from __future__ import annotations
-
 import dataclasses
 from typing import NamedTuple
 

@@ -3,8 +3,6 @@ number, a new entry rendered into the file (:func:`render_new_entry`), planned
 (:func:`plan_entry`, as ``overlay record`` uses it) or written (:func:`add_entry`).
 """
 
-from __future__ import annotations
-
 import dataclasses
 import os
 from collections.abc import Iterable, Sequence

@@ -1,7 +1,5 @@
 """Building the race lab: objects keyed by what went into them, linked children, launchers."""
 
-from __future__ import annotations
-
 import contextlib
 import dataclasses
 import datetime as _dt
@@ -485,7 +483,7 @@ def _export_and_build(
 
 
 def build_layer(
-    ws: Workspace, layer: str = "patched", *, out_dir: str | None = None, **kw
+    ws: "Workspace", layer: str = "patched", *, out_dir: str | None = None, **kw
 ) -> LabBuild:
     """Export ``layer`` of the workspace's overlay and build the lab against it.
 
@@ -510,7 +508,7 @@ def build_layer(
 
 
 def build_without_patch(
-    ws: Workspace, patch: str, *, out_dir: str | None = None, **kw
+    ws: "Workspace", patch: str, *, out_dir: str | None = None, **kw
 ) -> LabBuild:
     """Build the lab against the overlay with ``patch`` left out of the series.
 

@@ -1,7 +1,5 @@
 """The race lab's compiler: the ROCm toolchain's clang++, and how children run under it."""
 
-from __future__ import annotations
-
 import dataclasses
 import os
 import shlex
@@ -40,7 +38,7 @@ class LabCompiler:
         description: one line for messages and ``racelab.json``.
     """
 
-    toolchain: Toolchain
+    toolchain: "Toolchain"
     cxx: str
     include_dirs: list[str]
     pre_include: list[str]

@@ -1,7 +1,5 @@
 """What the race lab is: its model name, sanitizers, children, layout and error."""
 
-from __future__ import annotations
-
 import dataclasses
 import os
 

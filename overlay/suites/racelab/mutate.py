@@ -15,8 +15,6 @@ under ``[[uncaught]]`` with its reason, and printed as such: never silently.
 Everything here runs on the host model; nothing is a GPU result.
 """
 
-from __future__ import annotations
-
 import concurrent.futures
 import dataclasses
 import hashlib
@@ -437,7 +435,7 @@ class CheckResult:
 
 
 def run_check(
-    ws: Workspace,
+    ws: "Workspace",
     suites: Mapping[str, Suite],
     *,
     runs: int = 20,

@@ -1,7 +1,5 @@
 """A/B: the suite's child against a fix-removed child, and what the difference shows."""
 
-from __future__ import annotations
-
 import json
 import os
 from collections.abc import Mapping

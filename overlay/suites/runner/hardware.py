@@ -1,7 +1,5 @@
 """What this machine offers the suites: GPUs, built backends, host models; why a suite skips."""
 
-from __future__ import annotations
-
 import os
 import shutil
 import subprocess

@@ -1,7 +1,5 @@
 """One run of a child: a fresh process group, a deadline, and the run's kind."""
 
-from __future__ import annotations
-
 import os
 import select
 import signal
@@ -94,7 +92,7 @@ class RunResult:
         }
 
     @classmethod
-    def from_dict(cls, d: Mapping) -> RunResult:
+    def from_dict(cls, d: Mapping) -> "RunResult":
         """Inverse of :meth:`to_dict`."""
         return cls(
             index=d["index"],

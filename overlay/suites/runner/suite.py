@@ -1,7 +1,5 @@
 """A suite: its runs in a row, the stored ``result.json``, skipped or interrupted."""
 
-from __future__ import annotations
-
 import datetime as _dt
 import json
 import os
@@ -122,7 +120,7 @@ class SuiteResult:
         }
 
     @classmethod
-    def from_dict(cls, d: Mapping, directory: str | None = None) -> SuiteResult:
+    def from_dict(cls, d: Mapping, directory: str | None = None) -> "SuiteResult":
         """Inverse of :meth:`to_dict` (``summary`` is recomputed, not read)."""
         return cls(
             suite=d["suite"],
