@@ -143,7 +143,9 @@ class _Head:
     number: int | None
     subject: str
     forwarded: str | None
-    planned: fixes.PlannedEntry | None = None
+    planned: "fixes.PlannedEntry | None" = (
+        None  # quoted: evaluating it loads the fixes writer
+    )
 
 
 def record(

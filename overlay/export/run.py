@@ -51,7 +51,8 @@ class ExportResult(NamedTuple):
         seconds: wall time.
         resumed: the tree of an interrupted run this one completed or replaced, else ``None``.
         files: what DEST's stamp now records, path -> ``[size, mtime_ns, blob]``
-            (for :func:`overlay.export.stamp.stray_files`, without reading it again).
+            (for :func:`overlay.export.stamp.stray_files`, without reading it again;
+            every result :func:`export_tree` returns has it, the default is for none).
     """
 
     tree: str

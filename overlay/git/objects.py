@@ -476,8 +476,9 @@ def write_loose(git_dir: str, objects: dict[str, tuple[str, bytes]]) -> None:
     As git writes one: a temporary file ``tmp_obj_*`` beside it (what ``git prune``
     removes when a killed process leaves one), then a rename, so a reader sees the
     whole object or none. An object already there is left as it is: its name is its
-    content. Not flushed to disk, as git does not by default (``core.fsync``); a
-    lost object is computed again by the next command that needs it.
+    content. Not flushed to disk: ``git unpack-objects``, which wrote these before,
+    does not flush loose objects either with overlay's git configuration (git's
+    defaults, ``git/env.py``).
 
     Args:
         git_dir: the store.
