@@ -72,7 +72,7 @@ def test_a_real_shape_renders_every_section():
         resolutions=[ReportResolution("mlx/x.h", "carried", "")],
         patches=[ReportPatch("0001-fix.patch", "clean", 1, "")],
         range_diff="1:  abc = 1:  abc 0001\n",
-        next_steps=["overlay verify"],
+        next_steps=["review the fork's 1 change(s) outside [carry]", "overlay verify"],
         uncarried=[("mlx/y.cpp", ["1234567890ab fork: y"])],
     )
     md = render_markdown(report)
@@ -87,7 +87,10 @@ def test_a_real_shape_renders_every_section():
         "### Range-diff",
     ):
         assert f"\n{section}" in md
-    assert md.endswith("### Next steps\n\n- `overlay verify`\n\n")
+    assert md.endswith(
+        "### Next steps\n\n- review the fork's 1 change(s) outside [carry]\n"
+        "- `overlay verify`\n\n"
+    )  # a sentence as text, a command as code
     assert render(report, "markdown") == md
 
 

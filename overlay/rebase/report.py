@@ -319,7 +319,11 @@ def render_markdown(report: RebaseReport) -> str:
             f"```\n{report.range_diff.rstrip()}\n```\n"
         )
     out.append("\n### Next steps\n\n")
-    out += [f"- `{s}`\n" for s in report.next_steps]
+    # A command in code format; a sentence (which may name commands) as text.
+    out += [
+        f"- `{s}`\n" if s.startswith("overlay ") else f"- {s}\n"
+        for s in report.next_steps
+    ]
     out.append("\n")
     return "".join(out)
 
