@@ -57,6 +57,21 @@ def test_ctrl_c_mid_rebase_says_continue_or_abort(ov, w, monkeypatch):
     assert done.exit_code == 0, done.output
 
 
+def test_ctrl_c_while_a_run_starts_leaves_no_state_directory(ov, w, monkeypatch):
+    from overlay.rebase import base
+
+    monkeypatch.setattr(base, "write_backup", _interrupt)
+    stopped = cli(ov, "rebase", "--onto", w.pin_clean)
+    assert stopped.exit_code == 130, stopped.output
+    (line,) = overlay_lines(stopped.output)
+    assert "interrupted before the rebase started: nothing was changed" in line
+    state = ov.root / ".overlay"
+    assert not (state / "rebase.tmp-new").exists()
+    assert not (state / "rebase").exists()
+    status = cli(ov, "rebase", "--status")
+    assert status.exit_code == 0 and "no rebase or sync in progress" in status.output
+
+
 def test_ctrl_c_after_the_run_completed_says_so(ov, w, monkeypatch):
     monkeypatch.setattr("overlay.rebase.report.render", _interrupt)
     late = cli(ov, "rebase", "--onto", w.pin_clean)

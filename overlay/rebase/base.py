@@ -223,15 +223,22 @@ class RunBase:
         if os.path.lexists(new_dir):
             remove_dir(new_dir)
         os.makedirs(new_dir)
-        resolutions = read_resolutions(self.root)
-        files = tracked_files(self.root, resolutions)
-        self._backup = write_backup(new_dir, self.root, files)
-        self.state = RunState(kind=kind, old=old, new=new, backup=files)
-        write_state(new_dir, self.state)
-        _checkpoint("start")
-        if os.path.isdir(self.dir):
-            remove_dir(self.dir)  # an empty leftover (inspect found nothing in it)
-        os.rename(new_dir, self.dir)
+        try:
+            resolutions = read_resolutions(self.root)
+            files = tracked_files(self.root, resolutions)
+            self._backup = write_backup(new_dir, self.root, files)
+            self.state = RunState(kind=kind, old=old, new=new, backup=files)
+            write_state(new_dir, self.state)
+            _checkpoint("start")
+            if os.path.isdir(self.dir):
+                remove_dir(self.dir)  # an empty leftover (inspect found nothing in it)
+            os.rename(new_dir, self.dir)
+        except BaseException:
+            # A Ctrl-C or an error before the rename: nothing started, nothing left
+            # (a killed process leaves the directory to the next run's sweep).
+            if os.path.isdir(new_dir):
+                remove_dir(new_dir)
+            raise
         self._start_resolutions = resolutions
 
     # -- blobs and merges -------------------------------------------------------------
