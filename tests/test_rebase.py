@@ -60,6 +60,8 @@ def test_conflict_markers_continue_and_recorded_resolution(ov, w):
     status = cli(ov, "rebase", "--status")
     assert "stopped at resolution mlx/core.cpp" in status.output
     assert status.output.rstrip().endswith("then --continue (or --abort)")  # no --skip
+    # The series waits for the fork layer: --status says so rather than list nothing.
+    assert "patches: not carried yet (the fork delta is settled first)" in status.output
     resolved = lines(
         "core",
         change={5: "core 5 upstream rewrite // rocm hook", 25: "core 25 upstream"},
