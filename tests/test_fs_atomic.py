@@ -174,6 +174,18 @@ def test_remove_dir_unlinks_a_flat_directory_without_shutil_and_a_nested_one_wit
     remove_dir(str(nested))  # gone already: nothing to do, no error
 
 
+def test_remove_dir_leaves_a_link_to_a_directory_and_what_it_points_to(tmp_path):
+    # A state directory's name may be a link (.overlay/rebase.tmp-new -> elsewhere):
+    # nothing behind it may go, as shutil.rmtree refuses one.
+    target = tmp_path / "target"
+    target.mkdir()
+    (target / "kept").write_bytes(b"kept")
+    link = tmp_path / "link"
+    link.symlink_to(target)
+    remove_dir(str(link))
+    assert link.is_symlink() and (target / "kept").read_bytes() == b"kept"
+
+
 @pytest.mark.parametrize(
     "name, owner",
     [

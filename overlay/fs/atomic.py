@@ -190,24 +190,32 @@ def remove_dir(path: str) -> None:
     behind some choices").
 
     Args:
-        path: the directory; gone already is fine.
+        path: the directory; gone already is fine. A symbolic link is left as it is,
+            with what it points to (``shutil.rmtree`` refuses one too): the entries are
+            listed and unlinked through a descriptor opened without following it.
     """
     try:
-        with os.scandir(path) as it:
-            entries = list(it)
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     except OSError:
-        return
-    for entry in entries:
-        try:
-            if entry.is_dir(follow_symlinks=False):
+        return  # gone, not a directory, or a link
+    try:
+        with os.scandir(fd) as it:
+            entries = list(it)
+        for entry in entries:
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    break
+                os.unlink(entry.name, dir_fd=fd)
+            except OSError:
                 break
-            os.unlink(entry.path)
-        except OSError:
-            break
-    else:
-        with contextlib.suppress(OSError):
-            os.rmdir(path)
-            return
+        else:
+            with contextlib.suppress(OSError):
+                os.rmdir(path)
+                return
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
     import shutil  # only for a nested tree (it imports bz2 and lzma)
 
     shutil.rmtree(path, ignore_errors=True)
