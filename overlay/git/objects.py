@@ -6,7 +6,9 @@ names in advance; :func:`read_objects` streams many objects known in advance.
 Neither starts a process per object (an export reads a thousand blobs).
 :class:`TreeEntry` and :class:`MergeResult` are the shapes the store's methods
 (:class:`overlay.git.store.Store`) return; the ``parse_*`` functions turn git's
-``-z`` output into them.
+``-z`` output into them. Computed objects are written by :func:`write_typed` (a few
+as loose objects, :func:`write_loose`, many as one pack), and a loose object's type
+is read back by :func:`loose_kind`: the loose format is known here only.
 """
 
 import contextlib
@@ -24,6 +26,7 @@ from overlay.git.run import (
     SYNTHETIC_IDENTITY,
     git_env,
     git_executable,
+    is_sha,
     run_git,
     zsplit,
 )
@@ -486,10 +489,9 @@ def write_loose(git_dir: str, objects: dict[str, tuple[str, bytes]]) -> None:
     Raises:
         OSError: a file or directory could not be written.
     """
-    root = os.path.join(git_dir, "objects")
     for name, (kind, body) in objects.items():
-        fan = os.path.join(root, name[:2])
-        path = os.path.join(fan, name[2:])
+        path = _loose_path(git_dir, name)
+        fan = os.path.dirname(path)
         if os.path.exists(path):
             continue
         # Level 1, git's core.loosecompression: these objects are small and short-lived.
@@ -510,3 +512,30 @@ def write_loose(git_dir: str, objects: dict[str, tuple[str, bytes]]) -> None:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
             raise
+
+
+def _loose_path(git_dir: str, oid: str) -> str:
+    """Where the store at ``git_dir`` keeps ``oid`` as a loose object
+    (``objects/XX/YYYY...``, gitformat-loose(5))."""
+    return os.path.join(git_dir, "objects", oid[:2], oid[2:])
+
+
+def loose_kind(git_dir: str, oid: str) -> str | None:
+    """The type of ``oid`` when the store at ``git_dir`` holds it as a loose object
+    (the header its compressed file begins with, ``<type> <size>\\0``, as
+    :func:`write_loose` writes it), else ``None`` (packed, borrowed from an alternate,
+    absent, unreadable, or not a full name: ask git then).
+
+    A layer cache hit asks whether its patched tree is still there: a ``git
+    cat-file -e`` was one of the three git processes of an export after a record,
+    about 2 ms (docs/engine.md, "Costs behind some choices").
+    """
+    if not is_sha(oid):
+        return None
+    try:
+        with open(_loose_path(git_dir, oid), "rb") as fh:
+            head = zlib.decompressobj().decompress(fh.read(64), 32)
+    except (OSError, zlib.error):
+        return None
+    kind, sep, _rest = head.partition(b" ")
+    return kind.decode("ascii", "replace") if sep else None

@@ -18,7 +18,6 @@ import contextlib
 import json
 import os
 import subprocess
-import zlib
 from collections.abc import Iterator, Mapping, Sequence
 
 from overlay.checks.locate import default_store_dir
@@ -32,6 +31,7 @@ from overlay.git.objects import (
     MergeResult,
     ObjectReader,
     TreeEntry,
+    loose_kind,
     parse_diff_tree,
     parse_ls_tree,
     parse_merge_tree,
@@ -237,32 +237,11 @@ class Store(Fetching, RememberedAncestry):
         peels to it, as git's ``oid^{kind}``)."""
         if self._reader is not None:
             return self._reader.info(f"{oid}^{{{kind}}}") is not None
-        if self._loose_kind(oid) == kind:
+        if loose_kind(self.git_dir, oid) == kind:
             return True
         return (
             self.git("cat-file", "-e", f"{oid}^{{{kind}}}", check=False).returncode == 0
         )
-
-    def _loose_kind(self, oid: str) -> str | None:
-        """The type of ``oid`` when the store holds it as a loose object (the header
-        its compressed file begins with, ``<type> <size>\\0``: gitformat-loose(5)),
-        else ``None`` (packed, borrowed from an alternate, absent or unreadable: git
-        is asked then).
-
-        A layer cache hit asks whether its patched tree is still there: a ``git
-        cat-file -e`` was one of the three git processes of an export after a
-        record, about 2 ms (docs/engine.md, "Costs behind some choices").
-        """
-        if not is_sha(oid):
-            return None
-        path = os.path.join(self.git_dir, "objects", oid[:2], oid[2:])
-        try:
-            with open(path, "rb") as fh:
-                head = zlib.decompressobj().decompress(fh.read(64), 32)
-        except (OSError, zlib.error):
-            return None
-        kind, sep, _rest = head.partition(b" ")
-        return kind.decode("ascii", "replace") if sep else None
 
     def missing_objects(self, oids: Sequence[str]) -> list[str]:
         """The names among ``oids`` the store has no object for, in order
@@ -521,12 +500,12 @@ class Store(Fetching, RememberedAncestry):
     def commit_chain(
         self, specs: Sequence[tuple[str, Sequence[str | int], str]]
     ) -> list[str]:
-        """Write several synthetic commits, without a git process.
+        """Write several synthetic commits (fewer than eight: without a git process).
 
         Each commit has the fixed identity and date of :data:`SYNTHETIC_IDENTITY`, so
         its name is the same as :meth:`commit_tree` would give. The bodies and names are
-        computed here and written as loose objects
-        (:func:`overlay.git.objects.write_typed`): no scratch files, no git process.
+        computed here and written by :func:`overlay.git.objects.write_typed` (loose
+        files below its limit, else one pack): no scratch files.
 
         Args:
             specs: ``[(tree, parents, message), ...]``; a parent is a SHA, or the int
