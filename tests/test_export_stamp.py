@@ -105,8 +105,8 @@ def test_strays_are_the_files_os_walk_finds_beside_the_stamp(tmp_path):
     (dest / "empty").mkdir()
     (dest / layout.EXPORT_STAMP).write_text("{}")  # overlay's own name
     files = {"a.txt": [], "d/e/c.txt": []}
-    got = stray_files(str(dest), {"files": files})
+    got = stray_files(str(dest), files)
     assert got == _walk_strays(str(dest), files)
     assert got == ["broken", "d/b.txt", "d/e/f/g.txt", "d/to-file", "top.cpp"]
     assert stray_files(str(dest), None) == []
-    assert stray_files(str(tmp_path / "absent"), {"files": {}}) == []
+    assert stray_files(str(tmp_path / "absent"), {}) == []

@@ -202,7 +202,7 @@ def export_cmd(ws: Workspace, dest: str, layer: str, force: bool, strict: bool) 
         f"{len(result.removed)} removed, {result.unchanged} unchanged "
         f"({result.seconds:.2f} s)"
     )
-    strays = stray_files(dest, {"files": result.files})
+    strays = stray_files(dest, result.files)
     notes = ([edited_note(result.edited)] if result.edited else []) + (
         [stray_note(strays)] if strays else []
     )

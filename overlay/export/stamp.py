@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Container
 
 from overlay import layout
 from overlay.errors import EXIT_INTERRUPTED, OverlayError
@@ -79,7 +80,7 @@ def edited_note(edited: list[str]) -> str:
     )
 
 
-def stray_files(dest: str, stamp: dict | None) -> list[str]:
+def stray_files(dest: str, files: Container[str] | None) -> list[str]:
     """Files in DEST that the last finished export did not write (added by hand, or
     left from before a ``--force`` takeover), as ``git status`` names untracked files.
 
@@ -91,14 +92,15 @@ def stray_files(dest: str, stamp: dict | None) -> list[str]:
 
     Args:
         dest: export directory.
-        stamp: DEST's stamp (:func:`read_stamp`); ``None`` names nothing (no export
-            was ever finished here, and the export itself refuses a non-empty DEST).
+        files: the paths DEST's stamp records (its ``files``, as
+            :attr:`overlay.export.run.ExportResult.files` holds them after an export);
+            ``None`` names nothing (no export was ever finished here, and the export
+            itself refuses a non-empty DEST).
     Returns:
         The stray paths, relative to DEST, ``/``-separated, sorted.
     """
-    if stamp is None:
+    if files is None:
         return []
-    files = stamp["files"]
     strays = []
     # os.walk's rules with scandir's entries directly (half its CPU on a 1,045-file
     # DEST): a link to a directory counts as a directory and is not entered, a
