@@ -139,8 +139,11 @@ def _print_status(st) -> None:
         click.echo(f"  resolution {path}: removed (no longer conflicts)")
     for entry in st.patches:
         click.echo(f"  patch {entry.name}: {entry.status}")
-    if not st.patches and st.forked is None:
-        # The series is listed once the fork layer is settled (state.Phase).
+    # the run state's module: loaded already, ``st`` is one of its objects
+    from overlay.rebase.state import Phase
+
+    if not st.patches and st.phase is Phase.FORK_DELTA:
+        # The series is listed once the fork layer is settled.
         click.echo("  patches: not carried yet (the fork delta is settled first)")
     if st.stop is not None:
         # A conflicting patch goes only with --drop, an emptied one with --skip; a
