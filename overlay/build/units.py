@@ -6,7 +6,6 @@ Both run their units through :func:`run_units`: C++ units straight from
 ``compile_commands.json`` in parallel, the HIP custom commands through one ninja.
 """
 
-import concurrent.futures
 import dataclasses
 import json
 import os
@@ -21,6 +20,7 @@ from overlay.build.results import BuildResult, UnitResult
 from overlay.build.runlog import BuildLog, run_logged
 from overlay.build.toolchain import Toolchain, ToolchainError
 from overlay.lazy import lazy_pattern
+from overlay.parallel import run_parallel
 
 SOURCE_SUFFIXES = (".cpp", ".cc", ".cxx", ".c", ".hip", ".cu")
 
@@ -374,31 +374,6 @@ def run_units(
     result.units = [u for _text, rs in slots for u in rs]
     result.returncode = 0 if all(u.ok for u in result.units) else 1
     return "".join(text for text, _rs in slots)
-
-
-def run_parallel(workers: int, jobs: Sequence[Callable[[], None]]) -> None:
-    """Run ``jobs`` on ``workers`` threads, in order, until all are done or one fails.
-
-    A Ctrl-C (or any error) stops the run: the jobs not yet started are cancelled
-    and the error is raised once the running ones return. A plain ``with
-    ThreadPoolExecutor`` would wait for every queued job instead, so a check of 138
-    units went on compiling for many minutes after Ctrl-C (the compilers of a
-    terminal's process group die with the Ctrl-C, but each queued unit starts anew).
-
-    Args:
-        workers: thread count (at least 1).
-        jobs: callables taking no argument.
-    Raises:
-        KeyboardInterrupt, or the first job's exception, after cancelling the rest.
-    """
-    pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, workers))
-    try:
-        for future in [pool.submit(job) for job in jobs]:
-            future.result()
-    except BaseException:
-        pool.shutdown(wait=True, cancel_futures=True)
-        raise
-    pool.shutdown(wait=True)
 
 
 def _ninja_log_seconds(path: str, offset: int) -> dict[str, float]:

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from overlay.errors import EXIT_FINDINGS
+from overlay.parallel import run_parallel
 from overlay.suites.racelab.compiler import LabCompiler, find_lab_compiler
 from overlay.suites.racelab.lab import (
     CHILDREN,
@@ -352,9 +353,6 @@ def _compile(
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
         return src, proc
-
-    # overlay.build is heavy; the lab imports it only when it compiles (as compiler.py)
-    from overlay.build.units import run_parallel
 
     done: list[tuple[str, subprocess.CompletedProcess[str]] | None] = [None] * len(todo)
 

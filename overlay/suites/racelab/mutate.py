@@ -15,8 +15,8 @@ under ``[[uncaught]]`` with its reason, and printed as such: never silently.
 Everything here runs on the host model; nothing is a GPU result.
 """
 
-import concurrent.futures
 import dataclasses
+import functools
 import hashlib
 import os
 import shutil
@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 from overlay import layout
 from overlay.errors import EXIT_USAGE, OverlayError
+from overlay.parallel import run_parallel
 from overlay.suites import runner as _runner
 from overlay.suites.config import Suite
 from overlay.suites.racelab.builder import build_tree
@@ -314,9 +315,20 @@ def run_cells(
         runs: runs per suite.
         runner: runs one suite (see :func:`suite_runner`).
         parallel: suites run at once (each run is its own process).
+    Raises:
+        KeyboardInterrupt: on Ctrl-C, once the running suites return; none starts
+            after it (:func:`overlay.parallel.run_parallel`).
     """
-    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
-        return list(pool.map(lambda j: runner(j[0], j[1], runs, j[2]), jobs))
+    cells: list[Cell | None] = [None] * len(jobs)
+
+    def one(i: int) -> None:
+        suite, child_dir, label = jobs[i]
+        cells[i] = runner(suite, child_dir, runs, label)
+
+    run_parallel(parallel, [functools.partial(one, i) for i in range(len(jobs))])
+    done = [cell for cell in cells if cell is not None]
+    assert len(done) == len(jobs)  # run_parallel returned: every suite ran
+    return done
 
 
 def suite_runner(results_dir: str, base_dir: str) -> SuiteRunner:
