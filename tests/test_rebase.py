@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -414,6 +415,18 @@ def test_backwards_pin_warns_and_next_steps_name_resolutions(ov, w):
     )
     back = cli(ov, "rebase", "--onto", w.pin_clean)
     assert "does not descend from the current pin" in back.output
+    # The warning reaches the report a reviewer reads, not only this terminal, and
+    # the next steps check the units before the full build (the user guide's order).
+    md = (ov.root / ".overlay" / "last-rebase.md").read_text()
+    assert "\n### Warnings\n\n- pin " in md, md
+    assert "does not descend from the current pin" in md.split("### Resolutions")[0]
+    last = json.loads((ov.root / ".overlay" / "last-rebase.json").read_text())
+    assert any("does not descend" in line for line in last["warnings"])
+    steps = md.split("### Next steps\n\n", 1)[1]
+    assert steps.endswith(
+        "- `overlay verify`\n- `overlay build --backend rocm --check`\n"
+        "- `overlay build --backend rocm`\n- `overlay suite run`\n\n"
+    )
 
 
 def test_sigkill_after_the_stale_resolutions_are_remembered_keeps_the_series(ov, w):

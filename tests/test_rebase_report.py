@@ -53,6 +53,7 @@ reports = st.builds(
     range_diff=text,
     next_steps=st.lists(text, max_size=3),
     uncarried=st.lists(st.tuples(text, st.lists(text, max_size=3)), max_size=3),
+    warnings=st.lists(text, max_size=2),
 )
 
 
@@ -74,12 +75,14 @@ def test_a_real_shape_renders_every_section():
         range_diff="1:  abc = 1:  abc 0001\n",
         next_steps=["review the fork's 1 change(s) outside [carry]", "overlay verify"],
         uncarried=[("mlx/y.cpp", ["1234567890ab fork: y"])],
+        warnings=["pin dddddddddddd does not descend from the current pin"],
     )
     md = render_markdown(report)
     assert md == REFERENCE.render(r=report)
     assert md.startswith(
         "## overlay sync: aaaaaaaa / fork bbbbbbbb → dddddddd / fork eeeeeeee\n"
     )
+    assert "pin.\n\n### Warnings\n\n- pin dddddddddddd does not descend" in md
     for section in (
         "### Resolutions",
         "### Series",

@@ -153,6 +153,17 @@ def test_every_old_state_shape_round_trips_value_for_value(shape):
     assert json.loads(state.dumps()) == json.loads(data)
 
 
+def test_the_plans_warnings_are_kept_and_a_state_without_them_reads_as_none():
+    warned = old_state(warnings=["pin dddddddddddd does not descend from ..."])
+    state = RunState.from_json(warned)
+    assert state.warnings == warned["warnings"]
+    assert json.loads(state.dumps()) == warned
+    assert RunState.from_json(SHAPES["just started"]).warnings == []
+    assert "warnings" not in json.loads(RunState.from_json(old_state()).dumps())
+    with pytest.raises(ValueError, match="the warnings"):
+        RunState.from_json(old_state(warnings="not a list"))
+
+
 def test_the_typed_state_reads_the_old_keys():
     state = RunState.from_json(SHAPES["patch stop"])
     assert state.old.pin == SHA["a"] and state.new.pin == SHA["d"]

@@ -350,7 +350,7 @@ def _plan_and_run(
         return
     rb = Rebase(ws)
     rb.say = click.echo
-    rb.start(kind, plan.new, plan.old, info)
+    rb.start(kind, plan.new, plan.old, info, plan.warnings)
     report = rb.run()
     click.echo(render(report, fmt), nl=False)
     click.echo(f"report written to {layout.LAST_REBASE_MD}")

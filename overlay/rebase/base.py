@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from overlay import layout
@@ -197,7 +197,12 @@ class RunBase:
         remove_dir(old)
 
     def start(
-        self, kind: str, new: Bases, old: Bases, info: StateOnDisk | None = None
+        self,
+        kind: str,
+        new: Bases,
+        old: Bases,
+        info: StateOnDisk | None = None,
+        warnings: Sequence[str] = (),
     ) -> None:
         """Begin a run: back up every file it may change and save the plan.
 
@@ -207,6 +212,8 @@ class RunBase:
             info: the state directory as the caller inspected it under the records'
                 lock it still holds (:func:`overlay.rebase.ondisk.refuse_if_in_progress`),
                 so it is not inspected again; ``None``: inspected here.
+            warnings: the plan's warnings (:attr:`RunPlan.warnings`), kept in the
+                state for the report.
         Raises:
             OverlayError: a run is already in progress (exit 2).
         """
@@ -227,7 +234,9 @@ class RunBase:
             resolutions = read_resolutions(self.root)
             files = tracked_files(self.root, resolutions)
             self._backup = write_backup(new_dir, self.root, files)
-            self.state = RunState(kind=kind, old=old, new=new, backup=files)
+            self.state = RunState(
+                kind=kind, old=old, new=new, backup=files, warnings=list(warnings)
+            )
             write_state(new_dir, self.state)
             _checkpoint("start")
             if os.path.isdir(self.dir):

@@ -277,6 +277,7 @@ class CommitSteps(RunBase):
             + _dropped_patch_steps(patches)
             + _next_steps(resolutions),
             uncarried=self._uncarried,
+            warnings=self.state.warnings,
         )
 
     def _uncarried_steps(self) -> list[str]:
@@ -393,7 +394,9 @@ def _dropped_patch_steps(patches: list[ReportPatch]) -> list[str]:
 
 def _next_steps(resolutions: list[ReportResolution]) -> list[str]:
     """What the user does after the run: review the changed resolutions' entries,
-    update those of removed ones, then verify, build and run the suites."""
+    update those of removed ones, then verify, check, build and run the suites (the
+    user guide's order: ``build --check`` runs every unit through the front end, the
+    quick look for API drift, before the full build that links)."""
     steps = []
     changed = [r.path for r in resolutions if r.status not in ("unchanged", "removed")]
     removed = [r.path for r in resolutions if r.status == "removed"]
@@ -413,6 +416,7 @@ def _next_steps(resolutions: list[ReportResolution]) -> list[str]:
         )
     return steps + [
         "overlay verify",
+        "overlay build --backend rocm --check",
         "overlay build --backend rocm",
         "overlay suite run",
     ]

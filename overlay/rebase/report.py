@@ -83,6 +83,9 @@ class RebaseReport(NamedTuple):
         uncarried: what the fork changed between the two fork commits that the
             overlay does not carry: ``(path, ["<sha12> <subject>", ...])`` pairs
             (:func:`overlay.checks.pins.uncarried_changes`); empty for a rebase.
+        warnings: what the plan warned of when the run started (the pin moved
+            backwards or sideways, a fork carried ahead of the pin), so that the
+            reviewer of the report sees them, not only the terminal that ran it.
     """
 
     kind: str
@@ -93,21 +96,26 @@ class RebaseReport(NamedTuple):
     range_diff: str
     next_steps: list[str]
     uncarried: Sequence[tuple[str, list[str]]] = ()
+    warnings: Sequence[str] = ()
 
     def to_json(self) -> dict[str, Any]:
         """The JSON object of ``.overlay/last-rebase.json`` and ``--format json``."""
-        return {
-            "kind": self.kind,
-            "pins": self.pins.to_json(),
-            "merge": dict(self.merge),
-            "resolutions": [r.to_json() for r in self.resolutions],
-            "patches": [p.to_json() for p in self.patches],
-            "range_diff": self.range_diff,
-            "next_steps": list(self.next_steps),
-        } | (
-            {"uncarried": [{"path": p, "commits": c} for p, c in self.uncarried]}
-            if self.uncarried
-            else {}
+        return (
+            {
+                "kind": self.kind,
+                "pins": self.pins.to_json(),
+                "merge": dict(self.merge),
+                "resolutions": [r.to_json() for r in self.resolutions],
+                "patches": [p.to_json() for p in self.patches],
+                "range_diff": self.range_diff,
+                "next_steps": list(self.next_steps),
+            }
+            | (
+                {"uncarried": [{"path": p, "commits": c} for p, c in self.uncarried]}
+                if self.uncarried
+                else {}
+            )
+            | ({"warnings": list(self.warnings)} if self.warnings else {})
         )
 
     @classmethod
@@ -139,6 +147,7 @@ class RebaseReport(NamedTuple):
             uncarried=[
                 (u["path"], list(u["commits"])) for u in data.get("uncarried", [])
             ],
+            warnings=list(data.get("warnings", [])),
         )
 
 
@@ -265,7 +274,8 @@ def render_markdown(report: RebaseReport) -> str:
     this report, and importing jinja2 costs a run more than all its own modules do.
     The bytes are those of the template this replaced, kept as the tests' reference
     (``tests/data/rebase_report.md.j2``): a header with the bases before and after,
-    the fork delta's counts, a table of resolutions, one of the series, the paths not
+    the fork delta's counts, the plan's warnings (when there are any), a table of
+    resolutions, one of the series, the paths not
     carried (a sync), the range-diff in a fenced block, and the next steps.
     """
     before, after = report.pins.before, report.pins.after
@@ -284,8 +294,12 @@ def render_markdown(report: RebaseReport) -> str:
         f"| fork merge base | `{before.merge_base}` | `{after.merge_base}` |\n\n"
         f"Fork delta: {merge.get('carried', 0)} carried path(s), "
         f"{merge.get('conflicts', 0)} conflicting with the new pin.\n\n"
-        "### Resolutions\n"
     ]
+    if report.warnings:
+        out.append("### Warnings\n\n")
+        out += [f"- {w}\n" for w in report.warnings]
+        out.append("\n")
+    out.append("### Resolutions\n")
     if report.resolutions:
         out.append("\n| path | outcome | note |\n|---|---|---|\n")
         out += [f"| `{x.path}` | {x.status} | {x.note} |\n" for x in report.resolutions]

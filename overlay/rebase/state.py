@@ -348,6 +348,8 @@ class RunState:
             ``None`` until the fork delta is settled.
         merge_stats: ``{"carried": n, "conflicts": n}`` of the fork-delta merge.
         rr_recorded: rr-cache keys this run recorded (``--abort`` forgets them).
+        warnings: what the plan warned of when the run started (a pin moved backwards,
+            a fork carried ahead of the pin), for the report a reviewer reads.
         format: :data:`STATE_FORMAT`.
     """
 
@@ -364,6 +366,7 @@ class RunState:
     stale: list[str] | None = None
     merge_stats: dict[str, int] | None = None
     rr_recorded: list[str] = dataclasses.field(default_factory=list)
+    warnings: list[str] = dataclasses.field(default_factory=list)
     format: int = STATE_FORMAT
 
     @property
@@ -401,6 +404,8 @@ class RunState:
             out["merge_stats"] = dict(self.merge_stats)
         if self.rr_recorded:
             out["rr_recorded"] = list(self.rr_recorded)
+        if self.warnings:
+            out["warnings"] = list(self.warnings)
         return out
 
     def dumps(self) -> bytes:
@@ -444,6 +449,7 @@ class RunState:
             stale=None if stale is None else _str_list(stale, "the stale list"),
             merge_stats=None if stats is None else dict(stats),
             rr_recorded=_str_list(data.get("rr_recorded", []), "rr_recorded"),
+            warnings=_str_list(data.get("warnings", []), "the warnings"),
             format=_int(data.get("format", STATE_FORMAT), "the format"),
         )
 
