@@ -1,18 +1,20 @@
 """``--abort`` of a wedged rebase state (overlay/rebase/recover.py): a state without its
 backup, without ``state.json``, half written, of the wrong shape or naming a file
 outside the repository is recognized, said in words, and aborted; an abort killed in
-the middle of its commit keeps what it cannot restore, and says so."""
+the middle of its commit keeps what it cannot restore, and says so; the rr-cache
+entries a wedged run recorded are forgotten, and said so."""
 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 from gitfixtures import lines, make_patch, records_hash
 from gitfixtures import overlay_process as run
 from gitfixtures import refusal_line as one_line_refusal
-from seriesfixtures import manifest_text, stopped_run
+from seriesfixtures import add_patch, manifest_text, stopped_run
 
 from overlay.engine.layers import compute_layers
 from overlay.git.store import Store
@@ -153,3 +155,28 @@ def test_a_run_an_older_overlay_stopped_is_in_progress_and_aborts_from_its_copie
     assert aborted.returncode == 0, aborted.stderr
     assert records_hash(ov) == before
     assert not state_dir.exists()
+
+
+def test_abort_of_a_wedged_state_forgets_the_runs_rr_cache_entries_and_says_so(ov, w):
+    # A run that removed (and remembered) a resolution, stopped on a patch, then lost
+    # its backup: the valid state.json still names the rr-cache entry it recorded.
+    assert run(ov, "rebase", "--onto", w.pin_conflict).returncode == 1
+    work = ov.root / ".overlay" / "rebase" / "work" / "mlx" / "core.cpp"
+    work.write_text(lines("core", change={5: "core 5 both", 25: "core 25 upstream"}))
+    assert run(ov, "rebase", "--continue").returncode == 0
+    rr_cache = ov.root / ".overlay" / "rr-cache"
+    shutil.rmtree(rr_cache)
+    add_patch(
+        ov, "0001-ops.patch", {"mlx/ops.cpp": lines("ops", change={2: "ops 2 ours"})}
+    )
+    assert run(ov, "rebase", "--onto", w.base).returncode == 1  # the patch conflicts
+    assert any(p.suffix != ".path" for p in rr_cache.iterdir())
+    _no_backup(ov.root / ".overlay" / "rebase")
+    aborted = run(ov, "rebase", "--abort")
+    assert aborted.returncode == 0, aborted.stderr
+    assert "aborted the wedged rebase state" in aborted.stdout
+    assert (
+        "forgot the 1 resolution(s) this run recorded in .overlay/rr-cache/: "
+        "a next run does not replay them" in aborted.stdout
+    ), aborted.stdout
+    assert not list(rr_cache.iterdir())

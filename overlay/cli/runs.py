@@ -112,6 +112,7 @@ def _wedged_action(rb, info, action: str) -> None:
             hint=wedged_hint(info.kind),
         )
     rec = rb.recover_wedged(info)
+    _print_forgotten(rec.forgotten)
     click.echo(
         f"aborted the wedged {rec.kind} state ({rec.problem}): "
         f"{len(rec.restored)} file(s) restored from its backup; the state is removed"
@@ -162,11 +163,7 @@ def _print_aborted(restored: list[str], forgotten: int = 0) -> None:
     """What ``--abort`` of a run in progress put back, and the resolutions this run
     had recorded in the rr-cache that it forgot with it (shared case 17: an aborted
     run leaves nothing behind, so a next run does not replay them)."""
-    if forgotten:
-        click.echo(
-            f"forgot the {forgotten} resolution(s) this run recorded in "
-            f"{layout.RR_CACHE}/: the next run stops on those conflicts again"
-        )
+    _print_forgotten(forgotten)
     if restored:
         click.echo(
             f"aborted: {len(restored)} file(s) restored; "
@@ -175,6 +172,18 @@ def _print_aborted(restored: list[str], forgotten: int = 0) -> None:
     else:
         click.echo(
             "aborted: nothing had been written yet; the overlay is as it was before the run"
+        )
+
+
+def _print_forgotten(forgotten: int) -> None:
+    """The line saying ``--abort`` forgot the ``forgotten`` resolutions its run had
+    recorded in the rr-cache (nothing when 0). Not "the next run stops on them": a
+    resolution the run had removed and remembered is back in
+    ``patches-rocm/resolved/`` with the rest of the records."""
+    if forgotten:
+        click.echo(
+            f"forgot the {forgotten} resolution(s) this run recorded in "
+            f"{layout.RR_CACHE}/: a next run does not replay them"
         )
 
 

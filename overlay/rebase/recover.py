@@ -30,6 +30,8 @@ class Recovery:
         restored: files restored from the backup, or removed as created by the run.
         kept: files the run had begun writing that had no backup copy: left as they are.
         note: one more sentence for the user (``""`` when none).
+        forgotten: how many resolutions the run had recorded in the rr-cache that
+            were forgotten with it (0 without a valid ``state.json``: nobody knows).
     """
 
     kind: str
@@ -37,6 +39,7 @@ class Recovery:
     restored: list[str]
     kept: list[str]
     note: str
+    forgotten: int = 0
 
 
 class AbortSteps(RunBase):
@@ -110,14 +113,18 @@ class AbortSteps(RunBase):
         restored: list[str] = []
         kept: list[str] = []
         note = ""
+        forgotten = 0
         if info.state is not None:
             note = self._recover_from_state(info.state, backup, restored, kept)
+            forgotten = len(info.state.rr_recorded)
         elif backup.copies:
             note = self._recover_from_backup(backup, restored)
         prune_resolution_dirs(self.root)
         self._discard_dir()
         self.ws.forget_records()  # restored from what was left
-        return Recovery(info.kind, info.problem, sorted(restored), kept, note)
+        return Recovery(
+            info.kind, info.problem, sorted(restored), kept, note, forgotten
+        )
 
     def _recover_from_state(
         self,
