@@ -60,6 +60,11 @@ def test_verify_keeps_the_backwards_warning_while_it_holds(ov, w):
     warned = [i for i, ln in enumerate(out) if "which the new pin lacks" in ln]
     done = [i for i, ln in enumerate(out) if ln.startswith("rebase complete")]
     assert warned and done and warned[-1] < done[0], back.output  # before the result
+    # The report a reviewer reads holds the warning too, not only this terminal.
+    md = (ov.root / ".overlay" / "last-rebase.md").read_text()
+    warnings = md.split("### Warnings\n\n", 1)[1].split("\n\n", 1)[0]
+    assert "which the new pin lacks" in warnings, md
+    assert "does not descend from the current pin" in warnings, md
     (found,) = fix027(ov)
     assert found["code"] == "FIX027" and found["severity"] == "error"
     assert "0001-follow.patch" in found["message"]

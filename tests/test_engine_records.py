@@ -185,4 +185,6 @@ def test_patch_made_elsewhere_is_unverified_until_its_text_is_accepted(ov, w, tm
     )
     assert_verify_clean(ov)
     unknown = cli(ov, "refresh", "--accept-text", "0009-nope.patch")
-    assert unknown.exit_code == 2 and "not in series" in unknown.output
+    assert unknown.exit_code == 2, unknown.output
+    assert "0009-nope.patch is not in patches-rocm/series" in unknown.output
+    assert "hint: name a patch of the series" in unknown.output

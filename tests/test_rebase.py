@@ -409,6 +409,9 @@ def test_recorded_resolution_that_no_longer_merges_is_shown(ov, w):
 
 def test_backwards_pin_warns_and_next_steps_name_resolutions(ov, w):
     assert cli(ov, "rebase", "--onto", w.pin_conflict).exit_code == 1
+    status = cli(ov, "rebase", "--status").output
+    assert "stopped at resolution mlx/core.cpp" in status, status
+    assert "  edit .overlay/rebase/work/mlx/core.cpp\n" in status, status
     (ov.root / ".overlay" / "rebase" / "work" / "mlx" / "core.cpp").write_text(
         lines("core", change={5: "core 5 both", 25: "core 25 upstream"})
     )

@@ -40,6 +40,8 @@ def test_a_whitespace_only_difference_is_said_without_clang_format(ov, w, monkey
     assert stopped.exit_code == 1, stopped.output
     assert "differs from the patch's pre-image only in whitespace" in stopped.output
     assert "--take-formatted" not in stopped.output
+    status = cli(ov, "rebase", "--status").output
+    assert "  edit .overlay/rebase/work/mlx/fmt.cpp\n" in status, status  # no offer
     refused = cli(ov, "rebase", "--continue", "--take-formatted")
     assert refused.exit_code == 2 and "offers no formatted merge" in refused.output
     assert cli(ov, "rebase", "--abort").exit_code == 0
@@ -57,6 +59,13 @@ def test_the_formatted_merge_is_offered_and_taken(ov, w):
     )
     offered = work_file(ov, "mlx/fmt.cpp.formatted").read_text()
     assert offered == FORMATTED.replace("a + 1", "a + 2")
+    # --status names the file and the offer too, as the stop did.
+    status = cli(ov, "rebase", "--status").output
+    assert (
+        "  edit .overlay/rebase/work/mlx/fmt.cpp (mlx/fmt.cpp.formatted beside it holds "
+        "a clean merge of the clang-formatted sides: `overlay rebase --continue "
+        "--take-formatted` takes it)"
+    ) in status, status
     done = cli(ov, "rebase", "--continue", "--take-formatted")
     assert done.exit_code == 0, done.output
     assert "patch 0001-fmt.patch: resolved" in done.output

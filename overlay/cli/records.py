@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from overlay import layout
 from overlay.cli.options import format_option, output_option
 from overlay.cli.tools import exit_with, handle_errors, run_note
 from overlay.errors import EXIT_FINDINGS, LayerError, OverlayError
@@ -267,7 +268,13 @@ def _refresh_locked(
     accept_text = tuple(resolve_patch_name(listed, p) for p in accept_text)
     unknown = [p for p in (*patches, *accept_text) if p not in set(listed)]
     if unknown:
-        raise OverlayError(f"not in series: {', '.join(dict.fromkeys(unknown))}")
+        # Said as `overlay edit` says it.
+        names = list(dict.fromkeys(unknown))
+        raise OverlayError(
+            f"{', '.join(names)} {'is' if len(names) == 1 else 'are'} not in "
+            f"{layout.SERIES}",
+            hint="name a patch of the series (`overlay status` lists them)",
+        )
     early = [t for patch in series for t in nul_turns(patch)]
     if early:
         _refuse_binary_turns(early)

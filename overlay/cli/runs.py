@@ -81,7 +81,7 @@ def _rebase_action_locked(
         return
     rb.load(info)
     if action == "status":
-        _print_status(rb.state)
+        _print_status(rb.state, rb.work)
     elif action == "abort":
         forgotten = len(rb.state.rr_recorded)
         _print_aborted(rb.abort(), forgotten)
@@ -127,9 +127,10 @@ def _wedged_action(rb, info, action: str) -> None:
         click.echo(f"note: {rec.note}")
 
 
-def _print_status(st) -> None:
+def _print_status(st, work: str) -> None:
     """``--status`` of a run in progress: the move, each resolution and patch so far,
-    and where it stopped."""
+    where it stopped and the files to edit there (``work``: the run's work directory
+    on disk), each with the formatted merge the stop offered where there is one."""
     click.echo(
         f"{st.kind} in progress: pin {st.old.pin[:12]} -> {st.new.pin[:12]}, "
         f"fork {st.old.fork[:12]} -> {st.new.fork[:12]}"
@@ -157,6 +158,21 @@ def _print_status(st) -> None:
             f"stopped at {st.stop.type} {st.stop.what}: edit the files under "
             f"{layout.REBASE_WORK_DIR}/, then --continue (or {others})"
         )
+        # the run's modules: loaded already, the state was read through them
+        from overlay.rebase.formatting import FORMATTED_SUFFIX
+
+        paths = getattr(st.stop, "files", None) or (
+            [st.stop.path] if st.stop.type == "resolution" else []
+        )
+        for rel in paths:
+            offer = ""
+            if os.path.isfile(os.path.join(work, rel + FORMATTED_SUFFIX)):
+                offer = (
+                    f" ({rel}{FORMATTED_SUFFIX} beside it holds a clean merge of the "
+                    f"clang-formatted sides: `overlay {st.kind} --continue "
+                    "--take-formatted` takes it)"
+                )
+            click.echo(f"  edit {layout.REBASE_WORK_DIR}/{rel}{offer}")
 
 
 def _print_aborted(restored: list[str], forgotten: int = 0) -> None:
@@ -347,9 +363,10 @@ def _plan_and_run(
     from overlay.rebase.run import Rebase
 
     plan = plan_run(ws, kind, **kwargs)
-    for line in plan.warnings:
-        click.echo(f"warning: {line}", err=True)
-    for line in start_checks(ws, kind, plan, kwargs.get("force", False)):
+    # Every warning goes to the terminal now and into the run's report (its state
+    # keeps them across a stop), where the reviewer of the pull request reads them.
+    warnings = plan.warnings + start_checks(ws, kind, plan, kwargs.get("force", False))
+    for line in warnings:
         click.echo(f"warning: {line}", err=True)
     if plan.nothing_to_do:
         click.echo(
@@ -359,7 +376,7 @@ def _plan_and_run(
         return
     rb = Rebase(ws)
     rb.say = click.echo
-    rb.start(kind, plan.new, plan.old, info, plan.warnings)
+    rb.start(kind, plan.new, plan.old, info, warnings)
     report = rb.run()
     click.echo(render(report, fmt), nl=False)
     click.echo(f"report written to {layout.LAST_REBASE_MD}")
