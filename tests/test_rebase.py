@@ -60,7 +60,9 @@ def test_conflict_markers_continue_and_recorded_resolution(ov, w):
     assert still.exit_code == 1 and "core.cpp:5: conflict marker left" in still.output
     status = cli(ov, "rebase", "--status")
     assert "stopped at resolution mlx/core.cpp" in status.output
-    assert status.output.rstrip().endswith("then --continue (or --abort)")  # no --skip
+    assert status.output.endswith(  # no --skip; then the file to edit
+        "then --continue (or --abort)\n  edit .overlay/rebase/work/mlx/core.cpp\n"
+    )
     # The series waits for the fork layer: --status says so rather than list nothing.
     assert "patches: not carried yet (the fork delta is settled first)" in status.output
     resolved = lines(
