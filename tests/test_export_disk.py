@@ -1,6 +1,7 @@
 """What DEST holds and the writers that stay inside it (overlay/export/disk.py): a first
 export into an empty directory writes each file in place (no temp file and rename),
-streams the blobs, and stays a resumable transaction.
+streams the blobs, and stays a resumable transaction; the stat check picks exactly the
+stamp entries that ``disk_state`` must still look at.
 
 A first export is written by git (``checkout-index``, tests/test_export_checkout.py) unless
 the tree holds a ``.gitattributes``: ``TA`` is such a tree, and these tests of the files
@@ -134,3 +135,45 @@ def test_a_missing_object_stops_the_export_before_anything_is_written(store, tmp
     with pytest.raises(OverlayError, match="missing"):
         export_tree(store, t1, str(dest))
     assert sorted(os.listdir(dest)) == [layout.EXPORT_LOCK]
+
+
+def _rec(path) -> list:
+    st = os.lstat(path)
+    return [st.st_size, st.st_mtime_ns, "0" * 40]
+
+
+def test_stat_changed_leaves_out_only_regular_files_with_their_recorded_stat(tmp_path):
+    from overlay.export.disk import disk_state, is_recorded, stat_changed
+
+    dest = tmp_path / "dest"
+    (dest / "d").mkdir(parents=True)
+    for name in ("same", "d/same", "grown", "touched", "gone", "now-a-dir"):
+        (dest / name).write_text("x\n")
+    recorded = {name: _rec(dest / name) for name in ("same", "d/same", "grown")}
+    recorded["touched"] = _rec(dest / "touched")
+    recorded["gone"] = _rec(dest / "gone")
+    recorded["now-a-dir"] = _rec(dest / "now-a-dir")
+    (dest / "grown").write_text("x\ny\n")
+    os.utime(dest / "touched", ns=(0, recorded["touched"][1] + 10**9))
+    (dest / "gone").unlink()
+    (dest / "now-a-dir").unlink()
+    (dest / "now-a-dir").mkdir()
+    # A link whose own size and mtime equal a file's record is still no file.
+    os.symlink("xy", dest / "link")
+    link = os.lstat(dest / "link")
+    recorded["link"] = [link.st_size, link.st_mtime_ns, "0" * 40]
+    changed = stat_changed(str(dest), list(recorded.items()))
+    assert [p for p, _rec in changed] == [
+        "grown",
+        "touched",
+        "gone",
+        "now-a-dir",
+        "link",
+    ]
+    # What it leaves out, disk_state would have called recorded anyway.
+    for path in ("same", "d/same"):
+        assert is_recorded(disk_state(str(dest), path, recorded[path]), recorded[path])
+    # DEST that cannot be opened as a directory: every entry is left to disk_state.
+    assert stat_changed(str(dest / "same"), list(recorded.items())) == list(
+        recorded.items()
+    )

@@ -20,6 +20,7 @@ from overlay.export.disk import (
     remove_path,
     replace_file,
     safe_parent,
+    stat_changed,
     sweep_directory,
     umask,
     write_new,
@@ -423,9 +424,8 @@ def _note_untouched(run: _Run, candidates: set[str]) -> None:
     """The stamp's other files: an edited one is reported (and not touched), one touched
     with the same content has its new size and mtime recorded."""
     hexlen = len(run.tree)
-    for path, rec in run.recorded.items():
-        if path in candidates:
-            continue
+    others = ((p, rec) for p, rec in run.recorded.items() if p not in candidates)
+    for path, rec in stat_changed(run.dest, others):
         disk = disk_state(run.dest, path, rec, hexlen)
         if not is_recorded(disk, rec):
             run.edited.append(path)

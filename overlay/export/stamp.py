@@ -16,7 +16,7 @@ from collections.abc import Container
 
 from overlay import layout
 from overlay.errors import EXIT_INTERRUPTED, OverlayError
-from overlay.export.disk import checkpoint, disk_state, is_recorded
+from overlay.export.disk import checkpoint, disk_state, is_recorded, stat_changed
 from overlay.fs.atomic import atomic_write, temp_owner
 from overlay.git.store import Store
 
@@ -175,10 +175,11 @@ def edited_files(
         return []
     pending = stamp.get("pending") or {}
     skip = set(pending.get("write", {})) | set(pending.get("remove", []))
+    others = ((p, rec) for p, rec in stamp["files"].items() if p not in skip)
     edited = sorted(
         p
-        for p, rec in stamp["files"].items()
-        if p not in skip and not is_recorded(disk_state(dest, p, rec), rec)
+        for p, rec in stat_changed(dest, others)
+        if not is_recorded(disk_state(dest, p, rec), rec)
     )
     if edited and store is not None and tree is not None and tree != stamp["tree"]:
         want = store.entries(tree, edited)
