@@ -153,17 +153,40 @@ def trust_stat_data(workdir: str, index: str) -> bool:
     )
     if out.returncode != 0:
         return False
+    try:
+        # Each path stat'ed relative to the work tree: the kernel does not walk the
+        # work tree's own path again for each of its thousand files.
+        top = os.open(workdir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        racy = _racy_entries(out.stdout, top, index_mtime)
+    finally:
+        os.close(top)
+    if racy is None or not _same_content(workdir, racy):
+        return False
+    os.utime(index, ns=(now, now))
+    return True
+
+
+def _racy_entries(
+    listing: bytes, top: int, index_mtime: int
+) -> list[tuple[str, bytes, str]] | None:
+    """The entries of ``git ls-files --stage --debug -z`` output ``listing`` whose
+    stat data does not prove them unchanged (see :func:`trust_stat_data`), as
+    ``(path, mode, blob)``; ``None`` when the listing does not read as expected.
+    ``top``: a descriptor of the work tree, which the paths are relative to."""
     expected = 0
     racy: list[tuple[str, bytes, str]] = []  # (path, mode, blob) compared by content
-    for m in _DEBUG_ENTRY_RE.finditer(out.stdout):
+    for m in _DEBUG_ENTRY_RE.finditer(listing):
         if m.start() != expected:
-            return False  # a line this parser does not know: leave it to git
+            return None  # a line this parser does not know: leave it to git
         expected = m.end()
         mode, blob, path = m.group(1), m.group(2).decode(), os.fsdecode(m.group(3))
         if mode == b"160000":
             continue  # a submodule: git asks its HEAD, not the stat data
         try:
-            st = os.lstat(os.path.join(workdir, path))
+            st = os.lstat(path, dir_fd=top)
         except OSError:
             continue  # gone: git sees that itself
         mtime = int(m.group(6)) * 1_000_000_000 + int(m.group(7))
@@ -179,10 +202,7 @@ def trust_stat_data(workdir: str, index: str) -> bool:
             or mtime >= index_mtime
         ):
             racy.append((path, mode, blob))
-    if expected != len(out.stdout) or not _same_content(workdir, racy):
-        return False
-    os.utime(index, ns=(now, now))
-    return True
+    return racy if expected == len(listing) else None
 
 
 def _same_content(workdir: str, entries: list[tuple[str, bytes, str]]) -> bool:
