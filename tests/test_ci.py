@@ -360,6 +360,53 @@ def test_verify_rocm_script_require_fails_a_skipped_stage(tmp_path):
     )
 
 
+def test_verify_rocm_script_reads_the_builds_reason_only_once_tee_has_written_it(
+    tmp_path,
+):
+    """The build's stderr goes through tee into the file the reason is read from: on a
+    busy machine tee may write late, and a reason read before it (the script once
+    slept 0.2 s after a process substitution) turned a skip into a failure (a CI run
+    of 2026-12-03). A tee that takes a second stands in for the busy machine. The
+    build's stdout goes straight out, its stderr both to the file and on."""
+    import subprocess
+
+    script = Path(__file__).resolve().parent.parent / "tools" / "verify-rocm.sh"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    tee = shutil.which("tee")
+    assert tee is not None
+    (bin_dir / "tee").write_text(f'#!/bin/sh\nsleep 1\nexec {tee} "$@"\n')
+    stub = bin_dir / "overlay"
+    stub.write_text(
+        '#!/bin/sh\ncase "$1" in\n  build) echo "configuring"; '
+        'echo "overlay: no ROCm toolchain: none here" >&2; exit 2;;\n'
+        "  suite) exit 0;;\nesac\n"
+    )
+    make = bin_dir / "make"
+    make.write_text("#!/bin/sh\nexit 0\n")
+    for exe in bin_dir.iterdir():
+        exe.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k != "OVERLAY_REQUIRE"}
+    env.update(
+        OVERLAY=str(stub),
+        MAKE=str(make),
+        OVERLAY_STAGES="build",
+        PATH=f"{bin_dir}{os.pathsep}{env.get('PATH', '')}",
+    )
+    proc = subprocess.run(
+        ["bash", str(script)],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "verify-rocm: build: skipped (no ROCm toolchain: none here)" in proc.stdout
+    assert "configuring" in proc.stdout and "configuring" not in proc.stderr
+    assert "overlay: no ROCm toolchain: none here" in proc.stderr
+
+
 def test_verify_rocm_script_announces_stages_and_runs_only_those_asked(tmp_path):
     """Each stage of tools/verify-rocm.sh prints a start line; OVERLAY_STAGES picks the
     stages (a no-GPU user runs the race lab without the full ROCm build) and the others

@@ -118,10 +118,15 @@ build_state=skipped
 if runs build; then
   starting build "overlay build --backend rocm${OVERLAY_BUILD_ARGS:+ $OVERLAY_BUILD_ARGS} (a first build takes many minutes, over 15 on 2 cores, and prints little until it ends; OVERLAY_STAGES=\"verify host-model\" leaves it out)"
   errfile=$(mktemp)
-  # shellcheck disable=SC2086
-  $OVERLAY build --backend rocm ${OVERLAY_BUILD_ARGS:-} 2> >(tee "$errfile" >&2)
-  rc=$?
-  sleep 0.2
+  # stderr through tee into errfile (and on to stderr as it comes), stdout straight
+  # out (fd 3): a pipeline, which bash waits for whole. A process substitution
+  # (2> >(tee ...)) is not waited for: on a busy machine tee had not written the
+  # "no ROCm toolchain" line when it was read, and the skip was reported as failed.
+  {
+    # shellcheck disable=SC2086
+    $OVERLAY build --backend rocm ${OVERLAY_BUILD_ARGS:-} 2>&1 1>&3 3>&- | tee "$errfile" >&2 3>&-
+    rc=${PIPESTATUS[0]}
+  } 3>&1
   reason=$(grep -m1 '^overlay: ' "$errfile" | sed 's/^overlay: //')
   rm -f "$errfile"
   if ((rc == 0)); then
