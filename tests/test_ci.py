@@ -6,10 +6,12 @@ import json
 import os
 import re
 import shutil
+import subprocess
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+from cifixtures import run_verify_rocm, verify_rocm_stand_ins
 from click.testing import CliRunner
 from gitfixtures import lines, make_patch
 
@@ -314,32 +316,15 @@ def test_ci_writes_its_reports_when_the_gate_cannot_start(tmp_path):
 
 def test_verify_rocm_script_require_fails_a_skipped_stage(tmp_path):
     """tools/verify-rocm.sh (make verify-rocm) with stand-in overlay and make commands."""
-    import subprocess
-
-    script = Path(__file__).resolve().parent.parent / "tools" / "verify-rocm.sh"
-    stub = tmp_path / "overlay"
-    stub.write_text(
+    stub, make = verify_rocm_stand_ins(
+        tmp_path,
         '#!/bin/sh\ncase "$1" in\n  build) echo "overlay: no ROCm toolchain: none here" >&2; exit 2;;\n'
-        "  suite) exit 0;;\nesac\n"
+        "  suite) exit 0;;\nesac\n",
     )
-    make = tmp_path / "make"
-    make.write_text("#!/bin/sh\nexit 0\n")
-    for exe in (stub, make):
-        exe.chmod(0o755)
 
     def run(require: str | None) -> subprocess.CompletedProcess:
-        env = {k: v for k, v in os.environ.items() if k != "OVERLAY_REQUIRE"}
-        env.update(OVERLAY=str(stub), MAKE=str(make))
-        if require is not None:
-            env["OVERLAY_REQUIRE"] = require
-        return subprocess.run(
-            ["bash", str(script)],
-            env=env,
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        extra = {} if require is None else {"OVERLAY_REQUIRE": require}
+        return run_verify_rocm(tmp_path, stub, make, **extra)
 
     plain = run(None)
     assert plain.returncode == 0, plain.stdout + plain.stderr
@@ -368,38 +353,24 @@ def test_verify_rocm_script_reads_the_builds_reason_only_once_tee_has_written_it
     slept 0.2 s after a process substitution) turned a skip into a failure (a CI run
     of 2026-12-03). A tee that takes a second stands in for the busy machine. The
     build's stdout goes straight out, its stderr both to the file and on."""
-    import subprocess
-
-    script = Path(__file__).resolve().parent.parent / "tools" / "verify-rocm.sh"
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     tee = shutil.which("tee")
     assert tee is not None
     (bin_dir / "tee").write_text(f'#!/bin/sh\nsleep 1\nexec {tee} "$@"\n')
-    stub = bin_dir / "overlay"
-    stub.write_text(
+    (bin_dir / "tee").chmod(0o755)
+    stub, make = verify_rocm_stand_ins(
+        bin_dir,
         '#!/bin/sh\ncase "$1" in\n  build) echo "configuring"; '
         'echo "overlay: no ROCm toolchain: none here" >&2; exit 2;;\n'
-        "  suite) exit 0;;\nesac\n"
+        "  suite) exit 0;;\nesac\n",
     )
-    make = bin_dir / "make"
-    make.write_text("#!/bin/sh\nexit 0\n")
-    for exe in bin_dir.iterdir():
-        exe.chmod(0o755)
-    env = {k: v for k, v in os.environ.items() if k != "OVERLAY_REQUIRE"}
-    env.update(
-        OVERLAY=str(stub),
-        MAKE=str(make),
+    proc = run_verify_rocm(
+        tmp_path,
+        stub,
+        make,
         OVERLAY_STAGES="build",
-        PATH=f"{bin_dir}{os.pathsep}{env.get('PATH', '')}",
-    )
-    proc = subprocess.run(
-        ["bash", str(script)],
-        env=env,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=60,
+        PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "verify-rocm: build: skipped (no ROCm toolchain: none here)" in proc.stdout
@@ -411,39 +382,19 @@ def test_verify_rocm_script_announces_stages_and_runs_only_those_asked(tmp_path)
     """Each stage of tools/verify-rocm.sh prints a start line; OVERLAY_STAGES picks the
     stages (a no-GPU user runs the race lab without the full ROCm build) and the others
     say they were skipped, and why."""
-    import subprocess
-
-    script = Path(__file__).resolve().parent.parent / "tools" / "verify-rocm.sh"
     calls = tmp_path / "calls"
-    stub = tmp_path / "overlay"
-    stub.write_text(
+    stub, make = verify_rocm_stand_ins(
+        tmp_path,
         f'#!/bin/sh\necho "$*" >> {calls}\ncase "$1" in\n'
         '  build) echo "overlay: no ROCm toolchain: none here" >&2; exit 2;;\n'
         '  suite) case "$2" in\n    --help) echo "  build  Build the race lab";;\n'
         '    run) echo "x  PASSED  0 of 3 failed"; echo "1 suite(s): 1 passed, 0 failed, 0 skipped; '
-        '0 of 3 runs failed";;\n  esac; exit 0;;\nesac\n'
+        '0 of 3 runs failed";;\n  esac; exit 0;;\nesac\n',
     )
-    make = tmp_path / "make"
-    make.write_text("#!/bin/sh\nexit 0\n")
-    for exe in (stub, make):
-        exe.chmod(0o755)
 
     def run(**extra: str) -> subprocess.CompletedProcess:
-        env = {
-            k: v
-            for k, v in os.environ.items()
-            if not k.startswith(("OVERLAY_REQUIRE", "OVERLAY_STAGES", "OVERLAY_HOST"))
-        }
-        env.update(OVERLAY=str(stub), MAKE=str(make), OVERLAY_HOST_MODELS="1", **extra)
         calls.write_text("")
-        return subprocess.run(
-            ["bash", str(script)],
-            env=env,
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        return run_verify_rocm(tmp_path, stub, make, OVERLAY_HOST_MODELS="1", **extra)
 
     every = run(OVERLAY_HOST_MODEL_ARGS="--runs 3")
     assert every.returncode == 0, every.stdout + every.stderr
@@ -486,23 +437,12 @@ def test_verify_rocm_script_announces_stages_and_runs_only_those_asked(tmp_path)
 def test_verify_rocm_script_runs_the_behaviour_check_without_a_gpu(tmp_path):
     """make verify-rocm runs `overlay drift --behaviour` (host code, no
     GPU, no ROCm toolchain) and fails when it reports drift."""
-    import subprocess
-
-    script = Path(__file__).resolve().parent.parent / "tools" / "verify-rocm.sh"
-    stub = tmp_path / "overlay"
-    stub.write_text(
+    stub, make = verify_rocm_stand_ins(
+        tmp_path,
         '#!/bin/sh\ncase "$1" in\n  drift) echo "behaviour drift: FloorDivide"; exit 1;;\n'
-        '  build) echo "overlay: no ROCm toolchain: none here" >&2; exit 2;;\nesac\n'
+        '  build) echo "overlay: no ROCm toolchain: none here" >&2; exit 2;;\nesac\n',
     )
-    make = tmp_path / "make"
-    make.write_text("#!/bin/sh\nexit 0\n")
-    for exe in (stub, make):
-        exe.chmod(0o755)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OVERLAY_")}
-    env.update(OVERLAY=str(stub), MAKE=str(make), OVERLAY_STAGES="verify behaviour")
-    res = subprocess.run(
-        ["bash", str(script)], env=env, cwd=tmp_path, capture_output=True, text=True
-    )
+    res = run_verify_rocm(tmp_path, stub, make, OVERLAY_STAGES="verify behaviour")
     if shutil.which("g++") is None:
         assert "verify-rocm: behaviour: skipped (no host C++ compiler" in res.stdout
         return

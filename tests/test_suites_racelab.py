@@ -14,6 +14,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from cifixtures import run_verify_rocm, verify_rocm_stand_ins
 
 from overlay.suites import racelab
 
@@ -387,44 +388,18 @@ def test_verify_rocm_runs_the_host_models_without_a_gpu(tmp_path, run_out, rc, s
         pytest.skip(
             "an AMD GPU is present: the stage is skipped there unless OVERLAY_HOST_MODELS=1"
         )
-    script = ROOT / "tools" / "verify-rocm.sh"
-    stub = tmp_path / "overlay"
-    stub.write_text(
+    stub, make = verify_rocm_stand_ins(
+        tmp_path,
         '#!/bin/sh\ncase "$1" in\n  build) echo "overlay: no ROCm toolchain: none here" >&2; exit 2;;\n'
         '  suite) case "$2" in\n    --help) echo "  build  Build the race lab";;\n'
-        f'    run) printf "%s\\n" "{run_out}"; exit {rc};;\n  esac; exit 0;;\nesac\n'
+        f'    run) printf "%s\\n" "{run_out}"; exit {rc};;\n  esac; exit 0;;\nesac\n',
     )
-    make = tmp_path / "make"
-    make.write_text("#!/bin/sh\nexit 0\n")
-    for exe in (stub, make):
-        exe.chmod(0o755)
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("OVERLAY_REQUIRE", "OVERLAY_HOST_MODELS")
-    }
-    env.update(OVERLAY=str(stub), MAKE=str(make))
-    done = subprocess.run(
-        ["bash", str(script)],
-        env=env,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = run_verify_rocm(tmp_path, stub, make)
     assert f"verify-rocm: host-model: {state}" in done.stdout, done.stdout + done.stderr
     assert "verify-rocm: suites: skipped (the build stage did not pass)" in done.stdout
     assert done.returncode == (1 if rc else 0)
     if state.startswith("skipped"):
-        env["OVERLAY_REQUIRE"] = "host-model"
-        required = subprocess.run(
-            ["bash", str(script)],
-            env=env,
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        required = run_verify_rocm(tmp_path, stub, make, OVERLAY_REQUIRE="host-model")
         assert (
             required.returncode == 1
             and "host-model: failed (required, but skipped" in required.stdout
