@@ -212,8 +212,9 @@ class RunBase:
             info: the state directory as the caller inspected it under the records'
                 lock it still holds (:func:`overlay.rebase.ondisk.refuse_if_in_progress`),
                 so it is not inspected again; ``None``: inspected here.
-            warnings: the plan's warnings (:attr:`RunPlan.warnings`), kept in the
-                state for the report.
+            warnings: every warning the command gave before the run (the plan's,
+                :attr:`RunPlan.warnings`, and :func:`overlay.rebase.plan.start_checks`'),
+                kept in the state for the report.
         Raises:
             OverlayError: a run is already in progress (exit 2).
         """

@@ -83,9 +83,10 @@ class RebaseReport(NamedTuple):
         uncarried: what the fork changed between the two fork commits that the
             overlay does not carry: ``(path, ["<sha12> <subject>", ...])`` pairs
             (:func:`overlay.checks.pins.uncarried_changes`); empty for a rebase.
-        warnings: what the plan warned of when the run started (the pin moved
-            backwards or sideways, a fork carried ahead of the pin), so that the
-            reviewer of the report sees them, not only the terminal that ran it.
+        warnings: every warning the command gave when the run started (the pin
+            moved backwards or sideways and the retarget entries citing commits it
+            lacks, a fork carried ahead of the pin), so that the reviewer of the
+            report sees them, not only the terminal that ran it.
     """
 
     kind: str
@@ -274,9 +275,9 @@ def render_markdown(report: RebaseReport) -> str:
     this report, and importing jinja2 costs a run more than all its own modules do.
     The bytes are those of the template this replaced, kept as the tests' reference
     (``tests/data/rebase_report.md.j2``): a header with the bases before and after,
-    the fork delta's counts, the plan's warnings (when there are any), a table of
-    resolutions, one of the series, the paths not
-    carried (a sync), the range-diff in a fenced block, and the next steps.
+    the fork delta's counts, the run's warnings (when there are any), a table of
+    resolutions, one of the series, the paths not carried (a sync), the range-diff
+    in a fenced block, and the next steps.
     """
     before, after = report.pins.before, report.pins.after
     forks = (

@@ -348,8 +348,9 @@ class RunState:
             ``None`` until the fork delta is settled.
         merge_stats: ``{"carried": n, "conflicts": n}`` of the fork-delta merge.
         rr_recorded: rr-cache keys this run recorded (``--abort`` forgets them).
-        warnings: what the plan warned of when the run started (a pin moved backwards,
-            a fork carried ahead of the pin), for the report a reviewer reads.
+        warnings: every warning the command gave when the run started (a pin moved
+            backwards and the retarget entries citing commits it lacks, a fork carried
+            ahead of the pin), for the report a reviewer reads.
         format: :data:`STATE_FORMAT`.
     """
 
