@@ -142,7 +142,7 @@ def _print_status(st, work: str) -> None:
     for entry in st.patches:
         click.echo(f"  patch {entry.name}: {entry.status}")
     # the run state's module: loaded already, ``st`` is one of its objects
-    from overlay.rebase.state import Phase
+    from overlay.rebase.state import PatchStop, Phase, ResolutionStop
 
     if not st.patches and st.phase is Phase.FORK_DELTA:
         # The series is listed once the fork layer is settled.
@@ -161,9 +161,12 @@ def _print_status(st, work: str) -> None:
         # the run's modules: loaded already, the state was read through them
         from overlay.rebase.formatting import FORMATTED_SUFFIX
 
-        paths = getattr(st.stop, "files", None) or (
-            [st.stop.path] if st.stop.type == "resolution" else []
-        )
+        if isinstance(st.stop, PatchStop):
+            paths = st.stop.files
+        elif isinstance(st.stop, ResolutionStop):
+            paths = [st.stop.path]
+        else:
+            paths = []  # an emptied patch: nothing to edit
         for rel in paths:
             offer = ""
             if os.path.isfile(os.path.join(work, rel + FORMATTED_SUFFIX)):
