@@ -174,7 +174,32 @@ def test_an_aborted_run_forgets_the_resolutions_it_remembered(ov, w):
         "a next run does not replay them" in aborted.output
     ), aborted.output
     assert (ov.root / "patches-rocm" / "resolved" / "mlx" / "core.cpp").exists()
-    assert not list((ov.root / ".overlay" / "rr-cache").iterdir())
+    # the run's entries were all it held: the git-ignored directory goes with them
+    assert not (ov.root / ".overlay" / "rr-cache").exists()
+
+
+def test_an_abort_keeps_the_rr_cache_entries_of_earlier_runs(ov, w):
+    """--abort removes only what the run recorded: an earlier run's entry, and with it
+    the rr-cache directory, stays."""
+    assert cli(ov, "rebase", "--onto", w.pin_conflict).exit_code == 1
+    work = ov.root / ".overlay" / "rebase" / "work" / "mlx" / "core.cpp"
+    work.write_text(lines("core", change={5: "core 5 both", 25: "core 25 upstream"}))
+    assert cli(ov, "rebase", "--continue").exit_code == 0
+    cache = ov.root / ".overlay" / "rr-cache"
+    # An earlier run's entry for another conflict, in place of this run's own (which
+    # the next run then records again, as the test above has it).
+    shutil.rmtree(cache)
+    cache.mkdir()
+    (cache / ("e" * 64)).write_text("an earlier resolution\n")
+    (cache / ("e" * 64 + ".path")).write_text("mlx/other.cpp")
+    earlier = sorted(p.name for p in cache.iterdir())
+    add_patch(
+        ov, "0001-ops.patch", {"mlx/ops.cpp": lines("ops", change={2: "ops 2 ours"})}
+    )
+    assert cli(ov, "rebase", "--onto", w.base).exit_code == 1
+    assert sorted(p.name for p in cache.iterdir()) != earlier
+    assert cli(ov, "rebase", "--abort").exit_code == 0
+    assert sorted(p.name for p in cache.iterdir()) == earlier
 
 
 def test_patch_conflict_skip_names_the_entry(ov, w):

@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterable
 
 from overlay import layout
 from overlay.fs.atomic import atomic_write
@@ -32,15 +34,23 @@ def restore(root: str, rel: str, data: bytes, mode: int) -> bool:
     return True
 
 
-def rr_remove(root: str, key: str) -> None:
-    """Remove rr-cache entry ``key`` (the resolution, its ``.path`` and, for a patch
-    conflict, its ``.patch``) from every rr-cache it is in."""
-    for cache in (layout.RR_CACHE, layout.SHARED_RR_CACHE):
-        for name in (key, key + ".path", key + ".patch"):
-            try:
-                os.unlink(os.path.join(root, cache, name))
-            except FileNotFoundError:
-                pass
+def rr_remove(root: str, keys: Iterable[str]) -> None:
+    """Remove the rr-cache entries ``keys`` (each resolution, its ``.path`` and, for a
+    patch conflict, its ``.patch``) from every rr-cache they are in.
+
+    The private rr-cache directory (:data:`overlay.layout.RR_CACHE`, git-ignored state)
+    goes too when that leaves it empty, so an aborted first run leaves no trace; the
+    team's shared one stays, empty or not: it is a tracked record of theirs.
+    """
+    for key in keys:
+        for cache in (layout.RR_CACHE, layout.SHARED_RR_CACHE):
+            for name in (key, key + ".path", key + ".patch"):
+                try:
+                    os.unlink(os.path.join(root, cache, name))
+                except FileNotFoundError:
+                    pass
+    with contextlib.suppress(OSError):  # not empty, or not there
+        os.rmdir(os.path.join(root, layout.RR_CACHE))
 
 
 def forget_resolution(root: str, path: str) -> int:
@@ -62,6 +72,5 @@ def forget_resolution(root: str, path: str) -> int:
             with open(os.path.join(cache, name), "rb") as fh:
                 if fh.read().decode("utf-8", "surrogateescape") == path:
                     keys.add(name[: -len(".path")])
-    for key in sorted(keys):
-        rr_remove(root, key)
+    rr_remove(root, sorted(keys))
     return len(keys)

@@ -65,8 +65,7 @@ class AbortSteps(RunBase):
             if restore(self.root, rel, *copies[rel]):
                 touched.append(rel)
         prune_resolution_dirs(self.root)
-        for key in self.state.rr_recorded:
-            rr_remove(self.root, key)
+        rr_remove(self.root, self.state.rr_recorded)
         self._discard_dir()
         self.ws.forget_records()  # restored as before the run
         return sorted(touched)
@@ -151,11 +150,12 @@ class AbortSteps(RunBase):
                     restored.append(rel)
             elif state.commit_started:
                 kept.append(rel)
-        for key in state.rr_recorded:
-            # inspect_state checked these are sha256 keys; checked again, as the
-            # names are removed from the rr-cache.
-            if re.fullmatch(r"[0-9a-f]{64}", key):
-                rr_remove(self.root, key)
+        # inspect_state checked these are sha256 keys; checked again, as the names
+        # are removed from the rr-cache.
+        rr_remove(
+            self.root,
+            [k for k in state.rr_recorded if re.fullmatch(r"[0-9a-f]{64}", k)],
+        )
         return note
 
     def _recover_from_backup(self, backup: Backup, restored: list[str]) -> str:
