@@ -194,6 +194,34 @@ def test_abort_after_a_completed_run_says_how_to_undo_it(ov, w):
     assert "LOCAL_FIXES.md (the pins in its headings)" in late.output
 
 
+def test_abort_after_a_committed_run_names_git_revert_not_checkout(ov, w):
+    """Once the run's records are committed, `git checkout -- PATHS` would undo
+    nothing: the hint names `git revert` instead; uncommitted, it names checkout."""
+
+    def git(*args: str) -> None:
+        subprocess.run(
+            ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
+            cwd=ov.root,
+            check=True,
+            capture_output=True,
+        )
+
+    git("init", "-q")
+    git("add", "-A")
+    git("commit", "-q", "-m", "the records")
+    assert cli(ov, "rebase", "--onto", w.pin_clean).exit_code == 0
+    uncommitted = cli(ov, "rebase", "--abort")
+    assert uncommitted.exit_code == 2
+    assert "git checkout -- patches-rocm LOCAL_FIXES.md" in uncommitted.output
+    git("add", "-A")
+    git("commit", "-q", "-m", "overlay rebase")
+    late = cli(ov, "rebase", "--abort")
+    assert late.exit_code == 2 and "no rebase or sync in progress" in late.output
+    assert "completed and is committed (its files are as in HEAD)" in late.output
+    assert "`git revert` of the commit that holds it" in late.output
+    assert "git checkout" not in late.output
+
+
 def test_abort_after_a_run_undone_with_git_does_not_quote_the_old_report(ov, w):
     manifest = ov.root / "patches-rocm" / "overlay.toml"
     before = manifest.read_bytes()

@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from overlay import layout
-from overlay.errors import OverlayError, UnsafePath
+from overlay.errors import GitError, OverlayError, UnsafePath
 from overlay.fs.paths import check_path
 from overlay.fs.reading import RecordError
 from overlay.rebase.backup import Backup, read_backup
@@ -414,12 +414,44 @@ def no_run_to_abort(ws: "Workspace", action: str = "abort") -> OverlayError:
             hint=f"{run} is not what the manifest holds now (pin {current[0][:12]}, "
             f"fork {current[1][:12]}): it was undone or superseded",
         )
+    if _committed(ws.root):
+        return OverlayError(
+            message,
+            hint=f"{run} completed and is committed (its files are as in HEAD); undo it "
+            f"with `git revert` of the commit that holds it (`git log -- {layout.MANIFEST}`)",
+        )
     return OverlayError(
         message,
         hint=f"{run} completed and changed {', '.join(_changed_files(report))}; review it with "
         f"`{_git_on_run_paths('diff --stat')}` and undo it with `{_git_on_run_paths('checkout')}` "
         f"(new files under {layout.RESOLVED_DIR}/ are removed by hand, see `git status`)",
     )
+
+
+def _committed(root: str) -> bool:
+    """Whether what a run may change (``patches-rocm/``, ``LOCAL_FIXES.md``) is in the
+    work tree at ``root`` exactly as in its ``HEAD`` (one ``git diff --quiet HEAD``):
+    a completed run committed since, for which ``git checkout -- PATHS`` undoes
+    nothing. False where git cannot say (no repository, no commit yet)."""
+    from overlay.git.run import run_git  # only for --abort without a run
+
+    try:
+        proc = run_git(
+            [
+                "-C",
+                root,
+                "diff",
+                "--quiet",
+                "HEAD",
+                "--",
+                layout.PATCH_DIR,
+                layout.LOCAL_FIXES,
+            ],
+            check=False,
+        )
+    except GitError:
+        return False  # git is missing
+    return proc.returncode == 0
 
 
 def _manifest_pins(ws: "Workspace") -> tuple[str, str] | None:
