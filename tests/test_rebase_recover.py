@@ -179,4 +179,4 @@ def test_abort_of_a_wedged_state_forgets_the_runs_rr_cache_entries_and_says_so(o
         "forgot the 1 resolution(s) this run recorded in .overlay/rr-cache/: "
         "a next run does not replay them" in aborted.stdout
     ), aborted.stdout
-    assert not list(rr_cache.iterdir())
+    assert not rr_cache.exists()  # its entries were all it held: the directory goes too
