@@ -401,6 +401,14 @@ def test_bad_input_is_one_line_and_exit_2(clean):
         (["edit", "--new", PATCH], "already exists"),
         (["edit", "--new", "../escape"], "bad patch name"),
         (["edit", PATCH, "--after", PATCH], "--after goes with --new"),
+        # --after alone is not the plain `edit` that shows the edit in progress
+        (["edit", "--after", PATCH], "--after goes with --new"),
+        (["edit", PATCH, "--new", "0002-y"], "not both (got "),
+        # a patch's own name is no rename (refused before a work tree is made)
+        (
+            ["edit", "--rename", PATCH, "0001"],
+            "already has that name: nothing to rename",
+        ),
         (["record"], "no edit in progress"),
     ]
     before = records_hash(clean)

@@ -220,6 +220,26 @@ def test_abort_after_a_committed_run_names_git_revert_not_checkout(ov, w):
     assert "completed and is committed (its files are as in HEAD)" in late.output
     assert "`git revert` of the commit that holds it" in late.output
     assert "git checkout" not in late.output
+    # An edit of another record after the commit (a retarget entry's prose) does not
+    # undo it: the checkout would throw that edit away and leave the run.
+    with open(ov.root / "LOCAL_FIXES.md", "a") as fh:
+        fh.write("A line written after the commit.\n")
+    edited = cli(ov, "rebase", "--abort")
+    assert "`git revert` of the commit that holds it" in edited.output
+    assert "git checkout" not in edited.output
+
+
+def test_abort_where_no_run_ever_completed_names_no_undo(ov):
+    never = cli(ov, "rebase", "--abort")
+    assert never.exit_code == 2 and "no rebase or sync in progress" in never.output
+    assert (
+        "no completed run is recorded here either (.overlay/last-rebase.json)"
+        in never.output
+    )
+    assert (
+        "git checkout" not in never.output
+        and "overlay rebase --onto SHA" in never.output
+    )
 
 
 def test_abort_after_a_run_undone_with_git_does_not_quote_the_old_report(ov, w):

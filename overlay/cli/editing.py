@@ -101,7 +101,7 @@ def edit_cmd(
         if patch is None or new_name or after:
             raise OverlayError("--rename NAME takes the PATCH to rename, and no --new")
         _rename(ws, patch, rename)
-    elif patch is None and new_name is None:
+    elif patch is None and new_name is None and after is None:
         _show_edit(ws)
     else:
         _start_edit(ws, patch, new_name, after)
@@ -113,7 +113,16 @@ def _rename(ws: Workspace, patch: str, rename: str) -> None:
     # overlay.edit (the session, its worktree) loads when `edit` runs
     from overlay.edit import abort_edit, load_session, start_edit
     from overlay.edit.record import record
+    from overlay.edit.session import patch_file_name
+    from overlay.records.series import read_series, resolve_patch_name
 
+    # Its own name is no rename: said before a work tree is made for it.
+    name = resolve_patch_name([n for n, _ in read_series(ws.root)], patch)
+    if patch_file_name(rename) == name:
+        raise OverlayError(
+            f"{layout.PATCH_DIR}/{name} already has that name: nothing to rename",
+            hint="give the new name first: `overlay edit --rename NEW PATCH`",
+        )
     current = load_session(ws.root)
     if current is not None:
         raise OverlayError(

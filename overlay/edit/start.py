@@ -59,13 +59,18 @@ def start_edit(
     """
     # The manifest first: a bad one is refused before anything else (the layers need it).
     root, store, _manifest = ws.root, ws.store, ws.manifest
-    if (patch is None) == (new is None):
-        raise OverlayError(
-            "give a PATCH of the series to edit, or --new NAME for a new one"
-        )
     if after is not None and new is None:
         raise OverlayError(
             "--after goes with --new (an existing patch stays where it is)"
+        )
+    if patch is not None and new is not None:
+        raise OverlayError(
+            f"give a PATCH of the series to edit or --new NAME for a new one, not both "
+            f"(got {patch} and --new {new})"
+        )
+    if patch is None and new is None:
+        raise OverlayError(
+            "give a PATCH of the series to edit, or --new NAME for a new one"
         )
     with records_locked(root, "edit"):
         refuse_during_run(root)

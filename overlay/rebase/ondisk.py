@@ -387,6 +387,12 @@ def no_run_to_abort(ws: "Workspace", action: str = "abort") -> OverlayError:
             message,
             hint="start one with `overlay rebase --onto SHA` or `overlay sync --fork SHA`",
         )
+    if not os.path.lexists(layout.under(ws.root, layout.LAST_REBASE_JSON)):
+        return OverlayError(
+            message,
+            hint=f"no completed run is recorded here either ({layout.LAST_REBASE_JSON}); "
+            "start one with `overlay rebase --onto SHA` or `overlay sync --fork SHA`",
+        )
     # rebase.report: only `--abort` without a run; verify imports this module
     from overlay.rebase.report import read_last_json
 
@@ -429,10 +435,12 @@ def no_run_to_abort(ws: "Workspace", action: str = "abort") -> OverlayError:
 
 
 def _committed(root: str) -> bool:
-    """Whether what a run may change (``patches-rocm/``, ``LOCAL_FIXES.md``) is in the
-    work tree at ``root`` exactly as in its ``HEAD`` (one ``git diff --quiet HEAD``):
-    a completed run committed since, for which ``git checkout -- PATHS`` undoes
-    nothing. False where git cannot say (no repository, no commit yet)."""
+    """Whether the manifest at ``root`` is as in its ``HEAD`` (one ``git diff --quiet
+    HEAD``). Asked once the manifest holds a completed run's pins, it says whether the
+    run is committed, for which ``git checkout -- PATHS`` undoes nothing. The manifest
+    alone is asked: every run changes it, and a later edit of another record (a
+    retarget entry's prose, after the commit) does not undo the commit. False where
+    git cannot say (no repository, no commit yet)."""
     from overlay.git.run import run_git  # only for --abort without a run
 
     try:
@@ -444,8 +452,7 @@ def _committed(root: str) -> bool:
                 "--quiet",
                 "HEAD",
                 "--",
-                layout.PATCH_DIR,
-                layout.LOCAL_FIXES,
+                layout.MANIFEST,
             ],
             check=False,
         )
