@@ -108,6 +108,33 @@ def test_abort_forgets_the_patch_resolution_its_run_recorded(ov, w):
     assert cli(ov, "rebase", "--abort").exit_code == 0
 
 
+def test_abort_forgets_from_the_shared_directory_too_and_says_so(ov, w):
+    add_patch(
+        ov, "0001-ops.patch", {"mlx/ops.cpp": lines("ops", change={2: "ops 2 ours"})}
+    )
+    add_patch(
+        ov,
+        "0002-core.patch",
+        {"mlx/core.cpp": lines("core", change={25: "core 25 ours"})},
+        fix=2,
+    )
+    write_fixes(ov, [("Ops 2.", ["mlx/ops.cpp"]), ("Core 25.", ["mlx/core.cpp"])])
+    shared = ov.root / PDIR / "rr-cache"
+    shared.mkdir()  # the team made it
+    assert cli(ov, "rebase", "--onto", w.pin_clean).exit_code == 1
+    work_file(ov, "mlx/ops.cpp").write_text(RESOLVED_OPS)
+    assert cli(ov, "rebase", "--continue").exit_code == 1  # 0002 stops
+    assert any(shared.iterdir()) and any((ov.root / RR).iterdir())
+    aborted = cli(ov, "rebase", "--abort")
+    assert aborted.exit_code == 0, aborted.output
+    assert (
+        "recorded in .overlay/rr-cache/ and patches-rocm/rr-cache/: a next run does "
+        "not replay them" in aborted.output
+    ), aborted.output
+    assert shared.is_dir() and not any(shared.iterdir())  # the team's stays, emptied
+    assert not (ov.root / RR).exists()
+
+
 def test_the_shared_directory_is_used_only_when_the_team_made_it(ov, w):
     saved = ops_overlay(ov)
     shared = ov.root / PDIR / "rr-cache"

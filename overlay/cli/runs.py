@@ -84,7 +84,7 @@ def _rebase_action_locked(
         _print_status(rb.state, rb.work)
     elif action == "abort":
         forgotten = len(rb.state.rr_recorded)
-        _print_aborted(rb.abort(), forgotten)
+        _print_aborted(rb.abort(), forgotten, rb.root)
     else:
         report = (
             rb.skip(drop=action == "drop")
@@ -112,7 +112,7 @@ def _wedged_action(rb, info, action: str) -> None:
             hint=wedged_hint(info.kind),
         )
     rec = rb.recover_wedged(info)
-    _print_forgotten(rec.forgotten)
+    _print_forgotten(rec.forgotten, rb.root)
     click.echo(
         f"aborted the wedged {rec.kind} state ({rec.problem}): "
         f"{len(rec.restored)} file(s) restored from its backup; the state is removed"
@@ -178,11 +178,12 @@ def _print_status(st, work: str) -> None:
             click.echo(f"  edit {layout.REBASE_WORK_DIR}/{rel}{offer}")
 
 
-def _print_aborted(restored: list[str], forgotten: int = 0) -> None:
+def _print_aborted(restored: list[str], forgotten: int = 0, root: str = "") -> None:
     """What ``--abort`` of a run in progress put back, and the resolutions this run
     had recorded in the rr-cache that it forgot with it (shared case 17: an aborted
-    run leaves nothing behind, so a next run does not replay them)."""
-    _print_forgotten(forgotten)
+    run leaves nothing behind, so a next run does not replay them); ``root``: the
+    overlay repository."""
+    _print_forgotten(forgotten, root)
     if restored:
         click.echo(
             f"aborted: {len(restored)} file(s) restored; "
@@ -194,15 +195,19 @@ def _print_aborted(restored: list[str], forgotten: int = 0) -> None:
         )
 
 
-def _print_forgotten(forgotten: int) -> None:
+def _print_forgotten(forgotten: int, root: str) -> None:
     """The line saying ``--abort`` forgot the ``forgotten`` resolutions its run had
-    recorded in the rr-cache (nothing when 0). Not "the next run stops on them": a
-    resolution the run had removed and remembered is back in
-    ``patches-rocm/resolved/`` with the rest of the records."""
+    recorded in the rr-cache (nothing when 0), naming the team's shared rr-cache
+    too where ``root`` has one (a run writes its new resolutions to both). Not "the
+    next run stops on them": a resolution the run had removed and remembered is back
+    in ``patches-rocm/resolved/`` with the rest of the records."""
     if forgotten:
+        caches = f"{layout.RR_CACHE}/"
+        if os.path.isdir(os.path.join(root, layout.SHARED_RR_CACHE)):
+            caches += f" and {layout.SHARED_RR_CACHE}/"
         click.echo(
-            f"forgot the {forgotten} resolution(s) this run recorded in "
-            f"{layout.RR_CACHE}/: a next run does not replay them"
+            f"forgot the {forgotten} resolution(s) this run recorded in {caches}: "
+            "a next run does not replay them"
         )
 
 
