@@ -229,3 +229,16 @@ def stopped_run(ov, w) -> None:
     (ov.root / ".overlay" / "rebase" / "work" / "mlx" / "core.cpp").write_text(
         CORE_RESOLVED
     )
+
+
+def core_resolved_run(ov, w) -> Path:
+    """A rebase onto w.pin_conflict whose fork-delta conflict in mlx/core.cpp is
+    resolved and completed (``--continue``); returns ``.overlay/rr-cache``, where the
+    resolution is now recorded."""
+    stop = cli(ov, "rebase", "--onto", w.pin_conflict)
+    assert stop.exit_code == 1, stop.output
+    work = ov.root / ".overlay" / "rebase" / "work" / "mlx" / "core.cpp"
+    work.write_text(lines("core", change={5: "core 5 both", 25: "core 25 upstream"}))
+    done = cli(ov, "rebase", "--continue")
+    assert done.exit_code == 0, done.output
+    return ov.root / ".overlay" / "rr-cache"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from gitfixtures import cli, lines, records_hash
-from seriesfixtures import add_patch, manifest_text
+from seriesfixtures import add_patch, core_resolved_run, manifest_text
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -149,11 +149,7 @@ def test_a_removed_resolution_is_remembered_for_the_way_back(ov, w):
 
 def test_an_aborted_run_forgets_the_resolutions_it_remembered(ov, w):
     """--abort forgets what the run put in the rr-cache, removed resolutions included."""
-    assert cli(ov, "rebase", "--onto", w.pin_conflict).exit_code == 1
-    work = ov.root / ".overlay" / "rebase" / "work" / "mlx" / "core.cpp"
-    work.write_text(lines("core", change={5: "core 5 both", 25: "core 25 upstream"}))
-    assert cli(ov, "rebase", "--continue").exit_code == 0
-    shutil.rmtree(ov.root / ".overlay" / "rr-cache")
+    shutil.rmtree(core_resolved_run(ov, w))
     add_patch(
         ov, "0001-ops.patch", {"mlx/ops.cpp": lines("ops", change={2: "ops 2 ours"})}
     )
@@ -181,11 +177,7 @@ def test_an_aborted_run_forgets_the_resolutions_it_remembered(ov, w):
 def test_an_abort_keeps_the_rr_cache_entries_of_earlier_runs(ov, w):
     """--abort removes only what the run recorded: an earlier run's entry, and with it
     the rr-cache directory, stays."""
-    assert cli(ov, "rebase", "--onto", w.pin_conflict).exit_code == 1
-    work = ov.root / ".overlay" / "rebase" / "work" / "mlx" / "core.cpp"
-    work.write_text(lines("core", change={5: "core 5 both", 25: "core 25 upstream"}))
-    assert cli(ov, "rebase", "--continue").exit_code == 0
-    cache = ov.root / ".overlay" / "rr-cache"
+    cache = core_resolved_run(ov, w)
     # An earlier run's entry for another conflict, in place of this run's own (which
     # the next run then records again, as the test above has it).
     shutil.rmtree(cache)

@@ -14,7 +14,7 @@ import pytest
 from gitfixtures import lines, make_patch, records_hash
 from gitfixtures import overlay_process as run
 from gitfixtures import refusal_line as one_line_refusal
-from seriesfixtures import add_patch, manifest_text, stopped_run
+from seriesfixtures import add_patch, core_resolved_run, manifest_text, stopped_run
 
 from overlay.engine.layers import compute_layers
 from overlay.git.store import Store
@@ -160,11 +160,7 @@ def test_a_run_an_older_overlay_stopped_is_in_progress_and_aborts_from_its_copie
 def test_abort_of_a_wedged_state_forgets_the_runs_rr_cache_entries_and_says_so(ov, w):
     # A run that removed (and remembered) a resolution, stopped on a patch, then lost
     # its backup: the valid state.json still names the rr-cache entry it recorded.
-    assert run(ov, "rebase", "--onto", w.pin_conflict).returncode == 1
-    work = ov.root / ".overlay" / "rebase" / "work" / "mlx" / "core.cpp"
-    work.write_text(lines("core", change={5: "core 5 both", 25: "core 25 upstream"}))
-    assert run(ov, "rebase", "--continue").returncode == 0
-    rr_cache = ov.root / ".overlay" / "rr-cache"
+    rr_cache = core_resolved_run(ov, w)
     shutil.rmtree(rr_cache)
     add_patch(
         ov, "0001-ops.patch", {"mlx/ops.cpp": lines("ops", change={2: "ops 2 ours"})}

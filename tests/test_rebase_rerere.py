@@ -84,7 +84,9 @@ def test_a_patch_resolution_is_replayed_on_the_same_conflict_and_forgotten(ov, w
     assert cli(ov, "rebase", "--abort").exit_code == 0
 
 
-def test_abort_forgets_the_patch_resolution_its_run_recorded(ov, w):
+def ops_and_core_overlay(ov) -> None:
+    """Two patches whose lines upstream changed at w.pin_clean: 0001 (mlx/ops.cpp)
+    and 0002 (mlx/core.cpp), each with its LOCAL_FIXES entry."""
     add_patch(
         ov, "0001-ops.patch", {"mlx/ops.cpp": lines("ops", change={2: "ops 2 ours"})}
     )
@@ -95,6 +97,10 @@ def test_abort_forgets_the_patch_resolution_its_run_recorded(ov, w):
         fix=2,
     )
     write_fixes(ov, [("Ops 2.", ["mlx/ops.cpp"]), ("Core 25.", ["mlx/core.cpp"])])
+
+
+def test_abort_forgets_the_patch_resolution_its_run_recorded(ov, w):
+    ops_and_core_overlay(ov)
     assert cli(ov, "rebase", "--onto", w.pin_clean).exit_code == 1
     work_file(ov, "mlx/ops.cpp").write_text(RESOLVED_OPS)
     second = cli(ov, "rebase", "--continue")
@@ -109,16 +115,7 @@ def test_abort_forgets_the_patch_resolution_its_run_recorded(ov, w):
 
 
 def test_abort_forgets_from_the_shared_directory_too_and_says_so(ov, w):
-    add_patch(
-        ov, "0001-ops.patch", {"mlx/ops.cpp": lines("ops", change={2: "ops 2 ours"})}
-    )
-    add_patch(
-        ov,
-        "0002-core.patch",
-        {"mlx/core.cpp": lines("core", change={25: "core 25 ours"})},
-        fix=2,
-    )
-    write_fixes(ov, [("Ops 2.", ["mlx/ops.cpp"]), ("Core 25.", ["mlx/core.cpp"])])
+    ops_and_core_overlay(ov)
     shared = ov.root / PDIR / "rr-cache"
     shared.mkdir()  # the team made it
     assert cli(ov, "rebase", "--onto", w.pin_clean).exit_code == 1
