@@ -217,7 +217,10 @@ def test_abort_after_a_committed_run_names_git_revert_not_checkout(ov, w):
     git("commit", "-q", "-m", "overlay rebase")
     late = cli(ov, "rebase", "--abort")
     assert late.exit_code == 2 and "no rebase or sync in progress" in late.output
-    assert "completed and is committed (its files are as in HEAD)" in late.output
+    assert (
+        "completed and is committed (its patches-rocm/overlay.toml is as in HEAD)"
+        in late.output
+    )
     assert "`git revert` of the commit that holds it" in late.output
     assert "git checkout" not in late.output
     # An edit of another record after the commit (a retarget entry's prose) does not

@@ -423,8 +423,9 @@ def no_run_to_abort(ws: "Workspace", action: str = "abort") -> OverlayError:
     if _committed(ws.root):
         return OverlayError(
             message,
-            hint=f"{run} completed and is committed (its files are as in HEAD); undo it "
-            f"with `git revert` of the commit that holds it (`git log -- {layout.MANIFEST}`)",
+            hint=f"{run} completed and is committed (its {layout.MANIFEST} is as in "
+            f"HEAD); undo it with `git revert` of the commit that holds it (`git log -- "
+            f"{layout.MANIFEST}`), once other changes are committed or stashed",
         )
     return OverlayError(
         message,
