@@ -178,7 +178,7 @@ def _print_status(st, work: str) -> None:
             click.echo(f"  edit {layout.REBASE_WORK_DIR}/{rel}{offer}")
 
 
-def _print_aborted(restored: list[str], forgotten: int = 0, root: str = "") -> None:
+def _print_aborted(restored: list[str], forgotten: int, root: str) -> None:
     """What ``--abort`` of a run in progress put back, and the resolutions this run
     had recorded in the rr-cache that it forgot with it (shared case 17: an aborted
     run leaves nothing behind, so a next run does not replay them); ``root``: the
