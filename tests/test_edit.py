@@ -409,6 +409,11 @@ def test_bad_input_is_one_line_and_exit_2(clean):
             ["edit", "--rename", PATCH, "0001"],
             "already has that name: nothing to rename",
         ),
+        # not in the series: said as for any edit, whatever the new name
+        (
+            ["edit", "--rename", "0009-nope", "0009-nope"],
+            "is not in patches-rocm/series",
+        ),
         (["record"], "no edit in progress"),
     ]
     before = records_hash(clean)

@@ -116,9 +116,11 @@ def _rename(ws: Workspace, patch: str, rename: str) -> None:
     from overlay.edit.session import patch_file_name
     from overlay.records.series import read_series, resolve_patch_name
 
-    # Its own name is no rename: said before a work tree is made for it.
-    name = resolve_patch_name([n for n, _ in read_series(ws.root)], patch)
-    if patch_file_name(rename) == name:
+    # Its own name is no rename: said before a work tree is made for it. (A patch not
+    # in the series is start_edit's to refuse, whatever the new name.)
+    listed = [n for n, _ in read_series(ws.root)]
+    name = resolve_patch_name(listed, patch)
+    if name in listed and patch_file_name(rename) == name:
         raise OverlayError(
             f"{layout.PATCH_DIR}/{name} already has that name: nothing to rename",
             hint="give the new name first: `overlay edit --rename NEW PATCH`",
