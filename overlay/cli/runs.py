@@ -198,13 +198,15 @@ def _print_aborted(restored: list[str], forgotten: int, root: str) -> None:
 def _print_forgotten(forgotten: int, root: str) -> None:
     """The line saying ``--abort`` forgot the ``forgotten`` resolutions its run had
     recorded in the rr-cache (nothing when 0), naming the team's shared rr-cache
-    too where ``root`` has one (a run writes its new resolutions to both). Not "the
+    too where ``root`` has one (:func:`overlay.rebase.rerere.cache_dirs`: a run
+    writes its new resolutions to both). Not "the
     next run stops on them": a resolution the run had removed and remembered is back
     in ``patches-rocm/resolved/`` with the rest of the records."""
     if forgotten:
-        caches = f"{layout.RR_CACHE}/"
-        if os.path.isdir(os.path.join(root, layout.SHARED_RR_CACHE)):
-            caches += f" and {layout.SHARED_RR_CACHE}/"
+        # the run's modules: loaded already, the run was read through them
+        from overlay.rebase.rerere import cache_dirs
+
+        caches = " and ".join(f"{label}/" for label, _dir in cache_dirs(root))
         click.echo(
             f"forgot the {forgotten} resolution(s) this run recorded in {caches}: "
             "a next run does not replay them"
