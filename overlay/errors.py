@@ -7,7 +7,8 @@ Exit codes (documented in ``docs/exit-codes.md``):
   that does not apply, a conflict that stops a rebase);
 * 2 -- usage or environment error (bad manifest, unknown ref, offline miss,
   missing ``git``, hostile path, refused destination);
-* 130 -- interrupted (Ctrl-C); one ``overlay:`` line says what state is left.
+* 130 -- interrupted (Ctrl-C); one ``overlay:`` line says what state is left;
+* 143 -- terminated (SIGTERM) while parallel jobs ran (:class:`Terminated`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,28 @@ EXIT_OK = 0
 EXIT_FINDINGS = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
+#: 128 + SIGTERM, the status a shell gives a process the signal ended.
+EXIT_TERMINATED = 143
+
+
+class Terminated(KeyboardInterrupt):
+    """A SIGTERM taken while :func:`overlay.parallel.run_parallel` ran jobs.
+
+    A :class:`KeyboardInterrupt`, so that every cleanup a Ctrl-C runs runs for it too;
+    the command line reports it as ``overlay: terminated`` with
+    :data:`EXIT_TERMINATED` (:func:`interrupt_outcome`).
+    """
+
+
+def interrupt_outcome(exc: BaseException) -> tuple[str, int]:
+    """The word and the exit status for an interrupt ``exc``.
+
+    Returns:
+        ``("terminated", 143)`` for a :class:`Terminated`, else ``("interrupted", 130)``.
+    """
+    if isinstance(exc, Terminated):
+        return "terminated", EXIT_TERMINATED
+    return "interrupted", EXIT_INTERRUPTED
 
 
 class OverlayError(Exception):

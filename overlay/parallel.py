@@ -1,8 +1,18 @@
-"""Jobs on a few threads that a Ctrl-C or a failed job stops (:func:`run_parallel`).
+"""Jobs on a few threads that a Ctrl-C, a SIGTERM or a failed job stops
+(:func:`run_parallel`), and the child processes they start (:func:`run_child`).
 
 ``overlay build`` runs its translation units this way, the race lab its objects and
 the mutation check its suite runs: each job mostly waits on a child process, so
 threads are enough.
+
+A child a job starts through :func:`run_child` or :func:`child` is stopped with the
+run, as ninja stops its commands: it runs in a process group of its own, and the
+SIGINT or SIGTERM the run takes is sent on to every such group. A Ctrl-C at the
+terminal reaches overlay alone then (its children are not in the terminal's
+foreground group) and is passed on; a ``kill`` of overlay's pid (a CI runner's
+SIGTERM on cancel, a supervisor's stop) stops the compilers too, where before they
+went on to finish their unit after overlay had ended. A child started outside a
+run stays in overlay's own group, so the terminal's Ctrl-C reaches it directly.
 
 Why not ``concurrent.futures.ThreadPoolExecutor``: a ``with`` block waits for every
 queued job after a Ctrl-C (a check of 138 units went on compiling for minutes), and
@@ -16,10 +26,16 @@ Ctrl-C only raises a flag: the workers take no new job, the main thread waits fo
 running ones and raises :class:`KeyboardInterrupt` itself, outside every lock.
 """
 
+import contextlib
 import itertools
+import os
 import signal
+import subprocess
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from overlay.errors import Terminated
 
 #: How long the main thread waits on a worker before looking at the flags again, in
 #: seconds. Python runs a signal's handler in the main thread between bytecodes; a
@@ -29,8 +45,12 @@ from collections.abc import Callable, Sequence
 _POLL_S = 0.05
 
 
+#: The signals a run takes from Python's defaults and passes on to the children.
+_FORWARDED = (signal.SIGINT, signal.SIGTERM)
+
+
 class _Stop:
-    """Why the run stops, set from the SIGINT handler or a failed worker.
+    """Why the run stops, set from the signal handler or a failed worker.
 
     Plain attribute writes: the handler runs in the main thread between bytecodes
     and must take no lock.
@@ -38,31 +58,172 @@ class _Stop:
 
     def __init__(self) -> None:
         self.interrupted = False
+        self.terminated = False
         self.cancelled = False
         self.error: BaseException | None = None
 
     @property
     def stopping(self) -> bool:
-        """True once a Ctrl-C came, a job failed or the caller gave up."""
-        return self.interrupted or self.cancelled or self.error is not None
+        """True once a Ctrl-C or a SIGTERM came, a job failed or the caller gave up."""
+        return (
+            self.interrupted
+            or self.terminated
+            or self.cancelled
+            or self.error is not None
+        )
+
+    def raise_why(self) -> None:
+        """Raise why the run stopped (a Ctrl-C before a SIGTERM before a job's error);
+        return when it ran to its end."""
+        if self.interrupted:
+            raise KeyboardInterrupt
+        if self.terminated:
+            raise Terminated
+        if self.error is not None:
+            raise self.error
+
+
+class _Children:
+    """The processes jobs started through :func:`child`, while they run.
+
+    ``forwarding`` is set while a run on the main thread holds the signal handlers
+    (only then does a child get a process group of its own); ``signum`` is the signal
+    that run took, sent on to every child started after it too. The handler reads
+    ``running`` with one ``list()`` of the set, a single C call under the GIL, so it
+    takes no lock either.
+    """
+
+    def __init__(self) -> None:
+        self.running: set[subprocess.Popen] = set()
+        self.forwarding = False
+        self.signum: int | None = None
+
+    def send(self, signum: int) -> None:
+        """Send ``signum`` to the process group of every running child."""
+        self.signum = signum
+        for proc in list(self.running):
+            _signal_group(proc, signum)
+
+
+_CHILDREN = _Children()
+
+
+def _signal_group(proc: subprocess.Popen, signum: int) -> None:
+    """``signum`` to the group ``proc`` leads; nothing when it has ended."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signum)
+
+
+@contextlib.contextmanager
+def child(argv: Sequence[str], **popen: Any) -> Iterator[subprocess.Popen]:
+    """Start ``argv`` as a child that a run's Ctrl-C or SIGTERM stops.
+
+    Inside a :func:`run_parallel` of the main thread the child leads a process group
+    of its own (everything it starts is in it), and the run's signal is sent to that
+    group, also when it came while the child was starting. Elsewhere it is a plain
+    :class:`subprocess.Popen` in overlay's group.
+
+    A child started with ``start_new_session=True`` leads a session (and so a group)
+    of its own wherever it runs, and gets the run's signal the same way.
+
+    Args:
+        argv: the command.
+        popen: keyword arguments of :class:`subprocess.Popen` (not ``process_group``).
+    Yields:
+        The running process; the caller waits for it inside the ``with``. Leaving
+        the ``with`` by an exception sends SIGKILL to it (its group) if it still
+        runs; its pipes are closed either way.
+    Raises:
+        OSError: the command could not be started (as from ``Popen``).
+    """
+    session = bool(popen.get("start_new_session"))
+    # A session of its own is a group of its own already (setpgid after setsid fails).
+    own = _CHILDREN.forwarding and not session
+    proc = subprocess.Popen(list(argv), process_group=0 if own else None, **popen)
+    _CHILDREN.running.add(proc)
+    try:
+        if (own or session) and _CHILDREN.signum is not None:
+            _signal_group(proc, _CHILDREN.signum)  # the signal came while it started
+        yield proc
+    except BaseException:
+        # The caller gave up on it (its own error): no child is left running.
+        # Not waited for: a process in uninterruptible sleep would hold the caller
+        # forever; subprocess reaps it later.
+        if proc.poll() is None:
+            if own or session:
+                _signal_group(proc, signal.SIGKILL)
+            else:
+                proc.kill()
+        raise
+    finally:
+        _CHILDREN.running.discard(proc)
+        for pipe in (proc.stdin, proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
+
+
+def taken() -> int | None:
+    """The signal the running :func:`run_parallel` of the main thread took (sent on
+    to its children), or ``None``: a job that runs several children in turn asks it
+    before the next one, and stops.
+
+    Raises nothing; read without a lock (one attribute).
+    """
+    return _CHILDREN.signum
+
+
+def raise_taken() -> None:
+    """Raise what the run's signal means (:func:`taken`): :class:`KeyboardInterrupt`
+    for a SIGINT, :class:`~overlay.errors.Terminated` for a SIGTERM; return when the
+    run took none. In a job, the run then raises it in the calling thread."""
+    signum = _CHILDREN.signum
+    if signum == signal.SIGTERM:
+        raise Terminated
+    if signum is not None:
+        raise KeyboardInterrupt
+
+
+def run_child(
+    argv: Sequence[str], *, input: bytes | str | None = None, **popen: Any
+) -> subprocess.CompletedProcess:
+    """:func:`subprocess.run` for a job of :func:`run_parallel`: the child is stopped
+    with the run (:func:`child`).
+
+    Args:
+        argv: the command.
+        input: bytes for its stdin (give ``stdin=subprocess.PIPE`` with it).
+        popen: keyword arguments of :class:`subprocess.Popen` (``stdout``, ``stderr``,
+            ``stdin``, ``text``, ``errors``, ``cwd``, ``env``).
+    Returns:
+        The completed process (a child stopped by the run's signal has the negative
+        signal number as its ``returncode``).
+    Raises:
+        OSError: the command could not be started.
+    """
+    with child(argv, **popen) as proc:
+        out, err = proc.communicate(input)
+    return subprocess.CompletedProcess(list(argv), proc.returncode, out, err)
 
 
 def run_parallel(workers: int, jobs: Sequence[Callable[[], None]]) -> None:
     """Run ``jobs`` on ``workers`` threads, in order, until all are done or one fails.
 
-    A Ctrl-C (SIGINT) or a job's exception stops the run: no job starts after it,
-    the running ones are waited for, then :class:`KeyboardInterrupt` or the first
-    job's exception is raised in the calling thread. The Ctrl-C is taken by a
-    handler installed for the run (where the caller is the main thread and SIGINT
-    has Python's default handler; the handler before is put back before returning),
-    so it never lands inside a lock (the module docstring says why).
+    A Ctrl-C (SIGINT), a SIGTERM or a job's exception stops the run: no job starts
+    after it, the signal is sent on to the children the jobs started through
+    :func:`child` (:func:`run_child`), the running jobs are waited for, then
+    :class:`KeyboardInterrupt`, :class:`~overlay.errors.Terminated` or the first
+    job's exception is raised in the calling thread. The signals are taken by
+    handlers installed for the run (where the caller is the main thread and the
+    signal has Python's default handler; the handlers before are put back before
+    returning), so they never land inside a lock (the module docstring says why).
 
     Args:
         workers: thread count (fewer when there are fewer jobs; at least 1).
         jobs: callables taking no argument, started in this order.
     Raises:
         KeyboardInterrupt: a Ctrl-C came while the jobs ran.
-        BaseException: the first exception a job raised (a Ctrl-C wins over it).
+        Terminated: a SIGTERM came (and no Ctrl-C) while the jobs ran.
+        BaseException: the first exception a job raised (a signal wins over it).
     """
     todo = list(jobs)
     if not todo:
@@ -83,15 +244,14 @@ def run_parallel(workers: int, jobs: Sequence[Callable[[], None]]) -> None:
                     stop.error = exc
                 return
 
-    def on_sigint(_signum: int, _frame: object) -> None:
-        stop.interrupted = True
+    def on_signal(signum: int, _frame: object) -> None:
+        if signum == signal.SIGTERM:
+            stop.terminated = True
+        else:
+            stop.interrupted = True
+        _CHILDREN.send(signum)
 
-    previous = None
-    if (
-        threading.current_thread() is threading.main_thread()
-        and signal.getsignal(signal.SIGINT) is signal.default_int_handler
-    ):
-        previous = signal.signal(signal.SIGINT, on_sigint)
+    previous = _take_signals(on_signal)
     started: list[threading.Thread] = []
     try:
         try:
@@ -109,12 +269,36 @@ def run_parallel(workers: int, jobs: Sequence[Callable[[], None]]) -> None:
             _wait(started)
             raise
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGINT, previous)
-    if stop.interrupted:
-        raise KeyboardInterrupt
-    if stop.error is not None:
-        raise stop.error
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        if previous:
+            _CHILDREN.forwarding = False
+            _CHILDREN.signum = None
+    stop.raise_why()
+
+
+def _take_signals(handler: Callable[[int, Any], None]) -> dict[int, Any]:
+    """Install ``handler`` for each of :data:`_FORWARDED` that has Python's default,
+    on the main thread only, and turn on forwarding to :func:`child` processes.
+
+    Returns:
+        ``{signal: the handler it had}`` for those taken (empty off the main thread,
+        or when another handler holds both).
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    defaults = {
+        signal.SIGINT: signal.default_int_handler,
+        signal.SIGTERM: signal.SIG_DFL,
+    }
+    previous: dict[int, Any] = {}
+    for signum in _FORWARDED:
+        if signal.getsignal(signum) is defaults[signum]:
+            previous[signum] = signal.signal(signum, handler)
+    if previous:
+        _CHILDREN.signum = None
+        _CHILDREN.forwarding = True
+    return previous
 
 
 def _wait(threads: list[threading.Thread]) -> None:

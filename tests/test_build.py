@@ -11,6 +11,9 @@ import fcntl
 import json
 import os
 import shutil
+import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -25,6 +28,7 @@ from buildfixtures import (
 )
 from click.testing import CliRunner
 from gitfixtures import Overlay, WorkRepo, World, cli, make_patch
+from procfixtures import gone
 
 from overlay.build import (
     BUILD_LOCK,
@@ -619,6 +623,54 @@ def test_check_runs_hip_custom_commands_syntax_only(mini):
     assert not Path(
         result.obj, "CMakeFiles", "d"
     ).exists()  # no depfile step ran either
+
+
+@needs_cmake
+@pytest.mark.parametrize(
+    ("signum", "code", "line"),
+    [
+        (signal.SIGTERM, 143, "overlay: terminated"),
+        (signal.SIGINT, 130, "overlay: interrupted"),
+    ],
+)
+def test_a_signal_to_overlays_pid_stops_the_check_and_its_compilers(
+    mini, tmp_path, signum, code, line
+):
+    # `kill PID` (a CI runner's cancel) reaches overlay alone: before, SIGTERM ended it
+    # at once and SIGINT waited, and the compilers went on with their units either way.
+    ov, store = mini
+    _hip_patch(ov, store, "0001-hip.patch", "1")
+    started = tmp_path / "compiling"
+    cxx = tmp_path / "slow-c++"
+    real = shutil.which("c++") or shutil.which("g++")
+    cxx.write_text(
+        "#!/bin/sh\n"  # the check's units sleep a minute; CMake's probes compile
+        f'case "$*" in *check-symbols*) echo $$ >> "{started}"; exec sleep 60;; esac\n'
+        f'exec {real} "$@"\n'
+    )
+    cxx.chmod(0o755)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "overlay", "-C", str(ov.root), "build"]
+        + ["--backend", "cpu", "--check", "-j", "2", "--cache", "none"],
+        env={**os.environ, "CXX": str(cxx)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 120
+    while not (started.exists() and started.read_text()) and proc.poll() is None:
+        assert time.monotonic() < deadline, "no unit started"
+        time.sleep(0.1)
+    assert proc.poll() is None, proc.communicate()
+    os.kill(proc.pid, signum)
+    _out, err = proc.communicate(timeout=30)  # not the minute a unit sleeps
+    assert proc.returncode == code, err
+    assert err.splitlines()[-1] == line
+    # Each compiler was stopped with overlay: gone, or a zombie of a shell the signal
+    # also ended, waiting for init to reap it (given a moment: the signal reached the
+    # compiler and its shell at once, and the shell may have ended first).
+    pids = [int(pid) for pid in started.read_text().split()]
+    assert pids and all(gone(pid) for pid in pids), pids
 
 
 def test_syntax_only_commands_drop_the_object_and_the_depfile():

@@ -122,3 +122,87 @@ def test_off_the_main_thread_the_jobs_run_and_no_handler_is_touched():
     caller.join(10)
     assert sorted(done) == list(range(20))
     assert signal.getsignal(signal.SIGINT) is handler
+
+
+# A signal sent to overlay's pid alone (`kill PID`, a CI runner's cancel, a
+# supervisor's stop) reaches none of its children: the run passes it on. Each job's
+# child would sleep a minute; the run must end in seconds with them gone. In a child
+# interpreter, so that a signal arriving outside the run cannot end the test session.
+_SIGNAL_TO_PID = textwrap.dedent(
+    """
+    import os, signal, subprocess, sys, threading, time
+    from overlay.errors import Terminated
+    from overlay.parallel import run_child, run_parallel
+
+    signum = int(sys.argv[1])
+    results = []
+
+    def job(i):
+        proc = run_child(["sleep", "60"], stdin=subprocess.DEVNULL)
+        results.append(proc.returncode)
+
+    def send():
+        time.sleep(1.0)  # both children running
+        os.kill(os.getpid(), signum)
+
+    threading.Thread(target=send, daemon=True).start()
+    t0 = time.monotonic()
+    try:
+        run_parallel(2, [lambda i=i: job(i) for i in range(6)])
+        raised = "nothing"
+    except Terminated:
+        raised = "Terminated"
+    except KeyboardInterrupt:
+        raised = "KeyboardInterrupt"
+    took = time.monotonic() - t0
+    default = signal.getsignal(signal.SIGTERM) is signal.SIG_DFL and (
+        signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    )
+    print(raised, ",".join(map(str, sorted(results))), round(took), default)
+    """
+)
+
+
+@pytest.mark.parametrize(
+    ("signum", "raised"),
+    [(signal.SIGTERM, "Terminated"), (signal.SIGINT, "KeyboardInterrupt")],
+)
+def test_a_signal_to_the_pid_alone_stops_the_running_children(tmp_path, signum, raised):
+    proc = subprocess.run(
+        [sys.executable, "-c", _SIGNAL_TO_PID, str(int(signum))],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    name, results, took, default = proc.stdout.split()
+    # the two running children ended by the signal passed on; none started after it
+    assert name == raised
+    assert results == f"-{int(signum)},-{int(signum)}"
+    assert int(took) < 10, proc.stdout  # not the minute the children would sleep
+    assert default == "True"  # Python's handlers are back
+
+
+def test_a_child_gets_a_group_of_its_own_only_inside_a_run():
+    from overlay.parallel import child
+
+    groups: list[bool] = []
+
+    def job() -> None:
+        with child(["sleep", "0.2"], stdin=subprocess.DEVNULL) as proc:
+            groups.append(os.getpgid(proc.pid) == proc.pid)
+            proc.wait()
+
+    run_parallel(1, [job])
+    job()  # outside a run: in this process's group, so a terminal's Ctrl-C reaches it
+    assert groups == [True, False]
+
+
+def test_a_child_left_by_an_exception_is_killed():
+    from overlay.parallel import child
+
+    with pytest.raises(RuntimeError):
+        with child(["sleep", "60"], stdin=subprocess.DEVNULL) as proc:
+            raise RuntimeError("the caller's own error")
+    assert proc.wait(timeout=10) == -signal.SIGKILL

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import shlex
 import subprocess
 import threading
 from collections.abc import Callable, Sequence
 
 from overlay.build.toolchain import ToolchainError
+from overlay.parallel import child
 
 
 class BuildLog:
@@ -38,27 +40,34 @@ def run_logged(
     env: dict | None = None,
     on_line: Callable[[str], None] | None = None,
 ) -> tuple[int, str]:
-    """Run ``argv``, stream stdout+stderr into ``log``; return ``(status, output)``."""
+    """Run ``argv``, stream stdout+stderr into ``log``; return ``(status, output)``.
+
+    Started through :func:`overlay.parallel.child`: inside a parallel run (the ninja
+    batch of ``build --check``) a Ctrl-C or SIGTERM of the run stops it too.
+    """
     log.write("$ " + " ".join(shlex.quote(a) for a in argv) + "\n")
-    try:
-        proc = subprocess.Popen(
-            list(argv),
-            cwd=cwd,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-        )
-    except OSError as exc:
-        raise ToolchainError(f"cannot run {argv[0]}: {exc.strerror}") from None
     chunks = []
-    assert proc.stdout is not None
-    for raw in proc.stdout:
-        text = raw.decode("utf-8", "replace")
-        chunks.append(text)
-        log.write(text)
-        if on_line is not None:
-            on_line(text.rstrip("\n"))
-    status = proc.wait()
+    with contextlib.ExitStack() as stack:
+        try:
+            proc = stack.enter_context(
+                child(
+                    argv,
+                    cwd=cwd,
+                    env=env,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                )
+            )
+        except OSError as exc:
+            raise ToolchainError(f"cannot run {argv[0]}: {exc.strerror}") from None
+        assert proc.stdout is not None
+        for raw in proc.stdout:
+            text = raw.decode("utf-8", "replace")
+            chunks.append(text)
+            log.write(text)
+            if on_line is not None:
+                on_line(text.rstrip("\n"))
+        status = proc.wait()
     log.write(f"[exit {status}]\n")
     return status, "".join(chunks)

@@ -20,7 +20,7 @@ from overlay.build.results import BuildResult, UnitResult
 from overlay.build.runlog import BuildLog, run_logged
 from overlay.build.toolchain import Toolchain, ToolchainError
 from overlay.lazy import lazy_pattern
-from overlay.parallel import run_parallel
+from overlay.parallel import run_child, run_parallel
 
 SOURCE_SUFFIXES = (".cpp", ".cc", ".cxx", ".c", ".hip", ".cu")
 
@@ -305,7 +305,7 @@ def run_units(
             return
         t0 = time.perf_counter()
         try:
-            proc = subprocess.run(
+            proc = run_child(
                 argv,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,

@@ -32,7 +32,7 @@ from typing import NoReturn
 import click
 
 from overlay import layout
-from overlay.errors import EXIT_INTERRUPTED, EXIT_USAGE, OverlayError
+from overlay.errors import EXIT_USAGE, OverlayError, interrupt_outcome
 from overlay.workspace import Workspace
 
 _NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())
@@ -82,7 +82,9 @@ def handle_errors(fn=None, *, on_interrupt: Callable[[], str | None] | None = No
     command (or the context object's ``debug``) adds the traceback.
 
     A :class:`KeyboardInterrupt` (Ctrl-C) becomes one ``overlay: interrupted`` line and
-    exit 130 (:data:`~overlay.errors.EXIT_INTERRUPTED`), never click's ``Aborted!``.
+    exit 130 (:data:`~overlay.errors.EXIT_INTERRUPTED`), never click's ``Aborted!``; a
+    SIGTERM taken by parallel jobs (:class:`~overlay.errors.Terminated`) the same with
+    ``terminated`` and exit 143.
 
     Use it bare (``@handle_errors``) or with a hook (``@handle_errors(on_interrupt=f)``).
 
@@ -104,7 +106,8 @@ def handle_errors(fn=None, *, on_interrupt: Callable[[], str | None] | None = No
             return fn(*args, **kwargs)
         except OverlayError as exc:
             ctx.exit(report(exc, debug=_debug(ctx)))
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as exc:
+            word, code = interrupt_outcome(exc)
             note = None
             if on_interrupt is not None:
                 try:
@@ -114,8 +117,8 @@ def handle_errors(fn=None, *, on_interrupt: Callable[[], str | None] | None = No
                     KeyboardInterrupt,
                 ):  # the generic line still goes out
                     note = None
-            click.echo(f"overlay: {one_line(note or 'interrupted')}", err=True)
-            ctx.exit(EXIT_INTERRUPTED)
+            click.echo(f"overlay: {one_line(note or word)}", err=True)
+            ctx.exit(code)
 
     return wrapper
 
@@ -339,9 +342,10 @@ class OverlayGroup(click.Group):
             return super().invoke(ctx)
         except (click.exceptions.Exit, click.ClickException, click.Abort, EOFError):
             raise
-        except KeyboardInterrupt:
-            click.echo("overlay: interrupted", err=True)
-            raise click.exceptions.Exit(EXIT_INTERRUPTED) from None
+        except KeyboardInterrupt as exc:
+            word, code = interrupt_outcome(exc)
+            click.echo(f"overlay: {word}", err=True)
+            raise click.exceptions.Exit(code) from None
         except BrokenPipeError:
             raise click.exceptions.Exit(_broken_pipe()) from None
         except OverlayError as exc:
@@ -405,11 +409,11 @@ class OverlayGroup(click.Group):
             )
             return EXIT_USAGE
         except (click.Abort, KeyboardInterrupt, EOFError) as exc:
-            if isinstance(exc, KeyboardInterrupt) or isinstance(
-                exc.__cause__, KeyboardInterrupt
-            ):
-                click.echo("overlay: interrupted", err=True)
-                return EXIT_INTERRUPTED
+            cause = exc if isinstance(exc, KeyboardInterrupt) else exc.__cause__
+            if isinstance(cause, KeyboardInterrupt):
+                word, code = interrupt_outcome(cause)
+                click.echo(f"overlay: {word}", err=True)
+                return code
             click.echo("overlay: aborted", err=True)
             return EXIT_USAGE
         except BrokenPipeError:

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from overlay.errors import EXIT_FINDINGS
-from overlay.parallel import run_parallel
+from overlay.parallel import run_child, run_parallel
 from overlay.suites.racelab.compiler import LabCompiler, find_lab_compiler
 from overlay.suites.racelab.lab import (
     CHILDREN,
@@ -346,7 +346,14 @@ def _compile(
         argv = compiler.argv(
             [compiler.cxx, *flags, "-c", src, "-o", tmp], binds, cwd=out_dir
         )
-        proc = subprocess.run(argv, capture_output=True, text=True, errors="replace")
+        proc = run_child(
+            argv,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            errors="replace",
+        )
         if proc.returncode == 0:
             os.replace(tmp, obj)
         else:
