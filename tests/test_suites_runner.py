@@ -9,12 +9,14 @@ runs 1, 2 and 10 of 10, and for seed "c" at 0.7 is runs 1, 2, 3, 7, 8, 9, 10.
 import json
 import os
 import signal
+import subprocess
 import sys
-import time
+import textwrap
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from procfixtures import gone
 
 from overlay.errors import EXIT_USAGE
 from overlay.suites.config import parse_suites
@@ -66,27 +68,6 @@ def make_suite(name="s", argv=None, **fields):
 
 
 DONE = ("stdout", "overlay-suite: done", "exactly 1")
-
-
-def gone(pid, wait_s=5.0):
-    """True once ``pid`` no longer runs (absent, or a zombie awaiting its new parent)."""
-    end = time.monotonic() + wait_s
-    while True:
-        try:
-            with open(f"/proc/{pid}/stat") as fh:
-                state = fh.read().rsplit(")", 1)[1].split()[0]
-            if state in ("Z", "X"):
-                return True
-        except FileNotFoundError:
-            return True
-        except OSError:
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
-                return True
-        if time.monotonic() > end:
-            return False
-        time.sleep(0.02)
 
 
 def test_flaky_counts_kinds_interval_and_files(tmp_path):
@@ -558,3 +539,64 @@ def test_a_missing_host_model_child_points_at_the_race_lab(tmp_path):
         "hipblaslt_race_tsan" in info.value.message
         and "overlay suite build" in info.value.hint
     )
+
+
+# Suites run in parallel (the race lab's mutation check runs them through
+# overlay.parallel.run_parallel): a SIGTERM or SIGINT sent to overlay's pid alone is
+# passed on to each running suite's group, and no further run starts. In a child
+# interpreter, so that the signal cannot reach the test session.
+_PARALLEL_SUITES = textwrap.dedent(
+    """
+    import json, os, signal, sys, threading, time
+    sys.path.insert(0, sys.argv[3])
+    from test_suites_runner import NO_GPU, child, make_suite
+    from overlay.errors import Terminated
+    from overlay.parallel import run_parallel
+    from overlay.suites.runner import run_suite
+
+    signum, out = int(sys.argv[1]), sys.argv[2]
+    suites = [make_suite(f"h{i}", child("hang.py"), runs=3, deadline=120) for i in range(3)]
+
+    def job(i):
+        run_suite(suites[i], out, platform=NO_GPU, directory=os.path.join(out, f"h{i}"))
+
+    def send():
+        time.sleep(1.5)  # two suites' first runs under way
+        os.kill(os.getpid(), signum)
+
+    threading.Thread(target=send, daemon=True).start()
+    t0 = time.monotonic()
+    try:
+        run_parallel(2, [lambda i=i: job(i) for i in range(3)])
+        raised = "nothing"
+    except Terminated:
+        raised = "Terminated"
+    except KeyboardInterrupt:
+        raised = "KeyboardInterrupt"
+    print(raised, round(time.monotonic() - t0))
+    """
+)
+
+
+@pytest.mark.parametrize(
+    ("signum", "raised"),
+    [(signal.SIGTERM, "Terminated"), (signal.SIGINT, "KeyboardInterrupt")],
+)
+def test_a_signal_stops_suites_running_in_parallel(tmp_path, signum, raised):
+    proc = subprocess.run(
+        [sys.executable, "-c", _PARALLEL_SUITES, str(int(signum)), str(tmp_path)]
+        + [str(Path(__file__).parent)],
+        capture_output=True,
+        text=True,
+        timeout=200,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    name, took = proc.stdout.split()
+    assert name == raised and int(took) < 20, proc.stdout  # not 300 s of a hang run
+    results = sorted(tmp_path.glob("h*/result.json"))
+    # the two suites under way wrote their result as interrupted, with no run in it
+    # (their first run was cut short by the signal, not failed); the third never began
+    assert [p.parent.name for p in results] == ["h0", "h1"]
+    for path in results:
+        data = json.loads(path.read_text())
+        assert data["status"] == "interrupted" and data["runs"] == [], data

@@ -1,5 +1,6 @@
 """One run of a child: a fresh process group, a deadline, and the run's kind."""
 
+import contextlib
 import os
 import select
 import signal
@@ -8,6 +9,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from overlay.parallel import child
 from overlay.suites.config import Marker
 from overlay.suites.runner.common import SuiteRunError
 from overlay.suites.runner.reports import marker_failures, scan_reports
@@ -196,18 +198,25 @@ def run_once(
     own_stdin = stdin_fd is None
     stdin = os.open(os.devnull, os.O_RDONLY) if stdin_fd is None else stdin_fd
     try:
-        with open(out_path, "wb") as out, open(err_path, "wb") as err:
+        with (
+            open(out_path, "wb") as out,
+            open(err_path, "wb") as err,
+            contextlib.ExitStack() as stack,
+        ):
             start = time.monotonic()
+            # Through overlay.parallel.child: where suites run in parallel (the race
+            # lab's mutation check), a Ctrl-C or SIGTERM of the run reaches the group.
+            started = child(
+                argv,
+                stdin=stdin,
+                stdout=out,
+                stderr=err,
+                env=env,
+                start_new_session=True,
+                close_fds=True,
+            )
             try:
-                proc = subprocess.Popen(
-                    argv,
-                    stdin=stdin,
-                    stdout=out,
-                    stderr=err,
-                    env=env,
-                    start_new_session=True,
-                    close_fds=True,
-                )
+                proc = stack.enter_context(started)
             except OSError as exc:
                 raise SuiteRunError(
                     f"cannot start {argv[0]}: {exc.strerror or exc}"

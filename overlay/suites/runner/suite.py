@@ -8,6 +8,7 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from overlay.parallel import raise_taken
 from overlay.suites.config import Suite
 from overlay.suites.runner.common import (
     FAILURE_KINDS,
@@ -199,7 +200,9 @@ def run_suite(
         A :class:`SuiteResult`; ``result.json`` is written in its directory,
         also for a skipped suite. On Ctrl-C the running group is killed, a
         result with status ``interrupted`` is written, and KeyboardInterrupt
-        propagates.
+        propagates; the same where suites run in parallel and the run takes a
+        Ctrl-C or a SIGTERM (:func:`overlay.parallel.raise_taken`; the run the
+        signal cut short is not recorded).
 
     Raises:
         SuiteRunError: bad overrides, the child cannot be found or started, or
@@ -265,6 +268,10 @@ def run_suite(
             rec = run_once(
                 result.argv, env, deadline, directory, i, markers, stdin_fd=devnull
             )
+            # Where suites run in parallel, a Ctrl-C or SIGTERM reaches this thread
+            # as the signal sent on to its run (overlay.parallel): that run was cut
+            # short by the user, not failed; stop as a Ctrl-C stops a single suite.
+            raise_taken()
             result.runs.append(rec)
             failures += rec.failed
             if progress is not None:
