@@ -11,8 +11,10 @@ SIGINT or SIGTERM the run takes is sent on to every such group. A Ctrl-C at the
 terminal reaches overlay alone then (its children are not in the terminal's
 foreground group) and is passed on; a ``kill`` of overlay's pid (a CI runner's
 SIGTERM on cancel, a supervisor's stop) stops the compilers too, where before they
-went on to finish their unit after overlay had ended. A child started outside a
-run stays in overlay's own group, so the terminal's Ctrl-C reaches it directly.
+went on to finish their unit after overlay had ended. A single long child of the
+main thread (a whole build's ninja, CMake's configure) runs as a run of one
+(:func:`foreground`) for the same reason. A child started outside a run stays in
+overlay's own group, so the terminal's Ctrl-C reaches it directly.
 
 Why not ``concurrent.futures.ThreadPoolExecutor``: a ``with`` block waits for every
 queued job after a Ctrl-C (a check of 138 units went on compiling for minutes), and
@@ -33,7 +35,7 @@ import signal
 import subprocess
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from overlay.errors import Terminated
 
@@ -106,6 +108,8 @@ class _Children:
 
 
 _CHILDREN = _Children()
+
+T = TypeVar("T")
 
 
 def _signal_group(proc: subprocess.Popen, signum: int) -> None:
@@ -275,6 +279,25 @@ def run_parallel(workers: int, jobs: Sequence[Callable[[], None]]) -> None:
             _CHILDREN.forwarding = False
             _CHILDREN.signum = None
     stop.raise_why()
+
+
+def foreground(job: Callable[[], T]) -> T:
+    """Run ``job`` as a run of one on the main thread (:func:`run_parallel`), so that a
+    Ctrl-C or SIGTERM is sent on to the children it starts through :func:`child` (a
+    whole build's ninja, CMake's configure), which stop their own children in turn;
+    elsewhere (a job of a run already) call it directly.
+
+    Returns:
+        What ``job`` returned.
+    Raises:
+        KeyboardInterrupt, Terminated: the signal, once ``job`` has returned.
+        BaseException: what ``job`` raised.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return job()
+    out: list[T] = []
+    run_parallel(1, [lambda: out.append(job())])
+    return out[0]
 
 
 def _take_signals(handler: Callable[[int, Any], None]) -> dict[int, Any]:

@@ -626,6 +626,7 @@ def test_check_runs_hip_custom_commands_syntax_only(mini):
 
 
 @needs_cmake
+@pytest.mark.parametrize("mode", [["--check"], []], ids=["check", "full"])
 @pytest.mark.parametrize(
     ("signum", "code", "line"),
     [
@@ -633,25 +634,26 @@ def test_check_runs_hip_custom_commands_syntax_only(mini):
         (signal.SIGINT, 130, "overlay: interrupted"),
     ],
 )
-def test_a_signal_to_overlays_pid_stops_the_check_and_its_compilers(
-    mini, tmp_path, signum, code, line
+def test_a_signal_to_overlays_pid_stops_the_build_and_its_compilers(
+    mini, tmp_path, signum, code, line, mode
 ):
     # `kill PID` (a CI runner's cancel) reaches overlay alone: before, SIGTERM ended it
-    # at once and SIGINT waited, and the compilers went on with their units either way.
+    # at once and SIGINT waited for the running units (--check) or went unseen until
+    # ninja ended (a whole build), and the compilers went on either way.
     ov, store = mini
     _hip_patch(ov, store, "0001-hip.patch", "1")
     started = tmp_path / "compiling"
     cxx = tmp_path / "slow-c++"
     real = shutil.which("c++") or shutil.which("g++")
     cxx.write_text(
-        "#!/bin/sh\n"  # the check's units sleep a minute; CMake's probes compile
-        f'case "$*" in *check-symbols*) echo $$ >> "{started}"; exec sleep 60;; esac\n'
+        "#!/bin/sh\n"  # the tree's units sleep a minute; CMake's probes compile
+        f'case "$*" in */src/mlx/*) echo $$ >> "{started}"; exec sleep 60;; esac\n'
         f'exec {real} "$@"\n'
     )
     cxx.chmod(0o755)
     proc = subprocess.Popen(
         [sys.executable, "-m", "overlay", "-C", str(ov.root), "build"]
-        + ["--backend", "cpu", "--check", "-j", "2", "--cache", "none"],
+        + ["--backend", "cpu", *mode, "-j", "2", "--cache", "none"],
         env={**os.environ, "CXX": str(cxx)},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -9,7 +9,7 @@ import threading
 from collections.abc import Callable, Sequence
 
 from overlay.build.toolchain import ToolchainError
-from overlay.parallel import child
+from overlay.parallel import child, foreground
 
 
 class BuildLog:
@@ -42,9 +42,22 @@ def run_logged(
 ) -> tuple[int, str]:
     """Run ``argv``, stream stdout+stderr into ``log``; return ``(status, output)``.
 
-    Started through :func:`overlay.parallel.child`: inside a parallel run (the ninja
-    batch of ``build --check``) a Ctrl-C or SIGTERM of the run stops it too.
+    Started through :func:`overlay.parallel.child`, as a run of one
+    (:func:`overlay.parallel.foreground`) or inside a parallel run (the ninja batch
+    of ``build --check``): a Ctrl-C or a SIGTERM of overlay stops it too (ninja and
+    CMake stop their own children).
     """
+    return foreground(lambda: _run_logged(argv, log, cwd, env, on_line))
+
+
+def _run_logged(
+    argv: Sequence[str],
+    log: BuildLog,
+    cwd: str | None,
+    env: dict | None,
+    on_line: Callable[[str], None] | None,
+) -> tuple[int, str]:
+    """:func:`run_logged` in the calling thread."""
     log.write("$ " + " ".join(shlex.quote(a) for a in argv) + "\n")
     chunks = []
     with contextlib.ExitStack() as stack:
