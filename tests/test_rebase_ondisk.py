@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from gitfixtures import cli, lines, make_patch, overlay_lines, scratch_leftovers
 from gitfixtures import overlay_process as run
-from seriesfixtures import add_patch, stopped_run
+from seriesfixtures import add_patch, core_resolved_run, stopped_run
 
 from overlay.engine.layers import compute_layers
 from overlay.fs.atomic import TEMP_RE
@@ -230,6 +230,40 @@ def test_abort_after_a_committed_run_names_git_revert_not_checkout(ov, w):
     edited = cli(ov, "rebase", "--abort")
     assert "`git revert` of the commit that holds it" in edited.output
     assert "git checkout" not in edited.output
+
+
+def _git_repo(ov) -> None:
+    """The overlay's records committed in a git repository of their own."""
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "records"]):
+        subprocess.run(
+            ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
+            cwd=ov.root,
+            check=True,
+            capture_output=True,
+        )
+
+
+def test_abort_names_the_new_resolution_checkout_leaves_and_only_then(ov, w):
+    """`git checkout -- PATHS` leaves a file git does not track: the hint names the
+    resolution the run added by hand-removal, and says nothing of it when the run
+    added none."""
+    _git_repo(ov)
+    assert cli(ov, "rebase", "--onto", w.pin_clean).exit_code == 0
+    clean = cli(ov, "rebase", "--abort")
+    assert "git checkout -- patches-rocm LOCAL_FIXES.md" in clean.output
+    assert "by hand" not in clean.output  # the run wrote no resolution
+    subprocess.run(
+        ["git", "checkout", "--", "patches-rocm", "LOCAL_FIXES.md"],
+        cwd=ov.root,
+        check=True,
+    )
+    core_resolved_run(ov, w)
+    late = cli(ov, "rebase", "--abort")
+    assert late.exit_code == 2, late.output
+    assert (
+        "then remove by hand what it added, which git does not track: "
+        "patches-rocm/resolved/mlx/core.cpp"
+    ) in late.output
 
 
 def test_abort_where_no_run_ever_completed_names_no_undo(ov):

@@ -427,11 +427,53 @@ def no_run_to_abort(ws: "Workspace", action: str = "abort") -> OverlayError:
             f"HEAD); undo it with `git revert` of the commit that holds it (`git log -- "
             f"{layout.MANIFEST}`), once other changes are committed or stashed",
         )
+    new = _untracked(ws.root, _written_resolutions(report))
+    if new is None:  # git could not say which are new
+        by_hand = f" (new files under {layout.RESOLVED_DIR}/ are removed by hand, see `git status`)"
+    elif new:
+        by_hand = f", then remove by hand what it added, which git does not track: {', '.join(new)}"
+    else:
+        by_hand = ""
     return OverlayError(
         message,
         hint=f"{run} completed and changed {', '.join(_changed_files(report))}; review it with "
-        f"`{_git_on_run_paths('diff --stat')}` and undo it with `{_git_on_run_paths('checkout')}` "
-        f"(new files under {layout.RESOLVED_DIR}/ are removed by hand, see `git status`)",
+        f"`{_git_on_run_paths('diff --stat')}` and undo it with `{_git_on_run_paths('checkout')}`"
+        f"{by_hand}",
+    )
+
+
+def _written_resolutions(report: dict) -> list[str]:
+    """The resolution files the reported run wrote (every status but ``unchanged`` and
+    ``removed``), as repository paths."""
+    return [
+        f"{layout.RESOLVED_DIR}/{r['path']}"
+        for r in report.get("resolutions", [])
+        if isinstance(r, dict)
+        and isinstance(r.get("path"), str)
+        and r.get("status") not in ("unchanged", "removed")
+    ]
+
+
+def _untracked(root: str, paths: list[str]) -> list[str] | None:
+    """Those of ``paths`` (repository paths) that git does not track at ``root`` (one
+    ``git ls-files --others``): files `git checkout` leaves in place. ``None`` where
+    git cannot say (no repository, git missing)."""
+    if not paths:
+        return []
+    from overlay.git.run import run_git  # only for --abort without a run
+
+    try:
+        proc = run_git(
+            ["-C", root, "--literal-pathspecs", "ls-files", "-z", "--others", "--"]
+            + paths,
+            check=False,
+        )
+    except GitError:
+        return None
+    if proc.returncode != 0:
+        return None
+    return sorted(
+        p for p in proc.stdout.decode("utf-8", "surrogateescape").split("\0") if p
     )
 
 
