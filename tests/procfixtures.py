@@ -25,3 +25,32 @@ def gone(pid, wait_s=5.0):
         if time.monotonic() > end:
             return False
         time.sleep(0.02)
+
+
+def run_signalled(workers, jobs, signum, after_s):
+    """``run_parallel(workers, jobs)`` with ``signum`` sent to this process (its pid
+    alone, as ``kill PID`` sends it) ``after_s`` seconds in, from a thread.
+
+    Returns:
+        ``(what it raised, seconds it took)``: ``"Terminated"``,
+        ``"KeyboardInterrupt"`` or ``"nothing"``.
+    """
+    import threading
+
+    from overlay.errors import Terminated
+    from overlay.parallel import run_parallel
+
+    def send():
+        time.sleep(after_s)
+        os.kill(os.getpid(), signum)
+
+    threading.Thread(target=send, daemon=True).start()
+    t0 = time.monotonic()
+    try:
+        run_parallel(workers, jobs)
+        raised = "nothing"
+    except Terminated:
+        raised = "Terminated"
+    except KeyboardInterrupt:
+        raised = "KeyboardInterrupt"
+    return raised, time.monotonic() - t0

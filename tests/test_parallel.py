@@ -130,9 +130,10 @@ def test_off_the_main_thread_the_jobs_run_and_no_handler_is_touched():
 # interpreter, so that a signal arriving outside the run cannot end the test session.
 _SIGNAL_TO_PID = textwrap.dedent(
     """
-    import os, signal, subprocess, sys, threading, time
-    from overlay.errors import Terminated
-    from overlay.parallel import run_child, run_parallel
+    import signal, subprocess, sys
+    sys.path.insert(0, sys.argv[2])
+    from procfixtures import run_signalled
+    from overlay.parallel import run_child
 
     signum = int(sys.argv[1])
     results = []
@@ -141,20 +142,8 @@ _SIGNAL_TO_PID = textwrap.dedent(
         proc = run_child(["sleep", "60"], stdin=subprocess.DEVNULL)
         results.append(proc.returncode)
 
-    def send():
-        time.sleep(1.0)  # both children running
-        os.kill(os.getpid(), signum)
-
-    threading.Thread(target=send, daemon=True).start()
-    t0 = time.monotonic()
-    try:
-        run_parallel(2, [lambda i=i: job(i) for i in range(6)])
-        raised = "nothing"
-    except Terminated:
-        raised = "Terminated"
-    except KeyboardInterrupt:
-        raised = "KeyboardInterrupt"
-    took = time.monotonic() - t0
+    # one second in: both children running
+    raised, took = run_signalled(2, [lambda i=i: job(i) for i in range(6)], signum, 1.0)
     default = signal.getsignal(signal.SIGTERM) is signal.SIG_DFL and (
         signal.getsignal(signal.SIGINT) is signal.default_int_handler
     )
@@ -169,7 +158,8 @@ _SIGNAL_TO_PID = textwrap.dedent(
 )
 def test_a_signal_to_the_pid_alone_stops_the_running_children(tmp_path, signum, raised):
     proc = subprocess.run(
-        [sys.executable, "-c", _SIGNAL_TO_PID, str(int(signum))],
+        [sys.executable, "-c", _SIGNAL_TO_PID, str(int(signum))]
+        + [os.path.dirname(__file__)],
         cwd=tmp_path,
         capture_output=True,
         text=True,

@@ -547,11 +547,10 @@ def test_a_missing_host_model_child_points_at_the_race_lab(tmp_path):
 # interpreter, so that the signal cannot reach the test session.
 _PARALLEL_SUITES = textwrap.dedent(
     """
-    import json, os, signal, sys, threading, time
+    import os, sys
     sys.path.insert(0, sys.argv[3])
+    from procfixtures import run_signalled
     from test_suites_runner import NO_GPU, child, make_suite
-    from overlay.errors import Terminated
-    from overlay.parallel import run_parallel
     from overlay.suites.runner import run_suite
 
     signum, out = int(sys.argv[1]), sys.argv[2]
@@ -560,20 +559,9 @@ _PARALLEL_SUITES = textwrap.dedent(
     def job(i):
         run_suite(suites[i], out, platform=NO_GPU, directory=os.path.join(out, f"h{i}"))
 
-    def send():
-        time.sleep(1.5)  # two suites' first runs under way
-        os.kill(os.getpid(), signum)
-
-    threading.Thread(target=send, daemon=True).start()
-    t0 = time.monotonic()
-    try:
-        run_parallel(2, [lambda i=i: job(i) for i in range(3)])
-        raised = "nothing"
-    except Terminated:
-        raised = "Terminated"
-    except KeyboardInterrupt:
-        raised = "KeyboardInterrupt"
-    print(raised, round(time.monotonic() - t0))
+    # 1.5 s in: two suites' first runs under way
+    raised, took = run_signalled(2, [lambda i=i: job(i) for i in range(3)], signum, 1.5)
+    print(raised, round(took))
     """
 )
 
