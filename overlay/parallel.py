@@ -166,20 +166,12 @@ def child(argv: Sequence[str], **popen: Any) -> Iterator[subprocess.Popen]:
                 pipe.close()
 
 
-def taken() -> int | None:
-    """The signal the running :func:`run_parallel` of the main thread took (sent on
-    to its children), or ``None``: a job that runs several children in turn asks it
-    before the next one, and stops.
-
-    Raises nothing; read without a lock (one attribute).
-    """
-    return _CHILDREN.signum
-
-
 def raise_taken() -> None:
-    """Raise what the run's signal means (:func:`taken`): :class:`KeyboardInterrupt`
-    for a SIGINT, :class:`~overlay.errors.Terminated` for a SIGTERM; return when the
-    run took none. In a job, the run then raises it in the calling thread."""
+    """Raise what the signal the running :func:`run_parallel` of the main thread took
+    means: :class:`KeyboardInterrupt` for a SIGINT, :class:`~overlay.errors.Terminated`
+    for a SIGTERM; return when it took none. A job that runs several children in turn
+    calls it before the next one (the run then raises the signal in its caller's
+    thread). Read without a lock (one attribute)."""
     signum = _CHILDREN.signum
     if signum == signal.SIGTERM:
         raise Terminated
