@@ -8,7 +8,8 @@ Exit codes (documented in ``docs/exit-codes.md``):
 * 2 -- usage or environment error (bad manifest, unknown ref, offline miss,
   missing ``git``, hostile path, refused destination);
 * 130 -- interrupted (Ctrl-C); one ``overlay:`` line says what state is left;
-* 143 -- terminated (SIGTERM) while parallel jobs ran (:class:`Terminated`).
+* 143 -- terminated (SIGTERM; 129 for a SIGHUP) while a build or suites ran
+  (:class:`Terminated`).
 """
 
 from __future__ import annotations
@@ -22,22 +23,30 @@ EXIT_TERMINATED = 143
 
 
 class Terminated(KeyboardInterrupt):
-    """A SIGTERM taken while :func:`overlay.parallel.run_parallel` ran jobs.
+    """A SIGTERM (or SIGHUP) taken while :func:`overlay.parallel.run_parallel` ran jobs.
 
     A :class:`KeyboardInterrupt`, so that every cleanup a Ctrl-C runs runs for it too;
-    the command line reports it as ``overlay: terminated`` with
-    :data:`EXIT_TERMINATED` (:func:`interrupt_outcome`).
+    the command line reports it as ``overlay: terminated`` with 128 + the signal's
+    number (:data:`EXIT_TERMINATED` for SIGTERM; :func:`interrupt_outcome`).
+
+    Args:
+        signum: the signal taken (default SIGTERM, 15).
     """
+
+    def __init__(self, signum: int = EXIT_TERMINATED - 128) -> None:
+        super().__init__(signum)
+        self.signum = signum
 
 
 def interrupt_outcome(exc: BaseException) -> tuple[str, int]:
     """The word and the exit status for an interrupt ``exc``.
 
     Returns:
-        ``("terminated", 143)`` for a :class:`Terminated`, else ``("interrupted", 130)``.
+        ``("terminated", 128 + its signal)`` for a :class:`Terminated` (143 for
+        SIGTERM, 129 for SIGHUP), else ``("interrupted", 130)``.
     """
     if isinstance(exc, Terminated):
-        return "terminated", EXIT_TERMINATED
+        return "terminated", 128 + exc.signum
     return "interrupted", EXIT_INTERRUPTED
 
 

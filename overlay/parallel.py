@@ -1,4 +1,4 @@
-"""Jobs on a few threads that a Ctrl-C, a SIGTERM or a failed job stops
+"""Jobs on a few threads that a Ctrl-C, a SIGTERM (or SIGHUP) or a failed job stops
 (:func:`run_parallel`), and the child processes they start (:func:`run_child`).
 
 ``overlay build`` runs its translation units this way, the race lab its objects and
@@ -7,10 +7,11 @@ threads are enough.
 
 A child a job starts through :func:`run_child` or :func:`child` is stopped with the
 run, as ninja stops its commands: it runs in a process group of its own, and the
-SIGINT or SIGTERM the run takes is sent on to every such group. A Ctrl-C at the
-terminal reaches overlay alone then (its children are not in the terminal's
-foreground group) and is passed on; a ``kill`` of overlay's pid (a CI runner's
-SIGTERM on cancel, a supervisor's stop) stops the compilers too, where before they
+SIGINT, SIGTERM or SIGHUP the run takes is sent on to every such group. A Ctrl-C at
+the terminal, or the SIGHUP of a terminal that closes, reaches overlay alone then
+(its children are not in the terminal's foreground group) and is passed on; a
+``kill`` of overlay's pid (a CI runner's SIGTERM on cancel, a supervisor's stop)
+stops the compilers too, where before they
 went on to finish their unit after overlay had ended. A single long child of the
 main thread (a whole build's ninja, CMake's configure) runs as a run of one
 (:func:`foreground`) for the same reason. A child started outside a run stays in
@@ -47,8 +48,13 @@ from overlay.errors import Terminated
 _POLL_S = 0.05
 
 
-#: The signals a run takes from Python's defaults and passes on to the children.
-_FORWARDED = (signal.SIGINT, signal.SIGTERM)
+#: The signals a run takes from Python's defaults and passes on to the children (as
+#: ninja does); each but SIGINT ends the run as :class:`~overlay.errors.Terminated`.
+_FORWARDED = {
+    signal.SIGINT: signal.default_int_handler,
+    signal.SIGTERM: signal.SIG_DFL,
+    signal.SIGHUP: signal.SIG_DFL,
+}
 
 
 class _Stop:
@@ -60,27 +66,27 @@ class _Stop:
 
     def __init__(self) -> None:
         self.interrupted = False
-        self.terminated = False
+        self.terminated: int | None = None  # the signal, SIGTERM or SIGHUP
         self.cancelled = False
         self.error: BaseException | None = None
 
     @property
     def stopping(self) -> bool:
-        """True once a Ctrl-C or a SIGTERM came, a job failed or the caller gave up."""
+        """True once a signal came, a job failed or the caller gave up."""
         return (
             self.interrupted
-            or self.terminated
+            or self.terminated is not None
             or self.cancelled
             or self.error is not None
         )
 
     def raise_why(self) -> None:
-        """Raise why the run stopped (a Ctrl-C before a SIGTERM before a job's error);
-        return when it ran to its end."""
+        """Raise why the run stopped (a Ctrl-C before a SIGTERM or SIGHUP before a
+        job's error); return when it ran to its end."""
         if self.interrupted:
             raise KeyboardInterrupt
-        if self.terminated:
-            raise Terminated
+        if self.terminated is not None:
+            raise Terminated(self.terminated)
         if self.error is not None:
             raise self.error
 
@@ -120,7 +126,7 @@ def _signal_group(proc: subprocess.Popen, signum: int) -> None:
 
 @contextlib.contextmanager
 def child(argv: Sequence[str], **popen: Any) -> Iterator[subprocess.Popen]:
-    """Start ``argv`` as a child that a run's Ctrl-C or SIGTERM stops.
+    """Start ``argv`` as a child that a run's Ctrl-C, SIGTERM or SIGHUP stops.
 
     Inside a :func:`run_parallel` of the main thread the child leads a process group
     of its own (everything it starts is in it), and the run's signal is sent to that
@@ -169,14 +175,14 @@ def child(argv: Sequence[str], **popen: Any) -> Iterator[subprocess.Popen]:
 def raise_taken() -> None:
     """Raise what the signal the running :func:`run_parallel` of the main thread took
     means: :class:`KeyboardInterrupt` for a SIGINT, :class:`~overlay.errors.Terminated`
-    for a SIGTERM; return when it took none. A job that runs several children in turn
+    for a SIGTERM or SIGHUP; return when it took none. A job that runs several children in turn
     calls it before the next one (the run then raises the signal in its caller's
     thread). Read without a lock (one attribute)."""
     signum = _CHILDREN.signum
-    if signum == signal.SIGTERM:
-        raise Terminated
-    if signum is not None:
+    if signum == signal.SIGINT:
         raise KeyboardInterrupt
+    if signum is not None:
+        raise Terminated(signum)
 
 
 def run_child(
@@ -204,7 +210,7 @@ def run_child(
 def run_parallel(workers: int, jobs: Sequence[Callable[[], None]]) -> None:
     """Run ``jobs`` on ``workers`` threads, in order, until all are done or one fails.
 
-    A Ctrl-C (SIGINT), a SIGTERM or a job's exception stops the run: no job starts
+    A Ctrl-C (SIGINT), a SIGTERM, a SIGHUP or a job's exception stops the run: no job starts
     after it, the signal is sent on to the children the jobs started through
     :func:`child` (:func:`run_child`), the running jobs are waited for, then
     :class:`KeyboardInterrupt`, :class:`~overlay.errors.Terminated` or the first
@@ -218,7 +224,7 @@ def run_parallel(workers: int, jobs: Sequence[Callable[[], None]]) -> None:
         jobs: callables taking no argument, started in this order.
     Raises:
         KeyboardInterrupt: a Ctrl-C came while the jobs ran.
-        Terminated: a SIGTERM came (and no Ctrl-C) while the jobs ran.
+        Terminated: a SIGTERM or SIGHUP came (and no Ctrl-C) while the jobs ran.
         BaseException: the first exception a job raised (a signal wins over it).
     """
     todo = list(jobs)
@@ -241,10 +247,10 @@ def run_parallel(workers: int, jobs: Sequence[Callable[[], None]]) -> None:
                 return
 
     def on_signal(signum: int, _frame: object) -> None:
-        if signum == signal.SIGTERM:
-            stop.terminated = True
-        else:
+        if signum == signal.SIGINT:
             stop.interrupted = True
+        else:
+            stop.terminated = signum
         _CHILDREN.send(signum)
 
     previous = _take_signals(on_signal)
@@ -275,7 +281,7 @@ def run_parallel(workers: int, jobs: Sequence[Callable[[], None]]) -> None:
 
 def foreground(job: Callable[[], T]) -> T:
     """Run ``job`` as a run of one on the main thread (:func:`run_parallel`), so that a
-    Ctrl-C or SIGTERM is sent on to the children it starts through :func:`child` (a
+    Ctrl-C, SIGTERM or SIGHUP is sent on to the children it starts through :func:`child` (a
     whole build's ninja, CMake's configure), which stop their own children in turn;
     elsewhere (a job of a run already) call it directly.
 
@@ -302,13 +308,9 @@ def _take_signals(handler: Callable[[int, Any], None]) -> dict[int, Any]:
     """
     if threading.current_thread() is not threading.main_thread():
         return {}
-    defaults = {
-        signal.SIGINT: signal.default_int_handler,
-        signal.SIGTERM: signal.SIG_DFL,
-    }
     previous: dict[int, Any] = {}
-    for signum in _FORWARDED:
-        if signal.getsignal(signum) is defaults[signum]:
+    for signum, default in _FORWARDED.items():
+        if signal.getsignal(signum) is default:
             previous[signum] = signal.signal(signum, handler)
     if previous:
         _CHILDREN.signum = None

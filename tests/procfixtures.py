@@ -27,6 +27,16 @@ def gone(pid, wait_s=5.0):
         time.sleep(0.02)
 
 
+def default_signals() -> None:
+    """Give SIGINT, SIGTERM and SIGHUP their default action in this process (a
+    ``preexec_fn``, or a child script's first step): a test session started in the
+    background or under ``nohup`` ignores some, and a child inherits that."""
+    import signal
+
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_DFL)
+
+
 def run_signalled(workers, jobs, signum, after_s):
     """``run_parallel(workers, jobs)`` with ``signum`` sent to this process (its pid
     alone, as ``kill PID`` sends it) ``after_s`` seconds in, from a thread.
@@ -35,6 +45,7 @@ def run_signalled(workers, jobs, signum, after_s):
         ``(what it raised, seconds it took)``: ``"Terminated"``,
         ``"KeyboardInterrupt"`` or ``"nothing"``.
     """
+    import signal
     import threading
 
     from overlay.errors import Terminated
@@ -44,6 +55,10 @@ def run_signalled(workers, jobs, signum, after_s):
         time.sleep(after_s)
         os.kill(os.getpid(), signum)
 
+    default_signals()
+    signal.signal(
+        signal.SIGINT, signal.default_int_handler
+    )  # Python's own, as at start
     threading.Thread(target=send, daemon=True).start()
     t0 = time.monotonic()
     try:

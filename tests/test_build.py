@@ -28,7 +28,7 @@ from buildfixtures import (
 )
 from click.testing import CliRunner
 from gitfixtures import Overlay, WorkRepo, World, cli, make_patch
-from procfixtures import gone
+from procfixtures import default_signals, gone
 
 from overlay.build import (
     BUILD_LOCK,
@@ -631,6 +631,7 @@ def test_check_runs_hip_custom_commands_syntax_only(mini):
     ("signum", "code", "line"),
     [
         (signal.SIGTERM, 143, "overlay: terminated"),
+        (signal.SIGHUP, 129, "overlay: terminated"),  # its terminal closed
         (signal.SIGINT, 130, "overlay: interrupted"),
     ],
 )
@@ -658,6 +659,7 @@ def test_a_signal_to_overlays_pid_stops_the_build_and_its_compilers(
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=default_signals,  # not ignored, whatever this session inherited
     )
     deadline = time.monotonic() + 120
     while not (started.exists() and started.read_text()) and proc.poll() is None:

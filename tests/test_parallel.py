@@ -146,7 +146,7 @@ _SIGNAL_TO_PID = textwrap.dedent(
     raised, took = run_signalled(2, [lambda i=i: job(i) for i in range(6)], signum, 1.0)
     default = signal.getsignal(signal.SIGTERM) is signal.SIG_DFL and (
         signal.getsignal(signal.SIGINT) is signal.default_int_handler
-    )
+    ) and signal.getsignal(signal.SIGHUP) is signal.SIG_DFL
     print(raised, ",".join(map(str, sorted(results))), round(took), default)
     """
 )
@@ -154,7 +154,11 @@ _SIGNAL_TO_PID = textwrap.dedent(
 
 @pytest.mark.parametrize(
     ("signum", "raised"),
-    [(signal.SIGTERM, "Terminated"), (signal.SIGINT, "KeyboardInterrupt")],
+    [
+        (signal.SIGTERM, "Terminated"),
+        (signal.SIGHUP, "Terminated"),  # a terminal that closes
+        (signal.SIGINT, "KeyboardInterrupt"),
+    ],
 )
 def test_a_signal_to_the_pid_alone_stops_the_running_children(tmp_path, signum, raised):
     proc = subprocess.run(
