@@ -18,8 +18,6 @@ EXIT_OK = 0
 EXIT_FINDINGS = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
-#: 128 + SIGTERM, the status a shell gives a process the signal ended.
-EXIT_TERMINATED = 143
 
 
 class Terminated(KeyboardInterrupt):
@@ -27,13 +25,14 @@ class Terminated(KeyboardInterrupt):
 
     A :class:`KeyboardInterrupt`, so that every cleanup a Ctrl-C runs runs for it too;
     the command line reports it as ``overlay: terminated`` with 128 + the signal's
-    number (:data:`EXIT_TERMINATED` for SIGTERM; :func:`interrupt_outcome`).
+    number, the status a shell gives a process the signal ended (143 for SIGTERM;
+    :func:`interrupt_outcome`).
 
     Args:
         signum: the signal taken (default SIGTERM, 15).
     """
 
-    def __init__(self, signum: int = EXIT_TERMINATED - 128) -> None:
+    def __init__(self, signum: int = 15) -> None:  # SIGTERM (no `import signal` here)
         super().__init__(signum)
         self.signum = signum
 
