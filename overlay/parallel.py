@@ -96,21 +96,23 @@ class _Children:
 
     ``forwarding`` is set while a run on the main thread holds the signal handlers
     (only then does a child get a process group of its own); ``signum`` is the signal
-    that run took, sent on to every child started after it too. The handler reads
-    ``running`` with one ``list()`` of the set, a single C call under the GIL, so it
-    takes no lock either.
+    that run took, sent on to every child started after it too. ``running`` maps each
+    child to the signal it gets instead (``None``: the run's own). The handler reads
+    it with one ``list()`` of its items, a single C call under the GIL, so it takes
+    no lock either.
     """
 
     def __init__(self) -> None:
-        self.running: set[subprocess.Popen] = set()
+        self.running: dict[subprocess.Popen, int | None] = {}
         self.forwarding = False
         self.signum: int | None = None
 
     def send(self, signum: int) -> None:
-        """Send ``signum`` to the process group of every running child."""
+        """Send ``signum`` (or a child's own stop signal) to the process group of
+        every running child."""
         self.signum = signum
-        for proc in list(self.running):
-            _signal_group(proc, signum)
+        for proc, instead in list(self.running.items()):
+            _signal_group(proc, instead or signum)
 
 
 _CHILDREN = _Children()
@@ -125,7 +127,9 @@ def _signal_group(proc: subprocess.Popen, signum: int) -> None:
 
 
 @contextlib.contextmanager
-def child(argv: Sequence[str], **popen: Any) -> Iterator[subprocess.Popen]:
+def child(
+    argv: Sequence[str], *, stop_signal: int | None = None, **popen: Any
+) -> Iterator[subprocess.Popen]:
     """Start ``argv`` as a child that a run's Ctrl-C, SIGTERM or SIGHUP stops.
 
     Inside a :func:`run_parallel` of the main thread the child leads a process group
@@ -138,6 +142,9 @@ def child(argv: Sequence[str], **popen: Any) -> Iterator[subprocess.Popen]:
 
     Args:
         argv: the command.
+        stop_signal: the signal its group gets instead of the run's (the suite
+            runner's SIGKILL: a test program may catch or ignore the others);
+            ``None``, the run's own signal, as ninja passes it on.
         popen: keyword arguments of :class:`subprocess.Popen` (not ``process_group``).
     Yields:
         The running process; the caller waits for it inside the ``with``. Leaving
@@ -150,10 +157,11 @@ def child(argv: Sequence[str], **popen: Any) -> Iterator[subprocess.Popen]:
     # A session of its own is a group of its own already (setpgid after setsid fails).
     own = _CHILDREN.forwarding and not session
     proc = subprocess.Popen(list(argv), process_group=0 if own else None, **popen)
-    _CHILDREN.running.add(proc)
+    _CHILDREN.running[proc] = stop_signal
     try:
         if (own or session) and _CHILDREN.signum is not None:
-            _signal_group(proc, _CHILDREN.signum)  # the signal came while it started
+            # the signal came while it started
+            _signal_group(proc, stop_signal or _CHILDREN.signum)
         yield proc
     except BaseException:
         # The caller gave up on it (its own error): no child is left running.
@@ -166,7 +174,7 @@ def child(argv: Sequence[str], **popen: Any) -> Iterator[subprocess.Popen]:
                 proc.kill()
         raise
     finally:
-        _CHILDREN.running.discard(proc)
+        _CHILDREN.running.pop(proc, None)
         for pipe in (proc.stdin, proc.stdout, proc.stderr):
             if pipe is not None:
                 pipe.close()

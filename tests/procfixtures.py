@@ -37,9 +37,10 @@ def default_signals() -> None:
         signal.signal(signum, signal.SIG_DFL)
 
 
-def run_signalled(workers, jobs, signum, after_s):
-    """``run_parallel(workers, jobs)`` with ``signum`` sent to this process (its pid
-    alone, as ``kill PID`` sends it) ``after_s`` seconds in, from a thread.
+def signalled(call, signum, after_s):
+    """``call()`` in this thread, with ``signum`` sent to this process (its pid alone,
+    as ``kill PID`` sends it) ``after_s`` seconds in, from a thread. The signals start
+    from their defaults (:func:`default_signals`; SIGINT as Python's own handler).
 
     Returns:
         ``(what it raised, seconds it took)``: ``"Terminated"``,
@@ -49,7 +50,6 @@ def run_signalled(workers, jobs, signum, after_s):
     import threading
 
     from overlay.errors import Terminated
-    from overlay.parallel import run_parallel
 
     def send():
         time.sleep(after_s)
@@ -62,10 +62,17 @@ def run_signalled(workers, jobs, signum, after_s):
     threading.Thread(target=send, daemon=True).start()
     t0 = time.monotonic()
     try:
-        run_parallel(workers, jobs)
+        call()
         raised = "nothing"
     except Terminated:
         raised = "Terminated"
     except KeyboardInterrupt:
         raised = "KeyboardInterrupt"
     return raised, time.monotonic() - t0
+
+
+def run_signalled(workers, jobs, signum, after_s):
+    """:func:`signalled` of ``run_parallel(workers, jobs)``."""
+    from overlay.parallel import run_parallel
+
+    return signalled(lambda: run_parallel(workers, jobs), signum, after_s)

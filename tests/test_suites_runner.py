@@ -588,3 +588,54 @@ def test_a_signal_stops_suites_running_in_parallel(tmp_path, signum, raised):
     for path in results:
         data = json.loads(path.read_text())
         assert data["status"] == "interrupted" and data["runs"] == [], data
+
+
+# One suite, run from the main thread as `overlay suite run` does: its runs are a run
+# of one (overlay.parallel.foreground), so a signal to overlay's pid alone reaches the
+# running child's group, as SIGKILL (a test program may ignore the others; this one
+# does). Before, a SIGTERM ended overlay and left the child running, and a SIGINT to
+# the pid was raised in the main thread and killed it the same way.
+_ONE_SUITE = textwrap.dedent(
+    """
+    import json, os, sys
+    sys.path.insert(0, sys.argv[3])
+    from procfixtures import signalled
+    from test_suites_runner import NO_GPU, child, make_suite
+    from overlay.suites.runner import run_suite
+
+    signum, out = int(sys.argv[1]), sys.argv[2]
+    suite = make_suite("stubborn", child("stubborn.py"), runs=3, deadline=120)
+    raised, took = signalled(
+        lambda: run_suite(suite, out, platform=NO_GPU, directory=out + "/s"),
+        signum,
+        1.5,  # the first run under way
+    )
+    print(raised, round(took))
+    """
+)
+
+
+@pytest.mark.parametrize(
+    ("signum", "raised"),
+    [
+        (signal.SIGTERM, "Terminated"),
+        (signal.SIGHUP, "Terminated"),
+        (signal.SIGINT, "KeyboardInterrupt"),
+    ],
+)
+def test_a_signal_kills_the_run_of_a_single_suite(tmp_path, signum, raised):
+    proc = subprocess.run(
+        [sys.executable, "-c", _ONE_SUITE, str(int(signum)), str(tmp_path)]
+        + [str(Path(__file__).parent)],
+        capture_output=True,
+        text=True,
+        timeout=200,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    name, took = proc.stdout.split()
+    assert name == raised and int(took) < 20, proc.stdout  # not the child's 300 s
+    data = json.loads((tmp_path / "s" / "result.json").read_text())
+    assert data["status"] == "interrupted" and data["runs"] == [], data
+    started = (tmp_path / "s" / "run-001.out").read_text().split()
+    assert started[:2] == ["stubborn:", "started"]  # it ran, ignoring the signal,
+    assert gone(int(started[2]))  # until it was killed

@@ -204,10 +204,12 @@ def run_once(
             contextlib.ExitStack() as stack,
         ):
             start = time.monotonic()
-            # Through overlay.parallel.child: where suites run in parallel (the race
-            # lab's mutation check), a Ctrl-C or SIGTERM of the run reaches the group.
+            # Through overlay.parallel.child: a Ctrl-C, SIGTERM or SIGHUP of overlay
+            # kills the run's group (SIGKILL, as at the deadline: a test program may
+            # catch or ignore the others), also where suites run in parallel.
             started = child(
                 argv,
+                stop_signal=signal.SIGKILL,
                 stdin=stdin,
                 stdout=out,
                 stderr=err,

@@ -1,6 +1,7 @@
 """A suite: its runs in a row, the stored ``result.json``, skipped or interrupted."""
 
 import datetime as _dt
+import functools
 import json
 import os
 import time
@@ -8,7 +9,7 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from overlay.parallel import raise_taken
+from overlay.parallel import foreground, raise_taken
 from overlay.suites.config import Suite
 from overlay.suites.runner.common import (
     FAILURE_KINDS,
@@ -198,11 +199,11 @@ def run_suite(
 
     Returns:
         A :class:`SuiteResult`; ``result.json`` is written in its directory,
-        also for a skipped suite. On Ctrl-C the running group is killed, a
-        result with status ``interrupted`` is written, and KeyboardInterrupt
-        propagates; the same where suites run in parallel and the run takes a
-        Ctrl-C or a SIGTERM (:func:`overlay.parallel.raise_taken`; the run the
-        signal cut short is not recorded).
+        also for a skipped suite. On a Ctrl-C (a SIGTERM or SIGHUP: Terminated)
+        the signal is sent on to the running group, a result with status
+        ``interrupted`` is written without the run the signal cut short, and the
+        exception propagates (:func:`overlay.parallel.foreground`, and
+        :func:`overlay.parallel.raise_taken` where suites run in parallel).
 
     Raises:
         SuiteRunError: bad overrides, the child cannot be found or started, or
@@ -265,12 +266,23 @@ def run_suite(
         for i in range(1, n + 1):
             env = dict(base_env)
             env["OVERLAY_RUN_INDEX"] = str(i)
-            rec = run_once(
-                result.argv, env, deadline, directory, i, markers, stdin_fd=devnull
+            # A run of one (overlay.parallel.foreground): a Ctrl-C, SIGTERM or SIGHUP
+            # of overlay is sent on to the run's group (its own session), and raised
+            # here once it ended; where suites run in parallel (already a job of a
+            # run), the signal sent on reaches this thread as raise_taken(). Either
+            # way the run it cut short is not recorded: the user stopped it.
+            rec = foreground(
+                functools.partial(
+                    run_once,
+                    result.argv,
+                    env,
+                    deadline,
+                    directory,
+                    i,
+                    markers,
+                    stdin_fd=devnull,
+                )
             )
-            # Where suites run in parallel, a Ctrl-C or SIGTERM reaches this thread
-            # as the signal sent on to its run (overlay.parallel): that run was cut
-            # short by the user, not failed; stop as a Ctrl-C stops a single suite.
             raise_taken()
             result.runs.append(rec)
             failures += rec.failed
