@@ -140,3 +140,24 @@ def test_every_script_loads_and_says_how_it_is_run(script):
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("usage:"), proc.stdout
+
+
+def test_the_suite_overhead_script_records_medians_spread_and_load(tmp_path):
+    """The one script that needs no mirrors, run small: its record has what every
+    script's has (never a best run), and its exit status says whether the target held."""
+    out = tmp_path / "so.json"
+    proc = subprocess.run(
+        [sys.executable, str(BENCH / "suite_overhead.py")]
+        + ["--children", "5", "--repeat", "1", "--runs", "3", "--out", str(out)],
+        capture_output=True,
+        text=True,
+    )
+    data = json.loads(out.read_text())
+    assert data["runs"] == 3 and len(data["load_average_1min"]) == 4
+    low, high = data["spread"]["overhead_per_run_ms"]["runner"]
+    assert low <= data["median"]["overhead_per_run_ms"]["runner"] <= high
+    assert set(data["targets"]) == {
+        "overhead_per_run_ms.runner",
+        "overhead_per_run_ms.runner+markers",
+    }
+    assert proc.returncode == (0 if data["met"] else 1), proc.stderr
