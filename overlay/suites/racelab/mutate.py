@@ -316,9 +316,9 @@ def run_cells(
         runner: runs one suite (see :func:`suite_runner`).
         parallel: suites run at once (each run is its own process).
     Raises:
-        KeyboardInterrupt: on Ctrl-C (Terminated on a SIGTERM): the running suites'
-            runs get the signal and their results are written as interrupted; no
-            suite starts after it (:func:`overlay.parallel.run_parallel`).
+        KeyboardInterrupt: on Ctrl-C (Terminated on a SIGTERM or SIGHUP): the
+            running suites' runs are killed and their results written as
+            interrupted; no suite starts after it (:func:`overlay.parallel.run_parallel`).
     """
     cells: list[Cell | None] = [None] * len(jobs)
 

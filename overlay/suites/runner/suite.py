@@ -200,7 +200,7 @@ def run_suite(
     Returns:
         A :class:`SuiteResult`; ``result.json`` is written in its directory,
         also for a skipped suite. On a Ctrl-C (a SIGTERM or SIGHUP: Terminated)
-        the signal is sent on to the running group, a result with status
+        the running group is killed (SIGKILL), a result with status
         ``interrupted`` is written without the run the signal cut short, and the
         exception propagates (:func:`overlay.parallel.foreground`, and
         :func:`overlay.parallel.raise_taken` where suites run in parallel).
@@ -267,10 +267,10 @@ def run_suite(
             env = dict(base_env)
             env["OVERLAY_RUN_INDEX"] = str(i)
             # A run of one (overlay.parallel.foreground): a Ctrl-C, SIGTERM or SIGHUP
-            # of overlay is sent on to the run's group (its own session), and raised
-            # here once it ended; where suites run in parallel (already a job of a
-            # run), the signal sent on reaches this thread as raise_taken(). Either
-            # way the run it cut short is not recorded: the user stopped it.
+            # of overlay kills the run's group (run_once's stop signal), and is raised
+            # here once the run ended; where suites run in parallel (already a job of
+            # a run), it reaches this thread as raise_taken(). Either way the run it
+            # cut short is not recorded: the user stopped it.
             rec = foreground(
                 functools.partial(
                     run_once,
