@@ -265,8 +265,7 @@ def test_the_parts_that_went_uncaught_are_caught(real_mirrors, tmp_path):
     suites = load_suites(str(ROOT / "patches-rocm/suites/suites.toml"))
     suites = {k: v for k, v in suites.items() if k in wanted.values()}
     result = mutate.run_check(
-        str(ROOT),
-        Store(str(tmp_path / "store.git")),
+        Workspace.of(str(ROOT), Store(str(tmp_path / "store.git"))),
         suites,
         runs=2,
         need=2,
