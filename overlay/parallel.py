@@ -68,6 +68,7 @@ class _Stop:
         self.interrupted = False
         self.terminated: int | None = None  # the signal, SIGTERM or SIGHUP
         self.cancelled = False
+        self.abandoned = False  # a second signal: the running jobs are not waited for
         self.error: BaseException | None = None
 
     @property
@@ -107,12 +108,25 @@ class _Children:
         self.forwarding = False
         self.signum: int | None = None
 
-    def send(self, signum: int) -> None:
+    def send(self, signum: int) -> bool:
         """Send ``signum`` (or a child's own stop signal) to the process group of
-        every running child."""
-        self.signum = signum
+        every running child; from the second signal of a run on, SIGKILL (a child
+        that catches or ignores the others, one stuck in a driver).
+
+        Returns:
+            Whether this was such a second signal.
+        """
+        again = self.signum is not None
+        if not again:
+            self.signum = signum
         for proc, instead in list(self.running.items()):
-            _signal_group(proc, instead or signum)
+            _signal_group(proc, signal.SIGKILL if again else instead or signum)
+        return again
+
+    def each(self, signum: int) -> None:
+        """Send ``signum`` to every running child's group, as it is (job control)."""
+        for proc in list(self.running):
+            _signal_group(proc, signum)
 
 
 _CHILDREN = _Children()
@@ -257,9 +271,10 @@ def run_parallel(workers: int, jobs: Sequence[Callable[[], None]]) -> None:
     def on_signal(signum: int, _frame: object) -> None:
         if signum == signal.SIGINT:
             stop.interrupted = True
-        else:
+        elif stop.terminated is None:
             stop.terminated = signum
-        _CHILDREN.send(signum)
+        if _CHILDREN.send(signum):
+            stop.abandoned = True  # a second signal: end now, as a Ctrl-C did before
 
     previous = _take_signals(on_signal)
     started: list[threading.Thread] = []
@@ -271,19 +286,15 @@ def run_parallel(workers: int, jobs: Sequence[Callable[[], None]]) -> None:
                 )
                 thread.start()
                 started.append(thread)
-            _wait(started)
+            _wait(started, stop)
         except BaseException:
             # Only where the handler above was not installed (another thread, another
             # handler) or a thread could not start: stop the rest, then raise.
             stop.cancelled = True
-            _wait(started)
+            _wait(started, stop)
             raise
     finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-        if previous:
-            _CHILDREN.forwarding = False
-            _CHILDREN.signum = None
+        _give_back(previous)
     stop.raise_why()
 
 
@@ -308,26 +319,69 @@ def foreground(job: Callable[[], T]) -> T:
 
 def _take_signals(handler: Callable[[int, Any], None]) -> dict[int, Any]:
     """Install ``handler`` for each of :data:`_FORWARDED` that has Python's default,
-    on the main thread only, and turn on forwarding to :func:`child` processes.
+    and the job-control handler for SIGTSTP, on the main thread only, and turn on
+    forwarding to :func:`child` processes.
+
+    Only where the terminal's Ctrl-C is this run's or ignored (a background job of
+    a shell): a SIGINT handler of someone else's (a debugger, an application that
+    embeds overlay) expects the children in its group, where the terminal's Ctrl-C
+    reaches them; then nothing is taken, as before forwarding existed.
 
     Returns:
         ``{signal: the handler it had}`` for those taken (empty off the main thread,
-        or when another handler holds both).
+        under another SIGINT handler, or when none of them has its default).
     """
     if threading.current_thread() is not threading.main_thread():
+        return {}
+    if signal.getsignal(signal.SIGINT) not in (
+        signal.default_int_handler,
+        signal.SIG_IGN,
+    ):
         return {}
     previous: dict[int, Any] = {}
     for signum, default in _FORWARDED.items():
         if signal.getsignal(signum) is default:
             previous[signum] = signal.signal(signum, handler)
-    if previous:
-        _CHILDREN.signum = None
-        _CHILDREN.forwarding = True
+    if not previous:
+        return {}  # every one ignored or handled elsewhere: nothing to pass on
+    if signal.getsignal(signal.SIGTSTP) is signal.SIG_DFL:
+        previous[signal.SIGTSTP] = signal.signal(signal.SIGTSTP, _on_stop)
+    _CHILDREN.signum = None
+    _CHILDREN.forwarding = True
     return previous
 
 
-def _wait(threads: list[threading.Thread]) -> None:
-    """Return once every thread of ``threads`` has ended, waking every ``_POLL_S``."""
+def _give_back(previous: dict[int, Any]) -> None:
+    """Put back the handlers :func:`_take_signals` replaced and end forwarding, with
+    those signals blocked meanwhile: one that comes then is handled after, by the
+    handler put back (a Ctrl-C raising between two restores would leave the others
+    this run's)."""
+    if not previous:
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, set(previous))
+    try:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        _CHILDREN.forwarding = False
+        _CHILDREN.signum = None
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def _on_stop(_signum: int, _frame: object) -> None:
+    """Ctrl-Z during a run: the children, in groups of their own, are stopped with
+    overlay (SIGTSTP to their groups), overlay stops itself as the default action
+    would, and on ``fg`` (SIGCONT) they go on with it."""
+    _CHILDREN.each(signal.SIGTSTP)
+    signal.signal(signal.SIGTSTP, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTSTP)  # stopped here until SIGCONT
+    signal.signal(signal.SIGTSTP, _on_stop)
+    _CHILDREN.each(signal.SIGCONT)
+
+
+def _wait(threads: list[threading.Thread], stop: _Stop) -> None:
+    """Return once every thread of ``threads`` has ended, or the run is abandoned (a
+    second signal), waking every ``_POLL_S``."""
     for thread in threads:
-        while thread.is_alive():
+        while thread.is_alive() and not stop.abandoned:
             thread.join(_POLL_S)

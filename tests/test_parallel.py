@@ -200,3 +200,167 @@ def test_a_child_left_by_an_exception_is_killed():
         with child(["sleep", "60"], stdin=subprocess.DEVNULL) as proc:
             raise RuntimeError("the caller's own error")
     assert proc.wait(timeout=10) == -signal.SIGKILL
+
+
+# A second signal ends the run at once: its children get SIGKILL (one that ignores the
+# first, as a wrapper trapping it does, or one stuck in a driver) and the running
+# jobs are not waited for, as a Ctrl-C ended overlay before signals were passed on.
+_TWICE = textwrap.dedent(
+    """
+    import os, signal, subprocess, sys, threading, time
+    sys.path.insert(0, sys.argv[1])
+    from procfixtures import signalled
+    from overlay.parallel import run_child, run_parallel
+
+    codes = []
+
+    def job():
+        proc = run_child(
+            ["sh", "-c", "trap '' INT TERM HUP; echo $$; exec sleep 60"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+        )
+        codes.append(proc.returncode)
+
+    def second():
+        time.sleep(2.0)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=second, daemon=True).start()
+    raised, took = signalled(lambda: run_parallel(1, [job]), signal.SIGTERM, 1.0)
+    time.sleep(0.5)  # the worker sees its child killed
+    print(raised, round(took), codes)
+    """
+)
+
+
+def test_a_second_signal_kills_the_children_and_ends_the_run_at_once(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-c", _TWICE, os.path.dirname(__file__)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    raised, took, codes = proc.stdout.split(" ", 2)
+    assert raised == "Terminated" and int(took) < 10, proc.stdout  # not the minute
+    assert codes.strip() == f"[-{int(signal.SIGKILL)}]"  # the first did not end it
+
+
+# A child a job starts after the run took its signal gets the signal as it starts.
+_LATE_CHILD = textwrap.dedent(
+    """
+    import os, signal, subprocess, sys, time
+    sys.path.insert(0, sys.argv[1])
+    from procfixtures import signalled
+    from overlay.parallel import run_child, run_parallel
+
+    codes = []
+
+    def job():
+        time.sleep(1.0)  # the signal came meanwhile; the job goes on to start one
+        codes.append(run_child(["sleep", "60"], stdin=subprocess.DEVNULL).returncode)
+
+    raised, took = signalled(lambda: run_parallel(1, [job]), signal.SIGTERM, 0.2)
+    print(raised, round(took), codes)
+    """
+)
+
+
+def test_a_child_started_after_the_signal_gets_it_at_once(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-c", _LATE_CHILD, os.path.dirname(__file__)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    raised, took, codes = proc.stdout.split(" ", 2)
+    assert raised == "Terminated" and int(took) < 10, proc.stdout
+    assert codes.strip() == f"[-{int(signal.SIGTERM)}]"
+
+
+def test_under_another_sigint_handler_the_children_stay_in_this_group():
+    """A debugger's or an embedding application's own SIGINT handler expects the
+    terminal's Ctrl-C to reach the children: nothing is taken then."""
+    from overlay.parallel import child
+
+    groups: list[bool] = []
+
+    def job() -> None:
+        with child(["sleep", "0.1"], stdin=subprocess.DEVNULL) as proc:
+            groups.append(os.getpgid(proc.pid) == os.getpgid(0))
+            proc.wait()
+
+    previous = signal.signal(signal.SIGINT, lambda *_: None)
+    try:
+        run_parallel(1, [job])
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert groups == [True]
+
+
+# Ctrl-Z stops the children with overlay and `fg` (SIGCONT) resumes them: they are in
+# groups of their own, which the terminal's SIGTSTP does not reach.
+_STOP_AND_GO = textwrap.dedent(
+    """
+    import os, signal, subprocess, sys
+    sys.path.insert(0, sys.argv[1])
+    from procfixtures import default_signals
+    from overlay.parallel import run_child, run_parallel
+
+    default_signals()
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTSTP, signal.SIG_DFL)
+    tick = "while :; do echo x >> ticks; sleep 0.05; done"
+    try:
+        run_parallel(1, [lambda: run_child(["sh", "-c", tick], stdin=subprocess.DEVNULL)])
+    except BaseException as exc:
+        print(type(exc).__name__)
+    """
+)
+
+
+def _state(pid: int) -> str:
+    with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+        return fh.read().rsplit(")", 1)[1].split()[0]
+
+
+def test_ctrl_z_stops_the_children_with_the_run_and_fg_resumes_them(tmp_path):
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _STOP_AND_GO, os.path.dirname(__file__)],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    ticks = tmp_path / "ticks"
+
+    def count() -> int:
+        return len(ticks.read_text().split()) if ticks.exists() else 0
+
+    try:
+        deadline = time.monotonic() + 30
+        while count() < 5:
+            assert time.monotonic() < deadline, proc.stderr
+            time.sleep(0.05)
+        os.kill(proc.pid, signal.SIGTSTP)
+        while _state(proc.pid) != "T":
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        time.sleep(0.3)  # a tick under way lands
+        stopped = count()
+        time.sleep(0.6)
+        assert count() == stopped  # the child stopped with it
+        os.kill(proc.pid, signal.SIGCONT)
+        while count() == stopped:
+            assert time.monotonic() < deadline, "the child did not go on"
+            time.sleep(0.05)
+    finally:
+        os.kill(proc.pid, signal.SIGCONT)
+        os.kill(proc.pid, signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    assert out.split() == ["Terminated"], err
