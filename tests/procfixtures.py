@@ -76,3 +76,23 @@ def run_signalled(workers, jobs, signum, after_s):
     from overlay.parallel import run_parallel
 
     return signalled(lambda: run_parallel(workers, jobs), signum, after_s)
+
+
+def python_child(script, *args, cwd=None, timeout=200):
+    """``python -c SCRIPT ARGS`` in a child interpreter, its output captured as text
+    (a test that signals a process runs it there: a signal arriving outside the run
+    cannot end the test session).
+
+    Returns:
+        The completed process.
+    """
+    import subprocess
+    import sys
+
+    return subprocess.run(
+        [sys.executable, "-c", script, *map(str, args)],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )

@@ -14,6 +14,7 @@ import threading
 import time
 
 import pytest
+from procfixtures import python_child
 
 from overlay.parallel import run_parallel
 
@@ -161,13 +162,8 @@ _SIGNAL_TO_PID = textwrap.dedent(
     ],
 )
 def test_a_signal_to_the_pid_alone_stops_the_running_children(tmp_path, signum, raised):
-    proc = subprocess.run(
-        [sys.executable, "-c", _SIGNAL_TO_PID, str(int(signum))]
-        + [os.path.dirname(__file__)],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
+    proc = python_child(
+        _SIGNAL_TO_PID, int(signum), os.path.dirname(__file__), cwd=tmp_path
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     name, results, took, default = proc.stdout.split()
@@ -235,13 +231,7 @@ _TWICE = textwrap.dedent(
 
 
 def test_a_second_signal_kills_the_children_and_ends_the_run_at_once(tmp_path):
-    proc = subprocess.run(
-        [sys.executable, "-c", _TWICE, os.path.dirname(__file__)],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    proc = python_child(_TWICE, os.path.dirname(__file__), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     raised, took, codes = proc.stdout.split(" ", 2)
     assert raised == "Terminated" and int(took) < 10, proc.stdout  # not the minute
@@ -269,13 +259,7 @@ _LATE_CHILD = textwrap.dedent(
 
 
 def test_a_child_started_after_the_signal_gets_it_at_once(tmp_path):
-    proc = subprocess.run(
-        [sys.executable, "-c", _LATE_CHILD, os.path.dirname(__file__)],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    proc = python_child(_LATE_CHILD, os.path.dirname(__file__), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     raised, took, codes = proc.stdout.split(" ", 2)
     assert raised == "Terminated" and int(took) < 10, proc.stdout

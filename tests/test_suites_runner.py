@@ -9,14 +9,13 @@ runs 1, 2 and 10 of 10, and for seed "c" at 0.7 is runs 1, 2, 3, 7, 8, 9, 10.
 import json
 import os
 import signal
-import subprocess
 import sys
 import textwrap
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from procfixtures import gone
+from procfixtures import gone, python_child
 
 from overlay.errors import EXIT_USAGE
 from overlay.suites.config import parse_suites
@@ -571,13 +570,7 @@ _PARALLEL_SUITES = textwrap.dedent(
     [(signal.SIGTERM, "Terminated"), (signal.SIGINT, "KeyboardInterrupt")],
 )
 def test_a_signal_stops_suites_running_in_parallel(tmp_path, signum, raised):
-    proc = subprocess.run(
-        [sys.executable, "-c", _PARALLEL_SUITES, str(int(signum)), str(tmp_path)]
-        + [str(Path(__file__).parent)],
-        capture_output=True,
-        text=True,
-        timeout=200,
-    )
+    proc = python_child(_PARALLEL_SUITES, int(signum), tmp_path, Path(__file__).parent)
     assert proc.returncode == 0, proc.stderr[-3000:]
     name, took = proc.stdout.split()
     assert name == raised and int(took) < 20, proc.stdout  # not 300 s of a hang run
@@ -624,13 +617,7 @@ _ONE_SUITE = textwrap.dedent(
     ],
 )
 def test_a_signal_kills_the_run_of_a_single_suite(tmp_path, signum, raised):
-    proc = subprocess.run(
-        [sys.executable, "-c", _ONE_SUITE, str(int(signum)), str(tmp_path)]
-        + [str(Path(__file__).parent)],
-        capture_output=True,
-        text=True,
-        timeout=200,
-    )
+    proc = python_child(_ONE_SUITE, int(signum), tmp_path, Path(__file__).parent)
     assert proc.returncode == 0, proc.stderr[-3000:]
     name, took = proc.stdout.split()
     assert name == raised and int(took) < 20, proc.stdout  # not the child's 300 s
