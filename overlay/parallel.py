@@ -11,9 +11,10 @@ SIGINT, SIGTERM or SIGHUP the run takes is sent on to every such group. A Ctrl-C
 the terminal, or the SIGHUP of a terminal that closes, reaches overlay alone then
 (its children are not in the terminal's foreground group) and is passed on; a
 ``kill`` of overlay's pid (a CI runner's SIGTERM on cancel, a supervisor's stop)
-stops the compilers too, where before they
-went on to finish their unit after overlay had ended. A single long child of the
-main thread (a whole build's ninja, CMake's configure) runs as a run of one
+stops the compilers too, where before they went on to finish their unit after
+overlay had ended. A second signal sends them SIGKILL and ends the run without
+waiting; Ctrl-Z stops them with overlay and ``fg`` resumes them. A single long child
+of the main thread (a whole build's ninja, CMake's configure) runs as a run of one
 (:func:`foreground`) for the same reason. A child started outside a run stays in
 overlay's own group, so the terminal's Ctrl-C reaches it directly.
 
@@ -197,9 +198,9 @@ def child(
 def raise_taken() -> None:
     """Raise what the signal the running :func:`run_parallel` of the main thread took
     means: :class:`KeyboardInterrupt` for a SIGINT, :class:`~overlay.errors.Terminated`
-    for a SIGTERM or SIGHUP; return when it took none. A job that runs several children in turn
-    calls it before the next one (the run then raises the signal in its caller's
-    thread). Read without a lock (one attribute)."""
+    for a SIGTERM or SIGHUP; return when it took none. A job that runs several
+    children in turn calls it before the next one (the run then raises the signal in
+    its caller's thread). Read without a lock (one attribute)."""
     signum = _CHILDREN.signum
     if signum == signal.SIGINT:
         raise KeyboardInterrupt
