@@ -13,7 +13,8 @@ the terminal, or the SIGHUP of a terminal that closes, reaches overlay alone the
 ``kill`` of overlay's pid (a CI runner's SIGTERM on cancel, a supervisor's stop)
 stops the compilers too, where before they went on to finish their unit after
 overlay had ended. A second signal sends them SIGKILL and ends the run without
-waiting; Ctrl-Z stops them with overlay and ``fg`` resumes them. A single long child
+waiting; Ctrl-Z stops them with overlay and ``fg`` resumes them; Ctrl-\\ kills them
+before overlay ends by it. A single long child
 of the main thread (a whole build's ninja, CMake's configure) runs as a run of one
 (:func:`foreground`) for the same reason. A child started outside a run stays in
 overlay's own group, so the terminal's Ctrl-C reaches it directly.
@@ -320,8 +321,9 @@ def foreground(job: Callable[[], T]) -> T:
 
 def _take_signals(handler: Callable[[int, Any], None]) -> dict[int, Any]:
     """Install ``handler`` for each of :data:`_FORWARDED` that has Python's default,
-    and the job-control handler for SIGTSTP, on the main thread only, and turn on
-    forwarding to :func:`child` processes.
+    and those of SIGTSTP (job control) and SIGQUIT (Ctrl-\\) where they have their
+    default, on the main thread only, and turn on forwarding to :func:`child`
+    processes.
 
     Only where the terminal's Ctrl-C is this run's or ignored (a background job of
     a shell): a SIGINT handler of someone else's (a debugger, an application that
@@ -347,6 +349,8 @@ def _take_signals(handler: Callable[[int, Any], None]) -> dict[int, Any]:
         return {}  # every one ignored or handled elsewhere: nothing to pass on
     if signal.getsignal(signal.SIGTSTP) is signal.SIG_DFL:
         previous[signal.SIGTSTP] = signal.signal(signal.SIGTSTP, _on_stop)
+    if signal.getsignal(signal.SIGQUIT) is signal.SIG_DFL:
+        previous[signal.SIGQUIT] = signal.signal(signal.SIGQUIT, _on_quit)
     _CHILDREN.signum = None
     _CHILDREN.forwarding = True
     return previous
@@ -367,6 +371,14 @@ def _give_back(previous: dict[int, Any]) -> None:
         _CHILDREN.signum = None
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def _on_quit(_signum: int, _frame: object) -> None:
+    """Ctrl-\\ during a run: the children get SIGKILL (they are not in the terminal's
+    group), then overlay ends by the signal as its default action would."""
+    _CHILDREN.each(signal.SIGKILL)
+    signal.signal(signal.SIGQUIT, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGQUIT)
 
 
 def _on_stop(_signum: int, _frame: object) -> None:

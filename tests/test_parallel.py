@@ -14,7 +14,7 @@ import threading
 import time
 
 import pytest
-from procfixtures import python_child
+from procfixtures import gone, python_child
 
 from overlay.parallel import run_parallel
 
@@ -348,3 +348,29 @@ def test_ctrl_z_stops_the_children_with_the_run_and_fg_resumes_them(tmp_path):
         os.kill(proc.pid, signal.SIGTERM)
         out, err = proc.communicate(timeout=30)
     assert out.split() == ["Terminated"], err
+
+
+# Ctrl-\ (SIGQUIT) ends overlay by the signal, as Python's default does, and kills the
+# children first: they are not in the terminal's group, which the signal reaches.
+_QUIT = textwrap.dedent(
+    """
+    import os, resource, signal, subprocess, sys
+    sys.path.insert(0, sys.argv[1])
+    from procfixtures import signalled
+    from overlay.parallel import run_child, run_parallel
+
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # no core file of the test
+    signal.signal(signal.SIGQUIT, signal.SIG_DFL)
+    tick = "echo $$ > child; exec sleep 60"
+    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+    job = lambda: run_child(["sh", "-c", tick], stdin=subprocess.DEVNULL, **quiet)
+    signalled(lambda: run_parallel(1, [job]), signal.SIGQUIT, 1.0)
+    print("not ended by the signal")
+    """
+)
+
+
+def test_ctrl_backslash_kills_the_children_and_ends_by_the_signal(tmp_path):
+    proc = python_child(_QUIT, os.path.dirname(__file__), cwd=tmp_path, timeout=120)
+    assert proc.returncode == -signal.SIGQUIT, (proc.stdout, proc.stderr[-2000:])
+    assert gone(int((tmp_path / "child").read_text()))
