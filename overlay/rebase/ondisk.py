@@ -34,6 +34,8 @@ from overlay.rebase.backup import Backup, read_backup
 from overlay.rebase.state import RunState, read_state_json
 
 if TYPE_CHECKING:
+    import subprocess
+
     from overlay.workspace import Workspace
 
 
@@ -460,21 +462,14 @@ def _untracked(root: str, paths: list[str]) -> list[str] | None:
     git cannot say (no repository, git missing)."""
     if not paths:
         return []
-    from overlay.git.run import run_git  # only for --abort without a run
+    from overlay.git.run import zsplit  # only for --abort without a run
 
-    try:
-        proc = run_git(
-            ["-C", root, "--literal-pathspecs", "ls-files", "-z", "--others", "--"]
-            + paths,
-            check=False,
-        )
-    except GitError:
-        return None
-    if proc.returncode != 0:
-        return None
-    return sorted(
-        p for p in proc.stdout.decode("utf-8", "surrogateescape").split("\0") if p
+    proc = _git_at(
+        root, "--literal-pathspecs", "ls-files", "-z", "--others", "--", *paths
     )
+    if proc is None or proc.returncode != 0:
+        return None
+    return sorted(zsplit(proc.stdout))
 
 
 def _committed(root: str) -> bool:
@@ -484,24 +479,19 @@ def _committed(root: str) -> bool:
     alone is asked: every run changes it, and a later edit of another record (a
     retarget entry's prose, after the commit) does not undo the commit. False where
     git cannot say (no repository, no commit yet)."""
+    proc = _git_at(root, "diff", "--quiet", "HEAD", "--", layout.MANIFEST)
+    return proc is not None and proc.returncode == 0
+
+
+def _git_at(root: str, *args: str) -> "subprocess.CompletedProcess | None":
+    """git ``args`` in the overlay repository at ``root`` (``git -C ROOT``, whatever
+    its exit status); ``None`` when git is missing."""
     from overlay.git.run import run_git  # only for --abort without a run
 
     try:
-        proc = run_git(
-            [
-                "-C",
-                root,
-                "diff",
-                "--quiet",
-                "HEAD",
-                "--",
-                layout.MANIFEST,
-            ],
-            check=False,
-        )
+        return run_git(["-C", root, *args], check=False)
     except GitError:
-        return False  # git is missing
-    return proc.returncode == 0
+        return None
 
 
 def _manifest_pins(ws: "Workspace") -> tuple[str, str] | None:
