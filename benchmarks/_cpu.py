@@ -16,6 +16,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -164,5 +165,76 @@ def bench_env(**extra: str) -> dict[str, str]:
     )
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     env["PYTHONPYCACHEPREFIX"] = _pycache()
+    # Each command in its own process, even where the user runs a command server;
+    # the served figures use a server of the benchmark's own (:class:`Served`).
+    env["OVERLAY_SERVER"] = "off"
     env.update(extra)
     return env
+
+
+class Served:
+    """A command server of this benchmark's own (``overlay server start``, in a
+    directory of its own), and what a command it serves costs.
+
+    A served command's CPU is spread over three processes: the caller (the client a
+    user's ``overlay`` is), the worker the server forks (with its git children), and
+    the server itself (the request, the code check, the fork, the reaping). The
+    caller's is read from ``RUSAGE_CHILDREN`` as for any command; the other two from
+    the server's log line for the command (``worker_cpu_s``, from ``wait4``, and
+    ``server_cpu_s``; docs/server.md). The sum is the figure.
+
+    Args:
+        env: the benchmark's environment (:func:`bench_env`); the server starts with
+            it, so a caller with it has the server's interpreter settings.
+    """
+
+    def __init__(self, env: dict[str, str]) -> None:
+        self.dir = tempfile.mkdtemp(prefix="overlay-bench-server-")
+        self.env = self.env_for(env)
+        proc = subprocess.run(
+            overlay_cmd("server", "start", "--idle", "60"),
+            env=self.env,
+            capture_output=True,
+            text=True,
+        )
+        if proc.returncode != 0:
+            raise SystemExit(f"overlay server start failed: {proc.stderr}")
+        self.log = proc.stdout.split("log: ", 1)[1].strip()
+
+    def env_for(self, env: dict[str, str]) -> dict[str, str]:
+        """``env`` for a caller of this server."""
+        out = {k: v for k, v in env.items() if k != "OVERLAY_SERVER"}
+        out["OVERLAY_SERVER_DIR"] = self.dir
+        return out
+
+    def _lines(self) -> list[str]:
+        with open(self.log) as fh:
+            return [line for line in fh if " served pid=" in line]
+
+    def cpu_run(self, cmd: list[str], *, env: dict[str, str]) -> float:
+        """Run ``cmd`` (an ``overlay`` command) as a caller of this server; the CPU
+        seconds of the caller, its worker and the server's part.
+
+        Raises:
+            SystemExit: the command failed, or was not served (declined: the log
+                has no line for it).
+        """
+        before = len(self._lines())
+        caller = cpu_run(cmd, env=self.env_for(env))
+        lines = self._lines()
+        for _ in range(200):  # the server logs right after it reaps the worker
+            if len(lines) > before:
+                break
+            time.sleep(0.01)
+            lines = self._lines()
+        else:
+            raise SystemExit(f"{cmd!r} was not served: see {self.log}")
+        fields = dict(
+            f.split("=", 1) for f in lines[before].split() if f.count("=") == 1
+        )
+        return caller + float(fields["worker_cpu_s"]) + float(fields["server_cpu_s"])
+
+    def close(self) -> None:
+        """Stop the server and remove its directory."""
+        subprocess.run(overlay_cmd("server", "stop"), env=self.env, capture_output=True)
+        shutil.rmtree(self.dir, ignore_errors=True)

@@ -25,6 +25,11 @@ timed as CPU (user + system, children included), medians of --repeat timings per
   -z OLD NEW` (what changed). Until 2026-12-03 an untimed `overlay tree` ran between
   the two, which computed the new layers for the export.
 
+Each repeat also runs the six commands served by a command server of the
+benchmark's own (`overlay server start`, docs/server.md; `served_<command>`), in a
+fresh copy of their own: the caller's CPU, its worker's (git children included) and
+the server's part, from the server's log (`_cpu.Served`), against the same floors.
+
 The import floor is `python -c "import overlay.cli"`, timed beside each command.
 Target (issue 31): each command at most 1.5x the import floor plus its git floor
 (`<command>_over_floors` at most 1.0), checked on the median of --runs runs
@@ -45,7 +50,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _cpu import bench_env, cpu_run, median, overlay_cmd  # noqa: E402
+from _cpu import Served, bench_env, cpu_run, median, overlay_cmd  # noqa: E402
 from _record import mirror_bench_parser, mirrors_missing, record, repeat_runs  # noqa: E402
 from rebase_bench import prepared, upstream_refs  # noqa: E402
 
@@ -59,6 +64,8 @@ EDITED = "mlx/backend/rocm/device/binary_ops.hpp"
 #: The command at most this many import floors plus its git floor (issue 31).
 IMPORT_FLOORS = 1.5
 COMMANDS = ("status", "tree", "refresh_check", "edit", "record", "export_incremental")
+#: The same commands served by a command server of the benchmark's own.
+SERVED = tuple(f"served_{c}" for c in COMMANDS)
 
 
 def after_the_edits_second(work: str) -> None:
@@ -76,11 +83,19 @@ def after_the_edits_second(work: str) -> None:
         time.sleep(index_second + 1.01 - time.time())
 
 
-def one_repeat(base: Store, tmp: str, name: str, refs: bytes) -> dict[str, float]:
-    """One timing of each command and of each floor, in a fresh copy."""
+def one_repeat(
+    base: Store, tmp: str, name: str, refs: bytes, server: Served | None = None
+) -> dict[str, float]:
+    """One timing of each command and of each floor, in a fresh copy; with
+    ``server``, the commands are served by it (the keys then start with ``served_``)."""
     root, store = prepared(base, tmp, name, "HEAD", refs)
     env = bench_env(OVERLAY_GIT_DIR=store.git_dir)
     git = ["git", f"--git-dir={store.git_dir}"]
+
+    def timed(cmd: list[str]) -> float:
+        if server is None:
+            return cpu_run(cmd, env=env)
+        return server.cpu_run(cmd, env=env)
 
     def overlay(*args: str) -> list[str]:
         return overlay_cmd("-C", root, "--offline", *args)
@@ -100,11 +115,11 @@ def one_repeat(base: Store, tmp: str, name: str, refs: bytes) -> dict[str, float
         [sys.executable, "-c", "import overlay.cli"], env=bench_env()
     )
     rev_parse = [*git, "rev-parse", "--verify", "--quiet", f"{pin}^{{commit}}"]
-    t["status"] = cpu_run(overlay("status"), env=env)
+    t["status"] = timed(overlay("status"))
     t["status_git_floor"] = cpu_run(rev_parse)
-    t["tree"] = cpu_run(overlay("tree"), env=env)
+    t["tree"] = timed(overlay("tree"))
     t["tree_git_floor"] = cpu_run(rev_parse)
-    t["refresh_check"] = cpu_run(overlay("refresh", "--check"), env=env)
+    t["refresh_check"] = timed(overlay("refresh", "--check"))
     t["refresh_check_git_floor"] = cpu_run(
         [*git, "diff-tree", "-r", "-p", "--full-index", forked, patched]
     )
@@ -114,21 +129,23 @@ def one_repeat(base: Store, tmp: str, name: str, refs: bytes) -> dict[str, float
         f"git --git-dir={store.git_dir} archive {patched} | tar -x -C {files}",
         shell=True,
     )
-    t["edit"] = cpu_run(overlay("edit", PATCH), env=env)
+    t["edit"] = timed(overlay("edit", PATCH))
     work = os.path.join(root, ".overlay", "edit", PATCH.removesuffix(".patch"))
     after_the_edits_second(work)
     with open(os.path.join(work, EDITED), "a") as fh:
         fh.write("// a line added by overlay's everyday benchmark\n")
     t["record_git_floor"] = cpu_run(["git", "-C", work, "diff", "HEAD~1"])
-    t["record"] = cpu_run(overlay("record"), env=env)
+    t["record"] = timed(overlay("record"))
     # Right after the record, as a user types it: a command between the two (the
     # `tree` below) would compute the new layers for the export.
-    t["export_incremental"] = cpu_run(overlay("export", dest), env=env)
+    t["export_incremental"] = timed(overlay("export", dest))
     new = out(overlay("tree", "--layer", "patched"))
     assert new != patched, "the record changed nothing"
     t["export_incremental_git_floor"] = cpu_run(
         [*git, "diff-tree", "-r", "-z", patched, new]
     )
+    if server is not None:
+        return {(k if k == "import_floor" else f"served_{k}"): v for k, v in t.items()}
     return t
 
 
@@ -143,14 +160,18 @@ def main() -> int:
     refs = upstream_refs(base)
     with tempfile.TemporaryDirectory(prefix="overlay-everyday-bench-") as tmp:
         one_repeat(base, tmp, "warmup", refs)  # untimed: fills the bytecode cache
+        server = Served(bench_env())
+        one_repeat(base, tmp, "warmup-served", refs, server)  # untimed
         count = [0]
 
         def one_run(_run: int) -> dict:
             timings: dict[str, list[float]] = {}
             for _ in range(args.repeat):
-                count[0] += 1
-                for key, value in one_repeat(base, tmp, f"r{count[0]}", refs).items():
-                    timings.setdefault(key, []).append(value)
+                for each in (None, server):
+                    count[0] += 1
+                    name = f"r{count[0]}"
+                    for key, value in one_repeat(base, tmp, name, refs, each).items():
+                        timings.setdefault(key, []).append(value)
             med = {k: round(median(v), 4) for k, v in timings.items()}
             return {
                 "median_cpu_s": med,
@@ -160,13 +181,14 @@ def main() -> int:
                         / (IMPORT_FLOORS * med["import_floor"] + med[f"{c}_git_floor"]),
                         3,
                     )
-                    for c in COMMANDS
+                    for c in COMMANDS + SERVED
                 },
             }
 
         summary = repeat_runs(
-            one_run, args.runs, {f"{c}_over_floors": 1.0 for c in COMMANDS}
+            one_run, args.runs, {f"{c}_over_floors": 1.0 for c in COMMANDS + SERVED}
         )
+        server.close()
     out = {
         "what": "status, tree, refresh --check, edit, record and an incremental export of "
         "this repository's records as whole processes, each against 1.5x the import of "

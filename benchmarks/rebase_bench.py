@@ -26,7 +26,12 @@ interleaved, medians of --repeat timings per run:
   F is the fork commit plus one commit that adds a file under the carried
   `mlx/backend/rocm/` (written into each run's store with a fixed identity and date:
   the same F every run), against the import floor plus 3x one merge-tree of the
-  sync's fork delta onto the pin. Target (issue 31): at most 1.0 of that sum.
+  sync's fork delta onto the pin. Target (issue 31): at most 1.0 of that sum;
+* the same two commands served by a command server of the benchmark's own
+  (`overlay server start`, docs/server.md), started once after the warm-up: the
+  caller's CPU, its worker's (git children included) and the server's part for the
+  command, from the server's log (`_cpu.Served`), against the same floors. Target:
+  at most 1.0 of them.
 
 The peer's `retarget`, which issue 31 also asks to compare against, is not laid out
 here: its script is not available on this machine, so its figure is not recorded.
@@ -49,7 +54,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _cpu import bench_env, cpu_run, fresh_store, median, overlay_cmd  # noqa: E402
+from _cpu import Served, bench_env, cpu_run, fresh_store, median, overlay_cmd  # noqa: E402
 from _record import mirror_bench_parser, mirrors_missing, record, repeat_runs  # noqa: E402
 
 from overlay.engine.forked import _carried_delta  # noqa: E402
@@ -251,6 +256,13 @@ def main() -> int:
                 whole(kind, root, store), env=bench_env(OVERLAY_GIT_DIR=store.git_dir)
             )
         cpu_run([py, "-c", "import overlay.cli"], env=bench_env())
+        server = Served(bench_env())
+        for kind in ("rebase", "sync"):  # untimed: the server's first workers
+            rev = None if kind == "rebase" else "HEAD"
+            root, store = prepared(base, tmp, f"warmup-served-{kind}", rev, refs)
+            server.cpu_run(
+                whole(kind, root, store), env=bench_env(OVERLAY_GIT_DIR=store.git_dir)
+            )
         count = [0]
 
         def fresh(kind: str) -> tuple[str, Store]:
@@ -268,6 +280,8 @@ def main() -> int:
                     "import_floor",
                     "sync_command",
                     "sync_merge_tree",
+                    "rebase_served",
+                    "sync_served",
                 )
             }
             for i in range(args.repeat):
@@ -290,6 +304,13 @@ def main() -> int:
                 t["import_floor"].append(
                     cpu_run([py, "-c", "import overlay.cli"], env=bench_env())
                 )
+                root, store = fresh("rebase")
+                t["rebase_served"].append(
+                    server.cpu_run(
+                        whole("rebase", root, store),
+                        env=bench_env(OVERLAY_GIT_DIR=store.git_dir),
+                    )
+                )
                 root, store = fresh("sync")
                 new_fork = sync_fork(store, head_manifest.fork_commit)
                 sync_floor = merge_tree(
@@ -301,6 +322,14 @@ def main() -> int:
                 t["sync_merge_tree"].append(cpu_run(sync_floor, check=False))
                 t["sync_command"].append(
                     cpu_run(
+                        whole("sync", root, store, new_fork),
+                        env=bench_env(OVERLAY_GIT_DIR=store.git_dir),
+                    )
+                )
+                root, store = fresh("sync")
+                new_fork = sync_fork(store, head_manifest.fork_commit)
+                t["sync_served"].append(
+                    server.cpu_run(
                         whole("sync", root, store, new_fork),
                         env=bench_env(OVERLAY_GIT_DIR=store.git_dir),
                     )
@@ -322,6 +351,16 @@ def main() -> int:
                     / (med["import_floor"] + MERGE_TREES * med["sync_merge_tree"]),
                     3,
                 ),
+                "rebase_served_over_floors": round(
+                    med["rebase_served"]
+                    / (med["import_floor"] + MERGE_TREES * med["merge_tree"]),
+                    3,
+                ),
+                "sync_served_over_floors": round(
+                    med["sync_served"]
+                    / (med["import_floor"] + MERGE_TREES * med["sync_merge_tree"]),
+                    3,
+                ),
             }
 
         summary = repeat_runs(
@@ -331,8 +370,11 @@ def main() -> int:
                 "bump_ratio": TARGET_RATIO,
                 "rebase_command_over_floors": 1.0,
                 "sync_command_over_floors": 1.0,
+                "rebase_served_over_floors": 1.0,
+                "sync_served_over_floors": 1.0,
             },
         )
+        server.close()
     rebased = report["rebase"]
     out = {
         "what": "overlay rebase --onto 846d17622 from v0.32.1 (3 resolutions, 10 patches, "

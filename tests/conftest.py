@@ -94,6 +94,9 @@ def isolated_git(tmp_path_factory):
     env.setenv("GIT_CONFIG_NOSYSTEM", "1")
     env.setenv("XDG_CACHE_HOME", str(home / "cache"))
     env.setenv("OVERLAY_GIT_DIR", str(home / "store.git"))
+    # A command server of the user's own (overlay server start) is never reached: a
+    # test's overlay commands run in their own process unless the test starts one.
+    env.setenv("OVERLAY_SERVER_DIR", str(home / "server"))
     # A temp directory of the test's own: overlay sweeps the scratch directories of
     # dead processes from it (fs.atomic.sweep_scratch_dirs), which must not reach those of
     # another test run on the machine (a killed test child's git still using its index).

@@ -14,8 +14,8 @@ The commands live in modules by what they work on:
 * :mod:`overlay.cli.editing` -- ``edit``, ``record``, ``fix new``, ``fix list``;
 * :mod:`overlay.cli.runs` -- ``rebase``, ``sync``;
 * :mod:`overlay.cli.builds` -- ``build``, ``drift``, ``ci``, ``doctor``;
-* ``suite`` (:mod:`overlay.cli.suites`) and ``import`` (:mod:`overlay.cli.importing`),
-  imported only when named.
+* ``suite`` (:mod:`overlay.cli.suites`), ``import`` (:mod:`overlay.cli.importing`)
+  and ``server`` (:mod:`overlay.cli.server`), imported only when named.
 
 Importing this package loads click and these modules only; each command imports
 the domain modules it needs when it runs (start-up is the floor every command
@@ -74,4 +74,5 @@ for _module in (trees, records, editing, runs, builds):
 main.lazy_commands = {
     "suite": "overlay.cli.suites:suite",
     "import": "overlay.cli.importing:import_group",
+    "server": "overlay.cli.server:server_group",
 }

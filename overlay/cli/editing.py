@@ -314,6 +314,13 @@ def record_cmd(
 ) -> None:
     """Write the edit in progress into its patch file, LOCAL_FIXES.md entry and series
     line."""
+    if (subject is None or description is None) and _interactive():
+        # $EDITOR may open: an editor wants the terminal as its controlling one, which
+        # a command server's worker does not have, so the caller runs it itself
+        # (nothing is read or written before this; docs/server.md)
+        from overlay.server.worker import hand_back
+
+        hand_back()
     # overlay.edit loads when `record` runs
     from overlay.edit import load_session, resume_record
     from overlay.edit.record import record

@@ -1,0 +1,71 @@
+"""``overlay server start|stop|status``: the command server (docs/server.md).
+
+Exit codes: 0 done (``status``: a server runs); 1 ``status`` or ``stop`` found no
+server; 2 the server could not be started (one ``overlay: ...`` line).
+"""
+
+from __future__ import annotations
+
+import time
+
+import click
+
+from overlay.cli.tools import exit_with, handle_errors
+from overlay.server import control
+
+__all__ = ["server_group"]
+
+
+@click.group("server")
+def server_group() -> None:
+    """A warm overlay that runs each command in a fork of itself (docs/server.md)."""
+
+
+def _show(facts: dict) -> None:
+    started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(facts["started"]))
+    click.echo(
+        f"server pid {facts['pid']}, started {started}, {facts['served']} command(s) "
+        f"served, {facts['running']} running; ends after {facts['idle_s']:g} s "
+        "without a command"
+    )
+    click.echo(f"socket: {facts['socket']}")
+    click.echo(f"log: {facts['log']}")
+
+
+@server_group.command("start")
+@click.option(
+    "--idle",
+    "idle_minutes",
+    type=click.FloatRange(min=0, min_open=True),
+    default=30.0,
+    show_default=True,
+    help="Minutes without a command after which the server ends.",
+)
+@handle_errors
+def start_cmd(idle_minutes: float) -> None:
+    """Start the command server of this overlay installation."""
+    _show(control.start(idle_minutes * 60))
+
+
+@server_group.command("stop")
+@handle_errors
+def stop_cmd() -> None:
+    """Stop the command server (commands it runs finish first)."""
+    running = control.stop()
+    if running is None:
+        click.echo("no server runs")
+        exit_with(1)
+    click.echo(
+        "server stopping" + (f"; {running} command(s) finish first" if running else "")
+    )
+
+
+@server_group.command("status")
+@handle_errors
+def status_cmd() -> None:
+    """Say whether the command server runs, and what it did."""
+    facts = control.status()
+    if facts is None:
+        click.echo("no server runs")
+        exit_with(1)
+    _show(facts)
