@@ -129,8 +129,15 @@ def fresh_store(base_git_dir: str, where: str) -> str:
 
 
 def overlay_cmd(*args: str) -> list[str]:
-    """``python -m overlay ARGS`` with this interpreter: the checkout's overlay through
-    the console script's entry point (``overlay.__main__:main``, what ``overlay`` runs)."""
+    """``overlay ARGS`` as a user types it: the console script pip wrote beside this
+    interpreter (``overlay.__main__:main``; ``bench_env`` puts the checkout first on
+    the path, so it runs the checkout's code). Where there is none, ``python -m
+    overlay ARGS``, the same entry point through ``runpy``, which costs about 6 ms
+    more of CPU here (measured 2026-12-03 evening: 25.1 against 18.8 ms for a served
+    ``--version``)."""
+    script = os.path.join(os.path.dirname(sys.executable), "overlay")
+    if os.path.isfile(script) and os.access(script, os.X_OK):
+        return [script, *args]
     return [sys.executable, "-m", "overlay", *args]
 
 
