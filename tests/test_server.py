@@ -431,3 +431,16 @@ def test_ctrl_z_stops_the_worker_with_its_caller_and_fg_resumes_both(
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=20)
     assert gone(git)
+
+
+def test_a_long_log_is_moved_aside_when_a_server_starts():
+    log = Path(wire.log_path(os.environ["OVERLAY_SERVER_DIR"]))
+    log.parent.mkdir(mode=0o700)
+    log.write_text("x" * (2 << 20))
+    s = start_server()
+    try:
+        assert (log.parent / (log.name + ".old")).stat().st_size == 2 << 20
+        assert log.stat().st_size < 1000 and "started pid=" in log.read_text()
+    finally:
+        overlay("server", "stop")
+        assert gone(s.pid, 10)

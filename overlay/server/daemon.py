@@ -45,6 +45,22 @@ from overlay.server import wire, worker
 #: Libraries the commands import when they run (not at the import of overlay's
 #: modules); the server loads them once for every worker.
 LIBRARIES = ("jinja2", "rich.console", "rich.progress", "tomlkit", "difflib", "json")
+#: Signals held back while a worker is forked: those a caller passes on
+#: (:data:`overlay.server.client.FORWARDED`) and the server's own SIGCHLD.
+_BLOCKED = {
+    signal.SIGINT,
+    signal.SIGTERM,
+    signal.SIGHUP,
+    signal.SIGQUIT,
+    signal.SIGTSTP,
+    signal.SIGCONT,
+    signal.SIGWINCH,
+    signal.SIGUSR1,
+    signal.SIGUSR2,
+    signal.SIGCHLD,
+}
+#: A log larger than this is moved to ``.log.old`` when a server starts.
+LOG_LIMIT = 1 << 20
 #: ``struct ucred`` of ``SO_PEERCRED``: pid, uid, gid.
 _UCRED = struct.Struct("3i")
 
@@ -54,9 +70,9 @@ class _BecomeWorker(BaseException):
     server's ``finally`` blocks see they are not in the server) and become the
     command: see :func:`main`."""
 
-    def __init__(self, request: dict, fds: list[int], conn_fd: int):
+    def __init__(self, request: dict, fds: list[int], conn_fd: int, mask: set):
         super().__init__()
-        self.args_ = (request, fds, conn_fd)
+        self.args_ = (request, fds, conn_fd, mask)
 
 
 @dataclass
@@ -147,7 +163,13 @@ class Server:
         self.code = fingerprint()
         gc.collect()
         gc.freeze()
-        self.log = open(wire.log_path(self.directory), "a", buffering=1)  # noqa: SIM115
+        log = wire.log_path(self.directory)
+        try:
+            if os.path.getsize(log) > LOG_LIMIT:
+                os.replace(log, log + ".old")
+        except OSError:
+            pass
+        self.log = open(log, "a", buffering=1)  # noqa: SIM115
         self._say(f"started pid={self._pid} idle_s={self.idle_s:g}")
         if failed:
             self._say(f"could not preload: {' '.join(failed)}")
@@ -321,10 +343,28 @@ class Server:
                 os.close(fd)
             conn.close()
             return
-        pid = os.fork()
+        # Blocked over the fork: a signal the caller passes on before the worker has
+        # its own process group and default handlers waits for them, instead of being
+        # taken by the server's handlers in the fork, or missing the group.
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, _BLOCKED)
+        try:
+            pid = os.fork()
+        except OSError as exc:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+            self._say(f"cannot fork: {exc}")
+            self._send(conn, ("declined", f"cannot fork: {exc.strerror}"))
+            for fd in fds:
+                os.close(fd)
+            conn.close()
+            return
         if pid == 0:
             self._leave()
-            raise _BecomeWorker(request, fds, conn.detach())
+            raise _BecomeWorker(request, fds, conn.detach(), mask)
+        try:
+            os.setpgid(pid, pid)  # as the worker does: whichever runs first
+        except OSError:
+            pass
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         for fd in fds:
             os.close(fd)
         conn.settimeout(None)
@@ -448,13 +488,13 @@ def main(argv: list[str] | None = None) -> None:
     try:
         server.run(ready_fd)
     except _BecomeWorker as become:
-        request, fds, conn_fd = become.args_
+        request, fds, conn_fd, mask = become.args_
         try:
             worker.become(request, fds, conn_fd)
         except OSError as exc:
             sys.stderr.write(f"overlay: cannot start the command here: {exc}\n")
             sys.exit(2)
-        worker.finish(_run_command)
+        worker.finish(_run_command, mask)
     except OSError as exc:
         if not server.ready:  # the starter waits for this line
             os.write(ready_fd, f"{exc}\n".encode())

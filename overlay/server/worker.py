@@ -93,7 +93,7 @@ def become(request: dict, fds: list[int], conn_fd: int) -> None:
     os.chdir(request["cwd"])
 
 
-def finish(command: Callable[[], None]) -> NoReturn:
+def finish(command: Callable[[], None], mask: set | None = None) -> NoReturn:
     """Run ``command`` and end the worker as a command ends, without the interpreter's
     teardown.
 
@@ -106,13 +106,19 @@ def finish(command: Callable[[], None]) -> NoReturn:
 
     Args:
         command: runs the command line; raises ``SystemExit`` with its status.
+        mask: the signal mask to run it under (the server blocks the caller's signals
+            over the fork; one that came meanwhile is taken here, by the command's
+            handlers).
     """
     code = 0
     try:
+        if mask is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         command()
     except SystemExit as exc:
         code = _status(exc.code)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # a Ctrl-C before the command line took over
+        sys.stderr.write("overlay: interrupted\n")
         code = 130
     except BaseException:  # noqa: BLE001 - printed as Python would, then the status
         import traceback  # only a command's bug needs it
