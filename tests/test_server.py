@@ -247,20 +247,30 @@ def _started(proc: subprocess.Popen, pidfile: Path) -> int:
     return int(pidfile.read_text())
 
 
+def _blocked_verify(root, tmp_path: Path, **popen) -> tuple[subprocess.Popen, int]:
+    """A served ``overlay verify`` of ``root`` stopped in its first git child (which
+    sleeps, :func:`_blocking_git`); the process and that child's pid."""
+    env, pidfile = _blocking_git(tmp_path)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "overlay", "-C", str(root), "--offline", "verify"],
+        env=env,
+        **popen,
+    )
+    return proc, _started(proc, pidfile)
+
+
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_the_callers_signal_reaches_the_worker_and_its_children(
     clean, server, tmp_path, signum
 ):
-    env, pidfile = _blocking_git(tmp_path)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "overlay", "-C", str(clean.root), "--offline", "verify"],
-        env=env,
+    proc, git = _blocked_verify(
+        clean.root,
+        tmp_path,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         preexec_fn=default_signals,
     )
-    git = _started(proc, pidfile)
     proc.send_signal(signum)
     _out, err = proc.communicate(timeout=20)
     assert gone(git)
@@ -274,14 +284,9 @@ def test_the_callers_signal_reaches_the_worker_and_its_children(
 
 
 def test_a_caller_that_goes_away_hangs_up_its_worker(clean, server, tmp_path):
-    env, pidfile = _blocking_git(tmp_path)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "overlay", "-C", str(clean.root), "--offline", "verify"],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+    proc, git = _blocked_verify(
+        clean.root, tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
-    git = _started(proc, pidfile)
     proc.kill()
     proc.wait()
     assert gone(git)
@@ -411,15 +416,13 @@ def _until(pid: int, states: str) -> str:
 def test_ctrl_z_stops_the_worker_with_its_caller_and_fg_resumes_both(
     clean, server, tmp_path
 ):
-    env, pidfile = _blocking_git(tmp_path)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "overlay", "-C", str(clean.root), "--offline", "verify"],
-        env=env,
+    proc, git = _blocked_verify(
+        clean.root,
+        tmp_path,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         preexec_fn=default_signals,
     )
-    git = _started(proc, pidfile)
     try:
         proc.send_signal(signal.SIGTSTP)
         assert _until(proc.pid, "T") == "T"

@@ -20,7 +20,7 @@ from overlay.server import wire
 #: Seconds with no command after which a server ends (``overlay server start --idle``).
 DEFAULT_IDLE_S = 30 * 60
 #: Seconds ``overlay server start`` waits for the new server to listen (it imports
-#: every module first: about 0.3 s on an idle machine, many times that at load 20).
+#: every module first: about 0.9 s on an idle machine here, many times that at load 20).
 START_TIMEOUT_S = 60.0
 
 
