@@ -447,3 +447,22 @@ def test_a_long_log_is_moved_aside_when_a_server_starts():
     finally:
         overlay("server", "stop")
         assert gone(s.pid, 10)
+
+
+def test_records_written_beside_the_code_do_not_stop_the_server(tmp_path):
+    """A checkout's root is on the server's path (``server start`` puts it first):
+    files a command writes there (``.overlay/``, ``LOCAL_FIXES.md``) are not code."""
+    copy = tmp_path / "pkg"
+    shutil.copytree(ROOT / "overlay", copy / "overlay")
+    env = _env(PYTHONPATH=str(copy))
+    s = start_server(env, cwd=tmp_path)
+    try:
+        assert overlay("--version", env=env, cwd=tmp_path).returncode == 0
+        (copy / "LOCAL_FIXES.md").write_text("a record, not code\n")
+        (copy / ".overlay").mkdir()
+        assert overlay("--version", env=env, cwd=tmp_path).returncode == 0
+        s.wait_served(2)
+        assert not any("changed since" in x for x in s.lines())
+    finally:
+        overlay("server", "stop", env=env, cwd=tmp_path)
+        assert gone(s.pid, 10)

@@ -32,14 +32,22 @@ def _show(facts: dict) -> None:
     click.echo(f"log: {facts['log']}")
 
 
+def _finite(_ctx: click.Context, _param: click.Parameter, value: float) -> float:
+    """Refuse ``nan`` (which every comparison of FloatRange lets through)."""
+    if value != value:
+        raise click.BadParameter("not a number")
+    return value
+
+
 @server_group.command("start")
 @click.option(
     "--idle",
     "idle_minutes",
-    type=click.FloatRange(min=0, min_open=True),
+    type=click.FloatRange(min=0, min_open=True, max=7 * 24 * 60),
     default=30.0,
     show_default=True,
-    help="Minutes without a command after which the server ends.",
+    callback=_finite,
+    help="Minutes without a command after which the server ends (at most a week).",
 )
 @handle_errors
 def start_cmd(idle_minutes: float) -> None:

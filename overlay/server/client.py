@@ -116,6 +116,9 @@ def _wait(sock, pid: int) -> int | None:  # sock: a _socket.socket (typing not l
             elif message[0] == "exit" and handed_back:
                 return None
             elif message[0] == "exit":
+                # the command has ended: a Ctrl-C now ends nothing (as overlay's own
+                # process ignores one once its command is done)
+                previous[_signal.SIGINT] = _signal.SIG_IGN
                 code = int(message[1])
                 if code < 0:
                     _die_by(-code, previous)

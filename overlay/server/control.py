@@ -110,7 +110,10 @@ def start(idle_s: float = DEFAULT_IDLE_S) -> dict:
         )
     facts = status()
     if facts is None:
-        raise OverlayError("the server started but does not answer")
+        raise OverlayError(
+            "the server started but does not answer",
+            hint=f"its log: {wire.log_path(directory)}",
+        )
     return facts
 
 

@@ -35,6 +35,7 @@ import signal
 import socket
 import struct
 import sys
+import sysconfig
 import time
 from dataclasses import dataclass, field
 
@@ -111,15 +112,21 @@ def preload() -> list[str]:
 def fingerprint() -> dict[str, tuple[int, int]]:
     """What says the code a worker would run is still what the server loaded: the
     modification time and size of every loaded module's file under overlay's package,
-    and the modification time of each directory on ``sys.path`` (an install or upgrade
-    of a package adds or removes entries there)."""
+    and of the first file of every other top-level package loaded from outside the
+    standard library (click, jinja2, ...: an upgrade rewrites it). Not the
+    directories on ``sys.path``: a checkout's root is one, and every record a command
+    writes there changes its time."""
     package = os.path.dirname(os.path.abspath(overlay.__file__))
-    paths = [
-        f
-        for m in list(sys.modules.values())
-        if (f := getattr(m, "__file__", None)) and f.startswith(package)
-    ]
-    paths += [p for p in sys.path if p and os.path.isdir(p)]
+    stdlib = tuple(
+        {sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["platstdlib"]}
+    )
+    paths = []
+    for name, m in list(sys.modules.items()):
+        f = getattr(m, "__file__", None)
+        if not f:
+            continue
+        if f.startswith(package) or ("." not in name and not f.startswith(stdlib)):
+            paths.append(f)
     out = {}
     for p in paths:
         try:
@@ -265,7 +272,7 @@ class Server:
                     self._say("idle: stopping")
                     self.stopping = True
                     continue
-                timeout = int(left * 1000) + 1
+                timeout = int(min(left, 3600.0) * 1000) + 1  # poll takes 32 bits of ms
             for fd, _events in poller.poll(timeout):
                 if fd == self.wake:
                     try:
