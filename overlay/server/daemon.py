@@ -109,26 +109,28 @@ def preload() -> list[str]:
     return failed
 
 
-def fingerprint() -> dict[str, tuple[int, int]]:
-    """What says the code a worker would run is still what the server loaded: the
-    modification time and size of every loaded module's file under overlay's package,
-    and of the first file of every other top-level package loaded from outside the
-    standard library (click, jinja2, ...: an upgrade rewrites it). Not the
-    directories on ``sys.path``: a checkout's root is one, and every record a command
-    writes there changes its time."""
+def code_files() -> list[str]:
+    """The files whose change means the code a worker would run is not what the server
+    loaded: every loaded module's file under overlay's package, and the first file of
+    every other top-level package loaded from outside the standard library (click,
+    jinja2, ...: an upgrade rewrites it). Not the directories on ``sys.path``: a
+    checkout's root is one, and every record a command writes there changes its time.
+    Fixed once the server has preloaded: the server itself imports nothing after."""
     package = os.path.dirname(os.path.abspath(overlay.__file__))
-    stdlib = tuple(
-        {sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["platstdlib"]}
-    )
-    paths = []
-    for name, m in list(sys.modules.items()):
-        f = getattr(m, "__file__", None)
-        if not f:
-            continue
-        if f.startswith(package) or ("." not in name and not f.startswith(stdlib)):
-            paths.append(f)
+    paths = sysconfig.get_paths()
+    stdlib = (paths["stdlib"], paths["platstdlib"])
+    return [
+        f
+        for name, m in list(sys.modules.items())
+        if (f := getattr(m, "__file__", None))
+        and (f.startswith(package) or ("." not in name and not f.startswith(stdlib)))
+    ]
+
+
+def fingerprint(files: list[str]) -> dict[str, tuple[int, int]]:
+    """Modification time and size of each of ``files`` (``(-1, -1)``: gone)."""
     out = {}
-    for p in paths:
+    for p in files:
         try:
             st = os.stat(p)
         except OSError:
@@ -150,6 +152,7 @@ class Server:
     directory: str
     idle_s: float
     identity: tuple = ()
+    files: list[str] = field(default_factory=list)
     code: dict = field(default_factory=dict)
     jobs: dict[int, _Job] = field(default_factory=dict)
     served: int = 0
@@ -167,7 +170,8 @@ class Server:
         """
         self.identity = wire.interpreter_identity(os.environ)
         failed = preload()
-        self.code = fingerprint()
+        self.files = code_files()
+        self.code = fingerprint(self.files)
         gc.collect()
         gc.freeze()
         log = wire.log_path(self.directory)
@@ -340,7 +344,7 @@ class Server:
             reason = "stopping"
         elif tuple(request.get("identity", ())) != tuple(self.identity):
             reason = "another interpreter's settings"
-        elif fingerprint() != self.code:
+        elif fingerprint(self.files) != self.code:
             reason = "overlay's code or packages changed since the server started"
             self._say(f"{reason}: stopping")
             self.stopping = True

@@ -70,7 +70,6 @@ def become(request: dict, fds: list[int], conn_fd: int) -> None:
             the message on the caller's stderr).
     """
     atexit._clear()
-    signal.set_wakeup_fd(-1)
     for signum in _RESET:
         signal.signal(
             signum,
