@@ -96,3 +96,31 @@ def python_child(script, *args, cwd=None, timeout=200):
         text=True,
         timeout=timeout,
     )
+
+
+def reader_leaves_mid_write(argv, env):
+    """Run ``argv``, let its stdout pipe fill (64 KiB on Linux: the writer is then
+    blocked inside one large write), and close the reading end, as ``| head -1``
+    does after its line: the blocked write returns the bytes the pipe took, not
+    EPIPE. Returns ``(exit status, stderr)``."""
+    import fcntl
+    import struct
+    import subprocess
+    import termios
+
+    proc = subprocess.Popen(
+        argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    capacity = fcntl.fcntl(proc.stdout.fileno(), fcntl.F_GETPIPE_SZ)
+    deadline = time.monotonic() + 60
+    while True:
+        waiting = fcntl.ioctl(proc.stdout.fileno(), termios.FIONREAD, b"\0" * 4)
+        if struct.unpack("i", waiting)[0] >= capacity:
+            break
+        if time.monotonic() > deadline or proc.poll() is not None:
+            proc.kill()
+            raise AssertionError(f"the pipe never filled: {proc.stderr.read()!r}")
+        time.sleep(0.01)
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    return proc.wait(), err

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from procfixtures import reader_leaves_mid_write
 
 from overlay.cli import main
 
@@ -95,6 +96,25 @@ def test_a_closed_stdout_ends_quietly(ov):
         err = proc.stderr.read().decode()
         assert proc.wait() == 141, (args, err)
         assert err == "", (args, err)
+
+
+@pytest.mark.parametrize("unbuffered", ["", "1"], ids=["buffered", "unbuffered"])
+def test_a_reader_leaving_mid_write_is_a_broken_pipe(ov, w, unbuffered):
+    """`overlay diff | head -1` of a diff larger than the pipe: the reader leaves while
+    the diff is being written, and the command ends with 141, also under
+    PYTHONUNBUFFERED, where the interpreter's text stream dropped the rest of a short
+    write and the command exited 0."""
+    big = w.fork.commit(
+        {"mlx/backend/rocm/big.cpp": "".join(f"line {i}\n" for i in range(40_000))},
+        "a large file",
+    )
+    ov.write_manifest(w.base, fork=big)
+    status, err = reader_leaves_mid_write(
+        [sys.executable, "-m", "overlay.cli"]
+        + ["-C", str(ov.root), "diff", "--from", "pin", "--to", "forked"],
+        dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED=unbuffered),
+    )
+    assert (status, err) == (141, "")
 
 
 def test_a_global_option_after_the_command_says_where_it_goes(ov):

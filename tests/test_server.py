@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
-from procfixtures import default_signals, gone
+from procfixtures import default_signals, gone, reader_leaves_mid_write
 
 from overlay.server import wire
 
@@ -108,6 +108,30 @@ def test_served_commands_match_their_own_process(clean, server, tmp_path):
     assert "2" in statuses and "0" in statuses
 
 
+@pytest.mark.parametrize("unbuffered", ["", "1"], ids=["buffered", "unbuffered"])
+def test_a_served_command_whose_reader_leaves_mid_write_ends_141(ov, w, unbuffered):
+    """The worker's stdout is buffered as the caller's own would be (not at all under
+    PYTHONUNBUFFERED), and a reader leaving in the middle of a large write ends the
+    served command as it ends its own process: 141, nothing on stderr."""
+    big = w.fork.commit(
+        {"mlx/backend/rocm/big.cpp": "".join(f"line {i}\n" for i in range(40_000))},
+        "a large file",
+    )
+    ov.write_manifest(w.base, fork=big)
+    env = _env(PYTHONUNBUFFERED=unbuffered)
+    served = start_server(env=env)
+    try:
+        args = ["-C", str(ov.root), "diff", "--from", "pin", "--to", "forked"]
+        status, err = reader_leaves_mid_write(
+            [sys.executable, "-m", "overlay", *args], env
+        )
+        assert (status, err) == (141, "")
+        served.wait_served(1)
+    finally:
+        overlay("server", "stop", env=env)
+        assert gone(served.pid, 10)
+
+
 def test_a_served_export_writes_what_its_own_process_writes(clean, server, tmp_path):
     a, b = tmp_path / "a", tmp_path / "b"
     assert overlay("-C", str(clean.root), "--offline", "export", str(a)).returncode == 0
@@ -175,6 +199,28 @@ def test_off_and_other_interpreter_settings_run_in_their_own_process(clean, serv
     assert server.served() == 0
     assert overlay("server", "status").returncode == 0  # still running, and serves
     server.wait_served(1)
+
+
+def test_an_unbuffered_caller_is_not_served_by_a_buffered_server():
+    """``python -u`` shows in no ``sys.flags`` field: the identity carries it, so a
+    caller whose output must not be buffered runs its command itself."""
+    env = {k: v for k, v in _env().items() if k != "PYTHONUNBUFFERED"}
+    served = start_server(env=env)
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-u", "-m", "overlay", "--version"],
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+        assert proc.returncode == 0 and proc.stdout.startswith("overlay, version")
+        assert overlay("--version", env=env).returncode == 0
+        served.wait_served(1)
+        time.sleep(0.2)
+        assert served.served() == 1  # the second call only
+    finally:
+        overlay("server", "stop", env=env)
+        assert gone(served.pid, 10)
 
 
 def test_a_directory_others_can_enter_is_not_used(clean, tmp_path):

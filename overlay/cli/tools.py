@@ -22,6 +22,7 @@ from __future__ import annotations
 import errno
 import functools
 import importlib
+import io
 import os
 import re
 import sys
@@ -231,6 +232,56 @@ def _broken_pipe() -> int:
     return EXIT_BROKEN_PIPE
 
 
+class WholeWrites(io.FileIO):
+    """A :class:`io.FileIO` whose :meth:`write` writes all it is given or raises: the
+    raw stream under an unbuffered stdout (``python -u``, ``PYTHONUNBUFFERED``).
+
+    There the interpreter's text stream writes straight to a :class:`io.FileIO`,
+    which returns what one ``write(2)`` took, and the text stream drops the rest
+    without an error. When the reader of a pipe leaves while that write is blocked on
+    a full pipe, Linux returns the bytes already taken (64 KiB, a pipe's capacity),
+    not EPIPE: ``overlay diff | head -1`` of a large diff exited 0, its output cut
+    short, where a buffered stdout (whose writer loops) ends with
+    :class:`BrokenPipeError` and exit 141. Here the rest is written again, and that
+    write fails as any later one would.
+    """
+
+    def write(self, data) -> int:  # type: ignore[override]
+        """Write all of ``data`` (a bytes-like object); return its length in bytes.
+
+        Raises:
+            BrokenPipeError: the reader went away before all of it was written.
+            OSError: the descriptor refused the write otherwise.
+        """
+        view = memoryview(data).cast("B")
+        done = super().write(view) or 0
+        while done < len(view):
+            done += super().write(view[done:]) or 0
+        return len(view)
+
+
+def whole_stdout() -> None:
+    """Put an unbuffered :data:`sys.stdout` on :class:`WholeWrites` over the same
+    descriptor, with the same encoding, error handler and line buffering. A buffered
+    stdout (the default) already writes whole, and a stream of another kind (a test
+    runner's capture) is not the program's: both are left as they are.
+
+    Called once by the program (the console script, a command server's worker),
+    before a command writes.
+    """
+    old = sys.stdout
+    if type(old) is not io.TextIOWrapper or type(old.buffer) is not io.FileIO:
+        return
+    old.flush()
+    sys.stdout = io.TextIOWrapper(
+        WholeWrites(old.fileno(), "w", closefd=False),
+        encoding=old.encoding,
+        errors=old.errors,
+        line_buffering=old.line_buffering,
+        write_through=True,
+    )
+
+
 #: errno values that say the machine refused a write (a full disk, a quota, a read-only
 #: file system): the environment's doing, not a bug, said as such.
 _WRITE_REFUSED = {errno.ENOSPC, errno.EDQUOT, errno.EROFS}
@@ -368,6 +419,8 @@ class OverlayGroup(click.Group):
         """Run the command line; exit with its code (``standalone_mode``) or return it."""
         if prog_name is None:
             prog_name = "overlay"
+        if args is None:
+            whole_stdout()  # the program's stdout, not a caller's (a test runner's)
         code = self._main(args, prog_name, complete_var, **extra)
         if not standalone_mode:
             return code

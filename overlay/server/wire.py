@@ -87,7 +87,8 @@ def private_dir(directory: str) -> bool:
 def interpreter_identity(environ: dict[str, str] | os._Environ[str]) -> tuple:
     """What the interpreter of a process fixed at its start and a worker cannot change
     afterwards: the executable and its version, ``sys.flags`` (``-O``, ``-X dev``,
-    ...), warning options and ``-X`` options, and the environment variables the
+    ...), warning options and ``-X`` options, whether its standard output is
+    unbuffered (``-u``, which ``sys.flags`` does not show), and the environment variables the
     interpreter reads while it starts (``PYTHON*``: the bytecode cache, hash seed,
     paths...; ``LANG``, ``LC_*``: the encoding of the standard streams). A caller
     whose identity differs from the server's runs its command itself.
@@ -110,8 +111,16 @@ def interpreter_identity(environ: dict[str, str] | os._Environ[str]) -> tuple:
         tuple(sys.flags),
         tuple(sys.warnoptions),
         tuple(sorted((k, str(v)) for k, v in sys._xoptions.items())),
+        unbuffered_stdio(),
         env,
     )
+
+
+def unbuffered_stdio() -> bool:
+    """Whether this interpreter started with unbuffered standard output and error
+    (``-u`` or ``PYTHONUNBUFFERED``): its original ``sys.stdout`` then sits on the raw
+    :class:`io.FileIO`, not a buffered writer (CPython's ``create_stdio``)."""
+    return type(getattr(sys.__stdout__, "buffer", None)).__name__ == "FileIO"
 
 
 def encode(message: tuple) -> bytes:

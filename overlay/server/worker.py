@@ -156,11 +156,16 @@ def _status(code: object) -> int:
 def _stream(fd: int, mode: str, old: object, line: bool = False) -> io.TextIOWrapper:
     """A text stream on descriptor ``fd`` with ``old``'s encoding and error handler
     (the server's, made under the same locale variables: they are part of
-    :func:`overlay.server.wire.interpreter_identity`), buffered by line where
-    Python's own start-up would (a terminal's stdout, stderr always)."""
+    :func:`overlay.server.wire.interpreter_identity`), buffered as Python's own
+    start-up would: by line at a terminal's stdout and at stderr, and not at all for
+    an output under ``-u`` or ``PYTHONUNBUFFERED`` (also part of that identity:
+    :func:`overlay.server.wire.unbuffered_stdio`)."""
     raw = io.FileIO(fd, mode, closefd=False)
-    buffered: io.BufferedReader | io.BufferedWriter
-    if mode == "r":
+    unbuffered = mode == "w" and wire.unbuffered_stdio()
+    buffered: io.FileIO | io.BufferedReader | io.BufferedWriter
+    if unbuffered:
+        buffered = raw
+    elif mode == "r":
         buffered = io.BufferedReader(raw)
     else:
         buffered = io.BufferedWriter(raw)
@@ -168,6 +173,6 @@ def _stream(fd: int, mode: str, old: object, line: bool = False) -> io.TextIOWra
         buffered,
         encoding=getattr(old, "encoding", None) or "utf-8",
         errors=getattr(old, "errors", None) or "strict",
-        line_buffering=line or (mode == "w" and raw.isatty()),
-        write_through=line,
+        line_buffering=not unbuffered and (line or (mode == "w" and raw.isatty())),
+        write_through=line or unbuffered,
     )
