@@ -246,7 +246,7 @@ class WholeWrites(io.FileIO):
     write fails as any later one would.
     """
 
-    def write(self, data) -> int:  # type: ignore[override]
+    def write(self, data) -> int:
         """Write all of ``data`` (a bytes-like object); return its length in bytes.
 
         Raises:
