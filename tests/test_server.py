@@ -240,6 +240,12 @@ def test_a_directory_others_can_enter_is_not_used(clean, tmp_path):
         assert overlay("--version", env=env).returncode == 0
         time.sleep(0.2)
         assert s.served() == 0
+        # status and stop do not claim that no server runs: they say why they cannot ask
+        for verb in ("status", "stop"):
+            proc = overlay("server", verb, env=env)
+            assert proc.returncode == 2 and proc.stdout == "", proc
+            assert proc.stderr.startswith(f"overlay: {d} is not a directory only")
+            assert f"hint: `chmod 700 {d}`" in proc.stderr
     finally:
         d.chmod(0o700)
         overlay("server", "stop", env=env)

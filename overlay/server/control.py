@@ -26,9 +26,24 @@ START_TIMEOUT_S = 60.0
 
 def _ask(message: tuple) -> tuple | None:
     """Send ``message`` to this package's server; its reply, or ``None`` when none
-    answers."""
+    answers.
+
+    Raises:
+        OverlayError: the socket's directory holds this package's socket but is no
+            longer private to this user (made 0755 after the server started):
+            overlay does not connect there, and "no server runs" could be untrue.
+    """
     directory = wire.server_dir()
     if not wire.private_dir(directory):
+        sock_file = wire.socket_path(directory)
+        if os.path.lexists(sock_file):
+            raise OverlayError(
+                f"{directory} is not a directory only this user can enter (mode "
+                "0700, owned by you): overlay does not talk to the server whose "
+                "socket is there, which may still run",
+                hint=f"`chmod 700 {directory}`, then ask again; "
+                "an idle server ends by itself",
+            )
         return None
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     sock.settimeout(10.0)
@@ -43,14 +58,23 @@ def _ask(message: tuple) -> tuple | None:
 
 
 def status() -> dict | None:
-    """The running server's facts (:meth:`overlay.server.daemon.Server.facts`), or ``None``."""
+    """The running server's facts (:meth:`overlay.server.daemon.Server.facts`), or
+    ``None``.
+
+    Raises:
+        OverlayError: its directory is no longer private (:func:`_ask`).
+    """
     reply = _ask(("status",))
     return reply[1] if reply and reply[0] == "status" else None
 
 
 def stop() -> int | None:
     """Ask the running server to stop; the number of commands it still finishes, or
-    ``None`` when no server answered."""
+    ``None`` when no server answered.
+
+    Raises:
+        OverlayError: its directory is no longer private (:func:`_ask`).
+    """
     reply = _ask(("stop",))
     return int(reply[1]) if reply and reply[0] == "stopping" else None
 
