@@ -384,3 +384,75 @@ def test_a_new_pin_at_an_upstream_tip_listed_by_the_plan_needs_no_walk(
     seen.clear()
     assert pins.upstream_contains(store, d, fetch=False) is False
     assert [args[-1] for args in seen] == ["refs/remotes/upstream/", "refs/tags/"]
+
+
+def test_the_upstream_commits_beyond_a_pin_are_kept_by_pin_and_tips(
+    tmp_path, monkeypatch
+):
+    """fork_ahead compares the fork's own commits with the upstream commits the pin
+    lacks; that second list depends on the pin and upstream's tips only and is kept in
+    the store: a later fork with the same pin and tips asks git no `rev-list --stdin`,
+    and still finds a merged upstream commit; a new tip asks again."""
+    store = Store(str(tmp_path / "store.git"), offline=True)
+    a, b, f, x = store.commit_chain(
+        [
+            (EMPTY_TREE, [], "a"),
+            (EMPTY_TREE, [0], "b, upstream main"),
+            (EMPTY_TREE, [0], "f, an upstream feature"),
+            (EMPTY_TREE, [0], "x, the fork's own"),
+        ]
+    )
+    (y,) = store.commit_chain([(EMPTY_TREE, [x, f], "y, the fork merges f")])
+    store.git("update-ref", "refs/remotes/upstream/main", b)
+    store.git("update-ref", "refs/remotes/upstream/feature", f)
+    seen = git_calls(monkeypatch)
+    assert pins.fork_ahead(store, x, b) == []
+    assert ("rev-list", "--stdin") in seen
+    seen.clear()
+    ahead = pins.fork_ahead(store, y, b)
+    assert [line.split(" ", 1)[1] for line in ahead] == ["f, an upstream feature"]
+    assert ("rev-list", "--stdin") not in seen, seen
+    # In a new process (a new Store) after upstream grew a branch: asked again.
+    (g,) = store.commit_chain([(EMPTY_TREE, [b], "g")])
+    store.git("update-ref", "refs/remotes/upstream/other", g)
+    again = Store(str(tmp_path / "store.git"), offline=True)
+    seen.clear()
+    assert pins.fork_ahead(again, y, b) == ahead
+    assert ("rev-list", "--stdin") in seen
+    # A damaged record is asked of git again, not trusted.
+    kept = list((tmp_path / "store.git" / "overlay-ahead").rglob("*.json"))
+    assert len(kept) == 2
+    for path in kept:
+        path.write_text('{"commits": [1, 2]}')
+    # (the answer for y itself is remembered as well: forget it, to ask again)
+    (tmp_path / "store.git" / "overlay-ancestry.json").unlink()
+    seen.clear()
+    assert pins.fork_ahead(Store(str(tmp_path / "store.git"), offline=True), y, b)
+    assert ("rev-list", "--stdin") in seen
+
+
+def test_a_sync_walks_once_to_the_pin_for_the_descent_and_the_fork_ahead_check(
+    ov, w, monkeypatch
+):
+    """The sync's descent check (is the old fork commit below the new one) is answered
+    by the fork-ahead check's walk from the new fork commit to the pin: one merge-base
+    (the sync's merge base), one rev-list of the fork's commits."""
+    new = w.fork.commit({"mlx/backend/rocm/more.cpp": "more\n"}, "more rocm")
+    seen = git_calls(monkeypatch)
+    done = cli(ov, "sync", "--fork", new)
+    assert done.exit_code == 0, done.output
+    bases = [set(a[1:]) for a in seen if a[0] == "merge-base"]
+    assert {new, w.base} in bases, seen  # the sync's merge base: git's answer
+    assert {new, w.fork_commit} not in bases, seen  # the descent: from the walk
+    assert [a for a in seen if a[0] == "rev-list" and a[1] == new] == [
+        ("rev-list", new, f"^{w.base}")
+    ], seen
+    # A sync to a commit that does not descend is still refused: it is not in the walk,
+    # and git's merge-base says why.
+    git(w.fork.path, "checkout", "-q", "-b", "side", w.fork_commit)
+    side = w.fork.commit({"mlx/backend/rocm/side.cpp": "side\n"}, "a side branch")
+    refused = cli(ov, "sync", "--fork", side)
+    assert refused.exit_code == 2, refused.output
+    assert f"fork commit {side[:12]} does not descend from {new[:12]}" in (
+        refused.output
+    )

@@ -315,17 +315,18 @@ def fork_ahead(store: Store, fork: str, pin: str) -> list[str]:
     return ahead
 
 
+#: The most commits of :func:`_upstream_beyond` kept in the store (about 41 bytes
+#: each): a pin years behind upstream's branches is asked of git each time instead.
+UPSTREAM_BEYOND_MAX = 20_000
+
+
 def _fork_ahead_of(store: Store, fork: str, pin: str, tips: list[str]) -> list[str]:
     """:func:`fork_ahead` asked of git: the fork's commits the pin lacks that an
     upstream tip of ``tips`` holds."""
-    ours = store.out("rev-list", fork, f"^{pin}").split()
+    ours = store.commits_beyond(fork, pin)
     if not ours:
         return []
-    upstream = set(
-        store.out(
-            "rev-list", "--stdin", input=("\n".join([*tips, f"^{pin}"]) + "\n").encode()
-        ).split()
-    )
+    upstream = _upstream_beyond(store, pin, tips)
     ahead = [c for c in ours if c in upstream]
     if not ahead:
         return []
@@ -337,6 +338,24 @@ def _fork_ahead_of(store: Store, fork: str, pin: str, tips: list[str]) -> list[s
         "--abbrev=12",
         input=("\n".join(ahead) + "\n").encode(),
     ).splitlines()
+
+
+def _upstream_beyond(store: Store, pin: str, tips: list[str]) -> set[str]:
+    """The commits upstream's tips hold and the pin does not (``git rev-list TIPS
+    ^PIN``), kept in the store by the pin and the tips (``overlay-ahead``): the answer
+    never changes for them, and every command with the same pin since the last fetch
+    (the verify before a sync, the sync, the verify after) asks the same."""
+    key = sha256("\n".join([pin, *tips]).encode()).hexdigest() if is_sha(pin) else ""
+    kept = store.cache_read("overlay-ahead", key) if key else None
+    commits = kept.get("commits") if kept else None
+    if isinstance(commits, list) and all(isinstance(c, str) for c in commits):
+        return set(commits)
+    found = store.out(
+        "rev-list", "--stdin", input=("\n".join([*tips, f"^{pin}"]) + "\n").encode()
+    ).split()
+    if key and len(found) <= UPSTREAM_BEYOND_MAX:
+        store.cache_write("overlay-ahead", key, {"commits": found})
+    return set(found)
 
 
 def refuse_fork_ahead(store: Store, fork: str, pin: str) -> None:

@@ -20,6 +20,9 @@ class RememberedAncestry:
 
     git_dir: str
     _known: dict | None
+    #: ``(tip, exclude) -> (commits, their set)`` of :meth:`commits_beyond`, for this
+    #: process only (a long fork's list is not worth a file).
+    _walks: dict[tuple[str, str], tuple[list[str], frozenset[str]]]
 
     def git(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
         """Run git against the store (:meth:`overlay.git.store.Store.git`)."""
@@ -43,6 +46,8 @@ class RememberedAncestry:
         known = self._ancestry().get(key)
         if known is not None:
             return bool(known)
+        if any(tip == b and a in seen for (tip, _), (_, seen) in self._walks.items()):
+            return True  # a walk from b listed a (commits_beyond)
         if is_sha(a) and is_sha(b):
             # One walk answers both directions: a is an ancestor of b exactly when it is
             # their merge base (then the only one), and b of a when b is.
@@ -90,6 +95,31 @@ class RememberedAncestry:
             answers[f"merge-base {c} {tip}"] = c
         self._remember_all(answers)
         return True
+
+    def commits_beyond(self, tip: str, exclude: str) -> list[str]:
+        """The commits ``tip``'s history holds and ``exclude``'s does not (``git
+        rev-list tip ^exclude``), newest first; asked of git once per process and pair.
+
+        Each listed commit is an ancestor of ``tip``, and :meth:`is_ancestor` answers
+        from the list without a process: a sync walks from the new fork commit to the
+        pin once, for the fork-ahead check, and that walk also says that the old fork
+        commit is below the new one. (A commit that is not listed may still be an
+        ancestor, through ``exclude``'s history: that is asked of git. The list says
+        nothing certain about the merge base: git's walk behind ``^exclude`` trusts
+        commit dates, ``git merge-base`` does not.)
+
+        Args:
+            tip, exclude: commit names.
+        Returns:
+            Full commit names, in ``git rev-list`` order.
+        Raises:
+            GitError: git refused the walk (a missing commit).
+        """
+        walked = self._walks.get((tip, exclude))
+        if walked is None:
+            ours = self.git("rev-list", tip, f"^{exclude}").stdout.decode().split()
+            walked = self._walks[(tip, exclude)] = (ours, frozenset(ours))
+        return walked[0]
 
     def merge_base(self, a: str, b: str) -> str | None:
         """``git merge-base a b`` (the best common ancestor), remembered like :meth:`is_ancestor`,

@@ -423,13 +423,15 @@ def synthetic_commits(
 #: The pack format's object type codes.
 _TYPE_CODES = {"commit": 1, "tree": 2, "blob": 3, "tag": 4}
 #: Fewer objects than this are written as loose files here, more as one pack by
-#: ``git index-pack``. A git process is 3 to 4 ms of CPU whatever it writes; a loose
-#: object written here 0.1 to 0.4 ms, most of it the kernel's (the fan-out directory
+#: ``git index-pack``. A git process is 3 to 5 ms of CPU whatever it writes; a loose
+#: object written here about 0.1 ms, most of it the kernel's (the fan-out directory
 #: made, the file created and renamed; a fresh store has no fan-out directories yet).
-#: In a fresh store the 3 commits of a merge cost 1.1 ms loose against 3.8 ms through
-#: git, 8 objects the same either way, and the 42 trees of the pin bump 11 ms loose
-#: against 4 ms as a pack (docs/engine.md, "Costs behind some choices").
-LOOSE_LIMIT = 8
+#: Measured in fresh stores here (2026-12-03, medians of 15, CPU of this process and
+#: git's): 8 objects 1.5 ms loose against 3.2 ms as a pack, 16 1.8 against 3.8, 32 3.1
+#: against 3.9, 48 the same either way, 64 5.7 against 4.7; a whole sync (the carried
+#: delta's 14 trees and the fork layer's 8 objects loose, 2 processes fewer) 14 ms less
+#: at 32 than at 8 (docs/engine.md, "Costs behind some choices").
+LOOSE_LIMIT = 32
 
 
 def write_typed(git_dir: str, objects: dict[str, tuple[str, bytes]]) -> None:

@@ -91,6 +91,7 @@ class Store(Fetching, RememberedAncestry):
         self._known: dict | None = (
             None  # remembered ancestry answers (overlay-ancestry.json)
         )
+        self._walks = {}  # commits_beyond's walks of this process
         self._lock_depth = 0
         self._reader: ObjectReader | None = None  # inside reading() only
         if not os.path.isfile(os.path.join(self.git_dir, "HEAD")):
@@ -500,7 +501,8 @@ class Store(Fetching, RememberedAncestry):
     def commit_chain(
         self, specs: Sequence[tuple[str, Sequence[str | int], str]]
     ) -> list[str]:
-        """Write several synthetic commits (fewer than eight: without a git process).
+        """Write several synthetic commits (fewer than
+        :data:`~overlay.git.objects.LOOSE_LIMIT`: without a git process).
 
         Each commit has the fixed identity and date of :data:`SYNTHETIC_IDENTITY`, so
         its name is the same as :meth:`commit_tree` would give. The bodies and names are

@@ -98,6 +98,10 @@ def plan_run(
     if kind == "sync":
         new_base = _sync_base(store, old, new_pin, new_fork, merge_base)
         if not force:
+            # The fork-ahead check below walks from the new fork commit to the pin:
+            # walked first, the walk also shows the old fork commit below the new one
+            # (where the check needs no walk, this one replaces that merge-base).
+            store.commits_beyond(new_fork, new_pin)
             _refuse_fork_not_descending(store, old.fork, new_fork)
     else:
         new_base = old.merge_base
