@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import pytest
 from gitfixtures import tree_of_every_kind
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
+from overlay.git import treemodel
 from overlay.git.store import Store
-from overlay.git.treemodel import blob_name, edit_tree
+from overlay.git.treemodel import blob_name, changed_paths, edit_tree
 
 
 @pytest.fixture
@@ -48,3 +51,76 @@ def test_edit_tree_git_refuses_goes_the_index_way(store):
     changes: dict[str, tuple[str, str] | None] = {"a.txt/under": ("100644", oid)}
     with store.reading():
         assert edit_tree(store, tree, changes, {}) == store.edit_tree(tree, changes)
+
+
+#: Paths an edit may touch: files of the tree, new ones, a file under a file (git's
+#: index way then replaces the file by a directory), a directory made a file, the
+#: submodule.
+_EDIT_PATHS = [
+    "a.txt",
+    "a.txt/under",
+    "a/b.c",
+    "a/sub",
+    "a/sub/c.h",
+    "a/sub/d/e.cpp",
+    "a/run.sh",
+    "link",
+    "na\u00efve.hip",
+    "new/deep/file.txt",
+    "vendor/mod",
+    "z",
+]
+_ENTRY = st.one_of(
+    st.none(),
+    st.tuples(
+        st.sampled_from(["100644", "100755", "120000", "160000"]),
+        st.sampled_from([b"one\n", b"two\n", b"#!/bin/sh\n"]),
+    ),
+)
+
+
+@settings(max_examples=40, deadline=None)
+# Each kind of difference once, whatever the random draws: a mode alone, a file made
+# a directory and a directory a file, a submodule moved, a symlink, a deletion.
+@example(left={}, right={"a/b.c": ("100755", b"int b;\n")})
+@example(left={}, right={"a.txt/under": ("100644", b"one\n")})
+@example(left={"a/sub": ("100644", b"two\n")}, right={})
+@example(left={"vendor/mod": ("160000", b"")}, right={"vendor/mod": None})
+@example(left={"link": ("120000", b"two\n")}, right={"a/sub/d/e.cpp": None})
+@given(
+    left=st.dictionaries(st.sampled_from(_EDIT_PATHS), _ENTRY, max_size=5),
+    right=st.dictionaries(st.sampled_from(_EDIT_PATHS), _ENTRY, max_size=5),
+)
+def test_changed_paths_are_what_diff_tree_lists(tmp_path_factory, left, right):
+    """Two trees made from one by random edits (git's index way: a file replaced by a
+    directory, a directory by a file, modes, a submodule): the paths read through the
+    reader are the ones `git diff-tree -r --name-only --no-renames` prints."""
+    store = Store(str(tmp_path_factory.mktemp("changed") / "store.git"))
+    base = tree_of_every_kind(store)
+
+    def edited(edits):
+        changes: dict[str, tuple[str, str] | None] = {}
+        for path, entry in edits.items():
+            if entry is None:
+                changes[path] = None
+            elif entry[0] == "160000":
+                changes[path] = ("160000", "e" * 40)
+            else:
+                changes[path] = (entry[0], store.hash_blob(entry[1]))
+        return store.edit_tree(base, changes)
+
+    old, new = edited(left), edited(right)
+    out = store.git("diff-tree", "-r", "-z", "--name-only", "--no-renames", old, new)
+    want = sorted(p for p in out.stdout.decode().split("\0") if p)
+    assert changed_paths(store, old, new) is None  # outside a reading block: ask git
+    with store.reading():
+        assert changed_paths(store, old, new) == want
+
+
+def test_changed_paths_past_its_budget_leaves_the_question_to_git(store, monkeypatch):
+    tree = tree_of_every_kind(store)
+    other = store.edit_tree(tree, {"a/sub/c.h": None, "a.txt": None})
+    with store.reading():
+        assert changed_paths(store, tree, other) == ["a.txt", "a/sub/c.h"]
+        monkeypatch.setattr(treemodel, "CHANGED_PATHS_TREES", 3)  # root, a, a/sub: 5
+        assert changed_paths(store, tree, other) is None

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+from gitfixtures import records_hash
 from procfixtures import default_signals, gone, reader_leaves_mid_write
 
 from overlay.server import wire
@@ -106,6 +107,31 @@ def test_served_commands_match_their_own_process(clean, server, tmp_path):
     assert server.served() == len(runs)
     statuses = re.findall(r" status=(-?\d+) ", "\n".join(server.lines()))
     assert "2" in statuses and "0" in statuses
+
+
+def test_a_stopped_run_is_shown_and_aborted_served_as_in_its_own_process(ov, w, server):
+    """A pin bump that stops on a conflict: `rebase --status` and `rebase --abort`
+    served print and exit as they do in their own process, and the abort leaves the
+    records byte for byte."""
+    root = str(ov.root)
+    before = records_hash(ov)
+    outcomes = []
+    for env in (_env(), _env(OVERLAY_SERVER="off")):
+        stopped = overlay("-C", root, "rebase", "--onto", w.pin_conflict)
+        assert stopped.returncode == 1, stopped.stderr
+        shown = overlay("-C", root, "rebase", "--status", env=env)
+        aborted = overlay("-C", root, "rebase", "--abort", env=env)
+        assert aborted.returncode == 0, aborted.stderr
+        assert records_hash(ov) == before
+        outcomes.append(
+            [(p.returncode, p.stdout, p.stderr) for p in (stopped, shown, aborted)]
+        )
+    assert outcomes[0] == outcomes[1]
+    assert "mlx/core.cpp" in outcomes[0][1][1]  # --status names the stop
+    # the first round's stop, --status and --abort were served, and the second's stop
+    server.wait_served(4)
+    time.sleep(0.2)
+    assert server.served() == 4
 
 
 @pytest.mark.parametrize("unbuffered", ["", "1"], ids=["buffered", "unbuffered"])
