@@ -250,3 +250,31 @@ def test_short_root_is_parsed_as_the_long_one_and_loads_no_difflib(ov, tmp_path)
     short = CliRunner().invoke(main, ["-C", str(ov.root), "--offline", "status"])
     long = CliRunner().invoke(main, ["--root", str(ov.root), "--offline", "status"])
     assert short.exit_code == long.exit_code == 0 and short.output == long.output
+
+
+def test_whole_writes_waits_on_a_full_non_blocking_descriptor():
+    """A stdout left non-blocking by another program: a write that finds the pipe full
+    waits for the reader and then writes the rest, all of it, in order."""
+    import fcntl
+    import threading
+    import time
+
+    from overlay.cli.tools import WholeWrites
+
+    r, w = os.pipe()
+    fcntl.fcntl(w, fcntl.F_SETFL, fcntl.fcntl(w, fcntl.F_GETFL) | os.O_NONBLOCK)
+    got = bytearray()
+
+    def reader():
+        time.sleep(0.2)  # the writer meets a full pipe first
+        while chunk := os.read(r, 65536):
+            got.extend(chunk)
+        os.close(r)
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    data = bytes(range(256)) * 2000  # 512 KB, eight pipes' worth
+    with WholeWrites(w, "w", closefd=True) as out:
+        assert out.write(data) == len(data)
+    thread.join()
+    assert bytes(got) == data

@@ -254,9 +254,15 @@ class WholeWrites(io.FileIO):
             OSError: the descriptor refused the write otherwise.
         """
         view = memoryview(data).cast("B")
-        done = super().write(view) or 0
+        done = 0
         while done < len(view):
-            done += super().write(view[done:]) or 0
+            wrote = super().write(view[done:])
+            if wrote is None:  # a non-blocking descriptor that is full: wait, not spin
+                import select  # only such a stdout needs it
+
+                select.select([], [self], [])
+                continue
+            done += wrote
         return len(view)
 
 
