@@ -456,3 +456,38 @@ def test_a_sync_walks_once_to_the_pin_for_the_descent_and_the_fork_ahead_check(
     assert f"fork commit {side[:12]} does not descend from {new[:12]}" in (
         refused.output
     )
+
+
+def test_a_sideways_pin_names_patches_citing_commits_the_pin_lacks(ov, w):
+    """A pin moved to another upstream branch lacks the cited commit as a pin moved
+    back does: the run names the patch when it starts, as verify then reports FIX027."""
+    citing_overlay(ov, w)
+    upstream_branch(w, "side", w.base)
+    side = w.upstream.commit({"docs/side.md": "side\n"}, "a side branch of upstream")
+    git(w.upstream.path, "checkout", "-q", "main")
+    moved = cli(ov, "rebase", "--onto", side)
+    assert moved.exit_code == 0, moved.output
+    assert "moving backwards or sideways" in moved.output
+    warned = [ln for ln in moved.output.splitlines() if "which the new pin lacks" in ln]
+    assert len(warned) == 1 and "0001-follow.patch" in warned[0], moved.output
+    assert w.pin_clean[:9] in warned[0]
+    assert [f["code"] for f in fix027(ov)] == ["FIX027"]
+
+
+def test_uncarried_changes_of_a_sideways_fork_name_the_old_sides_commits(ov, w):
+    """A fork commit that is no descendant of the old one (a sync sideways, --force)
+    drops the old side's changes: the commits behind them are named, marked, instead
+    of an empty list."""
+    from overlay.records.manifest import load_manifest
+
+    git(w.fork.path, "checkout", "-q", "-b", "side", w.base)
+    side = w.fork.commit({"mlx/backend/rocm/side.cpp": "side\n"}, "a side branch")
+    store = Store(str(w.fork.path / ".git"), offline=True)
+    carry = load_manifest(str(ov.root)).carry
+    changes = dict(pins.uncarried_changes(store, carry, w.fork_commit, side))
+    assert changes["docs/rocm.md"] == [
+        f"{w.fork_commit[:12]} rocm backend (only in the old fork commit)"
+    ]
+    # forward, nothing is marked
+    forward = dict(pins.uncarried_changes(store, carry, w.base, w.fork_commit))
+    assert forward["docs/rocm.md"] == [f"{w.fork_commit[:12]} rocm backend"]

@@ -288,9 +288,10 @@ def test_start_status_stop(tmp_path):
         assert again.stderr == f"overlay: a server runs already (pid {s.pid})\n"
         status = overlay("server", "status")
         assert status.returncode == 0 and f"server pid {s.pid}" in status.stdout
+        assert ", 0 running;" in status.stdout  # served itself, it counts the others
     finally:
         stop = overlay("server", "stop")
-    assert stop.returncode == 0 and stop.stdout.startswith("server stopping")
+    assert stop.returncode == 0 and stop.stdout == "server stopping\n"
     assert gone(s.pid, 10)
     assert not s.sock.exists()
     assert overlay("server", "status").returncode == 1

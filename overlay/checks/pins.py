@@ -163,22 +163,26 @@ def check_new_pin(
 def backwards_citations(
     store: Store, root: str, old_pin: str, new_pin: str
 ) -> list[Citation]:
-    """For a pin moved backwards: the retarget entries citing upstream commits the new pin lacks.
+    """For a pin moved backwards or sideways: the retarget entries citing upstream
+    commits the new pin lacks.
 
     An entry of the retarget section of ``LOCAL_FIXES.md`` cites a commit by an 8 to
     40 hex word in its title or text; a cited commit counts when it resolves in the
     git store, the old pin contains it and the new pin does not. Names that resolve
-    to nothing (another object, unknown offline) are ignored.
+    to nothing (another object, unknown offline) are ignored. A pin moved sideways
+    (to an upstream branch) lacks such commits as a pin moved back does, and verify
+    reports them all the same (FIX027): the run says so when it starts.
 
     Args:
         store: git store.
         root: overlay repository.
-        old_pin, new_pin: full commit names, ``new_pin`` an ancestor of ``old_pin``.
+        old_pin, new_pin: full commit names.
     Returns:
         One :class:`Citation` per entry with such commits, in entry order; empty when
-        ``new_pin`` is not an ancestor of ``old_pin`` or there is no LOCAL_FIXES.md.
+        the new pin descends from the old one (then it holds all the old one holds)
+        or there is no LOCAL_FIXES.md.
     """
-    if new_pin == old_pin or not _ancestor(store, new_pin, old_pin):
+    if new_pin == old_pin or _ancestor(store, old_pin, new_pin):
         return []
     return _citations(
         store,
@@ -409,8 +413,9 @@ def uncarried_changes(
     Args:
         store: git store holding both commits.
         carry: the manifest's carried-path predicate (``Manifest.carry``).
-        old, new: fork commits, ``old`` an ancestor of ``new`` (else the paths that
-            differ, with no commits named).
+        old, new: fork commits; where ``old`` is no ancestor of ``new`` (a sync
+            sideways or back), a commit only ``old`` holds is named too, marked
+            ``(only in the old fork commit)``: the new one drops its change.
     Returns:
         ``[(path, ["<sha12> <subject>", ...]), ...]`` sorted by path, commits newest
         first; two git processes when there is anything to say, one inside the
@@ -438,17 +443,22 @@ def uncarried_changes(
         "-z",
         "--name-only",
         "--no-renames",
-        "--format=%x01%h %s",
+        "--format=%x01%m%h %s",
         "--abbrev=12",
-        f"{old}..{new}",
+        "--left-right",
+        f"{old}...{new}",
         "--",
         *paths,
         check=False,
     ).stdout.decode("utf-8", "surrogateescape")
     by_path: dict[str, list[str]] = {p: [] for p in paths}
-    # "\x01<sha> <subject>\0\n<path>\0<path>\0" per commit.
+    # "\x01<side><sha> <subject>\0\n<path>\0<path>\0" per commit; the side is "<"
+    # for a commit of old's history only (none where old is an ancestor of new).
     for record in log.split("\x01")[1:]:
         head, _, names = record.partition("\0")
+        side, head = head[:1], head[1:]
+        if side == "<":
+            head += " (only in the old fork commit)"
         for name in names.lstrip("\n").split("\0"):
             if name in by_path:
                 by_path[name].append(head)

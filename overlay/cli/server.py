@@ -12,6 +12,7 @@ import click
 
 from overlay.cli.tools import exit_with, handle_errors
 from overlay.server import control
+from overlay.server.worker import is_worker
 
 __all__ = ["server_group"]
 
@@ -63,6 +64,7 @@ def stop_cmd() -> None:
     if running is None:
         click.echo("no server runs")
         exit_with(1)
+    running -= _itself()
     click.echo(
         "server stopping" + (f"; {running} command(s) finish first" if running else "")
     )
@@ -76,4 +78,10 @@ def status_cmd() -> None:
     if facts is None:
         click.echo("no server runs")
         exit_with(1)
-    _show(facts)
+    _show({**facts, "running": facts["running"] - _itself()})
+
+
+def _itself() -> int:
+    """1 when this command is served (the server counts it among those it runs, and
+    the user asked about the others), else 0."""
+    return 1 if is_worker() else 0

@@ -9,7 +9,7 @@ The rules a run must pass before :class:`overlay.rebase.run.Rebase` starts it:
 * the merge base is an ancestor of the pin (``--force`` accepts it);
 * a pin that does not descend from the current one is said (a warning);
 * no run is in progress; a new pin is an upstream commit (``--force`` turns the
-  refusal into a warning), and on a move backwards the retarget entries citing
+  refusal into a warning), and on a move backwards or sideways the retarget entries citing
   commits the new pin lacks are named.
 
 And what the last completed run left in ``.overlay/last-rebase.json``: the pin it
@@ -211,8 +211,8 @@ def start_checks(ws: "Workspace", kind: str, plan: RunPlan, force: bool) -> list
     """The checks right before a run starts (and before "nothing to do").
 
     For a rebase to a new pin, refuse one that is not an upstream commit unless
-    ``force``, and on a move backwards name the retarget entries citing commits the
-    new pin lacks. (A run in progress and an open edit are refused before the plan,
+    ``force``, and on a move backwards or sideways name the retarget entries citing
+    commits the new pin lacks. (A run in progress and an open edit are refused before the plan,
     by the command: ``overlay.cli.runs``.)
 
     Args:
