@@ -491,3 +491,28 @@ def test_uncarried_changes_of_a_sideways_fork_name_the_old_sides_commits(ov, w):
     # forward, nothing is marked
     forward = dict(pins.uncarried_changes(store, carry, w.base, w.fork_commit))
     assert forward["docs/rocm.md"] == [f"{w.fork_commit[:12]} rocm backend"]
+
+
+def test_sync_there_and_back_leaves_nothing_to_acknowledge(ov, w):
+    """A sync forward then back (--force) to the reviewed fork commit: the second
+    report names what it no longer carries, marked, but asks for no review, the key
+    goes and verify has no MAN005 (the report and verify agree)."""
+    device = "mlx/backend/rocm/device.cpp"
+    add_patch(ov, "0001-device.patch", {device: lines("device", change={9: "d9"})})
+    write_fixes(ov, [("Device.", [device])])
+    fork2 = w.fork.commit({"docs/rocm.md": "fork docs, new page\n"}, "fork docs")
+    assert cli(ov, "sync", "--fork", fork2).exit_code == 0
+    manifest = (ov.root / PDIR / "overlay.toml").read_text()
+    assert f'uncarried-reviewed = "{w.fork_commit}"' in manifest
+    back = cli(ov, "sync", "--force", "--fork", w.fork_commit)
+    assert back.exit_code == 0, back.output
+    assert "(only in the old fork commit)" in back.output, back.output
+    assert "--ack-uncarried" not in back.output
+    assert "--ack-uncarried" not in (ov.root / ".overlay" / "last-rebase.md").read_text()
+    assert "uncarried-reviewed" not in (ov.root / PDIR / "overlay.toml").read_text()
+    assert "MAN005" not in cli(ov, "verify", "--only", "MAN").output
+    # Forward again: the changes await review once more.
+    again = cli(ov, "sync", "--fork", fork2)
+    assert again.exit_code == 0 and "--ack-uncarried" in again.output, again.output
+    found = cli(ov, "verify", "--only", "MAN")
+    assert "MAN005" in found.output, found.output

@@ -31,4 +31,9 @@ def test_status_and_export_agree_when_the_layer_changed(ov, w, tmp_path):
     assert exported.exit_code == 0 and note in exported.output, exported.output
     assert "1 written" in exported.output  # device.cpp; device.h already held it
     again = cli(ov, "status", "--dest", str(dest))
-    assert note in again.output and "up to date" in again.output
+    assert note in again.output and "up to date" not in again.output
+    assert "(the layer's tree, 1 file(s) edited by hand," in again.output
+    (dest / "mlx/ops.cpp").unlink()  # the edit undone: export restores the file
+    assert cli(ov, "export", "--force", str(dest)).exit_code == 0
+    clean = cli(ov, "status", "--dest", str(dest))
+    assert "(up to date," in clean.output and "warning" not in clean.output

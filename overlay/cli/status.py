@@ -48,7 +48,8 @@ class ExportState(NamedTuple):
     Attributes:
         dest: the export directory.
         state: ``"no stamp"`` (never exported), ``"interrupted"`` (an export was
-            cut short), ``"up to date"`` or ``"stale"`` (another tree than the layer).
+            cut short), ``"stale"`` (another tree than the layer), ``"edited"`` (the
+            layer's tree, with files edited by hand since) or ``"up to date"``.
         tree: the tree the stamp names (the interrupted export's, when interrupted;
             ``None`` without a stamp).
         files: how many files the stamp lists (0 without a stamp or when interrupted).
@@ -103,5 +104,8 @@ def export_state(dest: str, store: "Store", patched: str) -> ExportState:
     edited = edited_files(dest, stamp, store=store, tree=patched)
     if stamp.get("pending"):
         return ExportState(dest, "interrupted", stamp["pending"]["tree"], 0, edited)
-    state = "up to date" if stamp["tree"] == patched else "stale"
+    if stamp["tree"] != patched:
+        state = "stale"
+    else:
+        state = "edited" if edited else "up to date"
     return ExportState(dest, state, stamp["tree"], len(stamp["files"]), edited)

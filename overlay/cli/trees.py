@@ -149,8 +149,15 @@ def _echo_exports(ws: Workspace, dest: tuple[str, ...], patched: str) -> None:
                 f"a plain `overlay export {d}` completes it"
             )
         else:
+            # An export whose files were edited by hand is not "up to date", though
+            # its stamp names the layer's tree: the warning below names the files.
+            verdict = (
+                f"the layer's tree, {len(state.edited)} file(s) edited by hand"
+                if state.state == "edited"
+                else state.state
+            )
             click.echo(
-                f"export    {d}: tree {state.tree} ({state.state}, {state.files} files)"
+                f"export    {d}: tree {state.tree} ({verdict}, {state.files} files)"
             )
         if state.edited:
             click.echo(f"warning: {d}: {edited_note(state.edited)}")

@@ -59,6 +59,8 @@ class CommitSteps(RunBase):
 
     #: What the fork changed outside [carry] in this run (set by :meth:`_commit`).
     _uncarried: list[tuple[str, list[str]]] = []
+    #: The ``[fork] uncarried-reviewed`` the run leaves (set by :meth:`_commit`).
+    _review_from: str | None = None
 
     def _commit(self, manifest: Manifest, old: Bases, new: Bases) -> RebaseReport:
         """Write every record, the report, and remove the state.
@@ -79,6 +81,7 @@ class CommitSteps(RunBase):
         self._uncarried = uncarried_changes(
             self.store, self._manifest().carry, old.fork, new.fork
         )
+        self._review_from = self._awaiting_review(old, new)
         self._write_manifest(new)
         _checkpoint("commit")
         self._write_resolutions()
@@ -109,13 +112,35 @@ class CommitSteps(RunBase):
                 hint="move your edits aside and run --continue again (or --abort)",
             )
 
+    def _awaiting_review(self, old: Bases, new: Bases) -> str | None:
+        """The ``[fork] uncarried-reviewed`` this run leaves: the fork commit from which
+        the fork's changes outside ``[carry]`` await review (MAN005 of ``verify``, until
+        ``overlay sync --ack-uncarried``), or ``None`` when nothing awaits.
+
+        A run that keeps the fork commit keeps the key. Otherwise review starts at the
+        commit the key names, else at the old fork commit, and the key stays only if
+        something outside ``[carry]`` differs from there to the new fork commit: a sync
+        there and back (or one whose changes outside ``[carry]`` a later one undid)
+        leaves nothing to acknowledge, and says so by clearing the key, so the report
+        and ``verify`` agree.
+        """
+        reviewed = self._manifest().uncarried_reviewed
+        if old.fork == new.fork:
+            return reviewed
+        since = reviewed or old.fork
+        if since == old.fork:
+            return since if self._uncarried else None
+        if self.store.missing_objects([since]):
+            return reviewed  # a commit the store lacks: its review is left as it was
+        carry = self._manifest().carry
+        return since if uncarried_changes(self.store, carry, since, new.fork) else None
+
     def _write_manifest(self, new: Bases) -> None:
-        """The manifest with the new commits, comments preserved."""
+        """The manifest with the new commits and :attr:`_review_from`, comments
+        preserved."""
         updated = with_pins(manifest_text(self.root), new.pin, new.fork, new.merge_base)
-        if self._uncarried and self._manifest().uncarried_reviewed is None:
-            # What the fork changed outside [carry] from here on awaits review (MAN005
-            # of verify, until `overlay sync --ack-uncarried`).
-            updated = set_uncarried_reviewed(updated, self.state.old.fork)
+        if self._review_from != self._manifest().uncarried_reviewed:
+            updated = set_uncarried_reviewed(updated, self._review_from)
         write_manifest(self.root, updated, if_changed=True)
 
     def _present_resolutions(self, wanted: dict[str, str]) -> list[str]:
@@ -285,10 +310,14 @@ class CommitSteps(RunBase):
         them (MAN005), and list under Dropped those no bullet covers (FIX022)."""
         if not self._uncarried:
             return []
-        steps = [
-            f"review the fork's {len(self._uncarried)} change(s) outside [carry] "
-            "(listed under Not carried; MAN005), then overlay sync --ack-uncarried"
-        ]
+        steps = (
+            [
+                f"review the fork's {len(self._uncarried)} change(s) outside [carry] "
+                "(listed under Not carried; MAN005), then overlay sync --ack-uncarried"
+            ]
+            if self._review_from is not None
+            else []
+        )
         lf = os.path.join(self.root, layout.LOCAL_FIXES)
         if os.path.isfile(lf):
             paths = [p for p, _c in self._uncarried]
