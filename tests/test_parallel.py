@@ -320,6 +320,12 @@ def test_ctrl_z_stops_the_children_with_the_run_and_fg_resumes_them(tmp_path):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # A group of its own, whose parent (this process) is in another group of the
+        # session: never orphaned, so SIGTSTP's default action stops it. In this
+        # process's group it would be orphaned wherever the tests run in one (a CI
+        # job left running after its shell exited, `setsid`), and the kernel discards
+        # a stop signal there: the run would never stop.
+        process_group=0,
     )
     ticks = tmp_path / "ticks"
 
