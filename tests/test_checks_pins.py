@@ -508,7 +508,9 @@ def test_sync_there_and_back_leaves_nothing_to_acknowledge(ov, w):
     assert back.exit_code == 0, back.output
     assert "(only in the old fork commit)" in back.output, back.output
     assert "--ack-uncarried" not in back.output
-    assert "--ack-uncarried" not in (ov.root / ".overlay" / "last-rebase.md").read_text()
+    assert (
+        "--ack-uncarried" not in (ov.root / ".overlay" / "last-rebase.md").read_text()
+    )
     assert "uncarried-reviewed" not in (ov.root / PDIR / "overlay.toml").read_text()
     assert "MAN005" not in cli(ov, "verify", "--only", "MAN").output
     # Forward again: the changes await review once more.

@@ -47,3 +47,61 @@ def test_sync_to_a_fork_commit_with_no_history_in_common_says_so(ov, w):
     assert f"fork commit {root[:12]} and pin" in result.output
     assert "no common ancestor" in result.output and "--merge-base" in result.output
     assert not (ov.root / ".overlay" / "rebase").exists()
+
+
+def _fork_manifest(ov) -> str:
+    return (ov.root / "patches-rocm" / "overlay.toml").read_text()
+
+
+def test_sync_to_another_fork_branch_by_name_records_the_branch(ov, w):
+    git(w.fork.path, "checkout", "-q", "-b", "rocm-support-memory")
+    memory = w.fork.commit({"mlx/backend/rocm/pool.cpp": "a pool\n"}, "memory pool")
+    done = cli(ov, "sync", "--fork", "rocm-support-memory")
+    assert done.exit_code == 0, done.output
+    assert "[fork] branch: rocm-support -> rocm-support-memory" in done.output
+    manifest = _fork_manifest(ov)
+    assert 'branch = "rocm-support-memory"' in manifest and memory in manifest
+    report = (ov.root / ".overlay" / "last-rebase.md").read_text()
+    assert "rocm-support -> rocm-support-memory" in report
+    assert "rocm-support-memory" in cli(ov, "status").output
+
+
+def test_sync_by_sha_off_the_branch_takes_the_one_branch_holding_it(ov, w):
+    on_branch = w.fork.commit({"mlx/backend/rocm/a.cpp": "a\n"}, "on the branch")
+    git(w.fork.path, "checkout", "-q", "-b", "rocm-support-memory", w.fork_commit)
+    memory = w.fork.commit({"mlx/backend/rocm/pool.cpp": "a pool\n"}, "memory pool")
+    # The store learns the fork's branches as a fetch by name leaves them.
+    assert cli(ov, "sync", "--fork", "rocm-support").exit_code == 0
+    assert f'commit = "{on_branch}"' in _fork_manifest(ov)
+    assert 'branch = "rocm-support"' in _fork_manifest(ov)
+    side = cli(ov, "sync", "--force", "--fork", memory)
+    assert side.exit_code == 0, side.output
+    assert (
+        "[fork] branch: rocm-support -> rocm-support-memory: "
+        f"fork commit {memory[:12]} is not on rocm-support"
+    ) in side.output
+    assert 'branch = "rocm-support-memory"' in _fork_manifest(ov)
+    # A commit on the recorded branch (an ancestor of its tip) keeps it, silently.
+    git(w.fork.path, "checkout", "-q", "rocm-support-memory")
+    tip = w.fork.commit({"mlx/backend/rocm/pool.cpp": "a pool, 2\n"}, "pool 2")
+    assert cli(ov, "sync", "--fork", "rocm-support-memory").exit_code == 0
+    back = cli(ov, "sync", "--force", "--fork", memory)
+    assert back.exit_code == 0 and "[fork] branch" not in back.output, back.output
+    assert 'branch = "rocm-support-memory"' in _fork_manifest(ov)
+    assert tip not in _fork_manifest(ov)
+
+
+def test_sync_by_sha_on_no_fork_branch_keeps_the_branch_and_says_so(ov, w):
+    git(w.fork.path, "checkout", "-q", "-b", "scratch")
+    loose = w.fork.commit({"mlx/backend/rocm/x.cpp": "x\n"}, "loose")
+    git(w.fork.path, "checkout", "-q", "rocm-support")
+    assert cli(ov, "sync", "--fork", "rocm-support").exit_code == 0  # fetches branches
+    git(w.fork.path, "branch", "-q", "-D", "scratch")
+    assert cli(ov, "sync", "--fork", "rocm-support").exit_code == 0  # prunes scratch
+    done = cli(ov, "sync", "--fork", loose)
+    assert done.exit_code == 0, done.output
+    assert f"fork commit {loose[:12]} is not on rocm-support" in done.output
+    assert (
+        "no fork branch holds it: [fork] branch still says rocm-support" in done.output
+    )
+    assert 'branch = "rocm-support"' in _fork_manifest(ov)

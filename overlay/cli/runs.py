@@ -386,7 +386,7 @@ def _plan_and_run(
         return
     rb = Rebase(ws)
     rb.say = click.echo
-    rb.start(kind, plan.new, plan.old, info, warnings)
+    rb.start(kind, plan.new, plan.old, info, warnings, plan.fork_branch)
     report = rb.run()
     click.echo(render(report, fmt), nl=False)
     click.echo(f"report written to {layout.LAST_REBASE_MD}")

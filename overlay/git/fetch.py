@@ -30,6 +30,8 @@ COMMIT_GRAPH_ENV = {
 #: commit" (:func:`overlay.checks.pins.fork_ahead`,
 #: :func:`overlay.checks.pins.check_new_pin`, MAN004; docs/engine.md).
 UPSTREAM_SCOPES = ("refs/remotes/upstream/", "refs/tags/")
+#: Where the store keeps the fork's branches (``git fetch fork`` of a ref by name).
+FORK_HEADS = "refs/remotes/fork/"
 
 
 class Fetching:
@@ -43,28 +45,52 @@ class Fetching:
     _remote_urls: dict[str, str]
     #: :meth:`upstream_tips` as last listed; ``None`` until then and after a fetch.
     _tips: list[str] | None = None
+    #: :meth:`fork_heads` as last listed, with :attr:`_tips`.
+    _fork_heads: dict[str, str] | None = None
 
     def upstream_tips(self) -> list[str]:
         """The commits that upstream's branches and tags in the store point at
         (:data:`UPSTREAM_SCOPES`), sorted, each once.
 
-        Listed by one ``for-each-ref`` the first time a process asks, and kept until
-        overlay fetches into the store: a pin bump's plan asks it (whether the fork is
-        ahead of the old pin) and its pin check reads it again (whether the new pin is
-        a tip, as a bump to upstream's ``main`` is), for one process.
+        Listed by one ``for-each-ref`` the first time a process asks (with
+        :meth:`fork_heads`), and kept until overlay fetches into the store: a pin bump's
+        plan asks it (whether the fork is ahead of the old pin) and its pin check reads
+        it again (whether the new pin is a tip, as a bump to upstream's ``main`` is),
+        for one process.
 
         Returns:
             Full commit names; empty when the store holds no upstream branch or tag.
         """
         if self._tips is None:
-            self._tips = sorted(
-                set(
-                    self.git("for-each-ref", "--format=%(objectname)", *UPSTREAM_SCOPES)
-                    .stdout.decode()
-                    .split()
-                )
-            )
+            self._list_refs()
+        assert self._tips is not None
         return self._tips
+
+    def fork_heads(self) -> dict[str, str]:
+        """The fork's branches as the store last fetched them: ``{branch: commit}``
+        (``refs/remotes/fork/*``, the branch names without that prefix); listed with
+        :meth:`upstream_tips`, by the same process."""
+        if self._fork_heads is None:
+            self._list_refs()
+        assert self._fork_heads is not None
+        return self._fork_heads
+
+    def _list_refs(self) -> None:
+        """One ``for-each-ref`` over upstream's scopes and the fork's branches."""
+        out = self.git(
+            "for-each-ref",
+            "--format=%(objectname) %(refname)",
+            *UPSTREAM_SCOPES,
+            FORK_HEADS,
+        ).stdout.decode("utf-8", "surrogateescape")
+        tips, heads = set(), {}
+        for line in out.splitlines():
+            oid, _, ref = line.partition(" ")
+            if ref.startswith(FORK_HEADS):
+                heads[ref[len(FORK_HEADS) :]] = oid
+            else:
+                tips.add(oid)
+        self._tips, self._fork_heads = sorted(tips), heads
 
     def listed_upstream_tips(self) -> list[str] | None:
         """:meth:`upstream_tips` when this process listed them since its last fetch,
@@ -74,8 +100,8 @@ class Fetching:
     def _fetch(self, *args: str) -> int:
         """``git fetch ARGS`` into the store (the commit-graph kept up to date); its
         exit status. The upstream tips listed before are forgotten: the fetch may
-        have moved them."""
-        self._tips = None
+        have moved them (and the fork's branches)."""
+        self._tips = self._fork_heads = None
         return self.git("fetch", *args, env=COMMIT_GRAPH_ENV, check=False).returncode
 
     def git(

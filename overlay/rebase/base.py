@@ -203,6 +203,7 @@ class RunBase:
         old: Bases,
         info: StateOnDisk | None = None,
         warnings: Sequence[str] = (),
+        fork_branch: str | None = None,
     ) -> None:
         """Begin a run: back up every file it may change and save the plan.
 
@@ -215,6 +216,7 @@ class RunBase:
             warnings: every warning the command gave before the run (the plan's,
                 :attr:`RunPlan.warnings`, and :func:`overlay.rebase.plan.start_checks`'),
                 kept in the state for the report.
+            fork_branch: the ``[fork] branch`` the run records (``None``: kept).
         Raises:
             OverlayError: a run is already in progress (exit 2).
         """
@@ -236,7 +238,12 @@ class RunBase:
             files = tracked_files(self.root, resolutions)
             self._backup = write_backup(new_dir, self.root, files)
             self.state = RunState(
-                kind=kind, old=old, new=new, backup=files, warnings=list(warnings)
+                kind=kind,
+                old=old,
+                new=new,
+                backup=files,
+                warnings=list(warnings),
+                fork_branch=fork_branch,
             )
             write_state(new_dir, self.state)
             _checkpoint("start")

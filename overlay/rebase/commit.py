@@ -29,6 +29,7 @@ from overlay.records import fixes
 from overlay.records.manifest import (
     Manifest,
     manifest_text,
+    set_fork_branch,
     set_uncarried_reviewed,
     with_pins,
     write_manifest,
@@ -136,11 +137,14 @@ class CommitSteps(RunBase):
         return since if uncarried_changes(self.store, carry, since, new.fork) else None
 
     def _write_manifest(self, new: Bases) -> None:
-        """The manifest with the new commits and :attr:`_review_from`, comments
-        preserved."""
+        """The manifest with the new commits, :attr:`_review_from` and the run's fork
+        branch, comments preserved."""
         updated = with_pins(manifest_text(self.root), new.pin, new.fork, new.merge_base)
         if self._review_from != self._manifest().uncarried_reviewed:
             updated = set_uncarried_reviewed(updated, self._review_from)
+        branch = self.state.fork_branch
+        if branch is not None and branch != self._manifest().fork_branch:
+            updated = set_fork_branch(updated, branch)
         write_manifest(self.root, updated, if_changed=True)
 
     def _present_resolutions(self, wanted: dict[str, str]) -> list[str]:

@@ -28,6 +28,8 @@ from overlay.checks.pins import (
     refuse_fork_ahead,
 )
 from overlay.errors import OverlayError
+from overlay.git.fetch import FORK_HEADS
+from overlay.git.run import is_sha
 from overlay.rebase.report import last_rebase_pin, last_run_pins
 from overlay.rebase.state import Bases
 
@@ -44,11 +46,14 @@ class RunPlan:
         old: the manifest's commits now.
         new: the commits the run goes to (``new == old``: nothing to do).
         warnings: lines for the user, in the order they were found.
+        fork_branch: the ``[fork] branch`` the run records (a sync to another fork
+            branch, :func:`_sync_branch`); ``None`` keeps the manifest's.
     """
 
     old: Bases
     new: Bases
     warnings: list[str] = dataclasses.field(default_factory=list)
+    fork_branch: str | None = None
 
     @property
     def nothing_to_do(self) -> bool:
@@ -126,6 +131,12 @@ def plan_run(
     plan = RunPlan(old, Bases(new_pin, new_fork, new_base))
     if ahead_note:
         plan.warnings.append(ahead_note)
+    if kind == "sync" and fork and new_fork != old.fork:
+        plan.fork_branch, branch_note = _sync_branch(
+            store, manifest.fork_branch, fork, new_fork
+        )
+        if branch_note:
+            plan.warnings.append(branch_note)
     if new_pin != old.pin and not store.is_ancestor(old.pin, new_pin):
         plan.warnings.append(
             f"pin {new_pin[:12]} does not descend from the current pin {old.pin[:12]} "
@@ -166,6 +177,61 @@ def _fork_ahead_note(
         f"--allow-fork-ahead: {len(ahead)} upstream commit(s) the pin lacks are "
         "carried as fork delta; verify reports them (MAN004) until the pin holds "
         "them (`--skip MAN004` where that is deliberate)"
+    )
+
+
+def _sync_branch(
+    store: "Store", branch: str, ref: str, new_fork: str
+) -> tuple[str | None, str | None]:
+    """The ``[fork] branch`` a sync to ``new_fork`` records, and what to say about it.
+
+    ``--fork`` that names a fork branch (``NAME`` or ``fork/NAME``, as the store has it)
+    records that branch. A commit on the manifest's branch as the store last fetched
+    it (its tip or an ancestor of it) keeps the branch, as does one the store cannot
+    place (it holds no ``fork/BRANCH``). A commit off that branch takes the one fork
+    branch that holds it (``git for-each-ref --contains``, only on this way); with none
+    or several the branch is kept and the note says so.
+
+    Args:
+        store: the git store; branch: the manifest's ``[fork] branch``; ref: what
+            ``--fork`` gave; new_fork: the commit it resolved to.
+    Returns:
+        ``(new branch or None to keep it, note or None)``.
+    """
+    heads = store.fork_heads()
+    named = ref.removeprefix("fork/")
+    if not is_sha(ref) and heads.get(named) == new_fork:
+        if named == branch:
+            return None, None
+        return named, f"[fork] branch: {branch} -> {named} (--fork named it)"
+    tip = heads.get(branch)
+    if tip is None or tip == new_fork or store.is_ancestor(new_fork, tip):
+        return None, None
+    holding = (
+        store.git(
+            "for-each-ref",
+            "--format=%(refname)",
+            "--contains",
+            new_fork,
+            FORK_HEADS,
+        )
+        .stdout.decode("utf-8", "surrogateescape")
+        .split()
+    )
+    names = sorted(r.removeprefix(FORK_HEADS) for r in holding)
+    off = (
+        f"fork commit {new_fork[:12]} is not on {branch} (fork/{branch} is {tip[:12]})"
+    )
+    if len(names) == 1:
+        return names[0], f"[fork] branch: {branch} -> {names[0]}: {off}"
+    held = (
+        f"the fork branches {', '.join(names)} hold it"
+        if names
+        else "no fork branch holds it"
+    )
+    return None, (
+        f"{off} and {held}: [fork] branch still says {branch}; "
+        "sync with --fork BRANCH to record another"
     )
 
 

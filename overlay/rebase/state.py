@@ -351,6 +351,8 @@ class RunState:
         warnings: every warning the command gave when the run started (a pin moved
             backwards and the retarget entries citing commits it lacks, a fork carried
             ahead of the pin), for the report a reviewer reads.
+        fork_branch: the ``[fork] branch`` the run records when it completes (a sync
+            to another fork branch); ``None`` keeps the manifest's.
         format: :data:`STATE_FORMAT`.
     """
 
@@ -368,6 +370,7 @@ class RunState:
     merge_stats: dict[str, int] | None = None
     rr_recorded: list[str] = dataclasses.field(default_factory=list)
     warnings: list[str] = dataclasses.field(default_factory=list)
+    fork_branch: str | None = None
     format: int = STATE_FORMAT
 
     @property
@@ -407,6 +410,8 @@ class RunState:
             out["rr_recorded"] = list(self.rr_recorded)
         if self.warnings:
             out["warnings"] = list(self.warnings)
+        if self.fork_branch is not None:
+            out["fork_branch"] = self.fork_branch
         return out
 
     def dumps(self) -> bytes:
@@ -451,6 +456,7 @@ class RunState:
             merge_stats=None if stats is None else dict(stats),
             rr_recorded=_str_list(data.get("rr_recorded", []), "rr_recorded"),
             warnings=_str_list(data.get("warnings", []), "the warnings"),
+            fork_branch=_opt_str(data.get("fork_branch"), "the fork branch"),
             format=_int(data.get("format", STATE_FORMAT), "the format"),
         )
 

@@ -470,6 +470,24 @@ def with_pins(text: str, pin: str, fork_commit: str, merge_base: str) -> str:
     return tomlkit.dumps(doc)
 
 
+def set_fork_branch(text: str, branch: str) -> str:
+    """The manifest ``text`` with ``[fork] branch`` set to ``branch`` (a sync to another
+    fork branch); every other byte kept (tomlkit keeps comments and layout).
+
+    Args:
+        text: the manifest as it is; branch: the fork branch's name.
+    Returns:
+        The new text.
+    """
+    import tomlkit  # only a run that changes the branch pays for tomlkit
+
+    doc = tomlkit.parse(text)
+    fork = doc["fork"]
+    assert isinstance(fork, dict)
+    fork["branch"] = branch
+    return tomlkit.dumps(doc)
+
+
 def set_uncarried_reviewed(text: str, sha: str | None) -> str:
     """The manifest ``text`` with ``[fork] uncarried-reviewed`` set to ``sha``, or
     removed for ``None``; every other byte kept (tomlkit keeps comments and layout).
