@@ -4,6 +4,8 @@ while a run is stopped is refused before anything is resolved."""
 
 from __future__ import annotations
 
+import os
+
 from gitfixtures import cli, git
 
 
@@ -105,3 +107,20 @@ def test_sync_by_sha_on_no_fork_branch_keeps_the_branch_and_says_so(ov, w):
         "no fork branch holds it: [fork] branch still says rocm-support" in done.output
     )
     assert 'branch = "rocm-support"' in _fork_manifest(ov)
+
+
+def test_sync_by_sha_asks_the_fork_which_branch_holds_it(ov, w):
+    """The store never fetched the fork's branches by name (every fetch was by SHA):
+    the sync fetches them to place the commit."""
+    git(w.fork.path, "checkout", "-q", "-b", "rocm-support-memory")
+    memory = w.fork.commit({"mlx/backend/rocm/pool.cpp": "a pool\n"}, "memory pool")
+    git(w.fork.path, "checkout", "-q", "rocm-support")
+    w.fork.commit({"mlx/backend/rocm/a.cpp": "a\n"}, "on the branch")
+    store = os.environ["OVERLAY_GIT_DIR"]
+    assert not os.path.exists(store) or not git(
+        store, "for-each-ref", "refs/remotes/fork/"
+    )
+    done = cli(ov, "sync", "--fork", memory)
+    assert done.exit_code == 0, done.output
+    assert "[fork] branch: rocm-support -> rocm-support-memory" in done.output
+    assert 'branch = "rocm-support-memory"' in _fork_manifest(ov)

@@ -181,18 +181,29 @@ class Fetching:
         what upstream deleted, with a progress line (a first fetch of every branch of
         a large mirror takes seconds to minutes). Online only; a failed fetch is quiet:
         the checks that want the refs then use what the store holds."""
+        self._refresh_refs("upstream", "every branch and tag")
+
+    def refresh_fork_refs(self) -> None:
+        """Refresh ``refs/remotes/fork/*`` from ``fork`` (no tags), pruning what the fork
+        deleted, as :meth:`refresh_upstream_refs` does upstream's: where a sync asks
+        which fork branch holds its commit. Online only; a failed fetch is quiet."""
+        self._refresh_refs("fork", "every branch")
+
+    def _refresh_refs(self, remote: str, what: str) -> None:
+        """``git fetch --prune REMOTE +refs/heads/*:refs/remotes/REMOTE/*`` (and tags as
+        :func:`_tags_option` says), with a progress line; nothing offline."""
         if self.offline:
             return
-        url = self._remote_urls.get("upstream", "?")
+        url = self._remote_urls.get(remote, "?")
         self.point_remotes()
         with self.lock(), LiveProgress("fetch") as live:
-            live.show(f"every branch and tag of upstream ({url})")
+            live.show(f"{what} of {remote} ({url})")
             self._fetch(
                 "-q",
-                "--tags",
+                _tags_option(remote),
                 "--prune",
-                "upstream",
-                "+refs/heads/*:refs/remotes/upstream/*",
+                remote,
+                f"+refs/heads/*:refs/remotes/{remote}/*",
             )
 
     def resolve(self, ref: str, remotes: Sequence[str] = ("upstream", "fork")) -> str:

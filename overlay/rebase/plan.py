@@ -185,12 +185,14 @@ def _sync_branch(
 ) -> tuple[str | None, str | None]:
     """The ``[fork] branch`` a sync to ``new_fork`` records, and what to say about it.
 
-    ``--fork`` that names a fork branch (``NAME`` or ``fork/NAME``, as the store has it)
-    records that branch. A commit on the manifest's branch as the store last fetched
-    it (its tip or an ancestor of it) keeps the branch, as does one the store cannot
-    place (it holds no ``fork/BRANCH``). A commit off that branch takes the one fork
-    branch that holds it (``git for-each-ref --contains``, only on this way); with none
-    or several the branch is kept and the note says so.
+    ``--fork`` that names a fork branch (``NAME`` or ``fork/NAME``, as the store has
+    it) records that branch. A SHA is placed on the fork's branches as they are now
+    (online: one fetch of the fork's branches first; offline: as the store last
+    fetched them): one on the manifest's branch (its tip or an ancestor of it) keeps
+    the branch, as does one the store cannot place (it holds no ``fork/BRANCH``). A
+    commit off that branch takes the one fork branch that holds it (``git
+    for-each-ref --contains``, only on this way); with none or several the branch is
+    kept and the note says so.
 
     Args:
         store: the git store; branch: the manifest's ``[fork] branch``; ref: what
@@ -198,6 +200,10 @@ def _sync_branch(
     Returns:
         ``(new branch or None to keep it, note or None)``.
     """
+    if is_sha(ref):
+        # Which branches hold it is what the fork says now (online; a name was
+        # resolved after the same fetch). Offline, the store's last fetch answers.
+        store.refresh_fork_refs()
     heads = store.fork_heads()
     named = ref.removeprefix("fork/")
     if not is_sha(ref) and heads.get(named) == new_fork:
