@@ -33,19 +33,36 @@ interleaved, medians of --repeat timings per run:
   command, from the server's log (`_cpu.Served`), against the same floors. Target:
   at most 1.0 of them.
 
-The peer's `retarget`, which issue 31 also asks to compare against, is not laid out
-here: its script is not available on this machine, so its figure is not recorded.
+With `--peer SCRIPT`, the peer too: the whole-file tool teams run today
+(`scripts/mlxcelverse/rocm_overlay.py` of lablup/mlxcel, which this repository does
+not hold: give the path of a checkout's copy). Its overlay directory is laid out,
+untimed, as such an overlay holds these records: every file the patched layer adds
+to the pin or changes in it (108 backend and 15 core files at v0.32.1), with its
+`UPSTREAM` record of the three commits. Timed as a whole process like overlay's
+commands, in a fresh copy and a fresh store each time, with this interpreter:
+
+* `rocm_overlay.py retarget --no-fetch --to 846d17622` from the v0.32.1 layout
+  (`peer_retarget`; 3-way merges of the core files, `git merge-file` on temporary
+  files). Target (issue 31): the whole `overlay --offline rebase --onto 846d17622`
+  at most 1.0 of it (`rebase_command_over_peer`); served, for the record;
+* `rocm_overlay.py sync --no-fetch --fork-commit F` from the layout of this
+  repository's records (`peer_sync`; its own merge base, against upstream's `main`
+  in the store). Target: the whole `overlay --offline sync --fork F` at most 1.0 of
+  it (`sync_command_over_peer`).
+
+Without `--peer` those figures are not recorded (`peer: null`).
 
 Every target is checked on the median of --runs runs (benchmarks/_record.py),
 recorded with their spread and the load.
 
-Usage: python benchmarks/rebase_bench.py [--repeat N] [--runs N] [--out FILE]
+Usage: python benchmarks/rebase_bench.py [--repeat N] [--runs N] [--out FILE] [--peer SCRIPT]
 """
 
 from __future__ import annotations
 
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -58,7 +75,7 @@ from _cpu import Served, bench_env, cpu_run, fresh_store, median, overlay_cmd  #
 from _record import mirror_bench_parser, mirrors_missing, record, repeat_runs  # noqa: E402
 
 from overlay.engine.forked import _carried_delta  # noqa: E402
-from overlay.engine.layers import ensure_commits  # noqa: E402
+from overlay.engine.layers import compute_layers, ensure_commits  # noqa: E402
 from overlay.git.store import Store  # noqa: E402
 from overlay.rebase.run import Rebase  # noqa: E402
 from overlay.rebase.state import Bases  # noqa: E402
@@ -218,6 +235,64 @@ def sync_fork(store: Store, fork: str) -> str:
     return store.commit_chain([(tree, [fork], "benchmark: the fork adds a file")])[0]
 
 
+def peer_layout(store: Store, root: str, dest: str) -> str:
+    """Lay out in ``dest`` the peer's overlay directory for the records at ``root``, as
+    a whole-file overlay holds them: every file the patched layer adds to the pin or
+    changes in it (a deletion has no file to hold), and ``UPSTREAM`` with the fork,
+    its merge base and the pin (the peer's record of the three commits).
+
+    Returns:
+        ``dest``.
+    """
+    m = load_manifest(root)
+    layers = compute_layers(store, m, root)
+    names = store.git(
+        "diff-tree",
+        "-r",
+        "-z",
+        "--no-renames",
+        "--name-only",
+        "--diff-filter=AM",
+        layers.pin,
+        layers.patched,
+    ).stdout.decode("utf-8", "surrogateescape")
+    for rel in filter(None, names.split("\0")):
+        path = os.path.join(dest, *rel.split("/"))
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as fh:
+            fh.write(store.git("cat-file", "blob", f"{layers.patched}:{rel}").stdout)
+    with open(os.path.join(dest, "UPSTREAM"), "w", encoding="utf-8") as fh:
+        fh.write(
+            f"source: {m.fork_url}\nbranch: {m.fork_branch}\ncommit: {m.fork_commit}\n"
+            f"fork_upstream_merge_base: {m.merge_base}\nretargeted_to_mlx_pin: {m.pin}\n"
+        )
+    return dest
+
+
+def peer_cmd(script: str, layout: str, store: Store, *args: str) -> list[str]:
+    """The peer's command on its overlay directory ``layout`` and ``store`` (its git
+    cache), never fetching."""
+    return [
+        sys.executable,
+        script,
+        "--overlay-dir",
+        layout,
+        args[0],
+        "--git-dir",
+        store.git_dir,
+        "--no-fetch",
+        *args[1:],
+    ]
+
+
+def _sha256_file(path: str) -> str:
+    """The sha256 of the file at ``path`` (which copy of the peer was timed)."""
+    import hashlib
+
+    with open(path, "rb") as fh:
+        return hashlib.sha256(fh.read()).hexdigest()
+
+
 def merge_tree(store: Store, commits: tuple[str, str]) -> list[str]:
     """The floor: one ``git merge-tree --write-tree`` of ``commits`` in ``store``."""
     return [
@@ -232,7 +307,15 @@ def merge_tree(store: Store, commits: tuple[str, str]) -> list[str]:
 
 def main() -> int:
     ap = mirror_bench_parser(__doc__, "rebase.json", repeat=15)
+    ap.add_argument(
+        "--peer",
+        metavar="SCRIPT",
+        help="the peer's scripts/mlxcelverse/rocm_overlay.py (lablup/mlxcel): time its "
+        "retarget and sync beside overlay's rebase and sync",
+    )
     args = ap.parse_args()
+    if args.peer and not os.path.isfile(args.peer):
+        ap.error(f"--peer {args.peer}: no such file")
     if mirrors_missing():
         return 2
     base = Store()
@@ -263,12 +346,41 @@ def main() -> int:
             server.cpu_run(
                 whole(kind, root, store), env=bench_env(OVERLAY_GIT_DIR=store.git_dir)
             )
+        peer_dirs: dict[str, str] = {}
+        if args.peer:  # the peer's overlay directories, laid out once
+            for kind in ("rebase", "sync"):
+                root, store = prepared(
+                    base,
+                    tmp,
+                    f"peer-{kind}",
+                    None if kind == "rebase" else "HEAD",
+                    refs,
+                )
+                peer_dirs[kind] = peer_layout(
+                    store, root, os.path.join(tmp, f"peer-{kind}-layout")
+                )
         count = [0]
 
         def fresh(kind: str) -> tuple[str, Store]:
             count[0] += 1
             rev = None if kind == "rebase" else "HEAD"
             return prepared(base, tmp, f"{kind}{count[0]}", rev, refs)
+
+        def peer_run(kind: str) -> float:
+            """The peer's retarget (``kind`` "rebase") or sync, in a fresh copy of its
+            overlay directory and a fresh store: its CPU."""
+            count[0] += 1
+            layout = os.path.join(tmp, f"peer{count[0]}")
+            shutil.copytree(peer_dirs[kind], layout)
+            _root, store = fresh(kind)
+            if kind == "rebase":
+                cmd = peer_cmd(args.peer, layout, store, "retarget", "--to", TARGET)
+            else:
+                new_fork = sync_fork(store, head_manifest.fork_commit)
+                cmd = peer_cmd(
+                    args.peer, layout, store, "sync", "--fork-commit", new_fork
+                )
+            return cpu_run(cmd, env=bench_env())
 
         def one_run(_run: int) -> dict:
             t: dict[str, list[float]] = {
@@ -282,6 +394,7 @@ def main() -> int:
                     "sync_merge_tree",
                     "rebase_served",
                     "sync_served",
+                    *(("peer_retarget", "peer_sync") if args.peer else ()),
                 )
             }
             for i in range(args.repeat):
@@ -326,6 +439,9 @@ def main() -> int:
                         env=bench_env(OVERLAY_GIT_DIR=store.git_dir),
                     )
                 )
+                if args.peer:
+                    t["peer_retarget"].append(peer_run("rebase"))
+                    t["peer_sync"].append(peer_run("sync"))
                 root, store = fresh("sync")
                 new_fork = sync_fork(store, head_manifest.fork_commit)
                 t["sync_served"].append(
@@ -335,7 +451,26 @@ def main() -> int:
                     )
                 )
             med = {k: round(median(v), 4) for k, v in t.items()}
+            peer = (
+                {
+                    "rebase_command_over_peer": round(
+                        med["rebase_command"] / med["peer_retarget"], 3
+                    ),
+                    "rebase_served_over_peer": round(
+                        med["rebase_served"] / med["peer_retarget"], 3
+                    ),
+                    "sync_command_over_peer": round(
+                        med["sync_command"] / med["peer_sync"], 3
+                    ),
+                    "sync_served_over_peer": round(
+                        med["sync_served"] / med["peer_sync"], 3
+                    ),
+                }
+                if args.peer
+                else {}
+            )
             return {
+                **peer,
                 "median_cpu_s": med,
                 "bump_ratio": round(med["bump"] / med["merge_tree"], 2),
                 "rebase_command_ratio": round(
@@ -372,6 +507,11 @@ def main() -> int:
                 "sync_command_over_floors": 1.0,
                 "rebase_served_over_floors": 1.0,
                 "sync_served_over_floors": 1.0,
+                **(
+                    {"rebase_command_over_peer": 1.0, "sync_command_over_peer": 1.0}
+                    if args.peer
+                    else {}
+                ),
             },
         )
         server.close()
@@ -390,7 +530,13 @@ def main() -> int:
             },
         },
         "merge_trees_in_target": MERGE_TREES,
-        "peer_retarget": None,
+        "peer": (
+            "scripts/mlxcelverse/rocm_overlay.py of lablup/mlxcel (sha256 "
+            f"{_sha256_file(args.peer)}): retarget from the v0.32.1 layout, sync from "
+            "this repository's, each in a fresh copy and store"
+            if args.peer
+            else None
+        ),
         **summary,
     }
     return record(out, args.out)

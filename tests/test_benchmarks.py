@@ -161,3 +161,33 @@ def test_the_suite_overhead_script_records_medians_spread_and_load(tmp_path):
         "overhead_per_run_ms.runner+markers",
     }
     assert proc.returncode == (0 if data["met"] else 1), proc.stderr
+
+
+def test_the_peer_layout_holds_what_the_patched_layer_adds_or_changes(ov, w, tmp_path):
+    """rebase_bench.py --peer lays the peer's whole-file overlay out from the records:
+    each file the patched layer adds to the pin or changes in it, with the patch's
+    bytes, and UPSTREAM with the three commits; nothing the layers leave as the pin
+    has it."""
+    from gitfixtures import git, lines
+    from rebase_bench import peer_layout
+    from seriesfixtures import add_patch
+
+    from overlay.git.store import Store
+
+    device = "mlx/backend/rocm/device.cpp"
+    patched = lines("device", change={9: "d9 patched"})
+    add_patch(ov, "0001-device.patch", {device: patched})
+    dest = peer_layout(Store(), str(ov.root), str(tmp_path / "peer"))
+    files = sorted(
+        os.path.relpath(os.path.join(d, f), dest)
+        for d, _dirs, names in os.walk(dest)
+        for f in names
+    )
+    pin_tree = git(w.upstream.path, "ls-tree", "-r", "--name-only", w.base)
+    assert device in files and (Path(dest) / device).read_text() == patched
+    assert "mlx/core.cpp" in files  # a core file the fork changes
+    assert "mlx/ops.cpp" not in files and "mlx/ops.cpp" in pin_tree  # the pin's
+    upstream = (Path(dest) / "UPSTREAM").read_text()
+    assert f"commit: {w.fork_commit}\n" in upstream
+    assert f"retargeted_to_mlx_pin: {w.base}\n" in upstream
+    assert f"fork_upstream_merge_base: {w.base}\n" in upstream
