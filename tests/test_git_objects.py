@@ -209,3 +209,66 @@ def test_from_the_limit_on_the_objects_go_in_one_pack(store):
     assert not os.path.exists(
         os.path.join(store.git_dir, "objects", name[:2], name[2:])
     )
+
+
+def test_loose_objects_git_wrote_are_read_from_their_files_as_git_reads_them(store):
+    """read_loose and loose_header read what `git hash-object -w` leaves (git's own
+    deflate, whose code tables can come before the header's first byte), the same
+    bytes, type and size as cat-file; a packed, absent or damaged object is left
+    to git (None)."""
+    import random
+    import string
+
+    rng = random.Random(7)
+    # Source-like lines (identifiers of letters, digits and _): deflated with dynamic
+    # code tables, the first 64 bytes of the file inflate to 9, fewer than the
+    # header's 11 (zlib at git's loose level and at its default, measured).
+    chars = (string.ascii_letters + string.digits + "_").encode()
+
+    def ident() -> bytes:
+        return bytes(rng.choice(chars) for _ in range(rng.randrange(3, 12)))
+
+    big = b"".join(
+        b"  %s %s = %s(%s, %d);  // %s\n"
+        % (ident(), ident(), ident(), ident(), rng.randrange(1000), ident())
+        for _ in range(400)
+    )
+    small = b"one line\n"
+    names = []
+    for data in (big, small):
+        path = os.path.join(store.git_dir, "in")
+        with open(path, "wb") as fh:
+            fh.write(data)
+        names.append(store.git("hash-object", "-w", path).stdout.decode().strip())
+    for name, data in zip(names, (big, small), strict=True):
+        assert gitobjects.read_loose(store.git_dir, name) == ("blob", data)
+        assert gitobjects.loose_header(store.git_dir, name) == ("blob", len(data))
+    assert gitobjects.loose_kind(store.git_dir, names[0]) == "blob"
+    # Inside a run's reader: sizes and reads of loose objects start no cat-file.
+    with store.reading() as reader:
+        assert store.object_sizes(names) == [len(big), len(small)]
+        assert reader.read(names[0]) == ("blob", big)
+        assert store.has_object(names[1], "blob")
+        assert reader._started is None
+    # Packed: the file is gone, git answers.
+    pack = os.path.join(store.git_dir, "objects", "pack", "pack")
+    store.git("pack-objects", "-q", pack, input="\n".join(names).encode() + b"\n")
+    store.git("prune-packed")
+    assert gitobjects.read_loose(store.git_dir, names[0]) is None
+    with store.reading() as reader:
+        assert store.object_sizes(names) == [len(big), len(small)]
+        assert reader.read(names[0]) == ("blob", big)
+    assert gitobjects.read_loose(store.git_dir, blob_name(b"absent\n")) is None
+    # Damaged: a file that does not inflate, or whose header lies about the size.
+    bad = blob_name(b"bad\n")
+    path = os.path.join(store.git_dir, "objects", bad[:2], bad[2:])
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as fh:
+        fh.write(b"not zlib")
+    assert gitobjects.read_loose(store.git_dir, bad) is None
+    assert gitobjects.loose_header(store.git_dir, bad) is None
+    import zlib
+
+    with open(path, "wb") as fh:
+        fh.write(zlib.compress(b"blob 99\0bad\n"))
+    assert gitobjects.read_loose(store.git_dir, bad) is None

@@ -132,7 +132,15 @@ class ObjectReader(CatFile):
         return self._started
 
     def read(self, oid: str) -> tuple[str, bytes]:
-        """Read one object (see :meth:`CatFile.read`)."""
+        """Read one object (see :meth:`CatFile.read`): a loose one from its file
+        (:func:`read_loose`), any other from git.
+
+        An export right after a record reads the one blob the record wrote, loose:
+        from its file, the export starts no ``cat-file`` (docs/engine.md, "Costs behind
+        some choices")."""
+        loose = read_loose(self._git_dir, oid)
+        if loose is not None:
+            return loose
         proc = self._proc
         assert proc.stdin and proc.stdout
         proc.stdin.write(b"contents " + oid.encode() + b"\n")
@@ -161,7 +169,16 @@ class ObjectReader(CatFile):
         """The size in bytes of each object of ``oids``, ``None`` for one that is not
         there, asked in chunks written at once (one round trip per chunk, not per
         object). A chunk's questions and answers stay below the pipes' 64 KiB, so
-        neither side blocks the other."""
+        neither side blocks the other.
+
+        A few names (at most :data:`LOOSE_LIMIT`, the most overlay writes loose at
+        once) are first looked for as loose objects, whose headers give their sizes:
+        an export right after a record checks the one blob the record wrote without
+        starting git."""
+        if len(oids) <= LOOSE_LIMIT:
+            heads = [loose_header(self._git_dir, oid) for oid in oids]
+            if all(heads):
+                return [h[1] for h in heads if h]
         proc = self._proc
         assert proc.stdin and proc.stdout
         found: list[int | None] = []
@@ -522,6 +539,31 @@ def _loose_path(git_dir: str, oid: str) -> str:
     return os.path.join(git_dir, "objects", oid[:2], oid[2:])
 
 
+def read_loose(git_dir: str, oid: str) -> tuple[str, bytes] | None:
+    """``(type, content)`` of ``oid`` when the store at ``git_dir`` holds it as a loose
+    object (gitformat-loose(5): zlib of ``<type> <size>\\0<content>``, as git and
+    :func:`write_loose` write it), else ``None`` (packed, borrowed from an alternate,
+    absent, unreadable, a header whose size is not the content's, or not a full
+    name: ask git then, which says what is wrong). As ``git cat-file``, the content
+    is not hashed again.
+
+    Args:
+        git_dir: the store; oid: a full object name.
+    """
+    if not is_sha(oid):
+        return None
+    try:
+        with open(_loose_path(git_dir, oid), "rb") as fh:
+            raw = zlib.decompress(fh.read())
+    except (OSError, zlib.error):
+        return None
+    head, sep, body = raw.partition(b"\0")
+    kind, _, size = head.partition(b" ")
+    if not sep or not size.isdigit() or int(size) != len(body):
+        return None
+    return kind.decode("ascii", "replace"), body
+
+
 def loose_kind(git_dir: str, oid: str) -> str | None:
     """The type of ``oid`` when the store at ``git_dir`` holds it as a loose object
     (the header its compressed file begins with, ``<type> <size>\\0``, as
@@ -532,12 +574,31 @@ def loose_kind(git_dir: str, oid: str) -> str | None:
     cat-file -e`` was one of the three git processes of an export after a record,
     about 2 ms (docs/engine.md, "Costs behind some choices").
     """
+    head = loose_header(git_dir, oid)
+    return head[0] if head else None
+
+
+def loose_header(git_dir: str, oid: str) -> tuple[str, int] | None:
+    """``(type, size in bytes)`` of ``oid`` from its loose object's header, read
+    without the rest of the file; ``None`` as :func:`loose_kind` says."""
     if not is_sha(oid):
         return None
+    head = b""
     try:
         with open(_loose_path(git_dir, oid), "rb") as fh:
-            head = zlib.decompressobj().decompress(fh.read(64), 32)
+            inflate = zlib.decompressobj()
+            # The header is the first bytes out, but git's own deflate can put a
+            # few hundred bytes of code tables before them: fed in steps until the
+            # NUL that ends it comes out.
+            for _ in range(16):
+                data = fh.read(256)
+                head += inflate.decompress(data, 64 - len(head))
+                if b"\0" in head or not data or len(head) >= 64:
+                    break
     except (OSError, zlib.error):
         return None
-    kind, sep, _rest = head.partition(b" ")
-    return kind.decode("ascii", "replace") if sep else None
+    head, sep, _rest = head.partition(b"\0")
+    kind, space, size = head.partition(b" ")
+    if not (sep and space and size.isdigit()):
+        return None
+    return kind.decode("ascii", "replace"), int(size)

@@ -235,11 +235,12 @@ class Store(Fetching, RememberedAncestry):
 
     def has_object(self, oid: str, kind: str = "commit") -> bool:
         """True when ``oid`` names an object of type ``kind`` in the store (or one that
-        peels to it, as git's ``oid^{kind}``)."""
-        if self._reader is not None:
-            return self._reader.info(f"{oid}^{{{kind}}}") is not None
+        peels to it, as git's ``oid^{kind}``): a loose object of that type from its
+        file's header, anything else from git (the run's reader, else ``cat-file -e``)."""
         if loose_kind(self.git_dir, oid) == kind:
             return True
+        if self._reader is not None:
+            return self._reader.info(f"{oid}^{{{kind}}}") is not None
         return (
             self.git("cat-file", "-e", f"{oid}^{{{kind}}}", check=False).returncode == 0
         )
