@@ -13,7 +13,7 @@ from overlay.edit.session import BRANCH
 from overlay.errors import OverlayError
 from overlay.fs.atomic import atomic_write
 from overlay.fs.locks import pid_alive
-from overlay.git.objects import write_typed
+from overlay.git.loose import write_typed
 from overlay.git.store import CatFile, Store, run_git
 from overlay.git.treemodel import blob_name
 from overlay.lazy import lazy_pattern

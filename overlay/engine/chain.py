@@ -224,7 +224,7 @@ def apply_chained(
     post-image the patch records. The tree after each patch is then computed from
     the layer below (:mod:`overlay.git.treemodel`: in a run the directories it edits are
     read by the store's reader, else one ``ls-tree`` lists the tree) and written in one
-    go (:func:`overlay.git.objects.write_typed`: loose files, or one ``index-pack`` for
+    go (:func:`overlay.git.loose.write_typed`: loose files, or one ``index-pack`` for
     many): at most six git processes for any length of series, where
     the one-at-a-time path starts two per patch.
 

@@ -26,18 +26,17 @@ from overlay.fs.atomic import atomic_write, scratch_dir
 from overlay.fs.locks import flocked
 from overlay.git.ancestry import RememberedAncestry
 from overlay.git.fetch import Fetching
+from overlay.git.loose import loose_kind, write_typed
 from overlay.git.objects import (
     CatFile,
     MergeResult,
     ObjectReader,
     TreeEntry,
-    loose_kind,
     parse_diff_tree,
     parse_ls_tree,
     parse_merge_tree,
     read_objects,
     synthetic_commits,
-    write_typed,
 )
 from overlay.git.run import (
     EMPTY_TREE,
@@ -503,11 +502,11 @@ class Store(Fetching, RememberedAncestry):
         self, specs: Sequence[tuple[str, Sequence[str | int], str]]
     ) -> list[str]:
         """Write several synthetic commits (fewer than
-        :data:`~overlay.git.objects.LOOSE_LIMIT`: without a git process).
+        :data:`~overlay.git.loose.LOOSE_LIMIT`: without a git process).
 
         Each commit has the fixed identity and date of :data:`SYNTHETIC_IDENTITY`, so
         its name is the same as :meth:`commit_tree` would give. The bodies and names are
-        computed here and written by :func:`overlay.git.objects.write_typed` (loose
+        computed here and written by :func:`overlay.git.loose.write_typed` (loose
         files below its limit, else one pack): no scratch files.
 
         Args:

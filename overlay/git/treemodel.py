@@ -7,7 +7,7 @@ listing, or, inside :meth:`overlay.git.store.Store.reading`, only the directorie
 on the way to an edit, read by the store's ``cat-file``) and the entries git's
 apply produced, and every new tree object is written to the store in one go
 (:func:`write_objects`: loose files written here, or one ``git index-pack`` for
-many; :func:`overlay.git.objects.write_typed`). The
+many; :func:`overlay.git.loose.write_typed`). The
 objects are git's own format, so their names are the ones ``git write-tree``
 gives for the same index (``tests/test_engine_chain.py`` and
 ``tests/test_git_treemodel.py`` compare them). A rebase builds its fork layer
@@ -24,7 +24,8 @@ from collections.abc import Callable, Iterable
 from operator import itemgetter
 
 from overlay.digests import sha1
-from overlay.git.objects import parse_ls_tree, write_typed
+from overlay.git.loose import write_typed
+from overlay.git.objects import parse_ls_tree
 from overlay.git.store import EMPTY_TREE, Store
 
 _TREE_MODE = "40000"
@@ -215,7 +216,7 @@ def remember_trees(store: Store, objects: dict[str, bytes]) -> None:
 
 def write_objects(store: Store, objects: dict[str, bytes], kind: str = "tree") -> None:
     """Write ``objects`` (name -> content, all of type ``kind``) into the store in one go
-    (:func:`overlay.git.objects.write_typed`: loose, or one pack for many)."""
+    (:func:`overlay.git.loose.write_typed`: loose, or one pack for many)."""
     write_typed(store.git_dir, {oid: (kind, body) for oid, body in objects.items()})
 
 
@@ -232,7 +233,7 @@ def edit_tree(
 ) -> str:
     """:meth:`Store.edit_tree` computed here: ``tree`` with ``changes`` (path -> ``(mode,
     oid)``, or ``None`` to delete), its new tree objects and the new ``blobs`` (name ->
-    content) written in one go (:func:`overlay.git.objects.write_typed`), where the index
+    content) written in one go (:func:`overlay.git.loose.write_typed`), where the index
     way takes three git processes (``read-tree``, ``update-index``, ``write-tree``) and a
     ``hash-object`` per blob.
 

@@ -19,7 +19,7 @@ from overlay.digests import sha256
 from overlay.engine.layers import Layers, compute_layers
 from overlay.errors import EXIT_FINDINGS, GitError, OverlayError
 from overlay.fs.atomic import atomic_write, input_files, kill_point, remove_dir
-from overlay.git.objects import write_typed
+from overlay.git.loose import write_typed
 from overlay.git.store import CatFile, Store
 from overlay.git.treemodel import blob_name
 from overlay.rebase.backup import Backup, read_backup, write_backup
@@ -273,7 +273,7 @@ class RunBase:
         """The name of ``data`` as a blob of the store. In a SHA-1 store it is computed
         here and the write waits for :meth:`_flush_blobs` (or the fork layer's one write,
         :func:`overlay.git.treemodel.edit_tree`): one write for every blob of the run
-        (:func:`overlay.git.objects.write_typed`) instead of one ``hash-object`` each.
+        (:func:`overlay.git.loose.write_typed`) instead of one ``hash-object`` each.
         Every save of a state that names such a blob comes after that write, so a kill
         never leaves a state naming a blob the store lacks."""
         if len(self.state.new.pin) != 40:
