@@ -235,10 +235,10 @@ def test_export_strict_fails_on_a_hand_edit(overlay, tmp_path):
     )
     edited.write_text("edited by hand\n")
     plain = cli(overlay, "export", str(dest))
-    assert plain.exit_code == 0 and "edited by hand" in plain.output
+    assert plain.exit_code == 0 and "edited or deleted by hand" in plain.output
     strict = cli(overlay, "export", "--strict", str(dest))
     assert strict.exit_code == 1, strict.output
-    assert "edited by hand" in strict.output
+    assert "edited or deleted by hand" in strict.output
     assert "--force to restore" in strict.output  # the way out for an edit only
     assert "layer does not have" not in strict.output
     assert edited.read_text() == "edited by hand\n"
@@ -460,7 +460,7 @@ def test_cli_export_and_status_list_the_same_hand_edits(overlay, tmp_path):
     status = runner.invoke(
         main, ["-C", str(overlay.root), "status", "--dest", str(dest)]
     )
-    note = f"warning: {dest}: 1 file(s) edited by hand since the export were left as they are: mlx/core.cpp"
+    note = f"warning: {dest}: 1 file(s) edited or deleted by hand since the export were left as they are: mlx/core.cpp"
     assert exported.exit_code == 0 and note in exported.output
     assert status.exit_code == 0 and note in status.output
 

@@ -124,3 +124,19 @@ def test_sync_by_sha_asks_the_fork_which_branch_holds_it(ov, w):
     assert done.exit_code == 0, done.output
     assert "[fork] branch: rocm-support -> rocm-support-memory" in done.output
     assert 'branch = "rocm-support-memory"' in _fork_manifest(ov)
+
+
+def test_an_empty_ref_is_refused_as_one_not_taken_for_none(ov, w):
+    for args in (
+        ("sync", "--fork", ""),
+        ("rebase", "--onto", ""),
+        ("sync", "--fork", w.fork_commit, "--merge-base", ""),
+    ):
+        refused = cli(ov, *args)
+        assert refused.exit_code == 2, (args, refused.output)
+        assert "a ref may not be empty" in refused.output, refused.output
+        assert "nothing to do" not in refused.output
+    with_action = cli(ov, "sync", "--continue", "--fork", "")
+    assert with_action.exit_code == 2 and "give one of them" in with_action.output
+    bare = cli(ov, "sync")
+    assert bare.exit_code == 2 and "--drop" in bare.output, bare.output

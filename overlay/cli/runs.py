@@ -412,7 +412,7 @@ def _no_target_with(action: str, option: str, value: str | None) -> None:
     Raises:
         click.UsageError: exit 2, one line.
     """
-    if value:
+    if value is not None:  # an empty value is a target too, refused as such
         raise click.UsageError(
             f"{option} starts a run; --{action} acts on the run in progress: "
             "give one of them"
@@ -457,9 +457,10 @@ def rebase_cmd(
     if action:
         _no_target_with(action, "--onto", onto)
         return _rebase_action(ws, action, fmt, "rebase", take_formatted)
-    if not onto:
+    if onto is None:  # "" goes on, to be refused as an empty ref
         raise OverlayError(
-            "give --onto SHA, or one of --continue, --skip, --abort, --status"
+            "give --onto SHA (or a tag, or an upstream branch), or one of --continue, "
+            "--skip, --drop, --abort, --status"
         )
     _start_run(
         ws, "rebase", fmt, pin=onto, force=force, allow_fork_ahead=allow_fork_ahead
@@ -509,9 +510,10 @@ def sync_cmd(
         _no_target_with(action, "--fork", fork_ref)
         _no_target_with(action, "--merge-base", merge_base)
         return _rebase_action(ws, action, fmt, "sync", take_formatted)
-    if not fork_ref:
+    if fork_ref is None:  # "" goes on, to be refused as an empty ref
         raise OverlayError(
-            "give --fork SHA, or one of --continue, --skip, --abort, --status"
+            "give --fork SHA (or a fork branch), or one of --continue, --skip, --drop, "
+            "--abort, --status, --ack-uncarried"
         )
     _start_run(
         ws,

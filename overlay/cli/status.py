@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from overlay import layout
 from overlay.export import edited_files, read_stamp, unsafe_tree_links
+from overlay.export.stamp import stray_files
 
 if TYPE_CHECKING:
     from overlay.git.store import Store
@@ -49,12 +50,16 @@ class ExportState(NamedTuple):
         dest: the export directory.
         state: ``"no stamp"`` (never exported), ``"interrupted"`` (an export was
             cut short), ``"stale"`` (another tree than the layer), ``"edited"`` (the
-            layer's tree, with files edited by hand since) or ``"up to date"``.
+            layer's tree, with files edited or deleted by hand since, or files no
+            export wrote) or ``"up to date"``.
         tree: the tree the stamp names (the interrupted export's, when interrupted;
             ``None`` without a stamp).
         files: how many files the stamp lists (0 without a stamp or when interrupted).
         edited: files edited by hand since the export (see
             :func:`overlay.export.edited_files`).
+        strays: files DEST holds that no export wrote (see
+            :func:`overlay.export.stamp.stray_files`), as ``export`` names them; empty
+            without a finished export.
     """
 
     dest: str
@@ -62,6 +67,7 @@ class ExportState(NamedTuple):
     tree: str | None
     files: int
     edited: list[str]
+    strays: list[str]
 
 
 def unsafe_links_added(store: "Store", forked: str, patched: str) -> list[str]:
@@ -100,12 +106,14 @@ def export_state(dest: str, store: "Store", patched: str) -> ExportState:
     """
     stamp = read_stamp(dest)
     if stamp is None:
-        return ExportState(dest, "no stamp", None, 0, [])
+        return ExportState(dest, "no stamp", None, 0, [], [])
     edited = edited_files(dest, stamp, store=store, tree=patched)
     if stamp.get("pending"):
-        return ExportState(dest, "interrupted", stamp["pending"]["tree"], 0, edited)
+        return ExportState(dest, "interrupted", stamp["pending"]["tree"], 0, edited, [])
+    # The files no export wrote, as `export` names them: a build of DEST builds them.
+    strays = stray_files(dest, stamp["files"])
     if stamp["tree"] != patched:
         state = "stale"
     else:
-        state = "edited" if edited else "up to date"
-    return ExportState(dest, state, stamp["tree"], len(stamp["files"]), edited)
+        state = "edited" if edited or strays else "up to date"
+    return ExportState(dest, state, stamp["tree"], len(stamp["files"]), edited, strays)

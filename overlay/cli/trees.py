@@ -137,6 +137,7 @@ def _echo_exports(ws: Workspace, dest: tuple[str, ...], patched: str) -> None:
     # export's stamp reader: only when `status` lists exports
     from overlay.cli.status import export_dirs, export_state
     from overlay.export import edited_note
+    from overlay.export.stamp import stray_note
 
     for d in export_dirs(ws.root, dest):
         state = export_state(d, ws.store, patched)
@@ -149,18 +150,31 @@ def _echo_exports(ws: Workspace, dest: tuple[str, ...], patched: str) -> None:
                 f"a plain `overlay export {d}` completes it"
             )
         else:
-            # An export whose files were edited by hand is not "up to date", though
-            # its stamp names the layer's tree: the warning below names the files.
-            verdict = (
-                f"the layer's tree, {len(state.edited)} file(s) edited by hand"
-                if state.state == "edited"
-                else state.state
-            )
+            # An export with files edited by hand, or files no export wrote, is not
+            # "up to date", though its stamp names the layer's tree: the warnings
+            # below name the files.
+            verdict = state.state
+            if state.state == "edited":
+                verdict = ", ".join(
+                    ["the layer's tree"]
+                    + (
+                        [f"{len(state.edited)} file(s) edited or deleted by hand"]
+                        if state.edited
+                        else []
+                    )
+                    + (
+                        [f"{len(state.strays)} file(s) the layer does not have"]
+                        if state.strays
+                        else []
+                    )
+                )
             click.echo(
                 f"export    {d}: tree {state.tree} ({verdict}, {state.files} files)"
             )
         if state.edited:
             click.echo(f"warning: {d}: {edited_note(state.edited)}")
+        if state.strays:
+            click.echo(f"warning: {d}: {stray_note(state.strays)}")
 
 
 @click.command("export")

@@ -71,11 +71,14 @@ def edited_note(edited: list[str]) -> str:
     Args:
         edited: the paths (non-empty).
     Returns:
-        ``"N file(s) edited by hand since the export were left as they are: a, b ..."``.
+        ``"N file(s) edited or deleted by hand since the export were left as they are:
+        a, b ..."`` (a file deleted since the export counts: the export leaves it
+        deleted unless ``--force``).
     """
     more = " ..." if len(edited) > 5 else ""
     return (
-        f"{len(edited)} file(s) edited by hand since the export were left as they "
+        f"{len(edited)} file(s) edited or deleted by hand since the export were left "
+        "as they "
         f"are: {', '.join(edited[:5])}{more}"
     )
 

@@ -98,8 +98,9 @@ def plan_run(
         (old.merge_base, ["fork", "upstream"]),
     ):
         store.ensure_commit(sha, remotes)
-    new_pin = store.resolve(pin, ["upstream"]) if pin else old.pin
-    new_fork = store.resolve(fork, ["fork"]) if fork else old.fork
+    # An empty ref given is resolved, and refused there, not taken for none given.
+    new_pin = store.resolve(pin, ["upstream"]) if pin is not None else old.pin
+    new_fork = store.resolve(fork, ["fork"]) if fork is not None else old.fork
     if kind == "sync":
         new_base = _sync_base(store, old, new_pin, new_fork, merge_base)
         if not force:
@@ -246,7 +247,7 @@ def _sync_base(
 ) -> str:
     """A sync's merge base: ``--merge-base`` resolved, else git's merge base of the new
     fork commit and the pin."""
-    if merge_base:
+    if merge_base is not None:
         return store.resolve(merge_base, ["fork", "upstream"])
     base = store.merge_base(new_fork, new_pin)
     if base is None:
