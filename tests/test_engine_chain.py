@@ -309,9 +309,9 @@ def test_tree_model_matches_write_tree(store):
 
 
 def test_many_objects_go_in_one_pack(store, monkeypatch):
-    from overlay.git import objects as gitobjects
+    from overlay.git import loose
 
-    monkeypatch.setattr(gitobjects, "LOOSE_LIMIT", 2)
+    monkeypatch.setattr(loose, "LOOSE_LIMIT", 2)
     tree = base_tree(store)
     model = TreeModel(listing(store, tree), tree)
     for i in range(5):
