@@ -54,3 +54,66 @@ def test_a_fetch_leaves_the_store_a_commit_graph(tmp_path, w):
     store.refresh_upstream_refs()
     assert chain.read_text() != first  # the new upstream commit is in the graph
     assert store.git("commit-graph", "verify").returncode == 0
+
+
+def test_names_resolve_inside_a_reading_block_as_rev_parse_resolves_them(
+    tmp_path, w, monkeypatch
+):
+    # The run's cat-file answers what three rev-parse processes did (a remote branch,
+    # then a tag, then the name as given): the same commit for each name, and none
+    # where rev-parse finds none.
+    from gitfixtures import git, git_calls
+
+    store = Store(str(tmp_path / "store.git"), offline=True)
+    store.set_remotes({"upstream": str(w.upstream.path), "fork": str(w.fork.path)})
+    up = str(w.upstream.path)
+    git(up, "tag", "light", w.pin_clean)
+    git(up, "tag", "-a", "-m", "annotated", "annotated", w.pin_conflict)
+    git(up, "branch", "light-branch", w.base)
+    git(up, "tag", "light-branch", w.pin_clean)  # the branch wins, as in rev-parse
+    online = Store(str(tmp_path / "store.git"))
+    online.set_remotes({"upstream": up, "fork": str(w.fork.path)})
+    online.refresh_upstream_refs()
+    online.ensure_commit(w.fork_commit, ["fork"])
+    tree = online.tree_of(w.pin_clean)
+    names = [
+        "main",
+        "light",
+        "annotated",
+        "light-branch",
+        w.pin_clean[:9],
+        w.fork_commit[:12],
+        f"{w.pin_clean}~1",
+        "main^",
+        tree,
+        tree[:10],
+        "no-such-name",
+        "refs/tags/light",
+        "HEAD",
+        "main@{0}",
+        "a b",
+        "tab\tname",
+        "é",
+        "0",
+        "light^{tree}",
+    ]
+
+    def outside(name):
+        try:
+            return store.resolve(name, ["upstream", "fork"])
+        except GitError:
+            return None
+
+    expected = {n: outside(n) for n in names}
+    assert expected["annotated"] == w.pin_conflict
+    assert expected["light-branch"] == w.base
+    assert expected["no-such-name"] is None and expected[tree] is None
+    calls = git_calls(monkeypatch)
+    with store.reading():
+        got = {n: outside(n) for n in names}
+    assert got == expected
+    # Only the names the reader's one line cannot hold started a git process.
+    assert {c[-1].removesuffix("^{commit}").split("/")[-1] for c in calls} == {
+        "a b",
+        "tab\tname",
+    }

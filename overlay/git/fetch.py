@@ -6,10 +6,14 @@ from __future__ import annotations
 import contextlib
 import subprocess
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from overlay.errors import GitError, OfflineMiss
 from overlay.git.run import is_sha, missing_commit
 from overlay.report.progress import LiveProgress
+
+if TYPE_CHECKING:
+    from overlay.git.objects import ObjectReader
 
 #: Every fetch leaves the store's commit-graph up to date (git's ``fetch.writeCommitGraph``,
 #: set for the fetch only, through git's ``GIT_CONFIG_*`` variables; git writes it
@@ -116,6 +120,11 @@ class Fetching:
 
     def has_object(self, oid: str, kind: str = "commit") -> bool:
         """:meth:`overlay.git.store.Store.has_object`."""
+        raise NotImplementedError
+
+    @property
+    def reader(self) -> ObjectReader | None:
+        """:attr:`overlay.git.store.Store.reader`."""
         raise NotImplementedError
 
     def point_remotes(self) -> None:
@@ -251,12 +260,32 @@ class Fetching:
         return sha
 
     def _rev_parse_any(self, ref: str, remotes: Sequence[str]) -> str | None:
-        """The commit ``ref`` names as a remote branch, a tag, or as given; ``None``."""
-        for candidate in (
+        """The commit ``ref`` names as a remote branch, a tag, or as given; ``None``.
+
+        Inside a reading block (:meth:`overlay.git.store.Store.reading`) the run's
+        ``cat-file --batch-command`` answers (``info NAME^{commit}``: git's own name
+        lookup, as ``rev-parse --verify`` does it; an ambiguous short name is no
+        answer in both): a pin bump to a short SHA asked three ``rev-parse`` processes
+        before it found it as given. A name with white space or a control character
+        would not fit the reader's one line, so git is asked as before.
+        """
+        candidates = (
             *(f"refs/remotes/{r}/{ref}" for r in remotes),
             f"refs/tags/{ref}",
             ref,
+        )
+        reader = self.reader
+        if (
+            reader is not None
+            and ref.isprintable()
+            and not any(c.isspace() for c in ref)
         ):
+            for candidate in candidates:
+                found = reader.info(f"{candidate}^{{commit}}")
+                if found is not None and found[1] == "commit":
+                    return found[0]
+            return None
+        for candidate in candidates:
             proc = self.git(
                 "rev-parse",
                 "--verify",
