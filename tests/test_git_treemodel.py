@@ -4,11 +4,12 @@ git's index way gives, and goes the index way where the model refuses an edit.""
 from __future__ import annotations
 
 import pytest
-from gitfixtures import tree_of_every_kind
+from gitfixtures import git_calls, tree_of_every_kind
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from overlay.git import treemodel
+from overlay.git import objects
+from overlay.git.objects import parse_diff_tree
 from overlay.git.store import Store
 from overlay.git.treemodel import blob_name, changed_paths, edit_tree
 
@@ -94,7 +95,9 @@ _ENTRY = st.one_of(
 def test_changed_paths_are_what_diff_tree_lists(tmp_path_factory, left, right):
     """Two trees made from one by random edits (git's index way: a file replaced by a
     directory, a directory by a file, modes, a submodule): the paths read through the
-    reader are the ones `git diff-tree -r --name-only --no-renames` prints."""
+    reader are the ones `git diff-tree -r --name-only --no-renames` prints, and the
+    rows `Store.diff_tree` reads there are git's `diff-tree -r` rows, in git's order,
+    both ways round."""
     store = Store(str(tmp_path_factory.mktemp("changed") / "store.git"))
     base = tree_of_every_kind(store)
 
@@ -113,8 +116,18 @@ def test_changed_paths_are_what_diff_tree_lists(tmp_path_factory, left, right):
     out = store.git("diff-tree", "-r", "-z", "--name-only", "--no-renames", old, new)
     want = sorted(p for p in out.stdout.decode().split("\0") if p)
     assert changed_paths(store, old, new) is None  # outside a reading block: ask git
+    rows = {
+        (a, b): parse_diff_tree(
+            store.git(
+                "diff-tree", "-r", "-z", "--no-renames", "--full-index", a, b
+            ).stdout
+        )
+        for a, b in ((old, new), (new, old), (base, new))
+    }
     with store.reading():
         assert changed_paths(store, old, new) == want
+        for (a, b), by_git in rows.items():
+            assert store.diff_tree(a, b) == by_git
 
 
 def test_changed_paths_past_its_budget_leaves_the_question_to_git(store, monkeypatch):
@@ -122,5 +135,10 @@ def test_changed_paths_past_its_budget_leaves_the_question_to_git(store, monkeyp
     other = store.edit_tree(tree, {"a/sub/c.h": None, "a.txt": None})
     with store.reading():
         assert changed_paths(store, tree, other) == ["a.txt", "a/sub/c.h"]
-        monkeypatch.setattr(treemodel, "CHANGED_PATHS_TREES", 3)  # root, a, a/sub: 5
+        by_reader = store.diff_tree(tree, other)
+        monkeypatch.setattr(objects, "TREE_WALK_TREES", 3)  # root, a, a/sub: 5 reads
         assert changed_paths(store, tree, other) is None
+        calls = git_calls(monkeypatch)
+        assert store.diff_tree(tree, other) == by_reader  # git's, past the budget
+        assert [c[0] for c in calls] == ["diff-tree"]
+    assert [row[4:] for row in by_reader] == [("D", "a.txt"), ("D", "a/sub/c.h")]

@@ -24,19 +24,23 @@ from overlay.checks.locate import default_store_dir
 from overlay.errors import GitError
 from overlay.fs.atomic import atomic_write, scratch_dir
 from overlay.fs.locks import flocked
+from overlay.git import objects
 from overlay.git.ancestry import RememberedAncestry
 from overlay.git.fetch import Fetching
 from overlay.git.loose import loose_kind, write_typed
 from overlay.git.objects import (
     CatFile,
+    DiffRow,
     MergeResult,
     ObjectReader,
+    OverBudget,
     TreeEntry,
     parse_diff_tree,
     parse_ls_tree,
     parse_merge_tree,
     read_objects,
     synthetic_commits,
+    tree_changes,
 )
 from overlay.git.run import (
     EMPTY_TREE,
@@ -439,15 +443,28 @@ class Store(Fetching, RememberedAncestry):
             raise GitError(f"git merge-tree failed: {first_error_line(proc.stderr)}")
         return parse_merge_tree(proc.stdout, proc.returncode == 0)
 
-    def diff_tree(
-        self, old: str, new: str, *paths: str
-    ) -> list[tuple[str, str, str, str, str, str]]:
+    def diff_tree(self, old: str, new: str, *paths: str) -> list[DiffRow]:
         """Changed entries between two trees, no rename detection.
 
+        Inside a reading block (:meth:`reading`), for two SHA-1 trees and no
+        ``paths``, the run's reader reads the trees that differ
+        (:func:`overlay.git.objects.tree_changes`, at most
+        :data:`~overlay.git.objects.TREE_WALK_TREES` of them): an export after a record
+        compares two trees that differ in one file without a ``diff-tree`` process.
+
         Returns:
-            ``[(old_mode, new_mode, old_oid, new_oid, status, path), ...]``;
-            ``status`` is one of ``A``, ``D``, ``M``, ``T``.
+            ``[(old_mode, new_mode, old_oid, new_oid, status, path), ...]`` in git's
+            order; ``status`` is one of ``A``, ``D``, ``M``, ``T``.
+        Raises:
+            GitError: a tree is missing.
         """
+        if self._reader is not None and not paths and len(old) == len(new) == 40:
+            try:
+                return tree_changes(
+                    self._reader.tree, old, new, objects.TREE_WALK_TREES
+                )
+            except OverBudget:
+                pass  # many directories differ: git's one process is cheaper
         args = ["diff-tree", "-r", "-z", "--no-renames", "--full-index", old, new]
         if paths:
             args += ["--", *paths]
