@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from overlay.errors import GitError, OfflineMiss
+from overlay.git.packs import tidy_packs
 from overlay.git.run import is_sha, missing_commit
 from overlay.report.progress import LiveProgress
 
@@ -46,6 +47,7 @@ class Fetching:
     """
 
     offline: bool
+    git_dir: str
     _remote_urls: dict[str, str]
     #: :meth:`upstream_tips` as last listed; ``None`` until then and after a fetch.
     _tips: list[str] | None = None
@@ -102,11 +104,16 @@ class Fetching:
         return self._tips
 
     def _fetch(self, *args: str) -> int:
-        """``git fetch ARGS`` into the store (the commit-graph kept up to date); its
+        """``git fetch ARGS`` into the store (the commit-graph kept up to date, the
+        packs rolled up past git's limit: :func:`overlay.git.packs.tidy_packs`); its
         exit status. The upstream tips listed before are forgotten: the fetch may
         have moved them (and the fork's branches)."""
         self._tips = self._fork_heads = None
-        return self.git("fetch", *args, env=COMMIT_GRAPH_ENV, check=False).returncode
+        code = self.git("fetch", *args, env=COMMIT_GRAPH_ENV, check=False).returncode
+        # A fetch leaves a pack: past git's limit, the store's packs are rolled up
+        # (git's own `maintenance --auto` is off in overlay's children).
+        tidy_packs(self.git_dir)
+        return code
 
     def git(
         self, *args: str, env: dict[str, str] | None = None, check: bool = True

@@ -14,6 +14,7 @@ import struct
 import zlib
 
 from overlay.digests import sha1
+from overlay.git.packs import tidy_packs
 from overlay.git.run import is_sha, run_git
 
 #: The pack format's object type codes.
@@ -40,6 +41,9 @@ def write_typed(git_dir: str, objects: dict[str, tuple[str, bytes]]) -> None:
         git_dir: the store (a bare repository; SHA-1 object names).
         objects: name -> ``(type, content)``; each name must be the SHA-1 of the
             object (:func:`overlay.git.treemodel.blob_name` and the like compute them).
+    A pack that takes the store past :data:`overlay.git.packs.PACK_LIMIT` packs has
+    them rolled up (:func:`overlay.git.packs.tidy_packs`).
+
     Raises:
         GitError: git refused the pack.
         OSError: a loose object could not be written (a full disk, a read-only store).
@@ -67,6 +71,7 @@ def write_typed(git_dir: str, objects: dict[str, tuple[str, bytes]]) -> None:
     pack = b"".join(parts)
     pack += sha1(pack).digest()
     run_git(["index-pack", "--stdin"], git_dir=git_dir, input=pack)
+    tidy_packs(git_dir)  # one pack more: past git's limit, the packs are rolled up
 
 
 def write_loose(git_dir: str, objects: dict[str, tuple[str, bytes]]) -> None:
