@@ -1,20 +1,25 @@
 """The edit's work tree: a record trusts git's stat data only where it is proven
 (``trust_stat_data``), and whatever the files went through, the tree it reads is the
-one git reads when it hashes every file."""
+one git reads when it hashes every file; an edit that starts from the spare work tree
+the last one ended with holds what a new checkout holds."""
 
 from __future__ import annotations
 
 import os
 import shutil
 import subprocess
+import tarfile
 import time
+from io import BytesIO
 from pathlib import Path
 
-from gitfixtures import cli, git
+from gitfixtures import PATCH, cli, git, lines
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_edit import DEVICE, HEADER, workdir_of
 
 from overlay.edit.worktree import RACY_BYTES_MAX, trust_stat_data
+from overlay.edit.writes import SPARE
 from overlay.git.store import Store
 
 FILES = {f"src/f{i}.txt": f"line {i}\n" * (i + 1) for i in range(6)}
@@ -260,3 +265,100 @@ def test_a_work_tree_path_git_took_but_a_record_may_not_hold_is_refused(clean):
     assert {
         p.name: p.read_bytes() for p in (clean.root / "patches-rocm").iterdir()
     } == before
+
+
+# -- the spare work tree (overlay/edit/writes.py SPARE) --------------------------------
+# The work tree an edit ends with is kept, and the next edit starts from it holding
+# exactly what a new checkout holds, whatever was left in it; where git refuses it, a
+# new checkout is made.
+
+
+def _git(work: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", *args], cwd=work, check=True, capture_output=True, text=True
+    ).stdout
+
+
+def _is_a_new_checkout(work: Path) -> None:
+    """Every file of the work tree is HEAD's, with its mode, and nothing else is there
+    (not even what git ignores)."""
+    assert (
+        _git(work, "status", "--porcelain", "--ignored", "--untracked-files=all") == ""
+    )
+    archive = subprocess.run(
+        ["git", "archive", "HEAD"], cwd=work, check=True, capture_output=True
+    ).stdout
+    want = {}
+    with tarfile.open(fileobj=BytesIO(archive)) as tar:
+        for member in tar.getmembers():
+            if member.isfile():
+                data = tar.extractfile(member).read()  # type: ignore[union-attr]
+                want[member.name] = (data, bool(member.mode & 0o100))
+    have = {}
+    for dirpath, dirnames, filenames in os.walk(work):
+        dirnames[:] = [d for d in dirnames if d != ".git"]
+        for name in filenames:
+            path = Path(dirpath) / name
+            have[path.relative_to(work).as_posix()] = (
+                path.read_bytes(),
+                os.access(path, os.X_OK),
+            )
+    assert have == want
+
+
+def test_the_next_edit_starts_from_the_spare_as_from_a_new_checkout(clean):
+    started = cli(clean, "edit", PATCH)
+    work = clean.root / workdir_of(started.output)
+    (work / DEVICE).write_text(
+        lines("device", change={3: "device 3 locked", 9: "device 9 locked"})
+    )
+    (work / ".git" / "info" / "exclude").write_text("build/\n*.o\n")
+    (work / "build").mkdir()
+    (work / "build" / "x.o").write_bytes(b"\x7fELF")
+    done = cli(clean, "record")
+    assert done.exit_code == 0, done.output
+    spare = clean.root / ".overlay" / "edit" / SPARE
+    assert not work.exists() and (spare / ".git").is_dir()
+    # Whatever is in the spare when the next edit starts: a file changed, one made
+    # executable, one deleted, one new.
+    (spare / HEADER).write_text("stale\n")
+    (spare / DEVICE).chmod(0o755)
+    (spare / "README.md").unlink(missing_ok=True)
+    (spare / "new-file.txt").write_text("left behind\n")
+    again = cli(clean, "edit", PATCH)
+    assert again.exit_code == 0, again.output
+    assert not spare.exists() and work.is_dir()
+    _is_a_new_checkout(work)
+    assert "+device 9 locked" in _git(work, "diff", "HEAD~1", "--", DEVICE)
+    # It works as a new one does: the next change is recorded.
+    (work / DEVICE).write_text(
+        lines("device", change={3: "device 3 locked", 9: "device 9 locked", 12: "d12"})
+    )
+    assert cli(clean, "record").exit_code == 0
+    assert b"+d12" in (clean.root / "patches-rocm" / PATCH).read_bytes()
+
+
+def test_a_spare_git_refuses_is_replaced_by_a_new_checkout(clean):
+    started = cli(clean, "edit", PATCH)
+    work = clean.root / workdir_of(started.output)
+    assert cli(clean, "edit", "--abort").exit_code == 0  # an abort keeps it as well
+    spare = clean.root / ".overlay" / "edit" / SPARE
+    (spare / ".git" / "index.lock").write_text("")  # a git killed in it left this
+    (spare / "new-file.txt").write_text("left behind\n")
+    again = cli(clean, "edit", PATCH)
+    assert again.exit_code == 0, again.output
+    assert not spare.exists() and not (work / ".git" / "index.lock").exists()
+    _is_a_new_checkout(work)
+
+
+def test_one_spare_at_most(clean):
+    started = cli(clean, "edit", PATCH)
+    work = clean.root / workdir_of(started.output)
+    assert cli(clean, "edit", "--abort").exit_code == 0
+    spare = clean.root / ".overlay" / "edit" / SPARE
+    os.rename(spare, clean.root / "kept")  # out of the way while a second edit starts
+    started = cli(clean, "edit", PATCH)
+    os.rename(clean.root / "kept", spare)
+    assert cli(clean, "edit", "--abort").exit_code == 0
+    assert not work.exists()
+    assert sorted(os.listdir(spare.parent)) == [".gitignore", SPARE]

@@ -16,6 +16,7 @@ from pathlib import Path
 from gitfixtures import PATCH, cli, lines, overlay_lines, records_hash
 from test_edit import DEVICE, HEADER, two_patches, verify_clean, workdir_of
 
+from overlay.edit.writes import SPARE
 from overlay.records import fixes
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -182,6 +183,12 @@ def test_a_successful_record_removes_the_temp_files_a_killed_one_left(clean):
 
 def test_a_kill_inside_the_work_tree_removal_is_described_right(clean):
     new_edit(clean)
+    # A spare work tree is kept already: the record removes this one (renamed aside
+    # first), where the kill comes.
+    subprocess.run(
+        ["git", "init", "-q", str(clean.root / ".overlay" / "edit" / SPARE)],
+        check=True,
+    )
     proc = killed(clean, *NEW, KILL_RMTREE="3")
     assert proc.returncode == -9, proc.stderr
     after = records_hash(clean)

@@ -10,7 +10,8 @@ import subprocess
 import time
 
 from overlay.edit.session import BRANCH
-from overlay.errors import OverlayError
+from overlay.edit.writes import SPARE
+from overlay.errors import GitError, OverlayError
 from overlay.fs.atomic import atomic_write
 from overlay.fs.locks import pid_alive
 from overlay.git.loose import write_typed
@@ -89,14 +90,28 @@ def wt_git(
 def make_worktree(
     store: Store, workdir: str, base: str, start: str, subject: str
 ) -> None:
-    """A git checkout of ``start`` at ``workdir`` whose history is base -> start."""
+    """A git checkout of ``start`` at ``workdir`` whose history is base -> start.
+
+    The spare work tree the last edit ended with (:data:`overlay.edit.writes.SPARE`),
+    when there is one, is taken and brought to ``start``: ``git reset --hard`` writes
+    the files that differ from what it holds and ``git clean -ffdx`` removes every
+    file git does not track, so it holds exactly what a new checkout would. Where git
+    refuses (a lock a killed git left in it, a file it cannot remove), it is removed
+    and a new checkout made.
+
+    Raises:
+        GitError: git could not make the checkout.
+        OSError: the directory cannot be written.
+    """
     os.makedirs(os.path.dirname(workdir), exist_ok=True)
     # .overlay/ is ignored by this repository's .gitignore; a repository without that
     # line must not pick the checkout up either.
     ignore = os.path.join(os.path.dirname(workdir), ".gitignore")
     if not os.path.exists(ignore):
         atomic_write(ignore, b"*\n")
-    run_git(["init", "-q", workdir])
+    reused = _take_spare(workdir)
+    if not reused:
+        run_git(["init", "-q", workdir])
     alternates = os.path.join(workdir, ".git", "objects", "info", "alternates")
     os.makedirs(os.path.dirname(alternates), exist_ok=True)
     # Borrow the store's objects instead of copying a few thousand files' blobs.
@@ -108,9 +123,33 @@ def make_worktree(
     if start != base:
         specs.append((start, [0], subject or "overlay: the patch"))
     commits = store.commit_chain(specs)  # written in Python: no git process
-    wt_git(workdir, "symbolic-ref", "HEAD", BRANCH)
-    wt_git(workdir, "update-ref", BRANCH, commits[-1])
-    wt_git(workdir, "reset", "-q", "--hard", commits[-1])
+    try:
+        if reused:
+            # The spare's index was written with its files, in the same second: git
+            # would read every file again to tell whether it changed.
+            trust_stat_data(workdir, os.path.join(workdir, ".git", "index"))
+        wt_git(workdir, "symbolic-ref", "HEAD", BRANCH)
+        wt_git(workdir, "update-ref", BRANCH, commits[-1])
+        wt_git(workdir, "reset", "-q", "--hard", commits[-1])
+        if reused:
+            wt_git(workdir, "clean", "-ffdxq")
+    except GitError:
+        if not reused:
+            raise
+        shutil.rmtree(workdir, ignore_errors=True)
+        make_worktree(store, workdir, base, start, subject)
+
+
+def _take_spare(workdir: str) -> bool:
+    """Rename the spare work tree (a git checkout) to ``workdir``; whether it was."""
+    spare = os.path.join(os.path.dirname(workdir), SPARE)
+    if workdir == spare or not os.path.isdir(os.path.join(spare, ".git")):
+        return False
+    try:
+        os.rename(spare, workdir)
+    except OSError:
+        return False
+    return True
 
 
 #: At most this many bytes of racy files are compared by content before git is left

@@ -29,6 +29,13 @@ JOURNAL_FILE = "journal.json"
 #: A work tree being removed is renamed here first (``<stem>`` appended): a kill
 #: inside the removal never leaves a half-deleted tree where the edit was.
 REMOVING_PREFIX = ".removing-"
+#: The work tree the last edit ended with, kept beside the edits' work trees for the
+#: next edit to start from (:func:`overlay.edit.worktree.make_worktree`): ``git reset
+#: --hard`` then rewrites the files the two layers differ in, not all of them, and
+#: the record that ends an edit renames its work tree here instead of deleting a
+#: thousand files (a third of a record's CPU). Not a patch's directory: a patch's
+#: name starts with a letter or digit.
+SPARE = ".spare"
 
 
 def checkpoint() -> None:
@@ -191,8 +198,22 @@ def removing_dir(root: str, directory: str) -> str:
 
 
 def remove_worktree(root: str, directory: str) -> None:
-    """Remove an edit's work tree: renamed aside first, so it is whole or gone."""
+    """End an edit's work tree: it becomes the spare (:data:`SPARE`, one rename) when
+    none is kept, else it is renamed aside first and removed, so it is whole or gone."""
     workdir = os.path.join(root, directory)
+    spare = os.path.join(os.path.dirname(workdir), SPARE)
+    if (
+        workdir != spare
+        and os.path.isdir(os.path.join(workdir, ".git"))
+        and not os.path.lexists(spare)
+    ):
+        try:
+            os.rename(workdir, spare)
+        except OSError:
+            pass  # removed below
+        else:
+            checkpoint()
+            return
     aside = removing_dir(root, directory)
     shutil.rmtree(aside, ignore_errors=True)
     if os.path.lexists(workdir):
