@@ -5,7 +5,6 @@ removed (:func:`finish_record`); and the completion of a record a kill interrupt
 import contextlib
 import dataclasses
 import os
-import shutil
 from typing import TYPE_CHECKING
 
 from overlay import layout
@@ -26,7 +25,7 @@ from overlay.edit.writes import (
     write_files,
 )
 from overlay.errors import OverlayError
-from overlay.fs.atomic import remove_stale_temps
+from overlay.fs.atomic import remove_dir, remove_stale_temps
 from overlay.fs.sweep import sweep_killed_runs
 from overlay.git.store import Store
 from overlay.records.series import patch_bytes, read_series
@@ -119,7 +118,7 @@ def sweep_edit_leftovers(root: str) -> None:
         for name in os.listdir(edits):
             full = os.path.join(edits, name)
             if name.startswith(REMOVING_PREFIX):
-                shutil.rmtree(full, ignore_errors=True)
+                remove_dir(full)
             elif os.path.isdir(os.path.join(full, ".git")):
                 sweep_worktree_locks(full)
 

@@ -5,7 +5,6 @@ first completes a record a kill interrupted (:func:`~.finish.complete_interrupte
 import contextlib
 import dataclasses
 import os
-import shutil
 from typing import TYPE_CHECKING
 
 from overlay import layout
@@ -25,6 +24,7 @@ from overlay.edit.session import (
 from overlay.edit.worktree import make_worktree, snapshot
 from overlay.edit.writes import remove_worktree
 from overlay.errors import OverlayError
+from overlay.fs.atomic import remove_dir
 from overlay.git.store import Store
 from overlay.records.series import read_series, resolve_patch_name
 
@@ -128,6 +128,8 @@ def start_edit(
         directory = os.path.join(layout.EDIT_DIR, stem(name))
         workdir = os.path.join(root, directory)
         if os.path.lexists(workdir):
+            import shutil  # only for a leftover (it imports bz2 and lzma)
+
             shutil.rmtree(workdir)  # a leftover of an edit whose state is gone
         session = Session(
             name=name,
@@ -142,7 +144,7 @@ def start_edit(
             make_worktree(store, workdir, base, start, subject)
             save_session(root, session)
         except BaseException:
-            shutil.rmtree(workdir, ignore_errors=True)
+            remove_dir(workdir)
             raise
         below = [
             r.patch.name

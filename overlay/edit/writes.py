@@ -18,11 +18,10 @@ import contextlib
 import dataclasses
 import json
 import os
-import shutil
 
 from overlay import digests, layout
 from overlay.errors import OverlayError
-from overlay.fs.atomic import atomic_write, counted_kill_point
+from overlay.fs.atomic import atomic_write, counted_kill_point, remove_dir
 from overlay.fs.paths import check_path
 
 JOURNAL_FILE = "journal.json"
@@ -84,7 +83,7 @@ def save_journal(root: str, journal: Journal) -> None:
         OSError: it cannot be written; nothing of the records has changed.
     """
     new = os.path.join(root, layout.RECORD_JOURNAL_NEW)
-    shutil.rmtree(new, ignore_errors=True)
+    remove_dir(new)
     os.makedirs(new)
     rows = []
     for i, (rel, old, data) in enumerate(journal.files):
@@ -109,7 +108,7 @@ def load_journal(root: str) -> Journal | None:
     Raises:
         OverlayError: the journal is unreadable (exit 2).
     """
-    shutil.rmtree(os.path.join(root, layout.RECORD_JOURNAL_NEW), ignore_errors=True)
+    remove_dir(os.path.join(root, layout.RECORD_JOURNAL_NEW))
     top = os.path.join(root, layout.RECORD_JOURNAL)
     try:
         with open(os.path.join(top, JOURNAL_FILE), encoding="utf-8") as fh:
@@ -126,7 +125,7 @@ def load_journal(root: str) -> Journal | None:
         meta["files"] = files
         return Journal(**meta)
     except FileNotFoundError:
-        shutil.rmtree(top, ignore_errors=True)
+        remove_dir(top)
         return None
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise OverlayError(
@@ -142,7 +141,7 @@ def remove_journal(root: str) -> None:
     top = os.path.join(root, layout.RECORD_JOURNAL)
     with contextlib.suppress(FileNotFoundError):
         os.unlink(os.path.join(top, JOURNAL_FILE))
-    shutil.rmtree(top, ignore_errors=True)
+    remove_dir(top)
 
 
 def write_files(root: str, journal: Journal, *, resume: bool = False) -> None:
@@ -215,11 +214,11 @@ def remove_worktree(root: str, directory: str) -> None:
             checkpoint()
             return
     aside = removing_dir(root, directory)
-    shutil.rmtree(aside, ignore_errors=True)
+    remove_dir(aside)
     if os.path.lexists(workdir):
         os.rename(workdir, aside)
         checkpoint()
-    shutil.rmtree(aside, ignore_errors=True)
+    remove_dir(aside)
 
 
 def sha256(data: bytes) -> str:
