@@ -202,9 +202,7 @@ def record(
     """
     # The manifest first: a bad one is refused before anything else.
     root, store, manifest = ws.root, ws.store, ws.manifest
-    # One cat-file answers the record's object questions (Store.reading): whether the
-    # layer below is there, the paths the edit changed (Store.diff_tree), no `cat-file
-    # -e` or `diff-tree` process beside it.
+    # One cat-file answers the object questions (Store.reading; no cat-file -e, diff-tree).
     with records_locked(root, "record"), store.reading():
         # the CLI has said so; an API caller too
         if complete_interrupted(root, store) is not None:
