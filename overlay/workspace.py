@@ -35,7 +35,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from overlay import layout
-from overlay.errors import ManifestError
+from overlay.errors import ManifestError, OverlayError
 
 if TYPE_CHECKING:
     from overlay.engine.layers import Layers
@@ -53,6 +53,10 @@ class Workspace:
         offline: never fetch; a missing object is an error (``--offline``).
         debug: show tracebacks for expected errors (``--debug``).
 
+    Raises:
+        OverlayError: ``start`` is relative and the current directory is gone (a
+            shell left in a work tree that was removed; exit 2).
+
     Attributes:
         start: ``start``, absolute.
         git_dir, offline, debug: as given.
@@ -68,7 +72,13 @@ class Workspace:
         offline: bool = False,
         debug: bool = False,
     ):
-        self.start = os.path.abspath(start)
+        try:
+            self.start = os.path.abspath(start)
+        except FileNotFoundError:  # os.getcwd() of a directory deleted meanwhile
+            raise OverlayError(
+                "the current directory is gone (removed since the shell entered it)",
+                hint="cd into the overlay repository again, or name it with -C DIR",
+            ) from None
         self.git_dir = git_dir
         self.offline = offline
         self.debug = debug

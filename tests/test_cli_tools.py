@@ -75,6 +75,33 @@ def test_unknown_option_from_the_real_entry_point(tmp_path):
     assert proc.stdout == ""
 
 
+def test_a_current_directory_removed_meanwhile_is_one_line_and_debug_shows_why(
+    tmp_path,
+):
+    # A shell left in a work tree that was removed: every command's first step asks
+    # for the current directory. Not an internal error; --debug shows the traceback.
+    gone = tmp_path / "gone"
+    code = f"import os; os.mkdir({str(gone)!r}); os.chdir({str(gone)!r}); "
+    code += f"os.rmdir({str(gone)!r}); from overlay.cli import main; main()"
+    for extra in ([], ["--debug"]):
+        proc = subprocess.run(
+            [sys.executable, "-c", code, *extra, "status"],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            timeout=120,
+            env={**os.environ, "OVERLAY_SERVER": "off"},
+        )
+        assert proc.returncode == 2, proc.stderr
+        out = lines_of(proc.stderr)
+        assert out[-2:] == [
+            "overlay: the current directory is gone (removed since the shell "
+            "entered it)",
+            "hint: cd into the overlay repository again, or name it with -C DIR",
+        ], proc.stderr
+        assert ("Traceback" in proc.stderr) == bool(extra), proc.stderr
+
+
 def test_unexpected_exception_is_one_line_and_debug_shows_the_traceback(
     tmp_path, monkeypatch
 ):

@@ -53,8 +53,10 @@ def one_line(text: str) -> str:
 
 
 def _debug(ctx: click.Context | None) -> bool:
+    """Whether ``--debug`` was given: the workspace says so, or, when the root callback
+    failed before it made one, the root's parsed options."""
     while ctx is not None:
-        if getattr(ctx.obj, "debug", False):
+        if getattr(ctx.obj, "debug", False) or ctx.params.get("debug") is True:
             return True
         ctx = ctx.parent
     return False
