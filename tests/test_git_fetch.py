@@ -117,3 +117,22 @@ def test_names_resolve_inside_a_reading_block_as_rev_parse_resolves_them(
         "a b",
         "tab\tname",
     }
+
+
+def test_a_full_sha_of_a_tree_or_blob_is_named_as_such_online_and_offline(tmp_path, w):
+    # Not "is not in upstream: no branch or tag there holds it" for an object the
+    # store holds: what it is, and what to give instead.
+    online = Store(str(tmp_path / "store.git"))
+    online.set_remotes({"upstream": str(w.upstream.path), "fork": str(w.fork.path)})
+    online.refresh_upstream_refs()
+    tree = online.tree_of(w.pin_clean)
+    blob = online.hash_blob(b"a blob\n")
+    for store in (online, Store(str(tmp_path / "store.git"), offline=True)):
+        store.set_remotes({"upstream": str(w.upstream.path), "fork": str(w.fork.path)})
+        for oid, kind in ((tree, "tree"), (blob, "blob")):
+            with pytest.raises(GitError) as err:
+                store.resolve(oid, ["upstream"])
+            assert (
+                err.value.message == f"{oid} is a {kind} in the git store, not a commit"
+            )
+        assert store.resolve(w.pin_clean, ["upstream"]) == w.pin_clean

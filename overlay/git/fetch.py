@@ -238,6 +238,8 @@ class Fetching:
                 f"refusing ref {ref!r}: a ref may not be empty or start with '-'"
             )
         if is_sha(ref):
+            if not self.has_object(ref):
+                self._refuse_other_kind(ref)
             self.ensure_commit(ref, remotes)
             return ref
         if not self.offline:
@@ -265,6 +267,25 @@ class Fetching:
                 )
             )
         return sha
+
+    def _refuse_other_kind(self, sha: str) -> None:
+        """Refuse a full SHA the store holds as a tree, a blob or a tag of no commit:
+        fetching it as a commit would only end in "no branch or tag holds it".
+
+        Raises:
+            GitError: naming what the object is (exit 2).
+        """
+        if self.reader is not None:
+            found = self.reader.info(sha)
+            kind = found[1] if found is not None else ""
+        else:
+            proc = self.git("cat-file", "-t", sha, check=False)
+            kind = proc.stdout.decode().strip() if proc.returncode == 0 else ""
+        if kind and kind != "commit":
+            raise GitError(
+                f"{sha} is a {kind} in the git store, not a commit",
+                hint="give a commit: its SHA, a tag or an upstream branch",
+            )
 
     def _rev_parse_any(self, ref: str, remotes: Sequence[str]) -> str | None:
         """The commit ``ref`` names as a remote branch, a tag, or as given; ``None``.
