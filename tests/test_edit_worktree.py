@@ -343,11 +343,62 @@ def test_a_spare_git_refuses_is_replaced_by_a_new_checkout(clean):
     work = clean.root / workdir_of(started.output)
     assert cli(clean, "edit", "--abort").exit_code == 0  # an abort keeps it as well
     spare = clean.root / ".overlay" / "edit" / SPARE
-    (spare / ".git" / "index.lock").write_text("")  # a git killed in it left this
+    (spare / ".git" / "index").write_bytes(b"not an index")  # git refuses to read it
     (spare / "new-file.txt").write_text("left behind\n")
     again = cli(clean, "edit", PATCH)
     assert again.exit_code == 0, again.output
-    assert not spare.exists() and not (work / ".git" / "index.lock").exists()
+    assert not spare.exists()
+    _is_a_new_checkout(work)
+
+
+def test_the_last_edits_git_settings_do_not_follow_into_the_next(clean):
+    # A new checkout's .git: not the configuration (a file mode git no longer sees),
+    # hooks, stash, refs or excludes the last edit's user left in its own.
+    started = cli(clean, "edit", PATCH)
+    work = clean.root / workdir_of(started.output)
+    _git(work, "config", "core.fileMode", "false")
+    (work / "run.sh").write_text("#!/bin/sh\n")
+    _git(work, "add", "run.sh")
+    _git(work, "stash")
+    _git(work, "tag", "left-behind")
+    hook = work / ".git" / "hooks" / "reference-transaction"
+    hook.write_text("#!/bin/sh\necho hook ran >> ../hook.log\n")
+    hook.chmod(0o755)
+    (work / ".git" / "info" / "exclude").write_text("*.log\n")
+    assert cli(clean, "edit", "--abort").exit_code == 0
+    spare = clean.root / ".overlay" / "edit" / SPARE
+    (spare / DEVICE).chmod(0o755)  # git, told to ignore modes, would not restore it
+    again = cli(clean, "edit", PATCH)
+    assert again.exit_code == 0, again.output
+    _is_a_new_checkout(work)
+    assert not os.access(work / DEVICE, os.X_OK)
+    assert _git(work, "config", "--get-all", "core.fileMode").strip() in ("", "true")
+    assert _git(work, "stash", "list") == "" and _git(work, "tag") == ""
+    assert not (work / ".git" / "hooks" / "reference-transaction").exists()
+    assert not (clean.root / ".overlay" / "edit" / "hook.log").exists()
+
+
+def test_a_spare_that_is_no_checkout_is_replaced(clean):
+    started = cli(clean, "edit", PATCH)
+    work = clean.root / workdir_of(started.output)
+    spare = clean.root / ".overlay" / "edit" / SPARE
+    spare.mkdir()
+    (spare / "stray.txt").write_text("no .git here\n")
+    (work / DEVICE).write_text(
+        lines("device", change={3: "device 3 locked", 9: "device 9 locked"})
+    )
+    done = cli(clean, "record")
+    assert done.exit_code == 0, done.output
+    # The record's work tree takes the place of the useless one, and says so.
+    assert (spare / ".git").is_dir() and not (spare / "stray.txt").exists()
+    assert (
+        f"moved the work tree .overlay/edit/{work.name} to .overlay/edit/{SPARE}, "
+        "where the next edit starts" in done.output
+    )
+    shutil.rmtree(spare / ".git")  # and when the next edit meets one
+    again = cli(clean, "edit", PATCH)
+    assert again.exit_code == 0, again.output
+    assert not spare.exists()
     _is_a_new_checkout(work)
 
 

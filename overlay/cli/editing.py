@@ -380,9 +380,17 @@ def _echo_recorded(ws: Workspace, done, section: str) -> None:
         click.echo(f"carried {name} onto the change (rewritten byte-stable)")
     # Named from the repository root: the current directory may have been inside it.
     where = os.path.relpath(done.workdir, ws.root)
-    click.echo(
-        f"kept the work tree {where}" if done.kept else f"removed the work tree {where}"
-    )
+    if done.kept:
+        click.echo(f"kept the work tree {where}")
+    elif done.spare:
+        from overlay.edit.writes import SPARE  # loaded with the record already
+
+        spare = os.path.join(os.path.dirname(where), SPARE)
+        click.echo(
+            f"moved the work tree {where} to {spare}, where the next edit starts"
+        )
+    else:
+        click.echo(f"removed the work tree {where}")
     click.echo("next: overlay verify; overlay export DEST (e.g. build/rocm/src)")
 
 

@@ -48,12 +48,15 @@ class Completed:
             the kill: those changes are still to record), ``"unreadable"`` (git could
             not read it: never removed then), or ``None``.
         directory: the work tree, relative to the repository.
+        spare: it was not kept, and became the spare work tree the next edit starts
+            from (:data:`overlay.edit.writes.SPARE`) instead of being removed.
     """
 
     name: str
     kept: bool
     why_kept: str | None
     directory: str
+    spare: bool = False
 
 
 def finish_record(
@@ -77,10 +80,11 @@ def finish_record(
     write_files(root, journal, resume=resume)
     workdir = os.path.join(root, journal.directory)
     why = "keep" if journal.keep else None
+    spare = False
     if resume and why is None and os.path.isdir(workdir):
         why = _changed_since(store, workdir, journal)
     if why is None:
-        remove_worktree(root, journal.directory)
+        spare = remove_worktree(root, journal.directory)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(os.path.join(root, layout.EDIT_STATE))
     else:
@@ -90,7 +94,7 @@ def finish_record(
         save_session(root, Session(**journal.kept_session))
     checkpoint()
     remove_journal(root)
-    return Completed(journal.name, why is not None, why, journal.directory)
+    return Completed(journal.name, why is not None, why, journal.directory, spare)
 
 
 def _changed_since(store: Store, workdir: str, journal: Journal) -> str | None:

@@ -1,10 +1,9 @@
 """``overlay record``: the work tree written into its patch file (:func:`record`).
 
-Every check runs before the first write (the layer below unchanged, a change that
-is carried, a message, the later patches still applying, the entry naming every
-touched file); then the records are written all or nothing: a journal first, then
-the files, then the end of the edit (:mod:`overlay.edit.writes`,
-:mod:`overlay.edit.finish`).
+Every check runs before the first write (the layer below unchanged, a change that is
+carried, a message, the later patches still applying, the entry naming every touched
+file); then the records are written all or nothing: a journal first, then the files,
+then the end of the edit (:mod:`overlay.edit.writes`, :mod:`overlay.edit.finish`).
 """
 
 import dataclasses
@@ -76,6 +75,7 @@ class Recorded:
         forwarded: the ``Forwarded`` value.
         carried: later patches rewritten because they were carried onto the change.
         kept: the work tree stays (``--keep``), now at the recorded patch.
+        spare: it became the spare work tree the next edit starts from.
         workdir: the work tree (absolute).
     """
 
@@ -88,6 +88,7 @@ class Recorded:
     forwarded: str | None
     carried: list[str]
     kept: bool
+    spare: bool
     workdir: str
     renamed_from: str | None = None
 
@@ -164,12 +165,12 @@ def record(
     """``overlay record``: write the edit in progress into its patch file.
 
     For a new patch: ``subject`` and ``description`` (its long prose lines wrapped at
-    72 columns, :func:`wrap_message`) are required; ``Local-Fix`` is
-    ``fix`` when given (the entry must exist) or a new entry of ``section`` (title:
-    ``title`` or the subject without its ``tag:``; body: the description; files: every
-    file the patch touches), planned by :func:`overlay.records.fixes.plan_entry` as
-    ``overlay fix new`` does; ``Forwarded`` is ``forwarded`` or ``not-needed``. The
-    series line goes after the patch the edit was made on.
+    72 columns, :func:`wrap_message`) are required; ``Local-Fix`` is ``fix`` when given
+    (the entry must exist) or a new entry of ``section`` (title: ``title`` or the
+    subject without its ``tag:``; body: the description; files: every file the patch
+    touches), planned by :func:`overlay.records.fixes.plan_entry` as ``overlay fix
+    new`` does; ``Forwarded`` is ``forwarded`` or ``not-needed``. The series line goes
+    after the patch the edit was made on.
 
     For an existing patch: its diff is replaced (every other byte kept, as ``overlay
     refresh`` does), unless one of ``subject``, ``description``, ``fix`` or
@@ -202,7 +203,6 @@ def record(
     """
     # The manifest first: a bad one is refused before anything else.
     root, store, manifest = ws.root, ws.store, ws.manifest
-    # One cat-file answers the object questions (Store.reading; no cat-file -e, diff-tree).
     with records_locked(root, "record"), store.reading():
         # the CLI has said so; an API caller too
         if complete_interrupted(root, store) is not None:
@@ -242,7 +242,7 @@ def record(
             )
         journal = _journal(root, store, edit, head, carried, keep, name)
         save_journal(root, journal)
-        finish_record(root, store, journal)
+        finished = finish_record(root, store, journal)
         ws.forget_records()
         if applied is not None:  # the first patches as they were, then this one
             before = edit.first_later - (edit.old is not None)
@@ -260,6 +260,7 @@ def record(
             forwarded=head.forwarded,
             carried=[p.name for p, _ in carried],
             kept=keep,
+            spare=finished.spare,
             workdir=session.workdir(root),
             renamed_from=edit.old.name if new_name and edit.old else None,
         )

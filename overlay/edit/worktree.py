@@ -9,7 +9,7 @@ import subprocess
 import time
 
 from overlay.edit.session import BRANCH
-from overlay.edit.writes import SPARE
+from overlay.edit.writes import SPARE, discard
 from overlay.errors import GitError, OverlayError
 from overlay.fs.atomic import atomic_write, remove_dir
 from overlay.fs.locks import pid_alive
@@ -92,11 +92,14 @@ def make_worktree(
     """A git checkout of ``start`` at ``workdir`` whose history is base -> start.
 
     The spare work tree the last edit ended with (:data:`overlay.edit.writes.SPARE`),
-    when there is one, is taken and brought to ``start``: ``git reset --hard`` writes
-    the files that differ from what it holds and ``git clean -ffdx`` removes every
-    file git does not track, so it holds exactly what a new checkout would. Where git
-    refuses (a lock a killed git left in it, a file it cannot remove), it is removed
-    and a new checkout made.
+    when there is one, is taken and brought to ``start``: it gets a new ``.git`` of
+    its own, with only the spare's index kept (the configuration, hooks, refs, stash
+    and excludes of the last edit are gone), ``git reset --hard`` writes the files
+    that differ from what the index says it holds, and ``git clean -ffdx`` removes
+    every file git does not track. Its files and their executable bits are then
+    those of a new checkout (permission bits git does not track stay as they were).
+    Where git refuses (a file it cannot remove), it is removed and a new checkout
+    made.
 
     Raises:
         GitError: git could not make the checkout.
@@ -140,13 +143,30 @@ def make_worktree(
 
 
 def _take_spare(workdir: str) -> bool:
-    """Rename the spare work tree (a git checkout) to ``workdir``; whether it was."""
+    """Rename the spare work tree (a git checkout) to ``workdir`` and give it a new
+    ``.git`` that keeps only its index; whether it was taken. A spare that is no git
+    checkout is removed (:func:`overlay.edit.writes.discard`)."""
     spare = os.path.join(os.path.dirname(workdir), SPARE)
-    if workdir == spare or not os.path.isdir(os.path.join(spare, ".git")):
+    if workdir == spare or not os.path.lexists(spare):
+        return False
+    if not os.path.isdir(os.path.join(spare, ".git")):
+        discard(spare)
         return False
     try:
         os.rename(spare, workdir)
     except OSError:
+        return False
+    old = os.path.join(workdir, ".git")
+    aside = os.path.join(workdir, ".git-of-the-last-edit")
+    try:
+        remove_dir(aside)
+        os.rename(old, aside)
+        run_git(["init", "-q", workdir])
+        with contextlib.suppress(FileNotFoundError):
+            os.rename(os.path.join(aside, "index"), os.path.join(old, "index"))
+        remove_dir(aside)
+    except (OSError, GitError):
+        remove_dir(workdir)
         return False
     return True
 

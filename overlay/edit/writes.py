@@ -196,29 +196,51 @@ def removing_dir(root: str, directory: str) -> str:
     return os.path.join(parent, REMOVING_PREFIX + name)
 
 
-def remove_worktree(root: str, directory: str) -> None:
+def remove_worktree(root: str, directory: str) -> bool:
     """End an edit's work tree: it becomes the spare (:data:`SPARE`, one rename) when
-    none is kept, else it is renamed aside first and removed, so it is whole or gone."""
+    none is kept, else it is renamed aside first and removed, so it is whole or gone.
+    A spare that is no git checkout (its ``.git`` removed by hand) is of no use to an
+    edit: it is removed, and the work tree takes its place.
+
+    Returns:
+        Whether the work tree became the spare.
+    """
     workdir = os.path.join(root, directory)
     spare = os.path.join(os.path.dirname(workdir), SPARE)
-    if (
-        workdir != spare
-        and os.path.isdir(os.path.join(workdir, ".git"))
-        and not os.path.lexists(spare)
-    ):
-        try:
-            os.rename(workdir, spare)
-        except OSError:
-            pass  # removed below
-        else:
-            checkpoint()
-            return
+    if workdir != spare and os.path.isdir(os.path.join(workdir, ".git")):
+        if os.path.lexists(spare) and not os.path.isdir(os.path.join(spare, ".git")):
+            discard(spare)
+        if not os.path.lexists(spare):
+            try:
+                os.rename(workdir, spare)
+            except OSError:
+                pass  # removed below
+            else:
+                checkpoint()
+                return True
     aside = removing_dir(root, directory)
     remove_dir(aside)
     if os.path.lexists(workdir):
         os.rename(workdir, aside)
         checkpoint()
     remove_dir(aside)
+    return False
+
+
+def discard(path: str) -> None:
+    """Remove the directory (or file) ``path``: renamed aside (:data:`REMOVING_PREFIX`)
+    first, so that a kill leaves it whole or leaves a leftover the next edit sweeps."""
+    parent, name = os.path.split(path)
+    aside = os.path.join(parent, REMOVING_PREFIX + name)
+    remove_dir(aside)
+    try:
+        os.rename(path, aside)
+    except OSError:
+        return
+    if os.path.isdir(aside) and not os.path.islink(aside):
+        remove_dir(aside)
+    else:
+        os.unlink(aside)
 
 
 def sha256(data: bytes) -> str:
