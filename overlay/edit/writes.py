@@ -32,8 +32,8 @@ REMOVING_PREFIX = ".removing-"
 #: next edit to start from (:func:`overlay.edit.worktree.make_worktree`): ``git reset
 #: --hard`` then rewrites the files the two layers differ in, not all of them, and
 #: the record that ends an edit renames its work tree here instead of deleting a
-#: thousand files (a third of a record's CPU). Not a patch's directory: a patch's
-#: name starts with a letter or digit.
+#: thousand files (about 20 ms of a record's CPU here, docs/engine.md). Not a patch's
+#: directory: a patch's name starts with a letter or digit.
 SPARE = ".spare"
 
 

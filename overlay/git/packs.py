@@ -10,8 +10,8 @@ every git process that looks up an object the store lacks (a ``write-tree`` writ
 a new tree, a ``diff-tree``) opened every pack's index first, 1 to 2.5 ms of CPU more
 per such process than with one pack (docs/engine.md, "Costs behind some choices").
 
-:func:`tidy_packs` rolls them up the way ``git maintenance``'s incremental strategy
-does, past git's own limit: ``git repack --geometric=2 -d`` merges the smallest packs
+:func:`tidy_packs` rolls them up past git's own limit with git's own roll-up for many
+small packs: ``git repack --geometric=2 -d`` merges the smallest packs
 (and the loose objects) into one until each pack holds at least twice the objects of
 the next smaller. It keeps every object, reachable or not (it packs whole packs,
 ``pack-objects --stdin-packs``), so nothing a cache names goes.
