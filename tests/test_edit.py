@@ -728,3 +728,16 @@ def test_an_existing_patch_touching_a_file_its_entry_does_not_name_is_refused_wi
     )
     assert "--fix" not in result.output
     assert records_hash(clean) == before
+
+
+def test_a_mode_change_is_named_in_what_record_says(clean):
+    # A `chmod +x` in the work tree goes into the patch (old mode / new mode); record's
+    # line says so, not only the line counts.
+    started = cli(clean, "edit", PATCH)
+    work = clean.root / workdir_of(started.output)
+    (work / DEVICE).chmod(0o755)
+    done = cli(clean, "record")
+    assert done.exit_code == 0, done.output
+    assert f"{DEVICE} +1 -1 (mode 100644 -> 100755)" in done.output, done.output
+    data = (clean.root / PDIR / PATCH).read_bytes()
+    assert b"old mode 100644\nnew mode 100755\n" in data

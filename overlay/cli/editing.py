@@ -357,7 +357,9 @@ def record_cmd(
 
 def _echo_recorded(ws: Workspace, done, section: str) -> None:
     """What ``record`` wrote, carried and kept, and what to run next."""
-    files = ", ".join(f"{p} +{a} -{r}" for p, a, r in done.files)
+    files = ", ".join(
+        f"{p} +{a} -{r}" + (f" (mode {m})" if m else "") for p, a, r, m in done.files
+    )
     click.echo(f"recorded {layout.PATCH_DIR}/{done.name}: {files}")
     if done.renamed_from:
         click.echo(

@@ -69,7 +69,7 @@ class Recorded:
         new: true when it was added to the series.
         renamed_from: the patch's name before a rename (``--name``), else ``None``.
         after: the series entry it went after (new patch; ``None``: appended or first).
-        files: ``(path, added, removed)`` for each file the patch changes.
+        files: ``(path, added, removed, mode change or "")`` per file the patch changes.
         fix: the ``Local-Fix`` number in the patch.
         entry_created: true when the LOCAL_FIXES.md entry was added by this record.
         forwarded: the ``Forwarded`` value.
@@ -82,7 +82,7 @@ class Recorded:
     name: str
     new: bool
     after: str | None
-    files: list[tuple[str, int, int]]
+    files: list[tuple[str, int, int, str]]
     fix: int | None
     entry_created: bool
     forwarded: str | None
@@ -254,7 +254,7 @@ def record(
             name=name,
             new=edit.old is None,
             after=after,
-            files=[(c.path, c.added, c.removed) for c in new_patch.changes],
+            files=new_patch.file_rows,
             fix=head.number,
             entry_created=head.planned is not None,
             forwarded=head.forwarded,

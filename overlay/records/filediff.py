@@ -67,6 +67,14 @@ class FileChange(NamedTuple):
         """The path after the change, or before it for a deletion."""
         return self.target or self.source or ""
 
+    @property
+    def mode_change(self) -> str:
+        """``"100644 -> 100755"`` for a file whose mode the change moves (its ``old mode``
+        and ``new mode`` header lines), else ``""``."""
+        if self.old_mode and self.new_mode and self.old_mode != self.new_mode:
+            return f"{self.old_mode} -> {self.new_mode}"
+        return ""
+
 
 def diff_pieces(diff: bytes) -> list[bytes]:
     """The sections of a patch's diff (from :func:`split_patch`), one per ``diff --``

@@ -65,6 +65,13 @@ class Patch(NamedTuple):
         return tuple(c for c in self.changes if "120000" in (c.new_mode, c.old_mode))
 
     @property
+    def file_rows(self) -> list[tuple[str, int, int, str]]:
+        """``(path, added, removed, mode change or "")`` per file change, in order
+        (:attr:`FileChange.mode_change <overlay.records.filediff.FileChange.mode_change>`):
+        what ``overlay record`` says it wrote."""
+        return [(c.path, c.added, c.removed, c.mode_change) for c in self.changes]
+
+    @property
     def deleted(self) -> frozenset[str]:
         """Paths the patch deletes (a rename's old name included)."""
         return frozenset(
