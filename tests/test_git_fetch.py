@@ -4,6 +4,8 @@ reached."""
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 
 from overlay.errors import GitError
@@ -136,3 +138,35 @@ def test_a_full_sha_of_a_tree_or_blob_is_named_as_such_online_and_offline(tmp_pa
                 err.value.message == f"{oid} is a {kind} in the git store, not a commit"
             )
         assert store.resolve(w.pin_clean, ["upstream"]) == w.pin_clean
+
+
+def test_an_ambiguous_short_sha_is_named_with_the_commits_it_could_be(tmp_path):
+    # Two commits whose names start with the same four characters: "ambiguous", with
+    # both, not "unknown ref".
+    from overlay.digests import sha1
+    from overlay.git.loose import write_loose
+    from overlay.git.run import EMPTY_TREE
+
+    store = Store(str(tmp_path / "store.git"), offline=True)
+    store.git("rev-parse", "--git-dir")
+    seen: dict[str, tuple[str, bytes]] = {}
+    for i in range(100_000):
+        body = (
+            f"tree {EMPTY_TREE}\nauthor A <a@b> 1 +0000\ncommitter A <a@b> 1 +0000\n"
+            f"\ncommit {i}\n"
+        ).encode()
+        oid = sha1(b"commit %d\0" % len(body) + body).hexdigest()
+        if oid[:4] in seen:
+            first, first_body = seen[oid[:4]]
+            break
+        seen[oid[:4]] = (oid, body)
+    write_loose(store.git_dir, {first: ("commit", first_body), oid: ("commit", body)})
+    for reading in (False, True):
+        with store.reading() if reading else contextlib.nullcontext():
+            with pytest.raises(GitError) as err:
+                store.resolve(oid[:4], ["upstream"])
+        message = err.value.message
+        assert message.startswith(f"ambiguous ref {oid[:4]!r}: commits "), message
+        assert all(o[:7] in message for o in (first, oid)), message
+        assert err.value.hint == "give more characters of the SHA"
+    assert store.resolve(oid[:12], ["upstream"]) == oid

@@ -257,6 +257,7 @@ class Fetching:
                     )
         sha = self._rev_parse_any(ref, remotes)
         if sha is None:
+            self._refuse_ambiguous(ref)
             raise GitError(
                 f"unknown ref {ref!r}: no such commit, tag or branch in "
                 + " or ".join(remotes)
@@ -267,6 +268,43 @@ class Fetching:
                 )
             )
         return sha
+
+    def _refuse_ambiguous(self, ref: str) -> None:
+        """Refuse a short SHA several commits start with, naming them (git's own
+        answer, asked only once ``ref`` named nothing: an ambiguous name is no answer
+        to ``rev-parse --quiet``, nor to the reader).
+
+        Raises:
+            GitError: ``ref`` is an ambiguous short SHA (exit 2).
+        """
+        if len(ref) < 4 or ref.strip("0123456789abcdefABCDEF"):
+            return
+        if self.reader is not None and not self.reader.ambiguous(ref):
+            return  # the run's reader says so without a process
+        err = self.git(
+            "rev-parse",
+            "--verify",
+            "--end-of-options",
+            f"{ref}^{{commit}}",
+            check=False,
+        ).stderr.decode("utf-8", "replace")
+        if "is ambiguous" not in err:
+            return
+        # git's hint lines: "hint:   <sha> commit <date> - <subject>"
+        commits = [
+            line.split()[1]
+            for line in err.splitlines()
+            if line.startswith("hint: ") and line.split()[2:3] == ["commit"]
+        ]
+        raise GitError(
+            f"ambiguous ref {ref!r}: "
+            + (
+                f"commits {', '.join(commits)} start with it"
+                if commits
+                else "more than one object's name starts with it"
+            ),
+            hint="give more characters of the SHA",
+        )
 
     def _refuse_other_kind(self, sha: str) -> None:
         """Refuse a full SHA the store holds as a tree, a blob or a tag of no commit:

@@ -160,6 +160,16 @@ class ObjectReader(CatFile):
             return None
         return fields[0].decode(), fields[1].decode()
 
+    def ambiguous(self, name: str) -> bool:
+        """Whether git finds ``name`` ambiguous: a short SHA several objects' names
+        start with (``info`` answers ``NAME ambiguous``)."""
+        assert "\n" not in name
+        proc = self._proc
+        assert proc.stdin and proc.stdout
+        proc.stdin.write(b"info " + name.encode("utf-8", "surrogateescape") + b"\n")
+        proc.stdin.flush()
+        return proc.stdout.readline().rstrip(b"\n").endswith(b" ambiguous")
+
     def sizes(self, oids: Sequence[str]) -> list[int | None]:
         """The size in bytes of each object of ``oids``, ``None`` for one that is not
         there, asked in chunks written at once (one round trip per chunk, not per
