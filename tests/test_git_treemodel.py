@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from overlay.git import objects
 from overlay.git.objects import parse_diff_tree
 from overlay.git.store import Store
-from overlay.git.treemodel import blob_name, changed_paths, edit_tree
+from overlay.git.treemodel import blob_name, edit_tree
 
 
 @pytest.fixture
@@ -92,12 +92,12 @@ _ENTRY = st.one_of(
     left=st.dictionaries(st.sampled_from(_EDIT_PATHS), _ENTRY, max_size=5),
     right=st.dictionaries(st.sampled_from(_EDIT_PATHS), _ENTRY, max_size=5),
 )
-def test_changed_paths_are_what_diff_tree_lists(tmp_path_factory, left, right):
+def test_diff_tree_rows_read_through_the_reader_are_gits(tmp_path_factory, left, right):
     """Two trees made from one by random edits (git's index way: a file replaced by a
-    directory, a directory by a file, modes, a submodule): the paths read through the
-    reader are the ones `git diff-tree -r --name-only --no-renames` prints, and the
-    rows `Store.diff_tree` reads there are git's `diff-tree -r` rows, in git's order,
-    both ways round."""
+    directory, a directory by a file, modes, a submodule): the rows `Store.diff_tree`
+    reads through the reader are git's `diff-tree -r` rows, in git's order, both ways
+    round and for the commits of the trees too, and their paths the ones `git
+    diff-tree -r --name-only --no-renames` prints."""
     store = Store(str(tmp_path_factory.mktemp("changed") / "store.git"))
     base = tree_of_every_kind(store)
 
@@ -115,30 +115,30 @@ def test_changed_paths_are_what_diff_tree_lists(tmp_path_factory, left, right):
     old, new = edited(left), edited(right)
     out = store.git("diff-tree", "-r", "-z", "--name-only", "--no-renames", old, new)
     want = sorted(p for p in out.stdout.decode().split("\0") if p)
-    assert changed_paths(store, old, new) is None  # outside a reading block: ask git
+    commits = (store.commit_tree(old, message="old"), store.commit_tree(new))
     rows = {
         (a, b): parse_diff_tree(
             store.git(
                 "diff-tree", "-r", "-z", "--no-renames", "--full-index", a, b
             ).stdout
         )
-        for a, b in ((old, new), (new, old), (base, new))
+        for a, b in ((old, new), (new, old), (base, new), commits)
     }
+    assert sorted({row[5] for row in store.diff_tree(old, new)}) == want  # git's
     with store.reading():
-        assert changed_paths(store, old, new) == want
+        assert sorted({row[5] for row in store.diff_tree(old, new)}) == want
         for (a, b), by_git in rows.items():
             assert store.diff_tree(a, b) == by_git
 
 
-def test_changed_paths_past_its_budget_leaves_the_question_to_git(store, monkeypatch):
+def test_diff_tree_past_its_budget_leaves_the_question_to_git(store, monkeypatch):
     tree = tree_of_every_kind(store)
     other = store.edit_tree(tree, {"a/sub/c.h": None, "a.txt": None})
     with store.reading():
-        assert changed_paths(store, tree, other) == ["a.txt", "a/sub/c.h"]
-        by_reader = store.diff_tree(tree, other)
-        monkeypatch.setattr(objects, "TREE_WALK_TREES", 3)  # root, a, a/sub: 5 reads
-        assert changed_paths(store, tree, other) is None
         calls = git_calls(monkeypatch)
+        by_reader = store.diff_tree(tree, other)
+        assert calls == []  # read through the reader
+        monkeypatch.setattr(objects, "TREE_WALK_TREES", 3)  # root, a, a/sub: 5 reads
         assert store.diff_tree(tree, other) == by_reader  # git's, past the budget
         assert [c[0] for c in calls] == ["diff-tree"]
     assert [row[4:] for row in by_reader] == [("D", "a.txt"), ("D", "a/sub/c.h")]

@@ -18,7 +18,6 @@ from overlay.digests import sha256
 from overlay.errors import GitError, OverlayError, PatchFormatError, UnsafePath
 from overlay.git.fetch import UPSTREAM_SCOPES
 from overlay.git.store import Store, is_sha
-from overlay.git.treemodel import changed_paths
 from overlay.lazy import lazy_pattern
 from overlay.records import fixes
 from overlay.records.series import load_series
@@ -419,23 +418,13 @@ def uncarried_changes(
     Returns:
         ``[(path, ["<sha12> <subject>", ...]), ...]`` sorted by path, commits newest
         first; two git processes when there is anything to say, one inside the
-        store's reading block (:func:`overlay.git.treemodel.changed_paths`).
+        store's reading block (:meth:`overlay.git.store.Store.diff_tree`).
     """
     if old == new:
         return []
     # Inside the run's reader (a sync's commit), the trees that differ are read through
     # it: a few reads instead of a git process.
-    changed = (
-        changed_paths(store, store.tree_of(old), store.tree_of(new))
-        if store.reader is not None
-        else None
-    )
-    if changed is None:
-        out = store.git(
-            "diff-tree", "-r", "-z", "--name-only", "--no-renames", old, new
-        ).stdout
-        changed = out.decode("utf-8", "surrogateescape").split("\0")
-    paths = sorted(p for p in changed if p and not carry(p))
+    paths = sorted(row[5] for row in store.diff_tree(old, new) if not carry(row[5]))
     if not paths:
         return []
     log = store.git(

@@ -35,15 +35,13 @@ def write_typed(git_dir: str, objects: dict[str, tuple[str, bytes]]) -> None:
     """Write ``objects`` into the store at ``git_dir``: loose (:func:`write_loose`) when
     they are fewer than :data:`LOOSE_LIMIT`, else as one pack of whole (undeltified)
     objects given to ``git index-pack --stdin``, which checks every object and
-    indexes it.
+    indexes it. A pack that takes the store past :data:`overlay.git.packs.PACK_LIMIT`
+    packs has them rolled up (:func:`overlay.git.packs.tidy_packs`).
 
     Args:
         git_dir: the store (a bare repository; SHA-1 object names).
         objects: name -> ``(type, content)``; each name must be the SHA-1 of the
             object (:func:`overlay.git.treemodel.blob_name` and the like compute them).
-    A pack that takes the store past :data:`overlay.git.packs.PACK_LIMIT` packs has
-    them rolled up (:func:`overlay.git.packs.tidy_packs`).
-
     Raises:
         GitError: git refused the pack.
         OSError: a loose object could not be written (a full disk, a read-only store).

@@ -446,11 +446,12 @@ class Store(Fetching, RememberedAncestry):
     def diff_tree(self, old: str, new: str, *paths: str) -> list[DiffRow]:
         """Changed entries between two trees, no rename detection.
 
-        Inside a reading block (:meth:`reading`), for two SHA-1 trees and no
-        ``paths``, the run's reader reads the trees that differ
-        (:func:`overlay.git.objects.tree_changes`, at most
-        :data:`~overlay.git.objects.TREE_WALK_TREES` of them): an export after a record
-        compares two trees that differ in one file without a ``diff-tree`` process.
+        ``old`` and ``new`` are trees or commits (their trees compared). Inside a
+        reading block (:meth:`reading`), for SHA-1 names and no ``paths``, the run's
+        reader reads the trees that differ (:func:`overlay.git.objects.tree_changes`,
+        at most :data:`~overlay.git.objects.TREE_WALK_TREES` of them): an export after
+        a record compares two trees that differ in one file, and a sync the fork
+        commits it moves between, without a ``diff-tree`` process.
 
         Returns:
             ``[(old_mode, new_mode, old_oid, new_oid, status, path), ...]`` in git's
@@ -461,7 +462,10 @@ class Store(Fetching, RememberedAncestry):
         if self._reader is not None and not paths and len(old) == len(new) == 40:
             try:
                 return tree_changes(
-                    self._reader.tree, old, new, objects.TREE_WALK_TREES
+                    self._reader.tree,
+                    self.tree_of(old),
+                    self.tree_of(new),
+                    objects.TREE_WALK_TREES,
                 )
             except OverBudget:
                 pass  # many directories differ: git's one process is cheaper

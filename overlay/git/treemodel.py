@@ -11,8 +11,7 @@ many; :func:`overlay.git.loose.write_typed`). The
 objects are git's own format, so their names are the ones ``git write-tree``
 gives for the same index (``tests/test_engine_chain.py`` and
 ``tests/test_git_treemodel.py`` compare them). A rebase builds its fork layer
-the same way (:func:`edit_tree`), its resolution blobs in the same write, and
-reads the paths the fork changed the same way (:func:`changed_paths`).
+the same way (:func:`edit_tree`), its resolution blobs in the same write.
 
 Only SHA-1 stores are handled (the object names are computed here); a caller
 falls back to git for anything else.
@@ -24,9 +23,8 @@ from collections.abc import Callable, Iterable
 from operator import itemgetter
 
 from overlay.digests import sha1
-from overlay.git import objects
 from overlay.git.loose import write_typed
-from overlay.git.objects import OverBudget, parse_ls_tree, tree_changes
+from overlay.git.objects import parse_ls_tree
 from overlay.git.store import EMPTY_TREE, Store
 
 _TREE_MODE = "40000"
@@ -267,28 +265,3 @@ def edit_tree(
     write_typed(store.git_dir, typed)
     remember_trees(store, model.objects)
     return new
-
-
-def changed_paths(store: Store, old: str, new: str) -> list[str] | None:
-    """The paths ``git diff-tree -r --name-only --no-renames OLD NEW`` lists for two
-    trees, read through the store's running reader (:meth:`Store.reading`) with
-    :func:`overlay.git.objects.tree_changes`: a sync that moves the fork by a few
-    files reads a few trees instead of starting a git process.
-
-    Args:
-        store: the store; ``old``, ``new``: tree names.
-    Returns:
-        The paths, sorted; ``None`` outside a reading block, for a store that is not
-        SHA-1, or past :data:`overlay.git.objects.TREE_WALK_TREES` trees (the caller
-        asks git).
-    Raises:
-        GitError: a tree is missing.
-    """
-    reader = store.reader
-    if reader is None or len(old) != 40 or len(new) != 40:
-        return None
-    try:
-        rows = tree_changes(reader.tree, old, new, objects.TREE_WALK_TREES)
-    except OverBudget:
-        return None
-    return sorted({row[5] for row in rows})
