@@ -325,10 +325,7 @@ def test_the_next_edit_starts_from_the_spare_as_from_a_new_checkout(clean):
     (spare / DEVICE).chmod(0o755)
     (spare / "README.md").unlink(missing_ok=True)
     (spare / "new-file.txt").write_text("left behind\n")
-    again = cli(clean, "edit", PATCH)
-    assert again.exit_code == 0, again.output
-    assert not spare.exists() and work.is_dir()
-    _is_a_new_checkout(work)
+    _next_edit_starts_anew(clean, work)
     assert "+device 9 locked" in _git(work, "diff", "HEAD~1", "--", DEVICE)
     # It works as a new one does: the next change is recorded.
     (work / DEVICE).write_text(
@@ -338,6 +335,15 @@ def test_the_next_edit_starts_from_the_spare_as_from_a_new_checkout(clean):
     assert b"+d12" in (clean.root / "patches-rocm" / PATCH).read_bytes()
 
 
+def _next_edit_starts_anew(clean, work: Path) -> None:
+    """``overlay edit PATCH`` again: it takes (or replaces) the spare and its work tree
+    ``work`` is a new checkout's."""
+    again = cli(clean, "edit", PATCH)
+    assert again.exit_code == 0, again.output
+    assert not (clean.root / ".overlay" / "edit" / SPARE).exists()
+    _is_a_new_checkout(work)
+
+
 def test_a_spare_git_refuses_is_replaced_by_a_new_checkout(clean):
     started = cli(clean, "edit", PATCH)
     work = clean.root / workdir_of(started.output)
@@ -345,10 +351,7 @@ def test_a_spare_git_refuses_is_replaced_by_a_new_checkout(clean):
     spare = clean.root / ".overlay" / "edit" / SPARE
     (spare / ".git" / "index").write_bytes(b"not an index")  # git refuses to read it
     (spare / "new-file.txt").write_text("left behind\n")
-    again = cli(clean, "edit", PATCH)
-    assert again.exit_code == 0, again.output
-    assert not spare.exists()
-    _is_a_new_checkout(work)
+    _next_edit_starts_anew(clean, work)
 
 
 def test_the_last_edits_git_settings_do_not_follow_into_the_next(clean):
@@ -368,9 +371,7 @@ def test_the_last_edits_git_settings_do_not_follow_into_the_next(clean):
     assert cli(clean, "edit", "--abort").exit_code == 0
     spare = clean.root / ".overlay" / "edit" / SPARE
     (spare / DEVICE).chmod(0o755)  # git, told to ignore modes, would not restore it
-    again = cli(clean, "edit", PATCH)
-    assert again.exit_code == 0, again.output
-    _is_a_new_checkout(work)
+    _next_edit_starts_anew(clean, work)
     assert not os.access(work / DEVICE, os.X_OK)
     assert _git(work, "config", "--get-all", "core.fileMode").strip() in ("", "true")
     assert _git(work, "stash", "list") == "" and _git(work, "tag") == ""
@@ -396,10 +397,7 @@ def test_a_spare_that_is_no_checkout_is_replaced(clean):
         "where the next edit starts" in done.output
     )
     shutil.rmtree(spare / ".git")  # and when the next edit meets one
-    again = cli(clean, "edit", PATCH)
-    assert again.exit_code == 0, again.output
-    assert not spare.exists()
-    _is_a_new_checkout(work)
+    _next_edit_starts_anew(clean, work)
 
 
 def test_one_spare_at_most(clean):
