@@ -150,7 +150,8 @@ def _take_spare(workdir: str) -> bool:
     if workdir == spare or not os.path.lexists(spare):
         return False
     if not os.path.isdir(os.path.join(spare, ".git")):
-        discard(spare)
+        with contextlib.suppress(OSError):  # then a new checkout, as without one
+            discard(spare)
         return False
     try:
         os.rename(spare, workdir)

@@ -18,6 +18,7 @@ import contextlib
 import dataclasses
 import json
 import os
+from collections.abc import Callable
 
 from overlay import digests, layout
 from overlay.errors import OverlayError
@@ -190,12 +191,6 @@ def write_files(root: str, journal: Journal, *, resume: bool = False) -> None:
         raise
 
 
-def removing_dir(root: str, directory: str) -> str:
-    """Where the work tree ``directory`` goes while it is removed."""
-    parent, name = os.path.split(os.path.join(root, directory))
-    return os.path.join(parent, REMOVING_PREFIX + name)
-
-
 def remove_worktree(root: str, directory: str) -> bool:
     """End an edit's work tree: it becomes the spare (:data:`SPARE`, one rename) when
     none is kept, else it is renamed aside first and removed, so it is whole or gone.
@@ -209,7 +204,8 @@ def remove_worktree(root: str, directory: str) -> bool:
     spare = os.path.join(os.path.dirname(workdir), SPARE)
     if workdir != spare and os.path.isdir(os.path.join(workdir, ".git")):
         if os.path.lexists(spare) and not os.path.isdir(os.path.join(spare, ".git")):
-            discard(spare)
+            with contextlib.suppress(OSError):  # then this one is removed below
+                discard(spare)
         if not os.path.lexists(spare):
             try:
                 os.rename(workdir, spare)
@@ -218,25 +214,30 @@ def remove_worktree(root: str, directory: str) -> bool:
             else:
                 checkpoint()
                 return True
-    aside = removing_dir(root, directory)
-    remove_dir(aside)
-    if os.path.lexists(workdir):
-        os.rename(workdir, aside)
-        checkpoint()
-    remove_dir(aside)
+    discard(workdir, renamed=checkpoint)
     return False
 
 
-def discard(path: str) -> None:
+def discard(path: str, renamed: Callable[[], None] | None = None) -> None:
     """Remove the directory (or file) ``path``: renamed aside (:data:`REMOVING_PREFIX`)
-    first, so that a kill leaves it whole or leaves a leftover the next edit sweeps."""
+    first, so that a kill leaves it whole or leaves a leftover the next edit sweeps
+    (a leftover of an earlier kill there goes first).
+
+    Args:
+        path: what to remove; gone already is fine.
+        renamed: called once it is renamed aside (a record's write point).
+    Raises:
+        OSError: it cannot be renamed aside.
+    """
     parent, name = os.path.split(path)
     aside = os.path.join(parent, REMOVING_PREFIX + name)
     remove_dir(aside)
     try:
         os.rename(path, aside)
-    except OSError:
+    except FileNotFoundError:
         return
+    if renamed is not None:
+        renamed()
     if os.path.isdir(aside) and not os.path.islink(aside):
         remove_dir(aside)
     else:
