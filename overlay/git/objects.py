@@ -150,12 +150,8 @@ class ObjectReader(CatFile):
     def info(self, name: str) -> tuple[str, str] | None:
         """``(object name, type)`` of what ``name`` names (``X^{tree}`` peels as
         ``git cat-file -e`` and ``git rev-parse`` do), or ``None`` when nothing."""
-        assert "\n" not in name
-        proc = self._proc
-        assert proc.stdin and proc.stdout
-        proc.stdin.write(b"info " + name.encode("utf-8", "surrogateescape") + b"\n")
-        proc.stdin.flush()
-        fields = proc.stdout.readline().split()
+        line = self._info_line(name)
+        fields = line.split()
         if len(fields) != 3 or fields[1] == b"missing":
             return None
         return fields[0].decode(), fields[1].decode()
@@ -163,12 +159,16 @@ class ObjectReader(CatFile):
     def ambiguous(self, name: str) -> bool:
         """Whether git finds ``name`` ambiguous: a short SHA several objects' names
         start with (``info`` answers ``NAME ambiguous``)."""
+        return self._info_line(name).rstrip(b"\n").endswith(b" ambiguous")
+
+    def _info_line(self, name: str) -> bytes:
+        """git's answer line to ``info NAME``."""
         assert "\n" not in name
         proc = self._proc
         assert proc.stdin and proc.stdout
         proc.stdin.write(b"info " + name.encode("utf-8", "surrogateescape") + b"\n")
         proc.stdin.flush()
-        return proc.stdout.readline().rstrip(b"\n").endswith(b" ambiguous")
+        return proc.stdout.readline()
 
     def sizes(self, oids: Sequence[str]) -> list[int | None]:
         """The size in bytes of each object of ``oids``, ``None`` for one that is not
