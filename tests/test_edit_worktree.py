@@ -281,7 +281,12 @@ def _git(work: Path, *args: str) -> str:
 
 def _is_a_new_checkout(work: Path) -> None:
     """Every file of the work tree is HEAD's, with its mode, and nothing else is there
-    (not even what git ignores)."""
+    (not even what git ignores); HEAD is on the edit's branch, and git's template
+    (sample hooks) is not there."""
+    assert _git(work, "symbolic-ref", "HEAD").strip() == "refs/heads/overlay-edit"
+    assert _git(work, "rev-parse", "overlay-edit") == _git(work, "rev-parse", "HEAD")
+    assert (work / ".git" / "info").is_dir()
+    assert not (work / ".git" / "hooks").exists()
     assert (
         _git(work, "status", "--porcelain", "--ignored", "--untracked-files=all") == ""
     )
@@ -365,6 +370,7 @@ def test_the_last_edits_git_settings_do_not_follow_into_the_next(clean):
     _git(work, "stash")
     _git(work, "tag", "left-behind")
     hook = work / ".git" / "hooks" / "reference-transaction"
+    hook.parent.mkdir(exist_ok=True)  # the checkout has no template's hooks/
     hook.write_text("#!/bin/sh\necho hook ran >> ../hook.log\n")
     hook.chmod(0o755)
     (work / ".git" / "info" / "exclude").write_text("*.log\n")
