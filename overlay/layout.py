@@ -64,6 +64,8 @@ SHARED_RR_CACHE = f"{PATCH_DIR}/rr-cache"
 VERIFY_CACHE = f"{STATE_DIR}/verify-cache"
 #: The manifest's table as :mod:`tomllib` last read it, keyed on the manifest's bytes.
 MANIFEST_CACHE = f"{STATE_DIR}/manifest-cache.json"
+#: The series' patches as the parser last read them, keyed on each file's bytes.
+SERIES_CACHE = f"{STATE_DIR}/series-cache.json"
 #: An ``overlay edit`` in progress: its checkout and its state.
 EDIT_DIR = f"{STATE_DIR}/edit"
 EDIT_STATE = f"{STATE_DIR}/edit.json"

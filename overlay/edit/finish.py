@@ -28,7 +28,7 @@ from overlay.errors import OverlayError
 from overlay.fs.atomic import remove_dir, remove_stale_temps
 from overlay.fs.sweep import sweep_killed_runs
 from overlay.git.store import Store
-from overlay.records.series import patch_bytes, read_series
+from overlay.records.series import ParsedSeries, patch_bytes, read_series
 
 if TYPE_CHECKING:
     from overlay.engine.layers import Layers
@@ -212,4 +212,8 @@ def keep_recorded_layers(
             return False
     except (OSError, OverlayError):
         return False
+    kept = ParsedSeries(root)  # the next command reads these files: no parse then
+    for patch in series:
+        kept.add(patch)
+    kept.save()
     return keep_layers(store, layers, series, tree, results)
