@@ -12,10 +12,11 @@ import os
 import shutil
 
 import pytest
-from gitfixtures import PATCH, cli, lines
+from gitfixtures import PATCH, cli, git_calls, lines
 
 from overlay.engine import apply as engine_apply
 from overlay.engine.layers import LAYER_CACHE, compute_layers
+from overlay.git.objects import ObjectReader
 from overlay.git.store import Store
 from overlay.records.manifest import load_manifest
 
@@ -138,3 +139,56 @@ def test_later_patches_carried_onto_the_change_are_applied_again_next_time(
     assert calls  # not kept: computed from the records
     shutil.rmtree(os.path.join(Store().git_dir, LAYER_CACHE))
     assert layers_now(three) == kept
+
+
+def test_the_export_after_a_record_asks_git_nothing_about_the_trees(
+    three, tmp_path, monkeypatch
+):
+    """The record keeps what changed between the layer it replaced and the one it
+    wrote (Store.keep_diff): the export after it starts no cat-file (the old layer's
+    trees) and no diff-tree, and exports exactly the new layer."""
+    dest = tmp_path / "dest"
+    assert cli(three, "export", str(dest)).exit_code == 0
+    before = layers_now(three).patched
+    edited(
+        three,
+        "0003-line-30",
+        "0003-line-30",
+        files={DEVICE: lines("device", change={3: "device 3 locked", 30: "30 again"})},
+    )
+    record(three)
+    after = layers_now(three).patched
+    store = Store()
+    real_rows = [tuple(r) for r in _diff_tree_rows(store, before, after)]
+    assert store.kept_diff(before, after) == real_rows != []
+    asked = git_calls(monkeypatch)
+
+    def no_reader(self):
+        raise AssertionError("the export started a cat-file")
+
+    monkeypatch.setattr(ObjectReader, "_proc", property(no_reader))
+    done = cli(three, "export", str(dest))
+    assert done.exit_code == 0, done.output
+    assert "1 written, 0 removed" in done.output
+    assert [a for a in asked if "diff-tree" in a or "cat-file" in a] == []
+    assert (dest / DEVICE).read_text() == lines(
+        "device", change={3: "device 3 locked", 30: "30 again"}
+    )
+    monkeypatch.undo()
+    # DEST holds the new layer, file for file, as git lists it.
+    listed = store.ls_tree(after)
+    for _mode, _kind, oid, path in listed:
+        assert (dest / path).read_bytes() == store.git("cat-file", "blob", oid).stdout
+    held = {str(p.relative_to(dest)) for p in dest.rglob("*") if p.is_file()} - {
+        ".overlay-export.json",
+        ".overlay-export.lock",
+    }
+    assert held == {path for *_rest, path in listed}
+
+
+def _diff_tree_rows(store: Store, old: str, new: str) -> list[list[str]]:
+    """git's own ``diff-tree -r -z --no-renames --full-index`` rows for two trees."""
+    from overlay.git.objects import parse_diff_tree
+
+    out = store.git("diff-tree", "-r", "-z", "--no-renames", "--full-index", old, new)
+    return [list(r) for r in parse_diff_tree(out.stdout)]

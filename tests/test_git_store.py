@@ -2,11 +2,13 @@
 beside its place and renames it in whole (``create_bare_repo``), so that two
 repositories' first commands on one new store both succeed and the loser of the rename
 keeps the winner's store. No network; no timing assertion: the processes are only
-started together, and each must succeed.
+started together, and each must succeed. And what the store answers without git: an
+object's kind from its loose file, the changes between two trees a command kept.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -106,3 +108,31 @@ def test_has_object_reads_a_loose_objects_type_and_asks_git_otherwise(
     assert not (Path(store.git_dir) / "objects" / tree[:2] / tree[2:]).exists()
     asked.clear()
     assert store.has_object(tree, "tree") and asked
+
+
+def test_kept_changes_are_gits_and_a_damaged_record_is_asked_again(tmp_path):
+    store = Store(str(tmp_path / "store.git"))
+    blobs = [store.hash_blob(b"%d\n" % i) for i in range(3)]
+    old = store.out(
+        "mktree",
+        input=f"100644 blob {blobs[0]}\ta\n100644 blob {blobs[1]}\tb\n".encode(),
+    )
+    new = store.out(
+        "mktree",
+        input=f"100755 blob {blobs[0]}\ta\n100644 blob {blobs[2]}\tc\n".encode(),
+    )
+    git_rows = store.diff_tree(old, new)
+    assert [r[4] for r in git_rows] == ["M", "D", "A"]
+    assert store.kept_diff(old, new) is None
+    store.keep_diff(old, new)
+    assert store.kept_diff(old, new) == git_rows
+    assert store.kept_diff(new, old) is None  # kept for the pair in that order only
+    (kept,) = (Path(store.git_dir) / "overlay-diffs").glob("*/*.json")
+    for damage in (b"", b"{", b'{"rows": [["M"]]}', b'{"rows": [[1, 2, 3, 4, 5, 6]]}'):
+        kept.write_bytes(damage)
+        assert store.kept_diff(old, new) is None
+        assert store.diff_tree(old, new) == git_rows  # asked of git again
+    # Kept rows are what diff_tree answers, without git.
+    kept.write_text(json.dumps({"rows": [list(r) for r in git_rows]}))
+    store.git("update-ref", "refs/heads/x", store.commit_chain([(old, [], "x")])[0])
+    assert store.diff_tree(old, new) == git_rows

@@ -216,4 +216,8 @@ def keep_recorded_layers(
     for patch in series:
         kept.add(patch)
     kept.save()
-    return keep_layers(store, layers, series, tree, results)
+    if not keep_layers(store, layers, series, tree, results):
+        return False
+    # An export of the old layer is brought up to this one by what changed between them.
+    store.keep_diff(layers.patched, tree)
+    return True

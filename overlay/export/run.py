@@ -299,9 +299,18 @@ def _targets(run: _Run) -> tuple[Entries, set[str], Entries | None]:
         UnsafePath: a path is hostile; OverlayError: a submodule (nothing written).
     """
     store = run.store
-    usable = run.previous is not None and store.has_object(run.previous, "tree")
+    format_1 = any(len(rec) < 3 for rec in run.recorded.values())
+    # Changes kept by the command that made the tree (a record) need no old tree.
+    kept = (
+        store.kept_diff(run.previous, run.tree)
+        if run.previous is not None and not format_1
+        else None
+    )
+    usable = run.previous is not None and (
+        kept is not None or store.has_object(run.previous, "tree")
+    )
     previous = run.previous if usable else None
-    if previous is not None and any(len(rec) < 3 for rec in run.recorded.values()):
+    if previous is not None and format_1:
         # A stamp of format 1 records no blob: take it from the tree it recorded.
         old = tree_entries(store, previous)
         for p, rec in run.recorded.items():
@@ -309,7 +318,7 @@ def _targets(run: _Run) -> tuple[Entries, set[str], Entries | None]:
                 rec.append(old[p][1])
     entries: Entries | None
     if previous is not None and not run.pend and not run.force:
-        changes = store.diff_tree(previous, run.tree)
+        changes = kept if kept is not None else store.diff_tree(previous, run.tree)
         want = {row[5]: (row[1], row[3]) for row in changes if row[4] != "D"}
         candidates = {row[5] for row in changes}
         entries = None

@@ -21,6 +21,7 @@ import subprocess
 from collections.abc import Iterator, Mapping, Sequence
 
 from overlay.checks.locate import default_store_dir
+from overlay.digests import sha256
 from overlay.errors import GitError
 from overlay.fs.atomic import atomic_write, scratch_dir
 from overlay.fs.locks import flocked
@@ -73,6 +74,15 @@ __all__ = [
     "run_git",
     "zsplit",
 ]
+
+
+#: The store's directory of tree changes kept for the next command (:meth:`Store.keep_diff`).
+DIFF_CACHE = "overlay-diffs"
+
+
+def _diff_key(old: str, new: str) -> str:
+    """The key of the changes between ``old`` and ``new`` in :data:`DIFF_CACHE`."""
+    return sha256(f"diff-tree {old} {new}".encode()).hexdigest()
 
 
 class Store(Fetching, RememberedAncestry):
@@ -459,6 +469,10 @@ class Store(Fetching, RememberedAncestry):
         Raises:
             GitError: a tree is missing.
         """
+        if not paths and is_sha(old) and is_sha(new):
+            kept = self.kept_diff(old, new)
+            if kept is not None:
+                return kept
         if self._reader is not None and not paths and len(old) == len(new) == 40:
             try:
                 return tree_changes(
@@ -473,6 +487,38 @@ class Store(Fetching, RememberedAncestry):
         if paths:
             args += ["--", *paths]
         return parse_diff_tree(self.git(*args).stdout)
+
+    def keep_diff(self, old: str, new: str) -> None:
+        """Keep the changes between trees ``old`` and ``new`` (:meth:`diff_tree`) in the
+        store for the next command that compares them (:meth:`kept_diff`): ``overlay
+        record`` keeps the layer it replaced against the one it wrote, so that the
+        ``export`` after it needs neither the old layer's trees (packed, read by a
+        ``cat-file`` process) nor a ``diff-tree``. Best effort: nothing is kept where
+        the trees cannot be compared.
+
+        Args:
+            old, new: full tree names.
+        """
+        with contextlib.suppress(GitError):
+            rows = self.diff_tree(old, new)
+            self.cache_write(DIFF_CACHE, _diff_key(old, new), {"rows": rows})
+
+    def kept_diff(self, old: str, new: str) -> list[DiffRow] | None:
+        """The changes between trees ``old`` and ``new`` as :meth:`keep_diff` kept them
+        (a tree's name is the hash of its content: kept rows never go stale), or
+        ``None`` when none were kept or what was kept is not rows.
+
+        Args:
+            old, new: full tree names.
+        """
+        rec = self.cache_read(DIFF_CACHE, _diff_key(old, new))
+        rows = rec.get("rows") if rec is not None else None
+        if not isinstance(rows, list) or not all(
+            isinstance(r, list) and len(r) == 6 and all(isinstance(f, str) for f in r)
+            for r in rows
+        ):
+            return None
+        return [tuple(r) for r in rows]
 
     def hash_blob(self, data: bytes) -> str:
         """Write ``data`` as a blob into the store; return its name."""
