@@ -28,7 +28,7 @@ from overlay.fs.paths import Carry
 from overlay.git.store import EMPTY_TREE, Store
 from overlay.records.manifest import Manifest
 from overlay.records.resolutions import read_resolutions
-from overlay.records.series import Patch, load_series
+from overlay.records.series import Patch, load_series, patch_digest
 
 LAYERS = ("pin", "forked", "patched")
 
@@ -230,7 +230,7 @@ def _series_key(below: str, series: Sequence[Patch]) -> str:
     name and bytes, in order."""
     h = sha256(below.encode())
     for patch in series:
-        h.update(b"P" + patch.name.encode() + b"\0" + sha256(patch.data).digest())
+        h.update(b"P" + patch.name.encode() + b"\0" + patch_digest(patch.data))
     return h.hexdigest()
 
 
