@@ -7,12 +7,20 @@ from __future__ import annotations
 import json
 
 import pytest
-from gitfixtures import cli, lines, records_hash
+from gitfixtures import cli, fresh_python, lines, records_hash
 from seriesfixtures import add_patch
 
 from overlay.rebase.ondisk import inspect_state
 from overlay.rebase.report import RebaseReport
-from overlay.rebase.state import EmptyStop, PatchStop, ResolutionStop, RunState
+from overlay.rebase.state import (
+    Bases,
+    EmptyStop,
+    PatchOutcome,
+    PatchStop,
+    ResolutionOutcome,
+    ResolutionStop,
+    RunState,
+)
 
 SHA = {c: c * 40 for c in "abcdef0123456789"}
 KEY = "7" * 64
@@ -340,3 +348,48 @@ def test_an_old_resolution_stop_is_continued(ov, w):
     assert (
         ov.root / "patches-rocm" / "resolved" / "mlx" / "core.cpp"
     ).read_text() == resolved
+
+
+def test_the_runs_records_compare_and_print_as_dataclasses_do():
+    """The run's typed records (``Fields``: not dataclasses, whose import and method
+    compiling a pin bump paid) keep what a dataclass gave them."""
+    bases = Bases("a" * 40, "b" * 40, "c" * 40)
+    one, same = PatchOutcome("0001-x.patch"), PatchOutcome("0001-x.patch")
+    assert one == same and one != PatchOutcome("0001-x.patch", "clean")
+    assert one != ResolutionOutcome("pending", "", "") and one != "0001-x.patch"
+    assert repr(one) == (
+        "PatchOutcome(name='0001-x.patch', status='pending', tree=None, blob=None, "
+        "changed=False, note=None)"
+    )
+    with pytest.raises(TypeError):
+        hash(one)
+    with pytest.raises(AttributeError):
+        one.stauts = "clean"  # type: ignore[attr-defined]  # a typo is an error
+    first, second = (
+        RunState("rebase", bases, bases, []),
+        RunState("rebase", bases, bases, []),
+    )
+    first.patches.append(one)
+    first.warnings.append("w")
+    # each state has lists of its own, as default_factory gave
+    assert second.patches == [] and second.warnings == [] and first != second
+    assert RunState.from_json(json.loads(first.dumps())) == first
+    stop = PatchStop("0001-x.patch", "t" * 40, "m" * 40, ["f"], {"f": "100644"})
+    assert stop.fields() == {
+        "name": "0001-x.patch",
+        "tree": "t" * 40,
+        "merged": "m" * 40,
+        "files": ["f"],
+        "modes": {"f": "100644"},
+        "gitlinks": None,
+        "keys": None,
+    }
+
+
+def test_a_pin_bumps_modules_do_not_import_dataclasses():
+    out = fresh_python(
+        "import sys, overlay.cli, overlay.cli.runs, overlay.rebase.run, "
+        "overlay.rebase.plan, overlay.rebase.recover; "
+        "print('dataclasses' in sys.modules)"
+    )
+    assert out.strip() == "False"

@@ -19,7 +19,6 @@ sees a half-changed state. Only a holder of the exclusive lock may call
 """
 
 import contextlib
-import dataclasses
 import os
 import signal
 import threading
@@ -31,7 +30,7 @@ from overlay.errors import GitError, OverlayError, UnsafePath
 from overlay.fs.paths import check_path
 from overlay.fs.reading import RecordError
 from overlay.rebase.backup import Backup, read_backup
-from overlay.rebase.state import RunState, read_state_json
+from overlay.rebase.state import Fields, RunState, read_state_json
 
 if TYPE_CHECKING:
     import subprocess
@@ -45,8 +44,7 @@ def _git_on_run_paths(verb: str) -> str:
     return f"git {verb} -- {layout.PATCH_DIR} {layout.LOCAL_FIXES}"
 
 
-@dataclasses.dataclass
-class StateOnDisk:
+class StateOnDisk(Fields):
     """What ``.overlay/rebase/`` holds.
 
     Attributes:
@@ -59,12 +57,31 @@ class StateOnDisk:
         backup: the run's backup (:mod:`overlay.rebase.backup`) when it is there.
     """
 
+    __slots__ = ("present", "kind", "state", "problem", "missing", "backup")
     present: bool
-    kind: str = "rebase"
-    state: RunState | None = None
-    problem: str | None = None
-    missing: list[str] = dataclasses.field(default_factory=list)
-    backup: Backup | None = None
+    kind: str
+    state: RunState | None
+    problem: str | None
+    missing: list[str]
+    backup: Backup | None
+
+    def __init__(
+        self,
+        present: bool,
+        kind: str = "rebase",
+        state: RunState | None = None,
+        problem: str | None = None,
+        missing: list[str] | None = None,
+        backup: Backup | None = None,
+    ) -> None:
+        self.present, self.kind, self.state, self.problem = (
+            present,
+            kind,
+            state,
+            problem,
+        )
+        self.missing = [] if missing is None else missing
+        self.backup = backup
 
 
 def _state_shape_error(state: Any) -> str | None:

@@ -16,7 +16,6 @@ And what the last completed run left in ``.overlay/last-rebase.json``: the pin i
 started from, the old end of the range ``drift`` and ``build`` attribute errors over.
 """
 
-import dataclasses
 from typing import TYPE_CHECKING
 
 from overlay import layout
@@ -31,15 +30,14 @@ from overlay.errors import OverlayError
 from overlay.git.fetch import FORK_HEADS
 from overlay.git.run import is_sha
 from overlay.rebase.report import last_rebase_pin, last_run_pins
-from overlay.rebase.state import Bases
+from overlay.rebase.state import Bases, Fields
 
 if TYPE_CHECKING:
     from overlay.git.store import Store
     from overlay.workspace import Workspace
 
 
-@dataclasses.dataclass
-class RunPlan:
+class RunPlan(Fields):
     """A run that passed the rules, ready to start.
 
     Attributes:
@@ -50,10 +48,22 @@ class RunPlan:
             branch, :func:`_sync_branch`); ``None`` keeps the manifest's.
     """
 
+    __slots__ = ("old", "new", "warnings", "fork_branch")
     old: Bases
     new: Bases
-    warnings: list[str] = dataclasses.field(default_factory=list)
-    fork_branch: str | None = None
+    warnings: list[str]
+    fork_branch: str | None
+
+    def __init__(
+        self,
+        old: Bases,
+        new: Bases,
+        warnings: list[str] | None = None,
+        fork_branch: str | None = None,
+    ) -> None:
+        self.old, self.new = old, new
+        self.warnings = [] if warnings is None else warnings
+        self.fork_branch = fork_branch
 
     @property
     def nothing_to_do(self) -> bool:

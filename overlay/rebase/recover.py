@@ -6,7 +6,6 @@ found in part (*wedged*, :func:`overlay.rebase.ondisk.inspect_state`) is recover
 from what is left of it (:meth:`AbortSteps.recover_wedged`).
 """
 
-import dataclasses
 import os
 import re
 
@@ -16,12 +15,11 @@ from overlay.rebase.backup import Backup
 from overlay.rebase.base import RunBase, tracked_files
 from overlay.rebase.files import restore, rr_remove
 from overlay.rebase.ondisk import StateOnDisk, interrupts_deferred
-from overlay.rebase.state import RunState
+from overlay.rebase.state import Fields, RunState
 from overlay.records.resolutions import prune_resolution_dirs
 
 
-@dataclasses.dataclass
-class Recovery:
+class Recovery(Fields):
     """What :meth:`AbortSteps.recover_wedged` did.
 
     Attributes:
@@ -34,12 +32,30 @@ class Recovery:
             were forgotten with it (0 without a valid ``state.json``: nobody knows).
     """
 
+    __slots__ = ("kind", "problem", "restored", "kept", "note", "forgotten")
     kind: str
     problem: str
     restored: list[str]
     kept: list[str]
     note: str
-    forgotten: int = 0
+    forgotten: int
+
+    def __init__(
+        self,
+        kind: str,
+        problem: str,
+        restored: list[str],
+        kept: list[str],
+        note: str,
+        forgotten: int = 0,
+    ) -> None:
+        self.kind, self.problem, self.restored, self.kept = (
+            kind,
+            problem,
+            restored,
+            kept,
+        )
+        self.note, self.forgotten = note, forgotten
 
 
 class AbortSteps(RunBase):

@@ -16,7 +16,6 @@ The file's one reader and writer are here (:func:`read_state_json`,
 (which saves each step) both build on it.
 """
 
-import dataclasses
 import enum
 import json
 import os
@@ -29,6 +28,35 @@ from overlay.lazy import lazy_pattern
 
 #: The ``format`` a run writes; earlier versions wrote the same.
 STATE_FORMAT = 1
+
+
+class Fields:
+    """``__eq__`` and ``__repr__`` over the attributes a class names in ``__slots__``,
+    as :func:`dataclasses.dataclass` writes them, for the run's typed records here and
+    in :mod:`overlay.rebase.ondisk`, :mod:`overlay.rebase.plan` and
+    :mod:`overlay.rebase.recover`; their ``__init__`` is written out.
+
+    Not dataclasses: a dataclass compiles its methods from source when its module is
+    imported, and the nine of a pin bump's modules (with :mod:`dataclasses` itself)
+    were about 5 ms of its CPU here (docs/engine.md, "Costs behind some choices").
+    Equal, as dataclasses are, when of the same class with equal fields; unhashable.
+    """
+
+    __slots__: tuple[str, ...] = ()
+    __hash__ = None  # type: ignore[assignment]
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return all(getattr(self, n) == getattr(other, n) for n in self.__slots__)
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{n}={getattr(self, n)!r}" for n in self.__slots__)
+        return f"{type(self).__name__}({fields})"
+
+    def fields(self) -> dict[str, Any]:
+        """``{name: value}`` of every field, in order."""
+        return {n: getattr(self, n) for n in self.__slots__}
 
 
 class PatchStatus(enum.StrEnum):
@@ -111,8 +139,7 @@ class Bases(NamedTuple):
         )
 
 
-@dataclasses.dataclass
-class ResolutionOutcome:
+class ResolutionOutcome(Fields):
     """How a conflicted path of the fork delta was settled.
 
     Attributes:
@@ -123,9 +150,13 @@ class ResolutionOutcome:
         note: one sentence for the report.
     """
 
+    __slots__ = ("status", "blob", "note")
     status: str
     blob: str
     note: str
+
+    def __init__(self, status: str, blob: str, note: str) -> None:
+        self.status, self.blob, self.note = status, blob, note
 
     def to_json(self) -> dict[str, str]:
         """``{"status", "blob", "note"}``."""
@@ -143,8 +174,7 @@ class ResolutionOutcome:
         )
 
 
-@dataclasses.dataclass
-class PatchOutcome:
+class PatchOutcome(Fields):
     """Where one patch of the series stands in the run.
 
     Attributes:
@@ -160,12 +190,25 @@ class PatchOutcome:
         note: one sentence for the report, ``None`` when the step made none.
     """
 
+    __slots__ = ("name", "status", "tree", "blob", "changed", "note")
     name: str
-    status: str = "pending"
-    tree: str | None = None
-    blob: str | None = None
-    changed: bool = False
-    note: str | None = None
+    status: str
+    tree: str | None
+    blob: str | None
+    changed: bool
+    note: str | None
+
+    def __init__(
+        self,
+        name: str,
+        status: str = "pending",
+        tree: str | None = None,
+        blob: str | None = None,
+        changed: bool = False,
+        note: str | None = None,
+    ) -> None:
+        self.name, self.status, self.tree, self.blob = name, status, tree, blob
+        self.changed, self.note = changed, note
 
     def carried(
         self,
@@ -210,8 +253,7 @@ class PatchOutcome:
         )
 
 
-@dataclasses.dataclass
-class ResolutionStop:
+class ResolutionStop(Fields):
     """The run waits for the user to resolve a fork-delta conflict at ``path``.
 
     Attributes:
@@ -222,10 +264,14 @@ class ResolutionStop:
     """
 
     type: ClassVar[str] = "resolution"
+    __slots__ = ("path", "key", "mode", "recorded")
     path: str
     key: str
     mode: str
     recorded: bool
+
+    def __init__(self, path: str, key: str, mode: str, recorded: bool) -> None:
+        self.path, self.key, self.mode, self.recorded = path, key, mode, recorded
 
     @property
     def what(self) -> str:
@@ -233,8 +279,7 @@ class ResolutionStop:
         return self.path
 
 
-@dataclasses.dataclass
-class PatchStop:
+class PatchStop(Fields):
     """The run waits on a patch that conflicts with the new layer.
 
     Attributes:
@@ -251,13 +296,27 @@ class PatchStop:
     """
 
     type: ClassVar[str] = "patch"
+    __slots__ = ("name", "tree", "merged", "files", "modes", "gitlinks", "keys")
     name: str
     tree: str
     merged: str
     files: list[str]
     modes: dict[str, str]
-    gitlinks: list[str] | None = None
-    keys: dict[str, str] | None = None
+    gitlinks: list[str] | None
+    keys: dict[str, str] | None
+
+    def __init__(
+        self,
+        name: str,
+        tree: str,
+        merged: str,
+        files: list[str],
+        modes: dict[str, str],
+        gitlinks: list[str] | None = None,
+        keys: dict[str, str] | None = None,
+    ) -> None:
+        self.name, self.tree, self.merged = name, tree, merged
+        self.files, self.modes, self.gitlinks, self.keys = files, modes, gitlinks, keys
 
     @property
     def what(self) -> str:
@@ -265,12 +324,15 @@ class PatchStop:
         return self.name
 
 
-@dataclasses.dataclass
-class EmptyStop:
+class EmptyStop(Fields):
     """The user's edit left patch ``name`` empty: it goes only with ``--drop``/``--skip``."""
 
     type: ClassVar[str] = "empty"
+    __slots__ = ("name",)
     name: str
+
+    def __init__(self, name: str) -> None:
+        self.name = name
 
     @property
     def what(self) -> str:
@@ -285,7 +347,7 @@ Stop = ResolutionStop | PatchStop | EmptyStop
 def stop_to_json(stop: Stop) -> dict[str, Any]:
     """The ``stop`` object: ``type`` and the stop's fields (``gitlinks`` only when set)."""
     out: dict[str, Any] = {"type": stop.type}
-    out.update((k, v) for k, v in dataclasses.asdict(stop).items() if v is not None)
+    out.update((k, v) for k, v in stop.fields().items() if v is not None)
     return out
 
 
@@ -330,8 +392,7 @@ def stop_from_json(data: Any) -> Stop:
     raise ValueError(f"the stop's type {kind!r} is unknown")
 
 
-@dataclasses.dataclass
-class RunState:
+class RunState(Fields):
     """A rebase or sync in progress, as ``.overlay/rebase/state.json`` holds it.
 
     Attributes:
@@ -356,22 +417,74 @@ class RunState:
         format: :data:`STATE_FORMAT`.
     """
 
+    __slots__ = (
+        "kind",
+        "old",
+        "new",
+        "backup",
+        "resolutions",
+        "forked",
+        "patches",
+        "stop",
+        "committing",
+        "commit_started",
+        "stale",
+        "merge_stats",
+        "rr_recorded",
+        "warnings",
+        "fork_branch",
+        "format",
+    )
     kind: str
     old: Bases
     new: Bases
     backup: list[str]
-    resolutions: dict[str, ResolutionOutcome] = dataclasses.field(default_factory=dict)
-    forked: str | None = None
-    patches: list[PatchOutcome] = dataclasses.field(default_factory=list)
-    stop: Stop | None = None
-    committing: bool = False
-    commit_started: bool = False
-    stale: list[str] | None = None
-    merge_stats: dict[str, int] | None = None
-    rr_recorded: list[str] = dataclasses.field(default_factory=list)
-    warnings: list[str] = dataclasses.field(default_factory=list)
-    fork_branch: str | None = None
-    format: int = STATE_FORMAT
+    resolutions: dict[str, ResolutionOutcome]
+    forked: str | None
+    patches: list[PatchOutcome]
+    stop: Stop | None
+    committing: bool
+    commit_started: bool
+    stale: list[str] | None
+    merge_stats: dict[str, int] | None
+    rr_recorded: list[str]
+    warnings: list[str]
+    fork_branch: str | None
+    format: int
+
+    def __init__(
+        self,
+        kind: str,
+        old: Bases,
+        new: Bases,
+        backup: list[str],
+        resolutions: dict[str, ResolutionOutcome] | None = None,
+        forked: str | None = None,
+        patches: list[PatchOutcome] | None = None,
+        stop: Stop | None = None,
+        committing: bool = False,
+        commit_started: bool = False,
+        stale: list[str] | None = None,
+        merge_stats: dict[str, int] | None = None,
+        rr_recorded: list[str] | None = None,
+        warnings: list[str] | None = None,
+        fork_branch: str | None = None,
+        format: int = STATE_FORMAT,
+    ) -> None:
+        self.kind, self.old, self.new, self.backup = kind, old, new, backup
+        # None: a new dict or list of this state's own (a dataclass's default_factory)
+        self.resolutions = {} if resolutions is None else resolutions
+        self.forked = forked
+        self.patches = [] if patches is None else patches
+        self.stop, self.committing, self.commit_started = (
+            stop,
+            committing,
+            commit_started,
+        )
+        self.stale, self.merge_stats = stale, merge_stats
+        self.rr_recorded = [] if rr_recorded is None else rr_recorded
+        self.warnings = [] if warnings is None else warnings
+        self.fork_branch, self.format = fork_branch, format
 
     @property
     def phase(self) -> Phase:
