@@ -31,16 +31,12 @@ STATE_FORMAT = 1
 
 
 class Fields:
-    """``__eq__`` and ``__repr__`` over the attributes a class names in ``__slots__``,
-    as :func:`dataclasses.dataclass` writes them, for the run's typed records here and
-    in :mod:`overlay.rebase.ondisk`, :mod:`overlay.rebase.plan` and
-    :mod:`overlay.rebase.recover`; their ``__init__`` is written out.
-
-    Not dataclasses: a dataclass compiles its methods from source when its module is
-    imported, and the nine of a pin bump's modules (with :mod:`dataclasses` itself)
-    were about 5 ms of its CPU here (docs/engine.md, "Costs behind some choices").
-    Equal, as dataclasses are, when of the same class with equal fields; unhashable.
-    """
+    """``__eq__`` and ``__repr__`` over the ``__slots__`` of the run's typed records
+    (here, :mod:`~overlay.rebase.ondisk`, :mod:`~overlay.rebase.plan`,
+    :mod:`~overlay.rebase.recover`), as a dataclass has them (equal when of one class
+    with equal fields; unhashable); their ``__init__`` is written out. Not dataclasses,
+    which compile their methods from source at import: about 5 ms of a pin bump's
+    CPU here (docs/engine.md, "Costs behind some choices")."""
 
     __slots__: tuple[str, ...] = ()
     __hash__ = None  # type: ignore[assignment]
@@ -474,8 +470,7 @@ class RunState(Fields):
         self.kind, self.old, self.new, self.backup = kind, old, new, backup
         # None: a new dict or list of this state's own (a dataclass's default_factory)
         self.resolutions = {} if resolutions is None else resolutions
-        self.forked = forked
-        self.patches = [] if patches is None else patches
+        self.patches, self.forked = [] if patches is None else patches, forked
         self.stop, self.committing, self.commit_started = (
             stop,
             committing,
