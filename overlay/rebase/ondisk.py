@@ -74,14 +74,9 @@ class StateOnDisk(Fields):
         missing: list[str] | None = None,
         backup: Backup | None = None,
     ) -> None:
-        self.present, self.kind, self.state, self.problem = (
-            present,
-            kind,
-            state,
-            problem,
-        )
+        self.present, self.kind, self.state = present, kind, state
+        self.problem, self.backup = problem, backup
         self.missing = [] if missing is None else missing
-        self.backup = backup
 
 
 def _state_shape_error(state: Any) -> str | None:

@@ -471,12 +471,9 @@ class RunState(Fields):
         # None: a new dict or list of this state's own (a dataclass's default_factory)
         self.resolutions = {} if resolutions is None else resolutions
         self.patches, self.forked = [] if patches is None else patches, forked
-        self.stop, self.committing, self.commit_started = (
-            stop,
-            committing,
-            commit_started,
-        )
-        self.stale, self.merge_stats = stale, merge_stats
+        self.stop, self.committing = stop, committing
+        self.commit_started, self.stale = commit_started, stale
+        self.merge_stats = merge_stats
         self.rr_recorded = [] if rr_recorded is None else rr_recorded
         self.warnings = [] if warnings is None else warnings
         self.fork_branch, self.format = fork_branch, format
