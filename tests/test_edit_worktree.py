@@ -417,3 +417,33 @@ def test_one_spare_at_most(clean):
     assert cli(clean, "edit", "--abort").exit_code == 0
     assert not work.exists()
     assert sorted(os.listdir(spare.parent)) == [".gitignore", SPARE]
+
+
+def test_a_record_from_inside_the_work_tree_says_the_directory_moved(
+    clean, monkeypatch
+):
+    """The shell that ran record from inside the work tree is in the spare now (a
+    rename, not a removal): record says so, and where the next edit resets it."""
+    started = cli(clean, "edit", PATCH)
+    work = clean.root / workdir_of(started.output)
+    (work / DEVICE).write_text(
+        lines("device", change={3: "device 3 locked", 9: "device 9 locked"})
+    )
+    monkeypatch.chdir(work / "mlx")
+    done = cli(clean, "record")
+    assert done.exit_code == 0, done.output
+    spare = clean.root / ".overlay" / "edit" / SPARE
+    assert (
+        f"note: the current directory moved with it (now {spare / 'mlx'}); cd to the "
+        "repository: what you change there the next `overlay edit` resets"
+    ) in done.output
+    monkeypatch.chdir(clean.root)
+    assert cli(clean, "edit", PATCH).exit_code == 0
+    aborted = cli(clean, "edit", "--abort")
+    assert aborted.exit_code == 0, aborted.output
+    assert (
+        f"threw away the edit of {PATCH} (its work tree .overlay/edit/{work.name} "
+        f"moved to .overlay/edit/{SPARE}, where the next edit starts) "
+        "(no unrecorded change)"
+    ) in aborted.output
+    assert "note:" not in aborted.output  # run from the repository: nothing moved

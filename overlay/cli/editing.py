@@ -25,6 +25,29 @@ def _shown(path: str) -> str:
     return path if rel.startswith("..") else rel
 
 
+def _spare_of(directory: str) -> str:
+    """The spare work tree beside the edit's work tree ``directory`` (relative to the
+    repository), where a record or ``--abort`` moves it."""
+    from overlay.edit.writes import SPARE  # loaded with the record or abort already
+
+    return os.path.join(os.path.dirname(directory), SPARE)
+
+
+def _moved_with_it(spare: str) -> None:
+    """Say so when the current directory moved with the work tree into ``spare`` (a
+    shell that ran the command from inside the work tree is in the spare now, whose
+    files the next ``overlay edit`` resets)."""
+    try:
+        cwd = os.getcwd()
+    except OSError:
+        return  # gone: the next command there says so
+    if cwd == spare or cwd.startswith(spare + os.sep):
+        click.echo(
+            f"note: the current directory moved with it (now {cwd}); cd to the "
+            "repository: what you change there the next `overlay edit` resets"
+        )
+
+
 def _interactive() -> bool:
     """True when a person is at a terminal (then ``record`` may open $EDITOR)."""
     return sys.stdin.isatty() and sys.stdout.isatty()
@@ -175,14 +198,21 @@ def _abort_edit(ws: Workspace) -> None:
     if dropped is None:
         click.echo("no edit in progress: nothing to throw away")
         return
+    if aborted.spare:
+        spare = _spare_of(dropped.directory)
+        went = f"its work tree {dropped.directory} moved to {spare}, where the next edit starts"
+    else:
+        went = f"its work tree {dropped.directory} removed"
     click.echo(
-        f"threw away the edit of {dropped.name} and its work tree {dropped.directory}"
+        f"threw away the edit of {dropped.name} ({went})"
         + (
             f", with its unrecorded change(s) to {', '.join(lost)}"
             if lost
             else " (no unrecorded change)"
         )
     )
+    if aborted.spare:
+        _moved_with_it(os.path.join(ws.root, _spare_of(dropped.directory)))
     if not dropped.new:
         click.echo(
             f"{layout.PATCH_DIR}/{dropped.name} keeps what `overlay record` last wrote"
@@ -385,12 +415,11 @@ def _echo_recorded(ws: Workspace, done, section: str) -> None:
     if done.kept:
         click.echo(f"kept the work tree {where}")
     elif done.spare:
-        from overlay.edit.writes import SPARE  # loaded with the record already
-
-        spare = os.path.join(os.path.dirname(where), SPARE)
+        spare = _spare_of(where)
         click.echo(
             f"moved the work tree {where} to {spare}, where the next edit starts"
         )
+        _moved_with_it(os.path.join(ws.root, spare))
     else:
         click.echo(f"removed the work tree {where}")
     click.echo("next: overlay verify; overlay export DEST (e.g. build/rocm/src)")

@@ -183,11 +183,14 @@ class Aborted:
         lost: the unrecorded changes thrown away with its work tree (paths).
         completed: a record a kill had interrupted, completed first (the records end
             as that record wrote them), or ``None``.
+        spare: the work tree became the spare the next edit starts from
+            (:func:`overlay.edit.writes.remove_worktree`); else it was removed.
     """
 
     session: Session | None
     lost: list[str]
     completed: Completed | None = None
+    spare: bool = False
 
 
 def abort_edit(ws: "Workspace") -> Aborted:
@@ -216,12 +219,13 @@ def abort_edit(ws: "Workspace") -> Aborted:
         except OverlayError:
             session = None
         lost: list[str] = []
+        spare = False
         if session is not None:
             lost = _readable_changes(store, root, session)
-            remove_worktree(root, session.directory)
+            spare = remove_worktree(root, session.directory)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(os.path.join(root, layout.EDIT_STATE))
-        return Aborted(session, lost, completed)
+        return Aborted(session, lost, completed, spare)
 
 
 def _readable_changes(store: Store, root: str, session: Session) -> list[str]:
