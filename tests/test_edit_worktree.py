@@ -423,7 +423,8 @@ def test_a_record_from_inside_the_work_tree_says_the_directory_moved(
     clean, monkeypatch
 ):
     """The shell that ran record from inside the work tree is in the spare now (a
-    rename, not a removal): record says so, and where the next edit resets it."""
+    rename, not a removal): record says so, and where the next edit resets it; that
+    edit says it was made from the spare, and --abort where the work tree went."""
     started = cli(clean, "edit", PATCH)
     work = clean.root / workdir_of(started.output)
     (work / DEVICE).write_text(
@@ -438,7 +439,13 @@ def test_a_record_from_inside_the_work_tree_says_the_directory_moved(
         "repository: what you change there the next `overlay edit` resets"
     ) in done.output
     monkeypatch.chdir(clean.root)
-    assert cli(clean, "edit", PATCH).exit_code == 0
+    assert "made from" not in started.output  # the first edit: a new checkout
+    again = cli(clean, "edit", PATCH)
+    assert again.exit_code == 0, again.output
+    assert (
+        f"(made from .overlay/edit/{SPARE}, the last edit's work tree: its files are "
+        "this layer's now, what git does not track there is gone)"
+    ) in again.output
     aborted = cli(clean, "edit", "--abort")
     assert aborted.exit_code == 0, aborted.output
     assert (

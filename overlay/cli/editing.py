@@ -267,6 +267,11 @@ def _start_edit(
             f"prepared {where}: a git checkout of the layer below {s.name} with the "
             "patch applied (`git diff HEAD~1` there shows the whole patch)"
         )
+    if started.from_spare:
+        click.echo(
+            f"(made from {_spare_of(s.directory)}, the last edit's work tree: its "
+            "files are this layer's now, what git does not track there is gone)"
+        )
     click.echo(
         f"edit the files under {where} (`git diff` there shows your change), then:"
     )

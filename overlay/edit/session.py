@@ -62,6 +62,8 @@ class Started:
         resumed: true when the same edit was already prepared (nothing was redone).
         completed: a record a kill had interrupted, completed first
             (:class:`overlay.edit.finish.Completed`), or ``None``.
+        from_spare: the work tree was made from the spare the last edit left
+            (:func:`overlay.edit.worktree.make_worktree`), not checked out anew.
     """
 
     session: Session
@@ -69,6 +71,7 @@ class Started:
     below: list[str]
     resumed: bool = False
     completed: Any = None
+    from_spare: bool = False
 
 
 # -- state and lock -----------------------------------------------------------------------

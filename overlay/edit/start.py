@@ -141,7 +141,7 @@ def start_edit(
             directory=directory,
         )
         try:
-            make_worktree(store, workdir, base, start, subject)
+            from_spare = make_worktree(store, workdir, base, start, subject)
             save_session(root, session)
         except BaseException:
             remove_dir(workdir)
@@ -150,7 +150,9 @@ def start_edit(
             r.patch.name
             for r in layers.patches[: first_later - (0 if new is not None else 1)]
         ]
-        return Started(session, workdir, below, completed=completed)
+        return Started(
+            session, workdir, below, completed=completed, from_spare=from_spare
+        )
 
 
 def _refuse_unverified_below(results) -> None:

@@ -88,8 +88,9 @@ def wt_git(
 
 def make_worktree(
     store: Store, workdir: str, base: str, start: str, subject: str
-) -> None:
-    """A git checkout of ``start`` at ``workdir`` whose history is base -> start.
+) -> bool:
+    """A git checkout of ``start`` at ``workdir`` whose history is base -> start;
+    whether it was made from the spare work tree (else it is a new checkout).
 
     The spare work tree the last edit ended with (:data:`overlay.edit.writes.SPARE`),
     when there is one, is taken and brought to ``start``: it gets a new ``.git`` of
@@ -138,7 +139,8 @@ def make_worktree(
         if not reused:
             raise
         remove_dir(workdir)
-        make_worktree(store, workdir, base, start, subject)
+        return make_worktree(store, workdir, base, start, subject)
+    return reused
 
 
 def _init(workdir: str) -> None:
