@@ -25,14 +25,6 @@ def _shown(path: str) -> str:
     return path if rel.startswith("..") else rel
 
 
-def _spare_of(directory: str) -> str:
-    """The spare work tree beside the edit's work tree ``directory`` (relative to the
-    repository), where a record or ``--abort`` moves it."""
-    from overlay.edit.writes import SPARE  # loaded with the record or abort already
-
-    return os.path.join(os.path.dirname(directory), SPARE)
-
-
 def _moved_with_it(spare: str) -> None:
     """Say so when the current directory moved with the work tree into ``spare`` (a
     shell that ran the command from inside the work tree is in the spare now, whose
@@ -198,11 +190,14 @@ def _abort_edit(ws: Workspace) -> None:
     if dropped is None:
         click.echo("no edit in progress: nothing to throw away")
         return
-    if aborted.spare:
-        spare = _spare_of(dropped.directory)
-        went = f"its work tree {dropped.directory} moved to {spare}, where the next edit starts"
-    else:
-        went = f"its work tree {dropped.directory} removed"
+    from overlay.edit.writes import spare_of  # loaded with the abort already
+
+    spare = spare_of(dropped.directory)
+    went = (
+        f"its work tree {dropped.directory} moved to {spare}, where the next edit starts"
+        if aborted.spare
+        else f"its work tree {dropped.directory} removed"
+    )
     click.echo(
         f"threw away the edit of {dropped.name} ({went})"
         + (
@@ -212,7 +207,7 @@ def _abort_edit(ws: Workspace) -> None:
         )
     )
     if aborted.spare:
-        _moved_with_it(os.path.join(ws.root, _spare_of(dropped.directory)))
+        _moved_with_it(os.path.join(ws.root, spare))
     if not dropped.new:
         click.echo(
             f"{layout.PATCH_DIR}/{dropped.name} keeps what `overlay record` last wrote"
@@ -268,8 +263,10 @@ def _start_edit(
             "patch applied (`git diff HEAD~1` there shows the whole patch)"
         )
     if started.from_spare:
+        from overlay.edit.writes import spare_of  # loaded with the edit already
+
         click.echo(
-            f"(made from {_spare_of(s.directory)}, the last edit's work tree: its "
+            f"(made from {spare_of(s.directory)}, the last edit's work tree: its "
             "files are this layer's now, what git does not track there is gone)"
         )
     click.echo(
@@ -420,7 +417,9 @@ def _echo_recorded(ws: Workspace, done, section: str) -> None:
     if done.kept:
         click.echo(f"kept the work tree {where}")
     elif done.spare:
-        spare = _spare_of(where)
+        from overlay.edit.writes import spare_of  # loaded with the record already
+
+        spare = spare_of(where)
         click.echo(
             f"moved the work tree {where} to {spare}, where the next edit starts"
         )

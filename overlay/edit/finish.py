@@ -212,7 +212,8 @@ def keep_recorded_layers(
             return False
     except (OSError, OverlayError):
         return False
-    kept = ParsedSeries(root)  # the next command reads these files: no parse then
+    # the next command reads these files: no parse then
+    kept = ParsedSeries(root, read=False)
     for patch in series:
         kept.add(patch)
     kept.save()

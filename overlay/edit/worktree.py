@@ -9,7 +9,7 @@ import subprocess
 import time
 
 from overlay.edit.session import BRANCH
-from overlay.edit.writes import SPARE, discard
+from overlay.edit.writes import discard, spare_of
 from overlay.errors import GitError, OverlayError
 from overlay.fs.atomic import atomic_write, remove_dir
 from overlay.fs.locks import pid_alive
@@ -164,7 +164,7 @@ def _take_spare(workdir: str) -> bool:
     """Rename the spare work tree (a git checkout) to ``workdir`` and give it a new
     ``.git`` that keeps only its index; whether it was taken. A spare that is no git
     checkout is removed (:func:`overlay.edit.writes.discard`)."""
-    spare = os.path.join(os.path.dirname(workdir), SPARE)
+    spare = spare_of(workdir)
     if workdir == spare or not os.path.lexists(spare):
         return False
     if not os.path.isdir(os.path.join(spare, ".git")):

@@ -38,6 +38,12 @@ REMOVING_PREFIX = ".removing-"
 SPARE = ".spare"
 
 
+def spare_of(workdir: str) -> str:
+    """The spare work tree beside the edit's work tree ``workdir`` (:data:`SPARE` in
+    its directory; absolute or relative as ``workdir`` is)."""
+    return os.path.join(os.path.dirname(workdir), SPARE)
+
+
 def checkpoint() -> None:
     """A write point of ``record`` (``OVERLAY_TEST_KILL_AT=record:N`` kills at the Nth)."""
     counted_kill_point("record")
@@ -201,7 +207,7 @@ def remove_worktree(root: str, directory: str) -> bool:
         Whether the work tree became the spare.
     """
     workdir = os.path.join(root, directory)
-    spare = os.path.join(os.path.dirname(workdir), SPARE)
+    spare = spare_of(workdir)
     if workdir != spare and os.path.isdir(os.path.join(workdir, ".git")):
         if os.path.lexists(spare) and not os.path.isdir(os.path.join(spare, ".git")):
             with contextlib.suppress(OSError):  # then this one is removed below
