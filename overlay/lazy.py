@@ -75,7 +75,8 @@ def lazy_pattern(regex: str | bytes, flags: int = 0) -> re.Pattern:
     of which never match against them (``status`` loads the patch parser's and the
     manifest's, and uses a few). Each attribute asked for (``match``, ``sub``,
     ``pattern`` ...) is then the compiled pattern's own, kept on the object, so a
-    second call costs what a call on a compiled pattern costs.
+    second call costs what a call on a compiled pattern costs. Each one made is kept
+    for :func:`compile_all`, so make them at a module's top level, not per call.
 
     Args:
         regex, flags: as for :func:`re.compile`.
@@ -88,15 +89,39 @@ def lazy_pattern(regex: str | bytes, flags: int = 0) -> re.Pattern:
     return cast(re.Pattern, _Pattern(regex, flags))
 
 
+#: Every lazy pattern made so far, for :func:`compile_all`.
+_MADE: list[_Pattern] = []
+
+
+def compile_all() -> int:
+    """Compile every lazy pattern made so far (the command server's preload: each
+    worker it forks then finds them compiled, where it would compile those it uses
+    again itself); returns how many were compiled.
+
+    Raises:
+        re.error: a pattern does not compile.
+    """
+    for each in _MADE:
+        each.compiled()
+    return len(_MADE)
+
+
 class _Pattern:
     """A regular expression compiled on its first use (see :func:`lazy_pattern`)."""
 
     def __init__(self, regex: str | bytes, flags: int) -> None:
         self._args = (regex, flags)
+        _MADE.append(self)
+
+    def compiled(self) -> re.Pattern:
+        """The compiled pattern (compiled now, once)."""
+        done = self.__dict__.get("_compiled")
+        if done is None:
+            done = self.__dict__["_compiled"] = re.compile(*self._args)
+        return done
 
     def __getattr__(self, name: str) -> Any:
-        # Called only for a name not yet kept: compile (re caches it too), keep, answer.
-        regex, flags = self._args
-        value = getattr(re.compile(regex, flags), name)
+        # Called only for a name not yet kept: compile (once), keep, answer.
+        value = getattr(self.compiled(), name)
         self.__dict__[name] = value
         return value

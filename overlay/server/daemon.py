@@ -1,7 +1,8 @@
 """The command server: one warm process that forks a worker per ``overlay`` command.
 
 Started by ``overlay server start`` (:func:`overlay.server.control.start`), it
-imports every module of overlay and the libraries its commands load, freezes them out
+imports every module of overlay and the libraries its commands load, compiles
+overlay's regular expressions (:func:`overlay.lazy.compile_all`), freezes them out
 of the garbage collector's way (``gc.freeze``: a worker's collections never write to the pages it
 shares with the server), binds its socket and waits. Per command
 (:class:`Server`):
@@ -40,6 +41,7 @@ import time
 from dataclasses import dataclass, field
 
 import overlay
+from overlay import lazy
 from overlay.__main__ import run
 from overlay.server import wire, worker
 
@@ -94,9 +96,10 @@ def _cpu() -> float:
 
 
 def preload() -> list[str]:
-    """Import every module of overlay and :data:`LIBRARIES`; returns the names that
-    failed to import (logged; a command that needs one imports it itself, and fails
-    there as it would without a server)."""
+    """Import every module of overlay and :data:`LIBRARIES`, then compile overlay's
+    regular expressions (:func:`overlay.lazy.compile_all`: a worker finds them
+    compiled); returns the names that failed (logged; a command that needs one imports
+    or compiles it itself, and fails there as it would without a server)."""
     failed = []
     names = [m.name for m in pkgutil.walk_packages(overlay.__path__, "overlay.")]
     for name in [*names, *LIBRARIES]:
@@ -106,6 +109,10 @@ def preload() -> list[str]:
             importlib.import_module(name)
         except Exception:  # noqa: BLE001 - logged, the command meets it itself
             failed.append(name)
+    try:
+        lazy.compile_all()
+    except Exception:  # noqa: BLE001 - as above: the command meets it itself
+        failed.append("overlay.lazy.compile_all")
     return failed
 
 
