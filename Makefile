@@ -30,7 +30,9 @@ help:
 # since the install are found.
 EDITABLE = --config-settings editable_mode=compat
 
-.venv/bin/overlay:
+# bin/overlay is copied into .venv/bin at the install (script-files, pyproject.toml):
+# an edit of it installs again.
+.venv/bin/overlay: bin/overlay
 	python3 -m venv .venv
 	$(PYTHON) -m pip install -q -e '.[test]' $(EDITABLE)
 

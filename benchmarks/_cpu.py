@@ -129,9 +129,9 @@ def fresh_store(base_git_dir: str, where: str) -> str:
 
 
 def overlay_cmd(*args: str) -> list[str]:
-    """``overlay ARGS`` as a user types it: the console script pip wrote beside this
-    interpreter (``overlay.__main__:main``; ``bench_env`` puts the checkout first on
-    the path, so it runs the checkout's code). Where there is none, ``python -m
+    """``overlay ARGS`` as a user types it: the ``overlay`` command installed beside
+    this interpreter (``bin/overlay``; ``bench_env`` puts the checkout first on the
+    path, so it runs the checkout's code). Where there is none, ``python -m
     overlay ARGS``, the same entry point through ``runpy``, which costs about 6 ms
     more of CPU here (measured 2026-12-03 evening: 25.1 against 18.8 ms for a served
     ``--version``)."""

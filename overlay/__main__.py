@@ -1,4 +1,4 @@
-"""The console script's entry point (``overlay``, and ``python -m overlay``).
+"""The entry point of the ``overlay`` command (``bin/overlay``) and of ``python -m overlay``.
 
 It first hands the command to a command server where one runs
 (:mod:`overlay.server`), and imports nothing but :mod:`sys`, :mod:`gc` and the
