@@ -96,7 +96,7 @@ _MADE: list[_Pattern] = []
 def compile_all() -> int:
     """Compile every lazy pattern made so far (the command server's preload: each
     worker it forks then finds them compiled, where it would compile those it uses
-    again itself); returns how many were compiled.
+    again itself); returns how many there are (those compiled before included).
 
     Raises:
         re.error: a pattern does not compile.
