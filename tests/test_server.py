@@ -270,7 +270,7 @@ def test_a_directory_others_can_enter_is_not_used(clean, tmp_path):
         for verb in ("status", "stop"):
             proc = overlay("server", verb, env=env)
             assert proc.returncode == 2 and proc.stdout == "", proc
-            assert proc.stderr.startswith(f"overlay: {d} is not a directory only")
+            assert proc.stderr.startswith(f"overlay: {d} must be private to you")
             assert f"hint: `chmod 700 {d}`" in proc.stderr
     finally:
         d.chmod(0o700)

@@ -38,8 +38,8 @@ def _ask(message: tuple) -> tuple | None:
         sock_file = wire.socket_path(directory)
         if os.path.lexists(sock_file):
             raise OverlayError(
-                f"{directory} is not a directory only this user can enter (mode "
-                "0700, owned by you): overlay does not talk to the server whose "
+                f"{directory} must be private to you (a directory you own, mode "
+                "0700), and is not: overlay does not talk to the server whose "
                 "socket is there, which may still run",
                 hint=f"`chmod 700 {directory}`, then ask again; "
                 "an idle server ends by itself",
@@ -101,8 +101,8 @@ def start(idle_s: float = DEFAULT_IDLE_S) -> dict:
         raise OverlayError(f"cannot make {directory}: {exc.strerror}") from None
     if not wire.private_dir(directory):
         raise OverlayError(
-            f"{directory} is not a directory only this user can enter (mode 0700, "
-            "owned by you): no server is started there",
+            f"{directory} must be private to you (a directory you own, mode 0700), "
+            "and is not: no server is started there",
             hint=f"fix its owner and mode, or set {wire.ENV_DIR}",
         )
     ready_r, ready_w = os.pipe()
