@@ -351,9 +351,11 @@ class Server:
             reason = "stopping"
         elif tuple(request.get("identity", ())) != tuple(self.identity):
             reason = "another interpreter's settings"
-        elif fingerprint(self.files) != self.code:
+        elif (now := fingerprint(self.files)) != self.code:
             reason = "overlay's code or packages changed since the server started"
-            self._say(f"{reason}: stopping")
+            changed = [f for f in self.files if now[f] != self.code.get(f)]
+            more = f" and {len(changed) - 1} more" if len(changed) > 1 else ""
+            self._say(f"{reason}: stopping ({changed[0]}{more})")
             self.stopping = True
         if reason is not None:
             self._send(conn, ("declined", reason))
