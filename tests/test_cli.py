@@ -138,9 +138,18 @@ def test_verify_offers_every_format_render_knows():
 #: The ``overlay`` command as installed (``[tool.setuptools] script-files``).
 SCRIPT = ROOT / "bin" / "overlay"
 
+#: The end of a ``python -c`` program that runs the ``overlay`` script (argv[1]) as
+#: the program, with the arguments after it.
+_AS_PROGRAM = """
+sys.argv = sys.argv[1:]
+with open(sys.argv[0]) as fh:
+    exec(compile(fh.read(), sys.argv[0], "exec"), {"__name__": "__main__"})
+"""
+
 #: Runs the ``overlay`` script (argv[1]) as the program, with an import of click
 #: raising KeyboardInterrupt: a Ctrl-C that lands while the CLI is still being imported.
-_INTERRUPTED_IMPORT = """
+_INTERRUPTED_IMPORT = (
+    """
 import sys
 class Interrupt:
     def find_spec(self, name, path=None, target=None):
@@ -148,10 +157,9 @@ class Interrupt:
             raise KeyboardInterrupt
         return None
 sys.meta_path.insert(0, Interrupt())
-sys.argv = sys.argv[1:]
-with open(sys.argv[0]) as fh:
-    exec(compile(fh.read(), sys.argv[0], "exec"), {"__name__": "__main__"})
 """
+    + _AS_PROGRAM
+)
 
 
 def test_ctrl_c_during_imports_is_one_line_and_exit_130(tmp_path):
@@ -168,21 +176,19 @@ def test_ctrl_c_during_imports_is_one_line_and_exit_130(tmp_path):
 
 #: Runs the ``overlay`` script (argv[1]) as the program, printing the modules in the
 #: order they were first imported.
-_IMPORT_ORDER = """
-import sys
+_IMPORT_ORDER = (
+    """
+import atexit, sys
 order = []
+atexit.register(lambda: print(" ".join(order)))
 class Record:
     def find_spec(self, name, path=None, target=None):
         order.append(name)
         return None
 sys.meta_path.insert(0, Record())
-sys.argv = sys.argv[1:]
-try:
-    with open(sys.argv[0]) as fh:
-        exec(compile(fh.read(), sys.argv[0], "exec"), {"__name__": "__main__"})
-finally:
-    print(" ".join(order))
 """
+    + _AS_PROGRAM
+)
 
 
 def test_the_overlay_script_imports_overlay_before_anything_else():
