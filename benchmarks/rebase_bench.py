@@ -27,6 +27,11 @@ interleaved, medians of --repeat timings per run:
   `mlx/backend/rocm/` (written into each run's store with a fixed identity and date:
   the same F every run), against the import floor plus 3x one merge-tree of the
   sync's fork delta onto the pin. Target (issue 31): at most 1.0 of that sum;
+* for the record, what the whole rebase cannot go below without importing less or
+  dropping its merge (`rebase_imports_and_merge_tree_over_floors`): a process that
+  imports every module the whole command imports (their names read, untimed, from
+  one run of it with ``PYTHONPROFILEIMPORTTIME``) and then runs that one merge-tree,
+  against the same floors;
 * the same two commands served by a command server of the benchmark's own
   (`overlay server start`, docs/server.md), started once after the warm-up: the
   caller's CPU, its worker's (git children included) and the server's part for the
@@ -305,6 +310,51 @@ def merge_tree(store: Store, commits: tuple[str, str]) -> list[str]:
     ]
 
 
+#: The program of the lower bound: import the modules named in the file ``argv[1]``
+#: (one a line, in the order the command imported them), then run ``argv[2:]``.
+#: A name that is not a module here (``sitecustomize``) is skipped; the merge-tree's
+#: exit status 1 (a conflict) is its answer, not a failure.
+IMPORTS_THEN_RUN = """
+import importlib, subprocess, sys
+with open(sys.argv[1]) as fh:
+    names = fh.read().split()
+for name in names:
+    try:
+        importlib.import_module(name)
+    except ImportError:
+        pass
+sys.exit(subprocess.run(sys.argv[2:], stdout=subprocess.DEVNULL).returncode > 1)
+"""
+
+
+def imported_modules(cmd: list[str], env: dict[str, str], dest: str) -> str:
+    """Run ``cmd`` once with ``PYTHONPROFILEIMPORTTIME`` (untimed) and write the names
+    of the modules it imported, in the order Python reports them, one a line, to
+    ``dest`` (``__main__`` left out).
+
+    Returns:
+        ``dest``.
+    Raises:
+        SystemExit: the command failed, or reported no import.
+    """
+    proc = subprocess.run(
+        cmd, env={**env, "PYTHONPROFILEIMPORTTIME": "1"}, capture_output=True
+    )
+    names = [
+        line.rsplit("|", 1)[1].strip()
+        for line in proc.stderr.decode("utf-8", "replace").splitlines()
+        if line.startswith("import time:")
+        and line.count("|") == 2
+        and "self [us]" not in line  # the header
+    ]
+    names = [n for n in names if n and n != "__main__"]
+    if proc.returncode != 0 or not names:
+        raise SystemExit(f"{cmd!r}: no import list ({proc.returncode})")
+    with open(dest, "w", encoding="utf-8") as fh:
+        fh.write("\n".join(names) + "\n")
+    return dest
+
+
 def main() -> int:
     ap = mirror_bench_parser(__doc__, "rebase.json", repeat=15)
     ap.add_argument(
@@ -339,6 +389,12 @@ def main() -> int:
                 whole(kind, root, store), env=bench_env(OVERLAY_GIT_DIR=store.git_dir)
             )
         cpu_run([py, "-c", "import overlay.cli"], env=bench_env())
+        root, store = prepared(base, tmp, "warmup-imports", None, refs)
+        rebase_modules = imported_modules(
+            whole("rebase", root, store),
+            bench_env(OVERLAY_GIT_DIR=store.git_dir),
+            os.path.join(tmp, "rebase-modules.txt"),
+        )
         server = Served(bench_env())
         for kind in ("rebase", "sync"):  # untimed: the server's first workers
             rev = None if kind == "rebase" else "HEAD"
@@ -390,6 +446,7 @@ def main() -> int:
                     "merge_tree",
                     "rebase_command",
                     "import_floor",
+                    "imports_and_merge_tree",
                     "sync_command",
                     "sync_merge_tree",
                     "rebase_served",
@@ -416,6 +473,12 @@ def main() -> int:
                 )
                 t["import_floor"].append(
                     cpu_run([py, "-c", "import overlay.cli"], env=bench_env())
+                )
+                t["imports_and_merge_tree"].append(
+                    cpu_run(
+                        [py, "-c", IMPORTS_THEN_RUN, rebase_modules, *floor],
+                        env=bench_env(),
+                    )
                 )
                 root, store = fresh("rebase")
                 t["rebase_served"].append(
@@ -478,6 +541,11 @@ def main() -> int:
                 ),
                 "rebase_command_over_floors": round(
                     med["rebase_command"]
+                    / (med["import_floor"] + MERGE_TREES * med["merge_tree"]),
+                    3,
+                ),
+                "rebase_imports_and_merge_tree_over_floors": round(
+                    med["imports_and_merge_tree"]
                     / (med["import_floor"] + MERGE_TREES * med["merge_tree"]),
                     3,
                 ),

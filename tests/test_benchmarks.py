@@ -191,3 +191,47 @@ def test_the_peer_layout_holds_what_the_patched_layer_adds_or_changes(ov, w, tmp
     assert f"commit: {w.fork_commit}\n" in upstream
     assert f"retargeted_to_mlx_pin: {w.base}\n" in upstream
     assert f"fork_upstream_merge_base: {w.base}\n" in upstream
+
+
+def test_the_lower_bound_imports_what_the_command_imported_then_runs_its_merge(
+    tmp_path,
+):
+    """rebase_bench.py's lower bound: the names come from the command's own import
+    report, in its order, without the header or ``__main__``; the program imports
+    them and runs the merge, whose status 1 (a conflict) is an answer and 2 a failure."""
+    from rebase_bench import IMPORTS_THEN_RUN, imported_modules
+
+    names = imported_modules(
+        [sys.executable, "-c", "import json, difflib"],
+        dict(os.environ),
+        str(tmp_path / "modules.txt"),
+    )
+    listed = Path(names).read_text().split()
+    assert "json" in listed and "difflib" in listed and "json.decoder" in listed
+    assert listed.index("json.decoder") < listed.index("json")  # children first
+    assert "__main__" not in listed and "imported" not in listed
+    assert len(listed) == len(set(listed))
+
+    # a module whose import leaves a mark, and a name that is no module here
+    (tmp_path / "marks_import.py").write_text(
+        "open(__file__ + '.imported', 'w').close()\n"
+    )
+    with open(names, "a") as fh:
+        fh.write("no_such_module_here\nmarks_import\n")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+
+    def lower_bound(status: int) -> int:
+        merge = [sys.executable, "-c", f"import sys; sys.exit({status})"]
+        return subprocess.run(
+            [sys.executable, "-c", IMPORTS_THEN_RUN, names, *merge], env=env
+        ).returncode
+
+    assert lower_bound(1) == 0  # a conflict is the merge's answer
+    assert (tmp_path / "marks_import.py.imported").exists()
+    assert lower_bound(2) == 1  # a failure is not
+    with pytest.raises(SystemExit):
+        imported_modules(
+            [sys.executable, "-c", "raise SystemExit(3)"],
+            dict(os.environ),
+            str(tmp_path / "none.txt"),
+        )
