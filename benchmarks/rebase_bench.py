@@ -27,11 +27,12 @@ interleaved, medians of --repeat timings per run:
   `mlx/backend/rocm/` (written into each run's store with a fixed identity and date:
   the same F every run), against the import floor plus 3x one merge-tree of the
   sync's fork delta onto the pin. Target (issue 31): at most 1.0 of that sum;
-* for the record, what the whole rebase cannot go below without importing less or
-  dropping its merge (`rebase_imports_and_merge_tree_over_floors`): a process that
-  imports every module the whole command imports (their names read, untimed, from
-  one run of it with ``PYTHONPROFILEIMPORTTIME``) and then runs that one merge-tree,
-  against the same floors;
+* for the record, what the whole rebase and the whole sync cannot go below without
+  importing less or dropping their merge (`rebase_imports_and_merge_tree_over_floors`,
+  `sync_imports_and_merge_tree_over_floors`): a process that imports every module the
+  whole command imports (their names read, untimed, from one run of it with
+  ``PYTHONPROFILEIMPORTTIME``) and then runs its floor's merge-tree, against the same
+  floors;
 * the same two commands served by a command server of the benchmark's own
   (`overlay server start`, docs/server.md), started once after the warm-up: the
   caller's CPU, its worker's (git children included) and the server's part for the
@@ -389,12 +390,15 @@ def main() -> int:
                 whole(kind, root, store), env=bench_env(OVERLAY_GIT_DIR=store.git_dir)
             )
         cpu_run([py, "-c", "import overlay.cli"], env=bench_env())
-        root, store = prepared(base, tmp, "warmup-imports", None, refs)
-        rebase_modules = imported_modules(
-            whole("rebase", root, store),
-            bench_env(OVERLAY_GIT_DIR=store.git_dir),
-            os.path.join(tmp, "rebase-modules.txt"),
-        )
+        modules: dict[str, str] = {}  # kind -> the file of its command's imports
+        for kind in ("rebase", "sync"):
+            rev = None if kind == "rebase" else "HEAD"
+            root, store = prepared(base, tmp, f"warmup-imports-{kind}", rev, refs)
+            modules[kind] = imported_modules(
+                whole(kind, root, store),
+                bench_env(OVERLAY_GIT_DIR=store.git_dir),
+                os.path.join(tmp, f"{kind}-modules.txt"),
+            )
         server = Served(bench_env())
         for kind in ("rebase", "sync"):  # untimed: the server's first workers
             rev = None if kind == "rebase" else "HEAD"
@@ -448,6 +452,7 @@ def main() -> int:
                     "import_floor",
                     "imports_and_merge_tree",
                     "sync_command",
+                    "sync_imports_and_merge_tree",
                     "sync_merge_tree",
                     "rebase_served",
                     "sync_served",
@@ -476,7 +481,7 @@ def main() -> int:
                 )
                 t["imports_and_merge_tree"].append(
                     cpu_run(
-                        [py, "-c", IMPORTS_THEN_RUN, rebase_modules, *floor],
+                        [py, "-c", IMPORTS_THEN_RUN, modules["rebase"], *floor],
                         env=bench_env(),
                     )
                 )
@@ -496,6 +501,12 @@ def main() -> int:
                     ),
                 )
                 t["sync_merge_tree"].append(cpu_run(sync_floor, check=False))
+                t["sync_imports_and_merge_tree"].append(
+                    cpu_run(
+                        [py, "-c", IMPORTS_THEN_RUN, modules["sync"], *sync_floor],
+                        env=bench_env(),
+                    )
+                )
                 t["sync_command"].append(
                     cpu_run(
                         whole("sync", root, store, new_fork),
@@ -551,6 +562,11 @@ def main() -> int:
                 ),
                 "sync_command_over_floors": round(
                     med["sync_command"]
+                    / (med["import_floor"] + MERGE_TREES * med["sync_merge_tree"]),
+                    3,
+                ),
+                "sync_imports_and_merge_tree_over_floors": round(
+                    med["sync_imports_and_merge_tree"]
                     / (med["import_floor"] + MERGE_TREES * med["sync_merge_tree"]),
                     3,
                 ),
